@@ -1,0 +1,53 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.dslog-installed
+
+.PHONY: demo test test-all lint fmt cpp-test bench dev prereqs clean
+
+prereqs:
+	@tools/check-prereqs.sh $(PYTHON)
+
+# Non-isolated editable install with C++ rebuild on import (see CONTRIBUTING.md).
+$(STAMP): pyproject.toml CMakeLists.txt native/CMakeLists.txt | prereqs
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet scikit-build-core pybind11 cmake ninja
+	$(PIP) install --quiet --no-build-isolation -Cbuild-dir=build/dev -Ceditable.rebuild=true -e ".[test]"
+	@touch $(STAMP)
+
+dev: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) example_project/numpy_lineage_demo.py
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pytest
+
+test-all: $(STAMP)
+	$(VENV)/bin/pytest -m ""
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy dslog_dagster core
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+cpp-test:
+	cmake -S . -B build-cpp -G Ninja -DDSLOG_BUILD_CPP_TESTS=ON -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer"
+	cmake --build build-cpp
+	ctest --test-dir build-cpp --output-on-failure
+
+bench: $(STAMP)
+	$(PY) bench/compression.py
+
+clean:
+	rm -rf build build-cpp .dslog-demo .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,26 @@
+"""The dslog engine, independent of Dagster and Spark (``dslog_dagster.core``).
+
+* :mod:`~dslog_dagster.core.relation` — validated lineage relations (any rank, int64).
+* :mod:`~dslog_dagster.core.provrc` — ProvRC compression, exact decompression, orientations.
+* :mod:`~dslog_dagster.core.encoding` / :mod:`~dslog_dagster.core.storage` — the file format.
+* :mod:`~dslog_dagster.core.store` / :mod:`~dslog_dagster.core.catalog` — the lineage store
+  and its embedded DuckDB catalog.
+"""
+
+from dslog_dagster.core.provrc import ForwardTable as ForwardTable
+from dslog_dagster.core.provrc import LineageTable as LineageTable
+from dslog_dagster.core.provrc import compress as compress
+from dslog_dagster.core.relation import LineageRelation as LineageRelation
+from dslog_dagster.core.storage import SCHEMA_VERSION as SCHEMA_VERSION
+from dslog_dagster.core.storage import read_table as read_table
+from dslog_dagster.core.storage import write_table as write_table
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ForwardTable",
+    "LineageRelation",
+    "LineageTable",
+    "compress",
+    "read_table",
+    "write_table",
+]

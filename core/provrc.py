@@ -1,0 +1,274 @@
+"""ProvRC lineage tables: compression, exact decompression, and both orientations.
+
+**Table semantics and sign convention** (used everywhere in dslog). A ProvRC table between an
+output array of rank ``l`` and an input array of rank ``m`` is a list of rows. A row stands for
+every pair (output cell ``b``, input cell ``a``) such that
+
+* each output attribute ``b_j`` lies in the absolute interval ``[out_lo[j], out_hi[j]]``;
+* each input attribute ``a_k`` satisfies its constraint:
+
+  - ``in_ref[k] == -1`` (absolute): ``in_lo[k] <= a_k <= in_hi[k]``;
+  - ``in_ref[k] == j`` (relative to ``b_j``):
+    ``in_lo[k] <= delta <= in_hi[k]`` with ``delta = F(b_j) - a_k`` and
+    ``F(b) = in_mult[k] * floor((b + in_r[k]) / in_q[k])``.
+
+With ``mult = q = 1, r = 0`` this is the papers' relative attribute ``delta = b_j - a_k``;
+``mult = -1`` is a mirrored attribute (``a = C - b``: flip, rot90), ``q = k`` a strided one
+(``a = floor(b / k)``: repeat, up-sampling) and ``mult = k`` pooling (``a = k·b + c``). For a
+fixed ``b`` every input attribute ranges over an interval of constant width
+``in_hi - in_lo + 1``, so the number of pairs of a row is a product of widths.
+
+Rows are disjoint, so ``decompress(compress(R)) == dedupe(R)`` exactly.
+
+The stored orientation is *backward* (outputs absolute). :meth:`LineageTable.forward` derives
+the *forward* orientation (inputs absolute: each input attribute gets its exact hull interval,
+each output attribute its absolute clip plus the constraints that now point from inputs to it)
+without expanding anything. Both orientations stand for the same set of pairs.
+
+**Columnar fallback.** When ProvRC does not pay (e.g. sorting random data, where every output
+cell has its own input cell) the table is kept as the sorted, de-duplicated raw relation
+(``encoding == "columnar"``) and stored with delta + byte-plane + zstd coding, which is never
+larger than a generic columnar encoding. :func:`compress` picks the smaller and records it.
+"""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from dslog_dagster.core.relation import I64, LineageRelation, Shape
+from dslog_dagster.errors import CompressionError, InvalidRelationError
+
+Encoding = Literal["provrc", "columnar"]
+
+
+def _empty(rows: int, cols: int = 0) -> I64:
+    return np.zeros((rows, cols), dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class LineageTable:
+    """A compressed lineage relation between one output and one input array.
+
+    For ``encoding == "provrc"`` the ``out_*`` arrays are ``(l, rows)`` and the ``in_*``
+    arrays ``(m, rows)``; ``raw`` is unused. For ``encoding == "columnar"`` ``raw`` holds the
+    sorted unique relation as ``(l + m, rows)`` and the interval arrays are empty.
+    """
+
+    out_shape: Shape
+    in_shape: Shape
+    encoding: Encoding
+    rows: int
+    n_pairs: int
+    out_lo: I64 = field(default_factory=lambda: _empty(0))
+    out_hi: I64 = field(default_factory=lambda: _empty(0))
+    in_ref: I64 = field(default_factory=lambda: _empty(0))
+    in_q: I64 = field(default_factory=lambda: _empty(0))
+    in_r: I64 = field(default_factory=lambda: _empty(0))
+    in_mult: I64 = field(default_factory=lambda: _empty(0))
+    in_lo: I64 = field(default_factory=lambda: _empty(0))
+    in_hi: I64 = field(default_factory=lambda: _empty(0))
+    raw: I64 = field(default_factory=lambda: _empty(0))
+
+    @property
+    def out_rank(self) -> int:
+        return len(self.out_shape)
+
+    @property
+    def in_rank(self) -> int:
+        return len(self.in_shape)
+
+    def native_args(self) -> tuple[object, ...]:
+        """Arguments for the native kernels that take a ProvRC table."""
+        return (
+            self.out_rank, self.in_rank, self.rows, self.out_lo, self.out_hi, self.in_ref,
+            self.in_q, self.in_r, self.in_mult, self.in_lo, self.in_hi,
+        )
+
+    def decompress(self) -> LineageRelation:
+        """The exact relation this table stands for (sorted, duplicate-free)."""
+        l = self.out_rank
+        if self.encoding == "columnar":
+            return LineageRelation(self.out_shape, self.in_shape, self.raw[:l], self.raw[l:],
+                                   self.rows)
+        if l + self.in_rank == 0:
+            return LineageRelation(self.out_shape, self.in_shape, _empty(0, min(self.rows, 1)),
+                                   _empty(0, min(self.rows, 1)), min(self.rows, 1))
+        from dslog_dagster import _native
+
+        mat, n = _native.decompress(*self.native_args())
+        return LineageRelation(self.out_shape, self.in_shape, mat[:l], mat[l:], int(n))
+
+    def as_provrc(self) -> "LineageTable":
+        """This table in ProvRC form (re-compressing a columnar table; ProvRC is never worse
+        for queries, only sometimes for bytes)."""
+        if self.encoding == "provrc":
+            return self
+        return compress(self.decompress(), fallback="never")
+
+    def input_hulls(self) -> tuple[I64, I64]:
+        """Exact per-row bounding interval of every input attribute, ``(m, rows)`` each.
+
+        For a relative attribute ``F`` is monotone in ``b_ref``, so the extremes of
+        ``F(b) - delta`` are reached at the ends of the row's ``b_ref`` interval.
+        """
+        t = self.as_provrc()
+        lo = t.in_lo.copy()
+        hi = t.in_hi.copy()
+        for k in range(t.in_rank):
+            rel = t.in_ref[k] >= 0
+            if not rel.any():
+                continue
+            ref = t.in_ref[k][rel]
+            cols = np.arange(t.rows)[rel]
+            blo = t.out_lo[ref, cols]
+            bhi = t.out_hi[ref, cols]
+            q, r, mult = t.in_q[k][rel], t.in_r[k][rel], t.in_mult[k][rel]
+            f1 = mult * ((blo + r) // q)
+            f2 = mult * ((bhi + r) // q)
+            fmin, fmax = np.minimum(f1, f2), np.maximum(f1, f2)
+            lo[k][rel] = fmin - t.in_hi[k][rel]
+            hi[k][rel] = fmax - t.in_lo[k][rel]
+        return lo, hi
+
+    def forward(self) -> "ForwardTable":
+        """The forward orientation (inputs absolute), derived without expanding cells."""
+        t = self.as_provrc()
+        hlo, hhi = t.input_hulls()
+        return ForwardTable(t, hlo, hhi)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardTable:
+    """Forward orientation of a ProvRC table: inputs absolute, outputs constrained by inputs.
+
+    Per row: every input attribute ``a_k`` lies in its absolute hull ``[in_abs_lo, in_abs_hi]``;
+    every output attribute ``b_j`` lies in ``[out_lo, out_hi]`` and, for each input ``k`` with
+    ``ref == j``, satisfies ``F_k(b_j) ∈ [a_k + lo_k, a_k + hi_k]`` — an interval of ``b_j``
+    because ``F`` is monotone. Given input cells, the output cells of a row therefore form a
+    box, which is what forward queries need.
+    """
+
+    table: LineageTable
+    in_abs_lo: I64
+    in_abs_hi: I64
+
+    def output_box(self, row: int, a: npt.ArrayLike) -> list[tuple[int, int]] | None:
+        """Output intervals linked to input cell ``a`` through ``row`` (``None`` if none)."""
+        t = self.table
+        av = np.asarray(a, dtype=np.int64)
+        for k in range(t.in_rank):
+            if not self.in_abs_lo[k, row] <= av[k] <= self.in_abs_hi[k, row]:
+                return None
+        box: list[tuple[int, int]] = []
+        for j in range(t.out_rank):
+            lo, hi = int(t.out_lo[j, row]), int(t.out_hi[j, row])
+            for k in range(t.in_rank):
+                if t.in_ref[k, row] != j:
+                    continue
+                sol = solve_f(
+                    int(t.in_q[k, row]), int(t.in_r[k, row]), int(t.in_mult[k, row]),
+                    int(av[k] + t.in_lo[k, row]), int(av[k] + t.in_hi[k, row]), lo, hi,
+                )
+                if sol is None:
+                    return None
+                lo, hi = sol
+            box.append((lo, hi))
+        return box
+
+    def expand(self) -> LineageRelation:
+        """All pairs, enumerated from the input side (slow; for tests and tiny tables)."""
+        t = self.table
+        pairs: list[npt.NDArray[np.int64]] = []
+        for row in range(t.rows):
+            ranges = [range(int(self.in_abs_lo[k, row]), int(self.in_abs_hi[k, row]) + 1)
+                      for k in range(t.in_rank)]
+            for a in np.ndindex(*[len(r) for r in ranges]) if ranges else [()]:
+                acell = [ranges[k][a[k]] for k in range(t.in_rank)]
+                box = self.output_box(row, acell)
+                if box is None:
+                    continue
+                grids = np.meshgrid(*[np.arange(lo, hi + 1) for lo, hi in box], indexing="ij")
+                outs = np.stack([g.reshape(-1) for g in grids]) if box else _empty(0, 1)
+                ins = np.repeat(np.asarray(acell, np.int64)[:, None], outs.shape[1], axis=1)
+                pairs.append(np.vstack([outs, ins]))
+        l = t.out_rank
+        if not pairs:
+            return LineageRelation(t.out_shape, t.in_shape, _empty(l), _empty(t.in_rank), 0)
+        mat = np.hstack(pairs)
+        return LineageRelation(t.out_shape, t.in_shape, mat[:l], mat[l:], mat.shape[1]).unique()
+
+
+def solve_f(q: int, r: int, mult: int, u: int, v: int, lo: int, hi: int) -> tuple[int, int] | None:
+    """``{b ∈ [lo, hi] : mult·floor((b + r)/q) ∈ [u, v]}`` as an interval, or ``None``."""
+    if u > v or lo > hi:
+        return None
+    if mult > 0:
+        gu, gv = -((-u) // mult), v // mult
+    else:
+        gu, gv = -(v // -mult), (-u) // -mult
+    if gu > gv:
+        return None
+    blo, bhi = max(lo, gu * q - r), min(hi, (gv + 1) * q - r - 1)
+    return (blo, bhi) if blo <= bhi else None
+
+
+def _columnar(rel: LineageRelation, sorted_mat: I64, n: int) -> LineageTable:
+    return LineageTable(rel.out_shape, rel.in_shape, "columnar", n, n, raw=sorted_mat)
+
+
+def compress(
+    relation: LineageRelation,
+    *,
+    relative: bool = True,
+    mirrored: bool = True,
+    progression: bool = True,
+    fallback: Literal["auto", "never", "always"] = "auto",
+) -> LineageTable:
+    """Compress a relation with ProvRC (or the columnar fallback when ProvRC does not pay).
+
+    Args:
+        relation: the lineage relation (any rank, unsorted, duplicates allowed).
+        relative: allow relative attributes (thesis Algorithm 1, step 2).
+        mirrored: allow mirrored attributes (``a = C - b``).
+        progression: merge arithmetic progressions of rows into strided attributes.
+        fallback: ``auto`` stores whichever of ProvRC and the columnar encoding is smaller;
+            ``never`` forces ProvRC, ``always`` forces the columnar encoding.
+
+    Returns:
+        A :class:`LineageTable`; ``table.encoding`` records the choice.
+    """
+    from dslog_dagster import _native
+
+    if not isinstance(relation, LineageRelation):
+        msg = f"compress() takes a LineageRelation, got `{type(relation).__name__}`."
+        raise InvalidRelationError(msg)
+    l = relation.out_rank
+    if l + relation.in_rank == 0:
+        n = min(relation.n, 1)
+        return LineageTable(relation.out_shape, relation.in_shape, "provrc", n, n)
+    # ProvRC cannot beat the raw encoding once it keeps more than about half the raw rows.
+    abort = 0.5 if fallback == "auto" else 0.0
+    try:
+        res = _native.compress(relation.columns(), l, relative, mirrored, progression,
+                               abort if fallback != "always" else 1e-12)
+    except (ValueError, RuntimeError, MemoryError) as e:
+        msg = f"ProvRC failed on a relation of {relation.n} pairs: {e}"
+        raise CompressionError(msg) from e
+    n_unique = int(res["n_unique"])
+    if fallback == "always" or res["aborted"]:
+        return _columnar(relation, res["sorted"], n_unique)
+    table = LineageTable(
+        relation.out_shape, relation.in_shape, "provrc", int(res["rows"]), n_unique,
+        res["out_lo"], res["out_hi"], res["in_ref"], res["in_q"], res["in_r"],
+        res["in_mult"], res["in_lo"], res["in_hi"],
+    )
+    if fallback == "auto" and table.rows * 16 > n_unique:
+        # Close call: compare the encoded sizes and keep the smaller.
+        from dslog_dagster.core.storage import encoded_size
+
+        columnar = _columnar(relation, res["sorted"], n_unique)
+        if encoded_size(columnar) < encoded_size(table):
+            return columnar
+    return table

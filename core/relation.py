@@ -1,0 +1,229 @@
+"""Lineage relations: which input cells contributed to which output cells.
+
+A relation ``R(b_1..b_l, a_1..a_m)`` between an output array of rank ``l`` and an input array
+of rank ``m`` is kept column-major as two int64 matrices, ``out_cols`` (``l × n``) and
+``in_cols`` (``m × n``): pair ``i`` says ``output[out_cols[:, i]] ← input[in_cols[:, i]]``.
+Indices are 0-based int64, so arrays of any rank and of more than 2**31 cells are fine.
+Set semantics: duplicates are allowed on input and removed by :meth:`LineageRelation.unique`.
+
+Validation happens here, once, so the native kernels can trust their input.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
+
+Shape = tuple[int, ...]
+I64 = npt.NDArray[np.int64]
+
+
+def as_shape(shape: Sequence[int] | int, what: str) -> Shape:
+    """Normalise a shape to a tuple of non-negative Python ints."""
+    if isinstance(shape, int | np.integer):
+        shape = (int(shape),)
+    try:
+        out = tuple(int(d) for d in shape)
+    except TypeError as e:
+        msg = f"{what} shape `{shape!r}` is not a sequence of integers."
+        raise UnsupportedArrayError(msg) from e
+    if any(d < 0 for d in out):
+        msg = f"{what} shape `{out}` has a negative extent."
+        raise InvalidRelationError(msg)
+    return out
+
+
+def _as_index_column(col: Any, name: str) -> I64:
+    arr = np.asarray(col)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        msg = (
+            f"Index column `{name}` has dtype `{arr.dtype}`; lineage indices must be integers. "
+            "Convert with `.astype(np.int64)` after checking the values are whole numbers."
+        )
+        raise UnsupportedArrayError(msg)
+    if arr.ndim != 1:
+        msg = f"Index column `{name}` has shape {arr.shape}; expected a 1-D column."
+        raise UnsupportedArrayError(msg)
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        msg = f"Index column `{name}` holds values beyond the int64 range."
+        raise InvalidRelationError(msg)
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _check_bounds(cols: I64, shape: Shape, side: str) -> None:
+    for d, extent in enumerate(shape):
+        col = cols[d]
+        if col.size == 0:
+            continue
+        lo, hi = int(col.min()), int(col.max())
+        if lo < 0 or hi >= extent:
+            bad = lo if lo < 0 else hi
+            msg = (
+                f"{side} index {bad} on axis {d} is outside the {side} shape {shape} "
+                f"(valid: 0..{extent - 1})."
+            )
+            raise InvalidRelationError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRelation:
+    """A validated lineage relation between one output array and one input array."""
+
+    out_shape: Shape
+    in_shape: Shape
+    out_cols: I64  # (l, n)
+    in_cols: I64  # (m, n)
+    n: int
+
+    @property
+    def out_rank(self) -> int:
+        return len(self.out_shape)
+
+    @property
+    def in_rank(self) -> int:
+        return len(self.in_shape)
+
+    @classmethod
+    def from_columns(
+        cls,
+        out_shape: Sequence[int] | int,
+        in_shape: Sequence[int] | int,
+        out_cols: Sequence[Any],
+        in_cols: Sequence[Any],
+        *,
+        n: int | None = None,
+    ) -> "LineageRelation":
+        """Build from one index column per axis (outputs, then inputs).
+
+        Args:
+            out_shape: shape of the output array (``()`` for a 0-d array).
+            in_shape: shape of the input array.
+            out_cols: ``len(out_shape)`` integer columns of equal length.
+            in_cols: ``len(in_shape)`` integer columns of that same length.
+            n: number of pairs; only needed when both arrays are 0-d (no columns at all).
+
+        Raises:
+            UnsupportedArrayError: non-integer or non-1-D columns.
+            InvalidRelationError: wrong number of columns, ragged columns, out-of-shape indices.
+        """
+        osh = as_shape(out_shape, "Output")
+        ish = as_shape(in_shape, "Input")
+        if len(out_cols) != len(osh):
+            msg = (
+                f"Got {len(out_cols)} output index column(s) for an output of rank {len(osh)} "
+                f"(shape {osh}); pass one column per axis."
+            )
+            raise InvalidRelationError(msg)
+        if len(in_cols) != len(ish):
+            msg = (
+                f"Got {len(in_cols)} input index column(s) for an input of rank {len(ish)} "
+                f"(shape {ish}); pass one column per axis."
+            )
+            raise InvalidRelationError(msg)
+        oc = [_as_index_column(c, f"b_{j + 1}") for j, c in enumerate(out_cols)]
+        ic = [_as_index_column(c, f"a_{k + 1}") for k, c in enumerate(in_cols)]
+        lengths = {len(c) for c in oc + ic}
+        if len(lengths) > 1:
+            msg = f"Index columns are ragged (lengths {sorted(lengths)}); all must be equal."
+            raise InvalidRelationError(msg)
+        if lengths:
+            count = lengths.pop()
+            if n is not None and n != count:
+                msg = f"`n={n}` disagrees with the column length {count}."
+                raise InvalidRelationError(msg)
+        else:
+            count = int(n or 0)
+            if count < 0:
+                msg = f"`n={n}` must be non-negative."
+                raise InvalidRelationError(msg)
+        out_arr = np.stack(oc) if oc else np.zeros((0, count), np.int64)
+        in_arr = np.stack(ic) if ic else np.zeros((0, count), np.int64)
+        _check_bounds(out_arr, osh, "output")
+        _check_bounds(in_arr, ish, "input")
+        if count and (0 in osh or 0 in ish):
+            msg = f"A relation with {count} pairs cannot involve an empty array ({osh}, {ish})."
+            raise InvalidRelationError(msg)
+        return cls(osh, ish, out_arr, in_arr, count)
+
+    @classmethod
+    def from_pairs(
+        cls,
+        out_shape: Sequence[int] | int,
+        in_shape: Sequence[int] | int,
+        out_index: Any,
+        in_index: Any,
+    ) -> "LineageRelation":
+        """Build from ``(n, l)`` output index tuples and ``(n, m)`` input index tuples."""
+        osh = as_shape(out_shape, "Output")
+        ish = as_shape(in_shape, "Input")
+        oi = np.asarray(out_index)
+        ii = np.asarray(in_index)
+        oi = oi.reshape(len(oi), len(osh)) if oi.ndim < 2 else oi
+        ii = ii.reshape(len(ii), len(ish)) if ii.ndim < 2 else ii
+        if oi.ndim != 2 or ii.ndim != 2:
+            msg = "Index tuples must be 2-D arrays of shape (n, rank)."
+            raise UnsupportedArrayError(msg)
+        if len(oi) != len(ii):
+            msg = f"{len(oi)} output index tuples but {len(ii)} input index tuples."
+            raise InvalidRelationError(msg)
+        return cls.from_columns(osh, ish, list(oi.T), list(ii.T), n=len(oi))
+
+    @classmethod
+    def from_flat(
+        cls,
+        out_shape: Sequence[int] | int,
+        in_shape: Sequence[int] | int,
+        out_flat: Any,
+        in_flat: Any,
+    ) -> "LineageRelation":
+        """Build from flat (C-order) cell indices, as a capture records them."""
+        osh = as_shape(out_shape, "Output")
+        ish = as_shape(in_shape, "Input")
+        of = _as_index_column(out_flat, "output flat index")
+        inf = _as_index_column(in_flat, "input flat index")
+        if len(of) != len(inf):
+            msg = f"{len(of)} output flat indices but {len(inf)} input flat indices."
+            raise InvalidRelationError(msg)
+        for flat, shape, side in ((of, osh, "output"), (inf, ish, "input")):
+            size = int(np.prod(shape, dtype=np.int64))
+            if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= size):
+                msg = f"{side} flat index outside 0..{size - 1} for shape {shape}."
+                raise InvalidRelationError(msg)
+        oc = np.unravel_index(of, osh) if osh else ()
+        ic = np.unravel_index(inf, ish) if ish else ()
+        return cls.from_columns(osh, ish, list(oc), list(ic), n=len(of))
+
+    def columns(self) -> list[I64]:
+        """The ``l + m`` columns, outputs first, as the native kernels take them."""
+        return [*self.out_cols, *self.in_cols]
+
+    def unique(self) -> "LineageRelation":
+        """Sorted (lexicographically by outputs then inputs), duplicate-free copy."""
+        from dslog_dagster import _native
+
+        if self.out_rank + self.in_rank == 0:
+            return LineageRelation(self.out_shape, self.in_shape, self.out_cols, self.in_cols,
+                                   min(self.n, 1))
+        mat, n = _native.sort_unique(self.columns(), self.out_rank)
+        return LineageRelation(
+            self.out_shape, self.in_shape, mat[: self.out_rank], mat[self.out_rank :], int(n)
+        )
+
+    def pairs(self) -> I64:
+        """``(n, l + m)`` matrix of pairs (handy for set comparisons in tests and baselines)."""
+        return np.ascontiguousarray(np.vstack([self.out_cols, self.in_cols]).T)
+
+    def __eq__(self, other: object) -> bool:
+        """Set equality of two relations over the same shapes."""
+        if not isinstance(other, LineageRelation):
+            return NotImplemented
+        if (self.out_shape, self.in_shape) != (other.out_shape, other.in_shape):
+            return False
+        a, b = self.unique(), other.unique()
+        return a.n == b.n and np.array_equal(a.pairs(), b.pairs())
+
+    __hash__ = None  # type: ignore[assignment]

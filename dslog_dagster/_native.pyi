@@ -1,0 +1,27 @@
+"""Type stub for the compiled ProvRC kernels (native/src/bindings.cpp)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+
+def sort_unique(cols: Sequence[I64], l: int) -> tuple[I64, int]: ...
+def compress(
+    cols: Sequence[I64],
+    l: int,
+    relative: bool = ...,
+    mirrored: bool = ...,
+    progression: bool = ...,
+    abort_ratio: float = ...,
+) -> dict[str, Any]: ...
+def decompress(
+    l: int, m: int, rows: int, out_lo: I64, out_hi: I64, in_ref: I64, in_q: I64, in_r: I64,
+    in_mult: I64, in_lo: I64, in_hi: I64,
+) -> tuple[I64, int]: ...
+def count_pairs(
+    l: int, m: int, rows: int, out_lo: I64, out_hi: I64, in_ref: I64, in_q: I64, in_r: I64,
+    in_mult: I64, in_lo: I64, in_hi: I64,
+) -> int: ...

@@ -1,0 +1,51 @@
+"""The dslog exception tree.
+
+Every error raised on purpose by dslog derives from :class:`DSLogError`, so callers can catch
+one class. Subclasses also derive from the matching builtin (``TypeError``, ``ValueError``,
+``OSError``, ``KeyError``) so code written against the builtin keeps working. Messages say
+what was wrong and, when it is known, what to do about it.
+
+    DSLogError
+    ├── UnsupportedArrayError(TypeError)   dtype/rank/shape of an array or column not supported
+    ├── InvalidRelationError(ValueError)   a lineage relation does not fit its arrays
+    ├── CompressionError                   ProvRC failed (wraps the native error)
+    ├── LineageStorageError(OSError)       reading/writing the store or its catalog failed
+    │   └── SchemaVersionError             a file was written by an unknown format version
+    ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
+    └── QueryError(ValueError)             a malformed lineage query
+"""
+
+
+class DSLogError(Exception):
+    """Base class of every error dslog raises on purpose."""
+
+
+class UnsupportedArrayError(DSLogError, TypeError):
+    """An array or index column has a dtype, rank or layout dslog does not support."""
+
+
+class InvalidRelationError(DSLogError, ValueError):
+    """A lineage relation is inconsistent with the arrays it connects."""
+
+
+class CompressionError(DSLogError):
+    """The ProvRC compressor failed."""
+
+
+class LineageStorageError(DSLogError, OSError):
+    """Reading or writing lineage files or the catalog failed."""
+
+
+class SchemaVersionError(LineageStorageError):
+    """A lineage file was written with a format version this dslog cannot read."""
+
+
+class LineageNotFoundError(DSLogError, KeyError):
+    """An array, operation or lineage table is not in the store."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class QueryError(DSLogError, ValueError):
+    """A lineage query is malformed."""

@@ -1,0 +1,94 @@
+// ProvRC: lossless compression of cell-level lineage relations.
+//
+// A lineage relation R(b_1..b_l, a_1..a_m) lists pairs (output cell b, input cell a).
+// A ProvRC table is a list of rows; a row stands for every (b, a) such that
+//   * each output attribute b_j lies in the absolute interval [out_lo, out_hi], and
+//   * each input attribute a_k satisfies one constraint:
+//       ref == -1 (absolute):  a_k in [lo, hi]
+//       ref == j  (relative):  delta = mult * floor((b_j + r) / q) - a_k  in [lo, hi]
+// Sign convention: delta = F(b_j) - a_k, so the identity case (mult = q = 1, r = 0) is the
+// paper's  delta = b_j - a_k.  mult = -1 encodes mirrored lineage (a = C - b: flip, rot90),
+// q = k encodes strided lineage (a = floor(b / k): repeat, up-sampling), mult = k pooling.
+// Rows are disjoint; decompression yields exactly the deduplicated input relation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dslog {
+
+// Number of fields per input attribute in the table (ref, q, r, mult, lo, hi).
+constexpr int kInputFields = 6;
+
+struct ProvRCTable {
+  int l = 0;          // output rank
+  int m = 0;          // input rank
+  int64_t rows = 0;
+  // out_lo[j * rows + i], out_hi[...]: absolute interval of output attribute j in row i.
+  std::vector<int64_t> out_lo, out_hi;
+  // per input attribute k (index k * rows + i)
+  std::vector<int64_t> in_ref, in_q, in_r, in_mult, in_lo, in_hi;
+};
+
+// A relation given as l + m column pointers of n int64 values each (column-major).
+struct RelationView {
+  int l = 0;
+  int m = 0;
+  int64_t n = 0;
+  std::vector<const int64_t*> cols;  // size l + m: outputs first, then inputs
+};
+
+// Sorted, duplicate-free relation owned in column-major form.
+struct Relation {
+  int l = 0;
+  int m = 0;
+  int64_t n = 0;
+  std::vector<int64_t> data;  // (l + m) * n, column c at data[c * n]
+  const int64_t* col(int c) const { return data.data() + static_cast<int64_t>(c) * n; }
+};
+
+struct CompressOptions {
+  bool relative = true;     // relative (identity) candidates, Algorithm 1 step 2
+  bool mirrored = true;     // mirrored candidates (mult = -1)
+  bool progression = true;  // strided/arithmetic-progression merging (q > 1, |mult| > 1)
+  // Give up on ProvRC (return rows = -1 sentinel via aborted flag) when after the first
+  // output merge the table still has more than abort_ratio * n rows; 0 disables.
+  double abort_ratio = 0.0;
+};
+
+struct CompressResult {
+  ProvRCTable table;
+  Relation sorted;       // the deduplicated, lexicographically sorted relation
+  bool aborted = false;  // ProvRC did not pay (see CompressOptions::abort_ratio)
+};
+
+// Sort lexicographically by (b_1..b_l, a_1..a_m) and remove duplicates.
+Relation sort_unique(const RelationView& rel);
+
+// ProvRC (thesis Algorithm 1 + mirrored candidates + progression merging).
+CompressResult compress(const RelationView& rel, const CompressOptions& opts);
+
+// Expand a table back into its relation (sorted, duplicate-free).
+Relation decompress(const ProvRCTable& table);
+
+// Number of (b, a) pairs a table stands for, without expanding it.
+int64_t count_pairs(const ProvRCTable& table);
+
+// floor(x / y) for y > 0 and any sign of x.
+inline int64_t floor_div(int64_t x, int64_t y) {
+  int64_t q = x / y;
+  if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
+  return q;
+}
+inline int64_t ceil_div(int64_t x, int64_t y) { return -floor_div(-x, y); }
+
+// F(b) = mult * floor((b + r) / q)
+inline int64_t apply_f(int64_t b, int64_t q, int64_t r, int64_t mult) {
+  return mult * floor_div(b + r, q);
+}
+
+// Solve {b in [lo, hi] : F(b) in [u, v]}; returns false when empty. F is monotone in b.
+bool solve_f(int64_t q, int64_t r, int64_t mult, int64_t u, int64_t v, int64_t lo, int64_t hi,
+             int64_t* out_lo, int64_t* out_hi);
+
+}  // namespace dslog
