@@ -7,6 +7,7 @@
   and its embedded DuckDB catalog.
 """
 
+from dslog_dagster.core.catalog import LineageCatalog as LineageCatalog
 from dslog_dagster.core.provrc import ForwardTable as ForwardTable
 from dslog_dagster.core.provrc import LineageTable as LineageTable
 from dslog_dagster.core.provrc import compress as compress
@@ -14,12 +15,19 @@ from dslog_dagster.core.relation import LineageRelation as LineageRelation
 from dslog_dagster.core.storage import SCHEMA_VERSION as SCHEMA_VERSION
 from dslog_dagster.core.storage import read_table as read_table
 from dslog_dagster.core.storage import write_table as write_table
+from dslog_dagster.core.store import ArrayRecord as ArrayRecord
+from dslog_dagster.core.store import LineageStore as LineageStore
+from dslog_dagster.core.store import OperationRecord as OperationRecord
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ArrayRecord",
     "ForwardTable",
+    "LineageCatalog",
     "LineageRelation",
+    "LineageStore",
     "LineageTable",
+    "OperationRecord",
     "compress",
     "read_table",
     "write_table",

@@ -34,12 +34,19 @@ class ColumnSpec:
     partner: int  # index of the lo column for "width", else -1
     nbytes: int  # 0..8 bytes per value after zig-zag
 
-    def to_json(self) -> list[object]:
-        return [self.transform, self.partner, self.nbytes]
+    def to_token(self) -> str:
+        """Compact form for the file metadata, e.g. ``d:2`` or ``w0:1`` (``width`` of col 0)."""
+        partner = str(self.partner) if self.partner >= 0 else ""
+        return f"{self.transform[0]}{partner}:{self.nbytes}"
 
     @classmethod
-    def from_json(cls, v: Sequence[object]) -> "ColumnSpec":
-        return cls(str(v[0]), int(v[1]), int(v[2]))  # type: ignore[call-overload]
+    def from_token(cls, token: str) -> "ColumnSpec":
+        head, nbytes = token.split(":")
+        transform = {"r": "raw", "d": "delta", "w": "width"}.get(head[:1])
+        if transform is None:
+            msg = f"unknown column transform in `{token}`"
+            raise ValueError(msg)
+        return cls(transform, int(head[1:]) if head[1:] else -1, int(nbytes))
 
 
 def _zigzag(x: I64) -> npt.NDArray[np.uint64]:

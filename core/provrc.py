@@ -257,18 +257,37 @@ def compress(
         msg = f"ProvRC failed on a relation of {relation.n} pairs: {e}"
         raise CompressionError(msg) from e
     n_unique = int(res["n_unique"])
+
+    def sorted_matrix() -> I64:
+        # The native side returns the sorted relation only when a fallback is plausible.
+        if res["sorted"] is not None:
+            return res["sorted"]  # type: ignore[no-any-return]
+        u = relation.unique()
+        return np.vstack([u.out_cols, u.in_cols])
+
     if fallback == "always" or res["aborted"]:
-        return _columnar(relation, res["sorted"], n_unique)
+        return _columnar(relation, sorted_matrix(), n_unique)
+    if progression and (relative or mirrored) and res["rows"] > 8:
+        # Greedy relative merging can claim rows that belong to a strided pattern
+        # (e.g. a = floor((b + 1) / 2) becomes n/2 identity runs of length 2). A second pass
+        # with absolute attributes only lets the progression merge find it; keep the smaller.
+        alt = _native.compress(relation.columns(), l, False, False, True, 0.0)
+        if alt["rows"] < res["rows"]:
+            alt["sorted"], alt["aborted"] = res["sorted"], res["aborted"]
+            res = alt
     table = LineageTable(
         relation.out_shape, relation.in_shape, "provrc", int(res["rows"]), n_unique,
         res["out_lo"], res["out_hi"], res["in_ref"], res["in_q"], res["in_r"],
         res["in_mult"], res["in_lo"], res["in_hi"],
     )
     if fallback == "auto" and table.rows * 16 > n_unique:
-        # Close call: compare the encoded sizes and keep the smaller.
+        # Close call: compare the encoded sizes. ProvRC answers queries without expanding
+        # cells, so it is kept unless the columnar file is clearly smaller (a few dozen bytes
+        # of metadata on a tiny table are not worth losing that).
         from dslog_dagster.core.storage import encoded_size
 
-        columnar = _columnar(relation, res["sorted"], n_unique)
-        if encoded_size(columnar) < encoded_size(table):
+        columnar = _columnar(relation, sorted_matrix(), n_unique)
+        provrc_size = encoded_size(table)
+        if encoded_size(columnar) < provrc_size - max(128, provrc_size // 20):
             return columnar
     return table

@@ -81,7 +81,7 @@ def table_to_arrow(table: LineageTable, extra: dict[str, Any] | None = None) -> 
         "encoding": table.encoding,
         "rows": table.rows,
         "n_pairs": table.n_pairs,
-        "columns": [s.to_json() for s in specs],
+        "columns": ",".join(s.to_token() for s in specs),
     }
     if extra:
         meta["extra"] = extra
@@ -101,10 +101,16 @@ def _write_parquet(arrow: pa.Table, sink: Any, codec: Codec) -> None:
         "compression": None if codec == "none" else codec,
         "use_dictionary": False,
         "write_statistics": False,
+        # The Arrow schema would repeat our metadata base64-encoded; the key-value metadata
+        # below is all a reader needs.
+        "store_schema": False,
     }
     if codec == "zstd":
         kwargs["compression_level"] = _zstd_level(payload_len)
-    pq.write_table(arrow, sink, **kwargs)
+    meta = {k.decode(): v.decode() for k, v in (arrow.schema.metadata or {}).items()}
+    with pq.ParquetWriter(sink, arrow.schema.remove_metadata(), **kwargs) as writer:
+        writer.write_table(arrow.replace_schema_metadata(None))
+        writer.add_key_value_metadata(meta)
 
 
 def table_to_bytes(table: LineageTable, codec: Codec = "zstd") -> bytes:
@@ -165,7 +171,7 @@ def table_from_arrow(arrow: pa.Table, source: str = "<memory>") -> LineageTable:
     try:
         info = json.loads(meta[b"dslog.table"])
         payload = arrow.column("payload")[0].as_py()
-        specs = [ColumnSpec.from_json(c) for c in info["columns"]]
+        specs = [ColumnSpec.from_token(c) for c in info["columns"].split(",") if c]
         rows = int(info["rows"])
         cols = decode(payload, specs, rows)
     except (KeyError, ValueError, TypeError) as e:

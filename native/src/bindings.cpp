@@ -97,7 +97,7 @@ PYBIND11_MODULE(_native, mod) {
           py::gil_scoped_release release;
           rel = dslog::sort_unique(view);
         }
-        return py::make_tuple(matrix(rel.data, rel.l + rel.m, rel.n), rel.n);
+        return py::make_tuple(matrix(rel.materialize(), rel.l + rel.m, rel.n), rel.n);
       },
       py::arg("cols"), py::arg("l"),
       "Sort a relation lexicographically and drop duplicates; returns ((l+m, n) array, n).");
@@ -120,7 +120,11 @@ PYBIND11_MODULE(_native, mod) {
         }
         py::dict d = table_dict(res.table);
         d["aborted"] = res.aborted;
-        d["sorted"] = matrix(res.sorted.data, res.sorted.l + res.sorted.m, res.sorted.n);
+        // The sorted relation is only needed when the columnar encoding may be chosen.
+        const bool need_sorted = res.aborted || res.table.rows * 16 > res.sorted.n;
+        d["sorted"] = need_sorted ? py::object(matrix(res.sorted.materialize(),
+                                                      res.sorted.l + res.sorted.m, res.sorted.n))
+                                  : py::object(py::none());
         d["n_unique"] = res.sorted.n;
         return d;
       },
@@ -139,7 +143,7 @@ PYBIND11_MODULE(_native, mod) {
           py::gil_scoped_release release;
           rel = dslog::decompress(t);
         }
-        return py::make_tuple(matrix(rel.data, rel.l + rel.m, rel.n), rel.n);
+        return py::make_tuple(matrix(rel.materialize(), rel.l + rel.m, rel.n), rel.n);
       },
       "Expand a ProvRC table into its sorted, duplicate-free relation.");
 

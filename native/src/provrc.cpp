@@ -88,10 +88,7 @@ Relation sort_unique(const RelationView& rel) {
   }
   if (sorted_unique) {
     out.n = n;
-    out.data.resize(static_cast<size_t>(ncols) * n);
-    for (int c = 0; c < ncols; ++c)
-      std::memcpy(out.data.data() + static_cast<size_t>(c) * n, rel.cols[c],
-                  sizeof(int64_t) * n);
+    out.ptrs = rel.cols;
     return out;
   }
   // Mixed-radix packing into one uint64 key when the value ranges allow it.
@@ -134,6 +131,7 @@ Relation sort_unique(const RelationView& rel) {
         out.data[static_cast<size_t>(c) * out.n + i] = mins[c] + static_cast<int64_t>(v);
       }
     }
+    for (int c = 0; c < ncols; ++c) out.ptrs.push_back(out.data.data() + static_cast<size_t>(c) * out.n);
     return out;
   }
   std::vector<int64_t> idx(n);
@@ -156,6 +154,14 @@ Relation sort_unique(const RelationView& rel) {
   for (int c = 0; c < ncols; ++c)
     for (int64_t i = 0; i < out.n; ++i)
       out.data[static_cast<size_t>(c) * out.n + i] = rel.cols[c][keep[i]];
+  for (int c = 0; c < ncols; ++c) out.ptrs.push_back(out.data.data() + static_cast<size_t>(c) * out.n);
+  return out;
+}
+
+std::vector<int64_t> Relation::materialize() const {
+  std::vector<int64_t> out(static_cast<size_t>(l + m) * n);
+  for (int c = 0; c < l + m; ++c)
+    if (n) std::memcpy(out.data() + static_cast<size_t>(c) * n, ptrs[c], sizeof(int64_t) * n);
   return out;
 }
 
@@ -202,11 +208,122 @@ bool cand_value(const Layout& lay, CRec rec, int k, int c, int64_t* lo, int64_t*
   return false;
 }
 
-// Phase 1: multi-attribute range encoding over the input attributes a_m .. a_1.
-Records input_range_encode(const Relation& rel, const Layout& lay, uint64_t init_live) {
+// Merge step along input attribute a_k (phase 1): the records must agree on everything else.
+bool input_extend(const Layout& lay, int64_t* run, CRec r, int k) {
+  for (int f = 0; f < 2 * lay.l; ++f)
+    if (run[f] != r[f]) return false;
+  for (int kk = 0; kk < lay.m; ++kk) {
+    if (kk == k) continue;
+    if (run[lay.in(kk) + F_LO] != r[lay.in(kk) + F_LO] ||
+        run[lay.in(kk) + F_HI] != r[lay.in(kk) + F_HI])
+      return false;
+  }
+  if (r[lay.in(k) + F_LO] != run[lay.in(k) + F_HI] + 1) return false;
+  run[lay.in(k) + F_HI] = r[lay.in(k) + F_HI];
+  return true;
+}
+
+// Merge step along output attribute b_j (phase 2): relative transform + range encoding.
+// Keeps, per input, the candidate representations that are equal on both sides.
+bool output_extend(const Layout& lay, int64_t* run, CRec r, int j) {
+  if (r[2 * j] != run[2 * j + 1] + 1) return false;
+  for (int jj = 0; jj < lay.l; ++jj) {
+    if (jj == j) continue;
+    if (run[2 * jj] != r[2 * jj] || run[2 * jj + 1] != r[2 * jj + 1]) return false;
+  }
+  uint64_t newmask[64];
+  uint64_t* nm = lay.m <= 64 ? newmask : new uint64_t[lay.m];
+  bool ok = true;
+  for (int k = 0; k < lay.m && ok; ++k) {
+    uint64_t mask = static_cast<uint64_t>(run[lay.in(k) + F_LIVE]) &
+                    static_cast<uint64_t>(r[lay.in(k) + F_LIVE]);
+    uint64_t keep = 0;
+    while (mask) {
+      int c = __builtin_ctzll(mask);
+      mask &= mask - 1;
+      int64_t alo, ahi, blo, bhi;
+      if (cand_value(lay, run, k, c, &alo, &ahi) && cand_value(lay, r, k, c, &blo, &bhi) &&
+          alo == blo && ahi == bhi)
+        keep |= uint64_t{1} << c;
+    }
+    nm[k] = keep;
+    ok = keep != 0;
+  }
+  if (ok) {
+    for (int k = 0; k < lay.m; ++k) {
+      int64_t* in = run + lay.in(k);
+      if (!(nm[k] & 1) && in[F_REF] == -1) {
+        int c = __builtin_ctzll(nm[k]);
+        int64_t lo = 0, hi = 0;
+        cand_value(lay, run, k, c, &lo, &hi);  // run still has a single-valued b_j here
+        in[F_REF] = (c - 1) / 2;
+        in[F_Q] = 1;
+        in[F_R] = 0;
+        in[F_MULT] = ((c - 1) % 2 == 0) ? 1 : -1;
+        in[F_LO] = lo;
+        in[F_HI] = hi;
+      }
+      in[F_LIVE] = static_cast<int64_t>(nm[k]);
+    }
+    run[2 * j + 1] = r[2 * j + 1];
+  }
+  if (nm != newmask) delete[] nm;
+  return ok;
+}
+
+// Streaming cascade of merge stages over records that arrive in lexicographic order: phase 1
+// (a_{m-1} .. a_1) and the first output merge (b_l) never need a re-sort, so they run without
+// materialising intermediate tables.
+class Cascade {
+ public:
+  struct Stage {
+    bool output;  // false: merge along input k, true: along output j
+    int idx;
+    std::vector<int64_t> run;
+    bool has = false;
+  };
+  Cascade(const Layout& lay, Records& sink) : lay_(lay), sink_(sink) {}
+  void add_stage(bool output, int idx) {
+    stages_.push_back(Stage{output, idx, std::vector<int64_t>(lay_.w), false});
+  }
+  void push(CRec rec) { push_at(0, rec); }
+  void flush() {
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      if (!stages_[s].has) continue;
+      stages_[s].has = false;
+      push_at(s + 1, stages_[s].run.data());
+    }
+  }
+
+ private:
+  void push_at(size_t s, CRec rec) {
+    if (s == stages_.size()) {
+      sink_.push(rec);
+      return;
+    }
+    Stage& st = stages_[s];
+    if (st.has) {
+      bool ext = st.output ? output_extend(lay_, st.run.data(), rec, st.idx)
+                           : input_extend(lay_, st.run.data(), rec, st.idx);
+      if (ext) return;
+      push_at(s + 1, st.run.data());
+    }
+    std::copy(rec, rec + lay_.w, st.run.begin());
+    st.has = true;
+  }
+  const Layout& lay_;
+  Records& sink_;
+  std::vector<Stage> stages_;
+};
+
+// Phase 1 (multi-attribute range encoding over a_m .. a_1) and the first output merge.
+Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live) {
   Records recs(lay);
   const int l = lay.l, m = lay.m;
   const int64_t n = rel.n;
+  Cascade cascade(lay, recs);
+  for (int k = m - 2; k >= 0; --k) cascade.add_stage(false, k);
+  if (l > 0) cascade.add_stage(true, l - 1);
   std::vector<int64_t> cur(lay.w);
   auto start_rec = [&](int64_t i) {
     for (int j = 0; j < l; ++j) cur[2 * j] = cur[2 * j + 1] = rel.col(j)[i];
@@ -221,49 +338,22 @@ Records input_range_encode(const Relation& rel, const Layout& lay, uint64_t init
     }
   };
   if (n == 0) return recs;
-  recs.buf.reserve(static_cast<size_t>(lay.w) * std::min<int64_t>(n, 1 << 20));
   start_rec(0);
-  // a_m runs, streamed directly from the sorted columns
-  for (int64_t i = 1; i < n; ++i) {
+  for (int64_t i = 1; i < n; ++i) {  // a_m runs, streamed from the sorted columns
     bool extend = m > 0;
     if (extend) {
       for (int c = 0; c < l + m - 1 && extend; ++c) extend = rel.col(c)[i] == rel.col(c)[i - 1];
-      const int64_t* in = cur.data() + lay.in(m - 1);
-      extend = extend && rel.col(l + m - 1)[i] == in[F_HI] + 1;
+      extend = extend && rel.col(l + m - 1)[i] == cur[lay.in(m - 1) + F_HI] + 1;
     }
     if (extend) {
       cur[lay.in(m - 1) + F_HI] += 1;
     } else {
-      recs.push(cur.data());
+      cascade.push(cur.data());
       start_rec(i);
     }
   }
-  recs.push(cur.data());
-  // a_{m-1} .. a_1: merge adjacent records equal on everything but a_k
-  for (int k = m - 2; k >= 0; --k) {
-    Records next(lay);
-    next.buf.reserve(recs.buf.size());
-    std::vector<int64_t> run(recs.at(0), recs.at(0) + lay.w);
-    for (int64_t i = 1; i < recs.size(); ++i) {
-      CRec r = recs.at(i);
-      bool extend = true;
-      for (int f = 0; f < 2 * l && extend; ++f) extend = run[f] == r[f];
-      for (int kk = 0; kk < m && extend; ++kk) {
-        if (kk == k) continue;
-        extend = run[lay.in(kk) + F_LO] == r[lay.in(kk) + F_LO] &&
-                 run[lay.in(kk) + F_HI] == r[lay.in(kk) + F_HI];
-      }
-      extend = extend && r[lay.in(k) + F_LO] == run[lay.in(k) + F_HI] + 1;
-      if (extend) {
-        run[lay.in(k) + F_HI] = r[lay.in(k) + F_HI];
-      } else {
-        next.push(run.data());
-        std::copy(r, r + lay.w, run.begin());
-      }
-    }
-    next.push(run.data());
-    recs = std::move(next);
-  }
+  cascade.push(cur.data());
+  cascade.flush();
   return recs;
 }
 
@@ -310,55 +400,16 @@ void order_for_output_merge(Records& recs, int j) {
   recs.buf.swap(buf);
 }
 
-// Phase 2 step: relative transform + range encoding along output attribute b_j.
+// Phase 2 step along output attribute b_j (after a re-sort when needed).
 Records output_merge(Records& recs, int j) {
   const Layout& lay = recs.lay;
   Records next(lay);
   if (recs.size() == 0) return next;
   order_for_output_merge(recs, j);
-  next.buf.reserve(recs.buf.size());
   std::vector<int64_t> run(recs.at(0), recs.at(0) + lay.w);
-  std::vector<uint64_t> newmask(lay.m);
   for (int64_t i = 1; i < recs.size(); ++i) {
     CRec r = recs.at(i);
-    bool extend = r[2 * j] == run[2 * j + 1] + 1;
-    for (int jj = 0; jj < lay.l && extend; ++jj) {
-      if (jj == j) continue;
-      extend = run[2 * jj] == r[2 * jj] && run[2 * jj + 1] == r[2 * jj + 1];
-    }
-    for (int k = 0; k < lay.m && extend; ++k) {
-      uint64_t mask = static_cast<uint64_t>(run[lay.in(k) + F_LIVE]) &
-                      static_cast<uint64_t>(r[lay.in(k) + F_LIVE]);
-      uint64_t keep = 0;
-      while (mask) {
-        int c = __builtin_ctzll(mask);
-        mask &= mask - 1;
-        int64_t alo, ahi, blo, bhi;
-        if (cand_value(lay, run.data(), k, c, &alo, &ahi) &&
-            cand_value(lay, r, k, c, &blo, &bhi) && alo == blo && ahi == bhi)
-          keep |= uint64_t{1} << c;
-      }
-      newmask[k] = keep;
-      extend = keep != 0;
-    }
-    if (extend) {
-      for (int k = 0; k < lay.m; ++k) {
-        int64_t* in = run.data() + lay.in(k);
-        if (!(newmask[k] & 1) && in[F_REF] == -1) {
-          int c = __builtin_ctzll(newmask[k]);
-          int64_t lo, hi;
-          cand_value(lay, run.data(), k, c, &lo, &hi);  // run still has single-valued b_j
-          in[F_REF] = (c - 1) / 2;
-          in[F_Q] = 1;
-          in[F_R] = 0;
-          in[F_MULT] = ((c - 1) % 2 == 0) ? 1 : -1;
-          in[F_LO] = lo;
-          in[F_HI] = hi;
-        }
-        in[F_LIVE] = static_cast<int64_t>(newmask[k]);
-      }
-      run[2 * j + 1] = r[2 * j + 1];
-    } else {
+    if (!output_extend(lay, run.data(), r, j)) {
       next.push(run.data());
       std::copy(r, r + lay.w, run.begin());
     }
@@ -502,26 +553,13 @@ CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
     if (opts.relative) live |= uint64_t{1} << (1 + 2 * j);
     if (opts.mirrored) live |= uint64_t{1} << (2 + 2 * j);
   }
-  if (lay.m == 0) {  // output cells with no input coordinates (0-d input)
-    Records recs(lay);
-    std::vector<int64_t> cur(lay.w);
-    for (int64_t i = 0; i < s.n; ++i) {
-      for (int j = 0; j < lay.l; ++j) cur[2 * j] = cur[2 * j + 1] = s.col(j)[i];
-      recs.push(cur.data());
-    }
-    for (int j = lay.l - 1; j >= 0; --j) recs = output_merge(recs, j);
-    res.table = to_table(recs);
+  Records recs = encode_stream(s, lay, live);  // phase 1 + merge along b_l
+  if (lay.l > 0 && opts.abort_ratio > 0 &&
+      static_cast<double>(recs.size()) > opts.abort_ratio * static_cast<double>(s.n)) {
+    res.aborted = true;
     return res;
   }
-  Records recs = input_range_encode(s, lay, live);
-  for (int j = lay.l - 1; j >= 0; --j) {
-    recs = output_merge(recs, j);
-    if (j == lay.l - 1 && opts.abort_ratio > 0 &&
-        static_cast<double>(recs.size()) > opts.abort_ratio * static_cast<double>(s.n)) {
-      res.aborted = true;
-      return res;
-    }
-  }
+  for (int j = lay.l - 2; j >= 0; --j) recs = output_merge(recs, j);
   if (opts.progression) {
     for (int j = lay.l - 1; j >= 0; --j) recs = progression_merge(recs, j);
   }
@@ -617,7 +655,12 @@ Relation decompress(const ProvRCTable& t) {
   view.m = m;
   view.n = static_cast<int64_t>(cols.empty() ? 0 : cols[0].size());
   for (auto& c : cols) view.cols.push_back(c.data());
-  return sort_unique(view);
+  Relation out = sort_unique(view);
+  if (out.data.empty() && out.n > 0) {  // fast path pointed into `cols`, which die here
+    out.data = out.materialize();
+    for (int c = 0; c < ncols; ++c) out.ptrs[c] = out.data.data() + static_cast<size_t>(c) * out.n;
+  }
+  return out;
 }
 
 }  // namespace dslog

@@ -38,13 +38,19 @@ struct RelationView {
   std::vector<const int64_t*> cols;  // size l + m: outputs first, then inputs
 };
 
-// Sorted, duplicate-free relation owned in column-major form.
+// Sorted, duplicate-free relation in column-major form. Column c is at ptrs[c]; the values
+// are owned by `data` unless the input was already sorted and unique, in which case `ptrs`
+// point into the caller's columns (no copy) and `data` is empty.
 struct Relation {
   int l = 0;
   int m = 0;
   int64_t n = 0;
-  std::vector<int64_t> data;  // (l + m) * n, column c at data[c * n]
-  const int64_t* col(int c) const { return data.data() + static_cast<int64_t>(c) * n; }
+  std::vector<int64_t> data;
+  std::vector<const int64_t*> ptrs;
+  const int64_t* col(int c) const { return ptrs[c]; }
+  bool owns() const { return !data.empty() || n == 0; }
+  // Copy into one owned (l + m) * n block.
+  std::vector<int64_t> materialize() const;
 };
 
 struct CompressOptions {

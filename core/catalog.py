@@ -1,0 +1,529 @@
+"""The embedded DuckDB catalog of a lineage store (``root/catalog.duckdb``).
+
+The catalog is an *index* of the store's files, never the truth: it can be deleted and rebuilt
+at any time (:meth:`LineageCatalog.rebuild`), and a missing entry is only a delay.
+
+**Locking.** DuckDB lets one process at a time hold a database file open for writing, and
+Dagster runs every run in its own process. So connections are short-lived (open, one
+transaction, close) and a lock conflict is retried with jittered exponential backoff:
+
+* a writer indexes its new operation on a best-effort basis and gives up silently (debug log)
+  after ``index_timeout`` seconds — the files are already published;
+* a reader first *syncs* (indexes every operation/array directory not yet in the catalog, a
+  listdir diff) and queries in the same transaction; if the file stays locked for
+  ``lock_timeout`` seconds it builds an in-memory catalog from the files and queries that.
+
+No lock error ever reaches the caller.
+
+**Tables** (query them with :meth:`LineageCatalog.query` / ``LineageStore.sql``; timestamps
+are UTC):
+
+* ``arrays(array_id, name, version, shape, ndim, dtype, asset_key, created_at, path)``
+* ``operations(op_id, op_name, capture_method, created_at, inputs, outputs, n_tables, args,
+  timings, path)`` — ``args``/``timings`` are JSON text (cast with ``::JSON``);
+* ``operation_arrays(op_id, role, position, name, version, array_id, asset_key, shape)`` —
+  ``role`` is ``'input'`` or ``'output'``;
+* ``lineage_tables(op_id, op_name, output, input, output_version, input_version,
+  output_array_id, input_array_id, output_asset_key, input_asset_key, encoding, rows, n_pairs,
+  bytes, path, created_at)``.
+"""
+
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import duckdb
+import pyarrow as pa
+
+from dslog_dagster.errors import DSLogError, LineageStorageError, QueryError
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
+
+logger = logging.getLogger(__name__)
+
+CATALOG_FILE = "catalog.duckdb"
+CATALOG_SCHEMA_VERSION = "1"
+"""Bumped when the catalog tables change; an old catalog is dropped and re-indexed."""
+
+T = TypeVar("T")
+
+_SMALL_BATCH = 16
+_TABLES = ("arrays", "operations", "operation_arrays", "lineage_tables")
+
+_DDL = (
+    """CREATE TABLE IF NOT EXISTS catalog_meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS arrays (
+        array_id VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, version VARCHAR, shape BIGINT[],
+        ndim INTEGER, dtype VARCHAR, asset_key VARCHAR, created_at TIMESTAMP, path VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS operations (
+        op_id VARCHAR PRIMARY KEY, op_name VARCHAR NOT NULL, capture_method VARCHAR,
+        created_at TIMESTAMP, inputs VARCHAR[], outputs VARCHAR[], n_tables INTEGER,
+        args VARCHAR, timings VARCHAR, path VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS operation_arrays (
+        op_id VARCHAR, role VARCHAR, position INTEGER, name VARCHAR, version VARCHAR,
+        array_id VARCHAR, asset_key VARCHAR, shape BIGINT[],
+        PRIMARY KEY (op_id, role, position))""",
+    """CREATE TABLE IF NOT EXISTS lineage_tables (
+        op_id VARCHAR, op_name VARCHAR, output VARCHAR, input VARCHAR, output_version VARCHAR,
+        input_version VARCHAR, output_array_id VARCHAR, input_array_id VARCHAR,
+        output_asset_key VARCHAR, input_asset_key VARCHAR, encoding VARCHAR, rows BIGINT,
+        n_pairs BIGINT, bytes BIGINT, path VARCHAR, created_at TIMESTAMP,
+        PRIMARY KEY (op_id, output, input))""",
+)
+
+_SHAPE = pa.list_(pa.int64())
+_TS = pa.timestamp("us")
+_SCHEMAS = {
+    "arrays": pa.schema(
+        [
+            ("array_id", pa.string()),
+            ("name", pa.string()),
+            ("version", pa.string()),
+            ("shape", _SHAPE),
+            ("ndim", pa.int32()),
+            ("dtype", pa.string()),
+            ("asset_key", pa.string()),
+            ("created_at", _TS),
+            ("path", pa.string()),
+        ]
+    ),
+    "operations": pa.schema(
+        [
+            ("op_id", pa.string()),
+            ("op_name", pa.string()),
+            ("capture_method", pa.string()),
+            ("created_at", _TS),
+            ("inputs", pa.list_(pa.string())),
+            ("outputs", pa.list_(pa.string())),
+            ("n_tables", pa.int32()),
+            ("args", pa.string()),
+            ("timings", pa.string()),
+            ("path", pa.string()),
+        ]
+    ),
+    "operation_arrays": pa.schema(
+        [
+            ("op_id", pa.string()),
+            ("role", pa.string()),
+            ("position", pa.int32()),
+            ("name", pa.string()),
+            ("version", pa.string()),
+            ("array_id", pa.string()),
+            ("asset_key", pa.string()),
+            ("shape", _SHAPE),
+        ]
+    ),
+    "lineage_tables": pa.schema(
+        [
+            ("op_id", pa.string()),
+            ("op_name", pa.string()),
+            ("output", pa.string()),
+            ("input", pa.string()),
+            ("output_version", pa.string()),
+            ("input_version", pa.string()),
+            ("output_array_id", pa.string()),
+            ("input_array_id", pa.string()),
+            ("output_asset_key", pa.string()),
+            ("input_asset_key", pa.string()),
+            ("encoding", pa.string()),
+            ("rows", pa.int64()),
+            ("n_pairs", pa.int64()),
+            ("bytes", pa.int64()),
+            ("path", pa.string()),
+            ("created_at", _TS),
+        ]
+    ),
+}
+
+
+class _Unavailable(Exception):
+    """The catalog file could not be used (``locked``: held by another process)."""
+
+    def __init__(self, reason: str, *, locked: bool) -> None:
+        super().__init__(reason)
+        self.locked = locked
+
+
+def _is_retryable(e: BaseException) -> bool:
+    text = str(e).lower()
+    if isinstance(e, duckdb.TransactionException):
+        return True  # write-write conflict between threads of one process
+    if isinstance(e, duckdb.ConnectionException) and "different configuration" in text:
+        return True  # another thread of this process holds it in another mode
+    return isinstance(e, duckdb.IOException) and "lock" in text
+
+
+def _naive_utc(dt: datetime) -> datetime:
+    return dt.astimezone(UTC).replace(tzinfo=None)
+
+
+def _to_arrow(rel: Any) -> pa.Table:
+    # duckdb >= 1.4 spells it to_arrow_table; older releases fetch_arrow_table.
+    fetch = getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table
+    table: pa.Table = fetch()
+    return table
+
+
+class LineageCatalog:
+    """The DuckDB index of a :class:`~dslog_dagster.core.store.LineageStore`.
+
+    Created by the store (``store.catalog``); use the store's listing methods and
+    ``store.sql`` rather than this class directly.
+
+    Args:
+        store: the store whose files are indexed.
+        lock_timeout: seconds a reader retries a locked catalog before it falls back to an
+            in-memory catalog built from the files.
+        index_timeout: seconds a writer retries before leaving the indexing to readers.
+    """
+
+    def __init__(
+        self, store: "LineageStore", *, lock_timeout: float = 5.0, index_timeout: float = 2.0
+    ) -> None:
+        self.store = store
+        self.path: Path = store.root / CATALOG_FILE
+        self.lock_timeout = float(lock_timeout)
+        self.index_timeout = float(index_timeout)
+
+    def __repr__(self) -> str:
+        return f"LineageCatalog({str(self.path)!r})"
+
+    # ----------------------------------------------------------------- connections
+
+    def _run(self, fn: Callable[[duckdb.DuckDBPyConnection], T], timeout: float) -> T:
+        """Run ``fn`` in one transaction on the catalog file, retrying lock conflicts.
+
+        Raises:
+            _Unavailable: still locked after ``timeout`` seconds, or the file is unusable.
+        """
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                con = duckdb.connect(str(self.path))
+            except duckdb.Error as e:
+                if not _is_retryable(e):
+                    raise _Unavailable(str(e), locked=False) from e
+                err: duckdb.Error = e
+            else:
+                try:
+                    con.execute("BEGIN TRANSACTION")
+                    self._ensure_schema(con)
+                    result = fn(con)
+                    con.execute("COMMIT")
+                    return result
+                except duckdb.Error as e:
+                    _rollback(con)
+                    if not _is_retryable(e):
+                        raise _Unavailable(str(e), locked=False) from e
+                    err = e
+                except BaseException:
+                    _rollback(con)
+                    raise
+                finally:
+                    con.close()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                msg = f"{err} (gave up after {attempts} attempts)"
+                raise _Unavailable(msg, locked=True) from err
+            time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
+            delay = min(delay * 2, 0.2)
+
+    def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        for ddl in _DDL:
+            con.execute(ddl)
+        rows = con.execute("SELECT value FROM catalog_meta WHERE key = 'schema_version'").fetchall()
+        row = rows[0] if rows else None
+        if row is not None and row[0] == CATALOG_SCHEMA_VERSION:
+            return
+        if row is not None:  # an older catalog layout: drop it, the next sync re-indexes
+            for name in _TABLES:
+                con.execute(f"DROP TABLE IF EXISTS {name}")
+            for ddl in _DDL:
+                con.execute(ddl)
+        con.execute(
+            "INSERT OR REPLACE INTO catalog_meta VALUES ('schema_version', ?)",
+            [CATALOG_SCHEMA_VERSION],
+        )
+
+    def _memory(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run ``fn`` on a throw-away in-memory catalog built from the files."""
+        con = duckdb.connect(":memory:")
+        try:
+            self._ensure_schema(con)
+            self._sync_in(con)
+            return fn(con)
+        finally:
+            con.close()
+
+    def _read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Sync, then run ``fn``: on the file when it can be had, else in memory."""
+
+        def synced(con: duckdb.DuckDBPyConnection) -> T:
+            self._sync_in(con)
+            return fn(con)
+
+        try:
+            return self._run(synced, self.lock_timeout)
+        except _Unavailable as e:
+            log = logger.debug if e.locked else logger.warning
+            log("catalog %s unavailable (%s); using an in-memory catalog", self.path, e)
+            return self._memory(fn)
+
+    # ----------------------------------------------------------------- indexing
+
+    def index_operation(self, record: "OperationRecord") -> bool:
+        """Best-effort indexing of a just-written operation; ``False`` when left to readers."""
+        return self._try_index(lambda con: _insert_operations(con, [record]), record.op_id)
+
+    def index_array(self, record: "ArrayRecord", path: str) -> bool:
+        """Best-effort indexing of a just-written array record; ``False`` when left to readers."""
+        return self._try_index(lambda con: _insert_arrays(con, [(record, path)]), record.name)
+
+    def _try_index(self, fn: Callable[[duckdb.DuckDBPyConnection], None], what: str) -> bool:
+        try:
+            self._run(fn, self.index_timeout)
+        except _Unavailable as e:
+            logger.debug(
+                "catalog %s not updated for %s (%s); readers will sync", self.path, what, e
+            )
+            return False
+        except Exception:  # the files are published; the index must never fail a write
+            logger.warning("catalog %s not updated for %s", self.path, what, exc_info=True)
+            return False
+        return True
+
+    def _sync_in(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Index, through ``con``, every operation/array on disk not yet in the catalog."""
+        store = self.store
+        known_ops = {r[0] for r in con.execute("SELECT op_id FROM operations").fetchall()}
+        records = []
+        for op_id in store._operation_ids_on_disk():
+            if op_id in known_ops:
+                continue
+            try:
+                records.append(store.get_operation(op_id))
+            except DSLogError as e:
+                logger.warning("skipping operation %s in %s: %s", op_id, store.root, e)
+        _insert_operations(con, records)
+        known_arrays = {r[0] for r in con.execute("SELECT path FROM arrays").fetchall()}
+        arrays = []
+        for file in store._array_files():
+            rel = store._rel(file)
+            if rel in known_arrays:
+                continue
+            try:
+                arrays.append((store._load_array_file(file), rel))
+            except (DSLogError, FileNotFoundError) as e:
+                logger.warning("skipping array record %s: %s", file, e)
+        _insert_arrays(con, arrays)
+        return len(records) + len(arrays)
+
+    def sync(self) -> bool:
+        """Index what other processes wrote; ``False`` if the catalog stayed locked."""
+        try:
+            self._run(self._sync_in, self.lock_timeout)
+        except _Unavailable as e:
+            log = logger.debug if e.locked else logger.warning
+            log("catalog %s not synced: %s", self.path, e)
+            return False
+        return True
+
+    def rebuild(self) -> None:
+        """Re-create the catalog from the files.
+
+        A damaged catalog file is deleted and re-created.
+
+        Raises:
+            LineageStorageError: another process kept the catalog locked for 30 seconds.
+        """
+
+        def rebuild_in(con: duckdb.DuckDBPyConnection) -> None:
+            for name in _TABLES:
+                con.execute(f"DELETE FROM {name}")
+            self._sync_in(con)
+
+        timeout = max(self.lock_timeout, 30.0)
+        try:
+            self._run(rebuild_in, timeout)
+            return
+        except _Unavailable as e:
+            if e.locked:
+                msg = (
+                    f"The catalog `{self.path}` stayed locked by another process for "
+                    f"{timeout:.0f} s; rebuild it when no run is writing to the store."
+                )
+                raise LineageStorageError(msg) from e
+            logger.warning("catalog %s is unusable (%s); re-creating it", self.path, e)
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            p.unlink(missing_ok=True)
+        try:
+            self._run(rebuild_in, timeout)
+        except _Unavailable as e:
+            msg = f"Could not re-create the catalog `{self.path}`: {e}"
+            raise LineageStorageError(msg) from e
+
+    # ----------------------------------------------------------------- queries
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """Run one read-only ``SELECT`` (with ``?`` parameters) and return an Arrow table.
+
+        Raises:
+            QueryError: not exactly one SELECT statement, or DuckDB rejected it.
+        """
+        if not isinstance(sql, str) or not sql.strip():
+            msg = "The catalog query is empty; pass one SELECT statement."
+            raise QueryError(msg)
+        parser = duckdb.connect(":memory:")
+        try:
+            statements = parser.extract_statements(sql)
+        except duckdb.Error as e:
+            msg = f"The catalog query does not parse: {e}"
+            raise QueryError(msg) from e
+        finally:
+            parser.close()
+        if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+            kinds = ", ".join(s.type.name for s in statements)
+            msg = (
+                f"The catalog is read-only: pass exactly one SELECT statement (got {kinds}). "
+                f"Tables: {', '.join(_TABLES)}."
+            )
+            raise QueryError(msg)
+
+        def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
+            try:
+                return _to_arrow(con.sql(sql, params=list(params) if params else None))
+            except duckdb.Error as e:
+                msg = f"The catalog query failed: {e}. Tables: {', '.join(_TABLES)}."
+                raise QueryError(msg) from e
+
+        return self._read(run)
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of a trusted internal query, after a sync."""
+        return self._read(lambda con: con.execute(sql, list(params or [])).fetchall())
+
+    def column(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
+        """First column of a trusted internal query, after a sync."""
+        return [r[0] for r in self.rows(sql, params)]
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    with contextlib.suppress(duckdb.Error):  # no transaction was open
+        con.execute("ROLLBACK")
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    schema = _SCHEMAS[table]
+    cols = ", ".join(schema.names)
+    if len(rows) <= _SMALL_BATCH:
+        # A writer indexes a handful of rows: one parameterised statement is the cheapest.
+        one = "(" + ", ".join("?" * len(schema.names)) + ")"
+        params = [r[c] for r in rows for c in schema.names]
+        values = ", ".join([one] * len(rows))
+        con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES {values}", params)
+        return
+    data = pa.Table.from_pylist(rows, schema=schema)
+    view = f"_dslog_new_{table}"
+    con.register(view, data)
+    try:
+        con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) SELECT {cols} FROM {view}")
+    finally:
+        con.unregister(view)
+
+
+def _insert_arrays(
+    con: duckdb.DuckDBPyConnection, items: Iterable[tuple["ArrayRecord", str]]
+) -> None:
+    _insert(
+        con,
+        "arrays",
+        [
+            {
+                "array_id": a.array_id,
+                "name": a.name,
+                "version": a.version,
+                "shape": list(a.shape),
+                "ndim": len(a.shape),
+                "dtype": a.dtype,
+                "asset_key": a.asset_key,
+                "created_at": _naive_utc(a.created_at),
+                "path": path,
+            }
+            for a, path in items
+        ],
+    )
+
+
+def _insert_operations(
+    con: duckdb.DuckDBPyConnection, records: Sequence["OperationRecord"]
+) -> None:
+    ops, members, tables = [], [], []
+    for r in records:
+        created = _naive_utc(r.created_at)
+        ops.append(
+            {
+                "op_id": r.op_id,
+                "op_name": r.op_name,
+                "capture_method": r.capture_method,
+                "created_at": created,
+                "inputs": [a.name for a in r.inputs],
+                "outputs": [a.name for a in r.outputs],
+                "n_tables": len(r.tables),
+                "args": json.dumps(r.args, sort_keys=True),
+                "timings": json.dumps(r.timings),
+                "path": f"operations/{r.op_id}",
+            }
+        )
+        by_name = {}
+        for role, arrs in (("input", r.inputs), ("output", r.outputs)):
+            for pos, a in enumerate(arrs):
+                by_name[role, a.name] = a
+                members.append(
+                    {
+                        "op_id": r.op_id,
+                        "role": role,
+                        "position": pos,
+                        "name": a.name,
+                        "version": a.version,
+                        "array_id": a.array_id,
+                        "asset_key": a.asset_key,
+                        "shape": list(a.shape),
+                    }
+                )
+        for t in r.tables:
+            o, i = by_name["output", t.output], by_name["input", t.input]
+            tables.append(
+                {
+                    "op_id": r.op_id,
+                    "op_name": r.op_name,
+                    "output": t.output,
+                    "input": t.input,
+                    "output_version": o.version,
+                    "input_version": i.version,
+                    "output_array_id": o.array_id,
+                    "input_array_id": i.array_id,
+                    "output_asset_key": o.asset_key,
+                    "input_asset_key": i.asset_key,
+                    "encoding": t.encoding,
+                    "rows": t.rows,
+                    "n_pairs": t.n_pairs,
+                    "bytes": t.stored_bytes,
+                    "path": t.path,
+                    "created_at": created,
+                }
+            )
+    _insert(con, "operations", ops)
+    _insert(con, "operation_arrays", members)
+    _insert(con, "lineage_tables", tables)

@@ -1,0 +1,986 @@
+"""The lineage store: arrays, operations and their lineage tables in one directory.
+
+The files are the source of truth and are never modified once visible::
+
+    root/
+      arrays/<slug>-<sha256(name)[:16]>/<version-slug>-<sha256(version)[:16]>.json
+                                       /default.json          (version None)
+      operations/<op_id>/operation.json                        (the OperationRecord)
+      operations/<op_id>/<k>-<output-slug>--<input-slug>.parquet   (one per lineage table)
+      .staging/<uuid>/                                         (registrations in flight)
+      catalog.duckdb                                           (index, rebuilt at will)
+
+A registration compresses and encodes everything in memory first, writes the operation
+directory under ``.staging/``, fsyncs it and renames it into ``operations/`` in one step, so
+readers see either the whole operation or nothing, and a crash leaves at most a staging
+directory (ignored, and removed once it is an hour old). ``op_id`` starts with a nanosecond
+timestamp and ends with a random UUID, so ids are unique across processes and sort by time.
+
+Array records are single JSON files published with ``os.link`` (fails if the name exists), so
+when two processes register the same ``(name, version)`` the first one wins and the second
+compares shapes. Every file name derived from a user-supplied name is a short slug of
+``[A-Za-z0-9_-]`` plus a hash of the name, so no name can escape the root.
+
+The DuckDB catalog (:mod:`dslog_dagster.core.catalog`) indexes the files for listing and SQL;
+writers never depend on it.
+"""
+
+import contextlib
+import difflib
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from dslog_dagster.core import storage
+from dslog_dagster.core.catalog import LineageCatalog
+from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
+
+from dslog_dagster.errors import (
+    InvalidRelationError,
+    LineageNotFoundError,
+    LineageStorageError,
+    SchemaVersionError,
+    UnsupportedArrayError,
+)
+
+logger = logging.getLogger(__name__)
+
+STORE_SCHEMA_VERSION = storage.SCHEMA_VERSION
+"""Format version written into every ``operation.json`` and array record."""
+
+STAGING_MAX_AGE_S = 3600.0
+"""Staging directories older than this are leftovers of crashed writers and are removed."""
+
+_SLUG_MAX = 40
+_OP_ID_RE = re.compile(r"^[0-9a-f]{48}$")
+_SLUG_RE = re.compile(r"[^A-Za-z0-9_-]")
+_TIMING_COMPRESS = "compress_s"
+_TIMING_ENCODE = "encode_s"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRecord:
+    """A registered array: the node type of the lineage graph.
+
+    Attributes:
+        name: user-facing name (e.g. an asset key path); any non-empty string without NUL.
+        shape: the array's shape.
+        dtype: NumPy dtype name (``"float64"``).
+        asset_key: Dagster asset key (``"a/b"``) when the array is an asset, else ``None``.
+        version: asset/data version; ``None`` is the default version.
+        array_id: stable id derived from ``(name, version)``: the same in every process.
+        created_at: UTC time of the first registration.
+    """
+
+    name: str
+    shape: Shape
+    dtype: str
+    asset_key: str | None
+    version: str | None
+    array_id: str
+    created_at: datetime = field(compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored in array record files and in ``operation.json``."""
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "asset_key": self.asset_key,
+            "version": self.version,
+            "array_id": self.array_id,
+            "created_at": self.created_at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ArrayRecord":
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            name=str(d["name"]),
+            shape=tuple(int(x) for x in d["shape"]),
+            dtype=str(d["dtype"]),
+            asset_key=d.get("asset_key"),
+            version=d.get("version"),
+            array_id=str(d["array_id"]),
+            created_at=datetime.fromisoformat(d["created_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TableRecord:
+    """One stored lineage table of an operation (output array ← input array).
+
+    Attributes:
+        op_id: the operation it belongs to.
+        output: output array name.
+        input: input array name.
+        encoding: ``"provrc"`` or ``"columnar"`` (the per-table choice of :func:`compress`).
+        rows: rows of the stored table.
+        n_pairs: (output cell, input cell) pairs it stands for.
+        stored_bytes: size of the Parquet file.
+        path: file path relative to the store root (POSIX separators).
+    """
+
+    op_id: str
+    output: str
+    input: str
+    encoding: str
+    rows: int
+    n_pairs: int
+    stored_bytes: int
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored in ``operation.json`` (``op_id`` is implied there)."""
+        return {
+            "output": self.output,
+            "input": self.input,
+            "encoding": self.encoding,
+            "rows": self.rows,
+            "n_pairs": self.n_pairs,
+            "bytes": self.stored_bytes,
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    """A registered operation ``outputs = op_name(inputs; args)`` and its lineage tables.
+
+    ``args`` and ``timings`` are plain dicts for convenience; treat them as read-only.
+    """
+
+    op_id: str
+    op_name: str
+    inputs: tuple[ArrayRecord, ...]
+    outputs: tuple[ArrayRecord, ...]
+    args: dict[str, Any]
+    capture_method: str
+    timings: dict[str, float]
+    created_at: datetime
+    tables: tuple[TableRecord, ...]
+
+    def table(self, output: str, input: str) -> TableRecord:
+        """The table record for ``(output, input)``.
+
+        Raises:
+            LineageNotFoundError: the operation has no such table.
+        """
+        for t in self.tables:
+            if t.output == output and t.input == input:
+                return t
+        have = ", ".join(f"(`{t.output}` ← `{t.input}`)" for t in self.tables) or "none"
+        msg = (
+            f"Operation `{self.op_name}` (`{self.op_id}`) has no lineage table for output "
+            f"`{output}` ← input `{input}`. Its tables: {have}."
+        )
+        raise LineageNotFoundError(msg)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored as ``operation.json``."""
+        return {
+            "schema_version": STORE_SCHEMA_VERSION,
+            "op_id": self.op_id,
+            "op_name": self.op_name,
+            "inputs": [a.to_json() for a in self.inputs],
+            "outputs": [a.to_json() for a in self.outputs],
+            "args": self.args,
+            "capture_method": self.capture_method,
+            "timings": self.timings,
+            "created_at": self.created_at.isoformat(),
+            "tables": [t.to_json() for t in self.tables],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "OperationRecord":
+        """Inverse of :meth:`to_json`."""
+        op_id = str(d["op_id"])
+        return cls(
+            op_id=op_id,
+            op_name=str(d["op_name"]),
+            inputs=tuple(ArrayRecord.from_json(a) for a in d["inputs"]),
+            outputs=tuple(ArrayRecord.from_json(a) for a in d["outputs"]),
+            args=dict(d["args"]),
+            capture_method=str(d["capture_method"]),
+            timings={str(k): float(v) for k, v in d["timings"].items()},
+            created_at=datetime.fromisoformat(d["created_at"]),
+            tables=tuple(
+                TableRecord(
+                    op_id,
+                    str(t["output"]),
+                    str(t["input"]),
+                    str(t["encoding"]),
+                    int(t["rows"]),
+                    int(t["n_pairs"]),
+                    int(t["bytes"]),
+                    str(t["path"]),
+                )
+                for t in d["tables"]
+            ),
+        )
+
+
+# --------------------------------------------------------------------------- names and files
+
+
+def _check_name(name: object, what: str) -> str:
+    if not isinstance(name, str):
+        msg = f"{what} must be a string, got `{type(name).__name__}` ({name!r})."
+        raise InvalidRelationError(msg)
+    if not name or "\x00" in name:
+        msg = f"{what} `{name!r}` is empty or contains a NUL character; pass a non-empty name."
+        raise InvalidRelationError(msg)
+    return name
+
+
+def _hash16(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _slug(text: str, limit: int = _SLUG_MAX) -> str:
+    """A file-name-safe, readable prefix of ``text`` (never ``.``/``..``, never a separator)."""
+    return _SLUG_RE.sub("_", text)[:limit] or "_"
+
+
+def _array_dir_name(name: str) -> str:
+    return f"{_slug(name)}-{_hash16(name)}"
+
+
+def _version_file_name(version: str | None) -> str:
+    return "default.json" if version is None else f"{_slug(version)}-{_hash16(version)}.json"
+
+
+def _array_id(name: str, version: str | None) -> str:
+    return hashlib.sha256(json.dumps([name, version]).encode()).hexdigest()[:16]
+
+
+def _now() -> tuple[int, datetime]:
+    ns = time.time_ns()
+    return ns, datetime.fromtimestamp(ns // 1000 / 1e6, UTC).replace(microsecond=ns // 1000 % 10**6)
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes a rename durable; not supported on every platform/filesystem, where it is a no-op.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
+    msg = f"value of type `{type(obj).__name__}` is not JSON-serialisable"
+    raise TypeError(msg)
+
+
+def _normalise_args(op_name: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        msg = f"Operation `{op_name}` args must be a mapping, got `{type(args).__name__}`."
+        raise InvalidRelationError(msg)
+    try:
+        text = json.dumps(dict(args), default=_json_default, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        msg = (
+            f"Operation `{op_name}` args cannot be stored as JSON ({e}). Pass strings, numbers, "
+            "booleans, None, lists and dicts with string keys (NumPy scalars/arrays are fine)."
+        )
+        raise InvalidRelationError(msg) from e
+    out: dict[str, Any] = json.loads(text)
+    return out
+
+
+def _normalise_timings(op_name: str, timings: Mapping[str, float] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in (timings or {}).items():
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            fv = math.nan
+        if not isinstance(k, str) or not math.isfinite(fv):
+            msg = f"Operation `{op_name}` timing `{k!r}` = {v!r} is not a finite number of seconds."
+            raise InvalidRelationError(msg)
+        out[k] = fv
+    return out
+
+
+def _normalise_asset_key(asset_key: str | Sequence[str] | None) -> str | None:
+    if asset_key is None or isinstance(asset_key, str):
+        return asset_key
+    parts = [str(p) for p in asset_key]
+    return "/".join(parts)
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class LineageStore:
+    """Arrays, operations and their compressed lineage, in a directory.
+
+    Safe to use from many processes at once (Dagster runs each run in its own process): writes
+    are atomic renames of immutable files, and the DuckDB catalog is only an index that every
+    process keeps up to date opportunistically (see :class:`LineageCatalog`).
+
+    Args:
+        root: the store directory (created when missing).
+        lock_timeout: seconds a reader waits for the catalog lock before it falls back to an
+            in-memory catalog built from the files.
+        index_timeout: seconds a writer tries to index its new operation before leaving it to
+            the next reader's :meth:`sync`.
+
+    Examples:
+        >>> store = LineageStore(tmp_path)  # doctest: +SKIP
+        >>> x = store.register_array("x", (4, 4))  # doctest: +SKIP
+        >>> y = store.register_array("y", (4, 4))  # doctest: +SKIP
+        >>> op = store.register_operation("neg", [x], [y], {("y", "x"): relation})  # doctest: +SKIP
+        >>> store.read_lineage(op, "y", "x").decompress() == relation  # doctest: +SKIP
+        True
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        lock_timeout: float = 5.0,
+        index_timeout: float = 2.0,
+    ) -> None:
+        self.root = Path(root).absolute()
+        try:
+            for sub in ("arrays", "operations", ".staging"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            msg = f"Could not create the lineage store at `{self.root}`: {e}"
+            raise LineageStorageError(msg) from e
+        self._ops: dict[str, OperationRecord] = {}
+        self._arrays: dict[str, ArrayRecord] = {}
+        self.catalog = LineageCatalog(self, lock_timeout=lock_timeout, index_timeout=index_timeout)
+        self.clean_staging()
+
+    def __repr__(self) -> str:
+        return f"LineageStore({str(self.root)!r})"
+
+    # ----------------------------------------------------------------- paths
+
+    @property
+    def arrays_dir(self) -> Path:
+        return self.root / "arrays"
+
+    @property
+    def operations_dir(self) -> Path:
+        return self.root / "operations"
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.root / ".staging"
+
+    def _inside(self, rel: str) -> Path:
+        """Resolve a root-relative path read from a record, refusing anything outside root."""
+        path = (self.root / rel).resolve()
+        if not path.is_relative_to(self.root.resolve()):
+            msg = f"Record path `{rel}` points outside the store `{self.root}`; refusing it."
+            raise LineageStorageError(msg)
+        return path
+
+    def clean_staging(self, max_age_s: float = STAGING_MAX_AGE_S) -> int:
+        """Remove staging directories left by crashed writers; returns how many were removed.
+
+        Only directories older than ``max_age_s`` go, so a registration in flight in another
+        process is never disturbed.
+        """
+        removed = 0
+        now = time.time()
+        try:
+            entries = list(os.scandir(self.staging_dir))
+        except OSError:
+            return 0
+        for entry in entries:
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime < max_age_s:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+                removed += 1
+            except OSError:
+                continue
+        return removed
+
+    # ----------------------------------------------------------------- arrays
+
+    def register_array(
+        self,
+        name: str,
+        shape: Sequence[int] | int,
+        dtype: str | np.dtype[Any] | type = "float64",
+        asset_key: str | Sequence[str] | None = None,
+        version: str | None = None,
+    ) -> ArrayRecord:
+        """Register an array (a node of the lineage graph); idempotent per ``(name, version)``.
+
+        When several processes register the same ``(name, version)`` the first record written
+        wins; the others get that record back (their ``dtype``/``asset_key`` are not merged).
+
+        Args:
+            name: array name; any non-empty string without NUL.
+            shape: the array's shape.
+            dtype: anything :class:`numpy.dtype` accepts.
+            asset_key: the Dagster asset key, as ``"a/b"`` or ``["a", "b"]``.
+            version: data version; ``None`` is the default version.
+
+        Returns:
+            The stored record (the existing one when already registered).
+
+        Raises:
+            InvalidRelationError: bad name/version, or ``(name, version)`` is already registered
+                with a different shape.
+            UnsupportedArrayError: ``shape`` or ``dtype`` is not understood.
+            LineageStorageError: the record could not be written.
+        """
+        name = _check_name(name, "Array name")
+        if version is not None:
+            version = _check_name(version, f"Version of array `{name}`")
+        shp = as_shape(shape, f"Array `{name}`")
+        try:
+            dt = np.dtype(dtype).name
+        except TypeError as e:
+            msg = f"Array `{name}` has dtype `{dtype!r}`, which NumPy does not understand."
+            raise UnsupportedArrayError(msg) from e
+        _, created = _now()
+        key = _normalise_asset_key(asset_key)
+        record = ArrayRecord(name, shp, dt, key, version, _array_id(name, version), created)
+        directory = self.arrays_dir / _array_dir_name(name)
+        final = directory / _version_file_name(version)
+        data = json.dumps(
+            {"schema_version": STORE_SCHEMA_VERSION, **record.to_json()}, indent=1
+        ).encode()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            published = self._publish_once(final, data)
+        except OSError as e:
+            msg = f"Could not write the record of array `{name}` to `{final}`: {e}"
+            raise LineageStorageError(msg) from e
+        if not published:
+            existing = self._load_array_file(final)
+            if existing.shape != shp:
+                vtxt = "the default version" if version is None else f"version `{version}`"
+                msg = (
+                    f"Array `{name}` ({vtxt}) is already registered with shape "
+                    f"{existing.shape}, not {shp}. Register the new data under a new `version`."
+                )
+                raise InvalidRelationError(msg)
+            return existing
+        self._arrays[str(final)] = record
+        self.catalog.index_array(record, self._rel(final))
+        return record
+
+    def _publish_once(self, final: Path, data: bytes) -> bool:
+        """Create ``final`` with ``data`` unless it exists; atomic and first-writer-wins."""
+        if final.exists():
+            return False
+        tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
+        _write_synced(tmp, data)
+        try:
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                return False
+            except OSError:
+                # Filesystems without hard links: O_EXCL still gives first-writer-wins.
+                try:
+                    _write_synced(final, data)
+                except FileExistsError:
+                    return False
+            _fsync_dir(final.parent)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def _load_array_file(self, path: Path) -> ArrayRecord:
+        key = str(path)
+        rec = self._arrays.get(key)
+        if rec is not None:
+            return rec
+        try:
+            d = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError) as e:
+            msg = f"Array record `{path}` is unreadable: {e}"
+            raise LineageStorageError(msg) from e
+        _check_version(d, path)
+        try:
+            rec = ArrayRecord.from_json(d)
+        except (KeyError, TypeError, ValueError) as e:
+            msg = f"Array record `{path}` is damaged: {e}"
+            raise LineageStorageError(msg) from e
+        self._arrays[key] = rec
+        return rec
+
+    def _array_files(self) -> Iterator[Path]:
+        """Every array record file on disk (the truth the catalog indexes)."""
+        try:
+            dirs = sorted(os.scandir(self.arrays_dir), key=lambda e: e.name)
+        except FileNotFoundError:
+            return
+        for d in dirs:
+            if d.name.startswith(".") or not d.is_dir(follow_symlinks=False):
+                continue
+            for f in sorted(os.listdir(d.path)):
+                if f.endswith(".json") and not f.startswith("."):
+                    yield Path(d.path) / f
+
+    def _versions_of(self, name: str) -> list[ArrayRecord]:
+        directory = self.arrays_dir / _array_dir_name(name)
+        try:
+            files = sorted(f for f in os.listdir(directory) if f.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        out = []
+        for f in files:
+            if f.startswith("."):
+                continue
+            rec = self._load_array_file(directory / f)
+            if rec.name == name:
+                out.append(rec)
+        return out
+
+    def get_array(self, name: str, version: str | None = None) -> ArrayRecord:
+        """The record of array ``name``: of ``version``, or the latest registered when ``None``.
+
+        Raises:
+            LineageNotFoundError: no such array/version (the message lists close names).
+        """
+        name = _check_name(name, "Array name")
+        versions = self._versions_of(name)
+        if version is not None:
+            for rec in versions:
+                if rec.version == version:
+                    return rec
+        elif versions:
+            return max(versions, key=lambda r: (r.created_at, r.version or ""))
+        if versions:
+            have = ", ".join(f"`{r.version}`" for r in versions)
+            msg = (
+                f"Array `{name}` has no version `{version}` in the store at `{self.root}`; "
+                f"registered versions: {have}. Register it with `store.register_array(...)`."
+            )
+            raise LineageNotFoundError(msg)
+        names = sorted({r.name for r in self._all_arrays_from_files()})
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+        hint = f" Did you mean {', '.join(f'`{c}`' for c in close)}?" if close else ""
+        msg = (
+            f"No array `{name}` in the store at `{self.root}`.{hint} "
+            "Register it with `store.register_array(name, shape)` first."
+        )
+        raise LineageNotFoundError(msg)
+
+    def _all_arrays_from_files(self) -> list[ArrayRecord]:
+        out = []
+        for path in self._array_files():
+            with contextlib.suppress(FileNotFoundError, LineageStorageError):
+                out.append(self._load_array_file(path))
+        return out
+
+    def _resolve(self, a: "str | ArrayRecord", role: str, op_name: str) -> ArrayRecord:
+        if isinstance(a, ArrayRecord):
+            try:
+                stored = self.get_array(a.name, a.version)
+            except LineageNotFoundError as e:
+                msg = (
+                    f"{role} array `{a.name}` of operation `{op_name}` is not registered in the "
+                    f"store at `{self.root}`; call `store.register_array(...)` first."
+                )
+                raise LineageNotFoundError(msg) from e
+            if stored.shape != a.shape:
+                msg = (
+                    f"{role} array `{a.name}` of operation `{op_name}` has shape {a.shape} but is "
+                    f"registered with shape {stored.shape}."
+                )
+                raise InvalidRelationError(msg)
+            return stored
+        if isinstance(a, str):
+            return self.get_array(a)
+        msg = (
+            f"{role} arrays of operation `{op_name}` must be names or ArrayRecords, "
+            f"got `{type(a).__name__}`."
+        )
+        raise InvalidRelationError(msg)
+
+    # ----------------------------------------------------------------- operations
+
+    def register_operation(
+        self,
+        op_name: str,
+        inputs: "Sequence[str | ArrayRecord]",
+        outputs: "Sequence[str | ArrayRecord]",
+        lineage: Mapping[tuple[str, str], LineageRelation | LineageTable],
+        args: Mapping[str, Any] | None = None,
+        capture_method: str = "user",
+        timings: Mapping[str, float] | None = None,
+    ) -> OperationRecord:
+        """Register one execution of an operation with its lineage, atomically.
+
+        Everything is validated, compressed and encoded in memory before anything is written;
+        the operation directory then appears in one rename, so a failure leaves nothing
+        visible.
+
+        Args:
+            op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
+            inputs: input arrays, by name (latest version) or record.
+            outputs: output arrays, by name (latest version) or record.
+            lineage: ``{(output_name, input_name): relation_or_table}``; relations are
+                compressed here with :func:`compress`. Pairs not listed have no lineage.
+            args: JSON-able arguments of the operation (kept for reuse signatures and audits).
+            capture_method: how the lineage was obtained (``"user"``, ``"annotator"``,
+                ``"spark"``, ``"all-to-all"``, ...).
+            timings: seconds spent in capture steps. ``compress_s`` and ``encode_s`` are
+                measured here and added to any value passed in under those keys.
+
+        Returns:
+            The stored :class:`OperationRecord`.
+
+        Raises:
+            InvalidRelationError: unknown output/input in ``lineage``, shapes that do not match
+                the registered arrays, bad names/args/timings.
+            LineageNotFoundError: an input/output array is not registered.
+            LineageStorageError: the operation could not be written (nothing is left behind).
+        """
+        op_name = _check_name(op_name, "Operation name")
+        capture_method = _check_name(capture_method, f"Capture method of operation `{op_name}`")
+        if isinstance(inputs, str | ArrayRecord) or isinstance(outputs, str | ArrayRecord):
+            msg = f"Operation `{op_name}`: `inputs` and `outputs` must be sequences of arrays."
+            raise InvalidRelationError(msg)
+        ins = tuple(self._resolve(a, "Input", op_name) for a in inputs)
+        outs = tuple(self._resolve(a, "Output", op_name) for a in outputs)
+        for role, recs in (("input", ins), ("output", outs)):
+            names = [r.name for r in recs]
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                msg = (
+                    f"Operation `{op_name}` lists {role} array(s) {dups} more than once; "
+                    "lineage is keyed by array name, so list each array once."
+                )
+                raise InvalidRelationError(msg)
+        by_in = {r.name: r for r in ins}
+        by_out = {r.name: r for r in outs}
+        args_json = _normalise_args(op_name, args)
+        timings_json = _normalise_timings(op_name, timings)
+        if not isinstance(lineage, Mapping):
+            msg = (
+                f"Operation `{op_name}`: `lineage` must map (output name, input name) to a "
+                f"LineageRelation or LineageTable, got `{type(lineage).__name__}`."
+            )
+            raise InvalidRelationError(msg)
+
+        # 1. validate + compress + encode, all in memory
+        t_compress = 0.0
+        t_encode = 0.0
+        blobs: list[tuple[str, str, LineageTable, bytes]] = []
+        for key, value in lineage.items():
+            if not (isinstance(key, tuple) and len(key) == 2):
+                msg = (
+                    f"Operation `{op_name}`: lineage key `{key!r}` must be a tuple "
+                    "(output name, input name)."
+                )
+                raise InvalidRelationError(msg)
+            out_name, in_name = (k.name if isinstance(k, ArrayRecord) else k for k in key)
+            if out_name not in by_out:
+                msg = (
+                    f"Operation `{op_name}`: lineage key ({out_name!r}, {in_name!r}) names output "
+                    f"`{out_name}`, which is not among the declared outputs {sorted(by_out)}."
+                )
+                raise InvalidRelationError(msg)
+            if in_name not in by_in:
+                msg = (
+                    f"Operation `{op_name}`: lineage key ({out_name!r}, {in_name!r}) names input "
+                    f"`{in_name}`, which is not among the declared inputs {sorted(by_in)}."
+                )
+                raise InvalidRelationError(msg)
+            if isinstance(value, LineageRelation):
+                t0 = time.perf_counter()
+                table = compress(value)
+                t_compress += time.perf_counter() - t0
+            elif isinstance(value, LineageTable):
+                table = value
+            else:
+                msg = (
+                    f"Operation `{op_name}`: lineage for `{out_name}` ← `{in_name}` is a "
+                    f"`{type(value).__name__}`; pass a LineageRelation or a LineageTable."
+                )
+                raise InvalidRelationError(msg)
+            want_out, want_in = by_out[out_name].shape, by_in[in_name].shape
+            if tuple(table.out_shape) != want_out or tuple(table.in_shape) != want_in:
+                msg = (
+                    f"Operation `{op_name}`: lineage for `{out_name}` ← `{in_name}` has shapes "
+                    f"{tuple(table.out_shape)} ← {tuple(table.in_shape)}, but the arrays are "
+                    f"registered as {want_out} ← {want_in}. Build the relation with the arrays' "
+                    "shapes (or register the arrays with the right shapes/versions)."
+                )
+                raise InvalidRelationError(msg)
+            t0 = time.perf_counter()
+            data = storage.table_to_bytes(table)
+            t_encode += time.perf_counter() - t0
+            blobs.append((out_name, in_name, table, data))
+        timings_json[_TIMING_COMPRESS] = timings_json.get(_TIMING_COMPRESS, 0.0) + t_compress
+        timings_json[_TIMING_ENCODE] = timings_json.get(_TIMING_ENCODE, 0.0) + t_encode
+
+        ns, created = _now()
+        op_id = f"{ns:016x}{uuid.uuid4().hex}"
+        tables = []
+        files: list[tuple[str, bytes]] = []
+        for k, (out_name, in_name, table, data) in enumerate(blobs):
+            fname = f"{k:04d}-{_slug(out_name, 24)}--{_slug(in_name, 24)}.parquet"
+            rel = f"operations/{op_id}/{fname}"
+            tables.append(
+                TableRecord(
+                    op_id,
+                    out_name,
+                    in_name,
+                    table.encoding,
+                    int(table.rows),
+                    int(table.n_pairs),
+                    len(data),
+                    rel,
+                )
+            )
+            files.append((fname, data))
+        record = OperationRecord(
+            op_id,
+            op_name,
+            ins,
+            outs,
+            args_json,
+            capture_method,
+            timings_json,
+            created,
+            tuple(tables),
+        )
+        files.append(("operation.json", json.dumps(record.to_json(), indent=1).encode()))
+
+        # 2. write the directory under .staging, then publish it with one rename
+        self._publish_operation(op_id, files)
+        self._ops[op_id] = record
+        self.catalog.index_operation(record)
+        return record
+
+    def _publish_operation(self, op_id: str, files: list[tuple[str, bytes]]) -> None:
+        staging = self.staging_dir / uuid.uuid4().hex
+        final = self.operations_dir / op_id
+        try:
+            self.staging_dir.mkdir(parents=True, exist_ok=True)
+            staging.mkdir()
+            for fname, data in files:
+                _write_synced(staging / fname, data)
+            _fsync_dir(staging)
+            os.rename(staging, final)
+            _fsync_dir(self.operations_dir)
+        except OSError as e:
+            shutil.rmtree(staging, ignore_errors=True)
+            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
+            raise LineageStorageError(msg) from e
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def _operation_ids_on_disk(self) -> list[str]:
+        try:
+            names = os.listdir(self.operations_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if _OP_ID_RE.match(n))
+
+    def get_operation(self, op_id: str) -> OperationRecord:
+        """The record of operation ``op_id`` (read from its ``operation.json``).
+
+        Raises:
+            LineageNotFoundError: no such operation.
+            LineageStorageError / SchemaVersionError: the record is damaged or too new.
+        """
+        rec = self._ops.get(op_id)
+        if rec is not None:
+            return rec
+        if not isinstance(op_id, str) or not _OP_ID_RE.match(op_id):
+            msg = (
+                f"`{op_id!r}` is not an operation id (48 lowercase hex characters); "
+                "list ids with `store.operations()`."
+            )
+            raise LineageNotFoundError(msg)
+        path = self.operations_dir / op_id / "operation.json"
+        try:
+            d = json.loads(path.read_bytes())
+        except FileNotFoundError as e:
+            msg = (
+                f"No operation `{op_id}` in the store at `{self.root}`; "
+                "list operations with `store.operations()`."
+            )
+            raise LineageNotFoundError(msg) from e
+        except (OSError, ValueError) as e:
+            msg = f"Operation record `{path}` is unreadable: {e}"
+            raise LineageStorageError(msg) from e
+        _check_version(d, path)
+        try:
+            rec = OperationRecord.from_json(d)
+        except (KeyError, TypeError, ValueError) as e:
+            msg = f"Operation record `{path}` is damaged: {e}"
+            raise LineageStorageError(msg) from e
+        self._ops[op_id] = rec
+        return rec
+
+    def read_lineage(
+        self,
+        op: "str | OperationRecord",
+        output: "str | ArrayRecord",
+        input: "str | ArrayRecord",
+    ) -> LineageTable:
+        """The stored lineage table of ``op`` for ``output`` ← ``input``.
+
+        Raises:
+            LineageNotFoundError: no such operation or table.
+            LineageStorageError / SchemaVersionError: the file is damaged or too new.
+        """
+        rec = op if isinstance(op, OperationRecord) else self.get_operation(op)
+        out_name = output.name if isinstance(output, ArrayRecord) else output
+        in_name = input.name if isinstance(input, ArrayRecord) else input
+        t = rec.table(out_name, in_name)
+        return storage.read_table(self._inside(t.path))
+
+    # ----------------------------------------------------------------- listing (catalog)
+
+    def sync(self) -> bool:
+        """Index operations and arrays written since the last sync (by any process).
+
+        Returns:
+            ``True`` when the on-disk catalog is up to date, ``False`` when it was locked by
+            another process for longer than ``lock_timeout`` (listings then use an in-memory
+            catalog built from the files, so they stay correct).
+        """
+        return self.catalog.sync()
+
+    def rebuild_catalog(self) -> None:
+        """Rebuild ``catalog.duckdb`` from the files (e.g. after deleting or damaging it)."""
+        self.clean_staging()
+        self.catalog.rebuild()
+
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """Run one read-only ``SELECT`` on the catalog; see :class:`LineageCatalog` for tables.
+
+        Raises:
+            QueryError: not a single SELECT statement, or DuckDB rejected it.
+        """
+        return self.catalog.query(query, params)
+
+    def operations(self, op_name: str | None = None) -> list[OperationRecord]:
+        """All operations (of ``op_name`` when given), oldest first."""
+        if op_name is None:
+            ids = self.catalog.column("SELECT op_id FROM operations ORDER BY op_id")
+        else:
+            ids = self.catalog.column(
+                "SELECT op_id FROM operations WHERE op_name = ? ORDER BY op_id", [op_name]
+            )
+        return self._load_ops(ids)
+
+    def _load_ops(self, ids: Sequence[str]) -> list[OperationRecord]:
+        out = []
+        for op_id in ids:
+            try:
+                out.append(self.get_operation(op_id))
+            except LineageNotFoundError:
+                logger.debug("operation %s vanished from %s", op_id, self.root)
+        return out
+
+    def arrays(self) -> list[ArrayRecord]:
+        """All registered arrays (every version), ordered by name then registration time."""
+        paths = self.catalog.column("SELECT path FROM arrays ORDER BY name, created_at, path")
+        out = []
+        for rel in paths:
+            with contextlib.suppress(FileNotFoundError):
+                out.append(self._load_array_file(self._inside(rel)))
+        return out
+
+    def tables(self) -> list[TableRecord]:
+        """All lineage tables of all operations, in operation order."""
+        rows = self.catalog.rows(
+            "SELECT op_id, output, input, encoding, rows, n_pairs, bytes, path "
+            "FROM lineage_tables ORDER BY op_id, path"
+        )
+        return [
+            TableRecord(str(a), str(b), str(c), str(d), int(e), int(f), int(g), str(h))
+            for a, b, c, d, e, f, g, h in rows
+        ]
+
+    def operations_between(
+        self, a: "str | ArrayRecord", b: "str | ArrayRecord"
+    ) -> list[OperationRecord]:
+        """Operations that read ``a`` and write ``b`` (one hop of a lineage path).
+
+        An :class:`ArrayRecord` matches its version only; a name matches every version.
+        """
+        conds, params = [], []
+        for role, x in (("input", a), ("output", b)):
+            if isinstance(x, ArrayRecord):
+                conds.append(
+                    f"EXISTS (SELECT 1 FROM operation_arrays x WHERE x.op_id = o.op_id "
+                    f"AND x.role = '{role}' AND x.array_id = ?)"
+                )
+                params.append(x.array_id)
+            else:
+                conds.append(
+                    f"EXISTS (SELECT 1 FROM operation_arrays x WHERE x.op_id = o.op_id "
+                    f"AND x.role = '{role}' AND x.name = ?)"
+                )
+                params.append(_check_name(x, "Array name"))
+        ids = self.catalog.column(
+            f"SELECT o.op_id FROM operations o WHERE {' AND '.join(conds)} ORDER BY o.op_id",
+            params,
+        )
+        return self._load_ops(ids)
+
+
+def _check_version(d: Mapping[str, Any], path: Path) -> None:
+    version = str(d.get("schema_version", ""))
+    if version.split("-")[0] != STORE_SCHEMA_VERSION.split("-")[0]:
+        msg = (
+            f"`{path}` was written with store format `{version or 'unknown'}`; this dslog reads "
+            f"{STORE_SCHEMA_VERSION.split('-')[0]}-x-x. Upgrade dslog-dagster to read it."
+        )
+        raise SchemaVersionError(msg)
