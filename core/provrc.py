@@ -36,8 +36,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-
 from dslog_dagster.core.relation import I64, LineageRelation, Shape
+
 from dslog_dagster.errors import CompressionError, InvalidRelationError
 
 Encoding = Literal["provrc", "columnar"]
@@ -82,19 +82,34 @@ class LineageTable:
     def native_args(self) -> tuple[object, ...]:
         """Arguments for the native kernels that take a ProvRC table."""
         return (
-            self.out_rank, self.in_rank, self.rows, self.out_lo, self.out_hi, self.in_ref,
-            self.in_q, self.in_r, self.in_mult, self.in_lo, self.in_hi,
+            self.out_rank,
+            self.in_rank,
+            self.rows,
+            self.out_lo,
+            self.out_hi,
+            self.in_ref,
+            self.in_q,
+            self.in_r,
+            self.in_mult,
+            self.in_lo,
+            self.in_hi,
         )
 
     def decompress(self) -> LineageRelation:
         """The exact relation this table stands for (sorted, duplicate-free)."""
         l = self.out_rank
         if self.encoding == "columnar":
-            return LineageRelation(self.out_shape, self.in_shape, self.raw[:l], self.raw[l:],
-                                   self.rows)
+            return LineageRelation(
+                self.out_shape, self.in_shape, self.raw[:l], self.raw[l:], self.rows
+            )
         if l + self.in_rank == 0:
-            return LineageRelation(self.out_shape, self.in_shape, _empty(0, min(self.rows, 1)),
-                                   _empty(0, min(self.rows, 1)), min(self.rows, 1))
+            return LineageRelation(
+                self.out_shape,
+                self.in_shape,
+                _empty(0, min(self.rows, 1)),
+                _empty(0, min(self.rows, 1)),
+                min(self.rows, 1),
+            )
         from dslog_dagster import _native
 
         mat, n = _native.decompress(*self.native_args())
@@ -168,8 +183,13 @@ class ForwardTable:
                 if t.in_ref[k, row] != j:
                     continue
                 sol = solve_f(
-                    int(t.in_q[k, row]), int(t.in_r[k, row]), int(t.in_mult[k, row]),
-                    int(av[k] + t.in_lo[k, row]), int(av[k] + t.in_hi[k, row]), lo, hi,
+                    int(t.in_q[k, row]),
+                    int(t.in_r[k, row]),
+                    int(t.in_mult[k, row]),
+                    int(av[k] + t.in_lo[k, row]),
+                    int(av[k] + t.in_hi[k, row]),
+                    lo,
+                    hi,
                 )
                 if sol is None:
                     return None
@@ -182,8 +202,10 @@ class ForwardTable:
         t = self.table
         pairs: list[npt.NDArray[np.int64]] = []
         for row in range(t.rows):
-            ranges = [range(int(self.in_abs_lo[k, row]), int(self.in_abs_hi[k, row]) + 1)
-                      for k in range(t.in_rank)]
+            ranges = [
+                range(int(self.in_abs_lo[k, row]), int(self.in_abs_hi[k, row]) + 1)
+                for k in range(t.in_rank)
+            ]
             for a in np.ndindex(*[len(r) for r in ranges]) if ranges else [()]:
                 acell = [ranges[k][a[k]] for k in range(t.in_rank)]
                 box = self.output_box(row, acell)
@@ -251,8 +273,14 @@ def compress(
     # ProvRC cannot beat the raw encoding once it keeps more than about half the raw rows.
     abort = 0.5 if fallback == "auto" else 0.0
     try:
-        res = _native.compress(relation.columns(), l, relative, mirrored, progression,
-                               abort if fallback != "always" else 1e-12)
+        res = _native.compress(
+            relation.columns(),
+            l,
+            relative,
+            mirrored,
+            progression,
+            abort if fallback != "always" else 1e-12,
+        )
     except (ValueError, RuntimeError, MemoryError) as e:
         msg = f"ProvRC failed on a relation of {relation.n} pairs: {e}"
         raise CompressionError(msg) from e
@@ -276,9 +304,19 @@ def compress(
             alt["sorted"], alt["aborted"] = res["sorted"], res["aborted"]
             res = alt
     table = LineageTable(
-        relation.out_shape, relation.in_shape, "provrc", int(res["rows"]), n_unique,
-        res["out_lo"], res["out_hi"], res["in_ref"], res["in_q"], res["in_r"],
-        res["in_mult"], res["in_lo"], res["in_hi"],
+        relation.out_shape,
+        relation.in_shape,
+        "provrc",
+        int(res["rows"]),
+        n_unique,
+        res["out_lo"],
+        res["out_hi"],
+        res["in_ref"],
+        res["in_q"],
+        res["in_r"],
+        res["in_mult"],
+        res["in_lo"],
+        res["in_hi"],
     )
     if fallback == "auto" and table.rows * 16 > n_unique:
         # Close call: compare the encoded sizes. ProvRC answers queries without expanding

@@ -206,8 +206,9 @@ class LineageRelation:
         from dslog_dagster import _native
 
         if self.out_rank + self.in_rank == 0:
-            return LineageRelation(self.out_shape, self.in_shape, self.out_cols, self.in_cols,
-                                   min(self.n, 1))
+            return LineageRelation(
+                self.out_shape, self.in_shape, self.out_cols, self.in_cols, min(self.n, 1)
+            )
         mat, n = _native.sort_unique(self.columns(), self.out_rank)
         return LineageRelation(
             self.out_shape, self.in_shape, mat[: self.out_rank], mat[self.out_rank :], int(n)

@@ -23,9 +23,9 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from dslog_dagster.core.encoding import ColumnSpec, choose_transform, decode, encode
 from dslog_dagster.core.provrc import LineageTable
+
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
 SCHEMA_VERSION = "1-0-0"
@@ -190,8 +190,14 @@ def table_from_arrow(arrow: pa.Table, source: str = "<memory>") -> LineageTable:
         fields[name] = np.stack(vals) if vals else np.zeros((0, rows), np.int64)
     empty = np.zeros((0, rows), np.int64)
     return LineageTable(
-        out_shape, in_shape, "provrc", rows, int(info["n_pairs"]),
-        np.stack(out[0]) if l else empty, np.stack(out[1]) if l else empty, **fields,
+        out_shape,
+        in_shape,
+        "provrc",
+        rows,
+        int(info["n_pairs"]),
+        np.stack(out[0]) if l else empty,
+        np.stack(out[1]) if l else empty,
+        **fields,
     )
 
 

@@ -5,6 +5,7 @@ without lost or torn lineage, and DuckDB's single-writer lock must never surface
 """
 
 import hashlib
+import inspect
 import json
 import subprocess
 import sys
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from dslog_dagster.core import LineageRelation, LineageStore
 
 N_WORKERS = 8
@@ -21,14 +21,14 @@ N_OPS = 15
 OUT_SHAPE = (6, 5)
 AUX_SHAPE = (4,)
 
-# Kept identical to `relation_hash` in WORKER: the canonical (sorted, unique) pair set.
-HASH_SRC = '''
-def relation_hash(rel):
+
+def relation_hash(rel: LineageRelation) -> str:
+    """Hash of the canonical (sorted, duplicate-free) pair set; shipped to the workers too."""
     pairs = np.unique(rel.pairs(), axis=0) if rel.n else rel.pairs()
     h = hashlib.sha256(repr((rel.out_shape, rel.in_shape)).encode())
     h.update(np.ascontiguousarray(pairs, dtype=np.int64).tobytes())
     return h.hexdigest()
-'''
+
 
 WORKER = (
     """
@@ -38,8 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from dslog_dagster.core import LineageRelation, LineageStore
+
 """
-    + HASH_SRC
+    + inspect.getsource(relation_hash)
     + """
 root, worker, n_ops, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 store = LineageStore(root)
@@ -77,8 +78,6 @@ for k in range(n_ops):
 print(json.dumps(op_ids))
 """
 )
-
-exec(HASH_SRC)  # defines relation_hash for the checks below
 
 
 def _start_workers(root: Path, go: Path) -> list[subprocess.Popen[str]]:
@@ -118,7 +117,7 @@ def test_concurrent_registrations_are_complete_and_lock_free(tmp_path: Path) -> 
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for w, (p, (out, err)) in enumerate(zip(procs, results, strict=True)):
+    for w, (p, (_out, err)) in enumerate(zip(procs, results, strict=True)):
         assert p.returncode == 0, f"worker {w} failed:\n{err}"
         for bad in ("Traceback", "Error", "lock", "Exception"):
             assert bad not in err, f"worker {w} wrote to stderr:\n{err}"
@@ -211,4 +210,3 @@ def test_catalog_locked_by_another_process_falls_back(tmp_path: Path) -> None:
     assert holder.returncode == 0
     assert store.sync() is True
     assert [o.op_id for o in store.operations()] == [first.op_id, second.op_id]
-    assert hashlib.sha256(b"") is not None

@@ -9,11 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core.storage import table_from_bytes, table_to_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 MAX_PAIRS = 4000
 
@@ -24,8 +23,7 @@ def _component(rng: np.random.Generator, osh: tuple[int, ...], ish: tuple[int, .
     # a random output sub-box
     lo = [int(rng.integers(0, d)) for d in osh]
     hi = [int(rng.integers(a, d)) for a, d in zip(lo, osh, strict=True)]
-    grids = np.meshgrid(*[np.arange(a, b + 1) for a, b in zip(lo, hi, strict=True)],
-                        indexing="ij")
+    grids = np.meshgrid(*[np.arange(a, b + 1) for a, b in zip(lo, hi, strict=True)], indexing="ij")
     outs = np.stack([g.ravel() for g in grids]) if l else np.zeros((0, 1), np.int64)
     n = outs.shape[1]
     if kind == "noise":
@@ -62,8 +60,9 @@ def _component(rng: np.random.Generator, osh: tuple[int, ...], ish: tuple[int, .
         return outs, np.zeros((0, n), np.int64)
     # expand each output cell into its input box
     per_cell = int(np.prod(widths))
-    offs = np.stack([g.ravel() for g in np.meshgrid(*[np.arange(w) for w in widths],
-                                                    indexing="ij")])
+    offs = np.stack(
+        [g.ravel() for g in np.meshgrid(*[np.arange(w) for w in widths], indexing="ij")]
+    )
     o = np.repeat(outs, per_cell, axis=1)
     i = np.repeat(np.stack(ins_lo), per_cell, axis=1) + np.tile(offs, n)
     ok = np.all((i >= 0) & (i < np.array(ish)[:, None]), axis=0)
@@ -76,8 +75,13 @@ def relations(draw: Any) -> LineageRelation:
     m = draw(st.integers(0, 4))
     osh = tuple(draw(st.lists(st.integers(1, 7), min_size=l, max_size=l)))
     ish = tuple(draw(st.lists(st.integers(1, 7), min_size=m, max_size=m)))
-    kinds = draw(st.lists(st.sampled_from(["box", "rel", "mirror", "stride", "pool", "mixed",
-                                           "noise"]), min_size=1, max_size=4))
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["box", "rel", "mirror", "stride", "pool", "mixed", "noise"]),
+            min_size=1,
+            max_size=4,
+        )
+    )
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     outs, ins = [], []
     for kind in kinds:
@@ -95,8 +99,11 @@ def relations(draw: Any) -> LineageRelation:
     return LineageRelation.from_columns(osh, ish, list(o[:, sel]), list(i[:, sel]))
 
 
-SETTINGS = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @SETTINGS
@@ -117,8 +124,11 @@ def test_stored_table_roundtrips(rel: LineageRelation, fallback: str) -> None:
     assert back.decompress() == rel
 
 
-@settings(max_examples=120, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(rel=relations())
 def test_forward_orientation_is_the_same_relation(rel: LineageRelation) -> None:
     table = compress(rel, fallback="never")
@@ -128,12 +138,13 @@ def test_forward_orientation_is_the_same_relation(rel: LineageRelation) -> None:
 
 
 @SETTINGS
-@given(rel=relations(), relative=st.booleans(), mirrored=st.booleans(),
-       progression=st.booleans())
-def test_every_candidate_set_is_lossless(rel: LineageRelation, relative: bool,
-                                         mirrored: bool, progression: bool) -> None:
-    table = compress(rel, relative=relative, mirrored=mirrored, progression=progression,
-                     fallback="never")
+@given(rel=relations(), relative=st.booleans(), mirrored=st.booleans(), progression=st.booleans())
+def test_every_candidate_set_is_lossless(
+    rel: LineageRelation, relative: bool, mirrored: bool, progression: bool
+) -> None:
+    table = compress(
+        rel, relative=relative, mirrored=mirrored, progression=progression, fallback="never"
+    )
     assert table.decompress() == rel
 
 

@@ -32,7 +32,9 @@ def test_ruff_bans_bare_top_level_imports(tmp_path: Path) -> None:
     try:
         res = subprocess.run(
             [str(Path(sys.executable).parent / "ruff"), "check", "--no-cache", str(probe)],
-            capture_output=True, text=True, cwd=ROOT,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
         )
     finally:
         probe.unlink()

@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from dslog_dagster.core import LineageRelation, compress, read_table, write_table
 from dslog_dagster.core.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.storage import SCHEMA_VERSION, table_from_bytes, table_to_bytes
+
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
 
@@ -60,15 +60,17 @@ def _rewrite_meta(data: bytes, key: bytes, value: bytes | None) -> bytes:
 
 
 def test_unknown_major_version_is_refused() -> None:
-    data = _rewrite_meta(table_to_bytes(compress(_elementwise())), b"dslog.schema_version",
-                         b"2-0-0")
+    data = _rewrite_meta(
+        table_to_bytes(compress(_elementwise())), b"dslog.schema_version", b"2-0-0"
+    )
     with pytest.raises(SchemaVersionError, match="Upgrade dslog-dagster"):
         table_from_bytes(data)
 
 
 def test_newer_minor_version_is_read() -> None:
-    data = _rewrite_meta(table_to_bytes(compress(_elementwise())), b"dslog.schema_version",
-                         b"1-4-0")
+    data = _rewrite_meta(
+        table_to_bytes(compress(_elementwise())), b"dslog.schema_version", b"1-4-0"
+    )
     assert table_from_bytes(data).decompress() == _elementwise()
 
 
@@ -92,7 +94,8 @@ def test_damaged_files_raise_storage_errors(tmp_path: Path) -> None:
 
 def test_failed_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_args: object, **_kwargs: object) -> None:
-        raise OSError("disk full")
+        msg = "disk full"
+        raise OSError(msg)
 
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(LineageStorageError, match="disk full"):

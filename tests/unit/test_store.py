@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from dslog_dagster.core import (
     ArrayRecord,
     LineageRelation,
@@ -19,6 +18,7 @@ from dslog_dagster.core import (
     compress,
 )
 from dslog_dagster.core import store as store_module
+
 from dslog_dagster.errors import (
     DSLogError,
     InvalidRelationError,
@@ -64,7 +64,13 @@ def visible_entries(store: LineageStore) -> tuple[list[str], list[str]]:
 def test_register_array_returns_record_and_is_idempotent(store: LineageStore) -> None:
     a = store.register_array("x", (3, 4), asset_key=["raw", "x"], version="v1")
     assert isinstance(a, ArrayRecord)
-    assert (a.name, a.shape, a.dtype, a.asset_key, a.version) == ("x", (3, 4), "float64", "raw/x", "v1")
+    assert (a.name, a.shape, a.dtype, a.asset_key, a.version) == (
+        "x",
+        (3, 4),
+        "float64",
+        "raw/x",
+        "v1",
+    )
     again = store.register_array("x", [3, 4], version="v1")
     assert again == a
     assert again.created_at == a.created_at
@@ -108,7 +114,7 @@ def test_get_array_missing_lists_close_names(store: LineageStore) -> None:
 
 def test_get_array_missing_version_lists_versions(store: LineageStore) -> None:
     store.register_array("x", (2,), version="v1")
-    with pytest.raises(LineageNotFoundError, match="no version `v9`.*`v1`"):
+    with pytest.raises(LineageNotFoundError, match=r"no version `v9`.*`v1`"):
         store.get_array("x", "v9")
 
 
@@ -266,12 +272,12 @@ def test_other_bad_operation_inputs(store: LineageStore) -> None:
     _setup_xy(store)
     with pytest.raises(LineageNotFoundError, match="register_array"):
         store.register_operation("op", ["x", "unknown"], ["y"], {})
+    x = store.get_array("x")
+    fake = ArrayRecord("ghost", (3,), "float64", None, None, "0", x.created_at)
     with pytest.raises(LineageNotFoundError, match="not registered"):
-        fake = ArrayRecord("ghost", (3,), "float64", None, None, "0", store.get_array("x").created_at)
         store.register_operation("op", [fake], ["y"], {})
+    bad = ArrayRecord("x", (9,), "float64", None, None, x.array_id, x.created_at)
     with pytest.raises(InvalidRelationError, match="has shape"):
-        x = store.get_array("x")
-        bad = ArrayRecord("x", (9,), "float64", None, None, x.array_id, x.created_at)
         store.register_operation("op", [bad], ["y"], {})
     with pytest.raises(InvalidRelationError, match="more than once"):
         store.register_operation("op", ["x", "x"], ["y"], {})
@@ -463,6 +469,10 @@ def test_sync_indexes_operations_written_without_catalog(
     monkeypatch.setattr(store.catalog, "index_operation", lambda record: False)
     monkeypatch.setattr(store.catalog, "index_array", lambda record, path: False)
     ops = _populate(store)
+    ops += [  # enough rows for the bulk (Arrow) insert path
+        store.register_operation("inc", ["a"], ["b"], {("b", "a"): identity((4,))})
+        for _ in range(8)
+    ]
     monkeypatch.undo()
     assert store.operations() == ops
     assert store.sql("SELECT count(*) AS n FROM arrays").column("n").to_pylist() == [3]
