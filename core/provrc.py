@@ -70,6 +70,8 @@ class LineageTable:
     in_lo: I64 = field(default_factory=lambda: _empty(0))
     in_hi: I64 = field(default_factory=lambda: _empty(0))
     raw: I64 = field(default_factory=lambda: _empty(0))
+    # Encoded file bytes per codec, filled lazily by dslog_dagster.core.storage.
+    encoded: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def out_rank(self) -> int:

@@ -64,9 +64,9 @@ def _columns_of(table: LineageTable) -> tuple[list[np.ndarray], list[tuple[str, 
 def _zstd_level(payload_bytes: int) -> int:
     # Small payloads get the strong (near-entropy) level; big ones a fast level so that
     # compression keeps up with a plain Parquet-zstd write of the raw relation.
-    if payload_bytes <= 1 << 18:
+    if payload_bytes <= 1 << 16:
         return 19
-    if payload_bytes <= 1 << 22:
+    if payload_bytes <= 1 << 20:
         return 9
     return 3
 
@@ -114,10 +114,19 @@ def _write_parquet(arrow: pa.Table, sink: Any, codec: Codec) -> None:
 
 
 def table_to_bytes(table: LineageTable, codec: Codec = "zstd") -> bytes:
-    """The bytes of the lineage file for ``table`` (what :func:`write_table` stores)."""
+    """The bytes of the lineage file for ``table`` (what :func:`write_table` stores).
+
+    Cached on the table: :func:`~dslog_dagster.core.provrc.compress` sizes its candidates
+    with this, and the store then writes the winner without encoding it again.
+    """
+    cached = table.encoded.get(codec)
+    if cached is not None:
+        return cached
     buf = io.BytesIO()
     _write_parquet(table_to_arrow(table), buf, codec)
-    return buf.getvalue()
+    data = buf.getvalue()
+    table.encoded[codec] = data
+    return data
 
 
 def encoded_size(table: LineageTable, codec: Codec = "zstd") -> int:

@@ -175,10 +175,12 @@ using CRec = const int64_t*;
 struct Records {
   Layout lay;
   std::vector<int64_t> buf;
+  int64_t limit = -1;  // > 0: stop accepting records beyond this many (abort signal)
   int64_t size() const { return lay.w == 0 ? 0 : static_cast<int64_t>(buf.size()) / lay.w; }
   Rec at(int64_t i) { return buf.data() + i * lay.w; }
   CRec at(int64_t i) const { return buf.data() + i * lay.w; }
   void push(CRec r) { buf.insert(buf.end(), r, r + lay.w); }
+  bool over_limit() const { return limit > 0 && size() > limit; }
   explicit Records(const Layout& l) : lay(l) {}
 };
 
@@ -317,8 +319,11 @@ class Cascade {
 };
 
 // Phase 1 (multi-attribute range encoding over a_m .. a_1) and the first output merge.
-Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live) {
+Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live,
+                      int64_t limit) {
   Records recs(lay);
+  recs.limit = limit;
+  recs.buf.reserve(static_cast<size_t>(lay.w) * std::min<int64_t>(rel.n, int64_t{1} << 16));
   const int l = lay.l, m = lay.m;
   const int64_t n = rel.n;
   Cascade cascade(lay, recs);
@@ -340,6 +345,7 @@ Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live
   if (n == 0) return recs;
   start_rec(0);
   for (int64_t i = 1; i < n; ++i) {  // a_m runs, streamed from the sorted columns
+    if (recs.over_limit()) return recs;  // ProvRC cannot pay any more: let the caller abort
     bool extend = m > 0;
     if (extend) {
       for (int c = 0; c < l + m - 1 && extend; ++c) extend = rel.col(c)[i] == rel.col(c)[i - 1];
@@ -553,9 +559,13 @@ CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
     if (opts.relative) live |= uint64_t{1} << (1 + 2 * j);
     if (opts.mirrored) live |= uint64_t{1} << (2 + 2 * j);
   }
-  Records recs = encode_stream(s, lay, live);  // phase 1 + merge along b_l
-  if (lay.l > 0 && opts.abort_ratio > 0 &&
-      static_cast<double>(recs.size()) > opts.abort_ratio * static_cast<double>(s.n)) {
+  // Rows only ever get fewer after the first output merge, so once that merge has produced
+  // more than abort_ratio * n rows the outcome is decided and the stream stops early.
+  const int64_t limit = (lay.l > 0 && opts.abort_ratio > 0)
+                            ? static_cast<int64_t>(opts.abort_ratio * static_cast<double>(s.n))
+                            : -1;
+  Records recs = encode_stream(s, lay, live, limit);  // phase 1 + merge along b_l
+  if (limit > 0 && recs.size() > limit) {
     res.aborted = true;
     return res;
   }
