@@ -40,7 +40,6 @@ from dslog_dagster.core.storage import encoded_size, table_to_bytes
 STRUCTURED = ("Negative", "Addition", "Aggregate", "Repetition", "Mat·Vec", "Mat·Mat")
 REPS = 3
 BIG_ROWS = 1_000_000
-HEADER = "| Workload | pairs |"
 
 
 @dataclass
@@ -140,9 +139,7 @@ def workloads(quick: bool, matmul_n: int) -> list[Workload]:
             lambda: an.dot((matmul_n, matmul_n), (matmul_n, matmul_n)),
             f"{matmul_n}×{matmul_n} · {matmul_n}×{matmul_n}",
         ),
-        Workload(
-            "Sort", lambda: (an.sort(np.random.default_rng(1).random(n1d)),), f"{n1d} random"
-        ),
+        Workload("Sort", lambda: (an.sort(np.random.default_rng(1).random(n1d)),), f"{n1d} random"),
         Workload(
             "ImgFilter",
             lambda: (an.filter_mask(blob_image(side, 10, rng) != 0),),
@@ -349,14 +346,20 @@ def main(argv: list[str] | None = None) -> int:
         "--matmul-n", type=int, default=None, help="side of the square Mat·Mat operands"
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 if a goal fails")
+    parser.add_argument(
+        "--only", action="append", default=None, help="run only this workload (repeatable)"
+    )
     args = parser.parse_args(argv)
     # Mat·Mat has n³ pairs per input (4 int64 columns): n = 1000 would be 32 GB per relation,
-    # beyond this 24 GB machine; 300 (2.7e7 pairs per input) keeps the workload well under 60 s.
-    matmul_n = args.matmul_n or (60 if args.quick else 300)
+    # beyond this 24 GB machine; 400 (6.4e7 pairs, 2 GB per input) is the largest that stays
+    # under ~60 s here (about 45 s; 450 would take about 65 s).
+    matmul_n = args.matmul_n or (60 if args.quick else 400)
     t_start = time.perf_counter()
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="dslog-bench-") as tmp:
         for w in workloads(args.quick, matmul_n):
+            if args.only and w.name not in args.only:
+                continue
             t0 = time.perf_counter()
             results.append(measure(w, Path(tmp)))
             print(f"# {w.name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
@@ -365,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     print()
     failed = False
-    for text, ok, detail in goals(results):
+    for text, ok, detail in goals(results) if not args.only else []:
         tag = "SKIP" if ok is None else "PASS" if ok else "FAIL"
         failed |= ok is False
         print(f"{tag}: {text} — {detail}")

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 
+from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 __all__ = [

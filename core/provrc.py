@@ -36,8 +36,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from dslog_dagster.core.relation import I64, LineageRelation, Shape
 
+from dslog_dagster.core.relation import I64, LineageRelation, Shape
 from dslog_dagster.errors import CompressionError, InvalidRelationError
 
 Encoding = Literal["provrc", "columnar"]

@@ -23,9 +23,9 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from dslog_dagster.core.encoding import ColumnSpec, choose_transform, decode, encode
 from dslog_dagster.core.provrc import LineageTable
-
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
 SCHEMA_VERSION = "1-0-0"

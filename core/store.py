@@ -44,11 +44,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
 from dslog_dagster.core import storage
 from dslog_dagster.core.catalog import LineageCatalog
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
-
 from dslog_dagster.errors import (
     InvalidRelationError,
     LineageNotFoundError,

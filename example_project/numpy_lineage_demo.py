@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from dslog_dagster.core import LineageRelation, LineageStore, analytic
 
 

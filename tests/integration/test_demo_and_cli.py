@@ -29,6 +29,7 @@ def test_demo_runs_and_verifies_every_table(tmp_path: Path) -> None:
 
 def test_cli_inspect_sql_rebuild(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import numpy as np
+
     from dslog_dagster.core import LineageRelation, LineageStore
 
     store = LineageStore(tmp_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from dslog_dagster.core import LineageRelation, LineageStore
 
 N_WORKERS = 8

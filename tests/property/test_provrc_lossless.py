@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.storage import table_from_bytes, table_to_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from dslog_dagster.core import LineageRelation, compress
+from dslog_dagster.core.storage import table_from_bytes, table_to_bytes
 
 MAX_PAIRS = 4000
 

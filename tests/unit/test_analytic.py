@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from dslog_dagster.core import LineageRelation
 from dslog_dagster.core import analytic as an
-
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core.provrc import solve_f
 from dslog_dagster.core.storage import encoded_size
-
 from dslog_dagster.errors import DSLogError, InvalidRelationError, UnsupportedArrayError
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core import analytic as an
 from dslog_dagster.core.storage import encoded_size

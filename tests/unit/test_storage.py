@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from dslog_dagster.core import LineageRelation, compress, read_table, write_table
 from dslog_dagster.core.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.storage import SCHEMA_VERSION, table_from_bytes, table_to_bytes
-
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
 

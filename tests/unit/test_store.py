@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from dslog_dagster.core import (
     ArrayRecord,
     LineageRelation,
@@ -18,7 +19,6 @@ from dslog_dagster.core import (
     compress,
 )
 from dslog_dagster.core import store as store_module
-
 from dslog_dagster.errors import (
     DSLogError,
     InvalidRelationError,
