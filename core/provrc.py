@@ -34,6 +34,8 @@ larger than a generic columnar encoding. :func:`compress` picks the smaller and 
 from dataclasses import dataclass, field
 from typing import Literal
 
+import os
+
 import numpy as np
 import numpy.typing as npt
 
@@ -41,6 +43,9 @@ from dslog_dagster.core.relation import I64, LineageRelation, Shape
 from dslog_dagster.errors import CompressionError, InvalidRelationError
 
 Encoding = Literal["provrc", "columnar"]
+
+# Threads for the streaming phase of the native compressor (results do not depend on it).
+DEFAULT_THREADS = max(1, min(os.cpu_count() or 1, 4))
 
 
 def _empty(rows: int, cols: int = 0) -> I64:
@@ -249,6 +254,7 @@ def compress(
     mirrored: bool = True,
     progression: bool = True,
     fallback: Literal["auto", "never", "always"] = "auto",
+    threads: int = DEFAULT_THREADS,
 ) -> LineageTable:
     """Compress a relation with ProvRC (or the columnar fallback when ProvRC does not pay).
 
@@ -259,6 +265,8 @@ def compress(
         progression: merge arithmetic progressions of rows into strided attributes.
         fallback: ``auto`` stores whichever of ProvRC and the columnar encoding is smaller;
             ``never`` forces ProvRC, ``always`` forces the columnar encoding.
+        threads: native worker threads for large relations (the table is the same for any
+            number of threads).
 
     Returns:
         A :class:`LineageTable`; ``table.encoding`` records the choice.
@@ -282,6 +290,7 @@ def compress(
             mirrored,
             progression,
             abort if fallback != "always" else 1e-12,
+            threads,
         )
     except (ValueError, RuntimeError, MemoryError) as e:
         msg = f"ProvRC failed on a relation of {relation.n} pairs: {e}"
@@ -301,7 +310,7 @@ def compress(
         # Greedy relative merging can claim rows that belong to a strided pattern
         # (e.g. a = floor((b + 1) / 2) becomes n/2 identity runs of length 2). A second pass
         # with absolute attributes only lets the progression merge find it; keep the smaller.
-        alt = _native.compress(relation.columns(), l, False, False, True, 0.0)
+        alt = _native.compress(relation.columns(), l, False, False, True, 0.0, threads)
         if alt["rows"] < res["rows"]:
             alt["sorted"], alt["aborted"] = res["sorted"], res["aborted"]
             res = alt

@@ -16,6 +16,7 @@ def compress(
     mirrored: bool = ...,
     progression: bool = ...,
     abort_ratio: float = ...,
+    threads: int = ...,
 ) -> dict[str, Any]: ...
 def decompress(
     l: int,

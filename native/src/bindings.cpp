@@ -105,7 +105,7 @@ PYBIND11_MODULE(_native, mod) {
   mod.def(
       "compress",
       [](const std::vector<I64Array>& cols, int l, bool relative, bool mirrored, bool progression,
-         double abort_ratio) {
+         double abort_ratio, int threads) {
         std::vector<I64Array> keep;
         auto view = view_of(cols, l, keep);
         dslog::CompressOptions opts;
@@ -113,6 +113,7 @@ PYBIND11_MODULE(_native, mod) {
         opts.mirrored = mirrored;
         opts.progression = progression;
         opts.abort_ratio = abort_ratio;
+        opts.threads = threads;
         dslog::CompressResult res;
         {
           py::gil_scoped_release release;
@@ -129,7 +130,7 @@ PYBIND11_MODULE(_native, mod) {
         return d;
       },
       py::arg("cols"), py::arg("l"), py::arg("relative") = true, py::arg("mirrored") = true,
-      py::arg("progression") = true, py::arg("abort_ratio") = 0.0,
+      py::arg("progression") = true, py::arg("abort_ratio") = 0.0, py::arg("threads") = 1,
       "ProvRC-compress a relation given as l + m int64 columns.");
 
   mod.def(

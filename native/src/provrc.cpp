@@ -18,6 +18,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace dslog {
 namespace {
@@ -542,6 +543,65 @@ ProvRCTable to_table(const Records& recs) {
   return t;
 }
 
+// Phase 1 + first output merge on up to `threads` chunks of the sorted relation at once.
+// When the caller passes a give-up limit, a chunk over its share of it makes the whole call
+// give up (the returned records then only signal that).
+// Chunks are cut where b_1 changes: every phase-1 merge needs equal outputs and the merge along
+// b_l needs equal b_1 .. b_{l-1}, so no merge can cross a cut except, for rank-1 outputs, the
+// merge along b_1 itself, which is redone at the seams.
+Records encode_parallel(const Relation& rel, const Layout& lay, uint64_t live, int64_t limit,
+                        int threads) {
+  const int64_t n = rel.n;
+  if (threads <= 1 || lay.l == 0 || n < (int64_t{1} << 17)) return encode_stream(rel, lay, live, limit);
+  std::vector<int64_t> cuts{0};
+  const int64_t* b0 = rel.col(0);
+  for (int t = 1; t < threads; ++t) {
+    int64_t pos = std::max(cuts.back() + 1, n * t / threads);
+    while (pos < n && b0[pos] == b0[pos - 1]) ++pos;
+    if (pos < n) cuts.push_back(pos);
+  }
+  cuts.push_back(n);
+  const size_t chunks = cuts.size() - 1;
+  if (chunks == 1) return encode_stream(rel, lay, live, limit);
+  std::vector<Relation> parts(chunks);
+  std::vector<Records> out(chunks, Records(lay));
+  for (size_t c = 0; c < chunks; ++c) {
+    parts[c].l = rel.l;
+    parts[c].m = rel.m;
+    parts[c].n = cuts[c + 1] - cuts[c];
+    for (int col = 0; col < rel.l + rel.m; ++col) parts[c].ptrs.push_back(rel.col(col) + cuts[c]);
+  }
+  // Each chunk gives up against its own share of the limit, so a hopeless relation stops
+  // early on every thread. (Only the give-up decision can differ from one thread: a table
+  // that is produced is the same.)
+  auto share = [&](size_t c) {
+    return limit > 0 ? std::max<int64_t>(1, limit * parts[c].n / n) : int64_t{-1};
+  };
+  std::vector<std::thread> pool;
+  for (size_t c = 1; c < chunks; ++c)
+    pool.emplace_back([&, c] { out[c] = encode_stream(parts[c], lay, live, share(c)); });
+  out[0] = encode_stream(parts[0], lay, live, share(0));
+  for (auto& th : pool) th.join();
+  Records recs(lay);
+  for (size_t c = 0; c < chunks; ++c) {
+    if (out[c].over_limit()) {  // propagate the give-up to the caller
+      recs.buf.assign(static_cast<size_t>(lay.w) * (limit + 1), 0);
+      return recs;
+    }
+  }
+  size_t total = 0;
+  for (auto& o : out) total += o.buf.size();
+  recs.buf.reserve(total);
+  for (size_t c = 0; c < chunks; ++c) {
+    int64_t start = 0;
+    if (c > 0 && recs.size() > 0 && out[c].size() > 0 &&
+        output_extend(lay, recs.at(recs.size() - 1), out[c].at(0), lay.l - 1))
+      start = 1;
+    recs.buf.insert(recs.buf.end(), out[c].buf.begin() + start * lay.w, out[c].buf.end());
+  }
+  return recs;
+}
+
 }  // namespace
 
 CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
@@ -564,7 +624,7 @@ CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
   const int64_t limit = (lay.l > 0 && opts.abort_ratio > 0)
                             ? static_cast<int64_t>(opts.abort_ratio * static_cast<double>(s.n))
                             : -1;
-  Records recs = encode_stream(s, lay, live, limit);  // phase 1 + merge along b_l
+  Records recs = encode_parallel(s, lay, live, limit, opts.threads);
   if (limit > 0 && recs.size() > limit) {
     res.aborted = true;
     return res;

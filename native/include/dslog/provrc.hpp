@@ -60,6 +60,10 @@ struct CompressOptions {
   // Give up on ProvRC (return rows = -1 sentinel via aborted flag) when after the first
   // output merge the table still has more than abort_ratio * n rows; 0 disables.
   double abort_ratio = 0.0;
+  // Worker threads for the first (streaming) phase; chunks of the sorted relation run in
+  // parallel and are stitched at the seams, so a produced table equals the single-thread
+  // one. With abort_ratio set, each chunk gives up against its own share of the limit.
+  int threads = 1;
 };
 
 struct CompressResult {
