@@ -31,10 +31,9 @@ cell has its own input cell) the table is kept as the sorted, de-duplicated raw 
 larger than a generic columnar encoding. :func:`compress` picks the smaller and records it.
 """
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal
-
-import os
 
 import numpy as np
 import numpy.typing as npt
