@@ -36,11 +36,11 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +56,8 @@ from dslog_dagster.errors import (
     SchemaVersionError,
     UnsupportedArrayError,
 )
+
+_R = TypeVar("_R")
 
 logger = logging.getLogger(__name__)
 
@@ -540,19 +542,7 @@ class LineageStore:
         rec = self._arrays.get(key)
         if rec is not None:
             return rec
-        try:
-            d = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError) as e:
-            msg = f"Array record `{path}` is unreadable: {e}"
-            raise LineageStorageError(msg) from e
-        _check_version(d, path)
-        try:
-            rec = ArrayRecord.from_json(d)
-        except (KeyError, TypeError, ValueError) as e:
-            msg = f"Array record `{path}` is damaged: {e}"
-            raise LineageStorageError(msg) from e
+        rec = _load_record(path, "Array", ArrayRecord.from_json)
         self._arrays[key] = rec
         return rec
 
@@ -847,22 +837,13 @@ class LineageStore:
             raise LineageNotFoundError(msg)
         path = self.operations_dir / op_id / "operation.json"
         try:
-            d = json.loads(path.read_bytes())
+            rec = _load_record(path, "Operation", OperationRecord.from_json)
         except FileNotFoundError as e:
             msg = (
                 f"No operation `{op_id}` in the store at `{self.root}`; "
                 "list operations with `store.operations()`."
             )
             raise LineageNotFoundError(msg) from e
-        except (OSError, ValueError) as e:
-            msg = f"Operation record `{path}` is unreadable: {e}"
-            raise LineageStorageError(msg) from e
-        _check_version(d, path)
-        try:
-            rec = OperationRecord.from_json(d)
-        except (KeyError, TypeError, ValueError) as e:
-            msg = f"Operation record `{path}` is damaged: {e}"
-            raise LineageStorageError(msg) from e
         self._ops[op_id] = rec
         return rec
 
@@ -974,6 +955,24 @@ class LineageStore:
             params,
         )
         return self._load_ops(ids)
+
+
+def _load_record(path: Path, what: str, parse: Callable[[Mapping[str, Any]], _R]) -> _R:
+    """Read, version-check and parse one JSON record; ``FileNotFoundError`` propagates so the
+    caller can say what is missing in its own terms."""
+    try:
+        d = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:
+        msg = f"{what} record `{path}` is unreadable: {e}"
+        raise LineageStorageError(msg) from e
+    _check_version(d, path)
+    try:
+        return parse(d)
+    except (KeyError, TypeError, ValueError) as e:
+        msg = f"{what} record `{path}` is damaged: {e}"
+        raise LineageStorageError(msg) from e
 
 
 def _check_version(d: Mapping[str, Any], path: Path) -> None:
