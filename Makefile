@@ -34,7 +34,7 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dslog_dagster core
+	$(VENV)/bin/mypy core dslog_dagster
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

@@ -85,7 +85,7 @@ class LineageTable:
     def in_rank(self) -> int:
         return len(self.in_shape)
 
-    def native_args(self) -> tuple[object, ...]:
+    def native_args(self) -> tuple[int, int, int, I64, I64, I64, I64, I64, I64, I64, I64]:
         """Arguments for the native kernels that take a ProvRC table."""
         return (
             self.out_rank,
@@ -299,7 +299,8 @@ def compress(
     def sorted_matrix() -> I64:
         # The native side returns the sorted relation only when a fallback is plausible.
         if res["sorted"] is not None:
-            return res["sorted"]  # type: ignore[no-any-return]
+            sorted_mat: I64 = res["sorted"]
+            return sorted_mat
         u = relation.unique()
         return np.vstack([u.out_cols, u.in_cols])
 

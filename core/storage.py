@@ -119,7 +119,7 @@ def table_to_bytes(table: LineageTable, codec: Codec = "zstd") -> bytes:
     Cached on the table: :func:`~dslog_dagster.core.provrc.compress` sizes its candidates
     with this, and the store then writes the winner without encoding it again.
     """
-    cached = table.encoded.get(codec)
+    cached: bytes | None = table.encoded.get(codec)
     if cached is not None:
         return cached
     buf = io.BytesIO()

@@ -875,7 +875,7 @@ class LineageStore:
             another process for longer than ``lock_timeout`` (listings then use an in-memory
             catalog built from the files, so they stay correct).
         """
-        return self.catalog.sync()
+        return bool(self.catalog.sync())
 
     def rebuild_catalog(self) -> None:
         """Rebuild ``catalog.duckdb`` from the files (e.g. after deleting or damaging it)."""
