@@ -45,13 +45,14 @@ bool lex_less_cols(const RelationView& rel, int64_t i, int64_t j) {
   return false;
 }
 
-void radix_sort_u64(std::vector<uint64_t>& keys, int bits) {
+// Stable LSD radix sort of keys on bits [first_bit, first_bit + bits).
+void radix_sort_u64(std::vector<uint64_t>& keys, int bits, int first_bit = 0) {
   if (bits <= 0 || keys.size() < 2) return;
   std::vector<uint64_t> tmp(keys.size());
   constexpr int kDigit = 11;
   constexpr size_t kBuckets = size_t{1} << kDigit;
   std::vector<size_t> count(kBuckets);
-  for (int shift = 0; shift < bits; shift += kDigit) {
+  for (int shift = first_bit; shift < first_bit + bits; shift += kDigit) {
     std::fill(count.begin(), count.end(), 0);
     for (uint64_t k : keys) ++count[(k >> shift) & (kBuckets - 1)];
     size_t sum = 0;
@@ -105,6 +106,58 @@ Relation sort_unique(const RelationView& rel) {
     while (b < 64 && (range >> b) != 0) ++b;
     bits[c] = b;
     total_bits += b;
+  }
+  // Relations often arrive sorted by their trailing columns (e.g. in input-cell order):
+  // then a stable sort on the leading columns alone finishes the job. Keys carry the row
+  // index in their low bits, and only the leading columns' bits are radix-sorted.
+  int c0 = ncols;  // rows are already sorted by columns [c0, ncols)
+  for (int c = ncols - 1; c >= 1; --c) {
+    bool ok = true;
+    for (int64_t i = 1; i < n && ok; ++i) {
+      for (int cc = c; cc < ncols; ++cc) {
+        int64_t x = rel.cols[cc][i - 1], y = rel.cols[cc][i];
+        if (x != y) {
+          ok = x < y;
+          break;
+        }
+      }
+    }
+    if (!ok) break;
+    c0 = c;
+  }
+  int idx_bits = 0;
+  while (idx_bits < 63 && (uint64_t{1} << idx_bits) < static_cast<uint64_t>(n)) ++idx_bits;
+  int prefix_bits = 0;
+  for (int c = 0; c < c0; ++c) prefix_bits += bits[c];
+  if (c0 < ncols && prefix_bits + idx_bits <= 64) {
+    std::vector<uint64_t> keys(n);
+    for (int64_t i = 0; i < n; ++i) {
+      uint64_t k = 0;
+      for (int c = 0; c < c0; ++c)
+        if (bits[c] > 0) k = (k << bits[c]) | static_cast<uint64_t>(rel.cols[c][i] - mins[c]);
+      keys[i] = (idx_bits == 0 ? 0 : (k << idx_bits)) | static_cast<uint64_t>(i);
+    }
+    radix_sort_u64(keys, prefix_bits, idx_bits);
+    const uint64_t mask = idx_bits == 0 ? 0 : ((uint64_t{1} << idx_bits) - 1);
+    std::vector<int64_t> order;
+    order.reserve(n);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t i = static_cast<int64_t>(keys[t] & mask);
+      if (!order.empty()) {
+        bool same = true;
+        for (int c = 0; c < ncols && same; ++c) same = rel.cols[c][i] == rel.cols[c][order.back()];
+        if (same) continue;
+      }
+      order.push_back(i);
+    }
+    out.n = static_cast<int64_t>(order.size());
+    out.data.resize(static_cast<size_t>(ncols) * out.n);
+    for (int c = 0; c < ncols; ++c) {
+      int64_t* dst = out.data.data() + static_cast<size_t>(c) * out.n;
+      for (int64_t t = 0; t < out.n; ++t) dst[t] = rel.cols[c][order[t]];
+      out.ptrs.push_back(dst);
+    }
+    return out;
   }
   if (total_bits <= 64) {
     std::vector<uint64_t> keys(n);
