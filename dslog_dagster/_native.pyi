@@ -31,16 +31,3 @@ def decompress(
     in_lo: I64,
     in_hi: I64,
 ) -> tuple[I64, int]: ...
-def count_pairs(
-    l: int,
-    m: int,
-    rows: int,
-    out_lo: I64,
-    out_hi: I64,
-    in_ref: I64,
-    in_q: I64,
-    in_r: I64,
-    in_mult: I64,
-    in_lo: I64,
-    in_hi: I64,
-) -> int: ...

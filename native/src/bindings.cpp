@@ -147,14 +147,4 @@ PYBIND11_MODULE(_native, mod) {
         return py::make_tuple(matrix(rel.materialize(), rel.l + rel.m, rel.n), rel.n);
       },
       "Expand a ProvRC table into its sorted, duplicate-free relation.");
-
-  mod.def(
-      "count_pairs",
-      [](int l, int m, int64_t rows, const I64Array& out_lo, const I64Array& out_hi,
-         const I64Array& in_ref, const I64Array& in_q, const I64Array& in_r, const I64Array& in_mult,
-         const I64Array& in_lo, const I64Array& in_hi) {
-        auto t = table_of(l, m, rows, out_lo, out_hi, in_ref, in_q, in_r, in_mult, in_lo, in_hi);
-        return dslog::count_pairs(t);
-      },
-      "Number of (output, input) cell pairs a table stands for, without expanding it.");
 }

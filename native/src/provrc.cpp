@@ -66,6 +66,32 @@ void radix_sort_u64(std::vector<uint64_t>& keys, int bits, int first_bit = 0) {
   }
 }
 
+// Rows of `rel` in the given (sorted) order, dropping consecutive duplicates.
+Relation gather_unique(const RelationView& rel, const std::vector<int64_t>& order) {
+  const int ncols = rel.l + rel.m;
+  std::vector<int64_t> keep;
+  keep.reserve(order.size());
+  for (int64_t i : order) {
+    if (!keep.empty()) {
+      bool same = true;
+      for (int c = 0; c < ncols && same; ++c) same = rel.cols[c][i] == rel.cols[c][keep.back()];
+      if (same) continue;
+    }
+    keep.push_back(i);
+  }
+  Relation out;
+  out.l = rel.l;
+  out.m = rel.m;
+  out.n = static_cast<int64_t>(keep.size());
+  out.data.resize(static_cast<size_t>(ncols) * out.n);
+  for (int c = 0; c < ncols; ++c) {
+    int64_t* dst = out.data.data() + static_cast<size_t>(c) * out.n;
+    for (int64_t t = 0; t < out.n; ++t) dst[t] = rel.cols[c][keep[t]];
+    out.ptrs.push_back(dst);
+  }
+  return out;
+}
+
 }  // namespace
 
 Relation sort_unique(const RelationView& rel) {
@@ -139,25 +165,9 @@ Relation sort_unique(const RelationView& rel) {
     }
     radix_sort_u64(keys, prefix_bits, idx_bits);
     const uint64_t mask = idx_bits == 0 ? 0 : ((uint64_t{1} << idx_bits) - 1);
-    std::vector<int64_t> order;
-    order.reserve(n);
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t i = static_cast<int64_t>(keys[t] & mask);
-      if (!order.empty()) {
-        bool same = true;
-        for (int c = 0; c < ncols && same; ++c) same = rel.cols[c][i] == rel.cols[c][order.back()];
-        if (same) continue;
-      }
-      order.push_back(i);
-    }
-    out.n = static_cast<int64_t>(order.size());
-    out.data.resize(static_cast<size_t>(ncols) * out.n);
-    for (int c = 0; c < ncols; ++c) {
-      int64_t* dst = out.data.data() + static_cast<size_t>(c) * out.n;
-      for (int64_t t = 0; t < out.n; ++t) dst[t] = rel.cols[c][order[t]];
-      out.ptrs.push_back(dst);
-    }
-    return out;
+    std::vector<int64_t> order(n);
+    for (int64_t t = 0; t < n; ++t) order[t] = static_cast<int64_t>(keys[t] & mask);
+    return gather_unique(rel, order);
   }
   if (total_bits <= 64) {
     std::vector<uint64_t> keys(n);
@@ -192,24 +202,7 @@ Relation sort_unique(const RelationView& rel) {
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(),
             [&](int64_t i, int64_t j) { return lex_less_cols(rel, i, j); });
-  std::vector<int64_t> keep;
-  keep.reserve(n);
-  for (int64_t t = 0; t < n; ++t) {
-    if (t > 0) {
-      bool same = true;
-      for (int c = 0; c < ncols && same; ++c)
-        same = rel.cols[c][idx[t]] == rel.cols[c][idx[t - 1]];
-      if (same) continue;
-    }
-    keep.push_back(idx[t]);
-  }
-  out.n = static_cast<int64_t>(keep.size());
-  out.data.resize(static_cast<size_t>(ncols) * out.n);
-  for (int c = 0; c < ncols; ++c)
-    for (int64_t i = 0; i < out.n; ++i)
-      out.data[static_cast<size_t>(c) * out.n + i] = rel.cols[c][keep[i]];
-  for (int c = 0; c < ncols; ++c) out.ptrs.push_back(out.data.data() + static_cast<size_t>(c) * out.n);
-  return out;
+  return gather_unique(rel, idx);
 }
 
 std::vector<int64_t> Relation::materialize() const {
@@ -422,27 +415,18 @@ Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live
 void order_for_output_merge(Records& recs, int j) {
   const Layout& lay = recs.lay;
   const int64_t n = recs.size();
-  bool unique_prefix = true;
-  for (int64_t i = 1; i < n && unique_prefix; ++i) {
-    bool same = true;
-    for (int jj = 0; jj <= j && same; ++jj)
-      same = recs.at(i)[2 * jj] == recs.at(i - 1)[2 * jj] &&
-             recs.at(i)[2 * jj + 1] == recs.at(i - 1)[2 * jj + 1];
-    if (same) unique_prefix = false;
-  }
-  // Records are sorted by (b_0 .. b_j) when we get here only if the previous steps kept a
-  // lexicographic order; verify that as well.
-  bool sorted = true;
-  for (int64_t i = 1; i < n && sorted; ++i) {
-    for (int jj = 0; jj <= j; ++jj) {
-      int64_t x = recs.at(i - 1)[2 * jj], y = recs.at(i)[2 * jj];
-      if (x != y) {
-        sorted = x < y;
-        break;
-      }
+  // One pass: is the order lexicographic on (b_0 .. b_j) with one record per prefix?
+  bool adjacent = true;
+  for (int64_t i = 1; i < n && adjacent; ++i) {
+    int cmp = 0;
+    for (int jj = 0; jj <= j && cmp == 0; ++jj) {
+      CRec x = recs.at(i - 1), y = recs.at(i);
+      if (x[2 * jj] != y[2 * jj]) cmp = x[2 * jj] < y[2 * jj] ? -1 : 1;
+      else if (x[2 * jj + 1] != y[2 * jj + 1]) cmp = x[2 * jj + 1] < y[2 * jj + 1] ? -1 : 1;
     }
+    adjacent = cmp < 0;
   }
-  if (unique_prefix && sorted) return;
+  if (adjacent) return;
   std::vector<int64_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
