@@ -38,6 +38,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster import _native
 from dslog_dagster.core.relation import I64, LineageRelation, Shape
 from dslog_dagster.errors import CompressionError, InvalidRelationError
 
@@ -116,8 +117,6 @@ class LineageTable:
                 _empty(0, min(self.rows, 1)),
                 min(self.rows, 1),
             )
-        from dslog_dagster import _native
-
         mat, n = _native.decompress(*self.native_args())
         return LineageRelation(self.out_shape, self.in_shape, mat[:l], mat[l:], int(n))
 
@@ -270,8 +269,6 @@ def compress(
     Returns:
         A :class:`LineageTable`; ``table.encoding`` records the choice.
     """
-    from dslog_dagster import _native
-
     if not isinstance(relation, LineageRelation):
         msg = f"compress() takes a LineageRelation, got `{type(relation).__name__}`."
         raise InvalidRelationError(msg)

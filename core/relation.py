@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster import _native
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 Shape = tuple[int, ...]
@@ -203,8 +204,6 @@ class LineageRelation:
 
     def unique(self) -> "LineageRelation":
         """Sorted (lexicographically by outputs then inputs), duplicate-free copy."""
-        from dslog_dagster import _native
-
         if self.out_rank + self.in_rank == 0:
             return LineageRelation(
                 self.out_shape, self.in_shape, self.out_cols, self.in_cols, min(self.n, 1)

@@ -71,11 +71,11 @@ def _zstd_level(payload_bytes: int) -> int:
     return 3
 
 
-def table_to_arrow(table: LineageTable, extra: dict[str, Any] | None = None) -> pa.Table:
-    """The Arrow table (one row, one binary column) that is written as the lineage file."""
+def _encode_table(table: LineageTable) -> tuple[bytes, dict[str, str]]:
+    """The payload and the key-value metadata of the lineage file for ``table``."""
     cols, transforms = _columns_of(table)
     payload, specs = encode(cols, transforms)
-    meta = {
+    info = {
         "out_shape": list(table.out_shape),
         "in_shape": list(table.in_shape),
         "encoding": table.encoding,
@@ -83,20 +83,14 @@ def table_to_arrow(table: LineageTable, extra: dict[str, Any] | None = None) -> 
         "n_pairs": table.n_pairs,
         "columns": ",".join(s.to_token() for s in specs),
     }
-    if extra:
-        meta["extra"] = extra
-    schema = pa.schema(
-        [pa.field("payload", pa.large_binary())],
-        metadata={
-            b"dslog.schema_version": SCHEMA_VERSION.encode(),
-            b"dslog.table": json.dumps(meta, separators=(",", ":")).encode(),
-        },
-    )
-    return pa.Table.from_arrays([pa.array([payload], pa.large_binary())], schema=schema)
+    meta = {
+        "dslog.schema_version": SCHEMA_VERSION,
+        "dslog.table": json.dumps(info, separators=(",", ":")),
+    }
+    return payload, meta
 
 
-def _write_parquet(arrow: pa.Table, sink: Any, codec: Codec) -> None:
-    payload_len = len(arrow.column(0)[0].as_py())
+def _write_parquet(payload: bytes, meta: dict[str, str], sink: Any, codec: Codec) -> None:
     kwargs: dict[str, Any] = {
         "compression": None if codec == "none" else codec,
         "use_dictionary": False,
@@ -106,10 +100,11 @@ def _write_parquet(arrow: pa.Table, sink: Any, codec: Codec) -> None:
         "store_schema": False,
     }
     if codec == "zstd":
-        kwargs["compression_level"] = _zstd_level(payload_len)
-    meta = {k.decode(): v.decode() for k, v in (arrow.schema.metadata or {}).items()}
-    with pq.ParquetWriter(sink, arrow.schema.remove_metadata(), **kwargs) as writer:
-        writer.write_table(arrow.replace_schema_metadata(None))
+        kwargs["compression_level"] = _zstd_level(len(payload))
+    schema = pa.schema([pa.field("payload", pa.large_binary())])
+    arrow = pa.Table.from_arrays([pa.array([payload], pa.large_binary())], schema=schema)
+    with pq.ParquetWriter(sink, schema, **kwargs) as writer:
+        writer.write_table(arrow)
         writer.add_key_value_metadata(meta)
 
 
@@ -123,7 +118,7 @@ def table_to_bytes(table: LineageTable, codec: Codec = "zstd") -> bytes:
     if cached is not None:
         return cached
     buf = io.BytesIO()
-    _write_parquet(table_to_arrow(table), buf, codec)
+    _write_parquet(*_encode_table(table), buf, codec)
     data = buf.getvalue()
     table.encoded[codec] = data
     return data
