@@ -5,11 +5,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
 
 #include "dslog/provrc.hpp"
+#include "dslog/query.hpp"
 
 namespace py = pybind11;
 using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
@@ -82,6 +84,30 @@ dslog::ProvRCTable table_of(int l, int m, int64_t rows, const I64Array& out_lo, 
   return t;
 }
 
+// (K, d) int64 arrays of inclusive box bounds <-> dslog::Boxes.
+dslog::Boxes boxes_of(const I64Array& lo, const I64Array& hi) {
+  if (lo.ndim() != 2 || hi.ndim() != 2 || lo.shape(0) != hi.shape(0) || lo.shape(1) != hi.shape(1))
+    throw std::invalid_argument("box bounds must be two (K, d) arrays of equal shape");
+  dslog::Boxes b;
+  b.k = lo.shape(0);
+  b.d = static_cast<int>(lo.shape(1));
+  b.lo.assign(lo.data(), lo.data() + lo.size());
+  b.hi.assign(hi.data(), hi.data() + hi.size());
+  return b;
+}
+
+py::tuple boxes_out(const dslog::Boxes& b) {
+  return py::make_tuple(matrix(b.lo, b.k, b.d), matrix(b.hi, b.k, b.d));
+}
+
+std::vector<int64_t> shape_of(const std::vector<int64_t>& shape, int d) {
+  if (static_cast<int>(shape.size()) != d)
+    throw std::invalid_argument("boxes and shape have different ranks");
+  for (int64_t s : shape)
+    if (s < 0) throw std::invalid_argument("negative extent in shape");
+  return shape;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, mod) {
@@ -147,4 +173,164 @@ PYBIND11_MODULE(_native, mod) {
         return py::make_tuple(matrix(rel.materialize(), rel.l + rel.m, rel.n), rel.n);
       },
       "Expand a ProvRC table into its sorted, duplicate-free relation.");
+
+  py::class_<dslog::PreparedTable>(mod, "PreparedTable",
+                                   "A ProvRC table prepared for repeated in-situ queries.")
+      .def(py::init([](int l, int m, int64_t rows, const I64Array& out_lo, const I64Array& out_hi,
+                       const I64Array& in_ref, const I64Array& in_q, const I64Array& in_r,
+                       const I64Array& in_mult, const I64Array& in_lo, const I64Array& in_hi) {
+        auto t = table_of(l, m, rows, out_lo, out_hi, in_ref, in_q, in_r, in_mult, in_lo, in_hi);
+        py::gil_scoped_release release;
+        return new dslog::PreparedTable(std::move(t));
+      }))
+      .def(
+          "hop",
+          [](const dslog::PreparedTable& self, const I64Array& lo, const I64Array& hi,
+             bool forward) {
+            auto q = boxes_of(lo, hi);
+            dslog::Boxes res;
+            {
+              py::gil_scoped_release release;
+              res = self.hop(q, forward);
+            }
+            return boxes_out(res);
+          },
+          py::arg("lo"), py::arg("hi"), py::arg("forward"),
+          "Cells linked to the query boxes, as normalised (lo, hi) boxes of the other side.");
+
+  mod.def(
+      "normalize_boxes",
+      [](const I64Array& lo, const I64Array& hi) {
+        auto b = boxes_of(lo, hi);
+        dslog::Boxes res;
+        {
+          py::gil_scoped_release release;
+          res = dslog::normalize(b);
+        }
+        return boxes_out(res);
+      },
+      py::arg("lo"), py::arg("hi"),
+      "Union of boxes as disjoint boxes in canonical slab order (adjacent boxes merged).");
+
+  mod.def(
+      "boxes_to_flat",
+      [](const I64Array& lo, const I64Array& hi, const std::vector<int64_t>& shape) {
+        auto b = boxes_of(lo, hi);
+        auto ext = shape_of(shape, b.d);
+        const int64_t n = dslog::count_cells(b);
+        py::array_t<int64_t> out(n);
+        int64_t* o = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          const int d = b.d;
+          std::vector<int64_t> stride(static_cast<size_t>(d), 1), cur(static_cast<size_t>(d));
+          for (int a = d - 2; a >= 0; --a) stride[a] = stride[a + 1] * ext[a + 1];
+          int64_t w = 0;
+          for (int64_t k = 0; k < b.k; ++k) {
+            if (d == 0) {
+              o[w++] = 0;
+              continue;
+            }
+            const int64_t* blo = b.lo.data() + k * d;
+            const int64_t* bhi = b.hi.data() + k * d;
+            for (int a = 0; a < d; ++a) cur[a] = blo[a];
+            while (true) {
+              int64_t base = 0;
+              for (int a = 0; a < d - 1; ++a) base += cur[a] * stride[a];
+              for (int64_t x = blo[d - 1]; x <= bhi[d - 1]; ++x) o[w++] = base + x;
+              int a = d - 2;
+              while (a >= 0 && cur[a] == bhi[a]) {
+                cur[a] = blo[a];
+                --a;
+              }
+              if (a < 0) break;
+              ++cur[a];
+            }
+          }
+          std::sort(o, o + n);
+        }
+        return out;
+      },
+      py::arg("lo"), py::arg("hi"), py::arg("shape"),
+      "Sorted flat (C-order) indices of the cells of disjoint boxes.");
+
+  mod.def(
+      "flat_to_boxes",
+      [](const I64Array& flat, const std::vector<int64_t>& shape) {
+        const int d = static_cast<int>(shape.size());
+        auto ext = shape_of(shape, d);
+        std::vector<int64_t> f(flat.data(), flat.data() + flat.size());
+        dslog::Boxes b;
+        b.d = d;
+        {
+          py::gil_scoped_release release;
+          std::sort(f.begin(), f.end());
+          f.erase(std::unique(f.begin(), f.end()), f.end());
+          if (d == 0) {
+            b.k = f.empty() ? 0 : 1;
+          } else {
+            // Runs of consecutive flat indices along the last axis become one box each.
+            const int64_t last = ext[d - 1];
+            std::vector<int64_t> cell(static_cast<size_t>(d));
+            size_t i = 0;
+            while (i < f.size()) {
+              size_t j = i + 1;
+              while (j < f.size() && f[j] == f[j - 1] + 1 && f[j] % last != 0) ++j;
+              int64_t rem = f[i];
+              for (int a = d - 1; a >= 0; --a) {
+                cell[a] = rem % ext[a];
+                rem /= ext[a];
+              }
+              for (int a = 0; a < d; ++a) {
+                b.lo.push_back(cell[a]);
+                b.hi.push_back(a == d - 1 ? cell[a] + static_cast<int64_t>(j - i) - 1 : cell[a]);
+              }
+              ++b.k;
+              i = j;
+            }
+          }
+          b = dslog::normalize(b);
+        }
+        return boxes_out(b);
+      },
+      py::arg("flat"), py::arg("shape"),
+      "Normalised boxes covering the given flat (C-order) cell indices (validated by the caller).");
+
+  mod.def(
+      "fill_mask",
+      [](const I64Array& lo, const I64Array& hi, py::array_t<uint8_t, py::array::c_style> mask) {
+        auto b = boxes_of(lo, hi);
+        if (mask.ndim() != b.d) throw std::invalid_argument("mask and boxes have different ranks");
+        std::vector<int64_t> ext(mask.shape(), mask.shape() + mask.ndim());
+        uint8_t* o = mask.mutable_data();
+        {
+          py::gil_scoped_release release;
+          const int d = b.d;
+          std::vector<int64_t> stride(static_cast<size_t>(d), 1), cur(static_cast<size_t>(d));
+          for (int a = d - 2; a >= 0; --a) stride[a] = stride[a + 1] * ext[a + 1];
+          for (int64_t k = 0; k < b.k; ++k) {
+            if (d == 0) {
+              o[0] = 1;
+              continue;
+            }
+            const int64_t* blo = b.lo.data() + k * d;
+            const int64_t* bhi = b.hi.data() + k * d;
+            for (int a = 0; a < d; ++a) cur[a] = blo[a];
+            while (true) {
+              int64_t base = 0;
+              for (int a = 0; a < d - 1; ++a) base += cur[a] * stride[a];
+              std::memset(o + base + blo[d - 1], 1, static_cast<size_t>(bhi[d - 1] - blo[d - 1] + 1));
+              int a = d - 2;
+              while (a >= 0 && cur[a] == bhi[a]) {
+                cur[a] = blo[a];
+                --a;
+              }
+              if (a < 0) break;
+              ++cur[a];
+            }
+          }
+        }
+      },
+      py::arg("lo"), py::arg("hi"), py::arg("mask"),
+      "Set the cells of in-bounds boxes in a C-contiguous uint8/bool mask (validated by the caller).");
 }

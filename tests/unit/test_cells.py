@@ -1,0 +1,129 @@
+"""Cell sets: every accepted cell specification, the canonical box form and the outputs."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dslog_dagster.core.query import CellSet, as_cells
+from dslog_dagster.errors import DSLogError, QueryError
+
+
+@st.composite
+def box_sets(draw):  # type: ignore[no-untyped-def]
+    shape = tuple(draw(st.lists(st.integers(1, 7), min_size=1, max_size=4)))
+    n = draw(st.integers(0, 12))
+    lo, hi = [], []
+    for _ in range(n):
+        a = [draw(st.integers(0, s - 1)) for s in shape]
+        lo.append(a)
+        hi.append([draw(st.integers(x, s - 1)) for x, s in zip(a, shape, strict=True)])
+    return shape, lo, hi
+
+
+def _painted(shape, lo, hi):  # type: ignore[no-untyped-def]
+    mask = np.zeros(shape, dtype=bool)
+    for a, b in zip(lo, hi, strict=True):
+        mask[tuple(slice(x, y + 1) for x, y in zip(a, b, strict=True))] = True
+    return mask
+
+
+@settings(max_examples=300, deadline=None)
+@given(box_sets(), st.randoms(use_true_random=False))
+def test_boxes_normalise_to_a_canonical_disjoint_cover(case, rnd) -> None:  # type: ignore[no-untyped-def]
+    shape, lo, hi = case
+    cells = CellSet.from_boxes(
+        shape,
+        np.asarray(lo, np.int64).reshape(-1, len(shape)),
+        np.asarray(hi, np.int64).reshape(-1, len(shape)),
+    )
+    want = _painted(shape, lo, hi)
+    assert np.array_equal(cells.to_mask(), want)
+    assert cells.count() == int(want.sum())  # disjoint: volumes add up
+    assert np.array_equal(cells.to_flat(), np.flatnonzero(want))
+    order = list(range(len(lo)))
+    rnd.shuffle(order)
+    shuffled = CellSet.from_boxes(
+        shape,
+        np.asarray([lo[i] for i in order], np.int64).reshape(-1, len(shape)),
+        np.asarray([hi[i] for i in order], np.int64).reshape(-1, len(shape)),
+    )
+    assert shuffled == cells
+    assert CellSet.from_mask(want) == cells
+    assert CellSet.from_indices(shape, np.argwhere(want)) == cells
+
+
+def test_adjacent_boxes_merge() -> None:
+    cells = CellSet.from_boxes((10, 10), [[0, 0], [5, 0], [0, 5]], [[4, 4], [9, 4], [4, 9]])
+    assert cells.n_boxes == 2
+    cells = cells | CellSet.from_boxes((10, 10), [[5, 5]], [[9, 9]])
+    assert cells.n_boxes == 1
+    assert cells == CellSet.full((10, 10))
+
+
+@pytest.mark.parametrize(
+    ("spec", "flat"),
+    [
+        (np.s_[1:3, 2], [6, 10]),
+        (np.s_[-1, :], [12, 13, 14, 15]),
+        ([np.s_[0, 0:2], np.s_[3, 3]], [0, 1, 15]),
+        ([(0, 1), (2, 3), (0, 1)], [1, 11]),
+        (np.array([[3, 0], [0, 0]]), [0, 12]),
+        (np.array([5, 1, 5]), [1, 5]),
+        ([7, 2], [2, 7]),
+        (4, [4]),
+        ((1, 1), [5]),
+        (np.eye(4, dtype=bool), [0, 5, 10, 15]),
+        (np.s_[2:2, :], []),
+        ([], []),
+    ],
+)
+def test_every_cell_form_is_understood(spec, flat) -> None:  # type: ignore[no-untyped-def]
+    assert as_cells((4, 4), spec).to_flat().tolist() == flat
+
+
+def test_zero_d_and_rank_one() -> None:
+    assert as_cells((), np.ones((), bool)).count() == 1
+    assert as_cells((), [()]).count() == 1
+    assert as_cells((), CellSet.full(())).to_flat().tolist() == [0]
+    assert as_cells((5,), np.s_[1:4]).to_flat().tolist() == [1, 2, 3]
+    assert as_cells((5,), [(4,), (0,)]).to_flat().tolist() == [0, 4]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (np.s_[0:4:2, 0], "step"),
+        (np.s_[9, 0], "outside"),
+        ([(0, 4)], "outside"),
+        ([(0, 1, 2)], "rank 2"),
+        (np.array([16]), "outside"),
+        (np.array([-1]), "outside"),
+        (np.zeros((3, 3), bool), "shape"),
+        (np.array([0.5]), "Cannot interpret"),
+        ("cells", "Cannot interpret"),
+        (np.s_[0, 0, 0], "rank 2"),
+    ],
+)
+def test_bad_cells_raise_clear_errors(spec, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(QueryError, match=message) as info:
+        as_cells((4, 4), spec)
+    assert isinstance(info.value, DSLogError)
+
+
+def test_outputs() -> None:
+    cells = as_cells((3, 4), [np.s_[0, 1:3], np.s_[2, :]])
+    table = cells.to_arrow()
+    assert table.column_names == ["lo_0", "hi_0", "lo_1", "hi_1"]
+    assert table.schema.metadata[b"dslog.shape"] == b"3,4"
+    assert sorted(zip(*[table[c].to_pylist() for c in table.column_names], strict=True)) == [
+        (0, 0, 1, 2),
+        (2, 2, 0, 3),
+    ]
+    assert cells.to_indices().tolist() == [[0, 1], [0, 2], [2, 0], [2, 1], [2, 2], [2, 3]]
+    assert cells.count() == 6
+    a = np.arange(12).reshape(3, 4)
+    assert sorted(int(x) for s in cells.to_slices() for x in a[s].ravel()) == [1, 2, 8, 9, 10, 11]
+    assert "cells=6" in repr(cells)
+    with pytest.raises(QueryError, match="shapes"):
+        cells | CellSet.full((4, 3))
