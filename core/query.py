@@ -405,7 +405,7 @@ class PreparedHop:
 
     out_shape: Shape
     in_shape: Shape
-    native: Any  # dslog_dagster._native.PreparedTable
+    native: _native.PreparedTable
 
     def run(self, cells: CellSet, direction: Direction) -> CellSet:
         """The cells on the other side of the table linked to ``cells``."""

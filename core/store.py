@@ -819,6 +819,11 @@ class LineageStore:
             return []
         return sorted(n for n in names if _OP_ID_RE.match(n))
 
+    def operation_ids(self) -> list[str]:
+        """Ids of every published operation, oldest first (read from the directory, so it
+        sees other processes' registrations at once and costs one ``listdir``)."""
+        return self._operation_ids_on_disk()
+
     def get_operation(self, op_id: str) -> OperationRecord:
         """The record of operation ``op_id`` (read from its ``operation.json``).
 

@@ -31,3 +31,25 @@ def decompress(
     in_lo: I64,
     in_hi: I64,
 ) -> tuple[I64, int]: ...
+
+class PreparedTable:
+    def __init__(
+        self,
+        l: int,
+        m: int,
+        rows: int,
+        out_lo: I64,
+        out_hi: I64,
+        in_ref: I64,
+        in_q: I64,
+        in_r: I64,
+        in_mult: I64,
+        in_lo: I64,
+        in_hi: I64,
+    ) -> None: ...
+    def hop(self, lo: I64, hi: I64, forward: bool) -> tuple[I64, I64]: ...
+
+def normalize_boxes(lo: I64, hi: I64) -> tuple[I64, I64]: ...
+def boxes_to_flat(lo: I64, hi: I64, shape: Sequence[int]) -> I64: ...
+def flat_to_boxes(flat: I64, shape: Sequence[int]) -> tuple[I64, I64]: ...
+def fill_mask(lo: I64, hi: I64, mask: npt.NDArray[np.uint8]) -> None: ...

@@ -1,0 +1,638 @@
+"""The DSLog API (ICDE sec. III-A) with Pythonic names, usable without Dagster.
+
+* :class:`Array` — a tracked array: a name and a shape (plus optional version/dtype).
+* :class:`Lineage` — the lineage between an output and an input array from any capture
+  method: a relation, a per-cell callable, all-to-all box pairs, or a pair matrix.
+* :meth:`DSLog.register_operation` — one execution of an operation and its lineage.
+* :meth:`DSLog.prov_query` — cells of the first array of a path carried to the last array,
+  hop by hop, forward (input → output) or backward (output → input) through any input of
+  any operation; :meth:`DSLog.lineage_between` — the union over every path between two arrays.
+
+A :class:`DSLog` session wraps a :class:`~dslog_dagster.core.store.LineageStore`. The
+module-level :func:`register_operation`, :func:`prov_query` and :func:`lineage_between` use a
+default session on ``$DSLOG_STORE`` (or ``./.dslog``), like the paper's global API.
+
+**Versions.** Arrays are nodes per ``(name, version)``. A path given by names follows the most
+recent chain of operations whose versions connect (an operation that read ``y`` version 1 does
+not continue a path that reached ``y`` version 2); pin a version with an :class:`Array` or
+:class:`~dslog_dagster.core.store.ArrayRecord` in the path.
+"""
+
+import itertools
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare
+from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
+from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
+from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, QueryError
+
+__all__ = [
+    "Array",
+    "DSLog",
+    "Hop",
+    "Lineage",
+    "QueryPlan",
+    "lineage_between",
+    "prov_query",
+    "register_operation",
+]
+
+# How many prepared tables a session keeps (each holds its table and two sort orders).
+PREPARED_CACHE_SIZE = 512
+# Bound on the path search over array versions (each step tries one operation).
+MAX_PATH_SEARCH_STEPS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Array:
+    """A tracked array: ``Array("img", (1080, 1920))``.
+
+    ``version`` pins a data version (``None`` = the default/latest); ``dtype`` is recorded.
+    """
+
+    name: str
+    shape: Shape
+    dtype: str = "float64"
+    version: str | None = None
+
+    def __init__(
+        self,
+        name: str,
+        shape: Sequence[int] | int,
+        dtype: str = "float64",
+        version: str | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            msg = f"An array needs a non-empty name, got {name!r}."
+            raise InvalidRelationError(msg)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "shape", as_shape(shape, f"Array `{name}`"))
+        object.__setattr__(self, "dtype", str(np.dtype(dtype)))
+        object.__setattr__(self, "version", version)
+
+
+ArrayLikeRef: TypeAlias = str | Array | ArrayRecord
+CellCapture: TypeAlias = Callable[[tuple[int, ...]], Iterable[Any]]
+
+
+class Lineage:
+    """Lineage between two arrays, from any capture method (the paper's ``Lineage`` object).
+
+    ``capture`` may be:
+
+    * a :class:`LineageRelation` or a compressed :class:`LineageTable`;
+    * a callable ``capture(out_index) -> iterable of input cells`` (index tuples, or ints for a
+      rank-1 input), called once per output cell — the paper's interface;
+    * a list of ``(output box, input box)`` pairs (tuples of ints/slices, ``np.s_[...]``),
+      each meaning every cell of the output box depends on every cell of the input box;
+    * an ``(n, l + m)`` integer array of (output index..., input index...) pairs.
+    """
+
+    def __init__(self, out: ArrayLikeRef, in_: ArrayLikeRef, capture: object) -> None:
+        self.out = out
+        self.input = in_
+        self.capture = capture
+
+    @property
+    def out_name(self) -> str:
+        return _name_of(self.out)
+
+    @property
+    def in_name(self) -> str:
+        return _name_of(self.input)
+
+    def resolve(self, out_shape: Shape, in_shape: Shape) -> LineageRelation | LineageTable:
+        """The relation (or table) this lineage stands for, checked against the shapes."""
+        cap = self.capture
+        where = f"Lineage `{self.out_name}` ← `{self.in_name}`"
+        if isinstance(cap, LineageRelation | LineageTable):
+            if (cap.out_shape, cap.in_shape) != (out_shape, in_shape):
+                msg = (
+                    f"{where}: the relation connects shapes {cap.out_shape} ← {cap.in_shape}, "
+                    f"the arrays have shapes {out_shape} ← {in_shape}."
+                )
+                raise InvalidRelationError(msg)
+            return cap
+        if callable(cap):
+            return _from_callable(cap, out_shape, in_shape, where)
+        if isinstance(cap, np.ndarray) and cap.dtype != object:
+            l, m = len(out_shape), len(in_shape)
+            if cap.ndim != 2 or cap.shape[1] != l + m:
+                msg = (
+                    f"{where}: a pair matrix must have shape (n, {l + m}) (output indices, then "
+                    f"input indices); got {cap.shape}."
+                )
+                raise InvalidRelationError(msg)
+            return LineageRelation.from_pairs(out_shape, in_shape, cap[:, :l], cap[:, l:])
+        if isinstance(cap, list | tuple):
+            return _from_box_pairs(list(cap), out_shape, in_shape, where)
+        msg = (
+            f"{where}: cannot use a capture of type {type(cap).__name__}; pass a "
+            "LineageRelation, a per-cell callable, (output box, input box) pairs or a pair matrix."
+        )
+        raise InvalidRelationError(msg)
+
+    def __repr__(self) -> str:
+        return f"Lineage({self.out_name!r} ← {self.in_name!r})"
+
+
+def _name_of(a: ArrayLikeRef) -> str:
+    if isinstance(a, Array | ArrayRecord):
+        return a.name
+    if isinstance(a, str):
+        return a
+    msg = f"Expected an array name, Array or ArrayRecord, got {type(a).__name__}."
+    raise QueryError(msg)
+
+
+def _from_callable(
+    cap: CellCapture, out_shape: Shape, in_shape: Shape, where: str
+) -> LineageRelation:
+    outs: list[tuple[int, ...]] = []
+    ins: list[tuple[int, ...]] = []
+    m = len(in_shape)
+    for b in np.ndindex(*out_shape):
+        try:
+            cells = cap(tuple(int(x) for x in b))
+        except Exception as e:
+            msg = f"{where}: the capture callable failed on output cell {b}: {e}"
+            raise InvalidRelationError(msg) from e
+        for a in cells if cells is not None else ():
+            cell = (int(a),) if isinstance(a, int | np.integer) else tuple(int(x) for x in a)
+            if len(cell) != m:
+                msg = f"{where}: capture({b}) returned {a!r}; input cells have {m} indices."
+                raise InvalidRelationError(msg)
+            outs.append(tuple(int(x) for x in b))
+            ins.append(cell)
+    n = len(outs)
+    oc = np.asarray(outs, dtype=np.int64).reshape(n, len(out_shape)).T
+    ic = np.asarray(ins, dtype=np.int64).reshape(n, m).T
+    if not out_shape and not in_shape:
+        return LineageRelation.from_columns((), (), [], [], n=min(n, 1))
+    return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=n)
+
+
+def _from_box_pairs(
+    pairs: list[Any], out_shape: Shape, in_shape: Shape, where: str
+) -> LineageRelation:
+    outs: list[I64] = []
+    ins: list[I64] = []
+    for p in pairs:
+        if not (isinstance(p, tuple | list) and len(p) == 2):
+            msg = f"{where}: box captures are (output box, input box) pairs; got {p!r}."
+            raise InvalidRelationError(msg)
+        try:
+            ob = as_cells(out_shape, p[0] if isinstance(p[0], tuple | slice) else (p[0],))
+            ib = as_cells(in_shape, p[1] if isinstance(p[1], tuple | slice) else (p[1],))
+        except QueryError as e:
+            msg = f"{where}: bad box pair {p!r}: {e}"
+            raise InvalidRelationError(msg) from e
+        o, i = ob.to_indices().T, ib.to_indices().T
+        no, ni = o.shape[1], i.shape[1]
+        outs.append(np.repeat(o, ni, axis=1))
+        ins.append(np.tile(i, (1, no)))
+    if not out_shape and not in_shape:
+        return LineageRelation.from_columns((), (), [], [], n=min(sum(x.shape[1] for x in outs), 1))
+    oc = np.hstack(outs) if outs else np.zeros((len(out_shape), 0), np.int64)
+    ic = np.hstack(ins) if ins else np.zeros((len(in_shape), 0), np.int64)
+    return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=oc.shape[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One resolved hop of a query path."""
+
+    src: ArrayRecord
+    dst: ArrayRecord
+    direction: Direction
+    operation: OperationRecord
+    prepared: PreparedHop | None  # None: the operation links the arrays with no lineage
+
+    def run(self, cells: CellSet) -> CellSet:
+        if self.prepared is None:
+            return CellSet.empty(self.dst.shape)
+        return self.prepared.run(cells, self.direction)
+
+    def describe(self) -> str:
+        arrow = "→" if self.direction == "forward" else "←"
+        table = "no lineage" if self.prepared is None else "table"
+        return (
+            f"{self.src.name} {arrow} {self.dst.name} via {self.operation.op_name} "
+            f"({self.operation.op_id[:12]}…, {self.direction}, {table})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    """A resolved path: run it on many cell sets without touching the store again."""
+
+    hops: tuple[Hop, ...]
+
+    @property
+    def source(self) -> ArrayRecord:
+        return self.hops[0].src
+
+    @property
+    def target(self) -> ArrayRecord:
+        return self.hops[-1].dst
+
+    def run(self, cells: object) -> CellSet:
+        """Cells of the last array linked to ``cells`` of the first (any form of
+        :func:`~dslog_dagster.core.query.as_cells`)."""
+        cur = as_cells(self.source.shape, cells)
+        for hop in self.hops:
+            cur = hop.run(cur)
+        return cur
+
+    def __str__(self) -> str:
+        return "\n".join(h.describe() for h in self.hops)
+
+
+class DSLog:
+    """A DSLog session over a lineage store.
+
+    Args:
+        store: a :class:`LineageStore` or the directory of one (created when missing).
+
+    Examples:
+        >>> log = DSLog(tmp_path)  # doctest: +SKIP
+        >>> x, y = Array("x", (4, 4)), Array("y", (4, 4))  # doctest: +SKIP
+        >>> neg = Lineage(y, x, lambda b: [b])  # doctest: +SKIP
+        >>> log.register_operation("negative", [x], [y], [neg])  # doctest: +SKIP
+        >>> log.prov_query([y, x], np.s_[0, :]).to_indices()  # doctest: +SKIP
+    """
+
+    def __init__(self, store: LineageStore | str | os.PathLike[str]) -> None:
+        self.store = store if isinstance(store, LineageStore) else LineageStore(store)
+        self._prepared: OrderedDict[tuple[str, str, str], PreparedHop | None] = OrderedDict()
+        self._graph_key: tuple[int, str] | None = None
+        self._ops: list[OperationRecord] = []
+        self._fwd: dict[str, list[tuple[OperationRecord, ArrayRecord]]] = {}
+        self._bwd: dict[str, list[tuple[OperationRecord, ArrayRecord]]] = {}
+        self._plans: dict[tuple[Any, ...], QueryPlan] = {}
+        self._by_name: dict[str, dict[str, ArrayRecord]] = {}
+
+    def __repr__(self) -> str:
+        return f"DSLog({str(self.store.root)!r})"
+
+    # ------------------------------------------------------------- registration
+
+    def array(self, array: Array | str, shape: Sequence[int] | int | None = None) -> ArrayRecord:
+        """Register an array (idempotent) and return its record."""
+        if isinstance(array, str):
+            if shape is None:
+                return self.store.get_array(array)
+            array = Array(array, shape)
+        return self.store.register_array(
+            array.name, array.shape, array.dtype, version=array.version
+        )
+
+    def register_operation(
+        self,
+        op_name: str,
+        in_arrs: Sequence[Array | str],
+        out_arrs: Sequence[Array | str],
+        capture: Sequence[Lineage] | Mapping[tuple[str, str], object],
+        op_args: Mapping[str, Any] | None = None,
+        *,
+        capture_method: str = "user",
+    ) -> OperationRecord:
+        """Register one execution of ``op_name`` with its lineage (paper: ``register_operation``).
+
+        Args:
+            op_name: the operation's name.
+            in_arrs / out_arrs: its input and output arrays; :class:`Array` objects are
+                registered, names must already be registered.
+            capture: :class:`Lineage` objects, or ``{(output name, input name): capture}``
+                with any capture :class:`Lineage` accepts. Pairs left out have no lineage.
+            op_args: JSON-able arguments (recorded for reuse signatures and audits).
+            capture_method: how the lineage was obtained (``"user"``, ``"annotator"``, ...).
+        """
+        ins = [self.array(a) for a in in_arrs]
+        outs = [self.array(a) for a in out_arrs]
+        by_name = {r.name: r for r in [*ins, *outs]}
+        if isinstance(capture, Mapping):
+            lineages = [Lineage(o, i, c) for (o, i), c in capture.items()]
+        else:
+            lineages = list(capture)
+            if not all(isinstance(x, Lineage) for x in lineages):
+                msg = f"Operation `{op_name}`: `capture` must be Lineage objects or a mapping."
+                raise InvalidRelationError(msg)
+        lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
+        for lin in lineages:
+            o, i = by_name.get(lin.out_name), by_name.get(lin.in_name)
+            if o is None or i is None or o not in outs or i not in ins:
+                msg = (
+                    f"Operation `{op_name}`: {lin!r} does not connect one of its outputs "
+                    f"{[r.name for r in outs]} to one of its inputs {[r.name for r in ins]}."
+                )
+                raise InvalidRelationError(msg)
+            lineage[(o.name, i.name)] = lin.resolve(o.shape, i.shape)
+        rec = self.store.register_operation(
+            op_name, ins, outs, lineage, args=op_args, capture_method=capture_method
+        )
+        self._graph_key = None
+        return rec
+
+    # ------------------------------------------------------------- graph
+
+    def _refresh_graph(self) -> None:
+        """Reload the operation graph when another process (or we) registered something."""
+        ids = self.store.operation_ids()
+        key = (len(ids), ids[-1] if ids else "")
+        if key == self._graph_key:
+            return
+        known = {op.op_id for op in self._ops}
+        for op_id in ids:
+            if op_id in known:
+                continue
+            try:
+                op = self.store.get_operation(op_id)
+            except LineageNotFoundError:
+                continue
+            self._ops.append(op)
+            for r in (*op.inputs, *op.outputs):
+                self._by_name.setdefault(r.name, {})[r.array_id] = r
+            for o in op.outputs:
+                for i in op.inputs:
+                    self._fwd.setdefault(i.array_id, []).append((op, o))
+                    self._bwd.setdefault(o.array_id, []).append((op, i))
+        for lst in (*self._fwd.values(), *self._bwd.values()):
+            lst.sort(key=lambda e: e[0].op_id, reverse=True)
+        self._graph_key = key
+        self._plans.clear()
+
+    def _versions(self, ref: ArrayLikeRef) -> list[ArrayRecord]:
+        """Candidate records of a path element, newest first."""
+        if isinstance(ref, ArrayRecord):
+            return [ref]
+        if isinstance(ref, Array):
+            if ref.version is not None:
+                rec = self.store.get_array(ref.name, ref.version)
+                if rec.shape != ref.shape:
+                    msg = (
+                        f"Array `{ref.name}` is registered with shape {rec.shape}, not {ref.shape}."
+                    )
+                    raise QueryError(msg)
+                return [rec]
+            name = ref.name
+        else:
+            name = _name_of(ref)
+        latest = self.store.get_array(name)  # raises a clear "no such array" error
+        recs = dict(self._by_name.get(name, {}))
+        recs.setdefault(latest.array_id, latest)
+        return sorted(recs.values(), key=lambda r: (r.created_at, r.version or ""), reverse=True)
+
+    def _neighbours(
+        self, rec: ArrayRecord, name: str
+    ) -> list[tuple[OperationRecord, ArrayRecord, Direction]]:
+        """Operations linking ``rec`` to an array named ``name``, newest first."""
+        out: list[tuple[OperationRecord, ArrayRecord, Direction]] = [
+            (op, o, "forward") for op, o in self._fwd.get(rec.array_id, []) if o.name == name
+        ]
+        out += [(op, i, "backward") for op, i in self._bwd.get(rec.array_id, []) if i.name == name]
+        out.sort(key=lambda e: e[0].op_id, reverse=True)
+        return out
+
+    def _prepared_for(self, op: OperationRecord, out: str, inp: str) -> PreparedHop | None:
+        key = (op.op_id, out, inp)
+        if key in self._prepared:
+            self._prepared.move_to_end(key)
+            return self._prepared[key]
+        if not any(t.output == out and t.input == inp for t in op.tables):
+            hop = None
+        else:
+            hop = prepare(self.store.read_lineage(op, out, inp))
+        self._prepared[key] = hop
+        if len(self._prepared) > PREPARED_CACHE_SIZE:
+            self._prepared.popitem(last=False)
+        return hop
+
+    # ------------------------------------------------------------- queries
+
+    def plan(self, path: Sequence[ArrayLikeRef]) -> QueryPlan:
+        """Resolve a path of arrays into hops (most recent consistent chain of operations).
+
+        Raises:
+            QueryError: a path of fewer than two arrays.
+            LineageNotFoundError: an unknown array, or consecutive arrays no operation links.
+        """
+        if isinstance(path, str | Array | ArrayRecord) or len(path) < 2:
+            msg = "A query path is a sequence of at least two arrays, e.g. ['y', 'x']."
+            raise QueryError(msg)
+        self._refresh_graph()
+        key = tuple(
+            (p.array_id,)
+            if isinstance(p, ArrayRecord)
+            else (p.name, p.version)
+            if isinstance(p, Array)
+            else (p,)
+            for p in path
+        )
+        cached = self._plans.get(key)
+        if cached is not None:
+            return cached
+        names = [_name_of(p) for p in path]
+        versions = [self._versions(p) for p in path]  # unknown arrays fail here, clearly
+        pinned = [
+            {r.array_id for r in vs}
+            if isinstance(p, ArrayRecord) or (isinstance(p, Array) and p.version is not None)
+            else None
+            for p, vs in zip(path, versions, strict=True)
+        ]
+        starts = versions[0]
+        steps = 0
+        chain: list[tuple[OperationRecord, ArrayRecord, ArrayRecord, Direction]] = []
+
+        def search(rec: ArrayRecord, i: int) -> bool:
+            nonlocal steps
+            if i == len(names) - 1:
+                return True
+            for op, nxt, direction in self._neighbours(rec, names[i + 1]):
+                steps += 1
+                if steps > MAX_PATH_SEARCH_STEPS:
+                    return False
+                allowed = pinned[i + 1]
+                if allowed is not None and nxt.array_id not in allowed:
+                    continue
+                chain.append((op, rec, nxt, direction))
+                if search(nxt, i + 1):
+                    return True
+                chain.pop()
+            return False
+
+        if not any(search(s, 0) for s in starts):
+            raise LineageNotFoundError(self._no_path_message(names, starts))
+        hops = []
+        for op, src, dst, direction in chain:
+            out, inp = (dst.name, src.name) if direction == "forward" else (src.name, dst.name)
+            hops.append(Hop(src, dst, direction, op, self._prepared_for(op, out, inp)))
+        plan = QueryPlan(tuple(hops))
+        self._plans[key] = plan
+        return plan
+
+    def _no_path_message(self, names: list[str], starts: list[ArrayRecord]) -> str:
+        # find the first hop that no operation links, ignoring versions, for a useful message
+        for a, b in itertools.pairwise(names):
+            linked = any(self._neighbours(r, b) for r in self._versions(a))
+            if not linked:
+                return (
+                    f"No registered operation links `{a}` and `{b}` (in either direction), so "
+                    f"the path {names} cannot be queried. Register the operation that reads one "
+                    "and writes the other."
+                )
+        have = ", ".join(f"`{r.version}`" for r in starts)
+        return (
+            f"The path {names} has operations for every hop, but no chain of them agrees on the "
+            f"array versions (versions of `{names[0]}`: {have}); re-run the operations or pin "
+            "versions with Array(name, shape, version=...)."
+        )
+
+    def prov_query(self, path: Sequence[ArrayLikeRef], cells: object) -> CellSet:
+        """Cells of the last array of ``path`` linked to ``cells`` of the first (paper:
+        ``prov_query``). Consecutive arrays must be linked by an operation, either way.
+
+        ``cells``: a box (``np.s_[0:10, 3]``), index tuples, a boolean mask or flat indices.
+        The result is a :class:`CellSet`: ``.to_arrow()`` boxes, ``.to_flat()``,
+        ``.to_mask()``, ``.count()``.
+        """
+        return self.plan(path).run(cells)
+
+    def lineage_between(self, src: ArrayLikeRef, dst: ArrayLikeRef, cells: object) -> CellSet:
+        """Cells of ``dst`` linked to ``cells`` of ``src`` over EVERY path of operations
+        between them (all forward if ``dst`` is downstream, all backward if upstream).
+
+        Uses the newest version of each array given by name.
+
+        Raises:
+            LineageNotFoundError: unknown arrays or no path between them.
+        """
+        self._refresh_graph()
+        s = self._versions(src)[0]
+        d_name = _name_of(dst)
+        d_ids = {r.array_id for r in self._versions(dst)}
+        if isinstance(dst, ArrayRecord) or (isinstance(dst, Array) and dst.version is not None):
+            d_ids = {self._versions(dst)[0].array_id}
+        start = as_cells(s.shape, cells)
+        for direction in ("forward", "backward"):
+            result = self._union_over_paths(s, d_ids, start, direction)
+            if result is not None:
+                return result
+        msg = (
+            f"No chain of operations leads from `{s.name}` to `{d_name}` in either direction; "
+            "`lineage_between` needs one array to be upstream of the other."
+        )
+        raise LineageNotFoundError(msg)
+
+    def _union_over_paths(
+        self, s: ArrayRecord, d_ids: set[str], start: CellSet, direction: Direction
+    ) -> CellSet | None:
+        edges = self._fwd if direction == "forward" else self._bwd
+        # nodes reachable from s, then a topological order of them (the graph is a DAG over
+        # array versions; a cycle would mean an operation wrote one of its own inputs)
+        recs: dict[str, ArrayRecord] = {s.array_id: s}
+        order: list[str] = []
+        state: dict[str, int] = {}
+
+        def visit(u: str) -> None:
+            stack = [(u, iter(edges.get(u, [])))]
+            state[u] = 1
+            while stack:
+                node, it = stack[-1]
+                for _, nxt in it:
+                    recs.setdefault(nxt.array_id, nxt)
+                    st = state.get(nxt.array_id, 0)
+                    if st == 1:
+                        msg = (
+                            f"The lineage graph has a cycle through `{nxt.name}`; "
+                            "cannot union its paths."
+                        )
+                        raise QueryError(msg)
+                    if st == 0:
+                        state[nxt.array_id] = 1
+                        stack.append((nxt.array_id, iter(edges.get(nxt.array_id, []))))
+                        break
+                else:
+                    state[node] = 2
+                    order.append(node)
+                    stack.pop()
+
+        visit(s.array_id)
+        order.reverse()
+        targets = [recs[u] for u in order if u in d_ids and u != s.array_id]
+        if not targets:
+            return None
+        target = max(targets, key=lambda r: (r.created_at, r.version or "")).array_id
+        # only nodes that can reach the target matter
+        useful = {target}
+        for u in reversed(order):
+            if any(nxt.array_id in useful for _, nxt in edges.get(u, [])):
+                useful.add(u)
+        cells: dict[str, CellSet] = {s.array_id: start}
+        for u in order:
+            if u not in useful or u not in cells or u == target:
+                continue
+            seen: set[str] = set()  # newest operation per (u, next) only: re-runs repeat it
+            for op, nxt in edges.get(u, []):
+                if nxt.array_id not in useful or nxt.array_id in seen:
+                    continue
+                seen.add(nxt.array_id)
+                out, inp = (
+                    (nxt.name, recs[u].name) if direction == "forward" else (recs[u].name, nxt.name)
+                )
+                hop = Hop(recs[u], nxt, direction, op, self._prepared_for(op, out, inp))
+                got = hop.run(cells[u])
+                prev = cells.get(nxt.array_id)
+                cells[nxt.array_id] = got if prev is None else prev | got
+        return cells.get(target, CellSet.empty(recs[target].shape))
+
+
+# ----------------------------------------------------------------- module-level API
+
+_default: DSLog | None = None
+
+
+def default_session() -> DSLog:
+    """The session the module-level functions use: ``$DSLOG_STORE`` or ``./.dslog``."""
+    global _default
+    root = Path(os.environ.get("DSLOG_STORE", ".dslog")).absolute()
+    if _default is None or _default.store.root != root:
+        _default = DSLog(root)
+    return _default
+
+
+def register_operation(
+    op_name: str,
+    in_arrs: Sequence[Array | str],
+    out_arrs: Sequence[Array | str],
+    capture: Sequence[Lineage] | Mapping[tuple[str, str], object],
+    op_args: Mapping[str, Any] | None = None,
+    *,
+    session: DSLog | None = None,
+) -> OperationRecord:
+    """:meth:`DSLog.register_operation` on ``session`` (default: :func:`default_session`)."""
+    return (session or default_session()).register_operation(
+        op_name, in_arrs, out_arrs, capture, op_args
+    )
+
+
+def prov_query(
+    path: Sequence[ArrayLikeRef], cells: object, *, session: DSLog | None = None
+) -> CellSet:
+    """:meth:`DSLog.prov_query` on ``session`` (default: :func:`default_session`)."""
+    return (session or default_session()).prov_query(path, cells)
+
+
+def lineage_between(
+    src: ArrayLikeRef, dst: ArrayLikeRef, cells: object, *, session: DSLog | None = None
+) -> CellSet:
+    """:meth:`DSLog.lineage_between` on ``session`` (default: :func:`default_session`)."""
+    return (session or default_session()).lineage_between(src, dst, cells)
