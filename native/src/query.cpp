@@ -191,24 +191,20 @@ PreparedTable::PreparedTable(ProvRCTable table) : t_(std::move(table)) {
 
 void PreparedTable::prepare_side(Side& s) const {
   const int64_t R = t_.rows;
-  s.order.resize(static_cast<size_t>(R));
-  std::iota(s.order.begin(), s.order.end(), 0);
-  if (s.d == 0) return;
-  // Sweep along the axis whose row starts are most distinct: it prunes the join best.
-  int64_t best = -1;
-  std::vector<int64_t> v(static_cast<size_t>(R));
-  for (int a = 0; a < s.d; ++a) {
-    for (int64_t i = 0; i < R; ++i) v[i] = s.lo[i * s.d + a];
-    std::sort(v.begin(), v.end());
-    const int64_t distinct = std::unique(v.begin(), v.end()) - v.begin();
-    if (distinct > best) {
-      best = distinct;
-      s.sweep = a;
+  const int d = s.d;
+  s.order.assign(static_cast<size_t>(d), std::vector<int64_t>(static_cast<size_t>(R)));
+  s.sorted_lo.assign(static_cast<size_t>(d), std::vector<int64_t>(static_cast<size_t>(R)));
+  s.maxlen.assign(static_cast<size_t>(d), 0);
+  for (int a = 0; a < d; ++a) {
+    auto& order = s.order[a];
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return s.lo[x * d + a] < s.lo[y * d + a]; });
+    for (int64_t i = 0; i < R; ++i) {
+      s.sorted_lo[a][i] = s.lo[order[i] * d + a];
+      s.maxlen[a] = std::max(s.maxlen[a], s.hi[i * d + a] - s.lo[i * d + a]);
     }
   }
-  const int ax = s.sweep, d = s.d;
-  std::stable_sort(s.order.begin(), s.order.end(),
-                   [&](int64_t x, int64_t y) { return s.lo[x * d + ax] < s.lo[y * d + ax]; });
 }
 
 Boxes PreparedTable::hop(const Boxes& q, bool forward) const {
@@ -354,21 +350,52 @@ Boxes PreparedTable::hop(const Boxes& q, bool forward) const {
     return normalize(res);
   }
 
-  // Interval join on the sweep axis: whichever of a (row, box) pair starts later meets the
-  // other in the active list; entries that ended before the current start are dropped.
-  const int ax = s.sweep;
-  std::vector<int64_t> qorder(static_cast<size_t>(q.k));
+  // Join strategy, chosen per query from exact counts on the sorted row starts:
+  //  * scan: for each box, the rows whose start on axis a lies in [lo - maxlen_a, hi];
+  //  * sweep: an interval join on axis a (every row and box once, plus the pairs that meet).
+  // The scan wins when the boxes are few or the rows short (e.g. columnar tables).
+  const int64_t nq = q.k;
+  int best_axis = 0;
+  int64_t best_scan = -1;
+  for (int a = 0; a < d; ++a) {
+    const auto& sl = s.sorted_lo[a];
+    int64_t cost = 0;
+    for (int64_t qb = 0; qb < nq && (best_scan < 0 || cost < best_scan); ++qb) {
+      const int64_t x = q.lo[qb * d + a], y = q.hi[qb * d + a];
+      cost += (std::upper_bound(sl.begin(), sl.end(), y) -
+               std::lower_bound(sl.begin(), sl.end(), x - s.maxlen[a])) + 1;
+    }
+    if (best_scan < 0 || cost < best_scan) {
+      best_scan = cost;
+      best_axis = a;
+    }
+  }
+  const int ax = best_axis;
+  const auto& order = s.order[ax];
+  const auto& sl = s.sorted_lo[ax];
+  if (best_scan <= R + nq) {
+    for (int64_t qb = 0; qb < nq; ++qb) {
+      const int64_t x = q.lo[qb * d + ax], y = q.hi[qb * d + ax];
+      const auto first = std::lower_bound(sl.begin(), sl.end(), x - s.maxlen[ax]) - sl.begin();
+      const auto last = std::upper_bound(sl.begin(), sl.end(), y) - sl.begin();
+      for (auto i = first; i < last; ++i) visit(qb, order[i]);
+    }
+    return normalize(res);
+  }
+
+  // Interval join on axis ax: whichever of a (row, box) pair starts later meets the other in
+  // the active list; entries that ended before the current start are dropped.
+  std::vector<int64_t> qorder(static_cast<size_t>(nq));
   std::iota(qorder.begin(), qorder.end(), 0);
   std::sort(qorder.begin(), qorder.end(),
             [&](int64_t x, int64_t y) { return q.lo[x * d + ax] < q.lo[y * d + ax]; });
   std::vector<int64_t> arow, aq;
   size_t ri = 0, qi = 0;
-  const size_t nr = s.order.size(), nq = qorder.size();
-  while (ri < nr || qi < nq) {
-    const bool take_row =
-        qi >= nq || (ri < nr && s.lo[s.order[ri] * d + ax] <= q.lo[qorder[qi] * d + ax]);
+  const size_t nr = order.size(), nqs = qorder.size();
+  while (ri < nr || qi < nqs) {
+    const bool take_row = qi >= nqs || (ri < nr && sl[ri] <= q.lo[qorder[qi] * d + ax]);
     if (take_row) {
-      const int64_t i = s.order[ri++];
+      const int64_t i = order[ri++];
       const int64_t x = s.lo[i * d + ax];
       for (size_t a = 0; a < aq.size();) {
         if (q.hi[aq[a] * d + ax] < x) {
@@ -379,7 +406,8 @@ Boxes PreparedTable::hop(const Boxes& q, bool forward) const {
           ++a;
         }
       }
-      if (qi < nq) arow.push_back(i);  // no box can meet it once all boxes are in
+      if (qi < nqs) arow.push_back(i);  // no box can meet it once all boxes are in
+      else if (aq.empty()) break;        // nothing left to meet
     } else {
       const int64_t qb = qorder[qi++];
       const int64_t x = q.lo[qb * d + ax];

@@ -53,8 +53,10 @@ class PreparedTable {
   struct Side {
     int d = 0;
     std::vector<int64_t> lo, hi;  // row-major hulls: row i, axis a at [i * d + a]
-    int sweep = 0;                // axis used for the interval join
-    std::vector<int64_t> order;   // rows sorted by lo on the sweep axis
+    // Per axis a: rows sorted by their lower bound on a, those bounds, and the longest
+    // extent on a (so the rows meeting [x, y] on a start in [x - maxlen, y]).
+    std::vector<std::vector<int64_t>> order, sorted_lo;
+    std::vector<int64_t> maxlen;
   };
   void prepare_side(Side& s) const;
   ProvRCTable t_;
