@@ -302,3 +302,18 @@ def test_query_cell_errors(make: Any) -> None:
         q([[0, 0, 0]])
     with pytest.raises(QueryError, match="integers"):
         q(np.array([[0.5, 1.0]]))
+
+
+def test_sparse_target_arrays() -> None:
+    # Few pairs into a large target array: NumPyBaseline dedupes with np.unique there (a
+    # 90 000-cell mask per hop would cost more than the hits), densely elsewhere.
+    rng = np.random.default_rng(12)
+    n = 40
+    to_big = LineageRelation.from_columns(
+        (300, 300),
+        (5,),
+        [rng.integers(0, 300, n), rng.integers(0, 300, n)],
+        [rng.integers(0, 5, n)],
+    )
+    hops = [(to_big, "forward"), (to_big, "backward"), (to_big, "forward")]
+    run_all(hops, [np.array([[0], [3]]), np.arange(5)[:, None]])
