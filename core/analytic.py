@@ -26,20 +26,39 @@ from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 __all__ = [
     "add",
+    "atleast_1d",
+    "atleast_2d",
     "binning",
     "broadcast",
     "convolve_same",
+    "cumulative",
+    "delete",
+    "diff",
     "dot",
+    "ediff1d",
     "elementwise",
     "filter_mask",
     "flip",
+    "insert",
+    "median",
+    "moveaxis",
     "negative",
+    "partition",
+    "percentile",
+    "quantile",
+    "ravel",
     "repeat",
+    "reshape",
+    "roll",
     "rot90",
     "sort",
     "sum_axis",
+    "swapaxes",
     "tile",
     "transpose",
+    "trapezoid",
+    "unique",
+    "unwrap",
 ]
 
 
@@ -520,3 +539,511 @@ def convolve_same(
         ok &= (ins[k] >= 0) & (ins[k] < extent)
     o = np.broadcast_to(outs[:, :, None], ins.shape)[:, ok]
     return _relation(sh, sh, np.ascontiguousarray(o), np.ascontiguousarray(ins[:, ok]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Along-one-axis operations of the ICDE random pipelines: cumulative ops, diff, trapezoid,
+# unwrap, roll, delete, insert. Each maps output index ``i`` along the axis to a fixed set of
+# input indices along the same axis, the same in every lane (the other axes are copied).
+# ---------------------------------------------------------------------------------------------
+
+
+def _lane_relation(
+    in_shape: Shape, ax: int, out_extent: int, out_idx: I64, in_idx: I64
+) -> LineageRelation:
+    """Relation ``out[.., out_idx[t], ..] ← in[.., in_idx[t], ..]`` repeated in every lane.
+
+    ``out_idx`` / ``in_idx`` are equal-length 1-D int64 arrays of positions along axis ``ax``;
+    the output has extent ``out_extent`` there and the input's extents elsewhere.
+    """
+    rest_shape = in_shape[:ax] + in_shape[ax + 1 :]
+    rest = _cells(rest_shape)
+    lanes, t = rest.shape[1], out_idx.size
+    rest_rep = np.repeat(rest, t, axis=1)
+    outs = np.insert(rest_rep, ax, np.tile(out_idx, lanes), axis=0)
+    ins = np.insert(rest_rep, ax, np.tile(in_idx, lanes), axis=0)
+    out_shape = (*in_shape[:ax], out_extent, *in_shape[ax + 1 :])
+    return _relation(out_shape, in_shape, outs, ins)
+
+
+def _flat_or_axis(
+    shape: Sequence[int] | int, axis: int | None, what: str
+) -> tuple[Shape, Shape, int]:
+    """``(original shape, working shape, axis)``: ``axis=None`` works on the flattened array."""
+    sh = as_shape(shape, "Input")
+    if axis is None:
+        return sh, (int(np.prod(sh, dtype=np.int64)),), 0
+    return sh, sh, _axes(axis, len(sh), what)[0]
+
+
+def _from_flat_input(rel: LineageRelation, orig: Shape) -> LineageRelation:
+    """Re-express a relation on a flattened input (shape ``(size,)``) over the original shape."""
+    if rel.in_shape == orig:
+        return rel
+    return _relation(rel.out_shape, orig, rel.out_cols, _unravel(rel.in_cols[0], orig), rel.n)
+
+
+def cumulative(shape: Sequence[int] | int, axis: int | None = None) -> LineageRelation:
+    """Lineage of ``np.cumsum`` / ``cumprod`` / ``nancumsum`` / ``nancumprod`` along ``axis``.
+
+    ``out[i] = in[0] ∘ … ∘ in[i]`` along the axis, so ``out[i] ← in[0..i]`` (the nan-variants
+    read the same cells; a NaN counts as the identity but is still read). ``axis=None`` works on
+    the C-order flattened input and gives a 1-D output, like NumPy. ``S (S + 1) / 2`` pairs per
+    lane of length ``S`` — quadratic, mind the size.
+
+    Args:
+        shape: input shape.
+        axis: accumulation axis; ``None`` to flatten first.
+
+    Returns:
+        The relation.
+    """
+    orig, sh, ax = _flat_or_axis(shape, axis, "cumulative")
+    i, j = np.tril_indices(sh[ax])
+    rel = _lane_relation(sh, ax, sh[ax], i.astype(np.int64), j.astype(np.int64))
+    return _from_flat_input(rel, orig)
+
+
+def unwrap(shape: Sequence[int] | int, axis: int = -1) -> LineageRelation:
+    """Lineage of ``np.unwrap(p, discont, axis, period=...)``: the prefix, as :func:`cumulative`.
+
+    NumPy computes ``out[i] = p[i] + Σ_{j=1..i} corr(p[j] - p[j-1])`` where ``corr`` is a
+    multiple of ``period`` (0 when the jump is below ``discont``). We define the lineage as the
+    cells that formula *reads*: ``out[i] ← p[0..i]``, independent of the data, period and
+    discont. A value-perturbation capture would find only ``p[i]`` (``corr`` is piecewise
+    constant), a NaN-propagating one finds exactly this prefix (checked in the tests); the read
+    set is the one that stays right whatever the values are.
+
+    Args:
+        shape: input shape.
+        axis: the unwrapping axis (NumPy's default is the last).
+
+    Returns:
+        The relation.
+    """
+    return cumulative(shape, axis)
+
+
+def diff(shape: Sequence[int] | int, n: int = 1, axis: int = -1) -> LineageRelation:
+    """Lineage of ``np.diff(x, n, axis)``: ``out[i] ← in[i..i+n]`` along ``axis``.
+
+    The ``n``-th difference is ``Σ_k (-1)^k C(n, k) in[i + n - k]``, so each output reads
+    ``n + 1`` consecutive inputs; the output extent is ``max(S - n, 0)`` (empty, no pairs, when
+    ``n ≥ S``). ``n = 0`` is the identity, as in NumPy.
+
+    Args:
+        shape: input shape (rank ≥ 1).
+        n: order of the difference, ≥ 0.
+        axis: differencing axis.
+
+    Returns:
+        The relation.
+    """
+    sh = as_shape(shape, "Input")
+    if not sh:
+        msg = "diff() needs an array of rank ≥ 1, got a 0-d shape."
+        raise InvalidRelationError(msg)
+    if n < 0:
+        msg = f"diff(): order n={n} must be non-negative."
+        raise InvalidRelationError(msg)
+    ax = _axes(axis, len(sh), "diff")[0]
+    m = max(sh[ax] - n, 0)
+    out_idx = np.repeat(np.arange(m, dtype=np.int64), n + 1)
+    in_idx = out_idx + np.tile(np.arange(n + 1, dtype=np.int64), m)
+    return _lane_relation(sh, ax, m, out_idx, in_idx)
+
+
+def ediff1d(shape: Sequence[int] | int) -> LineageRelation:
+    """Lineage of ``np.ediff1d(x)``: ``diff`` of the flattened input, ``out[k] ← flat[k, k+1]``.
+
+    Args:
+        shape: input shape (flattened in C order, as NumPy does).
+
+    Returns:
+        The relation, 1-D output of ``max(size - 1, 0)`` cells.
+    """
+    sh = as_shape(shape, "Input")
+    rel = diff((int(np.prod(sh, dtype=np.int64)),), 1, 0)
+    return _from_flat_input(rel, sh)
+
+
+def trapezoid(shape: Sequence[int] | int, axis: int = -1) -> LineageRelation:
+    """Lineage of ``np.trapezoid(y, dx=..., axis=axis)`` (``np.trapz`` before NumPy 2.0).
+
+    ``Σ_i dx (y[i] + y[i+1]) / 2`` reads every cell along the axis, so this is a reduction
+    (:func:`sum_axis`) — except that an axis of extent 1 has no interval: NumPy returns ``0.0``
+    computed from no cell at all, so those outputs have no lineage.
+
+    Args:
+        shape: input shape (rank ≥ 1).
+        axis: integration axis.
+
+    Returns:
+        The relation (output shape: ``shape`` without ``axis``).
+    """
+    sh = as_shape(shape, "Input")
+    ax = _axes(axis, len(sh), "trapezoid")[0]
+    if sh[ax] >= 2:
+        return sum_axis(sh, ax)
+    out_shape = sh[:ax] + sh[ax + 1 :]
+    none = np.zeros((len(out_shape), 0), dtype=np.int64)
+    return _relation(out_shape, sh, none, np.zeros((len(sh), 0), dtype=np.int64), 0)
+
+
+def roll(
+    shape: Sequence[int] | int,
+    shift: int | Sequence[int],
+    axis: int | Sequence[int] | None = None,
+) -> LineageRelation:
+    """Lineage of ``np.roll(x, shift, axis)``: ``out[i] ← in[(i - shift) mod S]`` per axis.
+
+    ``axis=None`` rolls the C-order flattened array and keeps the shape, like NumPy. Several
+    axes take one shift each (an int shift applies to all of them); a repeated axis adds up its
+    shifts, as NumPy does.
+
+    Args:
+        shape: input shape.
+        shift: number of places to roll (negative rolls backwards).
+        axis: axis or axes; ``None`` to roll the flattened array.
+
+    Returns:
+        The relation (one pair per cell).
+    """
+    sh = as_shape(shape, "Input")
+    outs = _cells(sh)
+    if axis is None:
+        size = int(np.prod(sh, dtype=np.int64))
+        flat = np.arange(size, dtype=np.int64)
+        s = int(np.sum(shift))
+        src = (flat - s) % size if size else flat
+        return _relation(sh, sh, outs, _unravel(src, sh))
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    shifts = np.broadcast_to(np.asarray(shift, dtype=np.int64), (len(axes),))
+    ins = outs.copy()
+    total: dict[int, int] = {}
+    for a, s in zip(axes, shifts, strict=True):
+        k = _axes(int(a), len(sh), "roll")[0]
+        total[k] = total.get(k, 0) + int(s)
+    for k, s in total.items():
+        ins[k] = (outs[k] - s) % sh[k] if sh[k] else outs[k]
+    return _relation(sh, sh, outs, ins)
+
+
+def delete(
+    shape: Sequence[int] | int, obj: int | slice | Sequence[int], axis: int | None = None
+) -> LineageRelation:
+    """Lineage of ``np.delete(x, obj, axis)``: the kept cells shift down to close the gap.
+
+    Along ``axis`` output ``i`` comes from ``keep[i]`` where ``keep = np.delete(arange(S), obj)``
+    (so ``obj`` accepts whatever NumPy accepts: an index, indices, a slice, a boolean mask).
+    ``axis=None`` deletes from the flattened array (1-D output).
+
+    Args:
+        shape: input shape.
+        obj: what to delete.
+        axis: the axis; ``None`` to flatten first.
+
+    Returns:
+        The relation (one pair per kept cell).
+
+    Raises:
+        InvalidRelationError: ``obj`` is out of bounds for the axis.
+    """
+    orig, sh, ax = _flat_or_axis(shape, axis, "delete")
+    try:
+        keep = np.delete(np.arange(sh[ax], dtype=np.int64), obj)
+    except IndexError as e:
+        msg = f"delete(): {obj!r} is out of bounds for axis {ax} of extent {sh[ax]}: {e}"
+        raise InvalidRelationError(msg) from e
+    rel = _lane_relation(sh, ax, keep.size, np.arange(keep.size, dtype=np.int64), keep)
+    return _from_flat_input(rel, orig)
+
+
+def insert(
+    shape: Sequence[int] | int, obj: int | Sequence[int], axis: int | None = None
+) -> tuple[LineageRelation, LineageRelation]:
+    """Lineage of ``np.insert(x, obj, values, axis)`` with a scalar (0-d) ``values``.
+
+    The inserted slices come from ``values`` (broadcast: every inserted cell ← ``values[()]``),
+    the others from ``x`` shifted up: with ``src = np.insert(arange(S), obj, -1)`` output ``i``
+    along the axis comes from ``x[src[i]]`` when ``src[i] ≥ 0``. ``axis=None`` inserts into the
+    flattened array (1-D output).
+
+    Args:
+        shape: shape of ``x``.
+        obj: insertion index or indices (before which to insert), as NumPy accepts them.
+        axis: the axis; ``None`` to flatten first.
+
+    Returns:
+        ``(R_x, R_values)``; ``R_values`` has input shape ``()``.
+
+    Raises:
+        InvalidRelationError: ``obj`` is out of bounds for the axis.
+    """
+    orig, sh, ax = _flat_or_axis(shape, axis, "insert")
+    try:
+        src = np.insert(np.arange(sh[ax], dtype=np.int64), obj, -1)
+    except IndexError as e:
+        msg = f"insert(): {obj!r} is out of bounds for axis {ax} of extent {sh[ax]}: {e}"
+        raise InvalidRelationError(msg) from e
+    pos = np.arange(src.size, dtype=np.int64)
+    from_x = src >= 0
+    r_x = _from_flat_input(_lane_relation(sh, ax, src.size, pos[from_x], src[from_x]), orig)
+    r_v_full = _lane_relation(sh, ax, src.size, pos[~from_x], np.zeros((~from_x).sum(), np.int64))
+    r_v = _relation(r_v_full.out_shape, (), r_v_full.out_cols, [], r_v_full.n)
+    return r_x, r_v
+
+
+# ---------------------------------------------------------------------------------------------
+# Axis permutations and reshapes: moveaxis, swapaxes, reshape, ravel, atleast_1d/2d
+# ---------------------------------------------------------------------------------------------
+
+
+def moveaxis(
+    shape: Sequence[int] | int,
+    source: int | Sequence[int],
+    destination: int | Sequence[int],
+) -> LineageRelation:
+    """Lineage of ``np.moveaxis(x, source, destination)``: a :func:`transpose`.
+
+    The permutation is built exactly as NumPy builds it (the other axes keep their order, the
+    moved ones are inserted at their destinations in increasing destination order).
+    """
+    sh = as_shape(shape, "Input")
+    rank = len(sh)
+    src = [source] if isinstance(source, int | np.integer) else list(source)
+    dst = [destination] if isinstance(destination, int | np.integer) else list(destination)
+    if len(src) != len(dst):
+        msg = f"moveaxis(): {len(src)} source axes but {len(dst)} destinations."
+        raise InvalidRelationError(msg)
+    s = [_axes(int(a), rank, "moveaxis")[0] for a in src]
+    d = [_axes(int(a), rank, "moveaxis")[0] for a in dst]
+    if len(set(s)) != len(s) or len(set(d)) != len(d):
+        msg = f"moveaxis(): repeated axis in {source!r} or {destination!r}."
+        raise InvalidRelationError(msg)
+    order = [a for a in range(rank) if a not in s]
+    for dd, ss in sorted(zip(d, s, strict=True)):
+        order.insert(dd, ss)
+    return transpose(sh, order)
+
+
+def swapaxes(shape: Sequence[int] | int, axis1: int, axis2: int) -> LineageRelation:
+    """Lineage of ``np.swapaxes(x, axis1, axis2)``: the transposition of two axes."""
+    sh = as_shape(shape, "Input")
+    a, b = (_axes(int(x), len(sh), "swapaxes")[0] for x in (axis1, axis2))
+    perm = list(range(len(sh)))
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(sh, perm)
+
+
+def reshape(shape: Sequence[int] | int, newshape: Sequence[int] | int) -> LineageRelation:
+    """Lineage of ``np.reshape(x, newshape)`` (C order): flat index ``k`` maps to flat index ``k``.
+
+    One ``-1`` in ``newshape`` is inferred, as in NumPy.
+
+    Raises:
+        InvalidRelationError: the sizes differ or ``-1`` cannot be inferred.
+    """
+    sh = as_shape(shape, "Input")
+    raw = (newshape,) if isinstance(newshape, int | np.integer) else tuple(newshape)
+    size = int(np.prod(sh, dtype=np.int64))
+    known = [int(d) for d in raw if int(d) != -1]
+    unknown = len(raw) - len(known)
+    prod = int(np.prod(known, dtype=np.int64))
+    if unknown > 1 or any(d < -1 for d in (int(x) for x in raw)):
+        msg = f"reshape(): invalid new shape {raw}."
+        raise InvalidRelationError(msg)
+    if unknown:
+        if prod == 0 or size % prod:
+            msg = f"reshape(): cannot infer -1 in {raw} for {size} cells."
+            raise InvalidRelationError(msg)
+        new: Shape = tuple(size // prod if int(d) == -1 else int(d) for d in raw)
+    else:
+        new = tuple(known)
+    if int(np.prod(new, dtype=np.int64)) != size:
+        msg = f"reshape(): cannot reshape {sh} ({size} cells) into {new}."
+        raise InvalidRelationError(msg)
+    flat = np.arange(size, dtype=np.int64)
+    return _relation(new, sh, _unravel(flat, new), _unravel(flat, sh), size)
+
+
+def ravel(shape: Sequence[int] | int) -> LineageRelation:
+    """Lineage of ``np.ravel(x)`` / ``x.flatten()``: :func:`reshape` to 1-D."""
+    return reshape(shape, -1)
+
+
+def atleast_1d(shape: Sequence[int] | int) -> LineageRelation:
+    """Lineage of ``np.atleast_1d(x)``: a 0-d array becomes ``(1,)``, others are unchanged."""
+    sh = as_shape(shape, "Input")
+    return reshape(sh, sh or (1,))
+
+
+def atleast_2d(shape: Sequence[int] | int) -> LineageRelation:
+    """Lineage of ``np.atleast_2d(x)``: ``() → (1, 1)``, ``(N,) → (1, N)``, others unchanged."""
+    sh = as_shape(shape, "Input")
+    return reshape(sh, (1,) * max(2 - len(sh), 0) + sh)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data-dependent selections: partition, quantile/percentile/median, unique
+# ---------------------------------------------------------------------------------------------
+
+
+def _lane_view(x: npt.ArrayLike, axis: int | None, what: str) -> tuple[np.ndarray, Shape, int]:
+    """``(data, original shape, axis)``; ``axis=None`` flattens the data (axis 0 of 1-D)."""
+    arr = np.asarray(x)
+    sh: Shape = tuple(int(d) for d in arr.shape)
+    if axis is None:
+        return arr.reshape(-1), sh, 0
+    if not sh:
+        msg = f"{what}: a 0-d array has no axis {axis}."
+        raise InvalidRelationError(msg)
+    return arr, sh, _axes(axis, len(sh), what)[0]
+
+
+def _matching_permutation(x: np.ndarray, y: np.ndarray, ax: int, orig: Shape) -> LineageRelation:
+    """Lineage of a per-lane rearrangement ``y`` of ``x`` along ``ax``, found by value.
+
+    In every lane the ``r``-th smallest output cell comes from the ``r``-th smallest input
+    cell, both ranked by a stable argsort: each output cell gets the input cell holding its
+    value, and equal values are matched in index order (the stable-sort convention of
+    :func:`sort`). Exact for any rearrangement, whatever selection algorithm produced it.
+    """
+    xo = np.argsort(x, axis=ax, kind="stable").astype(np.int64)
+    yo = np.argsort(y, axis=ax, kind="stable").astype(np.int64)
+    sh: Shape = tuple(int(d) for d in x.shape)
+    base = _cells(sh)  # same cell enumeration for xo and yo
+    outs, ins = base.copy(), base.copy()
+    outs[ax] = yo.reshape(-1)
+    ins[ax] = xo.reshape(-1)
+    rel = _relation(sh, sh, outs, ins)
+    return _from_flat_input(rel, orig)
+
+
+def partition(x: npt.ArrayLike, kth: int | Sequence[int], axis: int | None = -1) -> LineageRelation:
+    """Lineage of ``np.partition(x, kth, axis)``.
+
+    The output is a rearrangement of each lane whose exact order is up to NumPy's introselect,
+    so the lineage is read off the real result: NumPy's output is computed here and matched to
+    the input by value (see :func:`_matching_permutation`; ties are matched in index order).
+
+    Args:
+        x: the data.
+        kth: element index (or indices) to partition by.
+        axis: the axis; ``None`` flattens first (1-D output).
+
+    Returns:
+        The relation (a permutation within each lane).
+    """
+    data, orig, ax = _lane_view(x, axis, "partition")
+    try:
+        y = np.partition(data, kth, axis=ax)
+    except ValueError as e:
+        msg = f"partition(): kth={kth!r} is invalid for axis {ax} of {data.shape}: {e}"
+        raise InvalidRelationError(msg) from e
+    return _matching_permutation(data, y, ax, orig)
+
+
+def _picked(
+    x: npt.ArrayLike, axis: int | None, positions: Sequence[int] | I64, what: str
+) -> LineageRelation:
+    """``out[lane] ← in[lane, order[p]]`` for each sorted position ``p`` in ``positions``."""
+    data, orig, ax = _lane_view(x, axis, what)
+    if np.issubdtype(data.dtype, np.inexact) and np.isnan(data).any():
+        msg = (
+            f"{what}: the data contains NaN; NumPy then returns NaN from the NaN cells, not "
+            "from sorted positions, and this generator does not model that."
+        )
+        raise UnsupportedArrayError(msg)
+    order = np.argsort(data, axis=ax, kind="stable").astype(np.int64)
+    sh: Shape = tuple(int(d) for d in data.shape)
+    out_shape = sh[:ax] + sh[ax + 1 :]
+    lanes = _cells(out_shape)  # (l, L)
+    pos = np.unique(np.asarray(positions, dtype=np.int64))
+    picked = np.take(order, pos, axis=ax)  # lane shape with `len(pos)` on ax
+    picked = np.moveaxis(picked, ax, -1).reshape(-1, pos.size)  # (L, P), lanes in C order
+    outs = np.repeat(lanes, pos.size, axis=1)
+    ins = np.insert(outs, ax, picked.reshape(-1), axis=0)
+    rel = _relation(out_shape, sh, outs, ins, picked.size)
+    return _from_flat_input(rel, orig)
+
+
+def quantile(x: npt.ArrayLike, q: float, axis: int | None = None) -> LineageRelation:
+    """Lineage of ``np.quantile(x, q, axis)`` with the default ``method="linear"``.
+
+    NumPy sorts each lane (length ``n``), takes the virtual index ``v = (n - 1) q`` and
+    interpolates between sorted positions ``⌊v⌋`` and ``⌊v⌋ + 1`` — it reads both even when
+    the weight of the second is 0; for ``v ≥ n - 1`` both are the last position. The lineage is
+    the input cells at those sorted positions (ranked by a stable argsort: among equal values
+    the one with the lower index counts as smaller). Output: ``x``'s shape without ``axis``
+    (``()`` for ``axis=None``).
+
+    Args:
+        x: the data (NaN-free).
+        q: the quantile, a scalar in ``[0, 1]``.
+        axis: the axis; ``None`` for the flattened array.
+
+    Raises:
+        InvalidRelationError: ``q`` outside ``[0, 1]`` or an empty lane.
+        UnsupportedArrayError: NaN in the data.
+    """
+    qf = float(q)
+    if not 0.0 <= qf <= 1.0:
+        msg = f"quantile(): q={q!r} must be in [0, 1]."
+        raise InvalidRelationError(msg)
+    data, _, ax = _lane_view(x, axis, "quantile")
+    n = data.shape[ax]
+    if n == 0:
+        msg = "quantile(): empty lane."
+        raise InvalidRelationError(msg)
+    v = (n - 1) * np.float64(qf)
+    prev = int(np.floor(v))
+    positions = [n - 1] if v >= n - 1 else [prev, prev + 1]
+    return _picked(x, axis, positions, "quantile")
+
+
+def percentile(x: npt.ArrayLike, q: float, axis: int | None = None) -> LineageRelation:
+    """Lineage of ``np.percentile(x, q, axis)``: :func:`quantile` at ``q / 100``.
+
+    The division is done as NumPy does it (``np.true_divide(q, 100)``), so the virtual index
+    and hence the picked cells agree with NumPy bit for bit.
+    """
+    return quantile(x, float(np.true_divide(q, 100)), axis)
+
+
+def median(x: npt.ArrayLike, axis: int | None = None) -> LineageRelation:
+    """Lineage of ``np.median(x, axis)``: the middle cell, or the two middle cells.
+
+    Unlike ``quantile(x, 0.5)`` NumPy's median averages only ``part[n//2]`` (odd ``n``) or
+    ``part[n//2 - 1 : n//2 + 1]`` (even ``n``) of the partitioned lane, so an odd lane has one
+    lineage cell. Ranking and tie-breaking as in :func:`quantile`.
+    """
+    data, _, ax = _lane_view(x, axis, "median")
+    n = data.shape[ax]
+    if n == 0:
+        msg = "median(): empty lane."
+        raise InvalidRelationError(msg)
+    positions = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
+    return _picked(x, axis, positions, "median")
+
+
+def unique(x: npt.ArrayLike) -> LineageRelation:
+    """Lineage of ``np.unique(x)``: output ``k`` ← every input cell equal to ``unique[k]``.
+
+    NumPy flattens, sorts and de-duplicates; each distinct value is computed from all of its
+    occurrences (NaNs count as one value, NumPy's default ``equal_nan=True``). The output is
+    1-D with one cell per distinct value.
+
+    Args:
+        x: the data.
+
+    Returns:
+        The relation (one pair per input cell).
+    """
+    arr = np.asarray(x)
+    sh: Shape = tuple(int(d) for d in arr.shape)
+    vals, inverse = np.unique(arr.reshape(-1), return_inverse=True)
+    flat = np.arange(arr.size, dtype=np.int64)
+    return _relation(
+        (int(vals.size),), sh, inverse.reshape(-1).astype(np.int64)[None], _unravel(flat, sh)
+    )

@@ -36,6 +36,15 @@ class Tracked:
     def __mul__(self, other: "Tracked") -> "Tracked":
         return Tracked(self.v * other.v, self.src | other.src)
 
+    def __sub__(self, other: "Tracked") -> "Tracked":
+        return Tracked(self.v - other.v, self.src | other.src)
+
+    def __rmul__(self, scalar: float) -> "Tracked":  # a constant factor carries no lineage
+        return Tracked(scalar * self.v, self.src)
+
+    def __truediv__(self, scalar: float) -> "Tracked":
+        return Tracked(self.v / scalar, self.src)
+
 
 def tracked(name: str, shape: tuple[int, ...], values: Any = None) -> np.ndarray:
     arr = np.empty(shape, dtype=object)
@@ -46,12 +55,12 @@ def tracked(name: str, shape: tuple[int, ...], values: Any = None) -> np.ndarray
 
 
 def relation_of(out: Any, name: str, in_shape: tuple[int, ...]) -> LineageRelation:
-    """The lineage of ``out`` on input ``name``, read cell by cell."""
+    """The lineage of ``out`` on input ``name``, read cell by cell (plain numbers: none)."""
     out = np.asarray(out, dtype=object) if isinstance(out, Tracked) else out
     outs: list[tuple[int, ...]] = []
     ins: list[tuple[int, ...]] = []
     for b in np.ndindex(*out.shape):
-        for src_name, a in out[b].src:
+        for src_name, a in getattr(out[b], "src", ()):
             if src_name == name:
                 outs.append(b)
                 ins.append(a)
@@ -318,3 +327,326 @@ def test_large_relation_is_vectorised() -> None:
     ra, rb = an.dot((100, 200), (200, 100))
     assert ra.n == rb.n == 2_000_000
     assert an.convolve_same((500, 500)).n == 9 * 498 * 498 + 6 * 4 * 498 + 4 * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations of the ICDE random pipelines
+# ---------------------------------------------------------------------------------------------
+
+
+def perturbation_relation(f: Any, x: np.ndarray, poison: float) -> LineageRelation:
+    """Which output cells change when one input cell is replaced by ``poison`` (NaN or inf).
+
+    A black-box reference for operations NumPy cannot run on object arrays: NaN/inf propagate
+    through every arithmetic operation that reads them, so an output cell changes exactly when
+    it reads the poisoned cell (for the operations used here; a cell read only under a zero
+    weight would be missed, and none is).
+    """
+    with np.errstate(all="ignore"):
+        y = f(x)
+        outs: list[tuple[int, ...]] = []
+        ins: list[tuple[int, ...]] = []
+        for a in np.ndindex(*x.shape):
+            x2 = x.copy()
+            x2[a] = poison
+            y2 = f(x2)
+            assert y2.shape == y.shape
+            changed = ~((y2 == y) | (np.isnan(y2) & np.isnan(y)))
+            for b in zip(*np.nonzero(changed), strict=True):
+                outs.append(tuple(int(i) for i in b))
+                ins.append(a)
+    return pairs_relation(y.shape, x.shape, outs, ins)
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4), (4, 1)])
+def test_cumulative_cumsum_cumprod(shape: tuple[int, ...]) -> None:
+    x = tracked("x", shape)
+    for axis in [*range(len(shape)), None]:
+        assert an.cumulative(shape, axis) == relation_of(np.cumsum(x, axis), "x", shape), axis
+        assert an.cumulative(shape, axis) == relation_of(np.cumprod(x, axis), "x", shape), axis
+
+
+@pytest.mark.parametrize("f", [np.nancumsum, np.nancumprod])
+def test_cumulative_nan_variants(f: Any) -> None:
+    x = np.random.default_rng(4).uniform(0.5, 1.5, (3, 4))
+    for axis in (0, 1, None):
+        ref = perturbation_relation(lambda a, axis=axis: f(a, axis=axis), x, np.inf)
+        assert an.cumulative(x.shape, axis) == ref, axis
+
+
+@pytest.mark.parametrize("shape", [(6,), (4, 5), (2, 3, 4)])
+def test_unwrap_reads_the_prefix(shape: tuple[int, ...]) -> None:
+    # Phases with jumps both below and above `discont`, so corrections happen in some lanes.
+    x = np.random.default_rng(5).uniform(-3, 3, shape)
+    for axis in range(len(shape)):
+        for period, discont in ((1, 0.4), (2, 1.0), (3, 0.5)):
+
+            def f(a: np.ndarray, axis: int = axis, p: float = period, d: float = discont) -> Any:
+                return np.unwrap(a, discont=d, axis=axis, period=p)
+
+            assert an.unwrap(shape, axis) == perturbation_relation(f, x, np.nan), axis
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 5), (2, 3, 4)])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 6])
+def test_diff(shape: tuple[int, ...], n: int) -> None:
+    x = tracked("x", shape)
+    for axis in [*range(len(shape)), -1]:
+        ref = relation_of(np.diff(x, n=n, axis=axis), "x", shape)
+        got = an.diff(shape, n, axis)
+        assert got == ref, axis
+        assert got.out_shape == np.diff(np.zeros(shape), n=n, axis=axis).shape
+
+
+def test_diff_rejects_bad_arguments() -> None:
+    with pytest.raises(InvalidRelationError, match="non-negative"):
+        an.diff((3,), -1)
+    with pytest.raises(InvalidRelationError, match="rank"):
+        an.diff(())
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (1,), (2, 1, 3)])
+def test_ediff1d(shape: tuple[int, ...]) -> None:
+    x = tracked("x", shape)
+    assert an.ediff1d(shape) == relation_of(np.ediff1d(x), "x", shape)
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (1, 4), (4, 1), (2, 3, 2)])
+@pytest.mark.parametrize("dx", [1, 2, 0.5])
+def test_trapezoid(shape: tuple[int, ...], dx: float) -> None:
+    x = tracked("x", shape)
+    for axis in range(len(shape)):
+        ref = relation_of(np.asarray(np.trapezoid(x, dx=dx, axis=axis)), "x", shape)
+        assert an.trapezoid(shape, axis) == ref, axis
+
+
+@pytest.mark.parametrize(
+    ("shape", "shift", "axis"),
+    [
+        ((7,), 3, 0),
+        ((3, 5), 10, 0),
+        ((3, 5), 20, 1),
+        ((3, 5), -2, 1),
+        ((3, 5), 4, None),
+        ((2, 3, 4), (1, 2), (0, 2)),
+        ((2, 3, 4), 1, (1, 1)),
+    ],
+)
+def test_roll(shape: tuple[int, ...], shift: Any, axis: Any) -> None:
+    x = tracked("x", shape)
+    assert an.roll(shape, shift, axis) == relation_of(np.roll(x, shift, axis), "x", shape)
+
+
+@pytest.mark.parametrize(
+    ("shape", "obj", "axis"),
+    [
+        ((5, 3), 0, 0),
+        ((5, 3), 2, 1),
+        ((5, 3), -1, 0),
+        ((5, 3), [0, 3], 0),
+        ((5, 3), slice(1, 4, 2), 0),
+        ((5, 3), 7, None),
+        ((2, 3, 4), 3, 2),
+    ],
+)
+def test_delete(shape: tuple[int, ...], obj: Any, axis: int | None) -> None:
+    x = tracked("x", shape)
+    assert an.delete(shape, obj, axis) == relation_of(np.delete(x, obj, axis), "x", shape)
+
+
+@pytest.mark.parametrize(
+    ("shape", "obj", "axis"),
+    [((5, 3), 0, 0), ((5, 3), 3, 1), ((5, 3), 5, 0), ((5, 3), -1, 0), ((5, 3), 7, None)],
+)
+def test_insert(shape: tuple[int, ...], obj: int, axis: int | None) -> None:
+    x = tracked("x", shape)
+    v = np.empty((), dtype=object)
+    v[()] = Tracked(0.0, frozenset({("v", ())}))
+    out = np.insert(x, obj, v, axis)
+    r_x, r_v = an.insert(shape, obj, axis)
+    assert r_x == relation_of(out, "x", shape)
+    assert r_v == relation_of(out, "v", ())
+
+
+def test_delete_insert_out_of_bounds() -> None:
+    with pytest.raises(InvalidRelationError, match="out of bounds"):
+        an.delete((3, 4), 5, 1)
+    with pytest.raises(InvalidRelationError, match="out of bounds"):
+        an.insert((3, 4), 5, 1)
+
+
+@pytest.mark.parametrize(
+    ("shape", "source", "dest"),
+    [
+        ((3, 4), 0, 1),
+        ((3, 4), 1, 0),
+        ((3, 4), 0, 0),
+        ((2, 3, 4), 0, -1),
+        ((2, 3, 4), [0, 1], [2, 0]),
+    ],
+)
+def test_moveaxis(shape: tuple[int, ...], source: Any, dest: Any) -> None:
+    x = tracked("x", shape)
+    assert an.moveaxis(shape, source, dest) == relation_of(np.moveaxis(x, source, dest), "x", shape)
+
+
+@pytest.mark.parametrize(("shape", "a1", "a2"), [((3, 4), 0, 1), ((3, 4), 1, 1), ((2, 3, 4), 0, 2)])
+def test_swapaxes(shape: tuple[int, ...], a1: int, a2: int) -> None:
+    x = tracked("x", shape)
+    assert an.swapaxes(shape, a1, a2) == relation_of(np.swapaxes(x, a1, a2), "x", shape)
+
+
+@pytest.mark.parametrize(
+    ("shape", "new"), [((3, 4), (12,)), ((3, 4), (2, -1)), ((2, 3, 4), (4, 6)), ((), (1, 1))]
+)
+def test_reshape(shape: tuple[int, ...], new: Any) -> None:
+    x = tracked("x", shape)
+    assert an.reshape(shape, new) == relation_of(np.reshape(x, new), "x", shape)
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 3, 4)])
+def test_ravel_atleast(shape: tuple[int, ...]) -> None:
+    x = tracked("x", shape)
+    assert an.ravel(shape) == relation_of(np.ravel(x), "x", shape)
+    assert an.atleast_1d(shape) == relation_of(np.atleast_1d(x), "x", shape)
+    assert an.atleast_2d(shape) == relation_of(np.atleast_2d(x), "x", shape)
+
+
+def test_reshape_rejects_bad_shapes() -> None:
+    with pytest.raises(InvalidRelationError, match="cannot reshape"):
+        an.reshape((3, 4), (5,))
+    with pytest.raises(InvalidRelationError, match="invalid"):
+        an.reshape((3, 4), (-1, -1))
+
+
+def _by_value(x: np.ndarray, y: np.ndarray, axis: int) -> LineageRelation:
+    """Each output cell ← the one input cell of its lane holding the same (distinct) value."""
+    outs: list[tuple[int, ...]] = []
+    ins: list[tuple[int, ...]] = []
+    for b in np.ndindex(*y.shape):
+        for j in range(x.shape[axis]):
+            a = (*b[:axis], j, *b[axis + 1 :])
+            if x[a] == y[b]:
+                outs.append(b)
+                ins.append(a)
+    return pairs_relation(y.shape, x.shape, outs, ins)
+
+
+@pytest.mark.parametrize("shape", [(9,), (6, 5), (3, 4, 5)])
+def test_partition_distinct_values(shape: tuple[int, ...]) -> None:
+    x = np.random.default_rng(6).random(shape)
+    for axis in range(len(shape)):
+        for kth in (0, shape[axis] // 2, shape[axis] - 1):
+            ref = _by_value(x, np.partition(x, kth, axis=axis), axis)
+            assert an.partition(x, kth, axis) == ref, (axis, kth)
+    flat = np.partition(x, 2, axis=None)
+    assert an.partition(x, 2, None) == _from_flat_ref(_by_value(x.reshape(-1), flat, 0), shape)
+
+
+def _from_flat_ref(rel: LineageRelation, shape: tuple[int, ...]) -> LineageRelation:
+    cells = np.stack(np.unravel_index(rel.in_cols[0], shape))
+    return LineageRelation.from_columns(rel.out_shape, shape, list(rel.out_cols), list(cells))
+
+
+def test_partition_with_ties_reproduces_numpy() -> None:
+    x = np.random.default_rng(7).integers(0, 3, (5, 8)).astype(float)
+    for axis in (0, 1):
+        rel = an.partition(x, 2, axis)
+        y = np.partition(x, 2, axis=axis)
+        np.testing.assert_array_equal(y[tuple(rel.out_cols)], x[tuple(rel.in_cols)])
+        assert rel.n == x.size  # a bijection: every output cell has exactly one source ...
+        assert len(np.unique(rel.in_cols, axis=1)[0]) == x.size  # ... and sources are distinct
+
+
+def test_partition_rejects_bad_kth() -> None:
+    with pytest.raises(InvalidRelationError, match="kth"):
+        an.partition(np.zeros((3, 4)), 5, 0)
+
+
+def _loop_picked(x: np.ndarray, axis: int, positions: Any) -> LineageRelation:
+    """Per lane: stable-sort the lane, take the cells at the given sorted positions."""
+
+    def rule(n: int, lane: np.ndarray) -> list[int]:
+        order = sorted(range(n), key=lambda j: lane[j])
+        return [order[p] for p in positions(n)]
+
+    outs: list[tuple[int, ...]] = []
+    ins: list[tuple[int, ...]] = []
+    rest = [range(d) for k, d in enumerate(x.shape) if k != axis]
+    for other in itertools.product(*rest):
+        lane = np.moveaxis(x, axis, -1)[other]
+        for j in rule(x.shape[axis], lane):
+            outs.append(other)
+            ins.append((*other[:axis], j, *other[axis:]))
+    out_shape = x.shape[:axis] + x.shape[axis + 1 :]
+    return pairs_relation(out_shape, x.shape, outs, ins)
+
+
+def _linear_positions(q: float) -> Any:
+    def pos(n: int) -> list[int]:
+        v = (n - 1) * q
+        lo = int(np.floor(v))
+        return [n - 1] if v >= n - 1 else [lo, lo + 1]
+
+    return pos
+
+
+@pytest.mark.parametrize("shape", [(7,), (5, 4), (1, 3), (2, 3, 5)])
+def test_quantile_percentile(shape: tuple[int, ...]) -> None:
+    x = np.random.default_rng(8).random(shape)
+    for axis in range(len(shape)):
+        for q in (0.0, 0.1, 0.2, 0.4, 0.5, 1.0):
+            rel = an.quantile(x, q, axis)
+            assert rel == _loop_picked(x, axis, _linear_positions(q)), (axis, q)
+            assert an.percentile(x, 100 * q, axis) == rel
+            # NumPy's value is the linear interpolation of exactly the picked cells.
+            lo = np.min(np.where(_mask(rel, x), x, np.inf), axis=axis)
+            hi = np.max(np.where(_mask(rel, x), x, -np.inf), axis=axis)
+            val = np.quantile(x, q, axis=axis)
+            assert np.all((lo - 1e-12 <= val) & (val <= hi + 1e-12))
+    whole = an.quantile(x, 0.4)
+    assert whole.out_shape == ()
+    assert whole == _from_flat_ref(_loop_picked(x.reshape(-1), 0, _linear_positions(0.4)), shape)
+
+
+def _mask(rel: LineageRelation, x: np.ndarray) -> np.ndarray:
+    m = np.zeros(x.shape, dtype=bool)
+    m[tuple(rel.in_cols)] = True
+    return m
+
+
+@pytest.mark.parametrize("shape", [(7,), (6,), (5, 4), (2, 3, 5)])
+def test_median(shape: tuple[int, ...]) -> None:
+    x = np.random.default_rng(9).random(shape)
+    for axis in range(len(shape)):
+
+        def pos(n: int) -> list[int]:
+            return [n // 2] if n % 2 else [n // 2 - 1, n // 2]
+
+        rel = an.median(x, axis)
+        assert rel == _loop_picked(x, axis, pos), axis
+        picked_mean = np.where(_mask(rel, x), x, 0).sum(axis=axis) / len(pos(shape[axis]))
+        np.testing.assert_allclose(picked_mean, np.median(x, axis=axis))
+
+
+def test_quantile_rejects_nan_and_bad_q() -> None:
+    with pytest.raises(UnsupportedArrayError, match="NaN"):
+        an.median(np.array([1.0, np.nan, 2.0]))
+    with pytest.raises(InvalidRelationError, match="q="):
+        an.quantile(np.zeros(3), 1.5)
+
+
+@pytest.mark.parametrize("shape", [(8,), (3, 4), (2, 2, 3)])
+def test_unique(shape: tuple[int, ...]) -> None:
+    x = np.random.default_rng(10).integers(0, 4, shape).astype(float)
+    x.reshape(-1)[0] = np.nan
+    x.reshape(-1)[-1] = np.nan
+    u = np.unique(x)
+    outs = []
+    ins = []
+    for k, val in enumerate(u):
+        for a in np.ndindex(*shape):
+            if x[a] == val or (np.isnan(val) and np.isnan(x[a])):
+                outs.append((k,))
+                ins.append(a)
+    assert an.unique(x) == pairs_relation(u.shape, shape, outs, ins)
