@@ -29,7 +29,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare
+from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, QueryError
@@ -248,6 +248,8 @@ class QueryPlan:
         """Cells of the last array linked to ``cells`` of the first (any form of
         :func:`~dslog_dagster.core.query.as_cells`)."""
         cur = as_cells(self.source.shape, cells)
+        if all(h.prepared is not None for h in self.hops):
+            return run_hops([(h.prepared, h.direction) for h in self.hops if h.prepared], cur)
         for hop in self.hops:
             cur = hop.run(cur)
         return cur

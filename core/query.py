@@ -44,7 +44,7 @@ from dslog_dagster.errors import QueryError
 
 Direction = Literal["forward", "backward"]
 
-__all__ = ["CellSet", "Direction", "PreparedHop", "as_cells", "prepare", "query_path"]
+__all__ = ["CellSet", "Direction", "PreparedHop", "as_cells", "prepare", "query_path", "run_hops"]
 
 
 def _boxes(k: int, d: int) -> I64:
@@ -357,8 +357,15 @@ def as_cells(shape: Sequence[int] | int, cells: object) -> CellSet:
         return cells
     if _is_box_key(cells):
         key = cells if isinstance(cells, tuple) else (cells,)
-        b = _box_of(s, key)
-        return CellSet.empty(s) if b is None else CellSet.from_boxes(s, [b[0]], [b[1]])
+        b = _box_of(s, key)  # validated: in bounds, lo <= hi, so already canonical
+        if b is None:
+            return CellSet.empty(s)
+        d = len(s)
+        return CellSet(
+            s,
+            np.array(b[0], dtype=np.int64).reshape(1, d),
+            np.array(b[1], dtype=np.int64).reshape(1, d),
+        )
     if isinstance(cells, list) and cells and all(isinstance(c, tuple | slice) for c in cells):
         if not any(_is_box_key(c) for c in cells):  # index tuples only: the vectorised path
             return CellSet.from_indices(s, _index_tuples(cells, len(s)))
@@ -449,8 +456,31 @@ def query_path(
     hops: Sequence[tuple[PreparedHop | LineageTable, Direction]], cells: CellSet
 ) -> CellSet:
     """Carry ``cells`` through ``hops`` (one θ-join per hop) and return the final cell set."""
-    cur = cells
-    for table, direction in hops:
-        hop = table if isinstance(table, PreparedHop) else prepare(table)
-        cur = hop.run(cur, direction)
-    return cur
+    prepared = [
+        (t if isinstance(t, PreparedHop) else prepare(t), direction) for t, direction in hops
+    ]
+    return run_hops(prepared, cells)
+
+
+def run_hops(hops: Sequence[tuple[PreparedHop, Direction]], cells: CellSet) -> CellSet:
+    """Carry ``cells`` through prepared hops in one native call (shapes checked up front)."""
+    shape = cells.shape
+    forwards = []
+    for hop, direction in hops:
+        if direction not in ("forward", "backward"):
+            msg = f"Direction must be 'forward' or 'backward', not {direction!r}."
+            raise QueryError(msg)
+        fwd = direction == "forward"
+        src, dst = (hop.in_shape, hop.out_shape) if fwd else (hop.out_shape, hop.in_shape)
+        if src != shape:
+            msg = (
+                f"A {direction} hop through a table of {hop.out_shape} ← {hop.in_shape} starts "
+                f"from an array of shape {src}; the cells so far belong to shape {shape}."
+            )
+            raise QueryError(msg)
+        forwards.append(fwd)
+        shape = dst
+    if not hops:
+        return cells
+    lo, hi = _native.run_hops([h.native for h, _ in hops], forwards, cells.lo, cells.hi)
+    return CellSet(shape, lo, hi)

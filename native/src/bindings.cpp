@@ -199,6 +199,22 @@ PYBIND11_MODULE(_native, mod) {
           "Cells linked to the query boxes, as normalised (lo, hi) boxes of the other side.");
 
   mod.def(
+      "run_hops",
+      [](const std::vector<const dslog::PreparedTable*>& tables, const std::vector<bool>& forwards,
+         const I64Array& lo, const I64Array& hi) {
+        if (tables.size() != forwards.size())
+          throw std::invalid_argument("one direction per table is needed");
+        auto cur = boxes_of(lo, hi);
+        {
+          py::gil_scoped_release release;
+          for (size_t i = 0; i < tables.size(); ++i) cur = tables[i]->hop(cur, forwards[i]);
+        }
+        return boxes_out(cur);
+      },
+      py::arg("tables"), py::arg("forwards"), py::arg("lo"), py::arg("hi"),
+      "Carry boxes through several prepared tables (shapes are checked by the caller).");
+
+  mod.def(
       "normalize_boxes",
       [](const I64Array& lo, const I64Array& hi) {
         auto b = boxes_of(lo, hi);
