@@ -3,6 +3,8 @@
 dslog inspect STORE            arrays, operations and lineage tables with their sizes
 dslog sql STORE "SELECT ..."   read-only SQL over the DuckDB catalog
 dslog rebuild-catalog STORE    rebuild the catalog from the lineage files
+dslog query STORE A B [C ...] --cells "0:10,3"
+                               cells of the last array linked to cells of the first
 """
 
 import argparse
@@ -62,6 +64,42 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_box(text: str) -> tuple[int | slice, ...]:
+    """``"0:10,3"`` -> ``(slice(0, 10), 3)`` (NumPy basic indexing, unit steps)."""
+    parts: list[int | slice] = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            if ":" in item:
+                a, _, b = item.partition(":")
+                parts.append(slice(int(a) if a.strip() else None, int(b) if b.strip() else None))
+            else:
+                parts.append(int(item))
+        except ValueError as e:
+            msg = f"Cannot read `{item}` in --cells `{text}`; use ints and a:b slices, e.g. 0:10,3."
+            raise DSLogError(msg) from e
+    return tuple(parts)
+
+
+def _query(args: argparse.Namespace) -> int:
+    from dslog_dagster.core.api import DSLog
+
+    log = DSLog(_store(args.store))
+    plan = log.plan(args.path)
+    print(plan, file=sys.stderr)
+    cells = [_parse_box(c) for c in args.cells] if args.cells else [(slice(None),)]
+    result = plan.run(cells)
+    if args.count:
+        print(result.count())
+        return 0
+    table = result.to_arrow()
+    print("\t".join(table.column_names))
+    for row in table.to_pylist():
+        print("\t".join(str(v) for v in row.values()))
+    print(f"{result.count()} cell(s) in {result.n_boxes} box(es)", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dslog", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +113,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("rebuild-catalog", help="rebuild the DuckDB catalog from the files")
     p.add_argument("store")
     p.set_defaults(func=_rebuild)
+    p = sub.add_parser("query", help="lineage of cells along a path of arrays")
+    p.add_argument("store")
+    p.add_argument("path", nargs="+", help="array names, first to last (at least two)")
+    p.add_argument(
+        "--cells",
+        action="append",
+        help="a box of the first array as NumPy indices, e.g. 0:10,3 (repeatable; default: all)",
+    )
+    p.add_argument("--count", action="store_true", help="print only the number of cells")
+    p.set_defaults(func=_query)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -250,3 +250,20 @@ def test_random_pipelines_equal_naive_join(seed: int, n_ops: int) -> None:
                 else:
                     want = naive(rels[(a, b)], want, "backward")
             assert np.array_equal(got.to_flat(), want), path
+
+
+def test_cli_query(log: DSLog, capsys: Any) -> None:
+    from dslog_dagster.cli import main
+
+    a, b = Array("a", (4, 3)), Array("s", (4,))
+    log.register_operation("sum", [a], [b], [Lineage(b, a, analytic.sum_axis((4, 3), 1))])
+    root = str(log.store.root)
+    assert main(["query", root, "s", "a", "--cells", "1:3"]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["lo_0\thi_0\tlo_1\thi_1", "1\t2\t0\t2"]
+    assert "6 cell(s) in 1 box(es)" in out.err
+    assert main(["query", root, "a", "s", "--cells", "0,0", "--cells", "3,2", "--count"]) == 0
+    assert capsys.readouterr().out.strip() == "2"
+    assert main(["query", root, "a", "s", "--cells", "x"]) == 2
+    assert "Cannot read `x`" in capsys.readouterr().err
+    assert main(["query", root, "a", "nope"]) == 2
