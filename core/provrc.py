@@ -241,6 +241,79 @@ def solve_f(q: int, r: int, mult: int, u: int, v: int, lo: int, hi: int) -> tupl
     return (blo, bhi) if blo <= bhi else None
 
 
+def _constant_columns(rel: LineageRelation) -> dict[int, int]:
+    """Columns (outputs first, then inputs) holding one value in every pair: ``{col: value}``."""
+    if rel.n == 0:
+        return {}
+    out: dict[int, int] = {}
+    for c, col in enumerate([*rel.out_cols, *rel.in_cols]):
+        v = int(col[0])
+        if col.size == 1 or (int(col.min()) == v and int(col.max()) == v):
+            out[c] = v
+    return out
+
+
+def _restore_constant_columns(
+    t: LineageTable,
+    rel: LineageRelation,
+    constant: dict[int, int],
+    keep_out: list[int],
+    keep_in: list[int],
+) -> LineageTable:
+    """Put the constant columns removed by :func:`compress` back into ``t``."""
+    l, m, rows = rel.out_rank, rel.in_rank, t.rows
+
+    def full(value: int) -> I64:
+        return np.full(rows, value, dtype=np.int64)
+
+    if t.encoding == "columnar":
+        src = {c: t.raw[i] for i, c in enumerate([*keep_out, *(l + k for k in keep_in)])}
+        raw = (
+            _empty(0, rows)
+            if l + m == 0
+            else np.vstack([src[c] if c in src else full(constant[c]) for c in range(l + m)])
+        )
+        return LineageTable(rel.out_shape, rel.in_shape, "columnar", rows, t.n_pairs, raw=raw)
+    out_pos = {j: i for i, j in enumerate(keep_out)}
+    in_pos = {k: i for i, k in enumerate(keep_in)}
+    ref_map = np.asarray([-1, *keep_out], dtype=np.int64)  # reduced ref (+1) -> original ref
+
+    def outs(field: I64) -> I64:
+        if l == 0:
+            return _empty(0, rows)
+        return np.vstack(
+            [field[out_pos[j]] if j in out_pos else full(constant[j]) for j in range(l)]
+        ).reshape(l, rows)
+
+    def ins(field: I64, fill: int | None) -> I64:
+        if m == 0:
+            return _empty(0, rows)
+        rows_ = []
+        for k in range(m):
+            if k in in_pos:
+                rows_.append(field[in_pos[k]])
+            else:
+                rows_.append(full(constant[l + k] if fill is None else fill))
+        return np.vstack(rows_).reshape(m, rows)
+
+    in_ref = ins(ref_map[t.in_ref + 1] if t.in_rank else t.in_ref, -1)
+    return LineageTable(
+        rel.out_shape,
+        rel.in_shape,
+        "provrc",
+        rows,
+        t.n_pairs,
+        outs(t.out_lo),
+        outs(t.out_hi),
+        in_ref,
+        ins(t.in_q, 1),
+        ins(t.in_r, 0),
+        ins(t.in_mult, 1),
+        ins(t.in_lo, None),
+        ins(t.in_hi, None),
+    )
+
+
 def _columnar(rel: LineageRelation, sorted_mat: I64, n: int) -> LineageTable:
     return LineageTable(rel.out_shape, rel.in_shape, "columnar", n, n, raw=sorted_mat)
 
@@ -276,6 +349,30 @@ def compress(
     if l + relation.in_rank == 0:
         n = min(relation.n, 1)
         return LineageTable(relation.out_shape, relation.in_shape, "provrc", n, n)
+    constant = _constant_columns(relation)
+    if constant:
+        # Axes on which every pair has the same index (an (N, 1) column vector, a pinned
+        # input row) carry no structure: compress without them and put them back as
+        # absolute [c, c] intervals. Otherwise they would hide the merges ProvRC makes on the
+        # other axes (and trip its early give-up, which looks at one output axis).
+        keep_out = [j for j in range(l) if j not in constant]
+        keep_in = [k for k in range(relation.in_rank) if l + k not in constant]
+        reduced = LineageRelation(
+            tuple(relation.out_shape[j] for j in keep_out),
+            tuple(relation.in_shape[k] for k in keep_in),
+            relation.out_cols[keep_out],
+            relation.in_cols[keep_in],
+            relation.n,
+        )
+        inner = compress(
+            reduced,
+            relative=relative,
+            mirrored=mirrored,
+            progression=progression,
+            fallback=fallback,
+            threads=threads,
+        )
+        return _restore_constant_columns(inner, relation, constant, keep_out, keep_in)
     # ProvRC cannot beat the raw encoding once it keeps more than about half the raw rows.
     abort = 0.5 if fallback == "auto" else 0.0
     try:

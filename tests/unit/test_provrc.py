@@ -175,3 +175,25 @@ def test_parallel_compression_equals_single_thread(out_rank: int) -> None:
     for name in ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi"):
         assert np.array_equal(getattr(one, name), getattr(two, name)), name
     assert two.decompress() == rel
+
+
+@pytest.mark.parametrize("shape", [(5000, 1), (1, 5000), (1, 1, 300, 1)])
+def test_unit_axes_do_not_hide_structure(shape: tuple[int, ...]) -> None:
+    # (N, 1) column vectors are how 1-D results are kept 2-D; an axis where every pair has the
+    # same index must not stop ProvRC (it used to fall back to 5000 columnar rows here).
+    from dslog_dagster.core import analytic
+
+    rel = analytic.negative(shape)
+    table = compress(rel)
+    assert (table.encoding, table.rows) == ("provrc", 1)
+    assert table.decompress() == rel
+    flat = analytic.flip(shape, axis=int(np.argmax(shape)))
+    assert compress(flat).rows == 1
+    # a pinned input row: every output reads input row 3
+    n = max(shape)
+    b = np.arange(n)
+    pinned = LineageRelation.from_columns((n,), (5, n), [b], [np.full(n, 3), b])
+    t = compress(pinned)
+    assert t.rows == 1
+    assert t.decompress() == pinned
+    assert t.forward().expand() == pinned
