@@ -216,16 +216,16 @@ PYBIND11_MODULE(_native, mod) {
 
   mod.def(
       "normalize_boxes",
-      [](const I64Array& lo, const I64Array& hi) {
+      [](const I64Array& lo, const I64Array& hi, bool dense) {
         auto b = boxes_of(lo, hi);
         dslog::Boxes res;
         {
           py::gil_scoped_release release;
-          res = dslog::normalize(b);
+          res = dslog::normalize(b, dense);
         }
         return boxes_out(res);
       },
-      py::arg("lo"), py::arg("hi"),
+      py::arg("lo"), py::arg("hi"), py::arg("dense") = true,
       "Union of boxes as disjoint boxes in canonical slab order (adjacent boxes merged).");
 
   mod.def(

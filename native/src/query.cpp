@@ -2,6 +2,7 @@
 #include "dslog/query.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <utility>
@@ -123,9 +124,126 @@ struct Scratch {
   std::vector<int> group;              // input attributes of one group
 };
 
+// Canonical form of the cells set in a dense bitmap over [origin, origin + ext) (row-major):
+// the same maximal runs of identical cross-sections that norm_rec produces, computed by one
+// pass over the bitmap instead of sorting boxes. `base` is the offset of this sub-block.
+void canon_bitmap(const std::vector<uint8_t>& bits, const std::vector<int64_t>& ext,
+                  const std::vector<int64_t>& stride, const std::vector<int64_t>& origin, int s,
+                  int64_t base, Sub& out) {
+  const int d = static_cast<int>(ext.size());
+  const int w = d - s;
+  out.k = 0;
+  out.lo.clear();
+  out.hi.clear();
+  if (w == 1) {
+    int64_t x = 0;
+    const uint8_t* row = bits.data() + base;
+    while (x < ext[s]) {
+      if (!row[x]) {
+        ++x;
+        continue;
+      }
+      int64_t y = x;
+      while (y + 1 < ext[s] && row[y + 1]) ++y;
+      out.lo.push_back(origin[s] + x);
+      out.hi.push_back(origin[s] + y);
+      ++out.k;
+      x = y + 1;
+    }
+    return;
+  }
+  Sub prev, cur;
+  bool have_prev = false;
+  int64_t prev_lo = 0, prev_hi = 0;
+  auto flush = [&]() {
+    if (!have_prev) return;
+    for (int64_t i = 0; i < prev.k; ++i) {
+      out.lo.push_back(origin[s] + prev_lo);
+      out.lo.insert(out.lo.end(), prev.lo.begin() + i * (w - 1), prev.lo.begin() + (i + 1) * (w - 1));
+      out.hi.push_back(origin[s] + prev_hi);
+      out.hi.insert(out.hi.end(), prev.hi.begin() + i * (w - 1), prev.hi.begin() + (i + 1) * (w - 1));
+      ++out.k;
+    }
+    have_prev = false;
+  };
+  for (int64_t x = 0; x < ext[s]; ++x) {
+    canon_bitmap(bits, ext, stride, origin, s + 1, base + x * stride[s], cur);
+    if (cur.k == 0) {
+      flush();
+      continue;
+    }
+    if (have_prev && prev_hi + 1 == x && cur == prev) {
+      prev_hi = x;
+    } else {
+      flush();
+      std::swap(prev, cur);
+      prev_lo = prev_hi = x;
+      have_prev = true;
+    }
+  }
+  flush();
+}
+
+// Dense path of normalize(): paint the boxes into a bitmap of their bounding box. Used when
+// that bitmap is not much larger than the painted volume, where it beats sorting boxes.
+bool normalize_dense(const Boxes& in, const std::vector<int64_t>& idx, Boxes& res) {
+  const int d = in.d;
+  std::vector<int64_t> origin(static_cast<size_t>(d), 0), top(static_cast<size_t>(d), 0);
+  double painted = 0;
+  for (size_t n = 0; n < idx.size(); ++n) {
+    const int64_t b = idx[n];
+    double vol = 1;
+    for (int a = 0; a < d; ++a) {
+      const int64_t lo = in.lo[b * d + a], hi = in.hi[b * d + a];
+      origin[a] = n == 0 ? lo : std::min(origin[a], lo);
+      top[a] = n == 0 ? hi : std::max(top[a], hi);
+      vol *= static_cast<double>(hi - lo + 1);
+    }
+    painted += vol;
+  }
+  double volume = 1;
+  std::vector<int64_t> ext(static_cast<size_t>(d)), stride(static_cast<size_t>(d), 1);
+  for (int a = 0; a < d; ++a) {
+    ext[a] = top[a] - origin[a] + 1;
+    volume *= static_cast<double>(ext[a]);
+  }
+  // Dense only when the bitmap is not much larger than the painted cells and the boxes do
+  // not overlap so much that painting costs more than sorting them.
+  if (volume > 4 * painted + 4096 || volume > double(1 << 28) ||
+      painted > 4 * volume + 64 * static_cast<double>(idx.size()))
+    return false;
+  for (int a = d - 2; a >= 0; --a) stride[a] = stride[a + 1] * ext[a + 1];
+  std::vector<uint8_t> bits(static_cast<size_t>(volume), 0);
+  std::vector<int64_t> cur(static_cast<size_t>(d));
+  for (int64_t b : idx) {
+    const int64_t* blo = in.lo.data() + b * d;
+    const int64_t* bhi = in.hi.data() + b * d;
+    for (int a = 0; a < d; ++a) cur[a] = blo[a];
+    while (true) {
+      int64_t off = 0;
+      for (int a = 0; a < d - 1; ++a) off += (cur[a] - origin[a]) * stride[a];
+      std::memset(bits.data() + off + (blo[d - 1] - origin[d - 1]), 1,
+                  static_cast<size_t>(bhi[d - 1] - blo[d - 1] + 1));
+      int a = d - 2;
+      while (a >= 0 && cur[a] == bhi[a]) {
+        cur[a] = blo[a];
+        --a;
+      }
+      if (a < 0) break;
+      ++cur[a];
+    }
+  }
+  Sub sub;
+  canon_bitmap(bits, ext, stride, origin, 0, 0, sub);
+  res.k = sub.k;
+  res.lo = std::move(sub.lo);
+  res.hi = std::move(sub.hi);
+  return true;
+}
+
 }  // namespace
 
-Boxes normalize(const Boxes& in) {
+Boxes normalize(const Boxes& in, bool allow_dense) {
   Boxes res;
   res.d = in.d;
   if (in.d == 0) {
@@ -139,6 +257,7 @@ Boxes normalize(const Boxes& in) {
     for (int a = 0; a < in.d; ++a) empty |= in.lo[b * in.d + a] > in.hi[b * in.d + a];
     if (!empty) idx.push_back(b);
   }
+  if (allow_dense && idx.size() >= 64 && normalize_dense(in, idx, res)) return res;
   Sub sub;
   norm_rec(in, idx, 0, sub);
   res.k = sub.k;

@@ -127,3 +127,27 @@ def test_outputs() -> None:
     assert "cells=6" in repr(cells)
     with pytest.raises(QueryError, match="shapes"):
         cells | CellSet.full((4, 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 12), min_size=1, max_size=3).map(tuple),
+    n=st.integers(64, 300),
+    seed=st.integers(0, 2**32 - 1),
+    big=st.booleans(),
+)
+def test_dense_and_sorted_normalisation_agree(shape, n, seed, big) -> None:  # type: ignore[no-untyped-def]
+    """Many boxes take the bitmap path; it must give exactly the sort-based canonical form."""
+    from dslog_dagster import _native
+
+    rng = np.random.default_rng(seed)
+    d = len(shape)
+    ext = np.asarray(shape)
+    lo = rng.integers(0, ext, size=(n, d))
+    width = rng.integers(0, np.maximum(ext // (2 if big else 6), 1) + 1, size=(n, d))
+    hi = np.minimum(lo + width, ext - 1)
+    a = _native.normalize_boxes(lo.astype(np.int64), hi.astype(np.int64), True)
+    b = _native.normalize_boxes(lo.astype(np.int64), hi.astype(np.int64), False)
+    assert np.array_equal(a[0], b[0])
+    assert np.array_equal(a[1], b[1])
+    assert np.array_equal(CellSet(shape, *a).to_mask(), _painted(shape, lo, hi))

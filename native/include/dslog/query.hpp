@@ -33,8 +33,10 @@ struct Boxes {
   std::vector<int64_t> lo, hi;  // box-major: box b, axis i at [b * d + i]
 };
 
-// Union of `in` as disjoint boxes in canonical slab order (see above).
-Boxes normalize(const Boxes& in);
+// Union of `in` as disjoint boxes in canonical slab order (see above). Many boxes packed
+// densely are painted into a bitmap of their bounding box instead of sorted (same result);
+// `allow_dense = false` forces the sort-based path (tests compare the two).
+Boxes normalize(const Boxes& in, bool allow_dense = true);
 
 // Number of cells of a normalised (disjoint) box set.
 int64_t count_cells(const Boxes& boxes);
