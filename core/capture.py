@@ -132,7 +132,7 @@ def _as_input(a: Any, k: int) -> F64:
             "Convert with `.astype(np.float64)`."
         )
         raise UnsupportedArrayError(msg)
-    return np.ascontiguousarray(arr, dtype=np.float64)
+    return np.asarray(arr, dtype=np.float64, order="C")  # keeps 0-d (ascontiguousarray does not)
 
 
 def _outputs(result: Any) -> tuple[list[Any], bool]:

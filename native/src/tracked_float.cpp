@@ -350,6 +350,36 @@ int af_fillwithscalar(void* buffer, npy_intp n, void* value, void*) {
   return 0;
 }
 
+// Sort of one contiguous lane (np.sort, ndarray.sort, np.unique): stable, NaN last, so ties keep
+// their order. Elements move with their sets; in considered mode every element of the lane
+// also gets the whole lane as its considered set (a sort compares everything with everything
+// it is ordered against).
+int af_sort(void* start, npy_intp num, void*) {
+  char* p = static_cast<char*>(start);
+  std::vector<TF> lane(static_cast<size_t>(num));
+  for (npy_intp i = 0; i < num; ++i) lane[size_t(i)] = load(p + i * 16);
+  std::stable_sort(lane.begin(), lane.end(), [](const TF& a, const TF& b) {
+    if (std::isnan(b.v)) return !std::isnan(a.v);
+    return a.v < b.v;
+  });
+  if (g_arena && g_arena->mode() == dslog::Mode::kConsidered) {
+    try {
+      Arena::Builder bld(*g_arena);
+      for (const TF& t : lane) {
+        if (!handle_ok(t.h)) return set_stale_error(), -1;
+        bld.add(g_arena->considered(t.h));
+      }
+      Handle k = bld.finish();
+      for (TF& t : lane) t.h = g_arena->with_considered(t.h, k);
+    } catch (...) {
+      set_cpp_error();
+      return -1;
+    }
+  }
+  for (npy_intp i = 0; i < num; ++i) store(p + i * 16, lane[size_t(i)].v, lane[size_t(i)].h);
+  return 0;
+}
+
 PyArray_DotFunc* g_f64_dot = nullptr;
 
 thread_local std::vector<double> t_buf_a, t_buf_b, t_buf_c;
@@ -990,6 +1020,7 @@ void register_dtype(PyObject* errors_module) {
   g_arrfuncs.fill = &af_fill;
   g_arrfuncs.fillwithscalar = &af_fillwithscalar;
   g_arrfuncs.dotfunc = &af_dotfunc;
+  for (int kind = 0; kind < NPY_NSORTS; ++kind) g_arrfuncs.sort[kind] = &af_sort;
 
   static PyArray_DescrProto proto;
   std::memset(&proto, 0, sizeof proto);

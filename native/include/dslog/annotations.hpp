@@ -197,6 +197,12 @@ class Arena {
     acc = make_pair(c, k);
   }
 
+  // h's contributing set with `k` as its considered set (considered mode; sorts).
+  Handle with_considered(Handle h, Handle k) {
+    if (mode_ == Mode::kContributing) return h;
+    return make_pair(share(contrib(h)), k);
+  }
+
   // ---- n-ary union (dot products) --------------------------------------------------------
   // Collects many handles, then builds one set. Reusable; not thread-safe.
   class Builder {
