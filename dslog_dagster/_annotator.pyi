@@ -11,6 +11,7 @@ I64 = npt.NDArray[np.int64]
 class tracked_float(np.generic):
     """A float64 value annotated with the input cells it came from."""
 
+    def __new__(cls, value: object = ...) -> tracked_float: ...
     @property
     def annotated(self) -> bool: ...
 
