@@ -16,8 +16,8 @@ the unary group. ``linalg.multi_dot`` is named ``multi_dot``.
 Shapes stay small (≤ 4×3×2, rank 0–3) so the pure-Python reference is fast; values are drawn
 from a per-function domain (e.g. ``arccosh`` needs ≥ 1) with a generator seeded from the case
 id, so every run sees the same numbers. The sorting family gets distinct values (continuous
-draws), because NumPy's introsort is not stable and ties would make lineage algorithm-specific;
-ties and NaNs get their own cases where the picking rule defines them.
+draws), so that a sort's lineage does not hinge on its tie rule; ties and NaNs get their own
+cases (``*_ties``, ``unique_duplicates``, ``*,nans``) where the picking rules define them.
 """
 
 from __future__ import annotations

@@ -25,21 +25,26 @@ Semantics (the contract the native annotator must match; also in the README of i
    Constants (Python/NumPy scalars, ``0`` inserted by ``np.insert``, ``eps`` in ``sinc``,
    fill values) carry none. This includes ``sign``, ``heaviside``, ``copysign``,
    ``nextafter`` and ``spacing``: they are ordinary ufuncs of all their operands.
-2. **Picking ufuncs** ``maximum minimum fmax fmin`` (and so ``amax amin ptp`` and
-   ``clip``): the result carries the *contributing* set of the picked operand only; the
-   *considered* set is the union of both operands' considered sets. The picked operand is
-   the **first operand whose value equals the result** (NaN matching NaN) — i.e. NumPy's
+2. **Picking ufuncs** ``maximum minimum fmax fmin`` (and so ``amax amin ptp``): the
+   result carries the *contributing* set of the picked operand only; the *considered* set
+   is the union of both operands' considered sets. The picked operand is the **first
+   operand whose value equals the result** (NaN matching NaN) — i.e. NumPy's
    own ``a >= b ? a : b`` choice: ties go to the first operand, so a reduction keeps the
    **first occurrence** along the axis, and NaN propagation picks the first NaN
    (``maximum``/``minimum``) while ``fmax``/``fmin`` pick the non-NaN operand.
+   ``clip`` follows NumPy's own clip macro instead (``x > lo ? x : lo``, then
+   ``m < hi ? m : hi``, NaN in ``x`` propagating): a value equal to a bound is taken from
+   the bound (a constant bound: no contributing cell); considered = x and both bounds.
 3. **Sorting family** (``sort partition unique``; ``median percentile quantile`` sort too):
    each output cell carries the contributing set of the cell it was moved from, using a
    **stable** order (NaN last); the considered set is every cell of the sorted lane (the
-   whole flattened array for ``axis=None``). ``unique`` keeps the first cell of each run
+   whole flattened array for ``axis=None``; ``median``/``percentile``/``quantile``: the
+   reduced lane). ``unique`` keeps the first cell of each run
    of equal values in that stable order. ``partition`` is reproduced as a full stable sort
    (a valid partition); the grid compares partitions only through order-independent
-   views. Ties among sorted values are therefore well-defined here, but the grid uses
-   distinct values for the sorting family because NumPy's introsort is not stable.
+   views. Ties among sorted values are therefore well-defined (stable order, which the
+   native annotator's lane-sort hook follows too); the ``sort_ties``/``unique_duplicates``
+   grid cases pin that down, the other sorting cases use distinct values.
 4. **Selection by boolean mask or index array** (``where``, fancy indexing, argmax-based
    ``take_along_axis``): the result carries the selected element's sets only. Conditions
    and index arrays are plain ``bool``/``intp`` arrays and carry no lineage, so the
@@ -553,10 +558,18 @@ def ref_real_if_close(x: object, tol: float = 100) -> object:
     return as_obj(x)
 
 
+def _clip_one(x: object, lo: object, hi: object) -> Ref:
+    """NumPy's clip macro on one cell: ``m = isnan(x) or x > lo ? x : lo``, then
+    ``isnan(m) or m < hi ? m : hi`` — so a tie goes to the *bound*, unlike ``maximum``."""
+    rx, rlo, rhi = lift(x), lift(lo), lift(hi)
+    m = rx if (math.isnan(rx.v) or rx.v > rlo.v) else rlo
+    r = m if (math.isnan(m.v) or m.v < rhi.v) else rhi
+    return select(r, rx, rlo, rhi)
+
+
 def ref_clip(x: object, a_min: object, a_max: object) -> object:
-    """``minimum(maximum(x, a_min), a_max)`` with the picking rule (NumPy's clip loop)."""
-    lo = ref_ufunc(np.maximum)(x, a_min)
-    return ref_ufunc(np.minimum)(lo, a_max)
+    """``np.clip``: the picked one of ``x``, ``a_min``, ``a_max``; all three considered."""
+    return np.frompyfunc(_clip_one, 3, 1)(x, a_min, a_max)
 
 
 # ---------------------------------------------------------------------------------------------

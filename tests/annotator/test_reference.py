@@ -267,6 +267,9 @@ def test_clip_with_constant_bounds() -> None:
     lo, hi = [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]
     arr = pairs(np.clip, x, lo, hi)
     assert arr == {(0, 0): {(1, 1)}, (0, 1): {(0, 0)}, (0, 2): {(2, 2)}}
+    # A value equal to a bound is taken from the bound (NumPy's clip macro, `x > lo ? x : lo`).
+    ties = pairs(np.clip, [-1.0, 1.0, 0.0], lo, hi)
+    assert ties == {(0, 0): {(2, 2)}, (0, 1): {(0, 0)}, (0, 2): {(1, 1)}}
 
 
 def test_where_takes_the_selected_cell_only() -> None:
