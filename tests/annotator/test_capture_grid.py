@@ -1,7 +1,9 @@
 """The native annotator against the reference, over the whole coverage grid, in both modes.
 
 For every grid case ``dslog_dagster.core.capture.capture`` must return the values plain NumPy
-computes and, per (output, input), exactly the reference's lineage — the contributing relation
+computes — bit for bit, except the README's documented rounding-only exception (``dot``,
+``inner``, ``multi_dot``: :data:`ROUNDING_ONLY`, compared to 1e-12) — and, per (output, input),
+exactly the reference's lineage — the contributing relation
 in both modes and, with ``mode="considered"``, the considered relation too. A function NumPy
 itself cannot run on a user dtype must raise the documented ``LineageLostError`` instead
 (:data:`RAISES`). Known native gaps are strict xfails with the precise reason (the ``GAP_*``
@@ -114,7 +116,7 @@ def assert_values(case: GridCase, got: tuple[np.ndarray, ...], want: Any) -> Non
         assert g.shape == w_arr.shape, f"{case.id} output {k}"
         if case.name not in ROUNDING_ONLY:
             np.testing.assert_array_equal(g, w_arr, err_msg=f"{case.id} output {k}")
-        else:  # summation order may legitimately differ from NumPy's pairwise/BLAS order
+        else:  # one BLAS dot per cell vs NumPy's dgemm: same sums, other rounding
             np.testing.assert_allclose(
                 g, w_arr, rtol=1e-12, atol=1e-12, err_msg=f"{case.id} output {k}"
             )
