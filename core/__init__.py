@@ -1,12 +1,16 @@
 """The dslog engine, independent of Dagster and Spark (``dslog_dagster.core``).
 
 * :mod:`~dslog_dagster.core.relation` — validated lineage relations (any rank, int64).
+* :mod:`~dslog_dagster.core.capture` — annotated execution with the ``tracked_float`` dtype.
 * :mod:`~dslog_dagster.core.provrc` — ProvRC compression, exact decompression, orientations.
 * :mod:`~dslog_dagster.core.encoding` / :mod:`~dslog_dagster.core.storage` — the file format.
 * :mod:`~dslog_dagster.core.store` / :mod:`~dslog_dagster.core.catalog` — the lineage store
   and its embedded DuckDB catalog.
 """
 
+from dslog_dagster.core.capture import TRACKED_FLOAT as TRACKED_FLOAT
+from dslog_dagster.core.capture import CaptureResult as CaptureResult
+from dslog_dagster.core.capture import capture as capture
 from dslog_dagster.core.catalog import LineageCatalog as LineageCatalog
 from dslog_dagster.core.provrc import ForwardTable as ForwardTable
 from dslog_dagster.core.provrc import LineageTable as LineageTable
@@ -21,13 +25,16 @@ from dslog_dagster.core.store import OperationRecord as OperationRecord
 
 __all__ = [
     "SCHEMA_VERSION",
+    "TRACKED_FLOAT",
     "ArrayRecord",
+    "CaptureResult",
     "ForwardTable",
     "LineageCatalog",
     "LineageRelation",
     "LineageStore",
     "LineageTable",
     "OperationRecord",
+    "capture",
     "compress",
     "read_table",
     "write_table",

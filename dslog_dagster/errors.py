@@ -12,7 +12,11 @@ what was wrong and, when it is known, what to do about it.
     ├── LineageStorageError(OSError)       reading/writing the store or its catalog failed
     │   └── SchemaVersionError             a file was written by an unknown format version
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
-    └── QueryError(ValueError)             a malformed lineage query
+    ├── QueryError(ValueError)             a malformed lineage query
+    └── CaptureError                       annotated execution could not record lineage
+        ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
+        │                                  a function that rejects tracked_float, float())
+        └── StaleLineageError              a tracked array outlived its capture
 """
 
 
@@ -49,3 +53,17 @@ class LineageNotFoundError(DSLogError, KeyError):
 
 class QueryError(DSLogError, ValueError):
     """A lineage query is malformed."""
+
+
+class CaptureError(DSLogError):
+    """Annotated execution (``dslog_dagster.core.capture``) could not record lineage."""
+
+
+class LineageLostError(CaptureError, TypeError):
+    """Lineage would be silently dropped: a cast of ``tracked_float`` to a plain dtype, a NumPy
+    function that does not support the dtype, ``float()`` of a tracked value, or code that
+    returns plain numbers. Raised instead of recording a wrong (empty) lineage."""
+
+
+class StaleLineageError(CaptureError):
+    """A tracked array from a finished capture was used; its annotations are gone."""

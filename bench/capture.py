@@ -1,0 +1,165 @@
+"""Annotated execution (tracked_float) vs bare NumPy: element-wise, aggregate, initialisation.
+
+Reproduces the capture paper's micro-benchmarks with our annotator, as ratios measured in one
+process (never as timed tests):
+
+* element-wise ``np.negative(x)`` and ``x + y`` and the aggregate ``np.sum(x, axis=0)`` on
+  ``(cells / 1000, 1000)`` arrays, 1e4 … 1e7 cells (``--quick``: 1e4 … 1e6);
+* initialisation (annotating the input cells) and extraction (relation columns) costs;
+* bytes of annotation arena per recorded annotation;
+* the 1e8-cell aggregate end to end (annotate + sum + extract) in a child process, for its
+  peak memory (``--quick`` skips it).
+
+Goals (issue 4): element-wise ≤ 3× bare NumPy at 1M cells, aggregate ≤ 15×, the 1e8-cell
+aggregate within 24 GB and < 20 s overhead, ≤ 16 bytes per annotation.
+
+Run: ``.venv/bin/python bench/capture.py [--quick]``. Informational, not a CI gate.
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dslog_dagster import _annotator
+
+
+def best_of(f: Callable[[], Any], reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure(cells: int, reps: int) -> dict[str, float]:
+    """One size: bare and annotated times for the three workloads, init, bytes/annotation."""
+    rng = np.random.default_rng(0)
+    shape = (max(cells // 1000, 1), 1000)
+    x, y = rng.random(shape), rng.random(shape)
+    out: dict[str, float] = {"cells": float(x.size)}
+    work: dict[str, tuple[Callable[..., Any], int]] = {
+        "negative": (np.negative, 1),
+        "add": (np.add, 2),
+        "sum_axis0": (lambda a: np.sum(a, axis=0), 1),
+    }
+    for name, (f, arity) in work.items():
+        args = (x, y)[:arity]
+        out[f"{name}_bare"] = best_of(lambda f=f, args=args: f(*args), reps)
+        times, inits, extracts, per_ann = [], [], [], []
+        for _ in range(reps):
+            _annotator.begin(0)
+            try:
+                t0 = time.perf_counter()
+                tracked = [_annotator.annotate(a)[0] for a in args]
+                t1 = time.perf_counter()
+                res = f(*tracked)
+                t2 = time.perf_counter()
+                used = _annotator.stats()["bytes_used"]
+                rels = _annotator.extract(res, [a.shape for a in args], False)
+                t3 = time.perf_counter()
+                n_ann = sum(int(oc.shape[1]) for oc, _ in rels)
+            finally:
+                _annotator.end()
+            inits.append(t1 - t0)
+            times.append(t2 - t1)
+            extracts.append(t3 - t2)
+            per_ann.append(used / max(n_ann, 1))
+        out[f"{name}_annotated"] = min(times)
+        out[f"{name}_init"] = min(inits)
+        out[f"{name}_extract"] = min(extracts)
+        out[f"{name}_bytes_per_ann"] = per_ann[-1]
+    return out
+
+
+def big_aggregate(cells: int) -> dict[str, float]:
+    """End-to-end 1e8-cell aggregate (run in a child process for a clean peak RSS)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((cells // 1000, 1000))
+    t0 = time.perf_counter()
+    np.sum(x, axis=0)
+    bare = time.perf_counter() - t0
+    _annotator.begin(0)
+    try:
+        t0 = time.perf_counter()
+        tx = _annotator.annotate(x)[0]
+        res = np.sum(tx, axis=0)
+        used = _annotator.stats()["bytes_used"]
+        rels = _annotator.extract(res, [x.shape], False)
+        total = time.perf_counter() - t0
+        n_ann = int(rels[0][0].shape[1])
+    finally:
+        _annotator.end()
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return {
+        "bare": bare,
+        "total": total,
+        "overhead": total - bare,
+        "peak_gb": peak_gb,
+        "bytes_per_ann": used / max(n_ann, 1),
+        "annotations": n_ann,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes only, no 1e8 run")
+    ap.add_argument("--big-child", type=int, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.big_child:
+        print(json.dumps(big_aggregate(ns.big_child)))
+        return
+    sizes = [10**4, 10**5, 10**6] if ns.quick else [10**4, 10**5, 10**6, 10**7]
+    rows = [measure(n, 3 if n <= 10**6 else 1) for n in sizes]
+    print("| cells | workload | bare ms | annotated ms | ratio | init ms | extract ms | B/ann |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        for w in ("negative", "add", "sum_axis0"):
+            bare, ann = r[f"{w}_bare"], r[f"{w}_annotated"]
+            print(
+                f"| {int(r['cells']):.0e} | {w} | {bare * 1e3:.2f} | {ann * 1e3:.2f} | "
+                f"{ann / bare:.1f}x | {r[f'{w}_init'] * 1e3:.2f} | "
+                f"{r[f'{w}_extract'] * 1e3:.2f} | {r[f'{w}_bytes_per_ann']:.1f} |"
+            )
+    at_1m = next(r for r in rows if int(r["cells"]) == 10**6)
+    ew = max(
+        at_1m["negative_annotated"] / at_1m["negative_bare"],
+        at_1m["add_annotated"] / at_1m["add_bare"],
+    )
+    agg = at_1m["sum_axis0_annotated"] / at_1m["sum_axis0_bare"]
+    bpa = max(r[f"{w}_bytes_per_ann"] for r in rows for w in ("add", "sum_axis0"))
+    goals = [
+        ("element-wise ≤ 3× bare NumPy at 1M cells", f"{ew:.1f}x", ew <= 3),
+        ("aggregate ≤ 15× bare NumPy at 1M cells", f"{agg:.1f}x", agg <= 15),
+        ("≤ 16 bytes per annotation", f"{bpa:.1f} B", bpa <= 16),
+    ]
+    if not ns.quick:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--big-child", str(10**8)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        big = json.loads(proc.stdout.strip().splitlines()[-1])
+        goals.append(
+            ("1e8-cell aggregate within 24 GB", f"{big['peak_gb']:.1f} GB", big["peak_gb"] <= 24)
+        )
+        goals.append(
+            ("1e8-cell aggregate < 20 s overhead", f"{big['overhead']:.1f} s", big["overhead"] < 20)
+        )
+    print()
+    print("| Goal | measured | result |")
+    print("|---|---|---|")
+    for goal, measured, ok in goals:
+        print(f"| {goal} | {measured} | {'PASS' if ok else 'FAIL'} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Annotated execution: run unmodified NumPy code and record cell-level lineage.
+
+``capture(func, *arrays)`` converts each input to the ``tracked_float`` dtype (a float64 value
+plus the set of input cells it came from, implemented in C++ in ``native/src/tracked_float.cpp``),
+calls ``func`` on the tracked arrays, and turns the sets carried by the output cells into one
+:class:`~dslog_dagster.core.LineageRelation` per (output, input) pair — sorted, duplicate-free
+int64 columns, ready for ProvRC and the store.
+
+Why a dtype and not a wrapper object: NumPy then runs its own code paths (ufunc loops, sorts,
+copies, fancy indexing) on the annotated values, so the lineage is the lineage of what NumPy
+actually did, at C speed, for any rank and any view.
+
+Semantics (README, "Capture semantics"): arithmetic unions the operands' sets; constants carry
+none; a value *picked* by comparison (maximum, sort, median, clip, where, ...) carries only the
+picked cell's set ("contributing"); ``mode="considered"`` additionally records every compared
+cell in a separate set, returned as :attr:`CaptureResult.considered`.
+
+Lineage is never dropped silently. A cast of ``tracked_float`` to a plain dtype, a NumPy
+function that does not support the dtype, ``float()`` of a tracked value, or a function that
+returns plain numbers raises :class:`~dslog_dagster.errors.LineageLostError` naming the
+function — or, with ``on_lost="all_to_all"``, records an explicit all-to-all relation and sets
+:attr:`CaptureResult.flagged`.
+"""
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from dslog_dagster import _annotator
+from dslog_dagster.core.relation import LineageRelation, Shape
+from dslog_dagster.errors import (
+    CaptureError,
+    DSLogError,
+    LineageLostError,
+    UnsupportedArrayError,
+)
+
+__all__ = ["TRACKED_FLOAT", "CaptureResult", "capture"]
+
+#: The ``tracked_float`` NumPy dtype (``np.dtype``); ``TRACKED_FLOAT.type`` is its scalar type.
+TRACKED_FLOAT: np.dtype[Any] = _annotator.dtype
+
+Mode = Literal["contributing", "considered"]
+OnLost = Literal["raise", "all_to_all"]
+
+# The all-to-all fallback materialises out_size * in_size pairs; beyond this it is refused
+# rather than exhausting memory.
+_ALL_TO_ALL_MAX_PAIRS = 200_000_000
+
+F64 = npt.NDArray[np.float64]
+Relations = dict[tuple[int, int], LineageRelation]
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureResult:
+    """What a capture produced.
+
+    Attributes:
+        value: the real result, as ``func`` would have returned it on float64 inputs: a
+            float64 array, an ``np.float64`` scalar, or a tuple of those.
+        outputs: every output as a float64 array (0-d for scalars), in order.
+        input_shapes: shapes of the captured inputs, in argument order.
+        relations: ``(output index, input index) -> LineageRelation`` of the contributing
+            cells (sorted, duplicate-free); every pair is present, possibly empty.
+        considered: the same for the considered cells (``mode="considered"`` only, else None).
+        mode: ``"contributing"`` or ``"considered"``.
+        flagged: True when lineage could not be captured and ``on_lost="all_to_all"`` recorded
+            the all-to-all relation instead (an over-approximation, never an omission).
+        reason: why the capture was flagged (None otherwise).
+        annotation_bytes: bytes the annotation arena held when the function returned.
+    """
+
+    value: Any
+    outputs: tuple[F64, ...]
+    input_shapes: tuple[Shape, ...]
+    relations: Relations
+    considered: Relations | None
+    mode: Mode
+    flagged: bool = False
+    reason: str | None = None
+    annotation_bytes: int = 0
+
+    def relation(
+        self, output: int = 0, input: int = 0, *, considered: bool = False
+    ) -> LineageRelation:
+        """The relation of output ``output`` against input ``input``.
+
+        Raises:
+            CaptureError: ``considered=True`` on a capture run in contributing mode.
+            KeyError: no such output or input.
+        """
+        if considered:
+            if self.considered is None:
+                msg = 'This capture ran in mode="contributing"; pass mode="considered".'
+                raise CaptureError(msg)
+            return self.considered[(output, input)]
+        return self.relations[(output, input)]
+
+
+def _func_name(func: Callable[..., Any]) -> str:
+    mod = getattr(func, "__module__", None)
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return f"{mod}.{name}" if mod and mod != "builtins" else str(name)
+
+
+def _numpy_frame(exc: BaseException) -> str | None:
+    """The innermost NumPy Python frame of a traceback (the function that gave up)."""
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if "/numpy/" in frame.filename.replace("\\", "/"):
+            found = f"`numpy` function `{frame.name}` ({frame.filename}:{frame.lineno})"
+    return found
+
+
+def _as_input(a: Any, k: int) -> F64:
+    arr = np.asarray(a)
+    if arr.dtype == TRACKED_FLOAT:
+        msg = (
+            f"Input {k} is already a tracked_float array; pass plain numeric arrays to "
+            "`capture` (tracked arrays belong to the capture that created them)."
+        )
+        raise UnsupportedArrayError(msg)
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_) or np.issubdtype(
+        arr.dtype, np.complexfloating
+    ):
+        msg = (
+            f"Input {k} has dtype `{arr.dtype}`; capture annotates real numeric arrays only. "
+            "Convert with `.astype(np.float64)`."
+        )
+        raise UnsupportedArrayError(msg)
+    return np.asarray(arr, dtype=np.float64, order="C")  # keeps 0-d (ascontiguousarray does not)
+
+
+def _outputs(result: Any) -> tuple[list[Any], bool]:
+    """Split a function result into its outputs; True if it was a tuple/list."""
+    if isinstance(result, tuple | list):
+        return list(result), True
+    return [result], False
+
+
+def _check_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
+    """The tracked array of one output, or LineageLostError if it carries no lineage."""
+    if isinstance(out, np.ndarray) and out.dtype == TRACKED_FLOAT:
+        return out
+    if isinstance(out, TRACKED_FLOAT.type):
+        return np.asarray(out)
+    kind = f"a `{type(out).__name__}`"
+    if isinstance(out, np.ndarray | np.generic):
+        kind = f"a `{out.dtype}` {'array' if isinstance(out, np.ndarray) else 'scalar'}"
+    msg = (
+        f"`{name}` returned {kind} as output {k}, not a tracked_float value, so its lineage "
+        "was not captured (it was computed outside NumPy, converted to a plain dtype, or is "
+        "an index/boolean result that carries no data lineage). Return the NumPy result, "
+        'declare the lineage yourself, or pass on_lost="all_to_all" to record an explicit '
+        "all-to-all relation."
+    )
+    raise LineageLostError(msg)
+
+
+def _lost_message(name: str, exc: BaseException) -> str:
+    where = _numpy_frame(exc)
+    via = f" in {where}" if where else ""
+    return (
+        f"`{name}` could not run on tracked_float arrays{via}: {exc}. The function converts "
+        "to a plain dtype or does not support the dtype, which would drop lineage. See the "
+        "README coverage table; rewrite the step with supported NumPy functions, declare its "
+        'lineage yourself, or pass on_lost="all_to_all" to record an explicit all-to-all '
+        "relation (flagged)."
+    )
+
+
+def _is_dtype_rejection(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, TypeError | ValueError) and "tracked_float" in text
+
+
+def _all_to_all(
+    func: Callable[..., Any],
+    inputs: list[F64],
+    kwargs: dict[str, Any],
+    mode: Mode,
+    reason: str,
+) -> CaptureResult:
+    """Run ``func`` on plain float64 copies and relate every output cell to every input cell."""
+    result = func(*[a.copy() for a in inputs], **kwargs)
+    outs, is_tuple = _outputs(result)
+    plain: list[F64] = []
+    for k, o in enumerate(outs):
+        arr = np.asarray(o)
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            msg = f"Output {k} of the all-to-all fallback has dtype `{arr.dtype}`."
+            raise UnsupportedArrayError(msg)
+        plain.append(np.asarray(arr, dtype=np.float64))
+    relations: Relations = {}
+    for o, out in enumerate(plain):
+        for i, inp in enumerate(inputs):
+            pairs = out.size * inp.size
+            if pairs > _ALL_TO_ALL_MAX_PAIRS:
+                msg = (
+                    f"The all-to-all fallback for output {o} × input {i} would hold {pairs} "
+                    "pairs; declare the lineage explicitly instead."
+                )
+                raise CaptureError(msg)
+            of = np.repeat(np.arange(out.size, dtype=np.int64), inp.size)
+            inf = np.tile(np.arange(inp.size, dtype=np.int64), out.size)
+            relations[(o, i)] = LineageRelation.from_flat(out.shape, inp.shape, of, inf)
+    value = _plain_value(plain, outs, is_tuple)
+    return CaptureResult(
+        value=value,
+        outputs=tuple(plain),
+        input_shapes=tuple(a.shape for a in inputs),
+        relations=relations,
+        considered=dict(relations) if mode == "considered" else None,
+        mode=mode,
+        flagged=True,
+        reason=reason,
+    )
+
+
+def _plain_value(plain: list[F64], raw: list[Any], is_tuple: bool) -> Any:
+    vals: list[Any] = []
+    for arr, r in zip(plain, raw, strict=True):
+        is_scalar = not isinstance(r, np.ndarray)
+        vals.append(np.float64(arr[()]) if is_scalar and arr.ndim == 0 else arr)
+    return tuple(vals) if is_tuple else vals[0]
+
+
+def capture(
+    func: Callable[..., Any],
+    *arrays: npt.ArrayLike,
+    mode: Mode = "contributing",
+    on_lost: OnLost = "raise",
+    **kwargs: Any,
+) -> CaptureResult:
+    """Run ``func(*arrays, **kwargs)`` with annotated inputs and return values and lineage.
+
+    Args:
+        func: the operation; called with one ``tracked_float`` array per entry of ``arrays``
+            (same shapes) and ``kwargs`` unchanged. It may return an array, a scalar, or a
+            tuple/list of them.
+        *arrays: the inputs whose cells are tracked (any real numeric dtype, any rank; they are
+            converted to float64).
+        mode: ``"contributing"`` (default): a value picked by comparison carries only the
+            picked cell. ``"considered"``: also record every compared cell, returned separately
+            in :attr:`CaptureResult.considered`.
+        on_lost: ``"raise"`` (default) raises :class:`LineageLostError` when lineage would be
+            lost; ``"all_to_all"`` records every output cell as depending on every input cell
+            and flags the result.
+        **kwargs: passed to ``func`` (not tracked).
+
+    Returns:
+        A :class:`CaptureResult` with the float64 result and one relation per (output, input).
+
+    Raises:
+        LineageLostError: the function rejected the dtype, converted to a plain dtype, or
+            returned values without lineage (and ``on_lost="raise"``).
+        CaptureError: a capture is already running (captures do not nest).
+        UnsupportedArrayError: an input is not a real numeric array.
+
+    Examples:
+        >>> import numpy as np
+        >>> r = capture(np.sum, np.arange(6.0).reshape(2, 3), axis=1)
+        >>> r.value
+        array([ 3., 12.])
+        >>> r.relation(0, 0).n
+        6
+    """
+    if mode not in ("contributing", "considered"):
+        msg = f'`mode` must be "contributing" or "considered", not {mode!r}.'
+        raise ValueError(msg)
+    if on_lost not in ("raise", "all_to_all"):
+        msg = f'`on_lost` must be "raise" or "all_to_all", not {on_lost!r}.'
+        raise ValueError(msg)
+    name = _func_name(func)
+    inputs = [_as_input(a, k) for k, a in enumerate(arrays)]
+    if _annotator.active():
+        msg = f"Cannot capture `{name}`: another capture is running (captures do not nest)."
+        raise CaptureError(msg)
+    _annotator.begin(1 if mode == "considered" else 0)
+    try:
+        try:
+            tracked = [_annotator.annotate(a)[0] for a in inputs]
+            result = func(*tracked, **kwargs)
+            outs, is_tuple = _outputs(result)
+            arrs = [_check_output(o, k, name) for k, o in enumerate(outs)]
+        except LineageLostError as e:
+            if on_lost == "all_to_all":
+                _annotator.end()
+                return _all_to_all(func, inputs, kwargs, mode, str(e))
+            if name in str(e):
+                raise
+            msg = f"While capturing `{name}`: {e}"
+            raise LineageLostError(msg) from e
+        except DSLogError:
+            raise
+        except (TypeError, ValueError) as e:
+            if not _is_dtype_rejection(e):
+                raise
+            msg = _lost_message(name, e)
+            if on_lost == "all_to_all":
+                _annotator.end()
+                return _all_to_all(func, inputs, kwargs, mode, msg)
+            raise LineageLostError(msg) from e
+        shapes = [tuple(int(d) for d in a.shape) for a in inputs]
+        relations: Relations = {}
+        considered: Relations | None = {} if mode == "considered" else None
+        plain: list[F64] = []
+        for o, arr in enumerate(arrs):
+            plain.append(_annotator.values(arr))
+            out_shape = tuple(int(d) for d in arr.shape)
+            for which, target in ((False, relations), (True, considered)):
+                if target is None:
+                    continue
+                for i, (oc, ic) in enumerate(_annotator.extract(arr, shapes, which)):
+                    # Built straight from the extractor's columns: they are in bounds, sorted
+                    # and duplicate-free by construction (tests check against from_columns).
+                    target[(o, i)] = LineageRelation(out_shape, shapes[i], oc, ic, oc.shape[1])
+        annotation_bytes = int(_annotator.stats().get("bytes_used", 0))
+    finally:
+        _annotator.end()
+    return CaptureResult(
+        value=_plain_value(plain, outs, is_tuple),
+        outputs=tuple(plain),
+        input_shapes=tuple(shapes),
+        relations=relations,
+        considered=considered,
+        mode=mode,
+        annotation_bytes=annotation_bytes,
+    )

@@ -1,0 +1,1314 @@
+// The `tracked_float` NumPy dtype: a float64 value plus a handle to the set of input cells it
+// was computed from (see dslog/annotations.hpp), and the `dslog_dagster._annotator` module.
+//
+// Registration follows the legacy user-dtype route (PyArray_RegisterDataType + ArrFuncs), the
+// only one in NumPy 2.x that can set every ArrFunc (copyswap, compare, dotfunc, ...). Binary
+// arithmetic is added as NumPy-2 ArrayMethods (PyUFunc_AddLoopFromSpec) because their
+// get_loop hook runs once per ufunc call, which is what makes in-place accumulation safe.
+//
+// Values: every loop produces exactly what NumPy computes on float64. Sign-bit and IEEE basic
+// operations are computed inline; everything else (sin, power, hypot, matmul, ...) is handed
+// to NumPy's own float64 inner loop on gathered values, so SIMD/SVML results match bit for bit.
+//
+// Lineage is never dropped silently: there is no cast to a numeric dtype (only to bool, which
+// is control like a comparison), float()/int() of a
+// tracked scalar raise LineageLostError, and handles from a finished capture raise
+// StaleLineageError. The descriptor has NPY_NEEDS_PYAPI so every loop runs with the GIL held
+// (the arena is single-threaded) and errors set in loops propagate.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#define NPY_TARGET_VERSION NPY_2_0_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL dslog_annotator_ARRAY_API
+#define PY_UFUNC_UNIQUE_SYMBOL dslog_annotator_UFUNC_API
+#include <numpy/arrayobject.h>
+#include <numpy/dtype_api.h>
+#include <numpy/ufuncobject.h>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dslog/annotations.hpp"
+
+namespace py = pybind11;
+using dslog::Arena;
+using dslog::Handle;
+namespace hnd = dslog::hnd;
+
+namespace {
+
+struct TF {
+  double v;
+  uint64_t h;
+};
+static_assert(sizeof(TF) == 16, "tracked_float element must be 16 bytes");
+
+struct TFScalar {
+  PyObject_HEAD TF tf;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Global state. A user dtype is registered once per process; the capture is process-global.
+// ---------------------------------------------------------------------------------------------
+std::unique_ptr<Arena> g_arena;
+uint32_t g_last_epoch = 0;
+int g_typenum = -1;
+PyArray_Descr* g_descr = nullptr;
+PyArray_DTypeMeta* g_dtmeta = nullptr;
+PyTypeObject* g_scalar_type = nullptr;
+PyObject* g_lost_error = nullptr;   // dslog_dagster.errors.LineageLostError
+PyObject* g_stale_error = nullptr;  // dslog_dagster.errors.StaleLineageError
+PyArray_ArrFuncs g_arrfuncs;
+
+inline TF load(const char* p) {
+  TF t;
+  std::memcpy(&t, p, sizeof t);
+  return t;
+}
+inline void store(char* p, double v, Handle h) {
+  TF t{v, h};
+  std::memcpy(p, &t, sizeof t);
+}
+inline double load_v(const char* p) {
+  double v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline bool handle_ok(Handle h) {
+  return h == 0 || (g_arena && hnd::epoch(h) == g_arena->epoch());
+}
+
+void set_stale_error() {
+  PyErr_SetString(g_stale_error,
+                  "A tracked_float value from a finished capture was used. Tracked arrays are "
+                  "only valid inside the `capture(...)` call that created them; pass plain "
+                  "float64 arrays to `capture` and keep tracked arrays inside the function.");
+}
+
+// Translate a C++ exception into a Python error (never let one cross a NumPy frame).
+void set_cpp_error() {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    PyErr_SetString(PyExc_MemoryError, "out of memory while recording lineage annotations");
+  } catch (const std::exception& e) {
+    PyErr_SetString(g_lost_error, e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar type
+// ---------------------------------------------------------------------------------------------
+PyObject* make_scalar(double v, Handle h) {
+  auto* s = reinterpret_cast<TFScalar*>(g_scalar_type->tp_alloc(g_scalar_type, 0));
+  if (!s) return nullptr;
+  s->tf = TF{v, h};
+  return reinterpret_cast<PyObject*>(s);
+}
+
+bool is_tracked_descr(PyArray_Descr* d) { return d && d->type_num == g_typenum; }
+
+// Convert a Python object to an element. Tracked scalars and 0-d tracked arrays keep their
+// annotations; plain numbers are constants (no annotations).
+int to_element(PyObject* obj, TF* out) {
+  if (PyObject_TypeCheck(obj, g_scalar_type)) {
+    *out = reinterpret_cast<TFScalar*>(obj)->tf;
+    return 0;
+  }
+  if (PyArray_Check(obj)) {
+    auto* arr = reinterpret_cast<PyArrayObject*>(obj);
+    if (is_tracked_descr(PyArray_DESCR(arr))) {
+      if (PyArray_SIZE(arr) != 1) {
+        PyErr_SetString(PyExc_ValueError, "can only convert a size-1 tracked array to a scalar");
+        return -1;
+      }
+      *out = load(PyArray_BYTES(arr));
+      return 0;
+    }
+  }
+  if (PyFloat_Check(obj) || PyLong_Check(obj) || PyBool_Check(obj) ||
+      PyArray_IsScalar(obj, Number) || PyArray_IsScalar(obj, Bool)) {
+    if (PyArray_IsScalar(obj, ComplexFloating) || PyComplex_Check(obj)) {
+      PyErr_SetString(PyExc_TypeError, "tracked_float cannot hold a complex value");
+      return -1;
+    }
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    *out = TF{v, 0};
+    return 0;
+  }
+  if (PyArray_Check(obj) && PyArray_SIZE(reinterpret_cast<PyArrayObject*>(obj)) == 1) {
+    PyObject* item = PyArray_GETITEM(reinterpret_cast<PyArrayObject*>(obj),
+                                     PyArray_BYTES(reinterpret_cast<PyArrayObject*>(obj)));
+    if (!item) return -1;
+    int rc = to_element(item, out);
+    Py_DECREF(item);
+    return rc;
+  }
+  PyErr_Format(PyExc_TypeError, "cannot store a %s in a tracked_float array",
+               Py_TYPE(obj)->tp_name);
+  return -1;
+}
+
+PyObject* scalar_new(PyTypeObject*, PyObject* args, PyObject* kwds) {
+  if (kwds && PyDict_Size(kwds)) {
+    PyErr_SetString(PyExc_TypeError, "tracked_float() takes no keyword arguments");
+    return nullptr;
+  }
+  Py_ssize_t n = PyTuple_Size(args);
+  if (n == 0) return make_scalar(0.0, 0);
+  if (n != 1) {
+    PyErr_SetString(PyExc_TypeError, "tracked_float() takes at most one argument");
+    return nullptr;
+  }
+  PyObject* arg = PyTuple_GET_ITEM(args, 0);
+  if (PyArray_Check(arg) && PyArray_NDIM(reinterpret_cast<PyArrayObject*>(arg)) > 0) {
+    Py_INCREF(g_descr);
+    return PyArray_CastToType(reinterpret_cast<PyArrayObject*>(arg), g_descr, 0);
+  }
+  TF t;
+  if (PyUnicode_Check(arg)) {
+    PyObject* f = PyFloat_FromString(arg);
+    if (!f) return nullptr;
+    t = TF{PyFloat_AsDouble(f), 0};
+    Py_DECREF(f);
+  } else if (to_element(arg, &t) < 0) {
+    return nullptr;
+  }
+  return make_scalar(t.v, t.h);
+}
+
+PyObject* scalar_repr(PyObject* self) {
+  const TF& t = reinterpret_cast<TFScalar*>(self)->tf;
+  PyObject* f = PyFloat_FromDouble(t.v);
+  if (!f) return nullptr;
+  PyObject* r = PyUnicode_FromFormat("tracked_float(%R%s)", f, t.h ? ", annotated" : "");
+  Py_DECREF(f);
+  return r;
+}
+
+PyObject* scalar_str(PyObject* self) {
+  PyObject* f = PyFloat_FromDouble(reinterpret_cast<TFScalar*>(self)->tf.v);
+  if (!f) return nullptr;
+  PyObject* r = PyObject_Str(f);
+  Py_DECREF(f);
+  return r;
+}
+
+Py_hash_t scalar_hash(PyObject* self) {
+  PyObject* f = PyFloat_FromDouble(reinterpret_cast<TFScalar*>(self)->tf.v);
+  if (!f) return -1;
+  Py_hash_t h = PyObject_Hash(f);
+  Py_DECREF(f);
+  return h;
+}
+
+PyObject* raise_lost(const char* what) {
+  PyErr_Format(g_lost_error,
+               "%s of a tracked_float drops its lineage. Inside `capture(...)` keep values in "
+               "NumPy operations; to read plain numbers, take them from the capture result "
+               "(`result.value`), or declare the lineage explicitly.",
+               what);
+  return nullptr;
+}
+PyObject* scalar_float(PyObject*) { return raise_lost("float()"); }
+PyObject* scalar_int(PyObject*) { return raise_lost("int()"); }
+PyObject* scalar_index(PyObject*) { return raise_lost("Using as an integer index"); }
+PyObject* scalar_reduce(PyObject*, PyObject*) { return raise_lost("Pickling"); }
+
+PyObject* scalar_get_annotated(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<TFScalar*>(self)->tf.h != 0);
+}
+
+PyMethodDef scalar_methods[] = {
+    {"__reduce__", reinterpret_cast<PyCFunction>(scalar_reduce), METH_NOARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef scalar_getset[] = {
+    {"annotated", scalar_get_annotated, nullptr,
+     "True if this value carries lineage annotations.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// ---------------------------------------------------------------------------------------------
+// ArrFuncs
+// ---------------------------------------------------------------------------------------------
+PyObject* af_getitem(void* data, void*) {
+  TF t = load(static_cast<char*>(data));
+  return make_scalar(t.v, t.h);
+}
+
+int af_setitem(PyObject* item, void* data, void*) {
+  TF t;
+  if (to_element(item, &t) < 0) return -1;
+  store(static_cast<char*>(data), t.v, t.h);
+  return 0;
+}
+
+inline void bswap_elem(char* p) {
+  uint64_t a, b;
+  std::memcpy(&a, p, 8);
+  std::memcpy(&b, p + 8, 8);
+  a = __builtin_bswap64(a);
+  b = __builtin_bswap64(b);
+  std::memcpy(p, &a, 8);
+  std::memcpy(p + 8, &b, 8);
+}
+
+void af_copyswapn(void* dst, npy_intp dstride, void* src, npy_intp sstride, npy_intp n, int swap,
+                  void*) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (s) {
+    if (dstride == 16 && sstride == 16) {
+      std::memmove(d, s, size_t(n) * 16);
+    } else {
+      for (npy_intp i = 0; i < n; ++i) std::memmove(d + i * dstride, s + i * sstride, 16);
+    }
+  }
+  if (swap)
+    for (npy_intp i = 0; i < n; ++i) bswap_elem(d + i * dstride);
+}
+
+void af_copyswap(void* dst, void* src, int swap, void*) {
+  if (src) std::memmove(dst, src, 16);
+  if (swap) bswap_elem(static_cast<char*>(dst));
+}
+
+// NaN sorts last, as for float64.
+int af_compare(const void* a, const void* b, void*) {
+  double x = load_v(static_cast<const char*>(a)), y = load_v(static_cast<const char*>(b));
+  if (x < y) return -1;
+  if (x > y) return 1;
+  if (x == y) return 0;
+  bool nx = std::isnan(x), ny = std::isnan(y);
+  return nx == ny ? 0 : (nx ? 1 : -1);
+}
+
+int af_argmax(void* data, npy_intp n, npy_intp* out, void*) {
+  const char* p = static_cast<const char*>(data);
+  npy_intp best = 0;
+  double mx = load_v(p);
+  if (std::isnan(mx)) {
+    *out = 0;
+    return 0;
+  }
+  for (npy_intp i = 1; i < n; ++i) {
+    double v = load_v(p + i * 16);
+    if (v > mx || std::isnan(v)) {
+      mx = v;
+      best = i;
+      if (std::isnan(v)) break;
+    }
+  }
+  *out = best;
+  return 0;
+}
+
+int af_argmin(void* data, npy_intp n, npy_intp* out, void*) {
+  const char* p = static_cast<const char*>(data);
+  npy_intp best = 0;
+  double mn = load_v(p);
+  if (std::isnan(mn)) {
+    *out = 0;
+    return 0;
+  }
+  for (npy_intp i = 1; i < n; ++i) {
+    double v = load_v(p + i * 16);
+    if (v < mn || std::isnan(v)) {
+      mn = v;
+      best = i;
+      if (std::isnan(v)) break;
+    }
+  }
+  *out = best;
+  return 0;
+}
+
+npy_bool af_nonzero(void* data, void*) { return load_v(static_cast<const char*>(data)) != 0.0; }
+
+// arange-style extrapolation from the first two items (as DOUBLE_fill); results are constants.
+int af_fill(void* data, npy_intp n, void*) {
+  char* p = static_cast<char*>(data);
+  double start = load_v(p);
+  double delta = load_v(p + 16) - start;
+  for (npy_intp i = 2; i < n; ++i) store(p + i * 16, start + double(i) * delta, 0);
+  return 0;
+}
+
+int af_fillwithscalar(void* buffer, npy_intp n, void* value, void*) {
+  char* p = static_cast<char*>(buffer);
+  for (npy_intp i = 0; i < n; ++i) std::memcpy(p + i * 16, value, 16);
+  return 0;
+}
+
+// Sort of one contiguous lane (np.sort, ndarray.sort, np.unique): stable, NaN last, so ties keep
+// their order. Elements move with their sets; in considered mode every element of the lane
+// also gets the whole lane as its considered set (a sort compares everything with everything
+// it is ordered against).
+int af_sort(void* start, npy_intp num, void*) {
+  char* p = static_cast<char*>(start);
+  std::vector<TF> lane(static_cast<size_t>(num));
+  for (npy_intp i = 0; i < num; ++i) lane[size_t(i)] = load(p + i * 16);
+  std::stable_sort(lane.begin(), lane.end(), [](const TF& a, const TF& b) {
+    if (std::isnan(b.v)) return !std::isnan(a.v);
+    return a.v < b.v;
+  });
+  if (g_arena && g_arena->mode() == dslog::Mode::kConsidered) {
+    try {
+      Arena::Builder bld(*g_arena);
+      for (const TF& t : lane) {
+        if (!handle_ok(t.h)) return set_stale_error(), -1;
+        bld.add(g_arena->considered(t.h));
+      }
+      Handle k = bld.finish();
+      for (TF& t : lane) t.h = g_arena->with_considered(t.h, k);
+    } catch (...) {
+      set_cpp_error();
+      return -1;
+    }
+  }
+  for (npy_intp i = 0; i < num; ++i) store(p + i * 16, lane[size_t(i)].v, lane[size_t(i)].h);
+  return 0;
+}
+
+PyArray_DotFunc* g_f64_dot = nullptr;
+
+thread_local std::vector<double> t_buf_a, t_buf_b, t_buf_c;
+
+// Σ a_i·b_i with NumPy's float64 dot (BLAS) on the values; the union of all 2n sets.
+void af_dotfunc(void* ip1, npy_intp is1, void* ip2, npy_intp is2, void* op, npy_intp n, void*) {
+  const char* a = static_cast<const char*>(ip1);
+  const char* b = static_cast<const char*>(ip2);
+  t_buf_a.resize(size_t(n));
+  t_buf_b.resize(size_t(n));
+  for (npy_intp i = 0; i < n; ++i) {
+    t_buf_a[size_t(i)] = load_v(a + i * is1);
+    t_buf_b[size_t(i)] = load_v(b + i * is2);
+  }
+  double res = 0.0;
+  g_f64_dot(t_buf_a.data(), 8, t_buf_b.data(), 8, &res, n, nullptr);
+  Handle h = 0;
+  bool any = false;
+  for (npy_intp i = 0; i < n && !any; ++i)
+    any = load(a + i * is1).h != 0 || load(b + i * is2).h != 0;
+  if (any) {
+    if (!g_arena) {
+      set_stale_error();
+      return;
+    }
+    try {
+      Arena::Builder bld(*g_arena);
+      for (npy_intp i = 0; i < n; ++i) {
+        Handle x = load(a + i * is1).h, y = load(b + i * is2).h;
+        if (!handle_ok(x) || !handle_ok(y)) {
+          set_stale_error();
+          return;
+        }
+        bld.add(x);
+        bld.add(y);
+      }
+      h = bld.finish();
+    } catch (...) {
+      set_cpp_error();
+      return;
+    }
+  }
+  store(static_cast<char*>(op), res, h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Casts into tracked_float (constants: no annotations). There is deliberately no cast out.
+// ---------------------------------------------------------------------------------------------
+double half_to_double(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  double v;
+  if (exp == 0)
+    v = std::ldexp(double(mant), -24);
+  else if (exp == 31)
+    v = mant ? std::nan("") : INFINITY;
+  else
+    v = std::ldexp(double(mant | 0x400u), int(exp) - 25);
+  return sign ? -v : v;
+}
+
+template <class T>
+void cast_in(void* from, void* to, npy_intp n, void*, void*) {
+  const T* f = static_cast<const T*>(from);
+  char* t = static_cast<char*>(to);
+  for (npy_intp i = 0; i < n; ++i) store(t + i * 16, double(f[i]), 0);
+}
+
+void cast_in_half(void* from, void* to, npy_intp n, void*, void*) {
+  const uint16_t* f = static_cast<const uint16_t*>(from);
+  char* t = static_cast<char*>(to);
+  for (npy_intp i = 0; i < n; ++i) store(t + i * 16, half_to_double(f[i]), 0);
+}
+
+// Truthiness (`x != 0`) for conditions such as np.where(x, ...), np.any, np.sinc. Like every
+// comparison it yields control, not data, so it carries no lineage; it is registered as an
+// unsafe cast only (never chosen implicitly for arithmetic).
+void cast_to_bool(void* from, void* to, npy_intp n, void*, void*) {
+  const char* f = static_cast<const char*>(from);
+  npy_bool* t = static_cast<npy_bool*>(to);
+  for (npy_intp i = 0; i < n; ++i) t[i] = load_v(f + i * 16) != 0.0;
+}
+
+void cast_in_bool(void* from, void* to, npy_intp n, void*, void*) {
+  const npy_bool* f = static_cast<const npy_bool*>(from);
+  char* t = static_cast<char*>(to);
+  for (npy_intp i = 0; i < n; ++i) store(t + i * 16, f[i] ? 1.0 : 0.0, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delegation to NumPy's own float64 inner loops
+// ---------------------------------------------------------------------------------------------
+struct F64Loop {
+  PyUFuncGenericFunction fn = nullptr;
+  void* data = nullptr;
+};
+
+PyUFuncObject* get_ufunc(const char* name) {
+  // numpy._core.umath holds every ufunc (np.clip is a Python wrapper around umath.clip).
+  PyObject* np = PyImport_ImportModule("numpy._core.umath");
+  if (!np) throw py::error_already_set();
+  PyObject* u = PyObject_GetAttrString(np, name);
+  Py_DECREF(np);
+  if (!u) throw py::error_already_set();
+  if (!PyObject_TypeCheck(u, &PyUFunc_Type)) {
+    Py_DECREF(u);
+    throw std::runtime_error(std::string("numpy._core.umath.") + name + " is not a ufunc");
+  }
+  return reinterpret_cast<PyUFuncObject*>(u);  // kept alive for the process
+}
+
+F64Loop find_f64_loop(PyUFuncObject* uf) {
+  for (int i = 0; i < uf->ntypes; ++i) {
+    bool all = true;
+    for (int j = 0; j < uf->nargs; ++j) all = all && uf->types[i * uf->nargs + j] == NPY_DOUBLE;
+    if (all && uf->functions[i]) return F64Loop{uf->functions[i], uf->data[i]};
+  }
+  throw std::runtime_error(std::string("numpy.") + uf->name + " has no float64 inner loop");
+}
+
+constexpr npy_intp kChunk = 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Unary T -> T (legacy loops): the set passes through unchanged.
+// ---------------------------------------------------------------------------------------------
+enum UnaryInline { U_DELEGATE, U_NEGATIVE, U_POSITIVE, U_ABSOLUTE };
+struct UnaryInfo {
+  UnaryInline op;
+  F64Loop f64;
+};
+
+void unary_loop(char** args, npy_intp const* dims, npy_intp const* steps, void* data) {
+  const auto* info = static_cast<const UnaryInfo*>(data);
+  npy_intp n = dims[0];
+  char *ip = args[0], *op = args[1];
+  npy_intp is = steps[0], os = steps[1];
+  switch (info->op) {
+    case U_NEGATIVE:
+      for (npy_intp i = 0; i < n; ++i) {
+        TF t = load(ip + i * is);
+        store(op + i * os, -t.v, t.h);
+      }
+      return;
+    case U_POSITIVE:
+      for (npy_intp i = 0; i < n; ++i) {
+        TF t = load(ip + i * is);
+        store(op + i * os, t.v, t.h);
+      }
+      return;
+    case U_ABSOLUTE:
+      for (npy_intp i = 0; i < n; ++i) {
+        TF t = load(ip + i * is);
+        store(op + i * os, std::fabs(t.v), t.h);
+      }
+      return;
+    case U_DELEGATE:
+      break;
+  }
+  double in[kChunk], out[kChunk];
+  Handle hs[kChunk];
+  for (npy_intp s = 0; s < n; s += kChunk) {
+    npy_intp m = std::min(kChunk, n - s);
+    for (npy_intp i = 0; i < m; ++i) {
+      TF t = load(ip + (s + i) * is);
+      in[i] = t.v;
+      hs[i] = t.h;
+    }
+    char* a[2] = {reinterpret_cast<char*>(in), reinterpret_cast<char*>(out)};
+    npy_intp d[1] = {m};
+    npy_intp st[2] = {8, 8};
+    info->f64.fn(a, d, st, info->f64.data);
+    for (npy_intp i = 0; i < m; ++i) store(op + (s + i) * os, out[i], hs[i]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons and predicates -> bool (no lineage: a bool is control, not data).
+// ---------------------------------------------------------------------------------------------
+template <class Cmp>
+void compare_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
+  Cmp cmp;
+  for (npy_intp i = 0; i < dims[0]; ++i) {
+    double a = load_v(args[0] + i * steps[0]), b = load_v(args[1] + i * steps[1]);
+    *reinterpret_cast<npy_bool*>(args[2] + i * steps[2]) = cmp(a, b);
+  }
+}
+struct Eq { bool operator()(double a, double b) const { return a == b; } };
+struct Ne { bool operator()(double a, double b) const { return a != b; } };
+struct Lt { bool operator()(double a, double b) const { return a < b; } };
+struct Le { bool operator()(double a, double b) const { return a <= b; } };
+struct Gt { bool operator()(double a, double b) const { return a > b; } };
+struct Ge { bool operator()(double a, double b) const { return a >= b; } };
+
+template <class Pred>
+void predicate_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
+  Pred pred;
+  for (npy_intp i = 0; i < dims[0]; ++i)
+    *reinterpret_cast<npy_bool*>(args[1] + i * steps[1]) = pred(load_v(args[0] + i * steps[0]));
+}
+struct IsNan { bool operator()(double a) const { return std::isnan(a); } };
+struct IsInf { bool operator()(double a) const { return std::isinf(a); } };
+struct IsFinite { bool operator()(double a) const { return std::isfinite(a); } };
+struct SignBit { bool operator()(double a) const { return std::signbit(a); } };
+
+// ---------------------------------------------------------------------------------------------
+// clip(x, lo, hi): a pick among three; NumPy's float rule max-then-min with NaN propagation.
+// ---------------------------------------------------------------------------------------------
+void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
+  try {
+    for (npy_intp i = 0; i < dims[0]; ++i) {
+      TF x = load(args[0] + i * steps[0]), lo = load(args[1] + i * steps[1]),
+         hi = load(args[2] + i * steps[2]);
+      // _NPY_MAX(x, lo): isnan(x) ? x : (x > lo ? x : lo); then _NPY_MIN(m, hi).
+      int w = (std::isnan(x.v) || x.v > lo.v) ? 0 : 1;
+      double m = w == 0 ? x.v : lo.v;
+      if (!(std::isnan(m) || m < hi.v)) w = 2;
+      double v = w == 0 ? x.v : (w == 1 ? lo.v : hi.v);
+      Handle h = 0;
+      if (x.h | lo.h | hi.h) {
+        if (!handle_ok(x.h) || !handle_ok(lo.h) || !handle_ok(hi.h)) {
+          set_stale_error();
+          return;
+        }
+        Handle win = w == 0 ? x.h : (w == 1 ? lo.h : hi.h);
+        if (g_arena->mode() == dslog::Mode::kContributing) {
+          h = win;
+        } else {
+          Handle l1 = w == 0 ? lo.h : x.h, l2 = w == 2 ? lo.h : hi.h;
+          h = g_arena->pick(win, g_arena->join(l1, l2));
+        }
+      }
+      store(args[3] + i * steps[3], v, h);
+    }
+  } catch (...) {
+    set_cpp_error();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul gufunc (n,k),(k,m)->(n,m): NumPy's float64 matmul on the values, and per output cell
+// the union of row i of A and column j of B.
+// ---------------------------------------------------------------------------------------------
+F64Loop g_f64_matmul;
+
+void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
+  npy_intp N = dims[0], n = dims[1], k = dims[2], m = dims[3];
+  npy_intp s0 = steps[0], s1 = steps[1], s2 = steps[2];
+  npy_intp a_n = steps[3], a_k = steps[4], b_k = steps[5], b_m = steps[6], c_n = steps[7],
+           c_m = steps[8];
+  try {
+    std::vector<double>& A = t_buf_a;
+    std::vector<double>& B = t_buf_b;
+    std::vector<double>& C = t_buf_c;
+    A.resize(size_t(n * k));
+    B.resize(size_t(k * m));
+    C.resize(size_t(n * m));
+    std::unique_ptr<Arena::Builder> bld;
+    for (npy_intp o = 0; o < N; ++o) {
+      char* pa = args[0] + o * s0;
+      char* pb = args[1] + o * s1;
+      char* pc = args[2] + o * s2;
+      bool any = false;
+      for (npy_intp i = 0; i < n; ++i)
+        for (npy_intp j = 0; j < k; ++j) {
+          TF t = load(pa + i * a_n + j * a_k);
+          A[size_t(i * k + j)] = t.v;
+          any = any || t.h;
+        }
+      for (npy_intp i = 0; i < k; ++i)
+        for (npy_intp j = 0; j < m; ++j) {
+          TF t = load(pb + i * b_k + j * b_m);
+          B[size_t(i * m + j)] = t.v;
+          any = any || t.h;
+        }
+      char* a3[3] = {reinterpret_cast<char*>(A.data()), reinterpret_cast<char*>(B.data()),
+                     reinterpret_cast<char*>(C.data())};
+      npy_intp d4[4] = {1, n, k, m};
+      npy_intp st[9] = {0, 0, 0, k * 8, 8, m * 8, 8, m * 8, 8};
+      if (n * m > 0) {
+        if (k == 0)
+          std::fill(C.begin(), C.end(), 0.0);
+        else
+          g_f64_matmul.fn(a3, d4, st, g_f64_matmul.data);
+      }
+      if (any && !g_arena) {
+        set_stale_error();
+        return;
+      }
+      if (any && !bld) bld = std::make_unique<Arena::Builder>(*g_arena);
+      for (npy_intp i = 0; i < n; ++i)
+        for (npy_intp j = 0; j < m; ++j) {
+          Handle h = 0;
+          if (any) {
+            bld->reset();
+            for (npy_intp q = 0; q < k; ++q) {
+              Handle x = load(pa + i * a_n + q * a_k).h, y = load(pb + q * b_k + j * b_m).h;
+              if (!handle_ok(x) || !handle_ok(y)) {
+                set_stale_error();
+                return;
+              }
+              bld->add(x);
+              bld->add(y);
+            }
+            h = bld->finish();
+          }
+          store(pc + i * c_n + j * c_m, C[size_t(i * m + j)], h);
+        }
+    }
+  } catch (...) {
+    set_cpp_error();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary T,T -> T as ArrayMethods (per-call get_loop => safe in-place accumulation).
+// ---------------------------------------------------------------------------------------------
+enum BinKind { B_ARITH, B_PICK };
+enum BinInline { I_NONE, I_ADD, I_SUB, I_MUL, I_DIV, I_MAX, I_MIN, I_FMAX, I_FMIN };
+
+struct BinInfo {
+  const char* name;
+  BinKind kind;
+  BinInline op;
+  bool pairwise;  // add/subtract: NumPy reduces with pairwise summation
+  int identity;   // 0: none, 1: 0.0, 2: 1.0
+  bool reorderable;
+  F64Loop f64;
+};
+
+// NumPy's DOUBLE_pairwise_sum (numpy/_core/src/umath/loops_utils.h.src), same order exactly.
+double pairwise_sum(const char* a, npy_intp n, npy_intp stride) {
+  if (n < 8) {
+    double res = 0.;
+    for (npy_intp i = 0; i < n; ++i) res += load_v(a + i * stride);
+    return res;
+  }
+  if (n <= 128) {
+    double r[8];
+    for (int j = 0; j < 8; ++j) r[j] = load_v(a + j * stride);
+    npy_intp i;
+    for (i = 8; i < n - (n % 8); i += 8)
+      for (int j = 0; j < 8; ++j) r[j] += load_v(a + (i + j) * stride);
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += load_v(a + i * stride);
+    return res;
+  }
+  npy_intp n2 = n / 2;
+  n2 -= n2 % 8;
+  return pairwise_sum(a, n2, stride) + pairwise_sum(a + n2 * stride, n - n2, stride);
+}
+
+// Which operand a pick keeps (true = second): NumPy's float rules.
+inline bool second_wins(BinInline op, double a, double b) {
+  switch (op) {
+    case I_MAX:
+      return !(a >= b || std::isnan(a));
+    case I_MIN:
+      return !(a <= b || std::isnan(a));
+    case I_FMAX:
+      return !(a >= b || std::isnan(b));
+    case I_FMIN:
+      return !(a <= b || std::isnan(b));
+    default:
+      return false;
+  }
+}
+
+inline double inline_value(BinInline op, double a, double b) {
+  switch (op) {
+    case I_ADD:
+      return a + b;
+    case I_SUB:
+      return a - b;
+    case I_MUL:
+      return a * b;
+    case I_DIV:
+      return a / b;
+    default:
+      return 0.0;
+  }
+}
+
+// Values of `m` element pairs into `out` (a and b gathered as doubles).
+void bin_values(const BinInfo& info, const double* a, const double* b, double* out, npy_intp m) {
+  if (info.kind == B_PICK) {
+    for (npy_intp i = 0; i < m; ++i) out[i] = second_wins(info.op, a[i], b[i]) ? b[i] : a[i];
+  } else if (info.op != I_NONE) {
+    for (npy_intp i = 0; i < m; ++i) out[i] = inline_value(info.op, a[i], b[i]);
+  } else {
+    char* args[3] = {const_cast<char*>(reinterpret_cast<const char*>(a)),
+                     const_cast<char*>(reinterpret_cast<const char*>(b)),
+                     reinterpret_cast<char*>(out)};
+    npy_intp d[1] = {m};
+    npy_intp st[3] = {8, 8, 8};
+    info.f64.fn(args, d, st, info.f64.data);
+  }
+}
+
+int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
+                const npy_intp* strides) {
+  npy_intp n = dims[0];
+  char *a = data[0], *b = data[1], *o = data[2];
+  npy_intp sa = strides[0], sb = strides[1], so = strides[2];
+  Arena* ar = g_arena.get();
+  try {
+    if (a == o && sa == 0 && so == 0) {
+      // Reduction into one accumulator: values exactly as NumPy's float64 loop, the set is
+      // appended to in place (amortised O(1) per annotation).
+      TF acc = load(o);
+      double v = acc.v;
+      if (info.pairwise) {
+        double s = pairwise_sum(b, n, sb);
+        v = info.op == I_SUB ? v - s : v + s;
+      } else if (info.kind == B_PICK || info.op != I_NONE) {
+        for (npy_intp i = 0; i < n; ++i) {
+          double x = load_v(b + i * sb);
+          v = info.kind == B_PICK ? (second_wins(info.op, v, x) ? x : v)
+                                  : inline_value(info.op, v, x);
+        }
+      } else {
+        double buf[kChunk];
+        for (npy_intp s = 0; s < n; s += kChunk) {
+          npy_intp m = std::min(kChunk, n - s);
+          for (npy_intp i = 0; i < m; ++i) buf[i] = load_v(b + (s + i) * sb);
+          char* args[3] = {reinterpret_cast<char*>(&v), reinterpret_cast<char*>(buf),
+                           reinterpret_cast<char*>(&v)};
+          npy_intp d[1] = {m};
+          npy_intp st[3] = {0, 8, 0};
+          info.f64.fn(args, d, st, info.f64.data);
+        }
+      }
+      Handle h = acc.h;
+      double cur = acc.v;
+      for (npy_intp i = 0; i < n; ++i) {
+        TF x = load(b + i * sb);
+        if (info.kind == B_PICK) {
+          bool w = second_wins(info.op, cur, x.v);
+          if (w) cur = x.v;
+          if ((h | x.h) == 0) continue;
+          if (!ar || !handle_ok(h) || !handle_ok(x.h)) return set_stale_error(), -1;
+          ar->acc_pick(h, x.h, w, size_t(n - i));
+        } else {
+          if (x.h == 0) continue;
+          if (!ar || !handle_ok(h) || !handle_ok(x.h)) return set_stale_error(), -1;
+          ar->acc_join(h, x.h, size_t(n - i));
+        }
+      }
+      store(o, v, h);
+      return 0;
+    }
+    bool in_place = (a == o && sa == so);
+    // accumulate() calls with out[i] = op(out[i-1], in[i]): the output overlaps an input at a
+    // shifted position, so each element must see the previous result (no gathering ahead).
+    auto shifted = [&](const char* p, npy_intp sp) {
+      if (p == o && sp == so) return false;
+      const char* lo = std::min(p, p + (n - 1) * sp);
+      const char* hi = std::max(p, p + (n - 1) * sp) + 16;
+      const char* olo = std::min<const char*>(o, o + (n - 1) * so);
+      const char* ohi = std::max<const char*>(o, o + (n - 1) * so) + 16;
+      return lo < ohi && olo < hi;
+    };
+    const npy_intp chunk = (shifted(a, sa) || shifted(b, sb)) ? 1 : kChunk;
+    double va[kChunk], vb[kChunk], vo[kChunk];
+    Handle ha[kChunk], hb[kChunk];
+    for (npy_intp s = 0; s < n; s += chunk) {
+      npy_intp m = std::min(chunk, n - s);
+      for (npy_intp i = 0; i < m; ++i) {
+        TF x = load(a + (s + i) * sa), y = load(b + (s + i) * sb);
+        va[i] = x.v;
+        vb[i] = y.v;
+        ha[i] = x.h;
+        hb[i] = y.h;
+      }
+      bin_values(info, va, vb, vo, m);
+      for (npy_intp i = 0; i < m; ++i) {
+        Handle x = ha[i], y = hb[i], h = 0;
+        if (x | y) {
+          if (!ar || !handle_ok(x) || !handle_ok(y)) return set_stale_error(), -1;
+          if (info.kind == B_PICK) {
+            bool w = second_wins(info.op, va[i], vb[i]);
+            if (in_place) {
+              h = x;
+              ar->acc_pick(h, y, w, 0);
+            } else {
+              h = w ? ar->pick(y, x) : ar->pick(x, y);
+            }
+          } else if (in_place) {
+            h = x;
+            ar->acc_join(h, y, 0);
+          } else {
+            h = ar->join(x, y);
+          }
+        }
+        store(o + (s + i) * so, vo[i], h);
+      }
+    }
+    return 0;
+  } catch (...) {
+    set_cpp_error();
+    return -1;
+  }
+}
+
+constexpr int kMaxBin = 32;
+BinInfo g_bin[kMaxBin];
+int g_nbin = 0;
+
+template <int I>
+int bin_loop(PyArrayMethod_Context*, char* const data[], const npy_intp dims[],
+             const npy_intp strides[], NpyAuxData*) {
+  return binary_impl(g_bin[I], data, dims, strides);
+}
+
+template <int I>
+int bin_get_loop(PyArrayMethod_Context*, int, int, const npy_intp*,
+                 PyArrayMethod_StridedLoop** out_loop, NpyAuxData** out_aux,
+                 NPY_ARRAYMETHOD_FLAGS* flags) {
+  if (g_arena) g_arena->begin_call();
+  *out_loop = &bin_loop<I>;
+  *out_aux = nullptr;
+  *flags = NPY_METH_REQUIRES_PYAPI;
+  return 0;
+}
+
+template <int I>
+int bin_initial(PyArrayMethod_Context*, npy_bool, void* initial) {
+  int id = g_bin[I].identity;
+  if (id == 0) return 0;
+  store(static_cast<char*>(initial), id == 1 ? 0.0 : 1.0, 0);
+  return 1;
+}
+
+int promoter(PyObject* ufunc, PyArray_DTypeMeta* const op_dtypes[],
+             PyArray_DTypeMeta* const signature[], PyArray_DTypeMeta* new_op_dtypes[]) {
+  int nargs = reinterpret_cast<PyUFuncObject*>(ufunc)->nargs;
+  (void)op_dtypes;
+  for (int i = 0; i < nargs; ++i) {
+    PyArray_DTypeMeta* d = signature[i] ? signature[i] : g_dtmeta;
+    Py_INCREF(d);
+    new_op_dtypes[i] = d;
+  }
+  return 0;
+}
+
+template <int I>
+void register_binary(const char* name, BinKind kind, BinInline op, bool pairwise, int identity,
+                     bool reorderable) {
+  static_assert(I < kMaxBin, "too many binary loops");
+  PyUFuncObject* uf = get_ufunc(name);
+  BinInfo& info = g_bin[I];
+  info = BinInfo{name, kind, op, pairwise, identity, reorderable, find_f64_loop(uf)};
+  PyArray_DTypeMeta* dtypes[3] = {g_dtmeta, g_dtmeta, g_dtmeta};
+  PyType_Slot slots[] = {{NPY_METH_get_loop, reinterpret_cast<void*>(&bin_get_loop<I>)},
+                         {NPY_METH_get_reduction_initial, reinterpret_cast<void*>(&bin_initial<I>)},
+                         {0, nullptr}};
+  int flags = NPY_METH_REQUIRES_PYAPI | (reorderable ? NPY_METH_IS_REORDERABLE : 0);
+  std::string spec_name = std::string("tracked_float_") + name;
+  PyArrayMethod_Spec spec{spec_name.c_str(), 2, 1, NPY_NO_CASTING,
+                          NPY_ARRAYMETHOD_FLAGS(flags), dtypes, slots};
+  if (PyUFunc_AddLoopFromSpec(reinterpret_cast<PyObject*>(uf), &spec) < 0)
+    throw py::error_already_set();
+  PyObject* any = reinterpret_cast<PyObject*>(&PyArrayDescr_Type);
+  PyObject* dt = reinterpret_cast<PyObject*>(g_dtmeta);
+  for (int side = 0; side < 2; ++side) {
+    PyObject* tup = side == 0 ? PyTuple_Pack(3, dt, any, any) : PyTuple_Pack(3, any, dt, any);
+    PyObject* cap = PyCapsule_New(reinterpret_cast<void*>(&promoter), "numpy._ufunc_promoter",
+                                  nullptr);
+    if (!tup || !cap || PyUFunc_AddPromoter(reinterpret_cast<PyObject*>(uf), tup, cap) < 0) {
+      Py_XDECREF(tup);
+      Py_XDECREF(cap);
+      throw py::error_already_set();
+    }
+    Py_DECREF(tup);
+    Py_DECREF(cap);
+  }
+  ++g_nbin;
+}
+
+void register_legacy(const char* name, PyUFuncGenericFunction fn, std::vector<int> types,
+                     void* data) {
+  PyUFuncObject* uf = get_ufunc(name);
+  if (int(types.size()) != uf->nargs)
+    throw std::runtime_error(std::string("numpy.") + name + ": unexpected number of operands");
+  if (PyUFunc_RegisterLoopForType(uf, g_typenum, fn, types.data(), data) < 0)
+    throw py::error_already_set();
+}
+
+std::vector<std::unique_ptr<UnaryInfo>> g_unary_infos;
+
+void register_unary(const char* name, UnaryInline op) {
+  PyUFuncObject* uf = get_ufunc(name);
+  auto info = std::make_unique<UnaryInfo>();
+  info->op = op;
+  if (op == U_DELEGATE) info->f64 = find_f64_loop(uf);
+  register_legacy(name, &unary_loop, {g_typenum, g_typenum}, info.get());
+  g_unary_infos.push_back(std::move(info));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration
+// ---------------------------------------------------------------------------------------------
+void register_dtype(PyObject* errors_module) {
+  g_lost_error = PyObject_GetAttrString(errors_module, "LineageLostError");
+  g_stale_error = PyObject_GetAttrString(errors_module, "StaleLineageError");
+  if (!g_lost_error || !g_stale_error) throw py::error_already_set();
+
+  static PyNumberMethods number_slots;  // filled below (only conversions are overridden)
+  (void)number_slots;
+  PyType_Slot type_slots[] = {
+      {Py_tp_new, reinterpret_cast<void*>(&scalar_new)},
+      {Py_tp_repr, reinterpret_cast<void*>(&scalar_repr)},
+      {Py_tp_str, reinterpret_cast<void*>(&scalar_str)},
+      {Py_tp_hash, reinterpret_cast<void*>(&scalar_hash)},
+      {Py_tp_methods, scalar_methods},
+      {Py_tp_getset, scalar_getset},
+      {Py_tp_doc,
+       const_cast<char*>("A float64 value annotated with the input cells it came from.")},
+      {Py_nb_float, reinterpret_cast<void*>(&scalar_float)},
+      {Py_nb_int, reinterpret_cast<void*>(&scalar_int)},
+      {Py_nb_index, reinterpret_cast<void*>(&scalar_index)},
+      {0, nullptr}};
+  PyType_Spec spec = {"dslog_dagster._annotator.tracked_float", int(sizeof(TFScalar)), 0,
+                      Py_TPFLAGS_DEFAULT, type_slots};
+  PyObject* bases = PyTuple_Pack(1, reinterpret_cast<PyObject*>(&PyGenericArrType_Type));
+  if (!bases) throw py::error_already_set();
+  g_scalar_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpecWithBases(&spec, bases));
+  Py_DECREF(bases);
+  if (!g_scalar_type) throw py::error_already_set();
+
+  PyArray_InitArrFuncs(&g_arrfuncs);
+  g_arrfuncs.getitem = &af_getitem;
+  g_arrfuncs.setitem = &af_setitem;
+  g_arrfuncs.copyswapn = &af_copyswapn;
+  g_arrfuncs.copyswap = &af_copyswap;
+  g_arrfuncs.compare = &af_compare;
+  g_arrfuncs.argmax = &af_argmax;
+  g_arrfuncs.argmin = &af_argmin;
+  g_arrfuncs.nonzero = &af_nonzero;
+  g_arrfuncs.fill = &af_fill;
+  g_arrfuncs.fillwithscalar = &af_fillwithscalar;
+  g_arrfuncs.dotfunc = &af_dotfunc;
+  for (int kind = 0; kind < NPY_NSORTS; ++kind) g_arrfuncs.sort[kind] = &af_sort;
+
+  static PyArray_DescrProto proto;
+  std::memset(&proto, 0, sizeof proto);
+  Py_SET_TYPE(&proto, &PyArrayDescr_Type);
+  Py_SET_REFCNT(&proto, 1);
+  proto.typeobj = g_scalar_type;
+  proto.kind = 'V';
+  proto.type = 'Q' + 1;  // 'R': an otherwise unused type character
+  proto.byteorder = '=';
+  proto.flags = char(NPY_NEEDS_PYAPI | NPY_USE_GETITEM | NPY_USE_SETITEM | NPY_NEEDS_INIT |
+                     NPY_LIST_PICKLE);
+  proto.type_num = 0;
+  proto.elsize = int(sizeof(TF));
+  proto.alignment = int(alignof(TF));
+  proto.f = &g_arrfuncs;
+  proto.hash = -1;
+  g_typenum = PyArray_RegisterDataType(&proto);
+  if (g_typenum < 0) throw py::error_already_set();
+  g_descr = PyArray_DescrFromType(g_typenum);
+  g_dtmeta = NPY_DTYPE(g_descr);
+  if (PyObject_SetAttrString(reinterpret_cast<PyObject*>(g_scalar_type), "dtype",
+                             reinterpret_cast<PyObject*>(g_descr)) < 0)
+    throw py::error_already_set();
+
+  // Casts into tracked_float, immediately after registration (later ones are ignored).
+  struct In {
+    int num;
+    PyArray_VectorUnaryFunc* fn;
+  };
+  const In ins[] = {{NPY_BOOL, &cast_in_bool},
+                    {NPY_BYTE, &cast_in<npy_byte>},
+                    {NPY_UBYTE, &cast_in<npy_ubyte>},
+                    {NPY_SHORT, &cast_in<npy_short>},
+                    {NPY_USHORT, &cast_in<npy_ushort>},
+                    {NPY_INT, &cast_in<npy_int>},
+                    {NPY_UINT, &cast_in<npy_uint>},
+                    {NPY_LONG, &cast_in<npy_long>},
+                    {NPY_ULONG, &cast_in<npy_ulong>},
+                    {NPY_LONGLONG, &cast_in<npy_longlong>},
+                    {NPY_ULONGLONG, &cast_in<npy_ulonglong>},
+                    {NPY_HALF, &cast_in_half},
+                    {NPY_FLOAT, &cast_in<npy_float>},
+                    {NPY_DOUBLE, &cast_in<npy_double>}};
+  for (const In& c : ins) {
+    PyArray_Descr* from = PyArray_DescrFromType(c.num);
+    if (PyArray_RegisterCastFunc(from, g_typenum, c.fn) < 0 ||
+        PyArray_RegisterCanCast(from, g_typenum, NPY_NOSCALAR) < 0) {
+      Py_DECREF(from);
+      throw py::error_already_set();
+    }
+    Py_DECREF(from);
+  }
+
+  if (PyArray_RegisterCastFunc(g_descr, NPY_BOOL, &cast_to_bool) < 0)
+    throw py::error_already_set();
+
+  PyArray_Descr* f64 = PyArray_DescrFromType(NPY_DOUBLE);
+  g_f64_dot = PyDataType_GetArrFuncs(f64)->dotfunc;
+  Py_DECREF(f64);
+
+  // Unary math: the set passes through.
+  const char* delegated[] = {
+      "sin",     "cos",     "tan",    "arcsin", "arccos", "arctan", "sinh",      "cosh",
+      "tanh",    "arcsinh", "arccosh", "arctanh", "degrees", "radians", "deg2rad", "rad2deg",
+      "rint",    "floor",   "ceil",   "trunc",  "exp",    "exp2",   "expm1",     "log",
+      "log2",    "log10",   "log1p",  "sqrt",   "cbrt",   "square", "reciprocal", "sign",
+      "spacing"};
+  for (const char* name : delegated) register_unary(name, U_DELEGATE);
+  register_unary("negative", U_NEGATIVE);
+  register_unary("positive", U_POSITIVE);
+  register_unary("conjugate", U_POSITIVE);
+  register_unary("absolute", U_ABSOLUTE);
+  register_unary("fabs", U_ABSOLUTE);
+
+  const int T = g_typenum;
+  register_legacy("equal", &compare_loop<Eq>, {T, T, NPY_BOOL}, nullptr);
+  register_legacy("not_equal", &compare_loop<Ne>, {T, T, NPY_BOOL}, nullptr);
+  register_legacy("less", &compare_loop<Lt>, {T, T, NPY_BOOL}, nullptr);
+  register_legacy("less_equal", &compare_loop<Le>, {T, T, NPY_BOOL}, nullptr);
+  register_legacy("greater", &compare_loop<Gt>, {T, T, NPY_BOOL}, nullptr);
+  register_legacy("greater_equal", &compare_loop<Ge>, {T, T, NPY_BOOL}, nullptr);
+  register_legacy("isnan", &predicate_loop<IsNan>, {T, NPY_BOOL}, nullptr);
+  register_legacy("isinf", &predicate_loop<IsInf>, {T, NPY_BOOL}, nullptr);
+  register_legacy("isfinite", &predicate_loop<IsFinite>, {T, NPY_BOOL}, nullptr);
+  register_legacy("signbit", &predicate_loop<SignBit>, {T, NPY_BOOL}, nullptr);
+  register_legacy("clip", &clip_loop, {T, T, T, T}, nullptr);
+  g_f64_matmul = find_f64_loop(get_ufunc("matmul"));
+  register_legacy("matmul", &matmul_loop, {T, T, T}, nullptr);
+
+  register_binary<0>("add", B_ARITH, I_ADD, true, 1, true);
+  register_binary<1>("subtract", B_ARITH, I_SUB, true, 0, false);
+  register_binary<2>("multiply", B_ARITH, I_MUL, false, 2, true);
+  register_binary<3>("true_divide", B_ARITH, I_DIV, false, 0, false);
+  register_binary<4>("floor_divide", B_ARITH, I_NONE, false, 0, false);
+  register_binary<5>("power", B_ARITH, I_NONE, false, 0, false);
+  register_binary<6>("float_power", B_ARITH, I_NONE, false, 0, false);
+  register_binary<7>("fmod", B_ARITH, I_NONE, false, 0, false);
+  register_binary<8>("remainder", B_ARITH, I_NONE, false, 0, false);
+  register_binary<9>("hypot", B_ARITH, I_NONE, false, 0, false);
+  register_binary<10>("arctan2", B_ARITH, I_NONE, false, 0, false);
+  register_binary<11>("logaddexp", B_ARITH, I_NONE, false, 0, false);
+  register_binary<12>("logaddexp2", B_ARITH, I_NONE, false, 0, false);
+  register_binary<13>("nextafter", B_ARITH, I_NONE, false, 0, false);
+  register_binary<14>("copysign", B_ARITH, I_NONE, false, 0, false);
+  register_binary<15>("heaviside", B_ARITH, I_NONE, false, 0, false);
+  register_binary<16>("maximum", B_PICK, I_MAX, false, 0, true);
+  register_binary<17>("minimum", B_PICK, I_MIN, false, 0, true);
+  register_binary<18>("fmax", B_PICK, I_FMAX, false, 0, true);
+  register_binary<19>("fmin", B_PICK, I_FMIN, false, 0, true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Module functions
+// ---------------------------------------------------------------------------------------------
+PyArrayObject* require_tracked(py::handle obj, const char* what) {
+  if (!PyArray_Check(obj.ptr()) ||
+      !is_tracked_descr(PyArray_DESCR(reinterpret_cast<PyArrayObject*>(obj.ptr()))))
+    throw std::invalid_argument(std::string(what) + " must be a tracked_float array");
+  return reinterpret_cast<PyArrayObject*>(obj.ptr());
+}
+
+py::object new_tracked(const std::vector<npy_intp>& shape) {
+  Py_INCREF(g_descr);
+  PyObject* arr = PyArray_NewFromDescr(&PyArray_Type, g_descr, int(shape.size()),
+                                       const_cast<npy_intp*>(shape.data()), nullptr, nullptr, 0,
+                                       nullptr);
+  if (!arr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(arr);
+}
+
+uint32_t begin_capture(int mode) {
+  if (g_arena)
+    throw std::runtime_error(
+        "a capture is already running; captures cannot be nested or run concurrently");
+  uint32_t ep = g_last_epoch % hnd::kMaxEpoch + 1;
+  g_arena = std::make_unique<Arena>(ep, mode ? dslog::Mode::kConsidered : dslog::Mode::kContributing);
+  g_last_epoch = ep;
+  return ep;
+}
+
+void end_capture() { g_arena.reset(); }
+
+// Annotate a C-contiguous float64 array: cell i gets the singleton {base + i}.
+py::tuple annotate(py::array_t<double, py::array::c_style | py::array::forcecast> values) {
+  if (!g_arena) throw std::runtime_error("annotate() needs a running capture");
+  std::vector<npy_intp> shape(values.shape(), values.shape() + values.ndim());
+  uint64_t size = uint64_t(values.size());
+  uint64_t base = g_arena->add_input(size);
+  py::object out = new_tracked(shape);
+  char* dst = PyArray_BYTES(reinterpret_cast<PyArrayObject*>(out.ptr()));
+  const double* src = values.data();
+  const Arena& ar = *g_arena;
+  {
+    py::gil_scoped_release nogil;
+    for (uint64_t i = 0; i < size; ++i) store(dst + i * 16, src[i], ar.cell(base + i));
+  }
+  return py::make_tuple(out, base);
+}
+
+// Plain float64 copy of the values (C order).
+py::array_t<double> values_of(py::handle obj) {
+  PyArrayObject* arr = require_tracked(obj, "values()");
+  PyObject* c = PyArray_NewCopy(arr, NPY_CORDER);
+  if (!c) throw py::error_already_set();
+  py::object keep = py::reinterpret_steal<py::object>(c);
+  auto* ca = reinterpret_cast<PyArrayObject*>(c);
+  std::vector<py::ssize_t> shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
+  py::array_t<double> out(shape);
+  double* d = out.mutable_data();
+  const char* s = PyArray_BYTES(ca);
+  npy_intp n = PyArray_SIZE(ca);
+  for (npy_intp i = 0; i < n; ++i) d[i] = load_v(s + i * 16);
+  return out;
+}
+
+template <class T>
+py::array_t<T> adopt(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
+  auto* heap = new std::vector<T>(std::move(v));
+  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(shape, heap->data(), owner);
+}
+
+// Extract the relation of one output against every input: per input, (out_cols (l, n),
+// in_cols (m, n)) int64, sorted lexicographically (outputs, then inputs) and duplicate-free.
+py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
+                 bool considered) {
+  if (!g_arena) throw std::runtime_error("extract() needs a running capture");
+  PyArrayObject* raw = require_tracked(out_obj, "the output");
+  PyObject* c = PyArray_NewCopy(raw, NPY_CORDER);
+  if (!c) throw py::error_already_set();
+  py::object keep = py::reinterpret_steal<py::object>(c);
+  auto* ca = reinterpret_cast<PyArrayObject*>(c);
+  std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
+  const char* data = PyArray_BYTES(ca);
+  npy_intp ncell = PyArray_SIZE(ca);
+  Arena& ar = *g_arena;
+  size_t k = in_shapes.size();
+  if (k != ar.bases().size())
+    throw std::invalid_argument("extract(): one input shape per annotated input is required");
+  std::vector<std::vector<int64_t>> of(k), inf(k);
+  bool stale = false;
+  {
+    py::gil_scoped_release nogil;
+    std::vector<uint64_t> scratch;
+    for (npy_intp i = 0; i < ncell && !stale; ++i) {
+      Handle h = load(data + i * 16).h;
+      if (h == 0) continue;
+      if (!handle_ok(h)) {
+        stale = true;
+        break;
+      }
+      Handle s = considered ? ar.considered(h) : ar.contrib(h);
+      auto [p, n] = ar.cells(s, scratch);
+      for (size_t j = 0; j < n; ++j) {
+        size_t in = ar.input_of(p[j]);
+        of[in].push_back(int64_t(i));
+        inf[in].push_back(int64_t(p[j] - ar.bases()[in]));
+      }
+    }
+  }
+  if (stale) {
+    set_stale_error();
+    throw py::error_already_set();
+  }
+  py::list result;
+  for (size_t in = 0; in < k; ++in) {
+    size_t n = of[in].size();
+    auto unravel = [n](const std::vector<int64_t>& flat, const std::vector<int64_t>& shape) {
+      size_t r = shape.size();
+      std::vector<int64_t> cols(r * n);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t f = flat[i];
+        for (size_t d = r; d-- > 0;) {
+          cols[d * n + i] = f % shape[d];
+          f /= shape[d];
+        }
+      }
+      return cols;
+    };
+    std::vector<int64_t> oc, ic;
+    {
+      py::gil_scoped_release nogil;
+      oc = unravel(of[in], out_shape);
+      std::vector<int64_t>().swap(of[in]);
+      ic = unravel(inf[in], in_shapes[in]);
+      std::vector<int64_t>().swap(inf[in]);
+    }
+    py::ssize_t l = py::ssize_t(out_shape.size()), m = py::ssize_t(in_shapes[in].size());
+    result.append(py::make_tuple(adopt(std::move(oc), {l, py::ssize_t(n)}),
+                                 adopt(std::move(ic), {m, py::ssize_t(n)})));
+  }
+  return result;
+}
+
+py::dict stats() {
+  py::dict d;
+  d["active"] = bool(g_arena);
+  if (g_arena) {
+    d["bytes_used"] = g_arena->bytes_used();
+    d["bytes_reserved"] = g_arena->bytes_reserved();
+    d["lists"] = g_arena->n_lists();
+    d["joins"] = g_arena->n_joins();
+    d["pairs"] = g_arena->n_pairs();
+    d["epoch"] = g_arena->epoch();
+  }
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_annotator, m) {
+  m.doc() = "The tracked_float NumPy dtype and its capture arena (see core/capture.py).";
+  if (_import_array() < 0) throw py::error_already_set();
+  if (_import_umath() < 0) throw py::error_already_set();
+  if (PyArray_RUNTIME_VERSION < NPY_2_0_API_VERSION)
+    throw std::runtime_error("dslog's annotator needs NumPy >= 2.0 at run time");
+  py::module_ errors = py::module_::import("dslog_dagster.errors");
+  register_dtype(errors.ptr());
+  m.attr("tracked_float") = py::handle(reinterpret_cast<PyObject*>(g_scalar_type));
+  m.attr("dtype") = py::handle(reinterpret_cast<PyObject*>(g_descr));
+  m.attr("typenum") = g_typenum;
+  m.def("begin", &begin_capture, py::arg("mode"),
+        "Start a capture (0 = contributing, 1 = considered); returns its epoch.");
+  m.def("end", &end_capture, "Free the running capture's arena (no-op if none).");
+  m.def("active", []() { return bool(g_arena); });
+  m.def("annotate", &annotate, py::arg("values"),
+        "Tracked copy of a float64 array whose cells are annotated; returns (array, base).");
+  m.def("values", &values_of, py::arg("arr"), "Plain float64 values of a tracked array.");
+  m.def("extract", &extract, py::arg("out"), py::arg("in_shapes"), py::arg("considered") = false);
+  m.def("stats", &stats);
+}

@@ -1,0 +1,110 @@
+// Unit tests of the annotation arena (no Python): set semantics of joins, picks and in-place
+// accumulation, and the ownership rule that keeps shared sets immutable.
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "dslog/annotations.hpp"
+
+using dslog::Arena;
+using dslog::Handle;
+using dslog::Mode;
+
+static int failures = 0;
+#define CHECK(cond)                                                  \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      std::fprintf(stderr, "%s:%d: CHECK(%s)\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                    \
+    }                                                                \
+  } while (0)
+
+static std::vector<uint64_t> set_of(Arena& a, Handle h, bool considered = false) {
+  std::vector<uint64_t> scratch;
+  Handle s = considered ? a.considered(h) : a.contrib(h);
+  auto [p, n] = a.cells(s, scratch);
+  return std::vector<uint64_t>(p, p + n);
+}
+
+static void test_join_dedupes_and_stays_small() {
+  Arena a(1, Mode::kContributing);
+  a.add_input(100);
+  Handle x = a.cell(3), y = a.cell(7);
+  Handle u = a.join(x, y);
+  CHECK((set_of(a, u) == std::vector<uint64_t>{3, 7}));
+  CHECK(a.join(u, 0) == u);
+  CHECK(a.join(x, x) == x);
+  // Repeated self-unions never blow up: 40 doublings keep two cells.
+  Handle z = u;
+  for (int i = 0; i < 40; ++i) z = a.join(z, a.join(z, x));
+  CHECK((set_of(a, z) == std::vector<uint64_t>{3, 7}));
+  // Large unions materialise as sorted lists.
+  Handle big = 0;
+  for (uint64_t i = 0; i < 50; ++i) big = a.join(big, a.cell(99 - i));
+  auto s = set_of(a, big);
+  CHECK(s.size() == 50 && s.front() == 50 && s.back() == 99);
+}
+
+static void test_accumulator_in_place_and_ownership() {
+  Arena a(2, Mode::kContributing);
+  a.add_input(1000);
+  Handle first = a.cell(0);
+  a.begin_call();
+  Handle acc = first;  // a no-identity reduction starts from a copy of element 0
+  for (uint64_t i = 1; i < 1000; ++i) a.acc_join(acc, a.cell(i), 1000 - i);
+  CHECK(set_of(a, acc).size() == 1000);
+  CHECK((set_of(a, first) == std::vector<uint64_t>{0}));  // element 0 untouched
+  size_t lists = a.n_lists();
+  // A new call must not append in place to the previous call's accumulator.
+  a.begin_call();
+  Handle acc2 = acc;
+  a.acc_join(acc2, a.cell(5), 0);
+  CHECK(set_of(a, acc).size() == 1000);
+  CHECK(a.n_lists() == lists + 1);
+  // Out-of-order appends are normalised (sorted, unique) on read.
+  a.begin_call();
+  Handle acc3 = 0;
+  for (uint64_t i = 0; i < 40; ++i) a.acc_join(acc3, a.cell((i * 7) % 20), 40);
+  auto s = set_of(a, acc3);
+  CHECK(s.size() == 20 && s.front() == 0 && s.back() == 19);
+}
+
+static void test_pick_modes() {
+  Arena c(3, Mode::kContributing);
+  c.add_input(10);
+  CHECK(c.pick(c.cell(1), c.cell(2)) == c.cell(1));
+  Arena k(4, Mode::kConsidered);
+  k.add_input(10);
+  Handle p = k.pick(k.cell(1), k.cell(2));
+  CHECK((set_of(k, p) == std::vector<uint64_t>{1}));
+  CHECK((set_of(k, p, true) == std::vector<uint64_t>{1, 2}));
+  Handle s = k.join(p, k.cell(5));
+  CHECK((set_of(k, s) == std::vector<uint64_t>{1, 5}));
+  CHECK((set_of(k, s, true) == std::vector<uint64_t>{1, 2, 5}));
+  k.begin_call();
+  Handle acc = k.cell(0);
+  for (uint64_t i = 1; i < 10; ++i) k.acc_pick(acc, k.cell(i), i == 4, 10 - i);
+  CHECK((set_of(k, acc) == std::vector<uint64_t>{4}));
+  CHECK(set_of(k, acc, true).size() == 10);
+}
+
+static void test_inputs_and_handles() {
+  Arena a(5, Mode::kContributing);
+  uint64_t b0 = a.add_input(4), b1 = a.add_input(6);
+  CHECK(b0 == 0 && b1 == 4);
+  CHECK(a.input_of(3) == 0 && a.input_of(4) == 1 && a.input_of(9) == 1);
+  CHECK(a.valid(a.cell(2)) && !a.valid(dslog::hnd::make(6, dslog::hnd::kCell, 1, 2)));
+}
+
+int main() {
+  test_join_dedupes_and_stays_small();
+  test_accumulator_in_place_and_ownership();
+  test_pick_modes();
+  test_inputs_and_handles();
+  if (failures) {
+    std::fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  std::puts("test_annotations: all checks passed");
+  return 0;
+}

@@ -1,0 +1,268 @@
+"""``dslog_dagster.core.capture``: values equal NumPy, lineage equals the analytic generators.
+
+The analytic generators (``core.analytic``) are an independent ground truth built by index
+arithmetic; the whole-grid comparison against the pure-Python reference lives in
+``tests/annotator/``.
+"""
+
+import gc
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dslog_dagster import _annotator
+from dslog_dagster.core import TRACKED_FLOAT, LineageRelation, analytic, capture
+from dslog_dagster.errors import (
+    CaptureError,
+    DSLogError,
+    LineageLostError,
+    StaleLineageError,
+    UnsupportedArrayError,
+)
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.random(shape) + 0.5
+
+
+def assert_sorted_unique(rel: LineageRelation) -> None:
+    """Extraction promises sorted, duplicate-free columns, valid for from_columns."""
+    again = LineageRelation.from_columns(
+        rel.out_shape, rel.in_shape, list(rel.out_cols), list(rel.in_cols), n=rel.n
+    )
+    u = again.unique()
+    assert u.n == rel.n
+    np.testing.assert_array_equal(u.pairs(), rel.pairs())
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 3, 4)])
+def test_elementwise_values_and_lineage_any_rank(shape: tuple[int, ...]) -> None:
+    x = rand(*shape)
+    for f in (np.negative, np.sin, np.exp, np.sqrt, np.rint):
+        r = capture(f, x)
+        np.testing.assert_array_equal(r.value, f(x))
+        assert r.relation(0, 0) == analytic.elementwise(shape)
+        assert_sorted_unique(r.relation(0, 0))
+
+
+def test_add_with_broadcasting_matches_analytic() -> None:
+    a, b = rand(3, 1, 4), rand(5, 1)
+    r = capture(np.add, a, b)
+    np.testing.assert_array_equal(r.value, a + b)
+    want = analytic.add(a.shape, b.shape)
+    assert r.relation(0, 0) == want[0]
+    assert r.relation(0, 1) == want[1]
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((4, 5), 0), ((4, 5), 1), ((2, 3, 4), (0, 2))])
+def test_sum_axis_values_and_lineage(shape: tuple[int, ...], axis: int | tuple[int, ...]) -> None:
+    x = rand(*shape)
+    r = capture(np.sum, x, axis=axis)
+    np.testing.assert_array_equal(r.value, np.sum(x, axis=axis))
+    assert r.relation() == analytic.sum_axis(shape, axis)
+
+
+def test_large_sum_uses_numpy_pairwise_summation() -> None:
+    x = rand(3, 1000)
+    r = capture(np.sum, x, axis=1)
+    np.testing.assert_array_equal(r.value, np.sum(x, axis=1))
+    r_all = capture(np.sum, x)
+    assert r_all.value == np.sum(x)
+    assert r_all.relation().n == x.size
+
+
+def test_dot_lineage_and_values() -> None:
+    a, b = rand(3, 4), rand(4, 2)
+    r = capture(np.dot, a, b)
+    np.testing.assert_allclose(r.value, a @ b, rtol=1e-15)
+    want = analytic.dot(a.shape, b.shape)
+    assert r.relation(0, 0) == want[0]
+    assert r.relation(0, 1) == want[1]
+    m = capture(np.matmul, a, b)
+    np.testing.assert_array_equal(m.value, np.matmul(a, b))
+    assert m.relation(0, 0) == want[0]
+    assert m.relation(0, 1) == want[1]
+
+
+@pytest.mark.parametrize(
+    ("func", "want"),
+    [
+        (lambda x: np.tile(x, (2, 3)), lambda s: analytic.tile(s, (2, 3))),
+        (np.transpose, analytic.transpose),
+        (np.flip, analytic.flip),
+        (lambda x: np.rot90(x, 1), lambda s: analytic.rot90(s, 1)),
+        (lambda x: np.repeat(x, 3, axis=1), lambda s: analytic.repeat(s, 3, axis=1)),
+    ],
+    ids=["tile", "transpose", "flip", "rot90", "repeat"],
+)
+def test_data_movement_matches_analytic(func, want) -> None:  # type: ignore[no-untyped-def]
+    x = rand(3, 4)
+    r = capture(func, x)
+    np.testing.assert_array_equal(r.value, func(x))
+    assert r.relation() == want(x.shape)
+
+
+def test_sort_moves_the_picked_cells() -> None:
+    x = rand(4, 6)
+    r = capture(np.sort, x, axis=1)
+    np.testing.assert_array_equal(r.value, np.sort(x, axis=1))
+    assert r.relation() == analytic.sort(x, axis=1)
+
+
+def test_picks_carry_only_the_winner_and_considered_records_the_rest() -> None:
+    x = np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 9.0]])
+    r = capture(np.max, x, axis=1, mode="considered")
+    np.testing.assert_array_equal(r.value, [5.0, 9.0])
+    assert r.relation().pairs().tolist() == [[0, 0, 1], [1, 1, 2]]
+    assert r.relation(considered=True) == analytic.sum_axis(x.shape, 1)
+    c = capture(np.max, x, axis=1)
+    assert c.considered is None
+    with pytest.raises(CaptureError, match="considered"):
+        c.relation(considered=True)
+
+
+def test_maximum_ties_go_to_the_first_operand() -> None:
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([1.0, 5.0, 0.0])
+    r = capture(np.maximum, a, b)
+    assert r.relation(0, 0).pairs().tolist() == [[0, 0], [2, 2]]
+    assert r.relation(0, 1).pairs().tolist() == [[1, 1]]
+
+
+def test_constants_carry_no_lineage_and_where_selects() -> None:
+    x = np.array([0.2, 0.8, 0.6])
+    r = capture(lambda a: np.where(a > 0.5, a, 0.0), x)
+    np.testing.assert_array_equal(r.value, [0.0, 0.8, 0.6])
+    assert r.relation().pairs().tolist() == [[1, 1], [2, 2]]
+
+
+def test_scalar_zero_d_and_multiple_outputs() -> None:
+    x = rand(3, 2)
+    r = capture(lambda a: (np.sum(a), a[0, 1], a * 2), x)
+    assert isinstance(r.value, tuple)
+    assert len(r.outputs) == 3
+    assert isinstance(r.value[0], np.float64)
+    assert r.value[0] == np.sum(x)
+    assert r.relation(0, 0).out_shape == ()
+    assert r.relation(0, 0).n == 6
+    assert r.relation(1, 0).pairs().tolist() == [[0, 1]]
+    assert r.relation(2, 0) == analytic.elementwise(x.shape)
+    z = capture(np.negative, np.array(2.5))
+    assert z.relation().out_shape == ()
+    assert z.relation().in_shape == ()
+    assert z.relation().n == 1
+
+
+def test_non_contiguous_views_and_fancy_indexing() -> None:
+    x = rand(6, 8)
+    r = capture(lambda a: np.exp(a[::2, 1::3]) + a[1::2, ::3].T.T, x)
+    np.testing.assert_array_equal(r.value, np.exp(x[::2, 1::3]) + x[1::2, ::3])
+    pairs = {tuple(p) for p in r.relation().pairs().tolist()}
+    want = {(i, j, 2 * i, 3 * j + 1) for i in range(3) for j in range(3)}
+    want |= {(i, j, 2 * i + 1, 3 * j) for i in range(3) for j in range(3)}
+    assert pairs == want
+    t = capture(lambda a: a[[3, 0, 0], [1, 2, 2]], x)
+    assert t.relation().pairs().tolist() == [[0, 3, 1], [1, 0, 2], [2, 0, 2]]
+
+
+def test_cumsum_prefix_lineage() -> None:
+    x = rand(5)
+    r = capture(np.cumsum, x)
+    np.testing.assert_array_equal(r.value, np.cumsum(x))
+    assert r.relation().n == 15
+    assert r.relation().pairs().tolist()[:3] == [[0, 0], [1, 0], [1, 1]]
+
+
+def test_two_inputs_and_repeated_operands_dedupe() -> None:
+    a, b = rand(4), rand(4)
+    r = capture(lambda x, y: (x + y) * (x - y) + x * x, a, b)
+    np.testing.assert_array_equal(r.value, (a + b) * (a - b) + a * a)
+    assert r.relation(0, 0) == analytic.elementwise(4)
+    assert r.relation(0, 1) == analytic.elementwise(4)
+
+
+def test_cast_to_plain_dtype_raises_naming_the_function() -> None:
+    def leaky(a: np.ndarray) -> np.ndarray:
+        return a.astype(np.float64) * 2
+
+    with pytest.raises(LineageLostError, match="leaky"):
+        capture(leaky, rand(3))
+    with pytest.raises(LineageLostError, match="gradient"):
+        capture(np.gradient, rand(5))
+    with pytest.raises(LineageLostError, match="float\\(\\)"):
+        capture(lambda a: float(a[0]), rand(3))
+
+
+def test_non_numpy_result_raises_or_records_flagged_all_to_all() -> None:
+    def python_loop(a: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(a))  # filled outside NumPy's tracked loops: no lineage
+        for i in range(len(a)):
+            out[i] = i
+        return out
+
+    with pytest.raises(LineageLostError, match="python_loop"):
+        capture(python_loop, rand(3))
+    xs, xp, fp = np.array([0.5, 1.5]), np.array([0.0, 1.0, 2.0]), rand(3)
+    r = capture(np.interp, xs, xp, fp, on_lost="all_to_all")
+    assert r.flagged
+    assert r.reason
+    assert "interp" in r.reason
+    np.testing.assert_array_equal(r.value, np.interp(xs, xp, fp))
+    assert r.relation(0, 2).n == 2 * 3
+
+
+def test_errors_are_dslog_errors_and_captures_do_not_nest() -> None:
+    assert issubclass(LineageLostError, DSLogError)
+    assert issubclass(LineageLostError, TypeError)
+    with pytest.raises(CaptureError, match="nest"):
+        capture(lambda a: capture(np.negative, np.ones(2)).value, rand(2))
+    assert not _annotator.active()
+    with pytest.raises(UnsupportedArrayError):
+        capture(np.negative, np.array(["a"]))
+    with pytest.raises(ValueError, match="mode"):
+        capture(np.negative, rand(2), mode="everything")  # type: ignore[arg-type]
+
+
+def test_tracked_arrays_outliving_their_capture_are_stale() -> None:
+    kept: list[np.ndarray] = []
+
+    def keep(a: np.ndarray) -> np.ndarray:
+        kept.append(a)
+        return a + 1
+
+    capture(keep, rand(3))
+    assert kept[0].dtype == TRACKED_FLOAT
+    with pytest.raises(StaleLineageError):
+        capture(lambda b: kept[0] + b, rand(3))
+    with pytest.raises(LineageLostError, match="Pickling"):
+        pickle.dumps(kept[0][0])
+
+
+def test_arena_is_freed_and_repeated_captures_do_not_grow_memory() -> None:
+    def rss_mb() -> float:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * 4096 / 2**20
+
+    x = rand(400, 500)
+    r = capture(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
+    assert r.annotation_bytes > 0
+    assert not _annotator.active()
+    assert _annotator.stats() == {"active": False}
+    for _ in range(3):
+        capture(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
+    gc.collect()
+    before = rss_mb()
+    for _ in range(8):
+        capture(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
+    gc.collect()
+    assert rss_mb() - before < 40
+
+
+def test_bytes_per_annotation_for_aggregates_is_small() -> None:
+    x = rand(200, 2000)
+    r = capture(np.sum, x, axis=1)
+    assert r.relation().n == x.size
+    assert r.annotation_bytes / x.size <= 16
