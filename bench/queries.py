@@ -60,9 +60,7 @@ def _register(log: DSLog, p: Pipeline) -> list[str]:
     return [a.name for a in arrays]
 
 
-def run_pipeline(
-    p: Pipeline, reps: int, direction: str, tmp: Path
-) -> dict[int, dict[str, float]]:
+def run_pipeline(p: Pipeline, reps: int, direction: str, tmp: Path) -> dict[int, dict[str, float]]:
     """Latency (seconds) per query size and system for one pipeline."""
     log = DSLog(tmp / f"store-{p.seed}-{len(p.steps)}")
     names = _register(log, p)
@@ -72,7 +70,9 @@ def run_pipeline(
     systems: dict[str, Any] = {
         "numpy": NumPyBaseline(hops),
         "duckdb-raw": DuckDBRawBaseline(hops, threads=2),
-        "duckdb-parquet": DuckDBParquetBaseline(hops, tmp / f"pq-{p.seed}-{len(p.steps)}", threads=2),
+        "duckdb-parquet": DuckDBParquetBaseline(
+            hops, tmp / f"pq-{p.seed}-{len(p.steps)}", threads=2
+        ),
     }
     first = p.arrays[0].shape if direction == "forward" else p.arrays[-1].shape
     boxes = p.query_boxes() if direction == "forward" else _corner_boxes(first)
@@ -154,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio = best_med / med["ours"]
         slower = sum(r["ours"] > min(r[s] for s in BASELINES) for r in rows)
         slower_total += slower
-        cells = "/".join(
-            f"{med[s] * ms:.3g} / {mx[s] * ms:.3g}" for s in ("ours",)
-        )
+        cells = "/".join(f"{med[s] * ms:.3g} / {mx[s] * ms:.3g}" for s in ("ours",))
         base = " | ".join(f"{med[s] * ms:.3g} / {mx[s] * ms:.3g}" for s in BASELINES)
         print(
             f"| {direction} | {depth} | {size:,} | {cells} | {base} | {ratio:,.0f}× | "
@@ -189,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for text, ok, got in goals:
         print(f"{'PASS' if ok else 'FAIL'}: {text} — {got}")
-    print(f"\n(latency = best of {args.reps} runs per query; {n_pipes} pipelines per depth; "
-          f"total {time.perf_counter() - t_start:.0f} s)")
+    print(
+        f"\n(latency = best of {args.reps} runs per query; {n_pipes} pipelines per depth; "
+        f"total {time.perf_counter() - t_start:.0f} s)"
+    )
     return 1 if args.strict and not all(ok for _, ok, _ in goals) else 0
 
 
