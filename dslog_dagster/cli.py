@@ -3,6 +3,7 @@
 dslog inspect STORE            arrays, operations and lineage tables with their sizes
 dslog sql STORE "SELECT ..."   read-only SQL over the DuckDB catalog
 dslog rebuild-catalog STORE    rebuild the catalog from the lineage files
+dslog compact STORE            pack the files of small operations into shared pack files
 """
 
 import argparse
@@ -62,6 +63,18 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(args: argparse.Namespace) -> int:
+    res = _store(args.store).compact()
+    if res.skipped:
+        print("another compaction of this store is running; nothing done")
+        return 1
+    print(
+        f"packed {res.operations} operation(s) from {res.files_removed} file(s) "
+        f"({res.bytes_before:,} B) into {len(res.packs)} pack(s) ({res.bytes_after:,} B)"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dslog", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("rebuild-catalog", help="rebuild the DuckDB catalog from the files")
     p.add_argument("store")
     p.set_defaults(func=_rebuild)
+    p = sub.add_parser("compact", help="pack small operations into shared pack files")
+    p.add_argument("store")
+    p.set_defaults(func=_compact)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
