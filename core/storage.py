@@ -271,11 +271,16 @@ def read_table(path: str | os.PathLike[str]) -> LineageTable:
 # without touching the others.
 #
 # Blob layout (all integers unsigned LEB128 varints):
-#   flags (bit 0: payload zstd-compressed; bit 1: columnar encoding)
+#   flags (bit 0: payload zstd-compressed; bit 1: columnar encoding; bit 2: default
+#          transforms — every ``hi`` column a width of its ``lo``, every other column raw)
 #   l, out_shape..., m, in_shape..., rows, n_pairs
-#   per column: one byte ``transform << 4 | nbytes`` (transform 0 raw, 1 delta, 2 width of
+#   with default transforms: the byte widths of the columns, two per byte (low nibble first);
+#   else per column one byte ``transform << 4 | nbytes`` (transform 0 raw, 1 delta, 2 width of
 #   the previous column, 3 width of column ``partner``, then followed by varint partner)
 #   [varint uncompressed length if compressed] payload
+#
+# A structured operation's table is one row, whose columns always get the default transforms:
+# its blob is a few dozen bytes.
 
 SEGMENT_SCHEMA_VERSION = "2-0-0"
 SEGMENT_KIND = "operations"
@@ -291,6 +296,7 @@ _SEGMENT_SCHEMA = pa.schema(
 )
 _BLOB_ZSTD = 1
 _BLOB_COLUMNAR = 2
+_BLOB_DEFAULT_TRANSFORMS = 4
 _MIN_COMPRESS = 64  # payloads below this are stored raw: a zstd frame costs ~10 bytes
 
 
@@ -321,6 +327,17 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError(msg)
 
 
+def _default_specs(columnar: bool, l: int, m: int, nbytes: Sequence[int]) -> list[ColumnSpec]:
+    """Column specs with the default transforms (see the blob layout above)."""
+    width = (
+        set() if columnar else {2 * j + 1 for j in range(l)} | {2 * l + 6 * k + 5 for k in range(m)}
+    )
+    return [
+        ColumnSpec("width", i - 1, nb) if i in width else ColumnSpec("raw", -1, nb)
+        for i, nb in enumerate(nbytes)
+    ]
+
+
 def table_to_blob(table: LineageTable) -> bytes:
     """The self-describing blob of ``table`` inside a segment file."""
     cols, transforms = _columns_of(table)
@@ -341,11 +358,20 @@ def table_to_blob(table: LineageTable) -> bytes:
             _varint(head, int(d))
     _varint(head, int(table.rows))
     _varint(head, int(table.n_pairs))
-    for i, spec in enumerate(specs):
-        code = {"raw": 0, "delta": 1, "width": 2 if spec.partner == i - 1 else 3}[spec.transform]
-        head.append(code << 4 | spec.nbytes)
-        if code == 3:
-            _varint(head, spec.partner)
+    nbytes = [spec.nbytes for spec in specs]
+    l, m = table.out_rank, table.in_rank
+    if specs == _default_specs(table.encoding == "columnar", l, m, nbytes):
+        head[0] |= _BLOB_DEFAULT_TRANSFORMS
+        for i in range(0, len(nbytes), 2):
+            head.append(nbytes[i] | (nbytes[i + 1] << 4 if i + 1 < len(nbytes) else 0))
+    else:
+        for i, spec in enumerate(specs):
+            code = {"raw": 0, "delta": 1, "width": 2 if spec.partner == i - 1 else 3}[
+                spec.transform
+            ]
+            head.append(code << 4 | spec.nbytes)
+            if code == 3:
+                _varint(head, spec.partner)
     if flags & _BLOB_ZSTD:
         _varint(head, len(payload))
     return bytes(head) + body
@@ -372,8 +398,20 @@ def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
         n_pairs, pos = _read_varint(blob, pos)
         l, m = len(shapes[0]), len(shapes[1])
         columnar = bool(flags & _BLOB_COLUMNAR)
+        ncols = l + m if columnar else 2 * l + 6 * m
         specs = []
-        for i in range(l + m if columnar else 2 * l + 6 * m):
+        if flags & _BLOB_DEFAULT_TRANSFORMS:
+            packed = blob[pos : pos + (ncols + 1) // 2]
+            if len(packed) != (ncols + 1) // 2:
+                msg = "truncated column widths"
+                raise ValueError(msg)
+            pos += len(packed)
+            widths = [(packed[i // 2] >> (4 * (i % 2))) & 0x0F for i in range(ncols)]
+            if max(widths, default=0) > 8:
+                msg = "column width over 8 bytes"
+                raise ValueError(msg)
+            specs = _default_specs(columnar, l, m, widths)
+        for i in range(0 if flags & _BLOB_DEFAULT_TRANSFORMS else ncols):
             byte = blob[pos]
             pos += 1
             code, nbytes = byte >> 4, byte & 0x0F
