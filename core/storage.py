@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dslog_dagster.core.encoding import ColumnSpec, choose_transform, decode, encode
+from dslog_dagster.core.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
@@ -41,35 +41,36 @@ def _columns_of(table: LineageTable) -> tuple[list[np.ndarray], list[tuple[str, 
     if table.encoding == "columnar":
         for c in table.raw:
             cols.append(c)
-            transforms.append((choose_transform(c), -1))
+            transforms.append(("auto", -1))
         return cols, transforms
     for j in range(table.out_rank):
         cols.append(table.out_lo[j])
-        transforms.append((choose_transform(table.out_lo[j]), -1))
+        transforms.append(("auto", -1))
         cols.append(table.out_hi[j])
         transforms.append(("width", len(cols) - 2))
     for k in range(table.in_rank):
         base = len(cols)
         for name in _PROVRC_FIELDS:
             cols.append(getattr(table, name)[k])
-        for i, name in enumerate(_PROVRC_FIELDS):
+        for name in _PROVRC_FIELDS:
             if name == "in_hi":
                 transforms.append(("width", base + 4))
             elif name == "in_lo":
-                transforms.append((choose_transform(cols[base + i]), -1))
+                transforms.append(("auto", -1))
             else:
                 transforms.append(("raw", -1))
     return cols, transforms
 
 
 def _zstd_level(payload_bytes: int) -> int:
-    # Small payloads get the strong (near-entropy) level; big ones a fast level so that
-    # compression keeps up with a plain Parquet-zstd write of the raw relation.
+    # Small payloads get the strong (near-entropy) level; big ones the fastest level so that
+    # compression keeps up with a plain Parquet-zstd write of the raw relation. On byte-plane
+    # payloads level 1 is also no larger than level 3 (zero planes are all it needs to find).
     if payload_bytes <= 1 << 16:
         return 19
     if payload_bytes <= 1 << 20:
         return 9
-    return 3
+    return 1
 
 
 def _encode_table(table: LineageTable) -> tuple[bytes, dict[str, str]]:

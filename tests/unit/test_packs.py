@@ -73,7 +73,7 @@ def test_blob_of_structured_table_is_a_few_dozen_bytes() -> None:
 def test_damaged_blob_is_a_storage_error() -> None:
     blob = table_to_blob(compress(an.negative((10, 1000))))
     for bad in (blob[:3], blob[:-1], b"\x00\xff"):
-        with pytest.raises(LineageStorageError, match="damaged|promises"):
+        with pytest.raises(LineageStorageError, match=r"damaged|promises"):
             table_from_blob(bad)
 
 
