@@ -9,9 +9,25 @@ summed. Baselines store the raw relation:
 * ``.npy`` — the ``(n, l + m)`` int64 pair matrix (header + data; computed, not written);
 * Parquet with pyarrow's defaults and the snappy / gzip / zstd codec.
 
-Ours is the lineage file as :mod:`dslog_dagster.core.storage` writes it, with codec ``none``,
-``gzip`` and ``zstd`` (the stored default). Timing compares ``compress`` + ``table_to_bytes``
-with ``pq.write_table(raw, BytesIO(), compression="zstd")`` (best of 3, ``perf_counter``).
+Ours, three ways:
+
+* *table file* — one standalone lineage file per table (``write_table``), with codec ``none``,
+  ``gzip`` and ``zstd``;
+* *store, 1 op* — what a :class:`LineageStore` holding just this one operation spends on its
+  lineage: the operation's segment file (all its tables, one Parquet footer) minus the
+  compressed column chunk of the operation record (names, args, timings: metadata the raw
+  baselines do not store either);
+* *store, packed* — the same for a store holding ``N`` registrations of the operation after
+  ``store.compact()``: (pack bytes − record column chunks) / ``N``, i.e. one operation's share
+  of the pack, footer and operation ids included. Table blobs are not compressed across rows
+  (each is compressed on its own, if at all), so the ``N`` identical copies do not shrink each
+  other: the figure is what one more operation of this kind costs in a compacted store.
+  Operations whose segment is over ``COMPACT_MAX_OP_BYTES`` are not packed; for them this is
+  the 1-op figure.
+
+Goals are checked against *store, packed*, per operation (all tables of the workload). Timing
+compares ``compress`` + encoding the table into a segment with
+``pq.write_table(raw, BytesIO(), compression="zstd")`` (best of 3, ``perf_counter``).
 
 Run: ``python bench/compression.py`` (full sizes, a few minutes on 2 cores) or ``--quick``
 (10× smaller, seconds). Prints one markdown table and the goals with PASS/FAIL. The exit code
@@ -21,6 +37,7 @@ is 0 unless ``--strict`` is given and a goal fails.
 import argparse
 import gc
 import io
+import shutil
 import sys
 import tempfile
 import time
@@ -33,13 +50,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dslog_dagster.core import LineageRelation, compress
+from dslog_dagster.core import LineageRelation, LineageStore, LineageTable, compress
 from dslog_dagster.core import analytic as an
-from dslog_dagster.core.storage import encoded_size, table_to_bytes
+from dslog_dagster.core.storage import encoded_size, segment_to_bytes, table_to_blob
+from dslog_dagster.core.store import COMPACT_MAX_OP_BYTES
 
 STRUCTURED = ("Negative", "Addition", "Aggregate", "Repetition", "Mat·Vec", "Mat·Mat")
 REPS = 3
 BIG_ROWS = 1_000_000
+PACKED_OPS = 64
 
 
 @dataclass
@@ -64,6 +83,9 @@ class Result:
     ours_gzip: int = 0
     ours_zstd: int = 0
     max_table_zstd: int = 0
+    store_1op: int = 0
+    store_packed: int = 0
+    packed_n: int = 0
     encodings: list[str] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     t_ours: float = 0.0
@@ -75,11 +97,11 @@ class Result:
 
     @property
     def ratio_best(self) -> float:
-        return self.best_baseline / self.ours_zstd
+        return self.best_baseline / self.store_packed
 
     @property
     def ratio_gzip(self) -> float:
-        return self.pq_gzip / self.ours_zstd
+        return self.pq_gzip / self.store_packed
 
     @property
     def time_ratio(self) -> float:
@@ -207,8 +229,48 @@ def best_time(fn: Callable[[], object]) -> float:
     return best
 
 
+def lineage_bytes(segment: Path) -> int:
+    """Bytes of a segment file minus its operation-record column chunks."""
+    md = pq.ParquetFile(segment).metadata
+    record = 0
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        for c in range(rg.num_columns):
+            if rg.column(c).path_in_schema == "rec":
+                record += rg.column(c).total_compressed_size
+    return segment.stat().st_size - record
+
+
+def store_bytes(tables: list[LineageTable], workdir: Path, n_ops: int) -> tuple[int, int, int]:
+    """(1-op lineage bytes, packed lineage bytes per op, ops packed) in a real store."""
+    root = workdir / "store"
+    store = LineageStore(root)
+    store.register_array("out", tables[0].out_shape)
+    inputs = [f"in{k}" for k in range(len(tables))]
+    for name, t in zip(inputs, tables, strict=True):
+        store.register_array(name, t.in_shape)
+    lineage = {("out", name): t for name, t in zip(inputs, tables, strict=True)}
+    first = store.register_operation("op", inputs, ["out"], lineage, capture_method="analytic")
+    segment = root / "operations" / f"{first.op_id}.parquet"
+    one = lineage_bytes(segment)
+    if segment.stat().st_size > COMPACT_MAX_OP_BYTES:
+        packed, n = one, 1
+    else:
+        for _ in range(n_ops - 1):
+            store.register_operation("op", inputs, ["out"], lineage, capture_method="analytic")
+        res = store.compact()
+        assert (res.operations, len(res.packs)) == (n_ops, 1), res
+        packed, n = -(-lineage_bytes(root / res.packs[0]) // n_ops), n_ops
+    for name, t in zip(inputs, tables, strict=True):  # the store gives back the same table
+        assert table_to_blob(store.read_lineage(first.op_id, "out", name)) == table_to_blob(t)
+    del store
+    shutil.rmtree(root)
+    return one, packed, n
+
+
 def measure(w: Workload, workdir: Path) -> Result:
     res = Result(w.name, w.size)
+    tables = []
     for rel in w.make():
         arrow_table = raw_arrow(rel)
         res.pairs += rel.n
@@ -220,7 +282,7 @@ def measure(w: Workload, workdir: Path) -> Result:
         res.pq_zstd += parquet_size(arrow_table, "zstd")
 
         def ours(rel: LineageRelation = rel) -> None:
-            table_to_bytes(compress(rel))
+            segment_to_bytes([("0" * 48, "{}", [table_to_blob(compress(rel))])])
 
         def parquet(arrow_table: pa.Table = arrow_table) -> None:
             pq.write_table(arrow_table, io.BytesIO(), compression="zstd")
@@ -237,8 +299,10 @@ def measure(w: Workload, workdir: Path) -> Result:
         res.max_table_zstd = max(res.max_table_zstd, zstd)
         res.encodings.append(table.encoding)
         res.rows.append(table.rows)
+        tables.append(table)
         del arrow_table, table, rel
         gc.collect()
+    res.store_1op, res.store_packed, res.packed_n = store_bytes(tables, workdir, PACKED_OPS)
     return res
 
 
@@ -265,11 +329,13 @@ def print_table(results: list[Result]) -> None:
         "Parquet snappy",
         "Parquet gzip",
         "Parquet zstd",
-        "ProvRC",
-        "ProvRC-gzip",
-        "ProvRC-zstd",
-        "best baseline / ProvRC-zstd",
-        "Parquet-gzip / ProvRC-zstd",
+        "table file",
+        "table file gzip",
+        "table file zstd",
+        "store, 1 op",
+        f"store, packed (per op of {PACKED_OPS})",
+        "best baseline / packed",
+        "Parquet-gzip / packed",
         "encoding",
         "rows",
         "compress+serialize / Parquet-zstd write",
@@ -289,6 +355,8 @@ def print_table(results: list[Result]) -> None:
             fmt_bytes(r.ours_none),
             fmt_bytes(r.ours_gzip),
             fmt_bytes(r.ours_zstd),
+            fmt_bytes(r.store_1op),
+            fmt_bytes(r.store_packed) + ("" if r.packed_n > 1 else " (not packed)"),
             fmt_ratio(r.ratio_best),
             fmt_ratio(r.ratio_gzip),
             "+".join(r.encodings),
@@ -306,9 +374,12 @@ def goals(results: list[Result]) -> list[tuple[str, bool | None, str]]:
         out.append(
             (
                 f"{name}: ≤ 2 KB per stored table, ≥ 250× below best baseline, "
-                "≥ 2000× below Parquet-gzip",
-                r.max_table_zstd <= 2048 and r.ratio_best >= 250 and r.ratio_gzip >= 2000,
-                f"largest table {r.max_table_zstd} B (all tables {r.ours_zstd} B), "
+                "≥ 2000× below Parquet-gzip (store, packed)",
+                r.store_packed <= 2048 * len(r.rows)
+                and r.ratio_best >= 250
+                and r.ratio_gzip >= 2000,
+                f"{r.store_packed} B per operation ({len(r.rows)} table(s); 1-op store "
+                f"{r.store_1op} B, largest table file {r.max_table_zstd} B), "
                 f"{r.ratio_best:,.0f}× / {r.ratio_gzip:,.0f}×",
             )
         )
@@ -322,8 +393,8 @@ def goals(results: list[Result]) -> list[tuple[str, bool | None, str]]:
         out.append(
             (
                 f"{name}: never larger than the best baseline",
-                r.ours_zstd <= r.best_baseline,
-                f"{r.ours_zstd:,} B vs {r.best_baseline:,} B",
+                max(r.ours_zstd, r.store_packed) <= r.best_baseline,
+                f"{max(r.ours_zstd, r.store_packed):,} B vs {r.best_baseline:,} B",
             )
         )
     big = [r for r in results if r.max_table_pairs >= BIG_ROWS]

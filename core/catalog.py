@@ -25,7 +25,12 @@ are UTC):
   ``role`` is ``'input'`` or ``'output'``;
 * ``lineage_tables(op_id, op_name, output, input, output_version, input_version,
   output_array_id, input_array_id, output_asset_key, input_asset_key, encoding, rows, n_pairs,
-  bytes, path, created_at)``.
+  bytes, path, created_at, position)`` — ``position`` is the table's index in its operation;
+* ``segments(path)`` — the segment files indexed so far.
+
+``operations.path`` and ``lineage_tables.path`` name the segment file holding the operation
+(``operations/<op_id>.parquet`` or a pack). A sync notices new and vanished segment files and
+moves the paths of the operations a compaction packed, so the index follows compactions.
 """
 
 import contextlib
@@ -33,7 +38,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -49,13 +54,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CATALOG_FILE = "catalog.duckdb"
-CATALOG_SCHEMA_VERSION = "1"
+CATALOG_SCHEMA_VERSION = "2"
 """Bumped when the catalog tables change; an old catalog is dropped and re-indexed."""
 
 T = TypeVar("T")
 
 _SMALL_BATCH = 16
-_TABLES = ("arrays", "operations", "operation_arrays", "lineage_tables")
+_TABLES = ("arrays", "operations", "operation_arrays", "lineage_tables", "segments")
 
 _DDL = (
     """CREATE TABLE IF NOT EXISTS catalog_meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -74,8 +79,9 @@ _DDL = (
         op_id VARCHAR, op_name VARCHAR, output VARCHAR, input VARCHAR, output_version VARCHAR,
         input_version VARCHAR, output_array_id VARCHAR, input_array_id VARCHAR,
         output_asset_key VARCHAR, input_asset_key VARCHAR, encoding VARCHAR, rows BIGINT,
-        n_pairs BIGINT, bytes BIGINT, path VARCHAR, created_at TIMESTAMP,
+        n_pairs BIGINT, bytes BIGINT, path VARCHAR, created_at TIMESTAMP, position INTEGER,
         PRIMARY KEY (op_id, output, input))""",
+    """CREATE TABLE IF NOT EXISTS segments (path VARCHAR PRIMARY KEY)""",
 )
 
 _SHAPE = pa.list_(pa.int64())
@@ -138,6 +144,7 @@ _SCHEMAS = {
             ("bytes", pa.int64()),
             ("path", pa.string()),
             ("created_at", _TS),
+            ("position", pa.int32()),
         ]
     ),
 }
@@ -283,7 +290,21 @@ class LineageCatalog:
 
     def index_operation(self, record: "OperationRecord") -> bool:
         """Best-effort indexing of a just-written operation; ``False`` when left to readers."""
-        return self._try_index(lambda con: _insert_operations(con, [record]), record.op_id)
+
+        def index(con: duckdb.DuckDBPyConnection) -> None:
+            path = f"operations/{record.op_id}.parquet"
+            _insert_operations(con, [record], {record.op_id: path})
+            con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [path])
+
+        return self._try_index(index, record.op_id)
+
+    def sync_best_effort(self) -> bool:
+        """Like :meth:`sync`, but gives up after ``index_timeout`` (for writers)."""
+
+        def sync_in(con: duckdb.DuckDBPyConnection) -> None:
+            self._sync_in(con)
+
+        return self._try_index(sync_in, "sync")
 
     def index_array(self, record: "ArrayRecord", path: str) -> bool:
         """Best-effort indexing of a just-written array record; ``False`` when left to readers."""
@@ -303,18 +324,59 @@ class LineageCatalog:
         return True
 
     def _sync_in(self, con: duckdb.DuckDBPyConnection) -> int:
-        """Index, through ``con``, every operation/array on disk not yet in the catalog."""
+        """Index, through ``con``, what changed on disk since the catalog last looked."""
         store = self.store
-        known_ops = {r[0] for r in con.execute("SELECT op_id FROM operations").fetchall()}
-        records = []
-        for op_id in store._operation_ids_on_disk():
-            if op_id in known_ops:
-                continue
-            try:
-                records.append(store.get_operation(op_id))
-            except DSLogError as e:
-                logger.warning("skipping operation %s in %s: %s", op_id, store.root, e)
-        _insert_operations(con, records)
+        on_disk = store._refresh_locations()
+        where = store._where
+        known_segs = {r[0] for r in con.execute("SELECT path FROM segments").fetchall()}
+        new_segs = [rel for rel in on_disk if rel not in known_segs]
+        gone_segs = [rel for rel in known_segs if rel not in on_disk]
+        changed = 0
+        if gone_segs:
+            # Operations whose segment vanished: packed elsewhere (move them) or deleted.
+            rows = con.execute(
+                "SELECT op_id FROM operations WHERE path IN (SELECT unnest(?::VARCHAR[]))",
+                [gone_segs],
+            ).fetchall()
+            if any(op_id not in where for (op_id,) in rows):
+                # A listing racing a compaction can miss a pack that was just renamed in:
+                # look once more before dropping anything from the index.
+                on_disk = store._refresh_locations()
+                where = store._where
+                new_segs = [rel for rel in on_disk if rel not in known_segs]
+            for (op_id,) in rows:
+                changed += 1
+                if op_id in where:
+                    _move_operation(con, op_id, where[op_id])
+                else:
+                    for table in ("operations", "operation_arrays", "lineage_tables"):
+                        con.execute(f"DELETE FROM {table} WHERE op_id = ?", [op_id])
+            con.execute(
+                "DELETE FROM segments WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone_segs]
+            )
+        if new_segs:
+            known_ops = {r[0] for r in con.execute("SELECT op_id FROM operations").fetchall()}
+            records: list[OperationRecord] = []
+            paths: dict[str, str] = {}
+            for rel in new_segs:
+                # A segment is marked indexed only together with its operations, so an
+                # operation can never hide behind an indexed segment.
+                if any(op not in known_ops for op in on_disk[rel]):
+                    try:
+                        recs = store._records_in(rel)
+                    except FileNotFoundError:
+                        continue  # packed away since the listing: its pack is listed too
+                    except DSLogError as e:
+                        logger.warning("skipping segment %s in %s: %s", rel, store.root, e)
+                        continue
+                    for r in recs:
+                        if r.op_id not in known_ops:
+                            records.append(r)
+                            paths[r.op_id] = rel
+                            known_ops.add(r.op_id)
+                con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
+            _insert_operations(con, records, paths)
+            changed += len(records)
         known_arrays = {r[0] for r in con.execute("SELECT path FROM arrays").fetchall()}
         arrays = []
         for file in store._array_files():
@@ -326,7 +388,7 @@ class LineageCatalog:
             except (DSLogError, FileNotFoundError) as e:
                 logger.warning("skipping array record %s: %s", file, e)
         _insert_arrays(con, arrays)
-        return len(records) + len(arrays)
+        return changed + len(arrays)
 
     def sync(self) -> bool:
         """Index what other processes wrote; ``False`` if the catalog stayed locked."""
@@ -466,8 +528,15 @@ def _insert_arrays(
     )
 
 
+def _move_operation(con: duckdb.DuckDBPyConnection, op_id: str, path: str) -> None:
+    for table in ("operations", "lineage_tables"):
+        con.execute(f"UPDATE {table} SET path = ? WHERE op_id = ?", [path, op_id])
+
+
 def _insert_operations(
-    con: duckdb.DuckDBPyConnection, records: Sequence["OperationRecord"]
+    con: duckdb.DuckDBPyConnection,
+    records: Sequence["OperationRecord"],
+    where: Mapping[str, str],
 ) -> None:
     ops, members, tables = [], [], []
     for r in records:
@@ -483,7 +552,7 @@ def _insert_operations(
                 "n_tables": len(r.tables),
                 "args": json.dumps(r.args, sort_keys=True),
                 "timings": json.dumps(r.timings),
-                "path": f"operations/{r.op_id}",
+                "path": where[r.op_id],
             }
         )
         by_name = {}
@@ -502,7 +571,7 @@ def _insert_operations(
                         "shape": list(a.shape),
                     }
                 )
-        for t in r.tables:
+        for position, t in enumerate(r.tables):
             o, i = by_name["output", t.output], by_name["input", t.input]
             tables.append(
                 {
@@ -520,8 +589,9 @@ def _insert_operations(
                     "rows": t.rows,
                     "n_pairs": t.n_pairs,
                     "bytes": t.stored_bytes,
-                    "path": t.path,
+                    "path": where[r.op_id],
                     "created_at": created,
+                    "position": position,
                 }
             )
     _insert(con, "operations", ops)

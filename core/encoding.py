@@ -96,20 +96,39 @@ def encode(
     Args:
         cols: the columns.
         transforms: per column ``(transform, partner)``; ``partner`` is used by ``width``.
+            ``auto`` picks ``delta`` or ``raw`` as :func:`choose_transform` does, computing
+            each candidate only once.
 
     Returns:
         The payload and the per-column specs to store in the file metadata.
     """
     specs: list[ColumnSpec] = []
-    parts: list[bytes] = []
+    coded: list[npt.NDArray[np.uint64]] = []
     for i, (transform, partner) in enumerate(transforms):
-        u = _zigzag(np.ascontiguousarray(_transformed(cols, i, transform, partner), np.int64))
-        nb = _nbytes(u)
+        if transform == "auto":
+            u = _zigzag(np.ascontiguousarray(cols[i], np.int64))
+            nb, transform = _nbytes(u), "raw"
+            if cols[i].size >= 2:
+                ud = _zigzag(np.diff(cols[i], prepend=np.int64(0)))
+                # choose_transform's rule (the differences alone decide), one pass each
+                rest = _nbytes(ud[1:])
+                if rest <= nb:
+                    u, nb, transform = ud, max(rest, _nbytes(ud[:1])), "delta"
+        else:
+            u = _zigzag(np.ascontiguousarray(_transformed(cols, i, transform, partner), np.int64))
+            nb = _nbytes(u)
         specs.append(ColumnSpec(transform, partner, nb))
-        if nb:
-            planes = u.view(np.uint8).reshape(-1, 8)[:, :nb]  # little-endian planes
-            parts.append(np.ascontiguousarray(planes.T).tobytes())
-    return b"".join(parts), specs
+        coded.append(u)
+    n = len(cols[0]) if len(cols) else 0
+    out = np.empty(sum(s.nbytes for s in specs) * n, dtype=np.uint8)
+    pos = 0
+    for spec, u in zip(specs, coded, strict=True):
+        if spec.nbytes:
+            # little-endian byte planes, written straight into the payload
+            planes = out[pos : pos + spec.nbytes * n].reshape(spec.nbytes, n)
+            planes[...] = u.view(np.uint8).reshape(-1, 8)[:, : spec.nbytes].T
+            pos += spec.nbytes * n
+    return out.tobytes(), specs
 
 
 def decode(payload: bytes, specs: Sequence[ColumnSpec], n: int) -> list[I64]:

@@ -1,4 +1,9 @@
-"""Lineage tables on disk: one immutable Parquet file per table, written atomically.
+"""Lineage tables on disk: standalone table files, and the segments of a lineage store.
+
+**Segments** (format ``2-0-0``, used by :class:`~dslog_dagster.core.store.LineageStore`) hold
+the records and tables of one or many operations; see the section "segments" below.
+
+**Table files** (below; what :func:`write_table` writes) hold one table each, written atomically.
 
 File layout (format version ``1-0-0``): a Parquet file with a single ``large_binary`` column
 ``payload`` holding one value, the byte-plane encoding of the table's columns (see
@@ -17,6 +22,7 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dslog_dagster.core.encoding import ColumnSpec, choose_transform, decode, encode
+from dslog_dagster.core.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
@@ -40,22 +46,22 @@ def _columns_of(table: LineageTable) -> tuple[list[np.ndarray], list[tuple[str, 
     if table.encoding == "columnar":
         for c in table.raw:
             cols.append(c)
-            transforms.append((choose_transform(c), -1))
+            transforms.append(("auto", -1))
         return cols, transforms
     for j in range(table.out_rank):
         cols.append(table.out_lo[j])
-        transforms.append((choose_transform(table.out_lo[j]), -1))
+        transforms.append(("auto", -1))
         cols.append(table.out_hi[j])
         transforms.append(("width", len(cols) - 2))
     for k in range(table.in_rank):
         base = len(cols)
         for name in _PROVRC_FIELDS:
             cols.append(getattr(table, name)[k])
-        for i, name in enumerate(_PROVRC_FIELDS):
+        for name in _PROVRC_FIELDS:
             if name == "in_hi":
                 transforms.append(("width", base + 4))
             elif name == "in_lo":
-                transforms.append((choose_transform(cols[base + i]), -1))
+                transforms.append(("auto", -1))
             else:
                 transforms.append(("raw", -1))
     return cols, transforms
@@ -63,7 +69,8 @@ def _columns_of(table: LineageTable) -> tuple[list[np.ndarray], list[tuple[str, 
 
 def _zstd_level(payload_bytes: int) -> int:
     # Small payloads get the strong (near-entropy) level; big ones a fast level so that
-    # compression keeps up with a plain Parquet-zstd write of the raw relation.
+    # compression keeps up with a plain Parquet-zstd write of the raw relation. (Level 1 is
+    # faster still but loses the long matches of sorted filters: 2x larger on CorrFilter.)
     if payload_bytes <= 1 << 16:
         return 19
     if payload_bytes <= 1 << 20:
@@ -159,34 +166,37 @@ def write_table(path: str | os.PathLike[str], table: LineageTable, codec: Codec 
     return len(data)
 
 
-def table_from_arrow(arrow: pa.Table, source: str = "<memory>") -> LineageTable:
-    """Decode a lineage table from the Arrow form read from a lineage file."""
-    meta = arrow.schema.metadata or {}
+def _check_version(meta: dict[bytes, bytes], source: str, current: str) -> None:
     version = meta.get(b"dslog.schema_version", b"").decode()
     if not version:
         msg = f"`{source}` is not a dslog lineage file (no `dslog.schema_version` metadata)."
         raise SchemaVersionError(msg)
-    if version.split("-")[0] != SCHEMA_VERSION.split("-")[0]:
+    if version.split("-")[0] != current.split("-")[0]:
         msg = (
             f"`{source}` was written with lineage format {version}; this dslog reads "
-            f"{SCHEMA_VERSION.split('-')[0]}-x-x. Upgrade dslog-dagster to read it."
+            f"{current.split('-')[0]}-x-x here. Upgrade dslog-dagster to read it."
         )
         raise SchemaVersionError(msg)
-    try:
-        info = json.loads(meta[b"dslog.table"])
-        payload = arrow.column("payload")[0].as_py()
-        specs = [ColumnSpec.from_token(c) for c in info["columns"].split(",") if c]
-        rows = int(info["rows"])
-        cols = decode(payload, specs, rows)
-    except (KeyError, ValueError, TypeError) as e:
-        msg = f"`{source}` is a damaged dslog lineage file: {e}"
-        raise LineageStorageError(msg) from e
-    out_shape = tuple(int(d) for d in info["out_shape"])
-    in_shape = tuple(int(d) for d in info["in_shape"])
+
+
+def _table_from_columns(
+    out_shape: tuple[int, ...],
+    in_shape: tuple[int, ...],
+    encoding: str,
+    rows: int,
+    n_pairs: int,
+    cols: list[np.ndarray],
+) -> LineageTable:
     l, m = len(out_shape), len(in_shape)
-    if info["encoding"] == "columnar":
+    if encoding == "columnar":
         raw = np.stack(cols) if cols else np.zeros((0, rows), np.int64)
-        return LineageTable(out_shape, in_shape, "columnar", rows, int(info["n_pairs"]), raw=raw)
+        return LineageTable(out_shape, in_shape, "columnar", rows, n_pairs, raw=raw)
+    if encoding != "provrc":
+        msg = f"unknown table encoding `{encoding}`"
+        raise ValueError(msg)
+    if len(cols) != 2 * l + 6 * m:
+        msg = f"{len(cols)} columns for a rank {l} <- rank {m} ProvRC table"
+        raise ValueError(msg)
     out = [cols[2 * j] for j in range(l)], [cols[2 * j + 1] for j in range(l)]
     fields: dict[str, np.ndarray] = {}
     for i, name in enumerate(_PROVRC_FIELDS):
@@ -198,11 +208,34 @@ def table_from_arrow(arrow: pa.Table, source: str = "<memory>") -> LineageTable:
         in_shape,
         "provrc",
         rows,
-        int(info["n_pairs"]),
+        n_pairs,
         np.stack(out[0]) if l else empty,
         np.stack(out[1]) if l else empty,
         **fields,
     )
+
+
+def table_from_arrow(arrow: pa.Table, source: str = "<memory>") -> LineageTable:
+    """Decode a lineage table from the Arrow form read from a lineage file."""
+    meta = arrow.schema.metadata or {}
+    _check_version(meta, source, SCHEMA_VERSION)
+    try:
+        info = json.loads(meta[b"dslog.table"])
+        payload = arrow.column("payload")[0].as_py()
+        specs = [ColumnSpec.from_token(c) for c in info["columns"].split(",") if c]
+        rows = int(info["rows"])
+        cols = decode(payload, specs, rows)
+        return _table_from_columns(
+            tuple(int(d) for d in info["out_shape"]),
+            tuple(int(d) for d in info["in_shape"]),
+            str(info["encoding"]),
+            rows,
+            int(info["n_pairs"]),
+            cols,
+        )
+    except (KeyError, ValueError, TypeError) as e:
+        msg = f"`{source}` is a damaged dslog lineage file: {e}"
+        raise LineageStorageError(msg) from e
 
 
 def table_from_bytes(data: bytes, source: str = "<memory>") -> LineageTable:
@@ -228,3 +261,307 @@ def read_table(path: str | os.PathLike[str]) -> LineageTable:
         msg = f"Could not read lineage table `{path}`: {e}"
         raise LineageStorageError(msg) from e
     return table_from_bytes(data, str(path))
+
+
+# --------------------------------------------------------------------------- segments
+#
+# A lineage store keeps operations in *segment* files: Parquet files with one row per
+# operation (its record and all its lineage tables). A registration writes a segment of one
+# operation; compaction (``LineageStore.compact``) merges many small ones into a pack.
+#
+# Columns: ``op`` (operation id), ``rec`` (the operation record, JSON) and ``data``
+# (list<binary>: one self-describing blob per lineage table, in the record's table order).
+# ``op`` and ``rec`` use the file codec; ``data`` is stored by Parquet *uncompressed*: each blob
+# is compressed on its own when that pays, so a table costs the same bytes whatever it is
+# packed with (no cross-table sharing flatters small tables) and one table can be decoded
+# without touching the others.
+#
+# Blob layout (all integers unsigned LEB128 varints):
+#   flags (bit 0: payload zstd-compressed; bit 1: columnar encoding; bit 2: default
+#          transforms — every ``hi`` column a width of its ``lo``, every other column raw)
+#   l, out_shape..., m, in_shape..., rows, n_pairs
+#   with default transforms: the byte widths of the columns, two per byte (low nibble first);
+#   else per column one byte ``transform << 4 | nbytes`` (transform 0 raw, 1 delta, 2 width of
+#   the previous column, 3 width of column ``partner``, then followed by varint partner)
+#   [varint uncompressed length if compressed] payload
+#
+# A structured operation's table is one row, whose columns always get the default transforms:
+# its blob is a few dozen bytes.
+
+SEGMENT_SCHEMA_VERSION = "2-0-0"
+SEGMENT_KIND = "operations"
+SEGMENT_ROW_GROUP = 256
+"""Operations per Parquet row group: a read decodes one group, not the whole pack."""
+
+_SEGMENT_SCHEMA = pa.schema(
+    [
+        pa.field("op", pa.string()),
+        pa.field("rec", pa.string()),
+        pa.field("data", pa.list_(pa.large_binary())),
+    ]
+)
+_BLOB_ZSTD = 1
+_BLOB_COLUMNAR = 2
+_BLOB_DEFAULT_TRANSFORMS = 4
+_MIN_COMPRESS = 64  # payloads below this are stored raw: a zstd frame costs ~10 bytes
+
+
+def _varint(out: bytearray, v: int) -> None:
+    if v < 0:
+        msg = f"cannot store negative value {v} as a varint"
+        raise ValueError(msg)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+        if pos >= len(buf):
+            msg = "truncated table blob"
+            raise ValueError(msg)
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v, pos
+        shift += 7
+        if shift > 70:
+            msg = "malformed varint in table blob"
+            raise ValueError(msg)
+
+
+def _default_specs(columnar: bool, l: int, m: int, nbytes: Sequence[int]) -> list[ColumnSpec]:
+    """Column specs with the default transforms (see the blob layout above)."""
+    width = (
+        set() if columnar else {2 * j + 1 for j in range(l)} | {2 * l + 6 * k + 5 for k in range(m)}
+    )
+    return [
+        ColumnSpec("width", i - 1, nb) if i in width else ColumnSpec("raw", -1, nb)
+        for i, nb in enumerate(nbytes)
+    ]
+
+
+def table_to_blob(table: LineageTable) -> bytes:
+    """The self-describing blob of ``table`` inside a segment file."""
+    cols, transforms = _columns_of(table)
+    payload, specs = encode(cols, transforms)
+    head = bytearray()
+    flags = _BLOB_COLUMNAR if table.encoding == "columnar" else 0
+    body: bytes = payload
+    if len(payload) >= _MIN_COMPRESS:
+        level = _zstd_level(len(payload))
+        packed = bytes(pa.Codec("zstd", compression_level=level).compress(payload, asbytes=True))
+        if len(packed) + 4 < len(payload):
+            flags |= _BLOB_ZSTD
+            body = packed
+    head.append(flags)
+    for shape in (table.out_shape, table.in_shape):
+        _varint(head, len(shape))
+        for d in shape:
+            _varint(head, int(d))
+    _varint(head, int(table.rows))
+    _varint(head, int(table.n_pairs))
+    nbytes = [spec.nbytes for spec in specs]
+    l, m = table.out_rank, table.in_rank
+    if specs == _default_specs(table.encoding == "columnar", l, m, nbytes):
+        head[0] |= _BLOB_DEFAULT_TRANSFORMS
+        for i in range(0, len(nbytes), 2):
+            head.append(nbytes[i] | (nbytes[i + 1] << 4 if i + 1 < len(nbytes) else 0))
+    else:
+        for i, spec in enumerate(specs):
+            code = {"raw": 0, "delta": 1, "width": 2 if spec.partner == i - 1 else 3}[
+                spec.transform
+            ]
+            head.append(code << 4 | spec.nbytes)
+            if code == 3:
+                _varint(head, spec.partner)
+    if flags & _BLOB_ZSTD:
+        _varint(head, len(payload))
+    return bytes(head) + body
+
+
+def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
+    """Inverse of :func:`table_to_blob`.
+
+    Raises:
+        LineageStorageError: the blob is damaged.
+    """
+    try:
+        flags = blob[0]
+        pos = 1
+        shapes = []
+        for _ in range(2):
+            rank, pos = _read_varint(blob, pos)
+            dims = []
+            for _ in range(rank):
+                d, pos = _read_varint(blob, pos)
+                dims.append(d)
+            shapes.append(tuple(dims))
+        rows, pos = _read_varint(blob, pos)
+        n_pairs, pos = _read_varint(blob, pos)
+        l, m = len(shapes[0]), len(shapes[1])
+        columnar = bool(flags & _BLOB_COLUMNAR)
+        ncols = l + m if columnar else 2 * l + 6 * m
+        specs = []
+        if flags & _BLOB_DEFAULT_TRANSFORMS:
+            packed = blob[pos : pos + (ncols + 1) // 2]
+            if len(packed) != (ncols + 1) // 2:
+                msg = "truncated column widths"
+                raise ValueError(msg)
+            pos += len(packed)
+            widths = [(packed[i // 2] >> (4 * (i % 2))) & 0x0F for i in range(ncols)]
+            if max(widths, default=0) > 8:
+                msg = "column width over 8 bytes"
+                raise ValueError(msg)
+            specs = _default_specs(columnar, l, m, widths)
+        for i in range(0 if flags & _BLOB_DEFAULT_TRANSFORMS else ncols):
+            byte = blob[pos]
+            pos += 1
+            code, nbytes = byte >> 4, byte & 0x0F
+            if code > 3 or nbytes > 8:
+                msg = f"unknown column code {byte:#x}"
+                raise ValueError(msg)
+            partner = -1
+            if code == 2:
+                partner = i - 1
+            elif code == 3:
+                partner, pos = _read_varint(blob, pos)
+            specs.append(ColumnSpec(("raw", "delta", "width", "width")[code], partner, nbytes))
+        if flags & _BLOB_ZSTD:
+            size, pos = _read_varint(blob, pos)
+            payload = pa.decompress(blob[pos:], decompressed_size=size, codec="zstd", asbytes=True)
+        else:
+            payload = blob[pos:]
+        cols = decode(payload, specs, rows)
+        return _table_from_columns(
+            shapes[0], shapes[1], "columnar" if columnar else "provrc", rows, n_pairs, cols
+        )
+    except (IndexError, ValueError, TypeError, pa.ArrowException) as e:
+        msg = f"A lineage table in `{source}` is damaged: {e}"
+        raise LineageStorageError(msg) from e
+
+
+def segment_to_bytes(
+    entries: Sequence[tuple[str, str, Sequence[bytes]]],
+    codec: Codec = "zstd",
+) -> bytes:
+    """The bytes of a segment file holding ``entries`` = ``(op_id, record JSON, blobs)``."""
+    rec_bytes = sum(len(r) for _, r, _ in entries)
+    compression = {"op": codec, "rec": codec, "data": "none"}
+    kwargs: dict[str, Any] = {
+        "compression": compression,
+        "use_dictionary": False,
+        "write_statistics": False,
+        "store_schema": False,
+    }
+    if codec == "zstd":
+        level = _zstd_level(rec_bytes)
+        kwargs["compression_level"] = {"op": level, "rec": level}
+    meta = {"dslog.schema_version": SEGMENT_SCHEMA_VERSION, "dslog.kind": SEGMENT_KIND}
+    buf = io.BytesIO()
+    with pq.ParquetWriter(buf, _SEGMENT_SCHEMA, **kwargs) as writer:
+        for start in range(0, max(len(entries), 1), SEGMENT_ROW_GROUP):
+            part = entries[start : start + SEGMENT_ROW_GROUP]
+            arrow = pa.Table.from_arrays(
+                [
+                    pa.array([e[0] for e in part], pa.string()),
+                    pa.array([e[1] for e in part], pa.string()),
+                    pa.array([list(e[2]) for e in part], pa.list_(pa.large_binary())),
+                ],
+                schema=_SEGMENT_SCHEMA,
+            )
+            writer.write_table(arrow)
+        writer.add_key_value_metadata(meta)
+    return buf.getvalue()
+
+
+class Segment:
+    """An open segment file: its operation ids, and their records and tables on demand.
+
+    Raises ``FileNotFoundError`` (unwrapped) when the file is gone, so that the store can look
+    for the operation elsewhere (a compaction may have moved it); any other problem is a
+    :class:`LineageStorageError`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self._file = pq.ParquetFile(self.path)
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowException, OSError) as e:
+            msg = f"`{self.path}` is not a readable lineage segment: {e}"
+            raise LineageStorageError(msg) from e
+        md = self._file.metadata
+        _check_version(md.metadata or {}, str(self.path), SEGMENT_SCHEMA_VERSION)
+        if (md.metadata or {}).get(b"dslog.kind") != SEGMENT_KIND.encode():
+            msg = f"`{self.path}` is a dslog file but not an operations segment."
+            raise LineageStorageError(msg)
+        self._group_starts = []
+        start = 0
+        for g in range(md.num_row_groups):
+            self._group_starts.append(start)
+            start += md.row_group(g).num_rows
+        self.op_ids: list[str] = [str(x) for x in self._read(["op"]).column("op").to_pylist()]
+        self._rows = {op: i for i, op in enumerate(self.op_ids)}
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "Segment":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self, columns: list[str], group: int | None = None) -> pa.Table:
+        try:
+            if group is None:
+                return self._file.read(columns=columns)
+            return self._file.read_row_group(group, columns=columns)
+        except (pa.ArrowException, OSError) as e:
+            msg = f"`{self.path}` is a damaged lineage segment: {e}"
+            raise LineageStorageError(msg) from e
+
+    def _locate(self, op_id: str) -> tuple[int, int]:
+        row = self._rows.get(op_id)
+        if row is None:
+            msg = f"operation `{op_id}` is not in segment `{self.path}`"
+            raise KeyError(msg)
+        group = max(g for g, s in enumerate(self._group_starts) if s <= row)
+        return group, row - self._group_starts[group]
+
+    def records(self) -> list[tuple[str, str]]:
+        """``(op_id, record JSON)`` of every operation in the segment."""
+        t = self._read(["op", "rec"])
+        return list(zip(t.column("op").to_pylist(), t.column("rec").to_pylist(), strict=True))
+
+    def record(self, op_id: str) -> str:
+        """The record JSON of ``op_id`` (``KeyError`` when it is not here)."""
+        group, i = self._locate(op_id)
+        return str(self._read(["rec"], group).column("rec")[i].as_py())
+
+    def blob(self, op_id: str, k: int) -> bytes:
+        """The ``k``-th table blob of ``op_id`` (``KeyError`` when it is not here)."""
+        group, i = self._locate(op_id)
+        blobs = self._read(["data"], group).column("data")[i].as_py()
+        if not 0 <= k < len(blobs):
+            msg = f"operation `{op_id}` has {len(blobs)} tables in `{self.path}`, not {k + 1}"
+            raise KeyError(msg)
+        return bytes(blobs[k])
+
+    def entries(self) -> list[tuple[str, str, list[bytes]]]:
+        """Every ``(op_id, record JSON, blobs)`` (for compaction)."""
+        t = self._read(["op", "rec", "data"])
+        return [
+            (str(o), str(r), [bytes(b) for b in d])
+            for o, r, d in zip(
+                t.column("op").to_pylist(),
+                t.column("rec").to_pylist(),
+                t.column("data").to_pylist(),
+                strict=True,
+            )
+        ]

@@ -5,16 +5,27 @@ The files are the source of truth and are never modified once visible::
     root/
       arrays/<slug>-<sha256(name)[:16]>/<version-slug>-<sha256(version)[:16]>.json
                                        /default.json          (version None)
-      operations/<op_id>/operation.json                        (the OperationRecord)
-      operations/<op_id>/<k>-<output-slug>--<input-slug>.parquet   (one per lineage table)
-      .staging/<uuid>/                                         (registrations in flight)
-      catalog.duckdb                                           (index, rebuilt at will)
+      operations/<op_id>.parquet     (segment of one operation: its record + all its tables)
+      packs/<pack_id>.parquet        (segment of many small operations, made by compact())
+      .staging/                      (files in flight)
+      catalog.duckdb                 (index, rebuilt at will)
 
-A registration compresses and encodes everything in memory first, writes the operation
-directory under ``.staging/``, fsyncs it and renames it into ``operations/`` in one step, so
-readers see either the whole operation or nothing, and a crash leaves at most a staging
-directory (ignored, and removed once it is an hour old). ``op_id`` starts with a nanosecond
-timestamp and ends with a random UUID, so ids are unique across processes and sort by time.
+**Segments** (:mod:`dslog_dagster.core.storage`) are Parquet files with one row per operation:
+the operation record (JSON) and one self-describing blob per lineage table. A registration
+compresses and encodes everything in memory, writes its segment under ``.staging/``, fsyncs
+it and renames it to ``operations/<op_id>.parquet``, so readers see either the whole operation
+or nothing, and a crash leaves at most a staging file (removed once it is an hour old).
+``op_id`` starts with a nanosecond timestamp and ends with a random UUID, so ids are unique
+across processes and sort by time.
+
+**Compaction** (:meth:`LineageStore.compact`) packs the segments of small operations (and small
+packs) into larger packs, so that the per-file overhead (Parquet footer, file-system block)
+is paid once per pack instead of once per operation. It publishes each pack atomically
+(staging + fsync + rename) *before* it deletes the files it packed, so every operation is in at
+least one visible segment at every instant; an operation may briefly be in two, with identical
+content. Readers locate operations through an index of the segment files (packs are immutable,
+so their operation ids are read once); when a file vanishes under them they refresh the index
+and retry. Compactions in one store take an advisory lock, so they do not duplicate work.
 
 Array records are single JSON files published with ``os.link`` (fails if the name exists), so
 when two processes register the same ``(name, version)`` the first one wins and the second
@@ -50,6 +61,7 @@ from dslog_dagster.core.catalog import LineageCatalog
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
 from dslog_dagster.errors import (
+    DSLogError,
     InvalidRelationError,
     LineageNotFoundError,
     LineageStorageError,
@@ -61,14 +73,20 @@ _R = TypeVar("_R")
 
 logger = logging.getLogger(__name__)
 
-STORE_SCHEMA_VERSION = storage.SCHEMA_VERSION
-"""Format version written into every ``operation.json`` and array record."""
+STORE_SCHEMA_VERSION = storage.SEGMENT_SCHEMA_VERSION
+"""Store format version: in every segment's metadata, operation record and array record."""
 
 STAGING_MAX_AGE_S = 3600.0
 """Staging directories older than this are leftovers of crashed writers and are removed."""
 
 _SLUG_MAX = 40
 _OP_ID_RE = re.compile(r"^[0-9a-f]{48}$")
+_SEGMENT_RE = re.compile(r"^[0-9a-f]{48}\.parquet$")
+_MOVE_RETRIES = 8
+COMPACT_MAX_OP_BYTES = 64 * 1024
+"""Operation segments up to this size are packed by :meth:`LineageStore.compact`."""
+COMPACT_PACK_BYTES = 16 * 1024 * 1024
+"""Target size of a pack; packs below half of it are merged again by later compactions."""
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_-]")
 _TIMING_COMPRESS = "compress_s"
 _TIMING_ENCODE = "encode_s"
@@ -100,7 +118,7 @@ class ArrayRecord:
     created_at: datetime = field(compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form stored in array record files and in ``operation.json``."""
+        """The JSON form stored in array record files and in operation records."""
         return {
             "name": self.name,
             "shape": list(self.shape),
@@ -136,8 +154,11 @@ class TableRecord:
         encoding: ``"provrc"`` or ``"columnar"`` (the per-table choice of :func:`compress`).
         rows: rows of the stored table.
         n_pairs: (output cell, input cell) pairs it stands for.
-        stored_bytes: size of the Parquet file.
-        path: file path relative to the store root (POSIX separators).
+        stored_bytes: bytes of the table's blob in its segment (after its own compression;
+            the segment adds a share of its footer and record).
+        path: the segment file holding the table when the record was read, relative to the
+            store root (POSIX separators). Compaction moves tables between segments, so
+            read tables with :meth:`LineageStore.read_lineage`, not through this path.
     """
 
     op_id: str
@@ -150,7 +171,7 @@ class TableRecord:
     path: str
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form stored in ``operation.json`` (``op_id`` is implied there)."""
+        """The JSON form stored in the operation record (``op_id`` is implied there)."""
         return {
             "output": self.output,
             "input": self.input,
@@ -158,7 +179,6 @@ class TableRecord:
             "rows": self.rows,
             "n_pairs": self.n_pairs,
             "bytes": self.stored_bytes,
-            "path": self.path,
         }
 
 
@@ -196,7 +216,8 @@ class OperationRecord:
         raise LineageNotFoundError(msg)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form stored as ``operation.json``."""
+        """The JSON form stored in the operation's segment (table paths are not part of it:
+        they change when a compaction moves the operation)."""
         return {
             "schema_version": STORE_SCHEMA_VERSION,
             "op_id": self.op_id,
@@ -211,8 +232,8 @@ class OperationRecord:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "OperationRecord":
-        """Inverse of :meth:`to_json`."""
+    def from_json(cls, d: Mapping[str, Any], path: str = "") -> "OperationRecord":
+        """Inverse of :meth:`to_json`; ``path`` is the segment the record was read from."""
         op_id = str(d["op_id"])
         return cls(
             op_id=op_id,
@@ -232,14 +253,70 @@ class OperationRecord:
                     int(t["rows"]),
                     int(t["n_pairs"]),
                     int(t["bytes"]),
-                    str(t["path"]),
+                    path,
                 )
                 for t in d["tables"]
             ),
         )
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What :meth:`LineageStore.compact` did.
+
+    Attributes:
+        operations: operations written into new packs.
+        files_removed: segment files (operation segments and old packs) replaced.
+        packs: the new packs (root-relative paths).
+        bytes_before: total size of the replaced files.
+        bytes_after: total size of the new packs.
+        skipped: another compaction held the lock for the whole ``lock_timeout``.
+    """
+
+    operations: int
+    files_removed: int
+    packs: tuple[str, ...]
+    bytes_before: int
+    bytes_after: int
+    skipped: bool = False
+
+
 # --------------------------------------------------------------------------- names and files
+
+
+@contextlib.contextmanager
+def _compaction_lock(path: Path, timeout: float) -> Iterator[bool]:
+    """An advisory inter-process lock (``flock``; released by the OS if the holder dies).
+
+    Only keeps two compactions from doing the same work twice: correctness never depends on
+    it. Where ``flock`` is unavailable the lock is always granted.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield True
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        msg = f"Could not open the compaction lock `{path}`: {e}"
+        raise LineageStorageError(msg) from e
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.05)
+            except OSError:  # file system without flock
+                break
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _check_name(name: object, what: str) -> str:
@@ -384,12 +461,17 @@ class LineageStore:
     ) -> None:
         self.root = Path(root).absolute()
         try:
-            for sub in ("arrays", "operations", ".staging"):
+            for sub in ("arrays", "operations", "packs", ".staging"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             msg = f"Could not create the lineage store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
         self._ops: dict[str, OperationRecord] = {}
+        # Where operations are: segment (root-relative path) -> its op ids, and op id ->
+        # one segment holding it. Segments are immutable, so an entry only goes stale when
+        # its file vanishes (compaction); lookups then refresh and retry.
+        self._seg_ops: dict[str, tuple[str, ...]] = {}
+        self._where: dict[str, str] = {}
         self._arrays: dict[str, ArrayRecord] = {}
         self.catalog = LineageCatalog(self, lock_timeout=lock_timeout, index_timeout=index_timeout)
         self.clean_staging()
@@ -406,6 +488,10 @@ class LineageStore:
     @property
     def operations_dir(self) -> Path:
         return self.root / "operations"
+
+    @property
+    def packs_dir(self) -> Path:
+        return self.root / "packs"
 
     @property
     def staging_dir(self) -> Path:
@@ -748,7 +834,7 @@ class LineageStore:
                 )
                 raise InvalidRelationError(msg)
             t0 = time.perf_counter()
-            data = storage.table_to_bytes(table)
+            data = storage.table_to_blob(table)
             t_encode += time.perf_counter() - t0
             blobs.append((out_name, in_name, table, data))
         timings_json[_TIMING_COMPRESS] = timings_json.get(_TIMING_COMPRESS, 0.0) + t_compress
@@ -756,76 +842,149 @@ class LineageStore:
 
         ns, created = _now()
         op_id = f"{ns:016x}{uuid.uuid4().hex}"
-        tables = []
-        files: list[tuple[str, bytes]] = []
-        for k, (out_name, in_name, table, data) in enumerate(blobs):
-            fname = f"{k:04d}-{_slug(out_name, 24)}--{_slug(in_name, 24)}.parquet"
-            rel = f"operations/{op_id}/{fname}"
-            tables.append(
-                TableRecord(
-                    op_id,
-                    out_name,
-                    in_name,
-                    table.encoding,
-                    int(table.rows),
-                    int(table.n_pairs),
-                    len(data),
-                    rel,
-                )
+        rel = f"operations/{op_id}.parquet"
+        tables = tuple(
+            TableRecord(
+                op_id,
+                out_name,
+                in_name,
+                table.encoding,
+                int(table.rows),
+                int(table.n_pairs),
+                len(data),
+                rel,
             )
-            files.append((fname, data))
-        record = OperationRecord(
-            op_id,
-            op_name,
-            ins,
-            outs,
-            args_json,
-            capture_method,
-            timings_json,
-            created,
-            tuple(tables),
+            for out_name, in_name, table, data in blobs
         )
-        files.append(("operation.json", json.dumps(record.to_json(), indent=1).encode()))
+        record = OperationRecord(
+            op_id, op_name, ins, outs, args_json, capture_method, timings_json, created, tables
+        )
+        segment = storage.segment_to_bytes(
+            [(op_id, json.dumps(record.to_json()), [b[3] for b in blobs])]
+        )
 
-        # 2. write the directory under .staging, then publish it with one rename
-        self._publish_operation(op_id, files)
+        # 2. write the segment under .staging, then publish it with one rename
+        self._publish_file(self.root / rel, segment, f"operation `{op_id}`")
+        self._seg_ops[rel] = (op_id,)
+        self._where[op_id] = rel
         self._ops[op_id] = record
         self.catalog.index_operation(record)
         return record
 
-    def _publish_operation(self, op_id: str, files: list[tuple[str, bytes]]) -> None:
-        staging = self.staging_dir / uuid.uuid4().hex
-        final = self.operations_dir / op_id
+    def _publish_file(self, final: Path, data: bytes, what: str) -> None:
+        """Write ``data`` to ``final`` atomically: staging file, fsync, rename, fsync dir."""
+        tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
         try:
             self.staging_dir.mkdir(parents=True, exist_ok=True)
-            staging.mkdir()
-            for fname, data in files:
-                _write_synced(staging / fname, data)
-            _fsync_dir(staging)
-            os.rename(staging, final)
-            _fsync_dir(self.operations_dir)
+            _write_synced(tmp, data)
+            os.rename(tmp, final)
+            _fsync_dir(final.parent)
         except OSError as e:
-            shutil.rmtree(staging, ignore_errors=True)
-            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
+            tmp.unlink(missing_ok=True)
+            msg = f"Could not write {what} to the store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            tmp.unlink(missing_ok=True)
             raise
 
-    def _operation_ids_on_disk(self) -> list[str]:
+    # ----------------------------------------------------------------- segments
+
+    def _segment_files(self) -> list[str]:
+        """Root-relative paths of every segment file on disk, op segments first."""
+        out = []
+        for directory, sub in ((self.operations_dir, "operations"), (self.packs_dir, "packs")):
+            try:
+                names = os.listdir(directory)
+            except FileNotFoundError:
+                continue
+            out += [f"{sub}/{n}" for n in sorted(names) if _SEGMENT_RE.match(n)]
+        return out
+
+    def _refresh_locations(self) -> dict[str, tuple[str, ...]]:
+        """Re-list the segment files and update the op id -> segment index."""
+        fresh: dict[str, tuple[str, ...]] = {}
+        for rel in self._segment_files():
+            ops = self._seg_ops.get(rel)
+            if ops is None:
+                if rel.startswith("operations/"):
+                    ops = (rel.removeprefix("operations/").removesuffix(".parquet"),)
+                else:
+                    try:
+                        with storage.Segment(self._inside(rel)) as seg:
+                            ops = tuple(seg.op_ids)
+                    except FileNotFoundError:
+                        continue  # merged into a newer pack since the listing
+                    except DSLogError as e:
+                        logger.warning("skipping segment %s in %s: %s", rel, self.root, e)
+                        continue
+            fresh[rel] = ops
+        where: dict[str, str] = {}
+        for rel, ops in fresh.items():
+            for op_id in ops:
+                where.setdefault(op_id, rel)
+        self._seg_ops, self._where = fresh, where
+        return fresh
+
+    def _in_segment(self, op_id: str, fn: Callable[[storage.Segment], _R]) -> tuple[_R, str]:
+        """Run ``fn`` on a segment holding ``op_id``; returns its result and the segment path.
+
+        A segment can vanish between the lookup and the read (a compaction packed it after
+        publishing the pack), so a missing file refreshes the index and tries again.
+
+        Raises:
+            FileNotFoundError: no segment holds ``op_id``.
+        """
+        for attempt in range(_MOVE_RETRIES):
+            rel = self._where.get(op_id)
+            if rel is None or attempt > 0:
+                self._refresh_locations()
+                rel = self._where.get(op_id)
+                if rel is None:
+                    break
+            try:
+                with storage.Segment(self._inside(rel)) as seg:
+                    return fn(seg), rel
+            except (FileNotFoundError, KeyError):
+                continue
+        msg = f"no segment holds operation {op_id}"
+        raise FileNotFoundError(msg)
+
+    def _parse_record(self, text: str, rel: str) -> OperationRecord:
+        path = self.root / rel
         try:
-            names = os.listdir(self.operations_dir)
-        except FileNotFoundError:
-            return []
-        return sorted(n for n in names if _OP_ID_RE.match(n))
+            d = json.loads(text)
+        except ValueError as e:
+            msg = f"Operation record in `{path}` is unreadable: {e}"
+            raise LineageStorageError(msg) from e
+        _check_version(d, path)
+        try:
+            return OperationRecord.from_json(d, rel)
+        except (KeyError, TypeError, ValueError) as e:
+            msg = f"Operation record in `{path}` is damaged: {e}"
+            raise LineageStorageError(msg) from e
+
+    def _records_in(self, rel: str) -> list[OperationRecord]:
+        """Every operation record of segment ``rel`` (``FileNotFoundError`` if it vanished)."""
+        with storage.Segment(self._inside(rel)) as seg:
+            texts = seg.records()
+        out = []
+        for op_id, text in texts:
+            rec = self._parse_record(text, rel)
+            self._ops[op_id] = rec
+            out.append(rec)
+        return out
+
+    def _operation_ids_on_disk(self) -> list[str]:
+        self._refresh_locations()
+        return sorted(self._where)
 
     def operation_ids(self) -> list[str]:
         """Ids of every published operation, oldest first (read from the directory, so it
-        sees other processes' registrations at once and costs one ``listdir``)."""
+        sees other processes' registrations at once; costs a listing of the store's files)."""
         return self._operation_ids_on_disk()
 
     def get_operation(self, op_id: str) -> OperationRecord:
-        """The record of operation ``op_id`` (read from its ``operation.json``).
+        """The record of operation ``op_id``.
 
         Raises:
             LineageNotFoundError: no such operation.
@@ -840,15 +999,15 @@ class LineageStore:
                 "list ids with `store.operations()`."
             )
             raise LineageNotFoundError(msg)
-        path = self.operations_dir / op_id / "operation.json"
         try:
-            rec = _load_record(path, "Operation", OperationRecord.from_json)
+            text, rel = self._in_segment(op_id, lambda seg: seg.record(op_id))
         except FileNotFoundError as e:
             msg = (
                 f"No operation `{op_id}` in the store at `{self.root}`; "
                 "list operations with `store.operations()`."
             )
             raise LineageNotFoundError(msg) from e
+        rec = self._parse_record(text, rel)
         self._ops[op_id] = rec
         return rec
 
@@ -867,8 +1026,113 @@ class LineageStore:
         rec = op if isinstance(op, OperationRecord) else self.get_operation(op)
         out_name = output.name if isinstance(output, ArrayRecord) else output
         in_name = input.name if isinstance(input, ArrayRecord) else input
-        t = rec.table(out_name, in_name)
-        return storage.read_table(self._inside(t.path))
+        k = rec.tables.index(rec.table(out_name, in_name))
+        try:
+            blob, rel = self._in_segment(rec.op_id, lambda seg: seg.blob(rec.op_id, k))
+        except FileNotFoundError as e:
+            msg = (
+                f"The lineage of operation `{rec.op_id}` is not in the store at `{self.root}` "
+                "(its segment was deleted?); `dslog inspect` lists what is there."
+            )
+            raise LineageNotFoundError(msg) from e
+        return storage.table_from_blob(blob, str(self.root / rel))
+
+    # ----------------------------------------------------------------- compaction
+
+    def compact(
+        self,
+        *,
+        max_op_bytes: int = COMPACT_MAX_OP_BYTES,
+        pack_bytes: int = COMPACT_PACK_BYTES,
+        lock_timeout: float = 60.0,
+    ) -> "CompactionResult":
+        """Pack the segments of small operations (and small packs) into shared pack files.
+
+        Safe while other processes register, read or compact: each pack is published
+        atomically before the files it replaces are deleted, and readers that lose a file
+        mid-read find the operation in the pack. Records and tables are copied byte for byte.
+
+        Args:
+            max_op_bytes: operation segments up to this size are packed; larger ones (big
+                columnar tables) stay where they are, since one footer is noise next to them.
+            pack_bytes: target pack size; packs under half of it are merged again.
+            lock_timeout: seconds to wait for another compaction of this store to finish
+                before giving up (the result then says ``skipped``).
+
+        Returns:
+            What was packed (see :class:`CompactionResult`).
+
+        Raises:
+            LineageStorageError: a pack could not be written (nothing was deleted).
+        """
+        with _compaction_lock(self.root / ".compact.lock", lock_timeout) as locked:
+            if not locked:
+                return CompactionResult(0, 0, (), 0, 0, skipped=True)
+            return self._compact_locked(max_op_bytes, pack_bytes)
+
+    def _compact_locked(self, max_op_bytes: int, pack_bytes: int) -> "CompactionResult":
+        segs = self._refresh_locations()
+        candidates: list[tuple[str, int]] = []
+        for rel in segs:
+            try:
+                size = (self.root / rel).stat().st_size
+            except FileNotFoundError:
+                continue
+            limit = max_op_bytes if rel.startswith("operations/") else pack_bytes // 2
+            if size <= limit:
+                candidates.append((rel, size))
+        if len(candidates) < 2:
+            return CompactionResult(0, 0, (), 0, 0)
+        chosen = {rel for rel, _ in candidates}
+        elsewhere = {op for rel, ops in segs.items() if rel not in chosen for op in ops}
+        entries: dict[str, tuple[str, str, list[bytes]]] = {}
+        packed_files: list[tuple[str, int]] = []
+        for rel, size in candidates:
+            try:
+                with storage.Segment(self._inside(rel)) as seg:
+                    got = seg.entries()
+            except FileNotFoundError:
+                continue  # another process removed it: not ours to delete
+            for entry in got:
+                if entry[0] not in elsewhere:
+                    entries.setdefault(entry[0], entry)
+            packed_files.append((rel, size))
+        ordered = [entries[k] for k in sorted(entries)]
+        chunks: list[list[tuple[str, str, list[bytes]]]] = [[]]
+        size = 0
+        for entry in ordered:
+            n = len(entry[1]) + sum(len(b) for b in entry[2])
+            if chunks[-1] and size + n > pack_bytes:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(entry)
+            size += n
+        packs = []
+        bytes_after = 0
+        for chunk in chunks:
+            if not chunk:
+                continue
+            ns, _ = _now()
+            rel = f"packs/{ns:016x}{uuid.uuid4().hex}.parquet"
+            data = storage.segment_to_bytes(chunk)
+            self._publish_file(self.root / rel, data, f"pack `{rel}`")
+            packs.append(rel)
+            bytes_after += len(data)
+        # Every operation of the packed files is now in a published pack: drop the files.
+        for rel, _ in packed_files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.root / rel)
+        _fsync_dir(self.operations_dir)
+        _fsync_dir(self.packs_dir)
+        self._refresh_locations()
+        self.catalog.sync_best_effort()
+        return CompactionResult(
+            len(entries),
+            len(packed_files),
+            tuple(packs),
+            sum(s for _, s in packed_files),
+            bytes_after,
+        )
 
     # ----------------------------------------------------------------- listing (catalog)
 
@@ -927,7 +1191,7 @@ class LineageStore:
         """All lineage tables of all operations, in operation order."""
         rows = self.catalog.rows(
             "SELECT op_id, output, input, encoding, rows, n_pairs, bytes, path "
-            "FROM lineage_tables ORDER BY op_id, path"
+            "FROM lineage_tables ORDER BY op_id, position"
         )
         return [
             TableRecord(str(a), str(b), str(c), str(d), int(e), int(f), int(g), str(h))

@@ -17,6 +17,7 @@ def compress(
     progression: bool = ...,
     abort_ratio: float = ...,
     threads: int = ...,
+    sample_windows: int = ...,
 ) -> dict[str, Any]: ...
 def decompress(
     l: int,

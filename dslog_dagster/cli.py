@@ -5,6 +5,7 @@ dslog sql STORE "SELECT ..."   read-only SQL over the DuckDB catalog
 dslog rebuild-catalog STORE    rebuild the catalog from the lineage files
 dslog query STORE A B [C ...] --cells "0:10,3"
                                cells of the last array linked to cells of the first
+dslog compact STORE            pack the files of small operations into shared pack files
 """
 
 import argparse
@@ -100,6 +101,18 @@ def _query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(args: argparse.Namespace) -> int:
+    res = _store(args.store).compact()
+    if res.skipped:
+        print("another compaction of this store is running; nothing done")
+        return 1
+    print(
+        f"packed {res.operations} operation(s) from {res.files_removed} file(s) "
+        f"({res.bytes_before:,} B) into {len(res.packs)} pack(s) ({res.bytes_after:,} B)"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dslog", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--count", action="store_true", help="print only the number of cells")
     p.set_defaults(func=_query)
+    p = sub.add_parser("compact", help="pack small operations into shared pack files")
+    p.add_argument("store")
+    p.set_defaults(func=_compact)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

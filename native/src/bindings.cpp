@@ -131,7 +131,7 @@ PYBIND11_MODULE(_native, mod) {
   mod.def(
       "compress",
       [](const std::vector<I64Array>& cols, int l, bool relative, bool mirrored, bool progression,
-         double abort_ratio, int threads) {
+         double abort_ratio, int threads, int sample_windows) {
         std::vector<I64Array> keep;
         auto view = view_of(cols, l, keep);
         dslog::CompressOptions opts;
@@ -140,6 +140,7 @@ PYBIND11_MODULE(_native, mod) {
         opts.progression = progression;
         opts.abort_ratio = abort_ratio;
         opts.threads = threads;
+        opts.sample_windows = sample_windows;
         dslog::CompressResult res;
         {
           py::gil_scoped_release release;
@@ -157,6 +158,7 @@ PYBIND11_MODULE(_native, mod) {
       },
       py::arg("cols"), py::arg("l"), py::arg("relative") = true, py::arg("mirrored") = true,
       py::arg("progression") = true, py::arg("abort_ratio") = 0.0, py::arg("threads") = 1,
+      py::arg("sample_windows") = 0,
       "ProvRC-compress a relation given as l + m int64 columns.");
 
   mod.def(

@@ -661,6 +661,26 @@ CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
   const int64_t limit = (lay.l > 0 && opts.abort_ratio > 0)
                             ? static_cast<int64_t>(opts.abort_ratio * static_cast<double>(s.n))
                             : -1;
+  if (limit > 0 && opts.sample_windows > 0 && s.n >= kSampleMinRows) {
+    // Probe: the streaming phase is local in sorted order, so a window's row count is what the
+    // full pass spends on that stretch (up to one record per window edge).
+    bool hopeless = true;
+    const int64_t k = opts.sample_windows;
+    for (int64_t w = 0; w < k && hopeless; ++w) {
+      const int64_t start = (s.n - kSampleWindow) * (2 * w + 1) / (2 * k);
+      Relation part;
+      part.l = s.l;
+      part.m = s.m;
+      part.n = kSampleWindow;
+      for (int c = 0; c < s.l + s.m; ++c) part.ptrs.push_back(s.col(c) + start);
+      Records probe = encode_stream(part, lay, live, -1);
+      hopeless = static_cast<double>(probe.size()) > 1.2 * opts.abort_ratio * kSampleWindow;
+    }
+    if (hopeless) {
+      res.aborted = true;
+      return res;
+    }
+  }
   Records recs = encode_parallel(s, lay, live, limit, opts.threads);
   if (limit > 0 && recs.size() > limit) {
     res.aborted = true;

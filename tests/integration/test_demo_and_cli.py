@@ -45,6 +45,11 @@ def test_cli_inspect_sql_rebuild(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().out.splitlines() == ["n", "1"]
     assert main(["rebuild-catalog", str(tmp_path)]) == 0
     assert "1 operation(s)" in capsys.readouterr().out
+    store.register_operation("neg", ["x"], ["y"], {("y", "x"): rel})
+    assert main(["compact", str(tmp_path)]) == 0
+    assert "packed 2 operation(s) from 2 file(s)" in capsys.readouterr().out
+    assert main(["inspect", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("y <- x: 3 pairs, 1 rows") == 2
 
 
 def test_cli_reports_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,9 @@
-"""Many processes writing to and reading from one lineage store at the same time.
+"""Many processes writing to, compacting and reading one lineage store at the same time.
 
 Dagster runs every run in its own process, so the store must take concurrent registrations
 without lost or torn lineage, and DuckDB's single-writer lock must never surface as an error.
+Compactions (two processes, so one also waits for the other's lock) repack the operations
+while they are written and read, with packs small enough that packs get merged again.
 """
 
 import hashlib
@@ -16,9 +18,12 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, LineageStore
+from dslog_dagster.core.storage import Segment
 
 N_WORKERS = 8
 N_OPS = 15
+N_COMPACTORS = 2
+PACK_BYTES = 8192
 OUT_SHAPE = (6, 5)
 AUX_SHAPE = (4,)
 
@@ -81,16 +86,56 @@ print(json.dumps(op_ids))
 )
 
 
+COMPACTOR = (
+    """
+import hashlib, json, sys, time
+from pathlib import Path
+
+import numpy as np
+
+from dslog_dagster.core import LineageRelation, LineageStore
+
+"""
+    + inspect.getsource(relation_hash)
+    + """
+root, go, stop, pack_bytes = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+store = LineageStore(root)
+deadline = time.monotonic() + 120
+while not go.exists() and time.monotonic() < deadline:
+    time.sleep(0.005)
+rng = np.random.default_rng()
+stats = {"compactions": 0, "skipped": 0, "packed": 0, "tables_read": 0}
+last = False
+while not last:
+    last = stop.exists()  # one more round after the writers are done
+    res = store.compact(pack_bytes=pack_bytes)
+    stats["compactions"] += 1
+    stats["skipped"] += res.skipped
+    stats["packed"] += res.operations
+    # every operation listed reads back complete while files move under it
+    ops = store.operations()
+    for op in [ops[i] for i in rng.permutation(len(ops))[:24]]:
+        for t in op.tables:
+            rel = store.read_lineage(op, t.output, t.input).decompress()
+            assert relation_hash(rel) == op.args["hashes"][t.input], (op.op_id, t)
+            stats["tables_read"] += 1
+    time.sleep(0.2)  # compaction is periodic work, not a busy loop
+print(json.dumps(stats))
+"""
+)
+
+
+def _popen(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _start_workers(root: Path, go: Path) -> list[subprocess.Popen[str]]:
-    return [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(root), str(w), str(N_OPS), str(go)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for w in range(N_WORKERS)
-    ]
+    return [_popen(WORKER, str(root), str(w), str(N_OPS), str(go)) for w in range(N_WORKERS)]
 
 
 @pytest.mark.integration
@@ -102,7 +147,12 @@ def test_concurrent_registrations_are_complete_and_lock_free(tmp_path: Path) -> 
     root = tmp_path / "store"
     LineageStore(root)
     go = tmp_path / "go"
+    stop = tmp_path / "stop"
     procs = _start_workers(root, go)
+    compactors = [
+        _popen(COMPACTOR, str(root), str(go), str(stop), str(PACK_BYTES))
+        for _ in range(N_COMPACTORS)
+    ]
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -114,14 +164,20 @@ def test_concurrent_registrations_are_complete_and_lock_free(tmp_path: Path) -> 
         t0 = time.monotonic()
         results = [p.communicate(timeout=180) for p in procs]
         elapsed = time.monotonic() - t0
+        stop.touch()
+        compacted = [p.communicate(timeout=180) for p in compactors]
     finally:
-        for p in procs:
+        for p in procs + compactors:
             if p.poll() is None:
                 p.kill()
-    for w, (p, (_out, err)) in enumerate(zip(procs, results, strict=True)):
-        assert p.returncode == 0, f"worker {w} failed:\n{err}"
+    everyone = zip(procs + compactors, results + compacted, strict=True)
+    for w, (p, (_out, err)) in enumerate(everyone):
+        assert p.returncode == 0, f"process {w} failed:\n{err}"
         for bad in ("Traceback", "Error", "lock", "Exception"):
-            assert bad not in err, f"worker {w} wrote to stderr:\n{err}"
+            assert bad not in err, f"process {w} wrote to stderr:\n{err}"
+    stats = [json.loads(out.strip().splitlines()[-1]) for out, _ in compacted]
+    assert sum(s["packed"] for s in stats) > 0
+    assert all(s["tables_read"] > 0 for s in stats)
     written = [json.loads(out.strip().splitlines()[-1]) for out, _ in results]
     all_ids = sorted(i for ids in written for i in ids)
     assert len(all_ids) == len(set(all_ids)) == N_WORKERS * N_OPS
@@ -129,9 +185,10 @@ def test_concurrent_registrations_are_complete_and_lock_free(tmp_path: Path) -> 
     store = LineageStore(root)
     ops = store.operations()
     assert [o.op_id for o in ops] == all_ids
-    assert sorted(store.operations_dir.iterdir()) == sorted(
-        store.operations_dir / i for i in all_ids
-    )
+    # the last compaction round ran after every write: everything is packed, nothing is lost
+    assert list(store.operations_dir.iterdir()) == []
+    packed = [op for pack in store.packs_dir.iterdir() for op in Segment(pack).op_ids]
+    assert sorted(packed) == all_ids
     assert list(store.staging_dir.iterdir()) == []
     for op in ops:
         assert op.op_id in written[op.args["worker"]]

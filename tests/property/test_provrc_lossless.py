@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from strategies import relations
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.storage import table_from_bytes, table_to_bytes
+from dslog_dagster.core.storage import (
+    table_from_blob,
+    table_from_bytes,
+    table_to_blob,
+    table_to_bytes,
+)
 
 SETTINGS = settings(
     max_examples=300,
@@ -33,10 +38,11 @@ def test_compress_is_lossless_backward(rel: LineageRelation) -> None:
 @given(rel=relations(), fallback=st.sampled_from(["never", "always", "auto"]))
 def test_stored_table_roundtrips(rel: LineageRelation, fallback: str) -> None:
     table = compress(rel, fallback=fallback)  # type: ignore[arg-type]
-    back = table_from_bytes(table_to_bytes(table))
-    assert back.encoding == table.encoding
-    assert back.rows == table.rows
-    assert back.decompress() == rel
+    for back in (table_from_bytes(table_to_bytes(table)), table_from_blob(table_to_blob(table))):
+        assert back.encoding == table.encoding
+        assert back.rows == table.rows
+        assert back.n_pairs == table.n_pairs
+        assert back.decompress() == rel
 
 
 @settings(

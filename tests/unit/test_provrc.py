@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, compress
+from dslog_dagster.core import analytic as an
 from dslog_dagster.core.provrc import solve_f
-from dslog_dagster.core.storage import encoded_size
+from dslog_dagster.core.storage import encoded_size, table_to_blob
 from dslog_dagster.errors import DSLogError, InvalidRelationError, UnsupportedArrayError
 
 
@@ -197,3 +198,41 @@ def test_unit_axes_do_not_hide_structure(shape: tuple[int, ...]) -> None:
     assert t.rows == 1
     assert t.decompress() == pinned
     assert t.forward().expand() == pinned
+
+
+def _big_relations() -> dict[str, LineageRelation]:
+    """Relations over the probe threshold (2^18 pairs), structured and unstructured."""
+    rng = np.random.default_rng(7)
+    n = 300_000
+    x = rng.random(n)
+    blobs = np.zeros((600, 600), dtype=bool)
+    blobs[100:300, 50:500] = True
+    half = np.concatenate([np.zeros(n // 2, np.int64), rng.integers(0, 4, n - n // 2)])
+    return {
+        "negative": an.negative((10, 30_000)),
+        "sum": an.sum_axis((600, 600), 0),
+        "tile": an.tile((10, 30_000), (1, 2)),
+        "sort": an.sort(x),
+        "randbin4": an.binning(np.minimum((x * 4).astype(np.int64), 3), 4),
+        "randfilter": an.filter_mask(x < 0.5),
+        "blobfilter": an.filter_mask(blobs),
+        "half-structured bins": an.binning(half, 4),
+    }
+
+
+@pytest.mark.parametrize("name", list(_big_relations()))
+def test_probe_gives_the_same_table(name: str) -> None:
+    # The sampled give-up only skips a full pass that would give up anyway.
+    rel = _big_relations()[name]
+    with_probe = compress(rel)
+    without = compress(rel, probe=False)
+    assert with_probe.encoding == without.encoding
+    assert table_to_blob(with_probe) == table_to_blob(without)
+    assert with_probe.decompress() == rel
+
+
+def test_fallback_always_is_the_sorted_relation() -> None:
+    rel = _big_relations()["negative"]
+    table = compress(rel, fallback="always")
+    assert (table.encoding, table.rows) == ("columnar", rel.n)
+    assert table.decompress() == rel

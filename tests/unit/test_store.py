@@ -1,5 +1,6 @@
 """Unit tests of the lineage store (`dslog_dagster.core.store`) and its catalog."""
 
+import io
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dslog_dagster.core import (
@@ -19,6 +21,7 @@ from dslog_dagster.core import (
     compress,
 )
 from dslog_dagster.core import store as store_module
+from dslog_dagster.core.storage import Segment, segment_to_bytes
 from dslog_dagster.errors import (
     DSLogError,
     InvalidRelationError,
@@ -198,9 +201,10 @@ def test_register_operation_round_trip(store: LineageStore) -> None:
     assert op.timings["compress_s"] > 0
     assert "encode_s" in op.timings
     assert [(t.output, t.input) for t in op.tables] == [("y", "x"), ("y", "w")]
+    segment = store.operations_dir / f"{op.op_id}.parquet"
     for t in op.tables:
-        assert t.stored_bytes == (store.root / t.path).stat().st_size
-        assert t.path.startswith(f"operations/{op.op_id}/")
+        assert t.path == f"operations/{op.op_id}.parquet"
+        assert 0 < t.stored_bytes < segment.stat().st_size
     assert op.table("y", "w").n_pairs == 20
     assert store.read_lineage(op, "y", "x").decompress() == r_x
     assert store.read_lineage(op.op_id, y, w).decompress() == r_w
@@ -208,7 +212,12 @@ def test_register_operation_round_trip(store: LineageStore) -> None:
     # A fresh instance (another process) reads the same record from the files.
     other = LineageStore(store.root)
     assert other.get_operation(op.op_id) == op
-    meta = json.loads((store.operations_dir / op.op_id / "operation.json").read_text())
+    with Segment(segment) as seg:
+        assert seg.op_ids == [op.op_id]
+        meta = json.loads(seg.record(op.op_id))
+        assert [len(seg.blob(op.op_id, k)) for k in range(2)] == [t.stored_bytes for t in op.tables]
+    file_meta = pq.ParquetFile(segment).metadata.metadata
+    assert file_meta[b"dslog.schema_version"].decode() == store_module.STORE_SCHEMA_VERSION
     assert meta["schema_version"] == store_module.STORE_SCHEMA_VERSION
     assert meta["inputs"][0]["name"] == "x"
     assert meta["tables"][1]["bytes"] == op.tables[1].stored_bytes
@@ -301,7 +310,7 @@ def test_write_failure_leaves_nothing(store: LineageStore, monkeypatch: pytest.M
 
     def failing(path: Path, data: bytes) -> None:
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == 1:
             msg = "No space left on device"
             raise OSError(28, msg)
         real(path, data)
@@ -310,7 +319,7 @@ def test_write_failure_leaves_nothing(store: LineageStore, monkeypatch: pytest.M
     lineage = {("y", "x"): identity((3, 3)), ("y", "z"): all_to_all((3, 3), (3,))}
     with pytest.raises(LineageStorageError, match="No space left"):
         store.register_operation("op", ["x", "z"], ["y"], lineage)
-    assert calls["n"] == 2
+    assert calls["n"] == 1
     assert visible_entries(store) == ([], [])
 
     def failing_rename(src: str, dst: str) -> None:
@@ -357,12 +366,25 @@ def test_read_lineage_missing(store: LineageStore) -> None:
 def test_unknown_schema_version_is_refused(store: LineageStore) -> None:
     _setup_xy(store)
     op = store.register_operation("op", ["x"], ["y"], {("y", "x"): identity((3, 3))})
-    path = store.operations_dir / op.op_id / "operation.json"
-    meta = json.loads(path.read_text())
+    path = store.operations_dir / f"{op.op_id}.parquet"
+    original = path.read_bytes()
+    with Segment(path) as seg:
+        (entry,) = seg.entries()
+    meta = json.loads(entry[1])
     meta["schema_version"] = "9-0-0"
-    path.write_text(json.dumps(meta))
+    path.write_bytes(segment_to_bytes([(op.op_id, json.dumps(meta), entry[2])]))
     with pytest.raises(SchemaVersionError, match="Upgrade dslog-dagster"):
         LineageStore(store.root).get_operation(op.op_id)
+    # the segment file itself carries the store format version too
+    f = pq.ParquetFile(io.BytesIO(original))
+    table = f.read().replace_schema_metadata(
+        {**f.metadata.metadata, b"dslog.schema_version": b"3-0-0"}
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    path.write_bytes(buf.getvalue())
+    with pytest.raises(SchemaVersionError, match="3-0-0"):
+        LineageStore(store.root).read_lineage(op.op_id, "y", "x")
 
 
 # --------------------------------------------------------------------------- listing + catalog

@@ -64,7 +64,17 @@ struct CompressOptions {
   // parallel and are stitched at the seams, so a produced table equals the single-thread
   // one. With abort_ratio set, each chunk gives up against its own share of the limit.
   int threads = 1;
+  // With abort_ratio set and at least kSampleMinRows pairs: before the full pass, run the
+  // streaming phase on this many evenly spaced windows of the sorted relation and give up at
+  // once when every window keeps more than 1.2 * abort_ratio of its pairs as rows (a relation
+  // that is hopeless everywhere, e.g. random binning). 0 disables the probe. Like the
+  // per-chunk limits above, this only decides when to give up; a table that is produced is
+  // the same with or without it.
+  int sample_windows = 0;
 };
+
+constexpr int64_t kSampleMinRows = int64_t{1} << 18;
+constexpr int64_t kSampleWindow = 4096;
 
 struct CompressResult {
   ProvRCTable table;
