@@ -248,11 +248,10 @@ class QueryPlan:
         """Cells of the last array linked to ``cells`` of the first (any form of
         :func:`~dslog_dagster.core.query.as_cells`)."""
         cur = as_cells(self.source.shape, cells)
-        if all(h.prepared is not None for h in self.hops):
-            return run_hops([(h.prepared, h.direction) for h in self.hops if h.prepared], cur)
-        for hop in self.hops:
-            cur = hop.run(cur)
-        return cur
+        prepared = [(h.prepared, h.direction) for h in self.hops if h.prepared is not None]
+        if len(prepared) < len(self.hops):  # a hop without lineage: nothing gets through
+            return CellSet.empty(self.target.shape)
+        return run_hops(prepared, cur)
 
     def __str__(self) -> str:
         return "\n".join(h.describe() for h in self.hops)
@@ -520,9 +519,7 @@ class DSLog:
         self._refresh_graph()
         s = self._versions(src)[0]
         d_name = _name_of(dst)
-        d_ids = {r.array_id for r in self._versions(dst)}
-        if isinstance(dst, ArrayRecord) or (isinstance(dst, Array) and dst.version is not None):
-            d_ids = {self._versions(dst)[0].array_id}
+        d_ids = {r.array_id for r in self._versions(dst)}  # one id when dst pins a version
         start = as_cells(s.shape, cells)
         for direction in ("forward", "backward"):
             result = self._union_over_paths(s, d_ids, start, direction)

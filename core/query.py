@@ -416,21 +416,7 @@ class PreparedHop:
 
     def run(self, cells: CellSet, direction: Direction) -> CellSet:
         """The cells on the other side of the table linked to ``cells``."""
-        if direction == "forward":
-            src, dst, fwd = self.in_shape, self.out_shape, True
-        elif direction == "backward":
-            src, dst, fwd = self.out_shape, self.in_shape, False
-        else:
-            msg = f"Direction must be 'forward' or 'backward', not {direction!r}."
-            raise QueryError(msg)
-        if cells.shape != src:
-            msg = (
-                f"A {direction} hop through this table starts from an array of shape {src}; "
-                f"the cells belong to shape {cells.shape}."
-            )
-            raise QueryError(msg)
-        lo, hi = self.native.hop(cells.lo, cells.hi, fwd)
-        return CellSet(dst, lo, hi)
+        return run_hops([(self, direction)], cells)
 
 
 def prepare(table: LineageTable) -> PreparedHop:

@@ -240,30 +240,18 @@ PYBIND11_MODULE(_native, mod) {
         int64_t* o = out.mutable_data();
         {
           py::gil_scoped_release release;
-          const int d = b.d;
-          std::vector<int64_t> stride(static_cast<size_t>(d), 1), cur(static_cast<size_t>(d));
-          for (int a = d - 2; a >= 0; --a) stride[a] = stride[a + 1] * ext[a + 1];
+          const auto stride = dslog::row_major_strides(ext);
+          const std::vector<int64_t> origin(ext.size(), 0);
           int64_t w = 0;
           for (int64_t k = 0; k < b.k; ++k) {
-            if (d == 0) {
+            if (b.d == 0) {
               o[w++] = 0;
               continue;
             }
-            const int64_t* blo = b.lo.data() + k * d;
-            const int64_t* bhi = b.hi.data() + k * d;
-            for (int a = 0; a < d; ++a) cur[a] = blo[a];
-            while (true) {
-              int64_t base = 0;
-              for (int a = 0; a < d - 1; ++a) base += cur[a] * stride[a];
-              for (int64_t x = blo[d - 1]; x <= bhi[d - 1]; ++x) o[w++] = base + x;
-              int a = d - 2;
-              while (a >= 0 && cur[a] == bhi[a]) {
-                cur[a] = blo[a];
-                --a;
-              }
-              if (a < 0) break;
-              ++cur[a];
-            }
+            dslog::for_each_run(b.lo.data() + k * b.d, b.hi.data() + k * b.d, stride, origin,
+                                [&](int64_t off, int64_t len) {
+                                  for (int64_t x = 0; x < len; ++x) o[w++] = off + x;
+                                });
           }
           std::sort(o, o + n);
         }
@@ -323,29 +311,17 @@ PYBIND11_MODULE(_native, mod) {
         uint8_t* o = mask.mutable_data();
         {
           py::gil_scoped_release release;
-          const int d = b.d;
-          std::vector<int64_t> stride(static_cast<size_t>(d), 1), cur(static_cast<size_t>(d));
-          for (int a = d - 2; a >= 0; --a) stride[a] = stride[a + 1] * ext[a + 1];
+          const auto stride = dslog::row_major_strides(ext);
+          const std::vector<int64_t> origin(ext.size(), 0);
           for (int64_t k = 0; k < b.k; ++k) {
-            if (d == 0) {
+            if (b.d == 0) {
               o[0] = 1;
               continue;
             }
-            const int64_t* blo = b.lo.data() + k * d;
-            const int64_t* bhi = b.hi.data() + k * d;
-            for (int a = 0; a < d; ++a) cur[a] = blo[a];
-            while (true) {
-              int64_t base = 0;
-              for (int a = 0; a < d - 1; ++a) base += cur[a] * stride[a];
-              std::memset(o + base + blo[d - 1], 1, static_cast<size_t>(bhi[d - 1] - blo[d - 1] + 1));
-              int a = d - 2;
-              while (a >= 0 && cur[a] == bhi[a]) {
-                cur[a] = blo[a];
-                --a;
-              }
-              if (a < 0) break;
-              ++cur[a];
-            }
+            dslog::for_each_run(b.lo.data() + k * b.d, b.hi.data() + k * b.d, stride, origin,
+                                [&](int64_t off, int64_t len) {
+                                  std::memset(o + off, 1, static_cast<size_t>(len));
+                                });
           }
         }
       },

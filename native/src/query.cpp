@@ -202,7 +202,7 @@ bool normalize_dense(const Boxes& in, const std::vector<int64_t>& idx, Boxes& re
     painted += vol;
   }
   double volume = 1;
-  std::vector<int64_t> ext(static_cast<size_t>(d)), stride(static_cast<size_t>(d), 1);
+  std::vector<int64_t> ext(static_cast<size_t>(d)), stride;
   for (int a = 0; a < d; ++a) {
     ext[a] = top[a] - origin[a] + 1;
     volume *= static_cast<double>(ext[a]);
@@ -212,27 +212,13 @@ bool normalize_dense(const Boxes& in, const std::vector<int64_t>& idx, Boxes& re
   if (volume > 4 * painted + 4096 || volume > double(1 << 28) ||
       painted > 4 * volume + 64 * static_cast<double>(idx.size()))
     return false;
-  for (int a = d - 2; a >= 0; --a) stride[a] = stride[a + 1] * ext[a + 1];
+  stride = row_major_strides(ext);
   std::vector<uint8_t> bits(static_cast<size_t>(volume), 0);
-  std::vector<int64_t> cur(static_cast<size_t>(d));
-  for (int64_t b : idx) {
-    const int64_t* blo = in.lo.data() + b * d;
-    const int64_t* bhi = in.hi.data() + b * d;
-    for (int a = 0; a < d; ++a) cur[a] = blo[a];
-    while (true) {
-      int64_t off = 0;
-      for (int a = 0; a < d - 1; ++a) off += (cur[a] - origin[a]) * stride[a];
-      std::memset(bits.data() + off + (blo[d - 1] - origin[d - 1]), 1,
-                  static_cast<size_t>(bhi[d - 1] - blo[d - 1] + 1));
-      int a = d - 2;
-      while (a >= 0 && cur[a] == bhi[a]) {
-        cur[a] = blo[a];
-        --a;
-      }
-      if (a < 0) break;
-      ++cur[a];
-    }
-  }
+  for (int64_t b : idx)
+    for_each_run(in.lo.data() + b * d, in.hi.data() + b * d, stride, origin,
+                 [&](int64_t off, int64_t len) {
+                   std::memset(bits.data() + off, 1, static_cast<size_t>(len));
+                 });
   Sub sub;
   canon_bitmap(bits, ext, stride, origin, 0, 0, sub);
   res.k = sub.k;

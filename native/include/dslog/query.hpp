@@ -38,6 +38,35 @@ struct Boxes {
 // `allow_dense = false` forces the sort-based path (tests compare the two).
 Boxes normalize(const Boxes& in, bool allow_dense = true);
 
+// Row-major strides of an array with extents `ext`.
+inline std::vector<int64_t> row_major_strides(const std::vector<int64_t>& ext) {
+  std::vector<int64_t> stride(ext.size(), 1);
+  for (int a = static_cast<int>(ext.size()) - 2; a >= 0; --a) stride[a] = stride[a + 1] * ext[a + 1];
+  return stride;
+}
+
+// Walks one box (bounds lo/hi, rank stride.size() >= 1) of an array whose index origin is
+// `origin` and calls run(offset, length) for each run of cells along the last axis, with
+// `offset` the row-major offset of the run's first cell.
+template <class Run>
+void for_each_run(const int64_t* lo, const int64_t* hi, const std::vector<int64_t>& stride,
+                  const std::vector<int64_t>& origin, Run&& run) {
+  const int d = static_cast<int>(stride.size());
+  std::vector<int64_t> cur(lo, lo + d);
+  while (true) {
+    int64_t off = lo[d - 1] - origin[d - 1];
+    for (int a = 0; a < d - 1; ++a) off += (cur[a] - origin[a]) * stride[a];
+    run(off, hi[d - 1] - lo[d - 1] + 1);
+    int a = d - 2;
+    while (a >= 0 && cur[a] == hi[a]) {
+      cur[a] = lo[a];
+      --a;
+    }
+    if (a < 0) return;
+    ++cur[a];
+  }
+}
+
 // Number of cells of a normalised (disjoint) box set.
 int64_t count_cells(const Boxes& boxes);
 
