@@ -20,20 +20,19 @@ from dslog_dagster.core.api import (
     prov_query,
     register_operation,
 )
+from dslog_dagster.core.baselines import naive_join
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, QueryError
 
 
-def _flat(cols: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    if not shape:
-        return np.zeros(cols.shape[1], dtype=np.int64)
-    return np.ravel_multi_index(tuple(cols), shape).astype(np.int64)
-
-
 def naive(rel: LineageRelation, cells: np.ndarray, direction: str) -> np.ndarray:
-    out, inp = _flat(rel.out_cols, rel.out_shape), _flat(rel.in_cols, rel.in_shape)
-    key, val = (inp, out) if direction == "forward" else (out, inp)
-    return np.unique(val[np.isin(key, cells)])
+    """Flat cells linked to flat ``cells`` by the ground-truth join (``naive_join``)."""
+    src, dst = (
+        (rel.in_shape, rel.out_shape) if direction == "forward" else (rel.out_shape, rel.in_shape)
+    )
+    idx = np.stack(np.unravel_index(np.asarray(cells, np.int64), src), axis=1)
+    got = naive_join([(rel, direction)], idx)
+    return np.ravel_multi_index(tuple(got.T), dst).astype(np.int64)
 
 
 @pytest.fixture
