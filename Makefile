@@ -14,7 +14,7 @@ prereqs:
 $(STAMP): pyproject.toml CMakeLists.txt native/CMakeLists.txt | prereqs
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet scikit-build-core pybind11 cmake ninja "numpy>=2.0"
+	$(PIP) install --quiet scikit-build-core pybind11 cmake ninja "numpy>=2.0" setuptools wheel
 	$(PIP) install --quiet --no-build-isolation -Cbuild-dir=build/dev -Ceditable.rebuild=true -e ".[test]"
 	@touch $(STAMP)
 
