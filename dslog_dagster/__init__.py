@@ -3,7 +3,14 @@
 The engine lives in :mod:`dslog_dagster.core` (no Dagster or Spark needed); Dagster IO
 managers in :mod:`dslog_dagster.io_managers`; lineage-query assets in
 :mod:`dslog_dagster.assets`.
+
+The Dagster-facing names (``tracked_asset``, ``tracked_multi_asset``, ``tracked_op``,
+``DSLogResource``, ``DSLogIOManager``, ``with_lineage``, ``plain``) are imported lazily on first
+access, so ``import dslog_dagster.core`` never imports Dagster.
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from dslog_dagster.errors import CompressionError as CompressionError
 from dslog_dagster.errors import DSLogError as DSLogError
@@ -14,11 +21,43 @@ from dslog_dagster.errors import QueryError as QueryError
 from dslog_dagster.errors import SchemaVersionError as SchemaVersionError
 from dslog_dagster.errors import UnsupportedArrayError as UnsupportedArrayError
 
+if TYPE_CHECKING:
+    from dslog_dagster.decorators import plain as plain
+    from dslog_dagster.decorators import tracked_asset as tracked_asset
+    from dslog_dagster.decorators import tracked_multi_asset as tracked_multi_asset
+    from dslog_dagster.decorators import tracked_op as tracked_op
+    from dslog_dagster.io_managers import DSLogIOManager as DSLogIOManager
+    from dslog_dagster.io_managers import with_lineage as with_lineage
+    from dslog_dagster.resources import DSLogResource as DSLogResource
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "tracked_asset": "dslog_dagster.decorators",
+    "tracked_multi_asset": "dslog_dagster.decorators",
+    "tracked_op": "dslog_dagster.decorators",
+    "plain": "dslog_dagster.decorators",
+    "DSLogResource": "dslog_dagster.resources",
+    "DSLogIOManager": "dslog_dagster.io_managers",
+    "with_lineage": "dslog_dagster.io_managers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'dslog_dagster' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CompressionError",
     "DSLogError",
+    "DSLogIOManager",
+    "DSLogResource",
     "InvalidRelationError",
     "LineageNotFoundError",
     "LineageStorageError",
@@ -26,4 +65,9 @@ __all__ = [
     "SchemaVersionError",
     "UnsupportedArrayError",
     "__version__",
+    "plain",
+    "tracked_asset",
+    "tracked_multi_asset",
+    "tracked_op",
+    "with_lineage",
 ]

@@ -1,0 +1,105 @@
+"""``DSLogResource``: where the lineage store lives and how tracked steps capture lineage.
+
+Where the store lives (first that applies):
+
+1. ``store_dir`` when set;
+2. the ``DSLOG_STORE`` environment variable (the same default as the core's module-level API);
+3. ``<IO manager base_dir>/.dslog`` — :class:`~dslog_dagster.io_managers.DSLogIOManager` keeps
+   the lineage beside the arrays it stores; its ``base_dir`` itself defaults to the Dagster
+   instance's storage directory (``$DAGSTER_HOME/storage``), like Dagster's own
+   filesystem IO manager;
+4. ``<instance storage directory>/.dslog`` for :func:`~dslog_dagster.io_managers.with_lineage`
+   around an IO manager that has no base directory.
+"""
+
+import os
+import threading
+from pathlib import Path
+from typing import Literal
+
+import dagster as dg
+from pydantic import Field
+
+from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.store import LineageStore
+
+__all__ = ["DSLogResource", "open_store"]
+
+_stores: dict[Path, LineageStore] = {}
+_stores_lock = threading.Lock()
+
+
+def open_store(root: str | os.PathLike[str]) -> LineageStore:
+    """The process-wide :class:`LineageStore` for ``root`` (one catalog handle per process)."""
+    path = Path(root).absolute()
+    with _stores_lock:
+        store = _stores.get(path)
+        if store is None or not path.is_dir():
+            store = LineageStore(path)
+            _stores[path] = store
+        return store
+
+
+class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """Lineage settings shared by the tracked decorators, the IO managers and query assets.
+
+    Examples:
+        .. code-block:: python
+
+            defs = dg.Definitions(
+                assets=[...],
+                resources={
+                    "io_manager": DSLogIOManager(
+                        base_dir="data", dslog=DSLogResource(policy="capture")
+                    )
+                },
+            )
+    """
+
+    store_dir: str | None = Field(
+        default=None,
+        description=(
+            "Directory of the lineage store. Default: $DSLOG_STORE, else `.dslog` under the IO "
+            "manager's base directory (or the instance storage directory)."
+        ),
+    )
+    policy: Literal["capture", "reuse_only", "off", "all_to_all"] = Field(
+        default="capture",
+        description=(
+            "Capture policy for tracked steps that do not set one: capture (annotate, fail when "
+            "lineage would be lost), all_to_all (annotate, record a flagged all-to-all relation "
+            "where lineage would be lost), reuse_only (reuse views only; records nothing until "
+            "reuse is wired in), off (record nothing)."
+        ),
+    )
+    mode: Literal["contributing", "considered"] = Field(
+        default="contributing",
+        description=(
+            "contributing: a value picked by comparison (max, sort, where, clip...) depends on "
+            "the picked cell only. considered: also on every compared cell."
+        ),
+    )
+    picture: bool = Field(
+        default=True, description="Attach a PNG of sample lineage to materialization metadata."
+    )
+    picture_cells: int = Field(
+        default=4, ge=1, le=64, description="How many output cells the picture follows."
+    )
+
+    def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path:
+        """The store directory by the rule in the module docstring."""
+        if self.store_dir:
+            return Path(self.store_dir).absolute()
+        env = os.environ.get("DSLOG_STORE")
+        if env:
+            return Path(env).absolute()
+        base = Path(default_base) if default_base is not None else Path.cwd()
+        return (base / ".dslog").absolute()
+
+    def store(self, default_base: str | os.PathLike[str] | None = None) -> LineageStore:
+        """The lineage store (opened once per process and directory)."""
+        return open_store(self.resolve_store_dir(default_base))
+
+    def session(self, default_base: str | os.PathLike[str] | None = None) -> DSLog:
+        """A :class:`~dslog_dagster.core.api.DSLog` query session over the store."""
+        return DSLog(self.store(default_base))

@@ -1,0 +1,161 @@
+"""How a tracked step obtains its lineage, and how it hands it to the IO manager.
+
+Two halves of one materialization run in the same process (in-process and multiprocess
+executors alike): the step's compute (the decorators' wrapper) and the IO manager's
+``handle_output``. The wrapper calls :func:`obtain_lineage` — **the one place that calls
+:func:`dslog_dagster.core.capture.capture`** — and puts one :class:`PendingLineage` per output
+into a process-local stash keyed by ``(run_id, step_key, output_name)``; the IO manager pops it
+with :func:`pop_pending`, stores the value, and only then registers the operation in the store.
+So a failure in user code leaves nothing in the stash and writes no lineage, and a failure
+writing lineage raises inside ``handle_output`` and fails the step.
+
+This module does not import Dagster (the decorators and IO managers do), so the hand-off can be
+unit-tested and reused by other front ends.
+"""
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from dslog_dagster.core.capture import CaptureResult, capture
+from dslog_dagster.core.relation import LineageRelation
+
+__all__ = [
+    "POLICIES",
+    "InputRef",
+    "Mode",
+    "PendingLineage",
+    "Policy",
+    "obtain_lineage",
+    "peek_pending",
+    "pop_pending",
+    "stash_pending",
+]
+
+#: Per-asset capture policy.
+#:
+#: * ``"capture"`` — run the step under the annotator; a step whose lineage would be lost fails
+#:   with :class:`~dslog_dagster.errors.LineageLostError`.
+#: * ``"all_to_all"`` — like ``"capture"``, but where lineage would be lost record the explicit
+#:   all-to-all relation instead (an over-approximation), flagged in the metadata.
+#: * ``"reuse_only"`` — never annotate; take lineage from a confirmed reuse view only. Reuse
+#:   views are not wired into the plugin yet, so today this records **no** lineage and says so
+#:   in ``dslog/status`` (the step itself runs unchanged).
+#: * ``"off"`` — run the step unchanged and record nothing.
+Policy = Literal["capture", "reuse_only", "off", "all_to_all"]
+POLICIES: tuple[str, ...] = ("capture", "reuse_only", "off", "all_to_all")
+Mode = Literal["contributing", "considered"]
+
+
+@dataclass(frozen=True, slots=True)
+class InputRef:
+    """One upstream array version a step read.
+
+    Attributes:
+        arg: the compute function's parameter name.
+        name: the store's array name (:func:`dslog_dagster.naming.array_name` for assets).
+        version: the array version (the Dagster run id that produced it), ``None`` if unknown.
+        asset_key: the upstream asset key as ``"a/b"`` (``None`` for op outputs).
+    """
+
+    arg: str
+    name: str
+    version: str | None
+    asset_key: str | None
+
+
+@dataclass(slots=True)
+class PendingLineage:
+    """What a tracked step hands to the IO manager for one output.
+
+    ``relations`` maps each tracked input (by position in ``inputs``) to the relation
+    ``output <- input``; it is ``None`` when no lineage was obtained (see ``status``).
+    """
+
+    op_name: str
+    op_args: dict[str, Any]
+    policy: str
+    mode: str
+    inputs: tuple[InputRef, ...] = ()
+    relations: tuple[LineageRelation, ...] | None = None
+    obtained: str = "captured"
+    signature: str | None = None
+    flagged: bool = False
+    reason: str | None = None
+    status: str | None = None
+    capture_s: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    annotation_bytes: int = 0
+
+
+# ------------------------------------------------------------------ obtaining lineage
+
+
+def obtain_lineage(
+    func: Callable[..., Any],
+    arrays: Sequence[np.ndarray],
+    *,
+    policy: Policy,
+    mode: Mode,
+    op_name: str,
+    code_version: str | None,
+    op_args: dict[str, Any],
+) -> tuple[CaptureResult, str, str | None, float]:
+    """Run ``func(*tracked arrays)`` and obtain its lineage. THE single call to ``capture``.
+
+    Reuse hook: when reuse views land, pass ``reuse=ViewRegistry(...)`` and
+    ``code_version=code_version`` (plus ``op_name``/``op_args`` for the signatures) to
+    ``capture`` here; ``CaptureResult.obtained`` ("captured", "base", "dim", "gen") and
+    ``.signature`` then flow into ``dslog/obtained`` and ``dslog/signature`` unchanged.
+
+    Returns:
+        ``(result, obtained, signature, seconds)``.
+    """
+    del op_name, code_version, op_args  # used by the reuse wiring (see above)
+    on_lost = "all_to_all" if policy == "all_to_all" else "raise"
+    t0 = time.perf_counter()
+    result = capture(func, *arrays, mode=mode, on_lost=on_lost)
+    seconds = time.perf_counter() - t0
+    obtained = str(getattr(result, "obtained", None) or "captured")
+    signature = getattr(result, "signature", None)
+    return result, obtained, (str(signature) if signature else None), seconds
+
+
+# ------------------------------------------------------------------ hand-off stash
+
+_Key = tuple[str, str, str]
+_lock = threading.Lock()
+_pending: dict[_Key, PendingLineage] = {}
+# Entries of runs other than the most recent few are dropped, so a tracked step whose IO
+# manager never pops (a plain IO manager) cannot grow the stash without bound.
+_KEEP_RUNS = 8
+_runs: list[str] = []
+
+
+def stash_pending(run_id: str, step_key: str, output_name: str, pending: PendingLineage) -> None:
+    """Hand ``pending`` to the IO manager that will handle ``output_name`` of ``step_key``."""
+    with _lock:
+        if run_id not in _runs:
+            _runs.append(run_id)
+            if len(_runs) > _KEEP_RUNS:
+                stale = set(_runs[:-_KEEP_RUNS])
+                del _runs[:-_KEEP_RUNS]
+                for k in [k for k in _pending if k[0] in stale]:
+                    del _pending[k]
+        _pending[(run_id, step_key, output_name)] = pending
+
+
+def pop_pending(run_id: str, step_key: str, output_name: str) -> PendingLineage | None:
+    """Take the lineage stashed for this output (``None`` when the step is not tracked)."""
+    with _lock:
+        return _pending.pop((run_id, step_key, output_name), None)
+
+
+def peek_pending(run_id: str, step_key: str, output_name: str) -> PendingLineage | None:
+    """The stashed lineage without removing it (tests, diagnostics)."""
+    with _lock:
+        return _pending.get((run_id, step_key, output_name))

@@ -1,0 +1,386 @@
+"""``DSLogIOManager`` (NumPy arrays + lineage) and ``with_lineage`` (lineage for any IO manager).
+
+Both write a tracked step's lineage into the lineage store *after* the value is stored: the
+output's array version (name :func:`~dslog_dagster.naming.array_name`, version = run id), the
+upstream array versions it read, and one operation ``output <- inputs`` with its compressed
+tables. Any failure there raises, so the step fails loudly instead of leaving a gap.
+
+Array files of :class:`DSLogIOManager` (``base_dir`` defaults to the instance's storage
+directory):
+
+* unpartitioned asset ``a/b`` -> ``<base_dir>/a/b.npy``;
+* partition ``p`` of ``a/b`` -> ``<base_dir>/a/b/<p, percent-encoded>.npy``;
+* op output (not an asset) -> ``<base_dir>/runs/<run_id>/<step_key>/<output>.npy``.
+
+The lineage store defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLogResource`).
+"""
+
+import contextlib
+import logging
+import os
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+from pydantic import Field, PrivateAttr
+
+from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.store import ArrayRecord
+from dslog_dagster.decorators import op_array_name
+from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
+from dslog_dagster.io_managers import metadata as m
+from dslog_dagster.naming import array_name
+from dslog_dagster.resources import DSLogResource
+from dslog_dagster.tracking import PendingLineage, pop_pending
+
+__all__ = ["DSLogIOManager", "LineageWriter", "with_lineage"]
+
+_log = logging.getLogger(__name__)
+
+
+def _output_array(context: dg.OutputContext) -> tuple[str, str | None]:
+    """Store name and asset key (``"a/b"``) of the output being handled."""
+    if context.has_asset_key:
+        key = context.asset_key
+        pk = None
+        if context.has_asset_partitions:
+            keys = context.asset_partition_keys
+            if len(keys) != 1:
+                msg = (
+                    f"Output `{key.to_user_string()}` covers {len(keys)} partitions in one "
+                    "step; lineage is stored per partition, so materialize one partition per "
+                    "run for tracked assets (e.g. BackfillPolicy.multi_run(1))."
+                )
+                raise UnsupportedArrayError(msg)
+            pk = keys[0]
+        return array_name(key, pk), "/".join(key.path)
+    return op_array_name(context.step_key, context.name), None
+
+
+class LineageWriter:
+    """Writes the pending lineage of an output into the store and returns its metadata."""
+
+    def __init__(self, settings: DSLogResource, base_dir: str | os.PathLike[str] | None) -> None:
+        self.settings = settings
+        self.base_dir = base_dir
+
+    def store_dir(self) -> Path:
+        return self.settings.resolve_store_dir(self.base_dir)
+
+    def write(self, context: dg.OutputContext, value: Any) -> dict[str, Any]:
+        """Register the lineage stashed for ``context``'s output; returns ``dslog/...`` metadata.
+
+        Raises:
+            LineageStorageError, InvalidRelationError, ...: the lineage could not be stored
+                (the step must fail: a silent gap in provenance is a bug).
+        """
+        pending = pop_pending(context.run_id, context.step_key, context.name)
+        if pending is None:
+            return {m.STATUS: dg.MetadataValue.text("Not a tracked step: no lineage recorded.")}
+        if pending.obtained in ("off", "none"):
+            return m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy,
+                mode=pending.mode,
+                status=pending.status,
+            ).to_metadata()
+        name, asset_key = _output_array(context)
+        arr = np.asarray(value)
+        t0 = time.perf_counter()
+        store = self.settings.store(self.base_dir)
+        out_rec = store.register_array(
+            name, arr.shape, arr.dtype, asset_key=asset_key, version=context.run_id
+        )
+        if pending.relations is None or not pending.inputs:
+            write_s = time.perf_counter() - t0
+            return m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy,
+                mode=pending.mode,
+                status=pending.status,
+                array=name,
+                version=context.run_id,
+                store=str(store.root),
+                write_s=write_s,
+                step_s=time.perf_counter() - pending.started,
+            ).to_metadata()
+        in_recs, lineage = self._inputs(store, pending, name, arr.shape)
+        method = "all-to-all" if pending.flagged else "annotator"
+        if pending.obtained not in ("captured",):
+            method = f"reuse-{pending.obtained}"
+        op = store.register_operation(
+            pending.op_name,
+            in_recs,
+            [out_rec],
+            lineage,
+            args=pending.op_args,
+            capture_method=method,
+            timings={"capture_s": pending.capture_s},
+        )
+        write_s = time.perf_counter() - t0
+        raw_bytes = sum(
+            t.n_pairs * (len(rel.out_shape) + len(rel.in_shape)) * 8
+            for t, rel in zip(op.tables, lineage.values(), strict=True)
+        )
+        picture = None
+        if self.settings.picture:
+            try:
+                picture = m.lineage_markdown(
+                    name,
+                    arr.shape,
+                    [(k[1], rel) for k, rel in lineage.items()],
+                    self.settings.picture_cells,
+                )
+            except Exception as e:  # a picture is a nicety; never fail the step for it
+                context.log.warning(f"dslog: could not draw the lineage picture of `{name}`: {e}")
+        return m.LineageMetadata(
+            obtained=pending.obtained,
+            policy=pending.policy,
+            mode=pending.mode,
+            signature=pending.signature,
+            flagged=pending.flagged,
+            flag_reason=pending.reason,
+            status=pending.status,
+            array=name,
+            version=context.run_id,
+            op_id=op.op_id,
+            op_name=op.op_name,
+            store=str(store.root),
+            inputs=m.inputs_json(pending.inputs),
+            raw_rows=sum(t.n_pairs for t in op.tables),
+            raw_bytes=raw_bytes,
+            stored_rows=sum(t.rows for t in op.tables),
+            stored_bytes=sum(t.stored_bytes for t in op.tables),
+            capture_s=pending.capture_s,
+            write_s=write_s,
+            step_s=time.perf_counter() - pending.started,
+            lineage_md=picture,
+        ).to_metadata()
+
+    @staticmethod
+    def _inputs(
+        store: Any, pending: PendingLineage, out_name: str, out_shape: tuple[int, ...]
+    ) -> tuple[list[ArrayRecord], dict[tuple[str, str], LineageRelation]]:
+        """Register the input array versions; merge inputs that are the same array version."""
+        assert pending.relations is not None
+        recs: dict[tuple[str, str | None], ArrayRecord] = {}
+        rels: dict[tuple[str, str | None], LineageRelation] = {}
+        for ref, rel in zip(pending.inputs, pending.relations, strict=True):
+            key = (ref.name, ref.version)
+            if key not in recs:
+                recs[key] = store.register_array(
+                    ref.name, rel.in_shape, "float64", asset_key=ref.asset_key, version=ref.version
+                )
+                rels[key] = rel
+            else:  # the same upstream array read through two parameters: one relation
+                prev = rels[key]
+                rels[key] = LineageRelation.from_columns(
+                    prev.out_shape,
+                    prev.in_shape,
+                    list(np.concatenate([prev.out_cols, rel.out_cols], axis=1)),
+                    list(np.concatenate([prev.in_cols, rel.in_cols], axis=1)),
+                    n=prev.n + rel.n,
+                ).unique()
+        names = [k[0] for k in recs]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            msg = (
+                f"Step output `{out_name}` read two versions of {dups} at once; lineage is "
+                "keyed by array name, so this cannot be stored."
+            )
+            raise LineageStorageError(msg)
+        del out_shape
+        lineage = {(out_name, k[0]): rel for k, rel in rels.items()}
+        return list(recs.values()), lineage
+
+
+# ------------------------------------------------------------------ DSLogIOManager
+
+
+def _safe_part(text: str) -> str:
+    """A path component that cannot escape its directory (partition keys may hold ``/``)."""
+    part = urllib.parse.quote(text, safe="")
+    return part.replace(".", "%2E") if set(part) <= {"."} else part
+
+
+class DSLogIOManager(dg.ConfigurableIOManager):
+    """Stores NumPy arrays as ``.npy`` files and the cell-level lineage of tracked steps.
+
+    Works with :func:`~dslog_dagster.tracked_asset`, ``tracked_multi_asset`` and ``tracked_op``;
+    values of untracked assets are stored without lineage. Partitioned assets store one file
+    per partition; a downstream step reading several partitions gets ``{partition: array}``.
+
+    Examples:
+        .. code-block:: python
+
+            defs = dg.Definitions(
+                assets=[image, smoothed],
+                resources={"io_manager": DSLogIOManager(base_dir="data")},
+            )
+    """
+
+    base_dir: str | None = Field(
+        default=None,
+        description="Where arrays are stored; default: the instance's storage directory.",
+    )
+    dslog: DSLogResource = Field(
+        description="Lineage settings: store location, capture policy and mode, pictures.",
+    )
+    _instance_dir: str | None = PrivateAttr(default=None)
+
+    def __init__(self, **data: Any) -> None:
+        # Dagster's nested resources take no pydantic default; fill in the default settings.
+        if data.get("dslog") is None:
+            data["dslog"] = DSLogResource()
+        super().__init__(**data)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if context.instance is not None:
+            self._instance_dir = context.instance.storage_directory()
+
+    def _base(self) -> Path:
+        if self.base_dir:
+            return Path(self.base_dir)
+        if self._instance_dir:
+            return Path(self._instance_dir)
+        return Path.cwd()
+
+    def dslog_settings(self) -> DSLogResource:
+        """The lineage settings the tracked decorators read (policy, mode)."""
+        return self.dslog
+
+    def _asset_path(self, key: dg.AssetKey, partition: str | None) -> Path:
+        parts = [_safe_part(p) for p in key.path]
+        if partition is None:
+            return self._base().joinpath(*parts[:-1], parts[-1] + ".npy")
+        return self._base().joinpath(*parts, _safe_part(partition) + ".npy")
+
+    def _op_path(self, run_id: str, step_key: str, output: str) -> Path:
+        return (
+            self._base()
+            / "runs"
+            / _safe_part(run_id)
+            / _safe_part(step_key)
+            / (_safe_part(output) + ".npy")
+        )
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        arr = np.asarray(obj)
+        if arr.dtype == object or arr.dtype.kind in "OUSV":
+            msg = (
+                f"DSLogIOManager stores NumPy arrays; output `{context.name}` of step "
+                f"`{context.step_key}` is a `{type(obj).__name__}`. Use with_lineage(<your IO "
+                "manager>) for other types."
+            )
+            raise UnsupportedArrayError(msg)
+        if context.has_asset_key:
+            pk = None
+            if context.has_asset_partitions:
+                keys = context.asset_partition_keys
+                pk = keys[0] if len(keys) == 1 else None
+                if pk is None:
+                    msg = f"DSLogIOManager stores one partition per step, got {len(keys)}."
+                    raise UnsupportedArrayError(msg)
+            path = self._asset_path(context.asset_key, pk)
+        else:
+            path = self._op_path(context.run_id, context.step_key, context.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            with tmp.open("wb") as f:
+                np.save(f, arr, allow_pickle=False)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        md = {
+            "path": dg.MetadataValue.path(str(path)),
+            "dslog/shape": dg.MetadataValue.text(str(arr.shape)),
+        }
+        md |= LineageWriter(self.dslog, self._base()).write(context, obj)
+        context.add_output_metadata(md)
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        if context.has_asset_key:
+            key = context.asset_key
+            if context.has_asset_partitions:
+                keys = context.asset_partition_keys
+                if len(keys) == 1:
+                    return self._load(self._asset_path(key, keys[0]))
+                return {pk: self._load(self._asset_path(key, pk)) for pk in keys}
+            return self._load(self._asset_path(key, None))
+        up = context.upstream_output
+        if up is None:
+            msg = f"DSLogIOManager cannot load input `{context.name}`: it has no upstream output."
+            raise LineageStorageError(msg)
+        return self._load(self._op_path(up.run_id, up.step_key, up.name))
+
+    @staticmethod
+    def _load(path: Path) -> np.ndarray:
+        try:
+            return np.load(path, allow_pickle=False)  # type: ignore[no-any-return]
+        except FileNotFoundError as e:
+            msg = f"No stored array at `{path}`; materialize the upstream asset first."
+            raise LineageStorageError(msg) from e
+
+
+# ------------------------------------------------------------------ with_lineage
+
+
+class _LineageIOManager(dg.IOManager):
+    """Delegates storage to ``inner`` and adds the lineage of tracked steps."""
+
+    def __init__(self, inner: dg.IOManager, writer: LineageWriter) -> None:
+        self.inner = inner
+        self.writer = writer
+
+    def dslog_settings(self) -> DSLogResource:
+        return self.writer.settings
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        self.inner.handle_output(context, obj)
+        context.add_output_metadata(self.writer.write(context, obj))
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        return self.inner.load_input(context)
+
+
+def with_lineage(
+    inner: dg.ConfigurableIOManagerFactory | dg.IOManager, dslog: DSLogResource | None = None
+) -> dg.IOManagerDefinition:
+    """Add cell-level lineage to an existing IO manager.
+
+    The inner IO manager stores the values exactly as before; the lineage of tracked steps goes
+    into the store of ``dslog`` (default: ``$DSLOG_STORE``, else ``.dslog`` under the inner IO
+    manager's ``base_dir`` or the instance storage directory).
+
+    Args:
+        inner: a Pythonic IO manager (``dg.FilesystemIOManager(...)``, any
+            ``ConfigurableIOManager``/``ConfigurableIOManagerFactory``) or an ``IOManager``
+            object. (Composed at the IOManagerDefinition level: nesting an IO manager factory
+            as a pydantic field of another one does not work in Dagster.)
+        dslog: lineage settings.
+
+    Examples:
+        .. code-block:: python
+
+            resources = {"io_manager": with_lineage(dg.FilesystemIOManager(base_dir="data"))}
+    """
+    settings = dslog or DSLogResource()
+
+    @dg.io_manager
+    def _lineage_io_manager(init_context: dg.InitResourceContext) -> _LineageIOManager:
+        if isinstance(inner, dg.ConfigurableIOManagerFactory):
+            mgr = inner.create_io_manager(init_context)
+        else:
+            mgr = inner
+        base = getattr(inner, "base_dir", None)
+        if not base and init_context.instance is not None:
+            base = init_context.instance.storage_directory()
+        return _LineageIOManager(mgr, LineageWriter(settings, base))
+
+    return _lineage_io_manager

@@ -1,0 +1,234 @@
+"""Materialization metadata of tracked assets: the ``dslog/...`` keys and how they are built.
+
+Every key is a constant here so the query assets, checks and tests use the same strings.
+
+=========================  =====================================================================
+key                        value
+=========================  =====================================================================
+``dslog/obtained``         how lineage was obtained: ``captured`` (annotator), ``base``/``dim``/
+                           ``gen`` (a reuse view, once reuse is wired in), ``source`` (no tracked
+                           inputs: only the array version is registered), ``none`` (reuse_only
+                           without a view: nothing recorded), ``off`` (policy off)
+``dslog/signature``        the reuse signature the lineage came from (``none`` for captures)
+``dslog/policy``           capture policy in effect; ``dslog/mode``: contributing / considered
+``dslog/flagged``          True when an all-to-all relation stands in for lost lineage
+``dslog/flag_reason``      why (only when flagged)
+``dslog/status``           a sentence when no lineage was recorded, saying why
+``dslog/array``            the store's array name; ``dslog/version``: its version (the run id)
+``dslog/op_id``            the registered operation; ``dslog/op_name``: its name
+``dslog/store``            the store directory
+``dslog/inputs``           JSON: parameter -> ``{array, version}`` of each tracked input
+``dslog/raw_rows``         (output cell, input cell) pairs, summed over inputs
+``dslog/raw_bytes``        those pairs as int64 columns (``pairs * (l + m) * 8``)
+``dslog/stored_rows``      rows of the stored tables (ProvRC rows, or raw rows when columnar)
+``dslog/stored_bytes``     bytes of the stored table blobs
+``dslog/compression_ratio`` ``raw_bytes / stored_bytes``
+``dslog/capture_s``        seconds of the annotated run of the step (includes the user code)
+``dslog/write_s``          seconds spent compressing and registering lineage in the store
+``dslog/step_s``           seconds from compute start to lineage stored
+``dslog/capture_share``    ``(capture_s + write_s) / step_s``
+``dslog/lineage``          markdown: per input, a table and a PNG of the input cells feeding a
+                           sample of output cells
+=========================  =====================================================================
+"""
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.pictures import cells_png, png_markdown
+
+__all__ = [
+    "ARRAY",
+    "CAPTURE_S",
+    "CAPTURE_SHARE",
+    "COMPRESSION_RATIO",
+    "FLAGGED",
+    "FLAG_REASON",
+    "INPUTS",
+    "LINEAGE",
+    "MODE",
+    "OBTAINED",
+    "OP_ID",
+    "OP_NAME",
+    "POLICY",
+    "RAW_BYTES",
+    "RAW_ROWS",
+    "SIGNATURE",
+    "STATUS",
+    "STEP_S",
+    "STORE",
+    "STORED_BYTES",
+    "STORED_ROWS",
+    "VERSION",
+    "WRITE_S",
+    "LineageMetadata",
+    "lineage_markdown",
+    "sample_cells",
+]
+
+OBTAINED = "dslog/obtained"
+SIGNATURE = "dslog/signature"
+POLICY = "dslog/policy"
+MODE = "dslog/mode"
+FLAGGED = "dslog/flagged"
+FLAG_REASON = "dslog/flag_reason"
+STATUS = "dslog/status"
+ARRAY = "dslog/array"
+VERSION = "dslog/version"
+OP_ID = "dslog/op_id"
+OP_NAME = "dslog/op_name"
+STORE = "dslog/store"
+INPUTS = "dslog/inputs"
+RAW_ROWS = "dslog/raw_rows"
+RAW_BYTES = "dslog/raw_bytes"
+STORED_ROWS = "dslog/stored_rows"
+STORED_BYTES = "dslog/stored_bytes"
+COMPRESSION_RATIO = "dslog/compression_ratio"
+CAPTURE_S = "dslog/capture_s"
+WRITE_S = "dslog/write_s"
+STEP_S = "dslog/step_s"
+CAPTURE_SHARE = "dslog/capture_share"
+LINEAGE = "dslog/lineage"
+
+
+class LineageMetadata(BaseModel):
+    """The ``dslog/...`` metadata of one materialization; fields map to the key constants."""
+
+    model_config = ConfigDict(frozen=True)
+
+    obtained: str
+    policy: str
+    mode: str
+    signature: str | None = None
+    flagged: bool = False
+    flag_reason: str | None = None
+    status: str | None = None
+    array: str | None = None
+    version: str | None = None
+    op_id: str | None = None
+    op_name: str | None = None
+    store: str | None = None
+    inputs: dict[str, dict[str, str | None]] | None = None
+    raw_rows: int | None = None
+    raw_bytes: int | None = None
+    stored_rows: int | None = None
+    stored_bytes: int | None = None
+    capture_s: float | None = None
+    write_s: float | None = None
+    step_s: float | None = None
+    lineage_md: str | None = None
+
+    def to_metadata(self) -> dict[str, Any]:
+        """Dagster metadata values (int/float values get Plots in the UI)."""
+        md: dict[str, Any] = {
+            OBTAINED: dg.MetadataValue.text(self.obtained),
+            SIGNATURE: dg.MetadataValue.text(self.signature or "none"),
+            POLICY: dg.MetadataValue.text(self.policy),
+            MODE: dg.MetadataValue.text(self.mode),
+            FLAGGED: dg.MetadataValue.bool(self.flagged),
+        }
+        if self.flag_reason:
+            md[FLAG_REASON] = dg.MetadataValue.text(self.flag_reason)
+        if self.status:
+            md[STATUS] = dg.MetadataValue.text(self.status)
+        for key, val in ((ARRAY, self.array), (VERSION, self.version), (OP_ID, self.op_id)):
+            if val is not None:
+                md[key] = dg.MetadataValue.text(val)
+        if self.op_name is not None:
+            md[OP_NAME] = dg.MetadataValue.text(self.op_name)
+        if self.store is not None:
+            md[STORE] = dg.MetadataValue.path(self.store)
+        if self.inputs is not None:
+            md[INPUTS] = dg.MetadataValue.json(self.inputs)
+        for key, num in (
+            (RAW_ROWS, self.raw_rows),
+            (RAW_BYTES, self.raw_bytes),
+            (STORED_ROWS, self.stored_rows),
+            (STORED_BYTES, self.stored_bytes),
+        ):
+            if num is not None:
+                md[key] = dg.MetadataValue.int(int(num))
+        if self.raw_bytes is not None and self.stored_bytes:
+            md[COMPRESSION_RATIO] = dg.MetadataValue.float(self.raw_bytes / self.stored_bytes)
+        for key, sec in ((CAPTURE_S, self.capture_s), (WRITE_S, self.write_s)):
+            if sec is not None:
+                md[key] = dg.MetadataValue.float(float(sec))
+        if self.step_s is not None:
+            md[STEP_S] = dg.MetadataValue.float(float(self.step_s))
+            if self.step_s > 0 and self.capture_s is not None:
+                share = (self.capture_s + (self.write_s or 0.0)) / self.step_s
+                md[CAPTURE_SHARE] = dg.MetadataValue.float(min(1.0, share))
+        if self.lineage_md:
+            md[LINEAGE] = dg.MetadataValue.md(self.lineage_md)
+        return md
+
+
+def sample_cells(shape: Sequence[int], k: int) -> np.ndarray:
+    """``k`` output cells (flat indices) spread evenly over an array, first and last included."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.linspace(0, size - 1, num=min(k, size)).round().astype(np.int64))
+
+
+def _flat(cols: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    if len(shape) == 0:
+        return np.zeros(cols.shape[1] if cols.ndim == 2 else 0, dtype=np.int64)
+    return np.ravel_multi_index(tuple(cols), tuple(shape)).astype(np.int64)
+
+
+def lineage_markdown(
+    output: str,
+    out_shape: Sequence[int],
+    inputs: Sequence[tuple[str, LineageRelation]],
+    k: int,
+    max_pictures: int = 4,
+) -> str:
+    """Markdown: which cells of each input feed a sample of ``k`` output cells (with PNGs).
+
+    Also gives each input's coverage (the share of its cells that feed any output cell).
+    """
+    sample = sample_cells(out_shape, k)
+    idx = ", ".join(
+        str(tuple(int(i) for i in np.unravel_index(s, tuple(out_shape)))) if out_shape else "()"
+        for s in sample
+    )
+    lines = [
+        f"**Cell lineage of `{output}`** — input cells feeding output cells {idx}",
+        "",
+        "| input | cells feeding the sample | input cells used by any output | coverage |",
+        "|---|---|---|---|",
+    ]
+    pictures = []
+    for n, (name, rel) in enumerate(inputs):
+        in_size = int(np.prod(rel.in_shape, dtype=np.int64))
+        of = _flat(rel.out_cols, rel.out_shape)
+        inf = _flat(rel.in_cols, rel.in_shape)
+        feeding = np.unique(inf[np.isin(of, sample)])
+        used = np.unique(inf).size
+        cov = used / in_size if in_size else 0.0
+        lines.append(f"| `{name}` | {feeding.size} | {used} of {in_size} | {cov:.1%} |")
+        if n < max_pictures:
+            mask = np.zeros(in_size, dtype=bool)
+            mask[feeding] = True
+            png = cells_png(mask.reshape(rel.in_shape), title=f"{name}: {feeding.size} cells")
+            pictures.append(png_markdown(png, f"{name} cells feeding the sample of {output}"))
+    if pictures:
+        lines += ["", *pictures]
+    return "\n".join(lines)
+
+
+def inputs_json(refs: Sequence[Any]) -> dict[str, dict[str, str | None]]:
+    """``dslog/inputs``: parameter -> array name and version."""
+    return {r.arg: {"array": r.name, "version": r.version} for r in refs}
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON (tests compare metadata JSON)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
