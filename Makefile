@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.dslog-installed
 
-.PHONY: demo test test-all lint fmt cpp-test bench dev prereqs clean
+.PHONY: demo ui test test-all lint fmt cpp-test bench dev prereqs clean
 
 prereqs:
 	@tools/check-prereqs.sh $(PYTHON)
@@ -22,6 +22,14 @@ dev: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) example_project/numpy_lineage_demo.py
+	$(PY) example_project/hotspots_demo.py
+
+# The Dagster UI on the hotspot project (http://127.0.0.1:3000), with a repo-local DAGSTER_HOME.
+DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster-home
+ui: $(STAMP)
+	@mkdir -p $(DAGSTER_HOME_DIR)
+	@test -f $(DAGSTER_HOME_DIR)/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > $(DAGSTER_HOME_DIR)/dagster.yaml
+	cd example_project && DAGSTER_HOME=$(DAGSTER_HOME_DIR) ../$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -m hotspots.definitions
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -50,4 +58,4 @@ bench: $(STAMP)
 	$(PY) bench/compression.py
 
 clean:
-	rm -rf build build-cpp .dslog-demo .pytest_cache .ruff_cache .mypy_cache
+	rm -rf build build-cpp .dslog-demo .dagster-home .pytest_cache .ruff_cache .mypy_cache

@@ -35,6 +35,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import dagster as dg
@@ -179,7 +180,8 @@ def tracked_op(
     untracked = frozenset(untracked_inputs)
 
     def deco(fn: Callable[..., Any]) -> dg.OpDefinition:
-        return dg.op(**op_kwargs)(_wrap(fn, policy, mode, untracked))
+        cv = op_kwargs.get("code_version") or op_kwargs.get("version")
+        return dg.op(**op_kwargs)(_wrap(fn, policy, mode, untracked, op_code_version=cv))
 
     return deco(compute_fn) if compute_fn is not None else deco
 
@@ -188,8 +190,13 @@ def tracked_op(
 
 
 def _wrap(
-    fn: Callable[..., Any], policy: str | None, mode: str | None, untracked: frozenset[str]
+    fn: Callable[..., Any],
+    policy: str | None,
+    mode: str | None,
+    untracked: frozenset[str],
+    op_code_version: str | None = None,
 ) -> Callable[..., Any]:
+    opts = _Opts(policy, mode, untracked, op_code_version)
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         msg = (
             f"`{fn.__name__}` is async; tracked steps must be synchronous (the annotator runs "
@@ -205,7 +212,7 @@ def _wrap(
             if ctx is None:
                 yield from fn(*args, **kwargs)
                 return
-            yield from _run(fn, ctx, args, kwargs, policy, mode, untracked, is_gen=True)
+            yield from _run(fn, ctx, args, kwargs, opts, is_gen=True)
 
         return gen_wrapper
 
@@ -214,7 +221,7 @@ def _wrap(
         ctx = _current_context()
         if ctx is None:
             return fn(*args, **kwargs)
-        return _run(fn, ctx, args, kwargs, policy, mode, untracked, is_gen=False)
+        return _run(fn, ctx, args, kwargs, opts, is_gen=False)
 
     return wrapper
 
@@ -305,7 +312,19 @@ def _input_ref(ctx: dg.OpExecutionContext, name: str, run_id: str, step_key: str
     return InputRef(name, f"{step_key}:in:{name}", run_id, None)
 
 
-def _op_identity(ctx: dg.OpExecutionContext, output_name: str) -> tuple[str, str | None]:
+@dataclass(frozen=True, slots=True)
+class _Opts:
+    """What the decorator was given (besides Dagster's own arguments)."""
+
+    policy: str | None
+    mode: str | None
+    untracked: frozenset[str]
+    op_code_version: str | None
+
+
+def _op_identity(
+    ctx: dg.OpExecutionContext, output_name: str, op_code_version: str | None = None
+) -> tuple[str, str | None]:
     """Operation name (asset key or op name, ``@code_version``) of one output."""
     key = None
     cv = None
@@ -316,7 +335,7 @@ def _op_identity(ctx: dg.OpExecutionContext, output_name: str) -> tuple[str, str
         base = array_name(key)
     else:
         base = ctx.op_def.name
-        cv = getattr(ctx.op_def, "version", None)
+        cv = op_code_version
     return (f"{base}@{cv}" if cv else base), cv
 
 
@@ -397,13 +416,12 @@ def _run(
     ctx: dg.OpExecutionContext,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    policy: str | None,
-    mode: str | None,
-    untracked: frozenset[str],
+    opts: "_Opts",
     *,
     is_gen: bool,
 ) -> Any:
     started = time.perf_counter()
+    policy, mode, untracked = opts.policy, opts.mode, opts.untracked
     step_key = ctx.get_step_execution_context().step.key
     run_id = ctx.run.run_id
     settings, plain_keys = _settings_for_outputs(ctx)
@@ -424,7 +442,7 @@ def _run(
 
     def stash_untracked(names: list[str], obtained: str, status: str) -> None:
         for name in names:
-            op_name, _ = _op_identity(ctx, name)
+            op_name, _ = _op_identity(ctx, name, opts.op_code_version)
             pending = PendingLineage(
                 op_name, op_args, eff_policy, eff_mode, obtained=obtained, status=status,
                 started=started,
@@ -468,7 +486,7 @@ def _run(
         holder["names"], holder["rebuild"] = out_names, rebuild
         return tuple(vals)
 
-    first_op, code_version = _op_identity(ctx, all_outputs[0])
+    first_op, code_version = _op_identity(ctx, all_outputs[0], opts.op_code_version)
     result, obtained, signature, seconds = obtain_lineage(
         call,
         [kwargs[n] for n in names],
@@ -480,7 +498,7 @@ def _run(
     )
     considered = eff_mode == "considered"
     for k, out_name in enumerate(holder["names"]):
-        op_name, _ = _op_identity(ctx, out_name)
+        op_name, _ = _op_identity(ctx, out_name, opts.op_code_version)
         rels = tuple(result.relation(k, i, considered=considered) for i in range(len(names)))
         pending = PendingLineage(
             op_name,

@@ -46,12 +46,12 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     Examples:
         .. code-block:: python
 
+            dslog = DSLogResource(policy="capture")
             defs = dg.Definitions(
                 assets=[...],
                 resources={
-                    "io_manager": DSLogIOManager(
-                        base_dir="data", dslog=DSLogResource(policy="capture")
-                    )
+                    "io_manager": DSLogIOManager.from_resource(dslog, base_dir="data"),
+                    "dslog": dslog,
                 },
             )
     """
@@ -85,6 +85,16 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     picture_cells: int = Field(
         default=4, ge=1, le=64, description="How many output cells the picture follows."
     )
+
+    def settings(self) -> dict[str, object]:
+        """The fields as keyword arguments (``DSLogIOManager(**dslog.settings())``)."""
+        return {
+            "store_dir": self.store_dir,
+            "policy": self.policy,
+            "mode": self.mode,
+            "picture": self.picture,
+            "picture_cells": self.picture_cells,
+        }
 
     def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path:
         """The store directory by the rule in the module docstring."""

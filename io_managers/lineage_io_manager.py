@@ -22,7 +22,7 @@ import time
 import urllib.parse
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 import numpy as np
@@ -219,7 +219,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
 
             defs = dg.Definitions(
                 assets=[image, smoothed],
-                resources={"io_manager": DSLogIOManager(base_dir="data")},
+                resources={"io_manager": DSLogIOManager(base_dir="data", policy="capture")},
             )
     """
 
@@ -227,16 +227,26 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         default=None,
         description="Where arrays are stored; default: the instance's storage directory.",
     )
-    dslog: DSLogResource = Field(
-        description="Lineage settings: store location, capture policy and mode, pictures.",
+    # The lineage settings are DSLogResource's fields, flat: a nested resource field would make
+    # Dagster's resource init call a deprecated API (a DeprecationWarning on every run).
+    store_dir: str | None = Field(
+        default=None,
+        description="Lineage store directory; default $DSLOG_STORE, else <base_dir>/.dslog.",
     )
+    policy: Literal["capture", "reuse_only", "off", "all_to_all"] = Field(
+        default="capture", description="Capture policy of tracked steps that set none."
+    )
+    mode: Literal["contributing", "considered"] = Field(
+        default="contributing", description="Lineage of picks: contributing or considered."
+    )
+    picture: bool = Field(default=True, description="Attach a lineage PNG to the metadata.")
+    picture_cells: int = Field(default=4, ge=1, le=64, description="Output cells in the PNG.")
     _instance_dir: str | None = PrivateAttr(default=None)
 
-    def __init__(self, **data: Any) -> None:
-        # Dagster's nested resources take no pydantic default; fill in the default settings.
-        if data.get("dslog") is None:
-            data["dslog"] = DSLogResource()
-        super().__init__(**data)
+    @classmethod
+    def from_resource(cls, dslog: DSLogResource, base_dir: str | None = None) -> "DSLogIOManager":
+        """An IO manager with the settings of ``dslog`` (one source of truth in Definitions)."""
+        return cls(base_dir=base_dir, **dslog.settings())
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         if context.instance is not None:
@@ -251,7 +261,13 @@ class DSLogIOManager(dg.ConfigurableIOManager):
 
     def dslog_settings(self) -> DSLogResource:
         """The lineage settings the tracked decorators read (policy, mode)."""
-        return self.dslog
+        return DSLogResource(
+            store_dir=self.store_dir,
+            policy=self.policy,
+            mode=self.mode,
+            picture=self.picture,
+            picture_cells=self.picture_cells,
+        )
 
     def _asset_path(self, key: dg.AssetKey, partition: str | None) -> Path:
         parts = [_safe_part(p) for p in key.path]
@@ -301,7 +317,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
             "path": dg.MetadataValue.path(str(path)),
             "dslog/shape": dg.MetadataValue.text(str(arr.shape)),
         }
-        md |= LineageWriter(self.dslog, self._base()).write(context, obj)
+        md |= LineageWriter(self.dslog_settings(), self._base()).write(context, obj)
         context.add_output_metadata(md)
 
     def load_input(self, context: dg.InputContext) -> Any:

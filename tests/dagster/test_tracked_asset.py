@@ -1,0 +1,385 @@
+"""@tracked_asset / @tracked_multi_asset / @tracked_op materialized in-process."""
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from dslog_dagster import (
+    DSLogIOManager,
+    DSLogResource,
+    tracked_asset,
+    tracked_multi_asset,
+    tracked_op,
+    with_lineage,
+)
+from dslog_dagster.core.api import DSLog
+from dslog_dagster.errors import LineageLostError, LineageStorageError, UnsupportedArrayError
+from dslog_dagster.io_managers import metadata as m
+from dslog_dagster.tracking import peek_pending
+
+# ------------------------------------------------------------------ a small pipeline
+
+
+class ScaleConfig(dg.Config):
+    k: float = 2.0
+
+
+@tracked_asset
+def src() -> np.ndarray:
+    return np.arange(12.0).reshape(3, 4)
+
+
+@tracked_asset(code_version="v1")
+def colsum(context: dg.AssetExecutionContext, config: ScaleConfig, src: np.ndarray) -> np.ndarray:
+    return src.sum(axis=0) * config.k
+
+
+@tracked_asset(ins={"c": dg.AssetIn(key="colsum")})
+def rev(c: np.ndarray) -> np.ndarray:
+    return np.flip(c)[:3]
+
+
+def _md(res: dg.ExecuteInProcessResult, node: str, key: str | None = None) -> dict[str, Any]:
+    mats = res.asset_materializations_for_node(node)
+    if key is not None:
+        mats = [x for x in mats if x.asset_key.to_user_string() == key]
+    return {k: v.value for k, v in mats[0].metadata.items()}
+
+
+def _cells(log: DSLog, path: list[str], cells: object) -> set[tuple[int, ...]]:
+    return {tuple(r) for r in log.prov_query(path, cells).to_indices().tolist()}
+
+
+def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
+) -> None:
+    runs = []
+    for k in (2.0, 3.0):
+        res = dg.materialize(
+            [src, colsum, rev],
+            instance=instance,
+            resources={"io_manager": io},
+            run_config=dg.RunConfig(ops={"colsum": ScaleConfig(k=k)}),
+        )
+        runs.append(res)
+        assert (
+            res.output_for_node("colsum").tolist()
+            == (np.arange(12.0).reshape(3, 4).sum(0) * k).tolist()
+        )
+    r1, r2 = runs
+    md = _md(r2, "colsum")
+    assert md[m.OBTAINED] == "captured" and md[m.VERSION] == r2.run_id
+    assert md[m.INPUTS] == {"src": {"array": "src", "version": r2.run_id}}
+    assert md[m.RAW_ROWS] == 12 and md[m.STORED_ROWS] >= 1
+    assert md[m.COMPRESSION_RATIO] == pytest.approx(md[m.RAW_BYTES] / md[m.STORED_BYTES])
+    assert md[m.OP_NAME] == "colsum@v1" and md[m.SIGNATURE] == "none"
+    assert "data:image/png;base64," in md[m.LINEAGE]
+    assert 0 < md[m.CAPTURE_SHARE] <= 1
+    log = DSLog(store_dir)
+    ops = log.store.operations("colsum@v1")
+    assert [op.args for op in ops] == [{"config": {"k": 2.0}}, {"config": {"k": 3.0}}]
+    assert {op.outputs[0].version for op in ops} == {r1.run_id, r2.run_id}
+    # by hand: rev[i] = colsum[3 - i] = k * sum_r src[r, 3 - i]
+    for i in range(3):
+        assert _cells(log, ["rev", "colsum", "src"], [i]) == {(r, 3 - i) for r in range(3)}
+    assert _cells(log, ["src", "colsum", "rev"], [(1, 2)]) == {(1,)}  # forward
+    # the first run's versions stay queryable
+    assert log.store.get_array("rev", r1.run_id).shape == (3,)
+
+
+def test_cross_run_upstream_resolves_to_the_producing_run(
+    instance: dg.DagsterInstance, io: DSLogIOManager
+) -> None:
+    r1 = dg.materialize([src, colsum], instance=instance, resources={"io_manager": io})
+    r2 = dg.materialize(
+        [src, colsum], selection=[colsum], instance=instance, resources={"io_manager": io}
+    )
+    assert _md(r2, "colsum")[m.INPUTS]["src"]["version"] == r1.run_id
+    assert _md(r2, "colsum")[m.VERSION] == r2.run_id
+
+
+# ------------------------------------------------------------------ partitions
+
+parts = dg.StaticPartitionsDefinition(["a", "b"])
+
+
+@tracked_asset(partitions_def=parts)
+def praw(context: dg.AssetExecutionContext) -> np.ndarray:
+    return np.full((2, 3), 1.0 if context.partition_key == "a" else 2.0)
+
+
+@tracked_asset(partitions_def=parts)
+def pscaled(context: dg.AssetExecutionContext, praw: np.ndarray, src: np.ndarray) -> np.ndarray:
+    return praw.T[:, :1] * src[0, :2]  # (3, 1) * (2,) -> (3, 2)
+
+
+def test_partitions_named_per_partition_with_unpartitioned_upstream(
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
+) -> None:
+    r0 = dg.materialize([src], instance=instance, resources={"io_manager": io})
+    for pk in ("a", "b"):
+        res = dg.materialize(
+            [src, praw, pscaled],
+            selection=[praw, pscaled],
+            partition_key=pk,
+            instance=instance,
+            resources={"io_manager": io},
+        )
+        md = _md(res, "pscaled")
+        assert md[m.ARRAY] == f"pscaled[{pk}]"
+        assert md[m.INPUTS] == {
+            "praw": {"array": f"praw[{pk}]", "version": res.run_id},
+            "src": {"array": "src", "version": r0.run_id},
+        }
+    log = DSLog(store_dir)
+    ops = log.store.operations("pscaled")
+    assert sorted(op.args["partition_key"] for op in ops) == ["a", "b"]
+    # pscaled[i, j] <- praw[0, i] and src[0, j]
+    assert _cells(log, ["pscaled[b]", "praw[b]"], [(2, 1)]) == {(0, 2)}
+    assert _cells(log, ["pscaled[a]", "src"], [(2, 1)]) == {(0, 1)}
+
+
+# ------------------------------------------------------------------ multi-assets, checks
+
+
+@tracked_multi_asset(
+    outs={"lo": dg.AssetOut(code_version="2"), "hi": dg.AssetOut()},
+)
+def halves(src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return src[:, :2], src[:, 2:].max(axis=1)
+
+
+@tracked_asset(check_specs=[dg.AssetCheckSpec("positive", asset="shifted")])
+def shifted(src: np.ndarray) -> Any:
+    out = src + 1.0
+    yield dg.Output(out)
+    yield dg.AssetCheckResult(passed=bool(np.all(out > 0)))
+
+
+def test_multi_asset_and_generator_with_check(
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
+) -> None:
+    res = dg.materialize([src, halves, shifted], instance=instance, resources={"io_manager": io})
+    assert res.output_for_node("halves", "hi").tolist() == [3.0, 7.0, 11.0]
+    assert _md(res, "halves", "lo")[m.OP_NAME] == "lo@2"
+    assert _md(res, "halves", "hi")[m.RAW_ROWS] == 3
+    assert res.get_asset_check_evaluations()[0].passed
+    log = DSLog(store_dir)
+    assert _cells(log, ["lo", "src"], [(1, 1)]) == {(1, 1)}
+    assert _cells(log, ["hi", "src"], [2]) == {(2, 3)}  # max picks one cell (contributing)
+    assert _cells(log, ["shifted", "src"], [(0, 3)]) == {(0, 3)}
+
+
+# ------------------------------------------------------------------ ops in a graph
+
+
+@tracked_op
+def make() -> np.ndarray:
+    return np.arange(6.0)
+
+
+@tracked_op
+def double(x: np.ndarray) -> np.ndarray:
+    return x * 2
+
+
+@tracked_op(out={"a": dg.Out(), "b": dg.Out()})
+def split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return x[:3], np.cumsum(x[3:])
+
+
+@dg.graph
+def op_pipeline() -> None:
+    split(double(make()))
+
+
+def test_ops_in_a_graph(instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path) -> None:
+    job = op_pipeline.to_job(resource_defs={"io_manager": io})
+    res = job.execute_in_process(instance=instance)
+    assert res.output_for_node("split", "b").tolist() == [6.0, 14.0, 24.0]
+    log = DSLog(store_dir)
+    assert _cells(log, ["split:b", "double:result", "make:result"], [1]) == {(3,), (4,)}
+    assert _cells(log, ["make:result", "double:result", "split:a"], [(2,)]) == {(2,)}
+
+
+# ------------------------------------------------------------------ failures
+
+
+@tracked_asset
+def broken(src: np.ndarray) -> np.ndarray:
+    msg = "user code failed"
+    raise ValueError(msg)
+
+
+def test_user_code_failure_writes_no_lineage(
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
+) -> None:
+    res = dg.materialize(
+        [src, broken], instance=instance, resources={"io_manager": io}, raise_on_error=False
+    )
+    assert not res.success
+    assert "user code failed" in str(res.get_step_failure_events()[0].step_failure_data.error)
+    assert peek_pending(res.run_id, "broken", "result") is None
+    log = DSLog(store_dir)
+    assert log.store.operations("broken") == []
+    assert [a.name for a in log.store.arrays()] == ["src"]
+
+
+def test_lineage_write_failure_fails_the_step(instance: dg.DagsterInstance, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    io = DSLogIOManager(base_dir=str(tmp_path / "data"), store_dir=str(blocker / "store"))
+    res = dg.materialize(
+        [src, colsum], instance=instance, resources={"io_manager": io}, raise_on_error=False
+    )
+    assert not res.success
+    err = res.get_step_failure_events()[0].step_failure_data.error
+    text = str(err) + "".join(str(c) for c in _causes(err))
+    assert LineageStorageError.__name__ in text and "Could not create the lineage store" in text
+    assert res.get_asset_materialization_events() == []
+
+
+def _causes(err: Any) -> list[Any]:
+    out = []
+    while err is not None:
+        out.append(err)
+        err = err.cause
+    return out
+
+
+# ------------------------------------------------------------------ policies
+
+
+@tracked_asset
+def grad(src: np.ndarray) -> np.ndarray:
+    return np.gradient(src, axis=1)  # NumPy converts to float64 inside: lineage would be lost
+
+
+@tracked_asset(policy="all_to_all")
+def grad_flagged(src: np.ndarray) -> np.ndarray:
+    return np.gradient(src, axis=1)
+
+
+@tracked_asset(policy="off")
+def grad_off(src: np.ndarray) -> np.ndarray:
+    return np.gradient(src, axis=1)
+
+
+@tracked_asset(policy="reuse_only")
+def neg_reuse(src: np.ndarray) -> np.ndarray:
+    return -src
+
+
+def test_capture_policy_fails_loudly_when_lineage_would_be_lost(
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
+) -> None:
+    res = dg.materialize(
+        [src, grad], instance=instance, resources={"io_manager": io}, raise_on_error=False
+    )
+    assert not res.success
+    assert LineageLostError.__name__ in str(
+        res.get_step_failure_events()[0].step_failure_data.error
+    )
+    assert DSLog(store_dir).store.operations("grad") == []
+
+
+def test_policies_all_to_all_off_reuse_only(
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
+) -> None:
+    res = dg.materialize(
+        [src, grad_flagged, grad_off, neg_reuse], instance=instance, resources={"io_manager": io}
+    )
+    want = np.gradient(np.arange(12.0).reshape(3, 4), axis=1)
+    assert res.output_for_node("grad_flagged").tolist() == want.tolist()
+    assert res.output_for_node("grad_off").tolist() == want.tolist()
+    flagged = _md(res, "grad_flagged")
+    assert flagged[m.FLAGGED] is True and "gradient" in flagged[m.FLAG_REASON]
+    assert flagged[m.RAW_ROWS] == 12 * 12
+    off = _md(res, "grad_off")
+    assert off[m.OBTAINED] == "off" and m.OP_ID not in off
+    reuse = _md(res, "neg_reuse")
+    assert reuse[m.OBTAINED] == "none" and "reuse views are not wired" in reuse[m.STATUS]
+    log = DSLog(store_dir)
+    assert log.store.operations("grad_flagged")[0].capture_method == "all-to-all"
+    assert log.store.operations("grad_off") == [] and log.store.operations("neg_reuse") == []
+    assert _cells(log, ["grad_flagged", "src"], [(0, 0)]) == {
+        (i, j) for i in range(3) for j in range(4)
+    }
+
+
+def test_resource_default_policy_applies(instance: dg.DagsterInstance, tmp_path: Path) -> None:
+    io = DSLogIOManager.from_resource(DSLogResource(policy="off"), base_dir=str(tmp_path))
+    res = dg.materialize([src, colsum], instance=instance, resources={"io_manager": io})
+    assert _md(res, "colsum")[m.OBTAINED] == "off"
+
+
+# ------------------------------------------------------------------ inputs
+
+
+@dg.asset(io_manager_key="fs")
+def listy() -> list[float]:
+    return [1.0, 2.0]
+
+
+@tracked_asset
+def uses_list(listy: list[float], src: np.ndarray) -> np.ndarray:
+    return src * 2
+
+
+@tracked_asset(untracked_inputs={"listy"})
+def uses_list_untracked(listy: list[float], src: np.ndarray) -> np.ndarray:
+    return src * len(listy)
+
+
+def test_unsupported_input_is_an_error_unless_declared_untracked(
+    instance: dg.DagsterInstance, io: DSLogIOManager, tmp_path: Path, store_dir: Path
+) -> None:
+    resources = {"io_manager": io, "fs": dg.FilesystemIOManager(base_dir=str(tmp_path / "fs"))}
+    res = dg.materialize(
+        [src, listy, uses_list], instance=instance, resources=resources, raise_on_error=False
+    )
+    err = str(res.get_step_failure_events()[0].step_failure_data.error)
+    assert UnsupportedArrayError.__name__ in err and "untracked_inputs={'listy'}" in err
+    res = dg.materialize([src, listy, uses_list_untracked], instance=instance, resources=resources)
+    assert _md(res, "uses_list_untracked")[m.INPUTS] == {
+        "src": {"array": "src", "version": res.run_id}
+    }
+    assert _cells(DSLog(store_dir), ["uses_list_untracked", "src"], [(2, 2)]) == {(2, 2)}
+
+
+def test_with_lineage_wraps_an_existing_io_manager(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    io = with_lineage(dg.FilesystemIOManager(base_dir=str(tmp_path / "fs")))
+    res = dg.materialize([src, colsum, rev], instance=instance, resources={"io_manager": io})
+    md = _md(res, "rev")
+    assert md[m.STORE] == str(tmp_path / "fs" / ".dslog")
+    assert (tmp_path / "fs" / "rev").exists()  # the inner IO manager stored the value
+    assert _cells(DSLog(md[m.STORE]), ["rev", "colsum", "src"], [0]) == {(r, 3) for r in range(3)}
+
+
+def test_plain_io_manager_tracks_nothing_and_says_so(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    res = dg.materialize(
+        [src, colsum],
+        instance=instance,
+        resources={"io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path))},
+    )
+    assert res.success
+    logs = [
+        e.message
+        for e in instance.all_logs(res.run_id)
+        if "do not store lineage" in (e.message or "")
+    ]
+    assert logs
+
+
+def test_direct_invocation_runs_the_plain_function() -> None:
+    x = np.arange(12, dtype=np.int64).reshape(3, 4)
+    out = rev(c=x[0])
+    assert out.dtype == np.int64 and out.tolist() == [3, 2, 1]  # no capture: dtype kept
+    assert double(np.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
