@@ -1,0 +1,64 @@
+"""cells_png / png_markdown: any rank, big masks stay small, no selected cell disappears."""
+
+import base64
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dslog_dagster.pictures import MAX_SIDE, cells_png, png_markdown, to_2d
+
+RED = (214, 39, 40)
+
+
+def _rgb(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+@pytest.mark.parametrize(
+    ("shape", "grid"),
+    [((), (1, 1)), ((7,), (1, 7)), ((5, 6), (5, 6)), ((2, 3, 4), (6, 4)), ((2, 1, 3, 5), (6, 5))],
+)
+def test_any_rank_folds_leading_axes_into_rows(
+    shape: tuple[int, ...], grid: tuple[int, int]
+) -> None:
+    mask = np.zeros(shape, dtype=bool)
+    assert to_2d(mask).shape == grid
+    png = cells_png(mask)
+    assert png.startswith(b"\x89PNG")
+    assert not (_rgb(png) == RED).all(axis=-1).any()  # nothing selected, nothing red
+
+
+def test_selected_cells_are_red_and_upscaled() -> None:
+    mask = np.zeros((4, 4), dtype=bool)
+    mask[1, 2] = True
+    img = _rgb(cells_png(mask))
+    assert img.shape[0] >= 200 and img.shape[1] >= 200  # small arrays are upscaled
+    red = (img == RED).all(axis=-1)
+    ys, xs = np.nonzero(red)
+    cell = img.shape[0] // 4
+    assert ys.min() // cell == 1 and xs.min() // cell == 2
+    assert ys.max() // cell == 1 and xs.max() // cell == 2
+
+
+def test_one_d_strip_is_visible() -> None:
+    img = _rgb(cells_png(np.array([False, True, False])))
+    assert img.shape[0] >= 16 and (img == RED).all(axis=-1).any()
+
+
+def test_big_mask_downsamples_without_losing_a_cell() -> None:
+    mask = np.zeros((4000, 4000), dtype=bool)
+    mask[3999, 17] = True  # a single cell in a corner
+    png = cells_png(mask, title="big")
+    img = _rgb(png)
+    assert max(img.shape[:2]) <= MAX_SIDE + 16  # + title band
+    assert (img == RED).all(axis=-1).any()
+    assert len(png) < 20_000
+
+
+def test_png_markdown_is_a_data_uri_image() -> None:
+    png = cells_png(np.eye(3, dtype=bool))
+    md = png_markdown(png, "a [tricky] alt")
+    assert md.startswith("![a \\[tricky\\] alt](data:image/png;base64,")
+    assert base64.b64decode(md.split(",", 1)[1].rstrip(")")) == png
