@@ -17,11 +17,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hotspots.assets import PATH_TO_RAW  # noqa: E402
-from hotspots.definitions import make_defs  # noqa: E402
+from hotspots.assets import PATH_TO_RAW
+from hotspots.definitions import make_defs
 
-from dslog_dagster.core.api import DSLog  # noqa: E402
-
+from dslog_dagster.core.api import DSLog
 
 # Dagster's console logger at WARNING: the demo prints its own summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

@@ -7,8 +7,8 @@ picked, the order the sort produced). Only functions the annotator supports are 
 "Capture semantics").
 """
 
-import numpy as np
 import dagster as dg
+import numpy as np
 
 from dslog_dagster import plain, tracked_asset, tracked_multi_asset
 

@@ -8,7 +8,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "example_project"))
 
-from hotspots.definitions import defs, make_defs  # noqa: E402
+from hotspots.definitions import defs, make_defs
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 SMALL = {"config": {"size": 32, "seed": 3, "blobs": 2}}
@@ -43,7 +43,8 @@ def test_tracked_values_equal_untracked(tmp_path: Path) -> None:
             for ev in res.get_asset_materialization_events()
         }
         if policy == "capture":
-            assert obtained["smoothed"] == "captured" and obtained["raw_frame"] == "source"
+            assert obtained["smoothed"] == "captured"
+            assert obtained["raw_frame"] == "source"
         else:
             assert set(obtained.values()) == {"off"}
     for tracked, untracked in zip(outputs["capture"], outputs["off"], strict=True):

@@ -71,11 +71,14 @@ def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
         )
     r1, r2 = runs
     md = _md(r2, "colsum")
-    assert md[m.OBTAINED] == "captured" and md[m.VERSION] == r2.run_id
+    assert md[m.OBTAINED] == "captured"
+    assert md[m.VERSION] == r2.run_id
     assert md[m.INPUTS] == {"src": {"array": "src", "version": r2.run_id}}
-    assert md[m.RAW_ROWS] == 12 and md[m.STORED_ROWS] >= 1
+    assert md[m.RAW_ROWS] == 12
+    assert md[m.STORED_ROWS] >= 1
     assert md[m.COMPRESSION_RATIO] == pytest.approx(md[m.RAW_BYTES] / md[m.STORED_BYTES])
-    assert md[m.OP_NAME] == "colsum@v1" and md[m.SIGNATURE] == "none"
+    assert md[m.OP_NAME] == "colsum@v1"
+    assert md[m.SIGNATURE] == "none"
     assert "data:image/png;base64," in md[m.LINEAGE]
     assert 0 < md[m.CAPTURE_SHARE] <= 1
     log = DSLog(store_dir)
@@ -238,7 +241,8 @@ def test_lineage_write_failure_fails_the_step(instance: dg.DagsterInstance, tmp_
     assert not res.success
     err = res.get_step_failure_events()[0].step_failure_data.error
     text = str(err) + "".join(str(c) for c in _causes(err))
-    assert LineageStorageError.__name__ in text and "Could not create the lineage store" in text
+    assert LineageStorageError.__name__ in text
+    assert "Could not create the lineage store" in text
     assert res.get_asset_materialization_events() == []
 
 
@@ -296,15 +300,19 @@ def test_policies_all_to_all_off_reuse_only(
     assert res.output_for_node("grad_flagged").tolist() == want.tolist()
     assert res.output_for_node("grad_off").tolist() == want.tolist()
     flagged = _md(res, "grad_flagged")
-    assert flagged[m.FLAGGED] is True and "gradient" in flagged[m.FLAG_REASON]
+    assert flagged[m.FLAGGED] is True
+    assert "gradient" in flagged[m.FLAG_REASON]
     assert flagged[m.RAW_ROWS] == 12 * 12
     off = _md(res, "grad_off")
-    assert off[m.OBTAINED] == "off" and m.OP_ID not in off
+    assert off[m.OBTAINED] == "off"
+    assert m.OP_ID not in off
     reuse = _md(res, "neg_reuse")
-    assert reuse[m.OBTAINED] == "none" and "reuse views are not wired" in reuse[m.STATUS]
+    assert reuse[m.OBTAINED] == "none"
+    assert "reuse views are not wired" in reuse[m.STATUS]
     log = DSLog(store_dir)
     assert log.store.operations("grad_flagged")[0].capture_method == "all-to-all"
-    assert log.store.operations("grad_off") == [] and log.store.operations("neg_reuse") == []
+    assert log.store.operations("grad_off") == []
+    assert log.store.operations("neg_reuse") == []
     assert _cells(log, ["grad_flagged", "src"], [(0, 0)]) == {
         (i, j) for i in range(3) for j in range(4)
     }
@@ -342,7 +350,8 @@ def test_unsupported_input_is_an_error_unless_declared_untracked(
         [src, listy, uses_list], instance=instance, resources=resources, raise_on_error=False
     )
     err = str(res.get_step_failure_events()[0].step_failure_data.error)
-    assert UnsupportedArrayError.__name__ in err and "untracked_inputs={'listy'}" in err
+    assert UnsupportedArrayError.__name__ in err
+    assert "untracked_inputs={'listy'}" in err
     res = dg.materialize([src, listy, uses_list_untracked], instance=instance, resources=resources)
     assert _md(res, "uses_list_untracked")[m.INPUTS] == {
         "src": {"array": "src", "version": res.run_id}
@@ -381,5 +390,6 @@ def test_plain_io_manager_tracks_nothing_and_says_so(
 def test_direct_invocation_runs_the_plain_function() -> None:
     x = np.arange(12, dtype=np.int64).reshape(3, 4)
     out = rev(c=x[0])
-    assert out.dtype == np.int64 and out.tolist() == [3, 2, 1]  # no capture: dtype kept
+    assert out.dtype == np.int64
+    assert out.tolist() == [3, 2, 1]
     assert double(np.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
