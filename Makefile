@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.dslog-installed
 
-.PHONY: demo test test-all lint fmt cpp-test bench dev prereqs clean
+.PHONY: demo test test-all lint fmt cpp-test bench dev prereqs clean browser-prereqs
 
 prereqs:
 	@tools/check-prereqs.sh $(PYTHON)
@@ -23,12 +23,16 @@ dev: $(STAMP)
 demo: $(STAMP)
 	$(PY) example_project/numpy_lineage_demo.py
 
-test: $(STAMP)
+# The browser test drives Debian's chromium through Playwright; install it when missing.
+browser-prereqs:
+	@tools/ensure-chromium.sh
+
+test: $(STAMP) browser-prereqs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest
 
-test-all: $(STAMP)
+test-all: $(STAMP) browser-prereqs
 	$(VENV)/bin/pytest -m ""
 
 lint: $(STAMP)
@@ -50,4 +54,4 @@ bench: $(STAMP)
 	$(PY) bench/compression.py
 
 clean:
-	rm -rf build build-cpp .dslog-demo .pytest_cache .ruff_cache .mypy_cache
+	rm -rf build build-cpp .dslog-demo .pytest_cache .ruff_cache .mypy_cache test-artifacts

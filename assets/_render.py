@@ -45,18 +45,16 @@ def binned_mask(cells: CellSet, max_side: int = MAX_PICTURE_SIDE) -> tuple[np.nd
     return (grid.reshape(1, -1) if grid.ndim == 1 else grid), "; ".join(notes)
 
 
-def cells_markdown(pictures: list[tuple[str, CellSet]]) -> str:
-    """Markdown with one captioned picture per ``(title, cells)``."""
-    parts = []
-    for title, cells in pictures:
-        grid, note = binned_mask(cells)
-        png = cells_png(grid, title=None)
-        caption = f"**{title}**: {cells.count():,} of {int(np.prod(cells.shape)):,} cells"
-        caption += f" of an array of shape {tuple(cells.shape)}"
-        if note:
-            caption += f" ({note})"
-        parts.append(f"{caption}\n\n{png_markdown(png, title)}")
-    return "\n\n".join(parts)
+def cells_markdown(title: str, cells: CellSet) -> str:
+    """Markdown with a caption and a picture of ``cells`` (kept short: the OSS UI shows
+    markdown under 1000 characters inline, longer behind a "[Show Markdown]" link)."""
+    grid, note = binned_mask(cells)
+    png = cells_png(grid)
+    total = int(np.prod(cells.shape))
+    caption = f"**{title}**: {cells.count():,} of {total:,} cells, shape {tuple(cells.shape)}"
+    if note:
+        caption += f" ({note})"
+    return f"{caption}\n\n{png_markdown(png, title)}"
 
 
 def boxes_preview(cells: CellSet, rows: int) -> dg.TableMetadataValue:

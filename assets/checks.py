@@ -318,7 +318,7 @@ def _check_coverage(
         )
     meta["dslog/uncovered_preview"] = boxes_preview(missing, 10)
     meta["dslog/uncovered_picture"] = dg.MetadataValue.md(
-        cells_markdown([(f"cells of {loc.array.name} without lineage", missing)])
+        cells_markdown(f"cells of {loc.array.name} without lineage", missing)
     )
     return dg.AssetCheckResult(
         passed=False,

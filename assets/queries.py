@@ -63,6 +63,7 @@ RESULT_BOXES = "dslog/result_boxes"
 RESULT_PATH = "dslog/result_path"
 RESULT_PREVIEW = "dslog/result_preview"
 RESULT_PICTURE = "dslog/result_picture"
+SOURCE_PICTURE = "dslog/source_picture"
 TARGET_SHAPE = "dslog/target_shape"
 
 QueryDirection = Literal["auto", "forward", "backward"]
@@ -218,17 +219,16 @@ def write_query_result(
 
 def query_metadata(result: LineageQueryResult, path: Path | None) -> dict[str, Any]:
     """Materialization metadata of a query: size, preview, the query and its picture."""
-    src_title = f"selected cells of {result.source.name}"
-    dst_title = f"{result.direction} lineage in {result.target.name}"
+    src_title = f"query cells of {result.source.name}"
+    dst_title = f"linked cells of {result.target.name}"
     md: dict[str, Any] = {
         RESULT_CELLS: dg.MetadataValue.int(result.cells.count()),
         RESULT_BOXES: dg.MetadataValue.int(result.cells.n_boxes),
         TARGET_SHAPE: dg.MetadataValue.text(str(tuple(result.cells.shape))),
         QUERY_JSON: dg.MetadataValue.json(result.to_json()),
         RESULT_PREVIEW: boxes_preview(result.cells, result.config.preview_rows),
-        RESULT_PICTURE: dg.MetadataValue.md(
-            cells_markdown([(src_title, result.start), (dst_title, result.cells)])
-        ),
+        RESULT_PICTURE: dg.MetadataValue.md(cells_markdown(dst_title, result.cells)),
+        SOURCE_PICTURE: dg.MetadataValue.md(cells_markdown(src_title, result.start)),
         "dagster/row_count": dg.MetadataValue.int(result.cells.n_boxes),
     }
     if path is not None:

@@ -13,34 +13,35 @@ from PIL import Image, ImageDraw
 
 __all__ = ["cells_png", "png_markdown"]
 
-_MAX_SIDE = 480
+_MAX_SIDE = 240
 _MIN_SIDE = 96
-_ON = (214, 39, 40)
-_OFF = (236, 240, 245)
+# palette: background, selected, text. A 2-bit palette PNG of boxes is a few hundred bytes,
+# which matters: the OSS UI renders markdown metadata inline only below 1000 characters.
+_PALETTE = [236, 240, 245, 214, 39, 40, 0, 0, 0]
 
 
 def cells_png(mask: np.ndarray, *, title: str | None = None) -> bytes:
     """A PNG of a boolean mask (rank ≤ 2; higher ranks are projected onto their last two
-    axes): selected cells red, others light grey, scaled to a readable size."""
+    axes): selected cells red, others light grey, scaled up to a readable size."""
     m = np.asarray(mask, dtype=bool)
     if m.ndim > 2:
         m = m.reshape(-1, *m.shape[-2:]).any(axis=0)
     m = m.reshape(1, -1) if m.ndim < 2 else m
     h, w = max(m.shape[0], 1), max(m.shape[1], 1)
-    scale = max(1, min(_MAX_SIDE // max(h, w), _MAX_SIDE))
+    scale = max(1, _MAX_SIDE // max(h, w))
     if max(h, w) * scale < _MIN_SIDE:
         scale = -(-_MIN_SIDE // max(h, w))
-    rgb = np.empty((*m.shape, 3), dtype=np.uint8)
-    rgb[...] = _OFF
-    rgb[m] = _ON
-    img = Image.fromarray(rgb, "RGB").resize((w * scale, h * scale), Image.Resampling.NEAREST)
+    img = Image.fromarray(m.astype(np.uint8), "P")
+    img.putpalette(_PALETTE)
+    img = img.resize((w * scale, h * scale), Image.Resampling.NEAREST)
     if title:
-        canvas = Image.new("RGB", (img.width, img.height + 14), (255, 255, 255))
+        canvas = Image.new("P", (img.width, img.height + 14), 0)
+        canvas.putpalette(_PALETTE)
         canvas.paste(img, (0, 14))
-        ImageDraw.Draw(canvas).text((2, 1), title, fill=(0, 0, 0))
+        ImageDraw.Draw(canvas).text((2, 1), title, fill=2)
         img = canvas
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
+    img.save(buf, format="PNG", optimize=True, bits=2)
     return buf.getvalue()
 
 

@@ -2,9 +2,7 @@
 (`images/smoothed`) and partitions (`key[partition]`) as array names."""
 
 import dagster as dg
-import numpy as np
 import pyarrow.parquet as pq
-import pytest
 
 from dslog_dagster.assets import LineageQueryConfig, lineage_query_asset
 from dslog_dagster.cli import main

@@ -23,6 +23,10 @@ from tests.dagster.pipeline import PIPELINE, SHAPE, box3
 ADHOC = lineage_query_asset()
 
 
+def png_of(md: str) -> bytes:
+    return base64.b64decode(md.split("data:image/png;base64,")[1].split(")")[0])
+
+
 def _materialize(
     instance: dg.DagsterInstance, store_dir: str, assets: list[dg.AssetsDefinition], **kw: object
 ) -> dg.ExecuteInProcessResult:
@@ -89,10 +93,24 @@ def test_adhoc_backward_query_unions_every_path(instance, store_dir) -> None:
     preview = meta["dslog/result_preview"].value
     assert preview.records[0].data["lo_0"] == int(got.lo[0, 0])
     assert sum(r.data["cells"] for r in preview.records) == len(want)
-    md = meta["dslog/result_picture"].value
-    assert md.count("data:image/png;base64,") == 2
-    png = base64.b64decode(md.split("data:image/png;base64,")[2].split(")")[0])
-    assert png.startswith(b"\x89PNG")
+    for key, title in [
+        ("dslog/result_picture", "linked cells of images/raw"),
+        ("dslog/source_picture", "query cells of images/hot"),
+    ]:
+        md = meta[key].value
+        assert md.startswith(f"**{title}**")
+        assert len(md) < 1000  # shown inline by the OSS UI
+        png = base64.b64decode(md.split("data:image/png;base64,")[1].split(")")[0])
+        assert png.startswith(b"\x89PNG")
+    # the picture is the answer: red where the result is, over the whole target
+    from io import BytesIO
+
+    from PIL import Image
+
+    img = Image.open(BytesIO(png_of(meta["dslog/result_picture"].value)))
+    scale = img.width // SHAPE[1]
+    lit = np.array(img)[scale // 2 :: scale, scale // 2 :: scale] == 1
+    assert (lit == got.to_mask()).all()
 
 
 def test_adhoc_forward_query_equals_prov_query(instance, store_dir) -> None:
