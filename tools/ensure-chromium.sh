@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Makes sure Debian's Chromium is at /usr/bin/chromium for the browser test (tests/browser).
+# Makes sure Debian's Chromium is at /usr/bin/chromium (or $DSLOG_CHROMIUM) for tests/browser.
 # Idempotent: does nothing when it is there. Installs it with apt-get when we are root;
 # otherwise says what to run. Playwright drives this binary (no Playwright browser download).
 set -euo pipefail
-CHROMIUM=/usr/bin/chromium
+CHROMIUM="${DSLOG_CHROMIUM:-/usr/bin/chromium}"
 if [ -x "$CHROMIUM" ]; then
   exit 0
 fi

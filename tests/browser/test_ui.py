@@ -48,7 +48,7 @@ PAGES = [
     ),
 ]
 # -----------------------------------------------------------------------------------------
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("DSLOG_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_ARGS = [
     "--headless",
