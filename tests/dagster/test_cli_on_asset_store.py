@@ -11,11 +11,11 @@ from dslog_dagster.resources import DSLogResource
 from tests.dagster.pipeline import PIPELINE, box3
 
 
-def test_cli_query_matches_the_query_asset(instance, store_dir, tmp_path, capsys) -> None:
+def test_cli_query_matches_the_query_asset(materialized, tmp_path, capsys) -> None:
+    instance, store_dir = materialized
     adhoc = lineage_query_asset()
     cfg = LineageQueryConfig(source="images/hot", target="images/raw", cells=["0:2,0:2"])
     resources = {"dslog": DSLogResource(store_dir=store_dir)}
-    dg.materialize(PIPELINE, instance=instance, resources=resources)
     res = dg.materialize(
         [*PIPELINE, adhoc],
         instance=instance,

@@ -58,8 +58,8 @@ def _expected_backward_hot_to_raw(cells: list[tuple[int, int]]) -> set[tuple[int
     return out
 
 
-def test_adhoc_backward_query_unions_every_path(instance, store_dir) -> None:
-    _materialize(instance, store_dir, PIPELINE)
+def test_adhoc_backward_query_unions_every_path(materialized) -> None:
+    instance, store_dir = materialized
     cfg = LineageQueryConfig(source="images/hot", target="images/raw", cells=["0", "5,7"])
     meta = _query_run(instance, store_dir, cfg)
 
@@ -113,8 +113,8 @@ def test_adhoc_backward_query_unions_every_path(instance, store_dir) -> None:
     assert (lit == got.to_mask()).all()
 
 
-def test_adhoc_forward_query_equals_prov_query(instance, store_dir) -> None:
-    _materialize(instance, store_dir, PIPELINE)
+def test_adhoc_forward_query_equals_prov_query(materialized) -> None:
+    instance, store_dir = materialized
     cfg = LineageQueryConfig(
         source="images/raw", target="images/colsum", indices=[[2, 3]], direction="forward"
     )
@@ -137,8 +137,8 @@ def test_query_uses_the_newest_materialization(instance, store_dir) -> None:
     assert meta["dslog/result_cells"].value == SHAPE[0] * SHAPE[1]
 
 
-def test_wrong_direction_fails_with_a_clear_message(instance, store_dir) -> None:
-    _materialize(instance, store_dir, PIPELINE)
+def test_wrong_direction_fails_with_a_clear_message(materialized) -> None:
+    instance, store_dir = materialized
     cfg = LineageQueryConfig(source="images/hot", target="images/raw", direction="forward")
     with pytest.raises(dg.Failure, match="not downstream of `images/hot`"):
         dg.materialize(
@@ -150,8 +150,8 @@ def test_wrong_direction_fails_with_a_clear_message(instance, store_dir) -> None
         )
 
 
-def test_bad_cells_fail_before_querying(instance, store_dir) -> None:
-    _materialize(instance, store_dir, PIPELINE)
+def test_bad_cells_fail_before_querying(materialized) -> None:
+    instance, store_dir = materialized
     cfg = LineageQueryConfig(source="images/hot", target="images/raw", cells=["9,0"])
     with pytest.raises(dg.Failure, match="outside axis 0"):
         dg.materialize(
@@ -163,7 +163,8 @@ def test_bad_cells_fail_before_querying(instance, store_dir) -> None:
         )
 
 
-def test_saved_query_asset_depends_on_its_assets_and_answers(instance, store_dir) -> None:
+def test_saved_query_asset_depends_on_its_assets_and_answers(materialized) -> None:
+    instance, store_dir = materialized
     q = saved_lineage_query(
         "hot_corner_origin", source="images/hot", target="images/raw", cells=["0:2,0:2"]
     )
@@ -184,7 +185,7 @@ def test_saved_query_asset_depends_on_its_assets_and_answers(instance, store_dir
     }
     assert spec.automation_condition is None
     assert next(iter(eager.specs)).automation_condition is not None
-    res = _materialize(instance, store_dir, [*PIPELINE, q, eager])
+    res = _materialize(instance, store_dir, [*PIPELINE, q, eager], selection=[q.key, eager.key])
     (mat,) = res.asset_materializations_for_node("hot_corner_origin")
     want = _expected_backward_hot_to_raw([(i, j) for i in range(2) for j in range(2)])
     assert mat.metadata["dslog/result_cells"].value == len(want)
