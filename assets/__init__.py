@@ -10,6 +10,7 @@ Installed as ``dslog_dagster.assets``. Everything takes the lineage store from a
 * :func:`lineage_checks` — readable / shape / coverage checks per tracked asset.
 * :func:`saved_queries_schedule`, :func:`lineage_query_sensor`,
   :func:`lineage_automation_sensor` and :func:`lineage_definitions` (all of the above at once).
+* :class:`LineageQueries` — saved queries declared in YAML (a Dagster Component).
 """
 
 from dslog_dagster.assets.automation import lineage_automation_sensor as lineage_automation_sensor
@@ -17,6 +18,7 @@ from dslog_dagster.assets.automation import lineage_definitions as lineage_defin
 from dslog_dagster.assets.automation import lineage_query_sensor as lineage_query_sensor
 from dslog_dagster.assets.automation import saved_queries_schedule as saved_queries_schedule
 from dslog_dagster.assets.checks import lineage_checks as lineage_checks
+from dslog_dagster.assets.components import LineageQueries as LineageQueries
 from dslog_dagster.assets.queries import LineageQueryConfig as LineageQueryConfig
 from dslog_dagster.assets.queries import LineageQueryResult as LineageQueryResult
 from dslog_dagster.assets.queries import SavedLineageQuery as SavedLineageQuery
@@ -26,6 +28,7 @@ from dslog_dagster.assets.queries import saved_lineage_query as saved_lineage_qu
 from dslog_dagster.assets.signatures import reuse_signatures_asset as reuse_signatures_asset
 
 __all__ = [
+    "LineageQueries",
     "LineageQueryConfig",
     "LineageQueryResult",
     "SavedLineageQuery",

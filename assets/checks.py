@@ -362,6 +362,12 @@ def lineage_checks(
     out: list[dg.AssetChecksDefinition] = []
     for key in _keys(assets_or_keys):
         const = (constant_cells or {}).get(key.to_user_string())
+
+        def coverage(
+            log: DSLog, loc: _Located, c: Sequence[str] | None = const
+        ) -> dg.AssetCheckResult:
+            return _check_coverage(log, loc, c, coverage_severity)
+
         out += [
             _make(key, CHECK_READABLE, resource_key, blocking, _check_readable, _READABLE_DOC),
             _make(key, CHECK_SHAPE, resource_key, blocking, _check_shape, _SHAPE_DOC),
@@ -370,7 +376,7 @@ def lineage_checks(
                 CHECK_COVERAGE,
                 resource_key,
                 blocking,
-                lambda log, loc, c=const: _check_coverage(log, loc, c, coverage_severity),
+                coverage,
                 _COVERAGE_DOC,
             ),
         ]

@@ -97,7 +97,7 @@ class LineageQueryConfig(dg.Config):
     preview_rows: int = Field(default=20, ge=0, le=1000, description="Boxes in the preview.")
 
 
-class SavedLineageQuery(dg.Model):  # type: ignore[misc]
+class SavedLineageQuery(dg.Model):
     """A named query for :func:`saved_lineage_query` and the YAML component."""
 
     name: str
@@ -238,7 +238,7 @@ def query_metadata(result: LineageQueryResult, path: Path | None) -> dict[str, A
 
 def _materialize(
     context: dg.AssetExecutionContext, resource_key: str, config: LineageQueryConfig
-) -> dg.MaterializeResult:
+) -> dg.MaterializeResult[Any]:
     log: DSLog = getattr(context.resources, resource_key).dslog()
     try:
         result = run_lineage_query(log, config)
@@ -288,7 +288,7 @@ def lineage_query_asset(
     )
     def _adhoc_query(
         context: dg.AssetExecutionContext, config: LineageQueryConfig
-    ) -> dg.MaterializeResult:
+    ) -> dg.MaterializeResult[Any]:
         return _materialize(context, resource_key, config)
 
     return _adhoc_query
@@ -358,7 +358,7 @@ def saved_lineage_query(
         description=text,
         tags={"dslog/saved_query": "true"},
     )
-    def _saved_query(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def _saved_query(context: dg.AssetExecutionContext) -> dg.MaterializeResult[Any]:
         return _materialize(context, resource_key, config)
 
     return _saved_query

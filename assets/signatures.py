@@ -44,7 +44,7 @@ def registry_view_rows(log: DSLog) -> Iterable[Mapping[str, Any]]:
         DSLogError: this dslog has no reuse-view registry.
     """
     try:
-        from dslog_dagster.core.reuse import ViewRegistry  # type: ignore[import-not-found]
+        from dslog_dagster.core.reuse import ViewRegistry
     except ImportError as e:
         msg = (
             "This dslog-dagster has no reuse-view registry (`dslog_dagster.core.reuse`); "
@@ -98,7 +98,7 @@ def reuse_signatures_asset(
         required_resource_keys={resource_key},
         description="Reuse views of the lineage store: signature, kind, hits, last verified.",
     )
-    def _signatures(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def _signatures(context: dg.AssetExecutionContext) -> dg.MaterializeResult[Any]:
         import pyarrow as pa
 
         log: DSLog = getattr(context.resources, resource_key).dslog()

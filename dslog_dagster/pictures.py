@@ -23,9 +23,9 @@ _PALETTE = [236, 240, 245, 214, 39, 40, 0, 0, 0]
 def cells_png(mask: np.ndarray, *, title: str | None = None) -> bytes:
     """A PNG of a boolean mask (rank ≤ 2; higher ranks are projected onto their last two
     axes): selected cells red, others light grey, scaled up to a readable size."""
-    m = np.asarray(mask, dtype=bool)
+    m: np.ndarray = np.asarray(mask, dtype=bool)
     if m.ndim > 2:
-        m = m.reshape(-1, *m.shape[-2:]).any(axis=0)
+        m = np.asarray(m.reshape(-1, *m.shape[-2:]).any(axis=0))
     m = m.reshape(1, -1) if m.ndim < 2 else m
     h, w = max(m.shape[0], 1), max(m.shape[1], 1)
     scale = max(1, _MAX_SIDE // max(h, w))

@@ -14,7 +14,7 @@ from dslog_dagster.core.api import DSLog
 __all__ = ["DSLogResource"]
 
 
-class DSLogResource(dg.ConfigurableResource):  # type: ignore[misc]
+class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """Where the lineage store lives; hands out a :class:`DSLog` session over it.
 
     Examples:
