@@ -33,12 +33,12 @@ def parse_box(text: str) -> tuple[int | slice, ...]:
     parts: list[int | slice] = []
     for item in text.split(","):
         item = item.strip()
+        if item.count(":") > 1:
+            msg = f"Slice `{item}` in cells `{text}` has a step; boxes need unit steps."
+            raise QueryError(msg)
         try:
             if ":" in item:
                 a, _, b = item.partition(":")
-                if ":" in b:
-                    msg = f"Slice `{item}` in cells `{text}` has a step; boxes need unit steps."
-                    raise QueryError(msg)
                 parts.append(slice(int(a) if a.strip() else None, int(b) if b.strip() else None))
             else:
                 parts.append(int(item))
