@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.dslog-installed
 
-.PHONY: demo ui test test-all lint fmt cpp-test bench dev prereqs clean
+.PHONY: demo ui test test-all lint fmt cpp-test bench dev prereqs clean browser-prereqs
 
 prereqs:
 	@tools/check-prereqs.sh $(PYTHON)
@@ -31,12 +31,16 @@ ui: $(STAMP)
 	@test -f $(DAGSTER_HOME_DIR)/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > $(DAGSTER_HOME_DIR)/dagster.yaml
 	cd example_project && DAGSTER_HOME=$(DAGSTER_HOME_DIR) ../$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -m hotspots.definitions
 
-test: $(STAMP)
+# The browser test drives Debian's chromium through Playwright; install it when missing.
+browser-prereqs:
+	@tools/ensure-chromium.sh
+
+test: $(STAMP) browser-prereqs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest
 
-test-all: $(STAMP)
+test-all: $(STAMP) browser-prereqs
 	$(VENV)/bin/pytest -m ""
 
 lint: $(STAMP)
@@ -58,4 +62,4 @@ bench: $(STAMP)
 	$(PY) bench/compression.py
 
 clean:
-	rm -rf build build-cpp .dslog-demo .dagster-home .pytest_cache .ruff_cache .mypy_cache
+	rm -rf build build-cpp .dslog-demo .dagster-home .pytest_cache .ruff_cache .mypy_cache test-artifacts

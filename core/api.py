@@ -507,11 +507,19 @@ class DSLog:
         """
         return self.plan(path).run(cells)
 
-    def lineage_between(self, src: ArrayLikeRef, dst: ArrayLikeRef, cells: object) -> CellSet:
+    def lineage_between(
+        self,
+        src: ArrayLikeRef,
+        dst: ArrayLikeRef,
+        cells: object,
+        *,
+        direction: Direction | None = None,
+    ) -> CellSet:
         """Cells of ``dst`` linked to ``cells`` of ``src`` over EVERY path of operations
         between them (all forward if ``dst`` is downstream, all backward if upstream).
 
-        Uses the newest version of each array given by name.
+        Uses the newest version of each array given by name. ``direction`` insists on one
+        direction (``"forward"``: ``dst`` must be downstream of ``src``); ``None`` tries both.
 
         Raises:
             LineageNotFoundError: unknown arrays or no path between them.
@@ -521,14 +529,24 @@ class DSLog:
         d_name = _name_of(dst)
         d_ids = {r.array_id for r in self._versions(dst)}  # one id when dst pins a version
         start = as_cells(s.shape, cells)
-        for direction in ("forward", "backward"):
-            result = self._union_over_paths(s, d_ids, start, direction)
+        tried: tuple[Direction, ...] = (
+            ("forward", "backward") if direction is None else (direction,)
+        )
+        for way in tried:
+            result = self._union_over_paths(s, d_ids, start, way)
             if result is not None:
                 return result
-        msg = (
-            f"No chain of operations leads from `{s.name}` to `{d_name}` in either direction; "
-            "`lineage_between` needs one array to be upstream of the other."
-        )
+        if direction is None:
+            msg = (
+                f"No chain of operations leads from `{s.name}` to `{d_name}` in either "
+                "direction; `lineage_between` needs one array to be upstream of the other."
+            )
+        else:
+            where = "downstream" if direction == "forward" else "upstream"
+            msg = (
+                f"No chain of operations leads {direction} from `{s.name}` to `{d_name}` "
+                f"(`{d_name}` is not {where} of `{s.name}`); swap the arrays or the direction."
+            )
         raise LineageNotFoundError(msg)
 
     def _union_over_paths(
@@ -631,7 +649,12 @@ def prov_query(
 
 
 def lineage_between(
-    src: ArrayLikeRef, dst: ArrayLikeRef, cells: object, *, session: DSLog | None = None
+    src: ArrayLikeRef,
+    dst: ArrayLikeRef,
+    cells: object,
+    *,
+    direction: Direction | None = None,
+    session: DSLog | None = None,
 ) -> CellSet:
     """:meth:`DSLog.lineage_between` on ``session`` (default: :func:`default_session`)."""
-    return (session or default_session()).lineage_between(src, dst, cells)
+    return (session or default_session()).lineage_between(src, dst, cells, direction=direction)

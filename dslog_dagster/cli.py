@@ -4,7 +4,10 @@ dslog inspect STORE            arrays, operations and lineage tables with their 
 dslog sql STORE "SELECT ..."   read-only SQL over the DuckDB catalog
 dslog rebuild-catalog STORE    rebuild the catalog from the lineage files
 dslog query STORE A B [C ...] --cells "0:10,3"
-                               cells of the last array linked to cells of the first
+                               cells of the last array linked to cells of the first; asset
+                               keys are array names (images/smoothed, counts[2026-11-21])
+dslog query STORE A B --between
+                               union over every path from A to B, as the query assets do
 dslog compact STORE            pack the files of small operations into shared pack files
 """
 
@@ -65,38 +68,49 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_box(text: str) -> tuple[int | slice, ...]:
-    """``"0:10,3"`` -> ``(slice(0, 10), 3)`` (NumPy basic indexing, unit steps)."""
-    parts: list[int | slice] = []
-    for item in text.split(","):
-        item = item.strip()
-        try:
-            if ":" in item:
-                a, _, b = item.partition(":")
-                parts.append(slice(int(a) if a.strip() else None, int(b) if b.strip() else None))
-            else:
-                parts.append(int(item))
-        except ValueError as e:
-            msg = f"Cannot read `{item}` in --cells `{text}`; use ints and a:b slices, e.g. 0:10,3."
-            raise DSLogError(msg) from e
-    return tuple(parts)
-
-
 def _query(args: argparse.Namespace) -> int:
     from dslog_dagster.core.api import DSLog
+    from dslog_dagster.core.cellspec import cells_from_spec
+    from dslog_dagster.naming import array_name
 
     log = DSLog(_store(args.store))
-    plan = log.plan(args.path)
-    print(plan, file=sys.stderr)
-    cells = [_parse_box(c) for c in args.cells] if args.cells else [(slice(None),)]
-    result = plan.run(cells)
+    names = list(args.path)
+    if args.partition:
+        if len(args.partition) not in (1, len(names)):
+            msg = (
+                f"Give one --partition for every array ({len(names)}) or one for all; "
+                f"got {len(args.partition)}."
+            )
+            raise DSLogError(msg)
+        parts = args.partition * len(names) if len(args.partition) == 1 else args.partition
+        names = [array_name(n, p or None) for n, p in zip(names, parts, strict=True)]
+    source = log.store.get_array(names[0])
+    boxes = args.cells if args.cells else [":"]
+    cells = cells_from_spec(source.shape, boxes)
+    if args.between:
+        if len(names) != 2:
+            msg = f"--between takes exactly two arrays (source, target), got {len(names)}."
+            raise DSLogError(msg)
+        direction = None if args.direction == "auto" else args.direction
+        result = log.lineage_between(names[0], names[1], cells, direction=direction)
+        print(f"union over every path {names[0]} -> {names[1]}", file=sys.stderr)
+    else:
+        plan = log.plan(names)
+        print(plan, file=sys.stderr)
+        result = plan.run(cells)
     if args.count:
         print(result.count())
         return 0
     table = result.to_arrow()
-    print("\t".join(table.column_names))
-    for row in table.to_pylist():
-        print("\t".join(str(v) for v in row.values()))
+    if args.output:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, args.output)
+        print(f"wrote {result.n_boxes} box(es) to {args.output}", file=sys.stderr)
+    else:
+        print("\t".join(table.column_names))
+        for row in table.to_pylist():
+            print("\t".join(str(v) for v in row.values()))
     print(f"{result.count()} cell(s) in {result.n_boxes} box(es)", file=sys.stderr)
     return 0
 
@@ -128,12 +142,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=_rebuild)
     p = sub.add_parser("query", help="lineage of cells along a path of arrays")
     p.add_argument("store")
-    p.add_argument("path", nargs="+", help="array names, first to last (at least two)")
+    p.add_argument(
+        "path",
+        nargs="+",
+        help="array names, first to last (at least two); an asset is its key with `/`, "
+        "e.g. images/smoothed",
+    )
     p.add_argument(
         "--cells",
         action="append",
         help="a box of the first array as NumPy indices, e.g. 0:10,3 (repeatable; default: all)",
     )
+    p.add_argument(
+        "--between",
+        action="store_true",
+        help="two arrays: union over every path between them (what the query assets do)",
+    )
+    p.add_argument(
+        "--direction",
+        choices=["auto", "forward", "backward"],
+        default="auto",
+        help="with --between: insist on a direction (default: whichever links them)",
+    )
+    p.add_argument(
+        "--partition",
+        action="append",
+        help="partition key of a partitioned asset: once for all arrays or once per array "
+        "in order ('' for an unpartitioned one)",
+    )
+    p.add_argument("--output", help="write the boxes to this Parquet file instead of stdout")
     p.add_argument("--count", action="store_true", help="print only the number of cells")
     p.set_defaults(func=_query)
     p = sub.add_parser("compact", help="pack small operations into shared pack files")

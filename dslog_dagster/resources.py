@@ -26,6 +26,7 @@ from dslog_dagster.core.store import LineageStore
 __all__ = ["DSLogResource", "open_store"]
 
 _stores: dict[Path, LineageStore] = {}
+_sessions: dict[Path, DSLog] = {}
 _stores_lock = threading.Lock()
 
 
@@ -111,5 +112,24 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return open_store(self.resolve_store_dir(default_base))
 
     def session(self, default_base: str | os.PathLike[str] | None = None) -> DSLog:
-        """A :class:`~dslog_dagster.core.api.DSLog` query session over the store."""
-        return DSLog(self.store(default_base))
+        """The process-wide :class:`~dslog_dagster.core.api.DSLog` session over the store.
+
+        Shared per store directory, so the operation graph and prepared tables are reused by
+        every query of a process (a session reloads the graph when the store changes).
+        """
+        store = self.store(default_base)
+        with _stores_lock:
+            log = _sessions.get(store.root)
+            if log is None or log.store is not store:
+                log = _sessions[store.root] = DSLog(store)
+            return log
+
+    def session_for(self, context: "dg.AssetExecutionContext | dg.OpExecutionContext") -> DSLog:
+        """The session a query asset or check uses inside a run.
+
+        Without ``store_dir`` or ``$DSLOG_STORE`` this is the store of a
+        :class:`~dslog_dagster.io_managers.DSLogIOManager` with the default ``base_dir`` (the
+        instance storage directory). An IO manager with its own ``base_dir`` keeps its store
+        under that directory: give the resource the same ``store_dir`` then.
+        """
+        return self.session(context.instance.storage_directory())

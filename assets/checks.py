@@ -1,0 +1,416 @@
+"""Asset checks on the lineage of tracked assets.
+
+:func:`lineage_checks` builds three checks per asset. Each looks at the asset's latest
+materialization, finds its array in the store (``array_name(key, partition)``, version = the
+run id that materialized it) and the operations that wrote that version:
+
+``dslog_lineage_readable`` — severity **ERROR**
+    The array version is registered, some operation wrote it, and every lineage table of those
+    operations for it reads back and decompresses. A failure means queries over this asset
+    fail or are impossible: a missing, truncated or foreign file.
+``dslog_lineage_shape`` — severity **ERROR**
+    The registered shape equals the materialized value's shape where the materialization
+    records one (``dslog/shape``, or ``dagster/row_count`` for the first axis), and every
+    table's relation connects exactly the registered shapes of its output and input. A
+    failure means the lineage describes a different array, so answers would be wrong.
+``dslog_lineage_coverage`` — severity **WARN** by default
+    Every cell of the output has lineage to some input, or is declared constant: by the
+    ``constant_cells`` argument, or by ``dslog/constant_cells`` materialization metadata (a
+    JSON list of box strings such as ``["0,:"]``). Operations without inputs (source assets)
+    pass: all their cells are constants. Gaps do not make other answers wrong, only
+    incomplete — hence WARN; pass ``coverage_severity=ERROR`` to make them fail hard.
+
+Failing checks say what was found in their description and metadata (array, version, bad
+tables with their errors, uncovered cell count with a picture and the first boxes).
+"""
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from dslog_dagster.assets._render import boxes_preview, cells_markdown
+from dslog_dagster.assets.queries import DEFAULT_RESOURCE_KEY
+from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.cellspec import cells_from_spec
+from dslog_dagster.core.query import CellSet, prepare
+from dslog_dagster.core.store import ArrayRecord, OperationRecord
+from dslog_dagster.errors import DSLogError
+from dslog_dagster.naming import array_name
+
+__all__ = [
+    "CHECK_COVERAGE",
+    "CHECK_READABLE",
+    "CHECK_SHAPE",
+    "CONSTANT_CELLS_KEY",
+    "SHAPE_KEY",
+    "lineage_checks",
+]
+
+CHECK_READABLE = "dslog_lineage_readable"
+CHECK_SHAPE = "dslog_lineage_shape"
+CHECK_COVERAGE = "dslog_lineage_coverage"
+SHAPE_KEY = "dslog/shape"
+"""Materialization metadata with the value's shape: JSON list, or text such as ``(4, 5)``."""
+CONSTANT_CELLS_KEY = "dslog/constant_cells"
+"""Materialization metadata declaring cells without lineage on purpose (JSON box strings)."""
+
+AssetRef = dg.AssetsDefinition | dg.AssetSpec | dg.AssetKey | str | Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    """An asset's latest materialization and its array version in the store."""
+
+    run_id: str
+    partition: str | None
+    metadata: Mapping[str, Any]
+    array: ArrayRecord
+    producers: list[OperationRecord]
+
+
+class _Fail(Exception):
+    """Ends a check early with a result (the array or materialization is missing)."""
+
+    def __init__(self, result: dg.AssetCheckResult) -> None:
+        super().__init__(result.description)
+        self.result = result
+
+
+def _keys(assets_or_keys: Iterable[AssetRef]) -> list[dg.AssetKey]:
+    keys: list[dg.AssetKey] = []
+    for a in assets_or_keys:
+        if isinstance(a, dg.AssetsDefinition):
+            keys.extend(a.keys)
+        elif isinstance(a, dg.AssetSpec):
+            keys.append(a.key)
+        elif isinstance(a, dg.AssetKey):
+            keys.append(a)
+        elif isinstance(a, str):
+            keys.append(dg.AssetKey.from_user_string(a))
+        else:
+            keys.append(dg.AssetKey(list(a)))
+    return list(dict.fromkeys(keys))
+
+
+def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey) -> _Located:
+    entry = context.instance.get_latest_materialization_event(key)
+    mat = entry.asset_materialization if entry is not None else None
+    if entry is None or mat is None:
+        raise _Fail(
+            dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"`{key.to_user_string()}` has not been materialized yet.",
+            )
+        )
+    name = array_name(key, mat.partition)
+    meta_base = {"dslog/array": name, "dslog/version": entry.run_id}
+    try:
+        rec = log.store.get_array(name, entry.run_id)
+    except DSLogError as e:
+        raise _Fail(
+            dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=(
+                    f"No lineage is stored for the latest materialization of "
+                    f"`{key.to_user_string()}` (array `{name}`, version = run "
+                    f"`{entry.run_id}`): {e} Materialize it with lineage tracking on."
+                ),
+                metadata=meta_base,
+            )
+        ) from e
+    ids = log.store.catalog.column(
+        "SELECT DISTINCT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
+        "ORDER BY op_id",
+        [rec.array_id],
+    )
+    producers = []
+    for op_id in ids:
+        try:
+            producers.append(log.store.get_operation(op_id))
+        except Exception as e:  # a torn segment raises Arrow errors too: that is the finding
+            raise _Fail(
+                dg.AssetCheckResult(
+                    passed=False,
+                    severity=dg.AssetCheckSeverity.ERROR,
+                    description=f"The operation `{op_id}` that wrote `{name}` is unreadable: {e}",
+                    metadata={**meta_base, "dslog/op_id": op_id},
+                )
+            ) from e
+    return _Located(entry.run_id, mat.partition, dict(mat.metadata), rec, producers)
+
+
+def _base_meta(loc: _Located) -> dict[str, Any]:
+    return {
+        "dslog/array": loc.array.name,
+        "dslog/version": loc.run_id,
+        "dslog/store_shape": str(loc.array.shape),
+        "dslog/operations": len(loc.producers),
+    }
+
+
+def _tables(loc: _Located) -> list[tuple[OperationRecord, str]]:
+    """(operation, input name) of every table whose output is the located array."""
+    return [(op, t.input) for op in loc.producers for t in op.tables if t.output == loc.array.name]
+
+
+def _check_readable(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
+    meta = _base_meta(loc)
+    if not loc.producers:
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=(
+                f"Array `{loc.array.name}` version `{loc.run_id}` is registered but no operation "
+                "wrote it, so it has no lineage to read."
+            ),
+            metadata=meta,
+        )
+    errors: list[str] = []
+    pairs = 0
+    tables = _tables(loc)
+    for op, inp in tables:
+        try:
+            rel = log.store.read_lineage(op, loc.array.name, inp).decompress()
+            pairs += int(rel.n)
+        except Exception as e:  # any failure to read is the finding; report, do not crash
+            errors.append(f"{op.op_name} ({op.op_id[:12]}…) {loc.array.name} ← {inp}: {e}")
+    meta.update({"dslog/tables": len(tables), "dslog/pairs": pairs})
+    if errors:
+        meta["dslog/errors"] = dg.MetadataValue.json(errors)
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{len(errors)} of {len(tables)} lineage table(s) are unreadable: "
+            + errors[0],
+            metadata=meta,
+        )
+    return dg.AssetCheckResult(
+        passed=True,
+        description=f"{len(tables)} lineage table(s), {pairs:,} cell pairs, all readable.",
+        metadata=meta,
+    )
+
+
+def _recorded_shape(metadata: Mapping[str, Any]) -> tuple[str, tuple[int, ...] | None, int | None]:
+    """(where it came from, full shape or None, first-axis length or None)."""
+
+    def raw(v: Any) -> Any:
+        return getattr(v, "value", v)
+
+    if SHAPE_KEY in metadata:
+        v = raw(metadata[SHAPE_KEY])
+        if isinstance(v, str):
+            v = json.loads(v.replace("(", "[").replace(")", "]").replace(",]", "]"))
+        return SHAPE_KEY, tuple(int(x) for x in v), None
+    if "dagster/row_count" in metadata:
+        return "dagster/row_count", None, int(raw(metadata["dagster/row_count"]))
+    return "", None, None
+
+
+def _check_shape(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
+    meta = _base_meta(loc)
+    problems: list[str] = []
+    try:
+        source, full, rows = _recorded_shape(loc.metadata)
+    except (ValueError, TypeError) as e:
+        source, full, rows = SHAPE_KEY, None, None
+        problems.append(f"`{SHAPE_KEY}` metadata is not a shape: {e}")
+    meta["dslog/shape_source"] = source or "not recorded (store shapes checked only)"
+    if full is not None and full != loc.array.shape:
+        problems.append(f"materialized shape {full} ≠ stored shape {loc.array.shape}")
+    if rows is not None and (not loc.array.shape or loc.array.shape[0] != rows):
+        problems.append(f"materialized row count {rows} ≠ stored shape {loc.array.shape}")
+    for op, inp in _tables(loc):
+        in_rec = next((a for a in op.inputs if a.name == inp), None)
+        try:
+            table = log.store.read_lineage(op, loc.array.name, inp)
+        except Exception as e:  # unreadable tables are the readable check's finding
+            problems.append(f"{loc.array.name} ← {inp}: unreadable ({type(e).__name__})")
+            continue
+        out_rec = next((a for a in op.outputs if a.name == loc.array.name), loc.array)
+        want = (out_rec.shape, in_rec.shape if in_rec else None)
+        if out_rec.shape != loc.array.shape:
+            problems.append(
+                f"operation {op.op_name} recorded output shape {out_rec.shape}, the store has "
+                f"{loc.array.shape}"
+            )
+        if (table.out_shape, table.in_shape) != want:
+            problems.append(
+                f"{op.op_name} table {loc.array.name} ← {inp} connects shapes "
+                f"{table.out_shape} ← {table.in_shape}, the arrays are {want[0]} ← {want[1]}"
+            )
+    if problems:
+        meta["dslog/problems"] = dg.MetadataValue.json(problems)
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description="Lineage does not match the shapes: " + "; ".join(problems[:3]),
+            metadata=meta,
+        )
+    what = f" and the materialized shape ({source})" if source else ""
+    return dg.AssetCheckResult(
+        passed=True,
+        description=f"Lineage tables agree with the stored shape {loc.array.shape}{what}.",
+        metadata=meta,
+    )
+
+
+def _declared_constants(loc: _Located, constant: Sequence[str] | None) -> tuple[CellSet, list[str]]:
+    boxes = list(constant or ())
+    if CONSTANT_CELLS_KEY in loc.metadata:
+        v = getattr(loc.metadata[CONSTANT_CELLS_KEY], "value", loc.metadata[CONSTANT_CELLS_KEY])
+        boxes += list(json.loads(v) if isinstance(v, str) else v)
+    return cells_from_spec(loc.array.shape, boxes), boxes
+
+
+def _check_coverage(
+    log: DSLog,
+    loc: _Located,
+    constant: Sequence[str] | None,
+    severity: dg.AssetCheckSeverity,
+) -> dg.AssetCheckResult:
+    meta = _base_meta(loc)
+    if loc.producers and all(not op.inputs for op in loc.producers):
+        return dg.AssetCheckResult(
+            passed=True,
+            description="Source asset: its operation reads no tracked input, so every cell "
+            "is a constant of the pipeline.",
+            metadata=meta,
+        )
+    consts, boxes = _declared_constants(loc, constant)
+    covered = consts
+    for op, inp in _tables(loc):
+        in_rec = next(a for a in op.inputs if a.name == inp)
+        try:
+            hop = prepare(log.store.read_lineage(op, loc.array.name, inp))
+        except Exception as e:  # reported by the readable check; cannot count coverage
+            return dg.AssetCheckResult(
+                passed=False,
+                severity=severity,
+                description=f"Cannot measure coverage: lineage {loc.array.name} ← {inp} is "
+                f"unreadable ({e}).",
+                metadata=meta,
+            )
+        covered = covered | hop.run(CellSet.full(in_rec.shape), "forward")
+    missing = _complement(covered)
+    total = covered.count() + missing.count()
+    meta.update(
+        {
+            "dslog/cells": total,
+            "dslog/cells_with_lineage": covered.count() - consts.count(),
+            "dslog/constant_cells_declared": consts.count(),
+            "dslog/cells_without_lineage": missing.count(),
+        }
+    )
+    if boxes:
+        meta["dslog/constant_boxes"] = dg.MetadataValue.json(boxes)
+    if missing.is_empty():
+        return dg.AssetCheckResult(
+            passed=True,
+            description=f"All {total:,} cells have lineage"
+            + (f" or are declared constant ({consts.count():,})." if boxes else "."),
+            metadata=meta,
+        )
+    meta["dslog/uncovered_preview"] = boxes_preview(missing, 10)
+    meta["dslog/uncovered_picture"] = dg.MetadataValue.md(
+        cells_markdown(f"cells of {loc.array.name} without lineage", missing)
+    )
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=severity,
+        description=(
+            f"{missing.count():,} of {total:,} cells of `{loc.array.name}` have no lineage and "
+            f"are not declared constant (first box: {missing.to_slices()[0]}). Declare constants "
+            f"with `{CONSTANT_CELLS_KEY}` metadata or fix the capture."
+        ),
+        metadata=meta,
+    )
+
+
+def _complement(cells: CellSet) -> CellSet:
+    """Cells of the array not in ``cells`` (via a mask: checks run on arrays that fit)."""
+    return CellSet.from_mask(~cells.to_mask(), cells.shape)
+
+
+def lineage_checks(
+    assets_or_keys: Iterable[AssetRef],
+    *,
+    resource_key: str = DEFAULT_RESOURCE_KEY,
+    constant_cells: Mapping[str, Sequence[str]] | None = None,
+    coverage_severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.WARN,
+    blocking: bool = False,
+) -> list[dg.AssetChecksDefinition]:
+    """Three lineage checks (readable, shape, coverage) for each asset; see the module doc.
+
+    Args:
+        assets_or_keys: assets definitions, specs, keys or ``"a/b"`` strings.
+        resource_key: key of the ``DSLogResource``.
+        constant_cells: per asset key string (``"a/b"``), box strings of cells that have no
+            lineage on purpose (e.g. a constant border): ``{"images/padded": ["0,:"]}``.
+        coverage_severity: severity of a coverage failure (WARN by default).
+        blocking: make failing ERROR checks block downstream materializations.
+
+    Examples:
+        >>> dg.Definitions(assets=[raw, smoothed], asset_checks=lineage_checks([smoothed]),
+        ...                resources={"dslog": DSLogResource(store_dir=".dslog")})  # doctest: +SKIP
+    """
+    out: list[dg.AssetChecksDefinition] = []
+    for key in _keys(assets_or_keys):
+        const = (constant_cells or {}).get(key.to_user_string())
+
+        def coverage(
+            log: DSLog, loc: _Located, c: Sequence[str] | None = const
+        ) -> dg.AssetCheckResult:
+            return _check_coverage(log, loc, c, coverage_severity)
+
+        out += [
+            _make(key, CHECK_READABLE, resource_key, blocking, _check_readable, _READABLE_DOC),
+            _make(key, CHECK_SHAPE, resource_key, blocking, _check_shape, _SHAPE_DOC),
+            _make(
+                key,
+                CHECK_COVERAGE,
+                resource_key,
+                blocking,
+                coverage,
+                _COVERAGE_DOC,
+            ),
+        ]
+    return out
+
+
+_READABLE_DOC = (
+    "ERROR if the stored lineage of the latest materialization is missing or unreadable."
+)
+_SHAPE_DOC = "ERROR if the stored lineage disagrees with the asset's (materialized) shape."
+_COVERAGE_DOC = "Every output cell has lineage or is declared constant (WARN by default)."
+
+
+def _make(
+    key: dg.AssetKey,
+    name: str,
+    resource_key: str,
+    blocking: bool,
+    body: Callable[[DSLog, _Located], dg.AssetCheckResult],
+    doc: str,
+) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=key,
+        name=name,
+        description=doc,
+        blocking=blocking,
+        required_resource_keys={resource_key},
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        log: DSLog = getattr(context.resources, resource_key).session_for(context)
+        try:
+            loc = _locate(context, log, key)
+        except _Fail as f:
+            return f.result
+        return body(log, loc)
+
+    return _check

@@ -1,0 +1,139 @@
+"""The reuse-signature asset: a table of the store's reuse views.
+
+A *reuse view* (the reuse issue) lets a re-run of an operation take its lineage from an
+earlier, verified capture instead of capturing again; each view is identified by a
+signature. This asset lists them — signature, kind, hits, last verified — so the UI shows
+which operations are served from views and how often.
+
+The asset reads views through a :data:`ViewSource`: a function from a :class:`DSLog` session
+to rows (mappings with the :data:`VIEW_COLUMNS` keys). :func:`registry_view_rows` is the
+default and reads ``dslog_dagster.core.reuse.ViewRegistry(store_root).views()``.
+"""
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import dagster as dg
+
+from dslog_dagster.assets.queries import (
+    DEFAULT_QUERY_GROUP,
+    DEFAULT_RESOURCE_KEY,
+    write_query_result,
+)
+from dslog_dagster.core.api import DSLog
+from dslog_dagster.errors import DSLogError
+
+__all__ = ["VIEW_COLUMNS", "ViewSource", "registry_view_rows", "reuse_signatures_asset"]
+
+VIEW_COLUMNS = ("signature", "kind", "hits", "last_verified")
+"""Keys of one view row: str, str (e.g. base / dim / gen), int, datetime or ISO str or None."""
+
+ViewSource = Callable[[DSLog], Iterable[Mapping[str, Any]]]
+
+VIEWS_TABLE = "dslog/views"
+VIEW_COUNT = "dslog/view_count"
+VIEW_HITS = "dslog/view_hits"
+VIEWS_BY_KIND = "dslog/views_by_kind"
+
+
+def registry_view_rows(log: DSLog) -> Iterable[Mapping[str, Any]]:
+    """Rows of the store's reuse-view registry (needs the reuse issue's ``core.reuse``).
+
+    Raises:
+        DSLogError: this dslog has no reuse-view registry.
+    """
+    try:
+        from dslog_dagster.core.reuse import ViewRegistry
+    except ImportError as e:
+        msg = (
+            "This dslog-dagster has no reuse-view registry (`dslog_dagster.core.reuse`); "
+            "pass `views=` to reuse_signatures_asset or upgrade."
+        )
+        raise DSLogError(msg) from e
+    for v in ViewRegistry(log.store.root).views():
+        yield {c: getattr(v, c) if not isinstance(v, Mapping) else v.get(c) for c in VIEW_COLUMNS}
+
+
+def _row(raw: Mapping[str, Any]) -> dict[str, Any]:
+    missing = [c for c in ("signature", "kind") if raw.get(c) in (None, "")]
+    if missing:
+        msg = f"A reuse view row lacks {missing}: {dict(raw)!r}."
+        raise DSLogError(msg)
+    verified = raw.get("last_verified")
+    if isinstance(verified, datetime):
+        verified = verified.isoformat(timespec="seconds")
+    return {
+        "signature": str(raw["signature"]),
+        "kind": str(raw["kind"]),
+        "hits": int(raw.get("hits") or 0),
+        "last_verified": "" if verified is None else str(verified),
+    }
+
+
+def reuse_signatures_asset(
+    views: ViewSource | None = None,
+    *,
+    name: str = "dslog_reuse_signatures",
+    key_prefix: str | Sequence[str] | None = None,
+    group_name: str = DEFAULT_QUERY_GROUP,
+    resource_key: str = DEFAULT_RESOURCE_KEY,
+    max_rows: int = 200,
+) -> dg.AssetsDefinition:
+    """An asset whose materialization tables the store's reuse views (most hits first).
+
+    The full table is also written as Parquet beside query results
+    (``<store>/queries/<asset key>/<run id>.parquet``); the UI shows the first ``max_rows``.
+
+    Args:
+        views: where rows come from (default: :func:`registry_view_rows`).
+    """
+    source = views or registry_view_rows
+
+    @dg.asset(
+        name=name,
+        key_prefix=key_prefix,
+        group_name=group_name,
+        kinds={"dslog"},
+        required_resource_keys={resource_key},
+        description="Reuse views of the lineage store: signature, kind, hits, last verified.",
+    )
+    def _signatures(context: dg.AssetExecutionContext) -> dg.MaterializeResult[Any]:
+        import pyarrow as pa
+
+        log: DSLog = getattr(context.resources, resource_key).session_for(context)
+        rows = sorted((_row(r) for r in source(log)), key=lambda r: (-r["hits"], r["signature"]))
+        by_kind: dict[str, int] = {}
+        for r in rows:
+            by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + 1
+        table = pa.table(
+            {
+                "signature": pa.array([r["signature"] for r in rows], pa.string()),
+                "kind": pa.array([r["kind"] for r in rows], pa.string()),
+                "hits": pa.array([r["hits"] for r in rows], pa.int64()),
+                "last_verified": pa.array([r["last_verified"] for r in rows], pa.string()),
+            }
+        )
+        path = write_query_result(log.store.root, context.asset_key, context.run.run_id, table)
+        schema = dg.TableSchema(
+            columns=[
+                dg.TableColumn("signature", "string"),
+                dg.TableColumn("kind", "string"),
+                dg.TableColumn("hits", "int"),
+                dg.TableColumn("last_verified", "string"),
+            ]
+        )
+        return dg.MaterializeResult(
+            metadata={
+                VIEWS_TABLE: dg.MetadataValue.table(
+                    [dg.TableRecord(r) for r in rows[:max_rows]], schema=schema
+                ),
+                VIEW_COUNT: dg.MetadataValue.int(len(rows)),
+                VIEW_HITS: dg.MetadataValue.int(sum(r["hits"] for r in rows)),
+                VIEWS_BY_KIND: dg.MetadataValue.json(by_kind),
+                "dslog/result_path": dg.MetadataValue.path(str(path)),
+                "dagster/row_count": dg.MetadataValue.int(len(rows)),
+            }
+        )
+
+    return _signatures
