@@ -57,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 print(line)
         print("  (run 2 captured again: reuse views are not wired into the plugin yet)")
+        # the saved lineage query asset `hotspot_origin`, as the schedule or sensor would run it
+        query = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=instance, asset_selection=[dg.AssetKey("hotspot_origin")], run_config=QUIET
+        )
+        (mat,) = query.get_asset_materialization_events()
+        qmd = mat.materialization.metadata
+        print(
+            f"query asset hotspot_origin: {qmd['dslog/result_cells'].value} raw_frame cells in "
+            f"{qmd['dslog/result_boxes'].value} box(es) -> {qmd['dslog/result_path'].value}"
+        )
     store = base / ".dslog"
     log = DSLog(store)
     top = np.load(base / "top_hotspots.npy")

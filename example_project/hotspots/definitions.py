@@ -3,14 +3,23 @@
 Arrays and lineage live under ``$HOTSPOTS_BASE_DIR`` when set, else in the Dagster instance's
 storage directory (``$DAGSTER_HOME/storage``); the lineage store is its ``.dslog`` folder
 (or ``$DSLOG_STORE``).
+
+Besides the pipeline, the project carries the lineage side of the plugin
+(:func:`dslog_dagster.assets.lineage_definitions`): an ad-hoc ``lineage_query`` asset (set its
+config in the launchpad), two saved queries that re-run when their upstream lineage changes
+(``hotspot_origin``: which raw-frame cells feed the brightest hotspot; ``raw_reach``: which
+hotspot tiles a corner of the raw frame reaches), a nightly schedule for them, and the lineage
+checks of the pipeline steps whose every cell has lineage.
 """
 
 import os
+from pathlib import Path
 
 import dagster as dg
 
 from dslog_dagster import DSLogIOManager, DSLogResource
-from hotspots.assets import PIPELINE
+from dslog_dagster.assets import SavedLineageQuery, lineage_definitions
+from hotspots.assets import PIPELINE, calibrated, dark_frame, raw_frame, smoothed
 from hotspots.spark import spark_assets, spark_resources
 
 hotspot_job = dg.define_asset_job(
@@ -19,19 +28,41 @@ hotspot_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
+SAVED_QUERIES = [
+    SavedLineageQuery(
+        name="hotspot_origin", source="top_hotspots", target="raw_frame", cells=["0"]
+    ),
+    SavedLineageQuery(name="raw_reach", source="raw_frame", target="hotspots", cells=["0:32,0:32"]),
+]
+
 
 def make_defs(base_dir: str | None = None, policy: str = "capture") -> dg.Definitions:
     """The project's definitions with arrays (and lineage) under ``base_dir``."""
-    dslog = DSLogResource(policy=policy)  # type: ignore[arg-type]
-    return dg.Definitions(
+    store_dir = None
+    if base_dir is not None and not os.environ.get("DSLOG_STORE"):
+        # the IO manager keeps the store under its base_dir; the query assets must find it too
+        store_dir = str(Path(base_dir).absolute() / ".dslog")
+    dslog = DSLogResource(policy=policy, store_dir=store_dir)  # type: ignore[arg-type]
+    pipeline = dg.Definitions(
         assets=[*PIPELINE, *spark_assets],
         jobs=[hotspot_job],
+        # one process per run: a process per step costs seconds each on a small machine
+        executor=dg.in_process_executor,
         resources={
             "io_manager": DSLogIOManager.from_resource(dslog, base_dir=base_dir),
             "dslog": dslog,
             **spark_resources,
         },
     )
+    lineage = lineage_definitions(
+        queries=SAVED_QUERIES,
+        # Lineage checks on the steps where every output cell has lineage. From `thresholded`
+        # on, cells below the threshold are the constant 0.0 (no input cell produced them), so
+        # the coverage check would rightly warn there. The "dslog" resource comes from above.
+        assets=[raw_frame, dark_frame, calibrated, smoothed],
+        cron_schedule="0 3 * * *",
+    )
+    return dg.Definitions.merge(pipeline, lineage)
 
 
 defs = make_defs(os.environ.get("HOTSPOTS_BASE_DIR"))

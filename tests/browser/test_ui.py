@@ -29,19 +29,39 @@ from urllib.parse import urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# --- what to serve and what to look at (the lead re-points these at example_project) -------
-WEBSERVER_TARGET = ["-f", str(ROOT / "tests" / "browser" / "ui_defs.py")]
-MATERIALIZE = [["images", "raw"], ["images", "smoothed"], ["images", "hot"], ["hot_corner_origin"]]
+# --- what to serve and what to look at (the example project) -------
+WEBSERVER_TARGET = ["-m", "hotspots.definitions"]
+PYTHONPATH = [str(ROOT / "example_project"), str(ROOT)]
+MATERIALIZE = [
+    [k]
+    for k in (
+        "raw_frame",
+        "dark_frame",
+        "calibrated",
+        "smoothed",
+        "thresholded",
+        "hotspots",
+        "top_hotspots",
+        "peak_stats",
+        "hotspot_origin",
+    )
+]
 # (asset key path as in the URL, tab, texts that must be shown, must show a data-URI picture)
 PAGES = [
     (
-        "hot_corner_origin",
+        "smoothed",
+        "events",
+        ["dslog/lineage", "dslog/obtained", "dslog/compression_ratio", "dslog/capture_s"],
+        True,
+    ),
+    (
+        "hotspot_origin",
         "events",
         ["dslog/result_cells", "dslog/result_picture", "dslog/result_preview", "dslog/query"],
         True,
     ),
     (
-        "images/hot",
+        "smoothed",
         "checks",
         ["dslog_lineage_readable", "dslog_lineage_shape", "dslog_lineage_coverage"],
         False,
@@ -94,7 +114,7 @@ class Server:
             **os.environ,
             "DAGSTER_HOME": str(home),
             "DSLOG_STORE": str(store),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([*PYTHONPATH, os.environ.get("PYTHONPATH", "")]),
         }
         exe = Path(sys.executable).with_name("dagster-webserver")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
