@@ -1,0 +1,1216 @@
+"""The provenance-view registry: predict, confirm, serve and verify reusable lineage.
+
+**Keys** (:mod:`.signatures`): every call of an operation has a *dim* key (code identity,
+mode, relevant arguments, input shapes), a *gen* key (the same with the shape class instead of
+the shapes) and, for operations whose dim key turned out to be data-dependent, a *base* key
+(the input contents). A key maps to one view file ``<store>/views/<signature>.json``; lookup is
+one dict access (plus one file read the first time a key is seen), so it does not depend on
+the number of views.
+
+**Prediction** (ICDE VI-C, thesis 5.2.3). After a capture the registry records a *candidate*
+under each key. Each further capture with the same key is compared with it: ``m`` matches
+(``ReusePolicy.confirm_after``, default 2) confirm the view; one mismatch marks the key
+non-reusable for good (a ``<signature>.dead`` marker that is only ever created, so no process
+can resurrect the view). A gen candidate must *predict* captures at ``m`` shapes it has not
+seen (it is re-fitted when a new shape contradicts it). Before a view is confirmed it is
+probed with synthetic inputs of the same shape (ascending and descending ramps, opposite
+ramps on different inputs, a sign-crossing ramp, random values): data-dependent lineage
+(sort, filters, picks by comparison, ``where`` on a data mask) differs between them even
+when the user's own captures happened to agree. A view whose lineage only differs on NaN
+inputs (``nansum``) is confirmed as *finite-only* and not served for inputs with NaNs.
+
+**Serving** (:meth:`ViewRegistry.run`, used by ``capture(..., reuse=registry)``): base, then
+dim, then gen. The function runs on plain float64 inputs, the lineage comes from the view. A
+view is verified (:func:`~dslog_dagster.core.verification.verify_sample`) before it is trusted
+for a call whose exact shapes and argument values it has not been checked on, and afterwards on
+a random sample of calls (``rate``) within a time ``budget``. A failed check demotes the view,
+issues :class:`~dslog_dagster.errors.ViewMismatchWarning` and captures the call instead.
+
+**Irrelevant arguments** (thesis 5.2.4): when confirmed dim views at the same shapes differ in
+one argument only and have equal lineage ``irrelevant_after`` times (and never differ), the
+argument is dropped from the operation's keys; existing views are aliased under the shorter
+key and re-verified on first use.
+
+**Concurrency.** View files are written atomically (temp file + rename): a reader sees a whole
+old or a whole new view, never a torn one. Two processes updating one candidate race
+last-writer-wins, which can only delay a confirmation; the non-reusable markers are
+create-only, so a demotion is never lost.
+"""
+
+import base64
+import contextlib
+import json
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from dslog_dagster.core import signatures as sigs
+from dslog_dagster.core.capture import (
+    CaptureResult,
+    LazyRelations,
+    Mode,
+    OnLost,
+    _func_name,
+    _outputs,
+    _plain_value,
+    capture_inputs,
+)
+from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.relation import LineageRelation, Shape
+from dslog_dagster.core.storage import atomic_write_bytes, table_from_blob, table_to_blob
+from dslog_dagster.core.verification import verify_sample
+from dslog_dagster.core.views import GenTemplate, TableKey, fit, table_sets_equal
+from dslog_dagster.errors import ReuseError, ViewMismatchWarning
+
+__all__ = ["DeclaredHit", "ReusePolicy", "ViewInfo", "ViewRegistry"]
+
+F64 = npt.NDArray[np.float64]
+Kind = Literal["base", "dim", "gen"]
+Status = Literal["candidate", "confirmed", "non_reusable"]
+VIEW_SCHEMA_VERSION = 1
+# Instantiated gen tables kept per view (by shape), and verified exact keys kept per view.
+_INSTANCE_CACHE = 64
+_VERIFIED_KEEP = 256
+_OUT_SHAPE_MEMO = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class ReusePolicy:
+    """How eagerly views are confirmed and how often they are checked.
+
+    Attributes:
+        confirm_after: ``m``: further matching captures that confirm a dim/gen candidate
+            (gen: at ``m`` shapes the candidate had not seen; ICDE uses 1, the thesis 2).
+        base_confirm_after: the same for exact-input (base) views; the same input through the
+            same code gives the same lineage unless the code is non-deterministic.
+        base / dim / gen: which kinds of views are recorded and served.
+        probe: run synthetic-input probes before confirming a view (strongly recommended:
+            two captures of a data-dependent op can agree by chance).
+        verify_new: verify a view before serving it for exact shapes/arguments it was not
+            checked on (a new shape for gen, a new value of an irrelevant argument).
+        rate: probability that a hit on an already-checked shape is verified again.
+        budget: seconds per registry instance that sampled (``rate``) verifications may
+            take; new-shape verifications are not limited by it.
+        literal_below: extents below this stay literal in shape classes (1, 2, 3 by default:
+            broadcasting axes and ``cross``'s 2- and 3-vectors are never generalised).
+        irrelevant_after: equal-lineage pairs that make an argument irrelevant.
+        max_observations: captures kept per gen candidate for re-fitting (a template needs
+            ``p + 1`` affinely independent shapes for ``p`` symbols before it may predict).
+        flush_every: hits between writes of a view's hit counter (also on :meth:`flush`).
+        seed: seed of the registry's random choices (sampling, probes), None for fresh.
+    """
+
+    confirm_after: int = 2
+    base_confirm_after: int = 1
+    base: bool = True
+    dim: bool = True
+    gen: bool = True
+    probe: bool = True
+    verify_new: bool = True
+    rate: float = 0.05
+    budget: float = 2.0
+    literal_below: int = 4
+    irrelevant_after: int = 2
+    max_observations: int = 8
+    flush_every: int = 64
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.confirm_after < 0 or self.base_confirm_after < 0:
+            msg = "`confirm_after` and `base_confirm_after` must be >= 0."
+            raise ValueError(msg)
+        if not 0.0 <= self.rate <= 1.0:
+            msg = f"`rate` must be within [0, 1], got {self.rate}."
+            raise ValueError(msg)
+        if self.literal_below < 2:
+            msg = (
+                "`literal_below` must be at least 2 (extent 1 is always literal), "
+                f"got {self.literal_below}."
+            )
+            raise ValueError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewInfo:
+    """One row of :meth:`ViewRegistry.views` (what a reuse-signature asset shows)."""
+
+    signature: str
+    kind: Kind
+    op: str
+    status: Status
+    matches: int
+    hits: int
+    shapes_seen: int
+    created_at: datetime
+    last_verified: datetime | None
+    finite_only: bool
+    reason: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "signature": self.signature,
+            "kind": self.kind,
+            "op": self.op,
+            "status": self.status,
+            "matches": self.matches,
+            "hits": self.hits,
+            "shapes_seen": self.shapes_seen,
+            "created_at": self.created_at.isoformat(),
+            "last_verified": self.last_verified.isoformat() if self.last_verified else None,
+            "finite_only": self.finite_only,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredHit:
+    """A view found for a declared operation (``DSLog.register_operation(reuse=...)``)."""
+
+    kind: Kind
+    signature: str
+    tables: Mapping[TableKey, LineageTable]
+    needs_check: bool
+    exact_key: str
+
+
+# --------------------------------------------------------------------------- views
+
+
+def _encode_tables(tables: Mapping[TableKey, LineageTable]) -> dict[str, str]:
+    return {
+        ",".join(map(str, k)): base64.b64encode(table_to_blob(t)).decode("ascii")
+        for k, t in sorted(tables.items())
+    }
+
+
+def _decode_tables(d: Mapping[str, str], source: str) -> dict[TableKey, LineageTable]:
+    out: dict[TableKey, LineageTable] = {}
+    for k, blob in d.items():
+        a, b, c = (int(x) for x in k.split(","))
+        out[(a, b, c)] = table_from_blob(base64.b64decode(blob), source)
+    return out
+
+
+def _ts(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC)
+
+
+@dataclass(eq=False)
+class _View:
+    signature: str
+    kind: Kind
+    op: str
+    status: Status = "candidate"
+    matches: int = 0
+    hits: int = 0
+    created: float = field(default_factory=time.time)
+    last_verified: float | None = None
+    reason: str | None = None
+    finite_only: bool = False
+    in_shapes: list[Shape] = field(default_factory=list)
+    out_shapes: list[Shape] = field(default_factory=list)
+    tables: dict[TableKey, LineageTable] = field(default_factory=dict)
+    template: GenTemplate | None = None
+    observations: list[tuple[tuple[int, ...], dict[TableKey, LineageTable]]] = field(
+        default_factory=list
+    )
+    seen: list[tuple[int, ...]] = field(default_factory=list)
+    fit_full: bool = False
+    verified: list[str] = field(default_factory=list)
+    # Irrelevant-argument bookkeeping (dim views): code/mode/shape group and argument tokens.
+    group: str = ""
+    arg_tokens: dict[str, str] = field(default_factory=dict)
+    unflushed: int = 0
+    instances: "OrderedDict[Any, dict[TableKey, LineageTable]]" = field(default_factory=OrderedDict)
+    encoded: dict[str, str] | None = None
+
+    def info(self) -> ViewInfo:
+        return ViewInfo(
+            self.signature,
+            self.kind,
+            self.op,
+            self.status,
+            self.matches,
+            self.hits,
+            len(self.seen) if self.kind == "gen" else 1,
+            _ts(self.created) or datetime.now(UTC),
+            _ts(self.last_verified),
+            self.finite_only,
+            self.reason,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        if self.encoded is None:
+            self.encoded = _encode_tables(self.tables)
+        return {
+            "schema_version": VIEW_SCHEMA_VERSION,
+            "signature": self.signature,
+            "kind": self.kind,
+            "op": self.op,
+            "status": self.status,
+            "matches": self.matches,
+            "hits": self.hits,
+            "created": self.created,
+            "last_verified": self.last_verified,
+            "reason": self.reason,
+            "finite_only": self.finite_only,
+            "in_shapes": [list(s) for s in self.in_shapes],
+            "out_shapes": [list(s) for s in self.out_shapes],
+            "tables": self.encoded,
+            "template": self.template.to_json() if self.template else None,
+            "observations": [
+                {"values": list(v), "tables": _encode_tables(t)} for v, t in self.observations
+            ],
+            "seen": [list(v) for v in self.seen],
+            "fit_full": self.fit_full,
+            "verified": self.verified[-_VERIFIED_KEEP:],
+            "group": self.group,
+            "arg_tokens": self.arg_tokens,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], source: str) -> "_View":
+        if int(d.get("schema_version", 0)) != VIEW_SCHEMA_VERSION:
+            msg = f"View file `{source}` has schema version {d.get('schema_version')!r}."
+            raise ReuseError(msg)
+        v = cls(
+            signature=str(d["signature"]),
+            kind=d["kind"],
+            op=str(d["op"]),
+            status=d["status"],
+            matches=int(d["matches"]),
+            hits=int(d["hits"]),
+            created=float(d["created"]),
+            last_verified=d.get("last_verified"),
+            reason=d.get("reason"),
+            finite_only=bool(d.get("finite_only", False)),
+            in_shapes=[tuple(int(x) for x in s) for s in d["in_shapes"]],
+            out_shapes=[tuple(int(x) for x in s) for s in d["out_shapes"]],
+            tables=_decode_tables(d["tables"], source),
+            template=GenTemplate.from_json(d["template"]) if d.get("template") else None,
+            observations=[
+                (tuple(int(x) for x in o["values"]), _decode_tables(o["tables"], source))
+                for o in d.get("observations", [])
+            ],
+            seen=[tuple(int(x) for x in s) for s in d.get("seen", [])],
+            fit_full=bool(d.get("fit_full", False)),
+            verified=[str(x) for x in d.get("verified", [])],
+            group=str(d.get("group", "")),
+            arg_tokens={str(k): str(x) for k, x in d.get("arg_tokens", {}).items()},
+        )
+        v.encoded = dict(d["tables"])
+        return v
+
+
+@dataclass
+class _Call:
+    """What the registry needs to know about one call."""
+
+    op: str
+    code: str
+    mode: str
+    args: Mapping[str, Any]
+    arg_tokens: dict[str, str]
+    in_shapes: list[Shape]
+    contents: Callable[[], list[str]]
+
+    def token(self, drop: frozenset[str]) -> str:
+        return (
+            "{"
+            + ",".join(
+                f"{k}={self.arg_tokens[k]}" for k in sorted(self.arg_tokens) if k not in drop
+            )
+            + "}"
+        )
+
+    @property
+    def exact_key(self) -> str:
+        return sigs.dim_sig(self.code, self.mode, self.token(frozenset()), self.in_shapes)
+
+
+def _shapes(arrays: Sequence[Any]) -> list[Shape]:
+    return [tuple(int(d) for d in np.shape(a)) for a in arrays]
+
+
+def _compress_all(
+    relations: Mapping[tuple[int, int], LineageRelation],
+    considered: Mapping[tuple[int, int], LineageRelation] | None,
+) -> dict[TableKey, LineageTable]:
+    out: dict[TableKey, LineageTable] = {}
+    for (o, i), rel in relations.items():
+        out[(0, o, i)] = compress(rel)
+    for (o, i), rel in (considered or {}).items():
+        out[(1, o, i)] = compress(rel)
+    return out
+
+
+def _contributing(tables: Mapping[TableKey, LineageTable]) -> dict[tuple[int, int], LineageTable]:
+    return {(o, i): t for (w, o, i), t in tables.items() if w == 0}
+
+
+def _considered(tables: Mapping[TableKey, LineageTable]) -> dict[tuple[int, int], LineageTable]:
+    return {(o, i): t for (w, o, i), t in tables.items() if w == 1}
+
+
+def _run_plain(
+    func: Callable[..., Any], inputs: Sequence[F64], kwargs: Mapping[str, Any]
+) -> tuple[Any, list[F64]] | None:
+    """``func`` on plain float64 inputs: (value as capture returns it, outputs), or None when
+    an output is not numeric (such a call is never served)."""
+    result = func(*inputs, **kwargs)
+    outs, is_tuple = _outputs(result)
+    plain: list[F64] = []
+    for o in outs:
+        arr = np.asarray(o)
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            return None
+        if np.issubdtype(arr.dtype, np.complexfloating):
+            return None
+        plain.append(arr if arr.dtype == np.float64 else arr.astype(np.float64))
+    return _plain_value(plain, outs, is_tuple), plain
+
+
+def _full_rank(values: Sequence[tuple[int, ...]]) -> bool:
+    """Are the symbol vectors affinely independent enough to pin an affine template down?"""
+    if not values:
+        return False
+    p = len(values[0])
+    mat = np.asarray([[1, *v] for v in values], dtype=np.float64)
+    return bool(np.linalg.matrix_rank(mat) == p + 1)
+
+
+def _probe_inputs(inputs: Sequence[F64], rng: np.random.Generator) -> list[tuple[str, list[F64]]]:
+    """Synthetic inputs of the same shapes that expose data-dependent lineage."""
+    finite = [a[np.isfinite(a)] for a in inputs]
+    vals = np.concatenate([f.reshape(-1) for f in finite]) if finite else np.zeros(0)
+    lo, hi = (float(vals.min()), float(vals.max())) if vals.size else (-1.0, 1.0)
+    if lo == hi:
+        lo, hi = lo - 1.0, hi + 1.0
+    wide = max(abs(lo), abs(hi), 1.0) * 2.0
+
+    def ramp(a: F64, up: bool, a_lo: float, a_hi: float) -> F64:
+        r = np.linspace(a_lo, a_hi, a.size) if a.size else np.zeros(0)
+        r = r if up else r[::-1]
+        return np.ascontiguousarray(r.reshape(a.shape), dtype=np.float64)
+
+    probes = [
+        ("ascending", [ramp(a, True, lo, hi) for a in inputs]),
+        ("descending", [ramp(a, False, lo, hi) for a in inputs]),
+        ("opposite", [ramp(a, k % 2 == 0, lo, hi) for k, a in enumerate(inputs)]),
+        ("opposite-swapped", [ramp(a, k % 2 == 1, lo, hi) for k, a in enumerate(inputs)]),
+        ("sign-crossing", [ramp(a, k % 2 == 0, -wide, wide) for k, a in enumerate(inputs)]),
+        ("random", [rng.uniform(lo, hi, size=a.shape) for a in inputs]),
+    ]
+    return [(n, [np.asarray(x, dtype=np.float64) for x in p]) for n, p in probes]
+
+
+def _nan_probe(inputs: Sequence[F64], rng: np.random.Generator) -> list[F64]:
+    out = []
+    for a in inputs:
+        b = np.array(a, dtype=np.float64, copy=True)
+        if b.size:
+            flat = b.reshape(-1)
+            flat[0] = np.nan
+            flat[int(rng.integers(0, b.size))] = np.nan
+        out.append(b)
+    return out
+
+
+# --------------------------------------------------------------------------- registry
+
+
+class ViewRegistry:
+    """Provenance views of one lineage store: prediction, confirmation, serving, verification.
+
+    Args:
+        store_or_dir: a :class:`~dslog_dagster.core.LineageStore`, a
+            :class:`~dslog_dagster.core.api.DSLog` session, or the store's directory; views
+            live in ``<store>/views/``.
+        policy: a :class:`ReusePolicy`.
+
+    Examples:
+        >>> reg = ViewRegistry(tmp_path)  # doctest: +SKIP
+        >>> for _ in range(4):  # doctest: +SKIP
+        ...     r = capture(np.negative, np.random.rand(100, 100), reuse=reg)
+        >>> r.obtained  # doctest: +SKIP
+        'dim'
+    """
+
+    def __init__(self, store_or_dir: Any, policy: ReusePolicy | None = None) -> None:
+        root = getattr(store_or_dir, "store", store_or_dir)
+        root = getattr(root, "root", root)
+        self.root = Path(root).absolute()
+        self.dir = self.root / "views"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            msg = f"Could not create the view directory `{self.dir}`: {e}"
+            raise ReuseError(msg) from e
+        self.policy = policy or ReusePolicy()
+        self._views: dict[str, _View] = {}
+        self._dead: set[str] = set()
+        self._rng = np.random.default_rng(self.policy.seed)
+        self._budget = float(self.policy.budget)
+        self._arg_state: dict[str, dict[str, Any]] = {}
+        self._groups: dict[str, list[str]] = {}
+        self._out_shapes: OrderedDict[str, list[Shape]] = OrderedDict()
+        #: Counters of this instance: hits per kind, captures, verifications, demotions.
+        self.stats: dict[str, int] = {
+            "base": 0,
+            "dim": 0,
+            "gen": 0,
+            "captured": 0,
+            "verified": 0,
+            "demoted": 0,
+        }
+
+    def __repr__(self) -> str:
+        return f"ViewRegistry({str(self.root)!r})"
+
+    # ----------------------------------------------------------- persistence
+
+    def _path(self, sig: str) -> Path:
+        return self.dir / f"{sig}.json"
+
+    def _dead_path(self, sig: str) -> Path:
+        return self.dir / f"{sig}.dead"
+
+    def _save(self, v: _View) -> None:
+        data = json.dumps(v.to_json(), separators=(",", ":")).encode()
+        try:
+            atomic_write_bytes(self._path(v.signature), data)
+        except OSError as e:
+            msg = f"Could not write view `{v.signature}` under `{self.dir}`: {e}"
+            raise ReuseError(msg) from e
+        v.unflushed = 0
+
+    def _is_dead(self, sig: str) -> bool:
+        if sig in self._dead:
+            return True
+        if self._dead_path(sig).exists():
+            self._dead.add(sig)
+            return True
+        return False
+
+    def _get(self, sig: str) -> _View | None:
+        """The view under ``sig`` (memory, else its file), or None. O(1) in the view count."""
+        v = self._views.get(sig)
+        if v is not None:
+            return v
+        path = self._path(sig)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            msg = f"Could not read view file `{path}`: {e}"
+            raise ReuseError(msg) from e
+        try:
+            v = _View.from_json(json.loads(raw), str(path))
+        except (ValueError, KeyError, TypeError) as e:
+            msg = f"View file `{path}` is damaged ({e}); delete it to re-learn the view."
+            raise ReuseError(msg) from e
+        self._views[sig] = v
+        if v.kind == "dim" and v.group:
+            self._groups.setdefault(v.group, []).append(sig)
+        return v
+
+    def _kill(self, v: _View | None, sig: str, reason: str, *, warn: bool) -> None:
+        """Mark ``sig`` non-reusable for good (create-only marker) and say so if it was
+        serving."""
+        self._dead.add(sig)
+        with contextlib.suppress(FileExistsError), open(self._dead_path(sig), "x") as f:
+            f.write(reason)
+        if v is not None:
+            was = v.status
+            v.status = "non_reusable"
+            v.reason = reason
+            self._save(v)
+            if was == "confirmed" and warn:
+                self.stats["demoted"] += 1
+                msg = (
+                    f"Provenance view `{sig}` ({v.kind}, `{v.op}`) disagreed with the real "
+                    f"lineage: {reason}. It is demoted to non-reusable and the call's lineage "
+                    "was captured instead."
+                )
+                warnings.warn(msg, ViewMismatchWarning, stacklevel=4)
+
+    def flush(self) -> None:
+        """Write the hit counters of views served since their last write."""
+        for v in self._views.values():
+            if v.unflushed and not self._is_dead(v.signature):
+                self._save(v)
+
+    def lookup(self, signature: str) -> ViewInfo | None:
+        """The view stored under ``signature`` (any status), or None."""
+        v = self._get(signature)
+        if v is None:
+            return None
+        if self._is_dead(signature) and v.status != "non_reusable":
+            v.status = "non_reusable"
+        return v.info()
+
+    def views(self) -> list[ViewInfo]:
+        """Every view of the store (a table for the reuse-signature asset)."""
+        out = []
+        for path in sorted(self.dir.glob("*.json")):
+            sig = path.stem
+            try:
+                info = self.lookup(sig)
+            except ReuseError:
+                continue
+            if info is not None:
+                out.append(info)
+        return sorted(out, key=lambda i: (i.op, i.kind, i.signature))
+
+    # ----------------------------------------------------------- arguments
+
+    def _arg_file(self, code: str, mode: str) -> Path:
+        return self.dir / f"args-{sigs._h(code, mode)[:24]}.json"
+
+    def _args(self, code: str, mode: str) -> dict[str, Any]:
+        key = code + "|" + mode
+        st = self._arg_state.get(key)
+        if st is None:
+            st = {"evidence": {}, "irrelevant": []}
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                st = json.loads(self._arg_file(code, mode).read_bytes())
+            self._arg_state[key] = st
+        return st
+
+    def _relevant_marker(self, code: str, mode: str, name: str) -> Path:
+        return self.dir / f"args-{sigs._h(code, mode)[:24]}-{sigs._h(name)[:16]}.relevant"
+
+    def _drop(self, code: str, mode: str) -> frozenset[str]:
+        return frozenset(self._args(code, mode).get("irrelevant", []))
+
+    def _note_confirmed_dim(self, call: _Call, v: _View) -> None:
+        """Irrelevant-argument detection over confirmed dim views at the same shapes."""
+        if self.policy.irrelevant_after <= 0 or not v.arg_tokens:
+            return
+        st = self._args(call.code, call.mode)
+        changed = False
+        for other_sig in list(self._groups.get(v.group, [])):
+            w = self._views.get(other_sig)
+            if w is None or w is v or w.status != "confirmed" or self._is_dead(other_sig):
+                continue
+            if set(w.arg_tokens) != set(v.arg_tokens):
+                continue
+            diff = [k for k in v.arg_tokens if v.arg_tokens[k] != w.arg_tokens[k]]
+            if len(diff) != 1:
+                continue
+            name = diff[0]
+            marker = self._relevant_marker(call.code, call.mode, name)
+            if table_sets_equal(v.tables, w.tables) and v.out_shapes == w.out_shapes:
+                if not marker.exists():
+                    st["evidence"][name] = int(st["evidence"].get(name, 0)) + 1
+                    changed = True
+            else:
+                with contextlib.suppress(FileExistsError):
+                    marker.open("x").close()
+                if name in st["irrelevant"]:
+                    st["irrelevant"].remove(name)
+                changed = True
+        for name, n in list(st["evidence"].items()):
+            if (
+                n >= self.policy.irrelevant_after
+                and name not in st["irrelevant"]
+                and not self._relevant_marker(call.code, call.mode, name).exists()
+            ):
+                st["irrelevant"].append(name)
+                changed = True
+                self._alias_group(call, frozenset(st["irrelevant"]))
+        if changed:
+            atomic_write_bytes(self._arg_file(call.code, call.mode), json.dumps(st).encode())
+
+    def _alias_group(self, call: _Call, drop: frozenset[str]) -> None:
+        """Re-key this operation's confirmed dim views without the irrelevant arguments."""
+        for sigs_ in self._groups.values():
+            for sig in sigs_:
+                v = self._views.get(sig)
+                if v is None or v.status != "confirmed" or not v.arg_tokens:
+                    continue
+                tok = (
+                    "{"
+                    + ",".join(
+                        f"{k}={v.arg_tokens[k]}" for k in sorted(v.arg_tokens) if k not in drop
+                    )
+                    + "}"
+                )
+                alias = sigs.dim_sig(call.code, call.mode, tok, v.in_shapes)
+                if alias == sig or self._get(alias) is not None or self._is_dead(alias):
+                    continue
+                a = replace(
+                    v,
+                    signature=alias,
+                    hits=0,
+                    verified=[],
+                    created=time.time(),
+                    instances=OrderedDict(),
+                    unflushed=0,
+                )
+                self._views[alias] = a
+                self._save(a)
+
+    # ----------------------------------------------------------- lookup
+
+    def _dim_key(self, call: _Call) -> str:
+        return sigs.dim_sig(
+            call.code, call.mode, call.token(self._drop(call.code, call.mode)), call.in_shapes
+        )
+
+    def _base_key(self, call: _Call) -> str:
+        tok = call.token(self._drop(call.code, call.mode))
+        return sigs.base_sig(call.code, call.mode, tok, call.contents())
+
+    def _gen_key(self, call: _Call, out_shapes: Sequence[Shape]) -> tuple[str, sigs.ShapeClass]:
+        drop = self._drop(call.code, call.mode)
+        relevant = {k: v for k, v in call.args.items() if k not in drop}
+        klass = sigs.shape_class(call.in_shapes, out_shapes, relevant, self.policy.literal_below)
+        return sigs.gen_sig(call.code, call.mode, call.token(drop), klass.token), klass
+
+    def _confirmed(self, sig: str) -> _View | None:
+        v = self._get(sig)
+        if v is None or v.status != "confirmed" or self._is_dead(sig):
+            return None
+        return v
+
+    def _find_specific(self, call: _Call) -> tuple[Kind, str, _View] | None:
+        """A confirmed base or dim view for the call (base only where dim is data-dependent)."""
+        if self.policy.dim:
+            sig = self._dim_key(call)
+            v = self._confirmed(sig)
+            if v is not None:
+                return "dim", sig, v
+            dead = self._is_dead(sig)
+        else:
+            dead = True
+        if self.policy.base and dead:
+            sig = self._base_key(call)
+            v = self._confirmed(sig)
+            if v is not None:
+                return "base", sig, v
+        return None
+
+    def _gen_instance(
+        self, v: _View, klass: sigs.ShapeClass, call: _Call, out_shapes: Sequence[Shape]
+    ) -> dict[TableKey, LineageTable] | None:
+        if v.template is None:
+            return None
+        key = (klass.values, tuple(call.in_shapes), tuple(out_shapes))
+        inst = v.instances.get(key)
+        if inst is None:
+            inst = v.template.instantiate(klass.values, call.in_shapes, out_shapes)
+            if inst is None:
+                return None
+            v.instances[key] = inst
+            if len(v.instances) > _INSTANCE_CACHE:
+                v.instances.popitem(last=False)
+        return inst
+
+    def _needs_check(self, v: _View, exact: str) -> tuple[bool, bool]:
+        """(verify now?, is it a sampled verification?)"""
+        if self.policy.verify_new and exact not in v.verified:
+            return True, False
+        if self.policy.rate > 0 and self._budget > 0 and self._rng.random() < self.policy.rate:
+            return True, True
+        return False, False
+
+    def _mark_verified(self, v: _View, exact: str) -> None:
+        if exact not in v.verified:
+            v.verified.append(exact)
+        v.last_verified = time.time()
+        self._save(v)
+
+    def _hit(self, v: _View) -> None:
+        v.hits += 1
+        v.unflushed += 1
+        if v.unflushed >= self.policy.flush_every:
+            self._save(v)
+
+    # ----------------------------------------------------------- capture path
+
+    def _call_for(
+        self,
+        func: Callable[..., Any],
+        code_version: str | None,
+        mode: str,
+        kwargs: Mapping[str, Any],
+        inputs: Sequence[F64],
+    ) -> _Call:
+        code = sigs.code_identity(func, code_version)
+        tokens = {str(k): sigs.arg_token(v) for k, v in kwargs.items()}
+        return _Call(
+            op=_func_name(func),
+            code=code,
+            mode=mode,
+            args=kwargs,
+            arg_tokens=tokens,
+            in_shapes=_shapes(inputs),
+            contents=lambda: [sigs.content_hash(a) for a in inputs],
+        )
+
+    def run(
+        self,
+        func: Callable[..., Any],
+        inputs: list[F64],
+        *,
+        mode: Mode = "contributing",
+        on_lost: OnLost = "raise",
+        code_version: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> CaptureResult:
+        """``capture(func, *inputs, reuse=self, ...)``: serve a confirmed view or capture and
+        learn (see the module docstring). ``inputs`` are float64 arrays."""
+        kwargs = dict(kwargs or {})
+        try:
+            call = self._call_for(func, code_version, mode, kwargs, inputs)
+        except sigs.Unsignable:
+            return capture_inputs(func, inputs, mode, on_lost, kwargs)
+        demoted: list[str] = []
+        found = self._find_specific(call)
+        if found is not None:
+            kind, sig, v = found
+            res = self._serve(
+                kind,
+                sig,
+                v,
+                dict(v.tables),
+                v.out_shapes,
+                call,
+                func,
+                inputs,
+                kwargs,
+                None,
+                demoted,
+            )
+            if res is not None:
+                return res
+        plain: tuple[Any, list[F64]] | None = None
+        out_shapes: list[Shape] | None = None
+        if self.policy.gen:
+            exact = call.exact_key
+            out_shapes = self._out_shapes.get(exact)
+            if out_shapes is None:
+                # First call at these shapes: run on copies, so a function that writes into
+                # its inputs cannot change what a capture would see.
+                plain = _run_plain(func, [a.copy() for a in inputs], kwargs)
+                if plain is not None:
+                    out_shapes = _shapes(plain[1])
+                    self._memo_out_shapes(exact, out_shapes)
+            if out_shapes is not None:
+                gsig, klass = self._gen_key(call, out_shapes)
+                v = self._confirmed(gsig)
+                if v is not None:
+                    inst = self._gen_instance(v, klass, call, out_shapes)
+                    if inst is not None:
+                        res = self._serve(
+                            "gen",
+                            gsig,
+                            v,
+                            inst,
+                            out_shapes,
+                            call,
+                            func,
+                            inputs,
+                            kwargs,
+                            plain,
+                            demoted,
+                        )
+                        if res is not None:
+                            return res
+        res = capture_inputs(func, inputs, mode, on_lost, kwargs)
+        self.stats["captured"] += 1
+        dsig = self._dim_key(call)
+        if res.flagged:
+            return replace(res, signature=dsig, demoted=tuple(demoted))
+        tables = _compress_all(res.relations, res.considered)
+        outs = _shapes(res.outputs)
+        self._memo_out_shapes(call.exact_key, outs)
+        probe_cache: dict[str, tuple[bool, bool]] = {}
+
+        def probe(expected: Mapping[TableKey, LineageTable]) -> tuple[bool, bool]:
+            if "r" not in probe_cache:
+                probe_cache["r"] = self._probe(func, inputs, kwargs, mode, expected)
+            return probe_cache["r"]
+
+        demoted += self._feed(call, outs, tables, probe if self.policy.probe else None)
+        return replace(
+            res,
+            signature=dsig,
+            tables=_contributing(tables),
+            demoted=tuple(demoted),
+        )
+
+    def _memo_out_shapes(self, exact: str, out_shapes: list[Shape]) -> None:
+        self._out_shapes[exact] = out_shapes
+        if len(self._out_shapes) > _OUT_SHAPE_MEMO:
+            self._out_shapes.popitem(last=False)
+
+    def _serve(
+        self,
+        kind: Kind,
+        sig: str,
+        v: _View,
+        tables: Mapping[TableKey, LineageTable],
+        expect_out: Sequence[Shape],
+        call: _Call,
+        func: Callable[..., Any],
+        inputs: list[F64],
+        kwargs: Mapping[str, Any],
+        plain: tuple[Any, list[F64]] | None,
+        demoted: list[str],
+    ) -> CaptureResult | None:
+        if v.finite_only and any(np.isnan(a).any() for a in inputs):
+            return None
+        if plain is None:
+            plain = _run_plain(func, inputs, kwargs)
+        if plain is None:
+            return None
+        value, outs = plain
+        out_shapes = _shapes(outs)
+        if [tuple(s) for s in expect_out] != out_shapes:
+            self._kill(
+                v,
+                sig,
+                f"output shapes {out_shapes} differ from the view's {list(expect_out)}",
+                warn=True,
+            )
+            demoted.append(sig)
+            return None
+        exact = call.exact_key
+        check, sampled = self._needs_check(v, exact)
+        verified = False
+        if check:
+            t0 = time.perf_counter()
+            ok = verify_sample(func, inputs, kwargs, call.mode, tables, out_shapes, self._rng)
+            if sampled:
+                self._budget -= time.perf_counter() - t0
+            self.stats["verified"] += 1
+            if not ok:
+                self._kill(v, sig, "a sampled annotated run of a call disagreed with it", warn=True)
+                demoted.append(sig)
+                return None
+            self._mark_verified(v, exact)
+            verified = True
+        self._hit(v)
+        self.stats[kind] += 1
+        contributing = _contributing(tables)
+        considered = _considered(tables) if call.mode == "considered" else None
+        return CaptureResult(
+            value=value,
+            outputs=tuple(outs),
+            input_shapes=tuple(call.in_shapes),
+            relations=LazyRelations(contributing),
+            considered=LazyRelations(considered) if considered is not None else None,
+            mode=call.mode,  # type: ignore[arg-type]
+            obtained=kind,
+            signature=sig,
+            verified=verified,
+            tables=contributing,
+            demoted=tuple(demoted),
+        )
+
+    def _probe(
+        self,
+        func: Callable[..., Any],
+        inputs: Sequence[F64],
+        kwargs: Mapping[str, Any],
+        mode: str,
+        expected: Mapping[TableKey, LineageTable],
+    ) -> tuple[bool, bool]:
+        """(lineage equal on every finite probe, also equal with NaNs in the inputs)."""
+
+        def same(data: list[F64]) -> bool | None:
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    r = capture_inputs(func, data, mode, "raise", kwargs)  # type: ignore[arg-type]
+            except Exception:
+                return None  # inconclusive: the function does not accept this data
+            return table_sets_equal(_compress_all(r.relations, r.considered), expected)
+
+        for _, data in _probe_inputs(inputs, self._rng):
+            if same(data) is False:
+                return False, False
+        if not any(a.size for a in inputs):
+            return True, True
+        return True, same(_nan_probe(inputs, self._rng)) is not False
+
+    # ----------------------------------------------------------- learning
+
+    def _feed(
+        self,
+        call: _Call,
+        out_shapes: list[Shape],
+        tables: dict[TableKey, LineageTable],
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+    ) -> list[str]:
+        """Record one captured call under its keys; returns the signatures it demoted."""
+        demoted: list[str] = []
+        dim_dead = True
+        if self.policy.dim:
+            sig = self._dim_key(call)
+            dim_dead = self._feed_specific(
+                "dim", sig, call, out_shapes, tables, probe, self.policy.confirm_after, demoted
+            )
+        if self.policy.base and dim_dead:
+            sig = self._base_key(call)
+            self._feed_specific(
+                "base", sig, call, out_shapes, tables, None, self.policy.base_confirm_after, demoted
+            )
+        if self.policy.gen:
+            self._feed_gen(call, out_shapes, tables, probe, demoted)
+        return demoted
+
+    def _feed_specific(
+        self,
+        kind: Kind,
+        sig: str,
+        call: _Call,
+        out_shapes: list[Shape],
+        tables: dict[TableKey, LineageTable],
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+        m: int,
+        demoted: list[str],
+    ) -> bool:
+        """Base/dim bookkeeping; returns True when the key is (now) non-reusable."""
+        if self._is_dead(sig):
+            return True
+        v = self._get(sig)
+        if v is None:
+            v = _View(
+                sig,
+                kind,
+                call.op,
+                in_shapes=list(call.in_shapes),
+                out_shapes=out_shapes,
+                tables=tables,
+            )
+            v.verified.append(call.exact_key)
+            if kind == "dim":
+                drop = self._drop(call.code, call.mode)
+                v.group = sigs._h(call.code, call.mode, repr(call.in_shapes))
+                v.arg_tokens = {k: t for k, t in call.arg_tokens.items() if k not in drop}
+                self._groups.setdefault(v.group, []).append(sig)
+            self._views[sig] = v
+            if m == 0:
+                return self._confirm(v, call, probe, tables, demoted)
+            self._save(v)
+            return False
+        if v.out_shapes != out_shapes or not table_sets_equal(v.tables, tables):
+            if v.status == "confirmed":
+                demoted.append(sig)
+            self._kill(
+                v,
+                sig,
+                "a later capture had different lineage (data-dependent or non-deterministic)",
+                warn=True,
+            )
+            return True
+        if v.status == "candidate":
+            v.matches += 1
+            if call.exact_key not in v.verified:
+                v.verified.append(call.exact_key)
+            if v.matches >= m:
+                return self._confirm(v, call, probe, tables, demoted)
+            self._save(v)
+        return False
+
+    def _confirm(
+        self,
+        v: _View,
+        call: _Call,
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+        tables: Mapping[TableKey, LineageTable],
+        demoted: list[str],
+    ) -> bool:
+        if probe is not None:
+            finite_ok, nan_ok = probe(tables)
+            if not finite_ok:
+                self._kill(
+                    v,
+                    v.signature,
+                    "synthetic probe inputs gave different lineage (data-dependent)",
+                    warn=False,
+                )
+                return True
+            v.finite_only = not nan_ok
+        v.status = "confirmed"
+        v.last_verified = time.time()
+        self._save(v)
+        if v.kind == "dim":
+            self._note_confirmed_dim(call, v)
+        return False
+
+    def _feed_gen(
+        self,
+        call: _Call,
+        out_shapes: list[Shape],
+        tables: dict[TableKey, LineageTable],
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+        demoted: list[str],
+    ) -> None:
+        sig, klass = self._gen_key(call, out_shapes)
+        vals = klass.values
+        if not vals or self._is_dead(sig):
+            return  # without a symbolic extent the class is one shape: the dim key covers it
+        v = self._get(sig)
+        if v is None:
+            v = _View(sig, "gen", call.op, observations=[(vals, tables)], seen=[vals])
+            v.verified.append(call.exact_key)
+            self._views[sig] = v
+            self._save(v)
+            return
+        for ovals, otabs in v.observations:
+            if ovals == vals:
+                if not table_sets_equal(otabs, tables):
+                    if v.status == "confirmed":
+                        demoted.append(sig)
+                    self._kill(v, sig, "two captures at one shape had different lineage", warn=True)
+                return
+        if v.status == "confirmed":
+            inst = self._gen_instance(v, klass, call, out_shapes)
+            if inst is None or not table_sets_equal(inst, tables):
+                demoted.append(sig)
+                self._kill(v, sig, f"a capture at extents {vals} contradicted it", warn=True)
+            return
+        inst = None
+        if v.template is not None and v.template.p == len(vals):
+            inst = self._gen_instance(v, klass, call, out_shapes)
+        obs = [*v.observations, (vals, tables)][-self.policy.max_observations :]
+        predicted = inst is not None and table_sets_equal(inst, tables)
+        if predicted and v.fit_full:
+            if vals not in v.seen:
+                v.matches += 1  # a prediction at a shape it had not seen
+            v.observations = obs
+        else:
+            # Re-fit. Predictions only count once the template was fitted on p + 1 affinely
+            # independent shapes: before that, several templates explain the captures (e.g.
+            # when two extents always differ by one) and the preferred one may be wrong.
+            tmpl = fit(obs)
+            if tmpl is None:
+                self._kill(v, sig, "no affine template fits its captures", warn=False)
+                return
+            v.template, v.observations = tmpl, obs
+            v.matches = 0 if not predicted else v.matches
+            v.fit_full = _full_rank([o[0] for o in obs])
+            v.instances.clear()
+        if vals not in v.seen:
+            v.seen.append(vals)
+        if call.exact_key not in v.verified:
+            v.verified.append(call.exact_key)
+        v.encoded = None
+        if v.matches >= self.policy.confirm_after and len(v.seen) > self.policy.confirm_after:
+            self._confirm(v, call, probe, tables, demoted)
+        else:
+            self._save(v)
+
+    # ----------------------------------------------------------- declared lineage
+
+    def _declared_call(
+        self,
+        op_name: str,
+        code_version: str | None,
+        args: Mapping[str, Any] | None,
+        in_ids: Sequence[str],
+        in_shapes: Sequence[Shape],
+    ) -> _Call:
+        args = dict(args or {})
+        code = sigs._h("declared", op_name, code_version or "")
+        return _Call(
+            op=op_name,
+            code=code,
+            mode="declared",
+            args=args,
+            arg_tokens={str(k): sigs.arg_token(v) for k, v in args.items()},
+            in_shapes=[tuple(s) for s in in_shapes],
+            contents=lambda: list(in_ids),
+        )
+
+    def find_declared(
+        self,
+        op_name: str,
+        *,
+        args: Mapping[str, Any] | None,
+        in_ids: Sequence[str],
+        in_shapes: Sequence[Shape],
+        out_shapes: Sequence[Shape],
+        code_version: str | None = None,
+    ) -> DeclaredHit | None:
+        """A confirmed view for a declared operation (no function to run), or None.
+
+        ``in_ids`` identify the input data (array name and version) for base views.
+        """
+        try:
+            call = self._declared_call(op_name, code_version, args, in_ids, in_shapes)
+        except sigs.Unsignable:
+            return None
+        outs = [tuple(s) for s in out_shapes]
+        found = self._find_specific(call)
+        if found is not None:
+            kind, sig, v = found
+            if v.out_shapes == outs:
+                check, _ = self._needs_check(v, call.exact_key)
+                return DeclaredHit(kind, sig, dict(v.tables), check, call.exact_key)
+        if self.policy.gen:
+            gsig, klass = self._gen_key(call, outs)
+            v = self._confirmed(gsig)
+            if v is not None:
+                inst = self._gen_instance(v, klass, call, outs)
+                if inst is not None:
+                    check, _ = self._needs_check(v, call.exact_key)
+                    return DeclaredHit("gen", gsig, inst, check, call.exact_key)
+        return None
+
+    def settle_declared(
+        self, hit: DeclaredHit, actual: Mapping[TableKey, LineageTable] | None
+    ) -> bool:
+        """Record the use of ``hit``: compare with the declared lineage when given.
+
+        Returns True when the view may be used, False when it was demoted (with a warning).
+        """
+        v = self._get(hit.signature)
+        if v is None:
+            return False
+        if actual is not None:
+            self.stats["verified"] += 1
+            if not table_sets_equal(hit.tables, actual):
+                self._kill(
+                    v, hit.signature, "the declared lineage of a call disagreed with it", warn=True
+                )
+                return False
+            self._mark_verified(v, hit.exact_key)
+        self._hit(v)
+        self.stats[hit.kind] += 1
+        return True
+
+    def observe_declared(
+        self,
+        op_name: str,
+        *,
+        args: Mapping[str, Any] | None,
+        in_ids: Sequence[str],
+        in_shapes: Sequence[Shape],
+        out_shapes: Sequence[Shape],
+        tables: Mapping[TableKey, LineageTable],
+        code_version: str | None = None,
+    ) -> str | None:
+        """Feed declared lineage to the registry; returns the dim signature (None if the
+        arguments cannot be signed). Declared lineage cannot be probed, so views of declared
+        operations are confirmed by repetition only."""
+        try:
+            call = self._declared_call(op_name, code_version, args, in_ids, in_shapes)
+        except sigs.Unsignable:
+            return None
+        self.stats["captured"] += 1
+        self._feed(call, [tuple(s) for s in out_shapes], dict(tables), None)
+        return self._dim_key(call)

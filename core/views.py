@@ -1,0 +1,307 @@
+"""Generalised provenance views: ProvRC tables whose endpoints are affine in the extents.
+
+A *dimensional* view is just the ProvRC tables of one call, reused for calls with the same
+shapes. A *generalised* view (:class:`GenTemplate`) is learnt from tables captured at several
+shapes of one shape class (:func:`~dslog_dagster.core.signatures.shape_class`): every integer
+field of every row (``out_lo``, ``out_hi``, ``in_lo``, ``in_hi``, ``in_q``, ``in_r``,
+``in_mult``, ``in_ref``) is written as
+
+    value = c + k_1·D_1 + ... + k_p·D_p
+
+where ``D_s`` are the class's symbolic extents (input *and* output axes; equal axes share a
+symbol). This covers the papers' ``[0, D-1]`` and also ``D``, ``k·D + c`` and boundaries that
+move with an extent (tile offsets ``D``, ``2D - 1``, flip's mirrored offset ``1 - D``, kron's
+stride ``q = D``, concatenation offsets ``D_1 + D_2``). :func:`fit` finds, per field, the
+sparsest small-integer ``k`` that makes ``value - k·D`` constant over the observations
+(preferring small coefficients and small constants), and :meth:`GenTemplate.instantiate`
+evaluates the template at a new shape into an ordinary ProvRC
+:class:`~dslog_dagster.core.provrc.LineageTable` (validated: bounds, non-empty intervals).
+
+A template never claims more than the observations show: the row count and the relative
+structure must be identical in every observation, and a template is only served after it has
+*predicted* further captures (:mod:`.reuse`) and passed verification (:mod:`.verification`).
+"""
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.relation import LineageRelation, Shape
+
+__all__ = [
+    "FIELDS",
+    "GenTemplate",
+    "TableKey",
+    "TableTemplate",
+    "fit",
+    "tables_equal",
+]
+
+I64 = npt.NDArray[np.int64]
+#: (which relation: 0 contributing / 1 considered, output index, input index)
+TableKey = tuple[int, int, int]
+
+#: The integer fields of a ProvRC row, in storage order (outputs, then inputs).
+FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
+_OUT_FIELDS = ("out_lo", "out_hi")
+# Relations bigger than this are not re-compressed without the columnar fallback just to try
+# generalising them: lineage that big and unstructured never generalises.
+MAX_GENERALISE_PAIRS = 200_000
+# Decompressed comparison of two equivalent-but-differently-encoded tables is done up to here.
+MAX_COMPARE_PAIRS = 5_000_000
+
+
+def _coefficient_candidates(p: int) -> I64:
+    """Candidate ``k`` vectors, preferred first: 0, one symbol, two symbols, three with 1s."""
+    cands: list[list[int]] = [[0] * p]
+    for s in range(p):
+        for c in (1, -1, 2, -2, 3, -3, 4, -4):
+            k = [0] * p
+            k[s] = c
+            cands.append(k)
+    for s, t in itertools.combinations(range(p), 2):
+        for cs in (1, -1, 2, -2):
+            for ct in (1, -1, 2, -2):
+                k = [0] * p
+                k[s], k[t] = cs, ct
+                cands.append(k)
+    for trio in itertools.combinations(range(p), 3):
+        for signs in itertools.product((1, -1), repeat=3):
+            k = [0] * p
+            for s, sg in zip(trio, signs, strict=True):
+                k[s] = sg
+            cands.append(k)
+    return np.asarray(cands, dtype=np.int64).reshape(len(cands), p)
+
+
+def as_provrc(table: LineageTable) -> LineageTable | None:
+    """``table`` in ProvRC form for generalisation, or None when it is too big to try."""
+    if table.encoding == "provrc":
+        return table
+    if table.n_pairs > MAX_GENERALISE_PAIRS:
+        return None
+    return compress(table.decompress(), fallback="never")
+
+
+def _stack_fields(t: LineageTable) -> I64:
+    """All integer fields of a ProvRC table as one flat vector (FIELDS order)."""
+    return np.concatenate([np.asarray(getattr(t, f), np.int64).reshape(-1) for f in FIELDS])
+
+
+def _structure(t: LineageTable) -> tuple[int, int, int]:
+    return (t.out_rank, t.in_rank, t.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class TableTemplate:
+    """One table of a generalised view: ``coef`` is ``(n_fields, 1 + p)``; value = coef·[1, D]."""
+
+    out_rank: int
+    in_rank: int
+    rows: int
+    coef: I64
+
+    def evaluate(self, values: Sequence[int]) -> I64:
+        d = np.asarray([1, *values], dtype=np.int64)
+        out: I64 = self.coef @ d
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out_rank": self.out_rank,
+            "in_rank": self.in_rank,
+            "rows": self.rows,
+            "coef": self.coef.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], p: int) -> "TableTemplate":
+        coef = np.asarray(d["coef"], dtype=np.int64).reshape(-1, 1 + p)
+        return cls(int(d["out_rank"]), int(d["in_rank"]), int(d["rows"]), coef)
+
+
+def _split(vec: I64, l: int, m: int, rows: int) -> dict[str, I64]:
+    sizes = {f: (l if f in _OUT_FIELDS else m) * rows for f in FIELDS}
+    out: dict[str, I64] = {}
+    pos = 0
+    for f in FIELDS:
+        n = sizes[f]
+        out[f] = vec[pos : pos + n].reshape(l if f in _OUT_FIELDS else m, rows)
+        pos += n
+    return out
+
+
+def _n_pairs(f: Mapping[str, I64], rows: int) -> int:
+    if rows == 0:
+        return 0
+    widths = np.ones(rows, dtype=np.int64)
+    for name_lo, name_hi in (("out_lo", "out_hi"), ("in_lo", "in_hi")):
+        lo, hi = f[name_lo], f[name_hi]
+        for j in range(lo.shape[0]):
+            widths = widths * (hi[j] - lo[j] + 1)
+    return int(widths.sum())
+
+
+@dataclass(frozen=True, slots=True)
+class GenTemplate:
+    """A generalised view: one :class:`TableTemplate` per relation of the call."""
+
+    p: int
+    tables: Mapping[TableKey, TableTemplate]
+
+    def instantiate(
+        self,
+        values: Sequence[int],
+        in_shapes: Sequence[Shape],
+        out_shapes: Sequence[Shape],
+    ) -> dict[TableKey, LineageTable] | None:
+        """The ProvRC tables at symbol values ``values``, or None if they would be invalid.
+
+        Invalid means: an empty or inverted interval, an ``in_q < 1``, an output interval or
+        an input hull outside the arrays — the template does not describe this shape.
+        """
+        if len(values) != self.p:
+            return None
+        out: dict[TableKey, LineageTable] = {}
+        for key, tt in self.tables.items():
+            _, o, i = key
+            if o >= len(out_shapes) or i >= len(in_shapes):
+                return None
+            osh, ish = tuple(out_shapes[o]), tuple(in_shapes[i])
+            if (len(osh), len(ish)) != (tt.out_rank, tt.in_rank):
+                return None
+            f = _split(tt.evaluate(values), tt.out_rank, tt.in_rank, tt.rows)
+            if tt.rows:
+                if (f["out_lo"] > f["out_hi"]).any() or (f["in_lo"] > f["in_hi"]).any():
+                    return None
+                if (f["in_q"] < 1).any():
+                    return None
+                if (f["in_ref"] < -1).any() or (f["in_ref"] >= tt.out_rank).any():
+                    return None
+                for j, d in enumerate(osh):
+                    if (f["out_lo"][j] < 0).any() or (f["out_hi"][j] >= d).any():
+                        return None
+            table = LineageTable(
+                osh,
+                ish,
+                "provrc",
+                tt.rows,
+                _n_pairs(f, tt.rows),
+                f["out_lo"],
+                f["out_hi"],
+                f["in_ref"],
+                f["in_q"],
+                f["in_r"],
+                f["in_mult"],
+                f["in_lo"],
+                f["in_hi"],
+            )
+            if tt.rows:
+                hlo, hhi = table.input_hulls()
+                for k, d in enumerate(ish):
+                    if (hlo[k] < 0).any() or (hhi[k] >= d).any():
+                        return None
+            out[key] = table
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "p": self.p,
+            "tables": [[list(k), t.to_json()] for k, t in sorted(self.tables.items())],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "GenTemplate":
+        p = int(d["p"])
+        tables = {
+            (int(k[0]), int(k[1]), int(k[2])): TableTemplate.from_json(t, p) for k, t in d["tables"]
+        }
+        return cls(p, tables)
+
+
+def fit(
+    observations: Sequence[tuple[Sequence[int], Mapping[TableKey, LineageTable]]],
+) -> GenTemplate | None:
+    """Fit a template to tables observed at several symbol values (None if none fits).
+
+    Every observation must have the same relations, ranks, row counts and relative
+    structure; each field then gets the preferred coefficient vector that is consistent with
+    all observations (see the module docstring).
+    """
+    if not observations:
+        return None
+    p = len(observations[0][0])
+    keys = sorted(observations[0][1])
+    if any(sorted(tabs) != keys or len(vals) != p for vals, tabs in observations):
+        return None
+    prov: list[dict[TableKey, LineageTable]] = []
+    for _, tabs in observations:
+        conv: dict[TableKey, LineageTable] = {}
+        for k in keys:
+            t = as_provrc(tabs[k])
+            if t is None:
+                return None
+            conv[k] = t
+        prov.append(conv)
+    d = np.asarray([list(v) for v, _ in observations], dtype=np.int64).reshape(-1, p)
+    cands = _coefficient_candidates(p)
+    # Preference: fewer symbols, smaller coefficients; ties broken by the smaller constant.
+    sparsity = (cands != 0).sum(axis=1)
+    l1 = np.abs(cands).sum(axis=1)
+    pred = d @ cands.T  # (n_obs, n_cands)
+    templates: dict[TableKey, TableTemplate] = {}
+    for k in keys:
+        structs = {_structure(t[k]) for t in prov}
+        if len(structs) != 1:
+            return None
+        l, m, rows = structs.pop()
+        vals = np.stack([_stack_fields(t[k]) for t in prov])  # (n_obs, n_fields)
+        if rows and len({t[k].in_ref.tobytes() for t in prov}) != 1:
+            return None
+        # residual[c, o, f] = vals[o, f] - pred[o, c]
+        resid = vals[None, :, :] - pred.T[:, :, None]
+        consistent = (resid == resid[:, :1, :]).all(axis=1)  # (n_cands, n_fields)
+        if not consistent.any(axis=0).all():
+            return None
+        const = resid[:, 0, :]  # (n_cands, n_fields)
+        score = (
+            sparsity[:, None] * 10**12 + l1[:, None] * 10**8 + np.minimum(np.abs(const), 10**8 - 1)
+        )
+        score = np.where(consistent, score, np.iinfo(np.int64).max)
+        best = score.argmin(axis=0)
+        n_fields = vals.shape[1]
+        coef = np.empty((n_fields, 1 + p), dtype=np.int64)
+        coef[:, 0] = const[best, np.arange(n_fields)]
+        coef[:, 1:] = cands[best]
+        templates[k] = TableTemplate(l, m, rows, coef)
+    return GenTemplate(p, templates)
+
+
+def tables_equal(a: LineageTable, b: LineageTable) -> bool:
+    """Do two tables stand for the same relation? Field comparison first, then pairs."""
+    if (a.out_shape, a.in_shape) != (b.out_shape, b.in_shape) or a.n_pairs != b.n_pairs:
+        return False
+    if a.encoding == b.encoding and a.rows == b.rows:
+        if a.encoding == "columnar":
+            if np.array_equal(a.raw, b.raw):
+                return True
+        elif all(np.array_equal(getattr(a, f), getattr(b, f)) for f in FIELDS):
+            return True
+    if a.n_pairs > MAX_COMPARE_PAIRS:
+        return False
+    ra: LineageRelation = a.decompress()
+    return ra == b.decompress()
+
+
+def table_sets_equal(
+    a: Mapping[TableKey, LineageTable], b: Mapping[TableKey, LineageTable]
+) -> bool:
+    """Same relations (keys and contents)."""
+    if set(a) != set(b):
+        return False
+    return all(tables_equal(a[k], b[k]) for k in a)
