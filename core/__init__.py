@@ -27,13 +27,13 @@ from dslog_dagster.core.signatures import base_sig as base_sig
 from dslog_dagster.core.signatures import code_identity as code_identity
 from dslog_dagster.core.signatures import dim_sig as dim_sig
 from dslog_dagster.core.signatures import gen_sig as gen_sig
-from dslog_dagster.core.views import GenTemplate as GenTemplate
 from dslog_dagster.core.storage import SCHEMA_VERSION as SCHEMA_VERSION
 from dslog_dagster.core.storage import read_table as read_table
 from dslog_dagster.core.storage import write_table as write_table
 from dslog_dagster.core.store import ArrayRecord as ArrayRecord
 from dslog_dagster.core.store import LineageStore as LineageStore
 from dslog_dagster.core.store import OperationRecord as OperationRecord
+from dslog_dagster.core.views import GenTemplate as GenTemplate
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -41,11 +41,11 @@ __all__ = [
     "ArrayRecord",
     "CaptureResult",
     "ForwardTable",
+    "GenTemplate",
     "LineageCatalog",
     "LineageRelation",
     "LineageStore",
     "LineageTable",
-    "GenTemplate",
     "OperationRecord",
     "ReusePolicy",
     "ViewInfo",

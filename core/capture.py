@@ -330,9 +330,10 @@ def capture(
         raise ValueError(msg)
     inputs = [as_input(a, k) for k, a in enumerate(arrays)]
     if reuse is not None:
-        return reuse.run(
+        served: CaptureResult = reuse.run(
             func, inputs, mode=mode, on_lost=on_lost, code_version=code_version, kwargs=kwargs
         )
+        return served
     return capture_inputs(func, inputs, mode, on_lost, kwargs)
 
 

@@ -52,7 +52,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster.core import signatures as sigs
+import dslog_dagster.core.signatures as sigs
 from dslog_dagster.core.capture import (
     CaptureResult,
     LazyRelations,
@@ -320,7 +320,8 @@ class _Call:
     args: Mapping[str, Any]
     arg_tokens: dict[str, str]
     in_shapes: list[Shape]
-    contents: Callable[[], list[str]]
+    # Identity of the input data for base keys; None when it is unknown.
+    contents: Callable[[], list[str] | None]
 
     def token(self, drop: frozenset[str]) -> str:
         return (
@@ -333,7 +334,7 @@ class _Call:
 
     @property
     def exact_key(self) -> str:
-        return sigs.dim_sig(self.code, self.mode, self.token(frozenset()), self.in_shapes)
+        return str(sigs.dim_sig(self.code, self.mode, self.token(frozenset()), self.in_shapes))
 
 
 def _shapes(arrays: Sequence[Any]) -> list[Shape]:
@@ -379,7 +380,9 @@ def _run_plain(
 
 
 def _full_rank(values: Sequence[tuple[int, ...]]) -> bool:
-    """Are the symbol vectors affinely independent enough to pin an affine template down?"""
+    """Do the input-symbol vectors span every direction (affinely), so that an affine
+    template is pinned down? Output extents are functions of the input extents (the function
+    is deterministic), so only the input symbols need to vary independently."""
     if not values:
         return False
     p = len(values[0])
@@ -663,13 +666,15 @@ class ViewRegistry:
     # ----------------------------------------------------------- lookup
 
     def _dim_key(self, call: _Call) -> str:
-        return sigs.dim_sig(
-            call.code, call.mode, call.token(self._drop(call.code, call.mode)), call.in_shapes
-        )
-
-    def _base_key(self, call: _Call) -> str:
         tok = call.token(self._drop(call.code, call.mode))
-        return sigs.base_sig(call.code, call.mode, tok, call.contents())
+        return str(sigs.dim_sig(call.code, call.mode, tok, call.in_shapes))
+
+    def _base_key(self, call: _Call) -> str | None:
+        contents = call.contents()
+        if contents is None:
+            return None
+        tok = call.token(self._drop(call.code, call.mode))
+        return str(sigs.base_sig(call.code, call.mode, tok, contents))
 
     def _gen_key(self, call: _Call, out_shapes: Sequence[Shape]) -> tuple[str, sigs.ShapeClass]:
         drop = self._drop(call.code, call.mode)
@@ -694,10 +699,10 @@ class ViewRegistry:
         else:
             dead = True
         if self.policy.base and dead:
-            sig = self._base_key(call)
-            v = self._confirmed(sig)
-            if v is not None:
-                return "base", sig, v
+            bsig = self._base_key(call)
+            v = self._confirmed(bsig) if bsig is not None else None
+            if bsig is not None and v is not None:
+                return "base", bsig, v
         return None
 
     def _gen_instance(
@@ -808,14 +813,14 @@ class ViewRegistry:
                     self._memo_out_shapes(exact, out_shapes)
             if out_shapes is not None:
                 gsig, klass = self._gen_key(call, out_shapes)
-                v = self._confirmed(gsig)
-                if v is not None:
-                    inst = self._gen_instance(v, klass, call, out_shapes)
+                gv = self._confirmed(gsig)
+                if gv is not None:
+                    inst = self._gen_instance(gv, klass, call, out_shapes)
                     if inst is not None:
                         res = self._serve(
                             "gen",
                             gsig,
-                            v,
+                            gv,
                             inst,
                             out_shapes,
                             call,
@@ -911,7 +916,7 @@ class ViewRegistry:
             input_shapes=tuple(call.in_shapes),
             relations=LazyRelations(contributing),
             considered=LazyRelations(considered) if considered is not None else None,
-            mode=call.mode,  # type: ignore[arg-type]
+            mode="considered" if call.mode == "considered" else "contributing",
             obtained=kind,
             signature=sig,
             verified=verified,
@@ -933,10 +938,10 @@ class ViewRegistry:
             try:
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
                     warnings.simplefilter("ignore")
-                    r = capture_inputs(func, data, mode, "raise", kwargs)  # type: ignore[arg-type]
+                    r = capture_inputs(func, data, mode, "raise", kwargs)
             except Exception:
                 return None  # inconclusive: the function does not accept this data
-            return table_sets_equal(_compress_all(r.relations, r.considered), expected)
+            return bool(table_sets_equal(_compress_all(r.relations, r.considered), expected))
 
         for _, data in _probe_inputs(inputs, self._rng):
             if same(data) is False:
@@ -962,10 +967,17 @@ class ViewRegistry:
             dim_dead = self._feed_specific(
                 "dim", sig, call, out_shapes, tables, probe, self.policy.confirm_after, demoted
             )
-        if self.policy.base and dim_dead:
-            sig = self._base_key(call)
+        bsig = self._base_key(call) if self.policy.base and dim_dead else None
+        if bsig is not None:
             self._feed_specific(
-                "base", sig, call, out_shapes, tables, None, self.policy.base_confirm_after, demoted
+                "base",
+                bsig,
+                call,
+                out_shapes,
+                tables,
+                None,
+                self.policy.base_confirm_after,
+                demoted,
             )
         if self.policy.gen:
             self._feed_gen(call, out_shapes, tables, probe, demoted)
@@ -1102,7 +1114,10 @@ class ViewRegistry:
                 return
             v.template, v.observations = tmpl, obs
             v.matches = 0 if not predicted else v.matches
-            v.fit_full = _full_rank([o[0] for o in obs])
+            in_syms = [
+                k for k, b in enumerate(klass.bindings) if any(side == "i" for side, _, _ in b)
+            ]
+            v.fit_full = _full_rank([tuple(o[0][k] for k in in_syms) for o in obs])
             v.instances.clear()
         if vals not in v.seen:
             v.seen.append(vals)
@@ -1121,10 +1136,11 @@ class ViewRegistry:
         op_name: str,
         code_version: str | None,
         args: Mapping[str, Any] | None,
-        in_ids: Sequence[str],
+        in_ids: Sequence[str] | None,
         in_shapes: Sequence[Shape],
     ) -> _Call:
         args = dict(args or {})
+        ids = None if in_ids is None else list(in_ids)
         code = sigs._h("declared", op_name, code_version or "")
         return _Call(
             op=op_name,
@@ -1133,7 +1149,7 @@ class ViewRegistry:
             args=args,
             arg_tokens={str(k): sigs.arg_token(v) for k, v in args.items()},
             in_shapes=[tuple(s) for s in in_shapes],
-            contents=lambda: list(in_ids),
+            contents=lambda: ids,
         )
 
     def find_declared(
@@ -1141,14 +1157,15 @@ class ViewRegistry:
         op_name: str,
         *,
         args: Mapping[str, Any] | None,
-        in_ids: Sequence[str],
+        in_ids: Sequence[str] | None,
         in_shapes: Sequence[Shape],
         out_shapes: Sequence[Shape],
         code_version: str | None = None,
     ) -> DeclaredHit | None:
         """A confirmed view for a declared operation (no function to run), or None.
 
-        ``in_ids`` identify the input data (array name and version) for base views.
+        ``in_ids`` identify the input data (array name and version) for base views; None
+        when some input has no version (its content is then unknown and base views are off).
         """
         try:
             call = self._declared_call(op_name, code_version, args, in_ids, in_shapes)
@@ -1163,11 +1180,11 @@ class ViewRegistry:
                 return DeclaredHit(kind, sig, dict(v.tables), check, call.exact_key)
         if self.policy.gen:
             gsig, klass = self._gen_key(call, outs)
-            v = self._confirmed(gsig)
-            if v is not None:
-                inst = self._gen_instance(v, klass, call, outs)
+            gv = self._confirmed(gsig)
+            if gv is not None:
+                inst = self._gen_instance(gv, klass, call, outs)
                 if inst is not None:
-                    check, _ = self._needs_check(v, call.exact_key)
+                    check, _ = self._needs_check(gv, call.exact_key)
                     return DeclaredHit("gen", gsig, inst, check, call.exact_key)
         return None
 
@@ -1198,7 +1215,7 @@ class ViewRegistry:
         op_name: str,
         *,
         args: Mapping[str, Any] | None,
-        in_ids: Sequence[str],
+        in_ids: Sequence[str] | None,
         in_shapes: Sequence[Shape],
         out_shapes: Sequence[Shape],
         tables: Mapping[TableKey, LineageTable],

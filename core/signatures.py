@@ -128,7 +128,7 @@ def content_hash(array: np.ndarray[Any, Any]) -> str:
     a = np.ascontiguousarray(array)
     m = hashlib.blake2b(digest_size=16)
     m.update(f"{a.dtype.str}{a.shape}".encode())
-    m.update(memoryview(a).cast("B") if a.size else b"")
+    m.update(a.data.cast("B") if a.size else b"")
     return m.hexdigest()
 
 

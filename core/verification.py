@@ -147,7 +147,7 @@ def _restricted_equal(t: LineageTable, axes: Sequence[I64], oc: I64, ic: I64) ->
         go = np.lexsort(got[::-1])
         return bool(np.array_equal(exp[:, eo], got[:, go]))
     if t.out_rank + t.in_rank == 0:
-        return min(t.rows, 1) == min(n, 1)
+        return bool(min(t.rows, 1) == min(n, 1))
     if not _covered(t, oc, ic):
         return False
     return _count(t, _grid(axes)) == n

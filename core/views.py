@@ -88,50 +88,87 @@ def as_provrc(table: LineageTable) -> LineageTable | None:
     return compress(table.decompress(), fallback="never")
 
 
-def _stack_fields(t: LineageTable) -> I64:
-    """All integer fields of a ProvRC table as one flat vector (FIELDS order)."""
-    return np.concatenate([np.asarray(getattr(t, f), np.int64).reshape(-1) for f in FIELDS])
+def _row_matrix(t: LineageTable) -> I64:
+    """``(rows, 2l + 6m)``: one vector per ProvRC row, fields in FIELDS order."""
+    cols = [np.asarray(getattr(t, f), np.int64).reshape(-1, t.rows) for f in FIELDS]
+    mat = np.vstack(cols) if cols else np.zeros((0, t.rows), np.int64)
+    return np.ascontiguousarray(mat.T)
 
 
-def _structure(t: LineageTable) -> tuple[int, int, int]:
-    return (t.out_rank, t.in_rank, t.rows)
+def _width(l: int, m: int) -> int:
+    return 2 * l + 6 * m
+
+
+# A run of at least this many rows whose fields step by one constant vector is a row family.
+MIN_FAMILY = 3
+
+
+def _segments(mat: I64) -> list[tuple[int, I64, I64]]:
+    """Split rows into segments ``(count, first row, step)``: maximal arithmetic runs of at
+    least :data:`MIN_FAMILY` rows are families, the other rows are singles (count 1, step 0).
+
+    Families are what lets a view generalise lineage whose row count grows with an extent
+    (cumsum's prefixes, ravel's row blocks, kron's tiles, cross's per-row pattern).
+    """
+    rows = mat.shape[0]
+    zero = np.zeros(mat.shape[1], np.int64)
+    out: list[tuple[int, I64, I64]] = []
+    i = 0
+    while i < rows:
+        if i + MIN_FAMILY <= rows:
+            step = mat[i + 1] - mat[i]
+            j = i + 1
+            while j + 1 < rows and np.array_equal(mat[j + 1] - mat[j], step):
+                j += 1
+            if j - i + 1 >= MIN_FAMILY and step.any():
+                out.append((j - i + 1, mat[i], step))
+                i = j + 1
+                continue
+        out.append((1, mat[i], zero))
+        i += 1
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class TableTemplate:
-    """One table of a generalised view: ``coef`` is ``(n_fields, 1 + p)``; value = coef·[1, D]."""
+    """One table of a generalised view: a list of row segments whose row count, first row and
+    step are affine in the symbols. ``coef`` is ``(n_segments, 1 + 2w, 1 + p)`` (count, first
+    row's ``w`` fields, step's ``w`` fields); value = coef·[1, D_1..D_p]."""
 
     out_rank: int
     in_rank: int
-    rows: int
     coef: I64
 
-    def evaluate(self, values: Sequence[int]) -> I64:
+    def rows_at(self, values: Sequence[int]) -> I64 | None:
+        """The row matrix at symbol values ``values`` (None if a count is negative)."""
         d = np.asarray([1, *values], dtype=np.int64)
-        out: I64 = self.coef @ d
-        return out
+        w = _width(self.out_rank, self.in_rank)
+        ev = self.coef @ d  # (n_segments, 1 + 2w)
+        blocks = []
+        for seg in ev:
+            n = int(seg[0])
+            if n < 0:
+                return None
+            t = np.arange(n, dtype=np.int64)[:, None]
+            blocks.append(seg[1 : 1 + w][None, :] + t * seg[1 + w :][None, :])
+        return np.vstack(blocks) if blocks else np.zeros((0, w), np.int64)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "out_rank": self.out_rank,
-            "in_rank": self.in_rank,
-            "rows": self.rows,
-            "coef": self.coef.tolist(),
-        }
+        return {"out_rank": self.out_rank, "in_rank": self.in_rank, "coef": self.coef.tolist()}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], p: int) -> "TableTemplate":
-        coef = np.asarray(d["coef"], dtype=np.int64).reshape(-1, 1 + p)
-        return cls(int(d["out_rank"]), int(d["in_rank"]), int(d["rows"]), coef)
+        l, m = int(d["out_rank"]), int(d["in_rank"])
+        coef = np.asarray(d["coef"], dtype=np.int64).reshape(-1, 1 + 2 * _width(l, m), 1 + p)
+        return cls(l, m, coef)
 
 
-def _split(vec: I64, l: int, m: int, rows: int) -> dict[str, I64]:
-    sizes = {f: (l if f in _OUT_FIELDS else m) * rows for f in FIELDS}
+def _split_rows(mat: I64, l: int, m: int) -> dict[str, I64]:
     out: dict[str, I64] = {}
     pos = 0
     for f in FIELDS:
-        n = sizes[f]
-        out[f] = vec[pos : pos + n].reshape(l if f in _OUT_FIELDS else m, rows)
+        n = l if f in _OUT_FIELDS else m
+        out[f] = np.ascontiguousarray(mat[:, pos : pos + n].T)
         pos += n
     return out
 
@@ -162,8 +199,9 @@ class GenTemplate:
     ) -> dict[TableKey, LineageTable] | None:
         """The ProvRC tables at symbol values ``values``, or None if they would be invalid.
 
-        Invalid means: an empty or inverted interval, an ``in_q < 1``, an output interval or
-        an input hull outside the arrays — the template does not describe this shape.
+        Invalid means: a negative row count, an empty or inverted interval, ``in_q < 1``, an
+        output interval or an input hull outside the arrays — the template does not describe
+        this shape.
         """
         if len(values) != self.p:
             return None
@@ -175,8 +213,12 @@ class GenTemplate:
             osh, ish = tuple(out_shapes[o]), tuple(in_shapes[i])
             if (len(osh), len(ish)) != (tt.out_rank, tt.in_rank):
                 return None
-            f = _split(tt.evaluate(values), tt.out_rank, tt.in_rank, tt.rows)
-            if tt.rows:
+            mat = tt.rows_at(values)
+            if mat is None:
+                return None
+            rows = mat.shape[0]
+            f = _split_rows(mat, tt.out_rank, tt.in_rank)
+            if rows:
                 if (f["out_lo"] > f["out_hi"]).any() or (f["in_lo"] > f["in_hi"]).any():
                     return None
                 if (f["in_q"] < 1).any():
@@ -190,8 +232,8 @@ class GenTemplate:
                 osh,
                 ish,
                 "provrc",
-                tt.rows,
-                _n_pairs(f, tt.rows),
+                rows,
+                _n_pairs(f, rows),
                 f["out_lo"],
                 f["out_hi"],
                 f["in_ref"],
@@ -201,7 +243,7 @@ class GenTemplate:
                 f["in_lo"],
                 f["in_hi"],
             )
-            if tt.rows:
+            if rows:
                 hlo, hhi = table.input_hulls()
                 for k, d in enumerate(ish):
                     if (hlo[k] < 0).any() or (hhi[k] >= d).any():
@@ -224,14 +266,39 @@ class GenTemplate:
         return cls(p, tables)
 
 
+def _fit_columns(vals: I64, d: I64, cands: I64) -> I64 | None:
+    """Per column of ``vals`` (n_obs, N): the preferred ``[c, k]`` with vals = c + d·k, or None
+    if some column has no consistent candidate."""
+    p = d.shape[1]
+    sparsity = (cands != 0).sum(axis=1)
+    l1 = np.abs(cands).sum(axis=1)
+    pred = d @ cands.T  # (n_obs, n_cands)
+    resid = vals[None, :, :] - pred.T[:, :, None]  # (n_cands, n_obs, N)
+    consistent = (resid == resid[:, :1, :]).all(axis=1)
+    if not consistent.any(axis=0).all():
+        return None
+    const = resid[:, 0, :]
+    # Preference: fewer symbols, smaller coefficients; ties broken by the smaller constant.
+    score = sparsity[:, None] * 10**12 + l1[:, None] * 10**8 + np.minimum(np.abs(const), 10**8 - 1)
+    score = np.where(consistent, score, np.iinfo(np.int64).max)
+    best = score.argmin(axis=0)
+    n = vals.shape[1]
+    coef = np.empty((n, 1 + p), dtype=np.int64)
+    coef[:, 0] = const[best, np.arange(n)]
+    coef[:, 1:] = cands[best]
+    return coef
+
+
 def fit(
     observations: Sequence[tuple[Sequence[int], Mapping[TableKey, LineageTable]]],
 ) -> GenTemplate | None:
     """Fit a template to tables observed at several symbol values (None if none fits).
 
-    Every observation must have the same relations, ranks, row counts and relative
-    structure; each field then gets the preferred coefficient vector that is consistent with
-    all observations (see the module docstring).
+    Every observation must have the same relations and ranks, and its rows must split into
+    the same sequence of singles and families (:func:`_segments`); each count, field and step
+    then gets the preferred coefficient vector consistent with all observations (see the
+    module docstring). ``in_ref`` (which output axis an input attribute follows) must not
+    depend on the extents.
     """
     if not observations:
         return None
@@ -239,46 +306,43 @@ def fit(
     keys = sorted(observations[0][1])
     if any(sorted(tabs) != keys or len(vals) != p for vals, tabs in observations):
         return None
-    prov: list[dict[TableKey, LineageTable]] = []
-    for _, tabs in observations:
-        conv: dict[TableKey, LineageTable] = {}
-        for k in keys:
+    d = np.asarray([list(v) for v, _ in observations], dtype=np.int64).reshape(-1, p)
+    cands = _coefficient_candidates(p)
+    templates: dict[TableKey, TableTemplate] = {}
+    for k in keys:
+        segs_per_obs = []
+        ranks = set()
+        for _, tabs in observations:
             t = as_provrc(tabs[k])
             if t is None:
                 return None
-            conv[k] = t
-        prov.append(conv)
-    d = np.asarray([list(v) for v, _ in observations], dtype=np.int64).reshape(-1, p)
-    cands = _coefficient_candidates(p)
-    # Preference: fewer symbols, smaller coefficients; ties broken by the smaller constant.
-    sparsity = (cands != 0).sum(axis=1)
-    l1 = np.abs(cands).sum(axis=1)
-    pred = d @ cands.T  # (n_obs, n_cands)
-    templates: dict[TableKey, TableTemplate] = {}
-    for k in keys:
-        structs = {_structure(t[k]) for t in prov}
-        if len(structs) != 1:
+            ranks.add((t.out_rank, t.in_rank))
+            segs_per_obs.append(_segments(_row_matrix(t)))
+        if len(ranks) != 1:
             return None
-        l, m, rows = structs.pop()
-        vals = np.stack([_stack_fields(t[k]) for t in prov])  # (n_obs, n_fields)
-        if rows and len({t[k].in_ref.tobytes() for t in prov}) != 1:
+        l, m = ranks.pop()
+        w = _width(l, m)
+        shapes = {tuple(n > 1 for n, _, _ in segs) for segs in segs_per_obs}
+        if len(shapes) != 1:
             return None
-        # residual[c, o, f] = vals[o, f] - pred[o, c]
-        resid = vals[None, :, :] - pred.T[:, :, None]
-        consistent = (resid == resid[:, :1, :]).all(axis=1)  # (n_cands, n_fields)
-        if not consistent.any(axis=0).all():
+        n_seg = len(segs_per_obs[0])
+        vals = np.stack(
+            [
+                np.concatenate([np.concatenate([[n], first, step]) for n, first, step in segs])
+                if segs
+                else np.zeros(0, np.int64)
+                for segs in segs_per_obs
+            ]
+        ).astype(np.int64)
+        coef = _fit_columns(vals, d, cands) if vals.shape[1] else np.zeros((0, 1 + p), np.int64)
+        if coef is None:
             return None
-        const = resid[:, 0, :]  # (n_cands, n_fields)
-        score = (
-            sparsity[:, None] * 10**12 + l1[:, None] * 10**8 + np.minimum(np.abs(const), 10**8 - 1)
-        )
-        score = np.where(consistent, score, np.iinfo(np.int64).max)
-        best = score.argmin(axis=0)
-        n_fields = vals.shape[1]
-        coef = np.empty((n_fields, 1 + p), dtype=np.int64)
-        coef[:, 0] = const[best, np.arange(n_fields)]
-        coef[:, 1:] = cands[best]
-        templates[k] = TableTemplate(l, m, rows, coef)
+        coef = coef.reshape(n_seg, 1 + 2 * w, 1 + p)
+        ref_lo = 2 * l  # in_ref occupies [2l, 2l + m) of a row vector
+        for block in (1, 1 + w):
+            if coef[:, block + ref_lo : block + ref_lo + m, 1:].any():
+                return None
+        templates[k] = TableTemplate(l, m, coef)
     return GenTemplate(p, templates)
 
 
@@ -295,7 +359,7 @@ def tables_equal(a: LineageTable, b: LineageTable) -> bool:
     if a.n_pairs > MAX_COMPARE_PAIRS:
         return False
     ra: LineageRelation = a.decompress()
-    return ra == b.decompress()
+    return bool(ra == b.decompress())
 
 
 def table_sets_equal(
