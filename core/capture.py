@@ -162,6 +162,9 @@ def _numpy_frame(exc: BaseException) -> str | None:
 
 
 def as_input(a: Any, k: int) -> F64:
+    """Input ``k`` as a C-contiguous float64 array (no copy when it already is one)."""
+    if type(a) is np.ndarray and a.dtype == np.float64 and a.flags.c_contiguous:
+        return a
     arr = np.asarray(a)
     if arr.dtype == TRACKED_FLOAT:
         msg = (

@@ -37,11 +37,15 @@ last-writer-wins, which can only delay a confirmation; the non-reusable markers 
 create-only, so a demotion is never lost.
 """
 
+import atexit
 import base64
 import contextlib
 import json
+import os
 import time
+import types
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -104,7 +108,8 @@ class ReusePolicy:
         irrelevant_after: equal-lineage pairs that make an argument irrelevant.
         max_observations: captures kept per gen candidate for re-fitting (a template needs
             ``p + 1`` affinely independent shapes for ``p`` symbols before it may predict).
-        flush_every: hits between writes of a view's hit counter (also on :meth:`flush`).
+        flush_interval: seconds between writes of a served view's hit counter (also on
+            :meth:`ViewRegistry.flush` and at exit).
         seed: seed of the registry's random choices (sampling, probes), None for fresh.
     """
 
@@ -120,7 +125,7 @@ class ReusePolicy:
     literal_below: int = 4
     irrelevant_after: int = 2
     max_observations: int = 8
-    flush_every: int = 64
+    flush_interval: float = 10.0
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -229,6 +234,7 @@ class _View:
     group: str = ""
     arg_tokens: dict[str, str] = field(default_factory=dict)
     unflushed: int = 0
+    saved_at: float = field(default_factory=time.monotonic)
     instances: "OrderedDict[Any, dict[TableKey, LineageTable]]" = field(default_factory=OrderedDict)
     encoded: dict[str, str] | None = None
 
@@ -322,6 +328,7 @@ class _Call:
     in_shapes: list[Shape]
     # Identity of the input data for base keys; None when it is unknown.
     contents: Callable[[], list[str] | None]
+    fast_key: Any = field(default=None, init=False)
 
     def token(self, drop: frozenset[str]) -> str:
         return (
@@ -334,7 +341,83 @@ class _Call:
 
     @property
     def exact_key(self) -> str:
-        return str(sigs.dim_sig(self.code, self.mode, self.token(frozenset()), self.in_shapes))
+        return _dim_sig_cached(self.code, self.mode, self.token(frozenset()), self.in_shapes)
+
+
+_SIG_CACHE: "OrderedDict[tuple[str, str, str, tuple[Shape, ...]], str]" = OrderedDict()
+
+
+def _dim_sig_cached(code: str, mode: str, tok: str, shapes: Sequence[Shape]) -> str:
+    """:func:`~dslog_dagster.core.signatures.dim_sig`, memoised (hashing is most of a hit)."""
+    key = (code, mode, tok, tuple(shapes))
+    sig = _SIG_CACHE.get(key)
+    if sig is None:
+        sig = _SIG_CACHE[key] = str(sigs.dim_sig(code, mode, tok, shapes))
+        if len(_SIG_CACHE) > _OUT_SHAPE_MEMO:
+            _SIG_CACHE.popitem(last=False)
+    return sig
+
+
+_SIMPLE = (int, str, bool, type(None))
+
+
+def _simple_key(v: Any, depth: int = 0) -> Any:
+    """A hashable, type-exact key of an argument value, or raise TypeError if not simple."""
+    if isinstance(v, _SIMPLE) and not isinstance(v, np.generic):
+        return (type(v), v)
+    if isinstance(v, tuple) and depth < 4:
+        return (tuple, tuple(_simple_key(x, depth + 1) for x in v))
+    raise TypeError
+
+
+def _fast_key(
+    func: Callable[..., Any],
+    mode: str,
+    code_version: str | None,
+    kwargs: Mapping[str, Any],
+    inputs: Sequence[F64],
+) -> Any:
+    """Key of the repeat-hit cache: the function object itself (so its code identity cannot
+    have changed), type-exact simple arguments and the input shapes; None when the call does
+    not qualify (closures, mutable or float arguments, ...)."""
+    if isinstance(func, types.FunctionType):
+        if func.__closure__ is not None or func.__kwdefaults__:
+            return None
+        extra: Any = (func.__code__, func.__defaults__)
+    elif isinstance(func, np.ufunc | types.BuiltinFunctionType):
+        extra = None
+    else:
+        return None
+    try:
+        kw = tuple([(k, _simple_key(v)) for k, v in sorted(kwargs.items())]) if kwargs else ()
+        key = (func, extra, mode, code_version, kw, tuple([a.shape for a in inputs]))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class _Fast:
+    kind: Kind
+    signature: str
+    view: "_View"
+    out_shapes: tuple[Shape, ...]
+    exact: str
+    contributing: dict[tuple[int, int], LineageTable]
+    considered: dict[tuple[int, int], LineageTable] | None
+    call: _Call
+    arg_version: int
+    lazy_contributing: LazyRelations
+    lazy_considered: LazyRelations | None
+
+    def all_tables(self) -> dict[TableKey, LineageTable]:
+        out: dict[TableKey, LineageTable] = {
+            (0, o, i): t for (o, i), t in self.contributing.items()
+        }
+        for (o, i), t in (self.considered or {}).items():
+            out[(1, o, i)] = t
+        return out
 
 
 def _shapes(arrays: Sequence[Any]) -> list[Shape]:
@@ -366,14 +449,15 @@ def _run_plain(
 ) -> tuple[Any, list[F64]] | None:
     """``func`` on plain float64 inputs: (value as capture returns it, outputs), or None when
     an output is not numeric (such a call is never served)."""
-    result = func(*inputs, **kwargs)
+    return _run_plain_result(func(*inputs, **kwargs))
+
+
+def _run_plain_result(result: Any) -> tuple[Any, list[F64]] | None:
     outs, is_tuple = _outputs(result)
     plain: list[F64] = []
     for o in outs:
-        arr = np.asarray(o)
-        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-            return None
-        if np.issubdtype(arr.dtype, np.complexfloating):
+        arr = o if isinstance(o, np.ndarray) else np.asarray(o)
+        if arr.dtype.kind not in "fiub":
             return None
         plain.append(arr if arr.dtype == np.float64 else arr.astype(np.float64))
     return _plain_value(plain, outs, is_tuple), plain
@@ -430,6 +514,27 @@ def _nan_probe(inputs: Sequence[F64], rng: np.random.Generator) -> list[F64]:
 # --------------------------------------------------------------------------- registry
 
 
+def _replace_unsynced(path: Path, data: bytes) -> None:
+    """Atomic (temp file + rename) but not fsynced: for hit counters."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{id(data):x}-{path.name}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+_LIVE: "weakref.WeakSet[ViewRegistry]" = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all() -> None:
+    for reg in list(_LIVE):
+        with contextlib.suppress(Exception):
+            reg.flush()
+
+
 class ViewRegistry:
     """Provenance views of one lineage store: prediction, confirmation, serving, verification.
 
@@ -460,11 +565,16 @@ class ViewRegistry:
         self.policy = policy or ReusePolicy()
         self._views: dict[str, _View] = {}
         self._dead: set[str] = set()
+        self._dead_checked: dict[str, float] = {}
+        self._fast: OrderedDict[Any, _Fast] = OrderedDict()
+        self._arg_version = 0
+        self._dir_s = str(self.dir) + os.sep
         self._rng = np.random.default_rng(self.policy.seed)
         self._budget = float(self.policy.budget)
         self._arg_state: dict[str, dict[str, Any]] = {}
         self._groups: dict[str, list[str]] = {}
         self._out_shapes: OrderedDict[str, list[Shape]] = OrderedDict()
+        _LIVE.add(self)
         #: Counters of this instance: hits per kind, captures, verifications, demotions.
         self.stats: dict[str, int] = {
             "base": 0,
@@ -486,19 +596,31 @@ class ViewRegistry:
     def _dead_path(self, sig: str) -> Path:
         return self.dir / f"{sig}.dead"
 
-    def _save(self, v: _View) -> None:
+    def _save(self, v: _View, *, sync: bool = True) -> None:
         data = json.dumps(v.to_json(), separators=(",", ":")).encode()
         try:
-            atomic_write_bytes(self._path(v.signature), data)
+            if sync:
+                atomic_write_bytes(self._path(v.signature), data)
+            else:
+                _replace_unsynced(self._path(v.signature), data)
         except OSError as e:
             msg = f"Could not write view `{v.signature}` under `{self.dir}`: {e}"
             raise ReuseError(msg) from e
         v.unflushed = 0
+        v.saved_at = time.monotonic()
 
     def _is_dead(self, sig: str) -> bool:
         if sig in self._dead:
             return True
-        if self._dead_path(sig).exists():
+        # Another process may have demoted the view: look for its marker, at most once a
+        # second per key on the hit path (a stat is a noticeable part of a hit).
+        now = time.monotonic()
+        if now - self._dead_checked.get(sig, -1.0) < 1.0:
+            return False
+        if len(self._dead_checked) > _OUT_SHAPE_MEMO:
+            self._dead_checked.clear()
+        self._dead_checked[sig] = now
+        if os.path.exists(self._dir_s + sig + ".dead"):
             self._dead.add(sig)
             return True
         return False
@@ -547,10 +669,11 @@ class ViewRegistry:
                 warnings.warn(msg, ViewMismatchWarning, stacklevel=4)
 
     def flush(self) -> None:
-        """Write the hit counters of views served since their last write."""
-        for v in self._views.values():
-            if v.unflushed and not self._is_dead(v.signature):
-                self._save(v)
+        """Write the hit counters of views served since their last write (also done every
+        ``flush_interval`` seconds of hits and at interpreter exit)."""
+        for v in list(self._views.values()):
+            if v.unflushed and v.signature not in self._dead:
+                self._save(v, sync=False)
 
     def lookup(self, signature: str) -> ViewInfo | None:
         """The view stored under ``signature`` (any status), or None."""
@@ -632,6 +755,7 @@ class ViewRegistry:
                 changed = True
                 self._alias_group(call, frozenset(st["irrelevant"]))
         if changed:
+            self._arg_version += 1
             atomic_write_bytes(self._arg_file(call.code, call.mode), json.dumps(st).encode())
 
     def _alias_group(self, call: _Call, drop: frozenset[str]) -> None:
@@ -667,7 +791,7 @@ class ViewRegistry:
 
     def _dim_key(self, call: _Call) -> str:
         tok = call.token(self._drop(call.code, call.mode))
-        return str(sigs.dim_sig(call.code, call.mode, tok, call.in_shapes))
+        return _dim_sig_cached(call.code, call.mode, tok, call.in_shapes)
 
     def _base_key(self, call: _Call) -> str | None:
         contents = call.contents()
@@ -738,8 +862,8 @@ class ViewRegistry:
     def _hit(self, v: _View) -> None:
         v.hits += 1
         v.unflushed += 1
-        if v.unflushed >= self.policy.flush_every:
-            self._save(v)
+        if time.monotonic() - v.saved_at >= self.policy.flush_interval:
+            self._save(v, sync=False)  # only a counter: atomic, not worth an fsync
 
     # ----------------------------------------------------------- capture path
 
@@ -775,11 +899,20 @@ class ViewRegistry:
     ) -> CaptureResult:
         """``capture(func, *inputs, reuse=self, ...)``: serve a confirmed view or capture and
         learn (see the module docstring). ``inputs`` are float64 arrays."""
-        kwargs = dict(kwargs or {})
+        kwargs = dict(kwargs) if kwargs else {}
+        fkey = _fast_key(func, mode, code_version, kwargs, inputs)
+        if fkey is not None:
+            fast = self._fast.get(fkey)
+            if fast is not None:
+                res = self._serve_fast(fast, func, inputs, kwargs)
+                if res is not None:
+                    return res
+                self._fast.pop(fkey, None)
         try:
             call = self._call_for(func, code_version, mode, kwargs, inputs)
         except sigs.Unsignable:
             return capture_inputs(func, inputs, mode, on_lost, kwargs)
+        call.fast_key = fkey
         demoted: list[str] = []
         found = self._find_specific(call)
         if found is not None:
@@ -910,6 +1043,22 @@ class ViewRegistry:
         self.stats[kind] += 1
         contributing = _contributing(tables)
         considered = _considered(tables) if call.mode == "considered" else None
+        if call.fast_key is not None and not v.finite_only:
+            self._fast[call.fast_key] = _Fast(
+                kind,
+                sig,
+                v,
+                tuple(out_shapes),
+                exact,
+                contributing,
+                considered,
+                call,
+                self._arg_version,
+                LazyRelations(contributing),
+                LazyRelations(considered) if considered is not None else None,
+            )
+            if len(self._fast) > _OUT_SHAPE_MEMO:
+                self._fast.popitem(last=False)
         return CaptureResult(
             value=value,
             outputs=tuple(outs),
@@ -922,6 +1071,65 @@ class ViewRegistry:
             verified=verified,
             tables=contributing,
             demoted=tuple(demoted),
+        )
+
+    def _serve_fast(
+        self, f: "_Fast", func: Callable[..., Any], inputs: list[F64], kwargs: Mapping[str, Any]
+    ) -> CaptureResult | None:
+        """A repeat hit: same function object, arguments and shapes as a call served before.
+
+        Only the checks that can change between such calls are made: the view still being
+        confirmed (in this process and, once a second, on disk), the argument relevance
+        unchanged, the output shapes, and the sampled verification.
+        """
+        v = f.view
+        if (
+            v.status != "confirmed"
+            or f.arg_version != self._arg_version
+            or self._is_dead(f.signature)
+        ):
+            return None
+        result = func(*inputs, **kwargs)
+        if type(result) is np.ndarray and result.dtype == np.float64:
+            value: Any = result  # the common case, without the general unpacking
+            outs = [result]
+        else:
+            plain = _run_plain_result(result)
+            if plain is None:
+                return None
+            value, outs = plain
+        if len(outs) != len(f.out_shapes) or any(
+            o.shape != s for o, s in zip(outs, f.out_shapes, strict=False)
+        ):
+            return None  # the full path decides (and demotes)
+        verified = False
+        if self.policy.rate > 0 and self._budget > 0 and self._rng.random() < self.policy.rate:
+            t0 = time.perf_counter()
+            ok = verify_sample(
+                func, inputs, kwargs, f.call.mode, f.all_tables(), list(f.out_shapes), self._rng
+            )
+            self._budget -= time.perf_counter() - t0
+            self.stats["verified"] += 1
+            if not ok:
+                self._kill(
+                    v, f.signature, "a sampled annotated run of a call disagreed with it", warn=True
+                )
+                return None
+            self._mark_verified(v, f.exact)
+            verified = True
+        self._hit(v)
+        self.stats[f.kind] += 1
+        return CaptureResult(
+            value=value,
+            outputs=tuple(outs),
+            input_shapes=tuple(f.call.in_shapes),
+            relations=f.lazy_contributing,
+            considered=f.lazy_considered,
+            mode="considered" if f.call.mode == "considered" else "contributing",
+            obtained=f.kind,
+            signature=f.signature,
+            verified=verified,
+            tables=f.contributing,
         )
 
     def _probe(

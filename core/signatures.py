@@ -160,6 +160,17 @@ def _called_functions(func: types.FunctionType) -> list[types.FunctionType]:
     return found
 
 
+# Identity of stateless callables (ufuncs, C functions), by object; holds a strong reference so
+# an id is never reused for another object while cached.
+_static_cache: dict[int, tuple[Any, str]] = {}
+
+
+def _remember(func: Any, digest: str) -> str:
+    if len(_static_cache) < _CODE_CACHE_MAX:
+        _static_cache[id(func)] = (func, digest)
+    return digest
+
+
 def _python_code_hash(func: types.FunctionType) -> str:
     key = ("py", func.__code__)
     cached = _code_cache.get(key)
@@ -195,6 +206,9 @@ def code_identity(func: Callable[..., Any], code_version: str | None = None) -> 
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     if code_version is not None:
         return _h("version", str(name), code_version)
+    static = _static_cache.get(id(func))
+    if static is not None and static[0] is func:
+        return static[1]
     if isinstance(func, functools.partial):
         return _h(
             "partial",
@@ -216,13 +230,13 @@ def code_identity(func: Callable[..., Any], code_version: str | None = None) -> 
                 dyn.append("<empty>")
         return _h("function", _python_code_hash(func), *dyn)
     if isinstance(func, np.ufunc):
-        return _h("ufunc", func.__name__, np.__version__)
+        return _remember(func, _h("ufunc", func.__name__, np.__version__))
     if isinstance(func, types.BuiltinFunctionType) or type(func).__name__ in (
         "_ArrayFunctionDispatcher",
         "builtin_function_or_method",
     ):
         mod = getattr(func, "__module__", "") or ""
-        return _h("builtin", mod, str(name), np.__version__)
+        return _remember(func, _h("builtin", mod, str(name), np.__version__))
     call = type(func).__dict__.get("__call__")
     if isinstance(call, types.FunctionType):
         # A callable object: its class's code plus its (tokenised) state.
