@@ -209,15 +209,18 @@ def hit_overhead(cells: int, reps: int) -> dict[str, float]:
             while capture(f, *args, reuse=reg).obtained == "captured":
                 pass
             bare, hit = [], []
-            for _ in range(reps):  # interleaved, best of
+            block = 20
+            for _ in range(reps):  # interleaved blocks, best block of each
                 t0 = time.perf_counter()
-                f(*args)
+                for _ in range(block):
+                    f(*args)
                 t1 = time.perf_counter()
-                r = capture(f, *args, reuse=reg)
+                for _ in range(block):
+                    r = capture(f, *args, reuse=reg)
                 t2 = time.perf_counter()
                 assert r.obtained == "dim"
-                bare.append(t1 - t0)
-                hit.append(t2 - t1)
+                bare.append((t1 - t0) / block)
+                hit.append((t2 - t1) / block)
             out[f"{name}_bare"] = min(bare)
             out[f"{name}_hit"] = min(hit)
             t0 = time.perf_counter()

@@ -17,7 +17,8 @@ probed with synthetic inputs of the same shape (ascending and descending ramps, 
 ramps on different inputs, a sign-crossing ramp, random values): data-dependent lineage
 (sort, filters, picks by comparison, ``where`` on a data mask) differs between them even
 when the user's own captures happened to agree. A view whose lineage only differs on NaN
-inputs (``nansum``) is confirmed as *finite-only* and not served for inputs with NaNs.
+inputs is confirmed as *finite-only* and not served for inputs with NaNs; calls with NaN
+inputs are captured and not learnt from.
 
 **Serving** (:meth:`ViewRegistry.run`, used by ``capture(..., reuse=registry)``): base, then
 dim, then gen. The function runs on plain float64 inputs, the lineage comes from the view. A
@@ -70,6 +71,7 @@ from dslog_dagster.core.capture import (
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation, Shape
 from dslog_dagster.core.storage import atomic_write_bytes, table_from_blob, table_to_blob
+from dslog_dagster.core.store import LineageStore
 from dslog_dagster.core.verification import verify_sample
 from dslog_dagster.core.views import GenTemplate, TableKey, fit, table_sets_equal
 from dslog_dagster.errors import ReuseError, ViewMismatchWarning
@@ -553,8 +555,17 @@ class ViewRegistry:
     """
 
     def __init__(self, store_or_dir: Any, policy: ReusePolicy | None = None) -> None:
-        root = getattr(store_or_dir, "store", store_or_dir)
-        root = getattr(root, "root", root)
+        root = store_or_dir
+        if not isinstance(root, LineageStore | str | os.PathLike):
+            root = getattr(root, "store", root)  # a DSLog session
+        if isinstance(root, LineageStore):
+            root = root.root
+        if not isinstance(root, str | os.PathLike):
+            msg = (
+                f"ViewRegistry takes a LineageStore, a DSLog session or a directory, "
+                f"not `{type(store_or_dir).__name__}`."
+            )
+            raise ReuseError(msg)
         self.root = Path(root).absolute()
         self.dir = self.root / "views"
         try:
@@ -900,11 +911,12 @@ class ViewRegistry:
         """``capture(func, *inputs, reuse=self, ...)``: serve a confirmed view or capture and
         learn (see the module docstring). ``inputs`` are float64 arrays."""
         kwargs = dict(kwargs) if kwargs else {}
+        demoted: list[str] = []
         fkey = _fast_key(func, mode, code_version, kwargs, inputs)
         if fkey is not None:
             fast = self._fast.get(fkey)
             if fast is not None:
-                res = self._serve_fast(fast, func, inputs, kwargs)
+                res = self._serve_fast(fast, func, inputs, kwargs, demoted)
                 if res is not None:
                     return res
                 self._fast.pop(fkey, None)
@@ -913,7 +925,6 @@ class ViewRegistry:
         except sigs.Unsignable:
             return capture_inputs(func, inputs, mode, on_lost, kwargs)
         call.fast_key = fkey
-        demoted: list[str] = []
         found = self._find_specific(call)
         if found is not None:
             kind, sig, v = found
@@ -968,7 +979,9 @@ class ViewRegistry:
         res = capture_inputs(func, inputs, mode, on_lost, kwargs)
         self.stats["captured"] += 1
         dsig = self._dim_key(call)
-        if res.flagged:
+        if res.flagged or any(np.isnan(a).any() for a in inputs):
+            # An over-approximation is no view; NaN inputs are outside what views are learnt
+            # on (they are probed with NaN and marked finite-only where NaN matters).
             return replace(res, signature=dsig, demoted=tuple(demoted))
         tables = _compress_all(res.relations, res.considered)
         outs = _shapes(res.outputs)
@@ -1043,7 +1056,7 @@ class ViewRegistry:
         self.stats[kind] += 1
         contributing = _contributing(tables)
         considered = _considered(tables) if call.mode == "considered" else None
-        if call.fast_key is not None and not v.finite_only:
+        if call.fast_key is not None and not v.finite_only and kind != "base":
             self._fast[call.fast_key] = _Fast(
                 kind,
                 sig,
@@ -1074,7 +1087,12 @@ class ViewRegistry:
         )
 
     def _serve_fast(
-        self, f: "_Fast", func: Callable[..., Any], inputs: list[F64], kwargs: Mapping[str, Any]
+        self,
+        f: "_Fast",
+        func: Callable[..., Any],
+        inputs: list[F64],
+        kwargs: Mapping[str, Any],
+        demoted: list[str],
     ) -> CaptureResult | None:
         """A repeat hit: same function object, arguments and shapes as a call served before.
 
@@ -1114,6 +1132,7 @@ class ViewRegistry:
                 self._kill(
                     v, f.signature, "a sampled annotated run of a call disagreed with it", warn=True
                 )
+                demoted.append(f.signature)
                 return None
             self._mark_verified(v, f.exact)
             verified = True
