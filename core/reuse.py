@@ -14,7 +14,8 @@ non-reusable for good (a ``<signature>.dead`` marker that is only ever created, 
 can resurrect the view). A gen candidate must *predict* captures at ``m`` shapes it has not
 seen (it is re-fitted when a new shape contradicts it). Before a view is confirmed it is
 probed with synthetic inputs of the same shape (ascending and descending ramps, opposite
-ramps on different inputs, a sign-crossing ramp, random values): data-dependent lineage
+ramps on different inputs, a sign-crossing ramp, random values, large positive and negative
+values, the unit interval, zeros): data-dependent lineage
 (sort, filters, picks by comparison, ``where`` on a data mask) differs between them even
 when the user's own captures happened to agree. A view whose lineage only differs on NaN
 inputs is confirmed as *finite-only* and not served for inputs with NaNs; calls with NaN
@@ -497,6 +498,12 @@ def _probe_inputs(inputs: Sequence[F64], rng: np.random.Generator) -> list[tuple
         ("opposite-swapped", [ramp(a, k % 2 == 1, lo, hi) for k, a in enumerate(inputs)]),
         ("sign-crossing", [ramp(a, k % 2 == 0, -wide, wide) for k, a in enumerate(inputs)]),
         ("random", [rng.uniform(lo, hi, size=a.shape) for a in inputs]),
+        # Thresholds outside the data's range (x > 0.5 on negative data, a single cell):
+        # large values of either sign, the unit interval and zeros.
+        ("positive", [ramp(a, k % 2 == 0, wide / 2, wide) for k, a in enumerate(inputs)]),
+        ("negative", [ramp(a, k % 2 == 1, -wide, -wide / 2) for k, a in enumerate(inputs)]),
+        ("unit", [ramp(a, k % 2 == 0, 0.0, 1.0) for k, a in enumerate(inputs)]),
+        ("zeros", [np.zeros(a.shape) for a in inputs]),
     ]
     return [(n, [np.asarray(x, dtype=np.float64) for x in p]) for n, p in probes]
 
