@@ -235,6 +235,7 @@ class _View:
     verified: list[str] = field(default_factory=list)
     # Irrelevant-argument bookkeeping (dim views): code/mode/shape group and argument tokens.
     group: str = ""
+    owner: str = ""  # digest of (code identity, mode): whose arguments these are
     arg_tokens: dict[str, str] = field(default_factory=dict)
     unflushed: int = 0
     saved_at: float = field(default_factory=time.monotonic)
@@ -282,6 +283,7 @@ class _View:
             "fit_full": self.fit_full,
             "verified": self.verified[-_VERIFIED_KEEP:],
             "group": self.group,
+            "owner": self.owner,
             "arg_tokens": self.arg_tokens,
         }
 
@@ -313,6 +315,7 @@ class _View:
             fit_full=bool(d.get("fit_full", False)),
             verified=[str(x) for x in d.get("verified", [])],
             group=str(d.get("group", "")),
+            owner=str(d.get("owner", "")),
             arg_tokens={str(k): str(x) for k, x in d.get("arg_tokens", {}).items()},
         )
         v.encoded = dict(d["tables"])
@@ -778,10 +781,11 @@ class ViewRegistry:
 
     def _alias_group(self, call: _Call, drop: frozenset[str]) -> None:
         """Re-key this operation's confirmed dim views without the irrelevant arguments."""
-        for sigs_ in self._groups.values():
-            for sig in sigs_:
+        owner = sigs._h(call.code, call.mode)
+        for sigs_ in list(self._groups.values()):
+            for sig in list(sigs_):
                 v = self._views.get(sig)
-                if v is None or v.status != "confirmed" or not v.arg_tokens:
+                if v is None or v.owner != owner or v.status != "confirmed" or not v.arg_tokens:
                     continue
                 tok = (
                     "{"
@@ -1245,6 +1249,7 @@ class ViewRegistry:
             if kind == "dim":
                 drop = self._drop(call.code, call.mode)
                 v.group = sigs._h(call.code, call.mode, repr(call.in_shapes))
+                v.owner = sigs._h(call.code, call.mode)
                 v.arg_tokens = {k: t for k, t in call.arg_tokens.items() if k not in drop}
                 self._groups.setdefault(v.group, []).append(sig)
             self._views[sig] = v
