@@ -19,7 +19,8 @@ values, the unit interval, zeros): data-dependent lineage
 (sort, filters, picks by comparison, ``where`` on a data mask) differs between them even
 when the user's own captures happened to agree. A view whose lineage only differs on NaN
 inputs is confirmed as *finite-only* and not served for inputs with NaNs; calls with NaN
-inputs are captured and not learnt from.
+inputs are captured and not learnt from. Likewise a view whose lineage changes only where an
+input is exactly 0 (``sinc``) is *nonzero-only*.
 
 **Serving** (:meth:`ViewRegistry.run`, used by ``capture(..., reuse=registry)``): base, then
 dim, then gen. The function runs on plain float64 inputs, the lineage comes from the view. A
@@ -160,6 +161,7 @@ class ViewInfo:
     created_at: datetime
     last_verified: datetime | None
     finite_only: bool
+    nonzero_only: bool
     reason: str | None
 
     def as_dict(self) -> dict[str, Any]:
@@ -174,6 +176,7 @@ class ViewInfo:
             "created_at": self.created_at.isoformat(),
             "last_verified": self.last_verified.isoformat() if self.last_verified else None,
             "finite_only": self.finite_only,
+            "nonzero_only": self.nonzero_only,
             "reason": self.reason,
         }
 
@@ -223,6 +226,7 @@ class _View:
     last_verified: float | None = None
     reason: str | None = None
     finite_only: bool = False
+    nonzero_only: bool = False
     in_shapes: list[Shape] = field(default_factory=list)
     out_shapes: list[Shape] = field(default_factory=list)
     tables: dict[TableKey, LineageTable] = field(default_factory=dict)
@@ -254,6 +258,7 @@ class _View:
             _ts(self.created) or datetime.now(UTC),
             _ts(self.last_verified),
             self.finite_only,
+            self.nonzero_only,
             self.reason,
         )
 
@@ -272,6 +277,7 @@ class _View:
             "last_verified": self.last_verified,
             "reason": self.reason,
             "finite_only": self.finite_only,
+            "nonzero_only": self.nonzero_only,
             "in_shapes": [list(s) for s in self.in_shapes],
             "out_shapes": [list(s) for s in self.out_shapes],
             "tables": self.encoded,
@@ -303,6 +309,7 @@ class _View:
             last_verified=d.get("last_verified"),
             reason=d.get("reason"),
             finite_only=bool(d.get("finite_only", False)),
+            nonzero_only=bool(d.get("nonzero_only", False)),
             in_shapes=[tuple(int(x) for x in s) for s in d["in_shapes"]],
             out_shapes=[tuple(int(x) for x in s) for s in d["out_shapes"]],
             tables=_decode_tables(d["tables"], source),
@@ -506,19 +513,25 @@ def _probe_inputs(inputs: Sequence[F64], rng: np.random.Generator) -> list[tuple
         ("positive", [ramp(a, k % 2 == 0, wide / 2, wide) for k, a in enumerate(inputs)]),
         ("negative", [ramp(a, k % 2 == 1, -wide, -wide / 2) for k, a in enumerate(inputs)]),
         ("unit", [ramp(a, k % 2 == 0, 0.0, 1.0) for k, a in enumerate(inputs)]),
-        ("zeros", [np.zeros(a.shape) for a in inputs]),
     ]
-    return [(n, [np.asarray(x, dtype=np.float64) for x in p]) for n, p in probes]
+    # Exact zeros are probed separately (lineage that changes only at 0, as sinc's, is
+    # served for zero-free inputs only), so the generic probes avoid them.
+    tiny = wide * 1e-3
+    return [
+        (n, [np.where(x == 0.0, tiny, np.asarray(x, dtype=np.float64)) for x in p])
+        for n, p in probes
+    ]
 
 
-def _nan_probe(inputs: Sequence[F64], rng: np.random.Generator) -> list[F64]:
+def _special_probe(inputs: Sequence[F64], rng: np.random.Generator, value: float) -> list[F64]:
+    """The inputs with ``value`` (NaN, 0) at their first and at a random cell."""
     out = []
     for a in inputs:
         b = np.array(a, dtype=np.float64, copy=True)
         if b.size:
             flat = b.reshape(-1)
-            flat[0] = np.nan
-            flat[int(rng.integers(0, b.size))] = np.nan
+            flat[0] = value
+            flat[int(rng.integers(0, b.size))] = value
         out.append(b)
     return out
 
@@ -997,14 +1010,17 @@ class ViewRegistry:
         tables = _compress_all(res.relations, res.considered)
         outs = _shapes(res.outputs)
         self._memo_out_shapes(call.exact_key, outs)
-        probe_cache: dict[str, tuple[bool, bool]] = {}
+        probe_cache: dict[str, tuple[bool, bool, bool]] = {}
 
-        def probe(expected: Mapping[TableKey, LineageTable]) -> tuple[bool, bool]:
+        def probe(expected: Mapping[TableKey, LineageTable]) -> tuple[bool, bool, bool]:
             if "r" not in probe_cache:
                 probe_cache["r"] = self._probe(func, inputs, kwargs, mode, expected)
             return probe_cache["r"]
 
-        demoted += self._feed(call, outs, tables, probe if self.policy.probe else None)
+        has_zero = not all(a.all() for a in inputs)
+        demoted += self._feed(
+            call, outs, tables, probe if self.policy.probe else None, has_zero=has_zero
+        )
         return replace(
             res,
             signature=dsig,
@@ -1032,6 +1048,8 @@ class ViewRegistry:
         demoted: list[str],
     ) -> CaptureResult | None:
         if v.finite_only and any(np.isnan(a).any() for a in inputs):
+            return None
+        if v.nonzero_only and not all(a.all() for a in inputs):
             return None
         if plain is None:
             plain = _run_plain(func, inputs, kwargs)
@@ -1067,7 +1085,8 @@ class ViewRegistry:
         self.stats[kind] += 1
         contributing = _contributing(tables)
         considered = _considered(tables) if call.mode == "considered" else None
-        if call.fast_key is not None and not v.finite_only and kind != "base":
+        guarded = v.finite_only or v.nonzero_only
+        if call.fast_key is not None and not guarded and kind != "base":
             self._fast[call.fast_key] = _Fast(
                 kind,
                 sig,
@@ -1169,8 +1188,8 @@ class ViewRegistry:
         kwargs: Mapping[str, Any],
         mode: str,
         expected: Mapping[TableKey, LineageTable],
-    ) -> tuple[bool, bool]:
-        """(lineage equal on every finite probe, also equal with NaNs in the inputs)."""
+    ) -> tuple[bool, bool, bool]:
+        """(lineage equal on every generic probe, also with NaNs, also with zeros)."""
 
         def same(data: list[F64]) -> bool | None:
             try:
@@ -1183,10 +1202,15 @@ class ViewRegistry:
 
         for _, data in _probe_inputs(inputs, self._rng):
             if same(data) is False:
-                return False, False
+                return False, False, False
         if not any(a.size for a in inputs):
-            return True, True
-        return True, same(_nan_probe(inputs, self._rng)) is not False
+            return True, True, True
+        nan_ok = same(_special_probe(inputs, self._rng, np.nan)) is not False
+        zero_ok = all(
+            same(d) is not False
+            for d in (_special_probe(inputs, self._rng, 0.0), [np.zeros(a.shape) for a in inputs])
+        )
+        return True, nan_ok, zero_ok
 
     # ----------------------------------------------------------- learning
 
@@ -1195,15 +1219,27 @@ class ViewRegistry:
         call: _Call,
         out_shapes: list[Shape],
         tables: dict[TableKey, LineageTable],
-        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool, bool]] | None,
+        *,
+        has_zero: bool = False,
     ) -> list[str]:
-        """Record one captured call under its keys; returns the signatures it demoted."""
+        """Record one captured call under its keys; returns the signatures it demoted.
+
+        ``has_zero``: an input holds an exact 0, so nonzero-only views do not apply to it."""
         demoted: list[str] = []
         dim_dead = True
         if self.policy.dim:
             sig = self._dim_key(call)
             dim_dead = self._feed_specific(
-                "dim", sig, call, out_shapes, tables, probe, self.policy.confirm_after, demoted
+                "dim",
+                sig,
+                call,
+                out_shapes,
+                tables,
+                probe,
+                self.policy.confirm_after,
+                demoted,
+                has_zero,
             )
         bsig = self._base_key(call) if self.policy.base and dim_dead else None
         if bsig is not None:
@@ -1216,9 +1252,10 @@ class ViewRegistry:
                 None,
                 self.policy.base_confirm_after,
                 demoted,
+                has_zero,
             )
         if self.policy.gen:
-            self._feed_gen(call, out_shapes, tables, probe, demoted)
+            self._feed_gen(call, out_shapes, tables, probe, demoted, has_zero)
         return demoted
 
     def _feed_specific(
@@ -1228,9 +1265,10 @@ class ViewRegistry:
         call: _Call,
         out_shapes: list[Shape],
         tables: dict[TableKey, LineageTable],
-        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool, bool]] | None,
         m: int,
         demoted: list[str],
+        has_zero: bool = False,
     ) -> bool:
         """Base/dim bookkeeping; returns True when the key is (now) non-reusable."""
         if self._is_dead(sig):
@@ -1257,6 +1295,8 @@ class ViewRegistry:
                 return self._confirm(v, call, probe, tables, demoted)
             self._save(v)
             return False
+        if v.nonzero_only and has_zero:
+            return False  # outside the view's domain: neither a match nor a mismatch
         if v.out_shapes != out_shapes or not table_sets_equal(v.tables, tables):
             if v.status == "confirmed":
                 demoted.append(sig)
@@ -1280,12 +1320,12 @@ class ViewRegistry:
         self,
         v: _View,
         call: _Call,
-        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool, bool]] | None,
         tables: Mapping[TableKey, LineageTable],
         demoted: list[str],
     ) -> bool:
         if probe is not None:
-            finite_ok, nan_ok = probe(tables)
+            finite_ok, nan_ok, zero_ok = probe(tables)
             if not finite_ok:
                 self._kill(
                     v,
@@ -1295,6 +1335,7 @@ class ViewRegistry:
                 )
                 return True
             v.finite_only = not nan_ok
+            v.nonzero_only = not zero_ok
         v.status = "confirmed"
         v.last_verified = time.time()
         self._save(v)
@@ -1307,8 +1348,9 @@ class ViewRegistry:
         call: _Call,
         out_shapes: list[Shape],
         tables: dict[TableKey, LineageTable],
-        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool]] | None,
+        probe: Callable[[Mapping[TableKey, LineageTable]], tuple[bool, bool, bool]] | None,
         demoted: list[str],
+        has_zero: bool = False,
     ) -> None:
         sig, klass = self._gen_key(call, out_shapes)
         vals = klass.values
@@ -1320,6 +1362,8 @@ class ViewRegistry:
             v.verified.append(call.exact_key)
             self._views[sig] = v
             self._save(v)
+            return
+        if v.nonzero_only and has_zero:
             return
         for ovals, otabs in v.observations:
             if ovals == vals:

@@ -158,6 +158,21 @@ def test_nan_sensitive_view_is_not_served_for_nan_inputs(reg: ViewRegistry) -> N
     assert served_equals_fresh(reg, _zero_nans, data((5, 6))).obtained == "dim"
 
 
+def test_zero_sensitive_view_is_not_served_for_inputs_with_zeros(reg: ViewRegistry) -> None:
+    """``sinc`` computes ``where(x == 0, 1e-20, x)``: a zero cell loses its lineage."""
+    for _ in range(4):
+        got = served_equals_fresh(reg, np.sinc, data((4, 7)))
+    assert got.obtained == "dim"
+    assert got.signature is not None
+    info = reg.lookup(got.signature)
+    assert info is not None
+    assert info.nonzero_only
+    x = data((4, 7))[0]
+    x[2, 3] = 0.0
+    assert served_equals_fresh(reg, np.sinc, [x]).obtained == "captured"
+    assert served_equals_fresh(reg, np.sinc, data((4, 7))).obtained == "dim"
+
+
 def test_unsignable_arguments_are_captured(reg: ViewRegistry) -> None:
     class Opaque:
         pass
