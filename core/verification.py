@@ -204,6 +204,8 @@ def verify_sample(
                         if n:
                             return False
                         continue
+                    if (t.out_shape, t.in_shape) != (tuple(arr.shape), shapes[i]):
+                        return False
                     if not _restricted_equal(t, axes[i], oc, ic):
                         return False
     finally:

@@ -11,15 +11,19 @@ field of every row (``out_lo``, ``out_hi``, ``in_lo``, ``in_hi``, ``in_q``, ``in
 where ``D_s`` are the class's symbolic extents (input *and* output axes; equal axes share a
 symbol). This covers the papers' ``[0, D-1]`` and also ``D``, ``k·D + c`` and boundaries that
 move with an extent (tile offsets ``D``, ``2D - 1``, flip's mirrored offset ``1 - D``, kron's
-stride ``q = D``, concatenation offsets ``D_1 + D_2``). :func:`fit` finds, per field, the
+stride ``q = D``, concatenation offsets ``D_1 + D_2``). Rows whose count grows with an extent
+form *row families* (:func:`_segments`): a run of rows stepping by one constant vector is
+stored as (count, first row, step), each affine in the extents — cumsum's prefixes, ravel's
+row blocks, kron's tiles, cross's per-row pattern. :func:`fit` finds, per value, the
 sparsest small-integer ``k`` that makes ``value - k·D`` constant over the observations
 (preferring small coefficients and small constants), and :meth:`GenTemplate.instantiate`
 evaluates the template at a new shape into an ordinary ProvRC
 :class:`~dslog_dagster.core.provrc.LineageTable` (validated: bounds, non-empty intervals).
 
-A template never claims more than the observations show: the row count and the relative
-structure must be identical in every observation, and a template is only served after it has
-*predicted* further captures (:mod:`.reuse`) and passed verification (:mod:`.verification`).
+A template never claims more than the observations show: the segment structure and the
+relative structure must be identical in every observation, and a template is only served
+after it has *predicted* further captures (:mod:`.reuse`) and passed verification
+(:mod:`.verification`).
 """
 
 import itertools
