@@ -499,7 +499,7 @@ def _probe_inputs(inputs: Sequence[F64], rng: np.random.Generator) -> list[tuple
     def ramp(a: F64, up: bool, a_lo: float, a_hi: float) -> F64:
         r = np.linspace(a_lo, a_hi, a.size) if a.size else np.zeros(0)
         r = r if up else r[::-1]
-        return np.ascontiguousarray(r.reshape(a.shape), dtype=np.float64)
+        return np.array(r.reshape(a.shape), dtype=np.float64, order="C")  # keeps 0-d
 
     probes = [
         ("ascending", [ramp(a, True, lo, hi) for a in inputs]),

@@ -173,6 +173,14 @@ def test_zero_sensitive_view_is_not_served_for_inputs_with_zeros(reg: ViewRegist
     assert served_equals_fresh(reg, np.sinc, data((4, 7))).obtained == "dim"
 
 
+def test_zero_d_inputs_are_reusable(reg: ViewRegistry) -> None:
+    spread = functools.partial(np.broadcast_to, shape=(2, 3))
+    kinds = [
+        served_equals_fresh(reg, spread, [np.asarray(RNG.random())]).obtained for _ in range(4)
+    ]
+    assert kinds[-1] == "dim"
+
+
 def test_unsignable_arguments_are_captured(reg: ViewRegistry) -> None:
     class Opaque:
         pass
