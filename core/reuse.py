@@ -44,6 +44,7 @@ import atexit
 import base64
 import contextlib
 import json
+import logging
 import os
 import time
 import types
@@ -79,6 +80,8 @@ from dslog_dagster.core.views import GenTemplate, TableKey, fit, table_sets_equa
 from dslog_dagster.errors import ReuseError, ViewMismatchWarning
 
 __all__ = ["DeclaredHit", "ReusePolicy", "ViewInfo", "ViewRegistry"]
+
+logger = logging.getLogger(__name__)
 
 F64 = npt.NDArray[np.float64]
 Kind = Literal["base", "dim", "gen"]
@@ -659,24 +662,28 @@ class ViewRegistry:
             return True
         return False
 
-    def _get(self, sig: str) -> _View | None:
-        """The view under ``sig`` (memory, else its file), or None. O(1) in the view count."""
+    def _get(self, sig: str, *, strict: bool = False) -> _View | None:
+        """The view under ``sig`` (memory, else its file), or None. O(1) in the view count.
+
+        An unreadable or damaged view file raises :class:`ReuseError` with ``strict``; on the
+        capture path it is logged and treated as absent (the call is then captured, which is
+        always correct, and the file is rewritten by the next capture of that key).
+        """
         v = self._views.get(sig)
         if v is not None:
             return v
         path = self._path(sig)
         try:
             raw = path.read_bytes()
+            v = _View.from_json(json.loads(raw), str(path))
         except FileNotFoundError:
             return None
-        except OSError as e:
-            msg = f"Could not read view file `{path}`: {e}"
-            raise ReuseError(msg) from e
-        try:
-            v = _View.from_json(json.loads(raw), str(path))
-        except (ValueError, KeyError, TypeError) as e:
-            msg = f"View file `{path}` is damaged ({e}); delete it to re-learn the view."
-            raise ReuseError(msg) from e
+        except (OSError, ValueError, KeyError, TypeError, ReuseError) as e:
+            msg = f"View file `{path}` is unreadable or damaged ({e}); delete it to re-learn it."
+            if strict:
+                raise ReuseError(msg) from e
+            logger.warning(msg)
+            return None
         self._views[sig] = v
         if v.kind == "dim" and v.group:
             self._groups.setdefault(v.group, []).append(sig)
@@ -710,8 +717,12 @@ class ViewRegistry:
                 self._save(v, sync=False)
 
     def lookup(self, signature: str) -> ViewInfo | None:
-        """The view stored under ``signature`` (any status), or None."""
-        v = self._get(signature)
+        """The view stored under ``signature`` (any status), or None.
+
+        Raises:
+            ReuseError: the view file is unreadable or damaged.
+        """
+        v = self._get(signature, strict=True)
         if v is None:
             return None
         if self._is_dead(signature) and v.status != "non_reusable":

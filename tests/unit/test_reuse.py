@@ -363,11 +363,17 @@ def test_demotion_marker_wins_over_a_stale_copy(tmp_path: Path) -> None:
     assert capture(np.tanh, *data((4, 4)), reuse=a).obtained == "captured"
 
 
-def test_damaged_view_file_is_reported(tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path)
-    (tmp_path / "views" / "dbad.json").write_text("{not json")
+def test_damaged_view_file_is_reported_and_never_served(tmp_path: Path) -> None:
+    reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    for _ in range(4):
+        got = capture(np.cos, *data((3, 5)), reuse=reg)
+    assert got.obtained == "dim"
+    assert got.signature is not None
+    (tmp_path / "views" / f"{got.signature}.json").write_text("{not json")
+    fresh = ViewRegistry(tmp_path)
     with pytest.raises(ReuseError, match="damaged"):
-        reg.lookup("dbad")
+        fresh.lookup(got.signature)
+    assert served_equals_fresh(fresh, np.cos, data((3, 5))).obtained == "captured"
 
 
 def test_policy_validation() -> None:
