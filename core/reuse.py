@@ -847,10 +847,20 @@ class ViewRegistry:
         return str(sigs.base_sig(call.code, call.mode, tok, contents))
 
     def _gen_key(self, call: _Call, out_shapes: Sequence[Shape]) -> tuple[str, sigs.ShapeClass]:
+        """The active gen key of a call: its shape class, or — once no affine template fits
+        that class — the class refined by the order of its input extents (``convolve`` in
+        ``valid`` mode is affine for ``M > N`` and for ``M < N``, not across both)."""
         drop = self._drop(call.code, call.mode)
         relevant = {k: v for k, v in call.args.items() if k not in drop}
         klass = sigs.shape_class(call.in_shapes, out_shapes, relevant, self.policy.literal_below)
-        return sigs.gen_sig(call.code, call.mode, call.token(drop), klass.token), klass
+        tok = call.token(drop)
+        coarse = str(sigs.gen_sig(call.code, call.mode, tok, klass.token))
+        if not self._is_dead(coarse):
+            return coarse, klass
+        in_syms = [k for k, b in enumerate(klass.bindings) if any(sd == "i" for sd, _, _ in b)]
+        order = sorted(in_syms, key=lambda k: klass.values[k])
+        refined = klass.token + "|order:" + ",".join(map(str, order))
+        return str(sigs.gen_sig(call.code, call.mode, tok, refined)), klass
 
     def _confirmed(self, sig: str) -> _View | None:
         v = self._get(sig)

@@ -293,6 +293,41 @@ def _fit_columns(vals: I64, d: I64, cands: I64) -> I64 | None:
     return coef
 
 
+def _sorted_rows(mat: I64) -> I64:
+    if mat.shape[0] < 2:
+        return mat
+    out: I64 = mat[np.lexsort(mat.T[::-1])]
+    return out
+
+
+def _fit_table(
+    segs_per_obs: list[list[tuple[int, I64, I64]]], l: int, m: int, d: I64, cands: I64
+) -> "TableTemplate | None":
+    """One table's template from its segments in every observation (None if none fits)."""
+    p = d.shape[1]
+    w = _width(l, m)
+    if len({tuple(n > 1 for n, _, _ in segs) for segs in segs_per_obs}) != 1:
+        return None
+    n_seg = len(segs_per_obs[0])
+    vals = np.stack(
+        [
+            np.concatenate([np.concatenate([[n], first, step]) for n, first, step in segs])
+            if segs
+            else np.zeros(0, np.int64)
+            for segs in segs_per_obs
+        ]
+    ).astype(np.int64)
+    coef = _fit_columns(vals, d, cands) if vals.shape[1] else np.zeros((0, 1 + p), np.int64)
+    if coef is None:
+        return None
+    coef = coef.reshape(n_seg, 1 + 2 * w, 1 + p)
+    ref_lo = 2 * l  # in_ref occupies [2l, 2l + m) of a row vector
+    for block in (1, 1 + w):
+        if coef[:, block + ref_lo : block + ref_lo + m, 1:].any():
+            return None
+    return TableTemplate(l, m, coef)
+
+
 def fit(
     observations: Sequence[tuple[Sequence[int], Mapping[TableKey, LineageTable]]],
 ) -> GenTemplate | None:
@@ -314,39 +349,27 @@ def fit(
     cands = _coefficient_candidates(p)
     templates: dict[TableKey, TableTemplate] = {}
     for k in keys:
-        segs_per_obs = []
+        mats = []
         ranks = set()
         for _, tabs in observations:
             t = as_provrc(tabs[k])
             if t is None:
                 return None
             ranks.add((t.out_rank, t.in_rank))
-            segs_per_obs.append(_segments(_row_matrix(t)))
+            mats.append(_row_matrix(t))
         if len(ranks) != 1:
             return None
         l, m = ranks.pop()
-        w = _width(l, m)
-        shapes = {tuple(n > 1 for n, _, _ in segs) for segs in segs_per_obs}
-        if len(shapes) != 1:
+        # Rows are a set; try the compressor's order first, then the sorted order (which
+        # turns interleaved families, as convolve's two boundary ramps, into runs).
+        for order in ("native", "sorted"):
+            ordered = mats if order == "native" else [_sorted_rows(x) for x in mats]
+            tt = _fit_table([_segments(x) for x in ordered], l, m, d, cands)
+            if tt is not None:
+                templates[k] = tt
+                break
+        else:
             return None
-        n_seg = len(segs_per_obs[0])
-        vals = np.stack(
-            [
-                np.concatenate([np.concatenate([[n], first, step]) for n, first, step in segs])
-                if segs
-                else np.zeros(0, np.int64)
-                for segs in segs_per_obs
-            ]
-        ).astype(np.int64)
-        coef = _fit_columns(vals, d, cands) if vals.shape[1] else np.zeros((0, 1 + p), np.int64)
-        if coef is None:
-            return None
-        coef = coef.reshape(n_seg, 1 + 2 * w, 1 + p)
-        ref_lo = 2 * l  # in_ref occupies [2l, 2l + m) of a row vector
-        for block in (1, 1 + w):
-            if coef[:, block + ref_lo : block + ref_lo + m, 1:].any():
-                return None
-        templates[k] = TableTemplate(l, m, coef)
     return GenTemplate(p, templates)
 
 
