@@ -698,14 +698,16 @@ def register_operation(
     op_name: str,
     in_arrs: Sequence[Array | str],
     out_arrs: Sequence[Array | str],
-    capture: Sequence[Lineage] | Mapping[tuple[str, str], object],
+    capture: Sequence[Lineage] | Mapping[tuple[str, str], object] | None = None,
     op_args: Mapping[str, Any] | None = None,
     *,
     session: DSLog | None = None,
+    reuse: "ViewRegistry | None" = None,
+    code_version: str | None = None,
 ) -> OperationRecord:
     """:meth:`DSLog.register_operation` on ``session`` (default: :func:`default_session`)."""
     return (session or default_session()).register_operation(
-        op_name, in_arrs, out_arrs, capture, op_args
+        op_name, in_arrs, out_arrs, capture, op_args, reuse=reuse, code_version=code_version
     )
 
 
