@@ -15,7 +15,8 @@ can resurrect the view). A gen candidate must *predict* captures at ``m`` shapes
 seen (it is re-fitted when a new shape contradicts it). Before a view is confirmed it is
 probed with synthetic inputs of the same shape (ascending and descending ramps, opposite
 ramps on different inputs, a sign-crossing ramp, random values, large positive and negative
-values, the unit interval, zeros): data-dependent lineage
+values, a ramp a million times wider than the data, the unit interval, zeros): data-dependent
+lineage
 (sort, filters, picks by comparison, ``where`` on a data mask) differs between them even
 when the user's own captures happened to agree. A view whose lineage only differs on NaN
 inputs is confirmed as *finite-only* and not served for inputs with NaNs; calls with NaN
@@ -516,6 +517,7 @@ def _probe_inputs(inputs: Sequence[F64], rng: np.random.Generator) -> list[tuple
         ("positive", [ramp(a, k % 2 == 0, wide / 2, wide) for k, a in enumerate(inputs)]),
         ("negative", [ramp(a, k % 2 == 1, -wide, -wide / 2) for k, a in enumerate(inputs)]),
         ("unit", [ramp(a, k % 2 == 0, 0.0, 1.0) for k, a in enumerate(inputs)]),
+        ("huge", [ramp(a, k % 2 == 0, -1e6 * wide, 1e6 * wide) for k, a in enumerate(inputs)]),
     ]
     # Exact zeros are probed separately (lineage that changes only at 0, as sinc's, is
     # served for zero-free inputs only), so the generic probes avoid them.
@@ -919,7 +921,11 @@ class ViewRegistry:
         v.hits += 1
         v.unflushed += 1
         if time.monotonic() - v.saved_at >= self.policy.flush_interval:
-            self._save(v, sync=False)  # only a counter: atomic, not worth an fsync
+            try:
+                self._save(v, sync=False)  # only a counter: atomic, not worth an fsync
+            except ReuseError as e:  # a counter is not worth failing a served call for
+                logger.warning("%s", e)
+                v.saved_at = time.monotonic()
 
     # ----------------------------------------------------------- capture path
 

@@ -94,6 +94,8 @@ def as_provrc(table: LineageTable) -> LineageTable | None:
 
 def _row_matrix(t: LineageTable) -> I64:
     """``(rows, 2l + 6m)``: one vector per ProvRC row, fields in FIELDS order."""
+    if t.rows == 0:  # an empty relation (every output cell is a constant)
+        return np.zeros((0, _width(t.out_rank, t.in_rank)), np.int64)
     cols = [np.asarray(getattr(t, f), np.int64).reshape(-1, t.rows) for f in FIELDS]
     mat = np.vstack(cols) if cols else np.zeros((0, t.rows), np.int64)
     return np.ascontiguousarray(mat.T)

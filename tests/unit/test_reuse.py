@@ -103,6 +103,7 @@ def test_served_view_matches_fresh_capture_in_considered_mode(reg: ViewRegistry)
         ("where on a data mask", lambda x: np.where(x > 0, x, 0.0)),
         ("maximum", np.maximum),
         ("median", functools.partial(np.median, axis=0)),
+        ("threshold far outside the data", lambda x: np.where(x > 100.0, x, 0.0)),
     ],
 )
 def test_data_dependent_ops_are_never_confirmed(

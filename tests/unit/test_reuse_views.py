@@ -37,6 +37,7 @@ CASES: list[tuple[str, Callable[..., Any], Callable[[int, int], list[tuple[int, 
     ("kron", np.kron, lambda a, b: [(a,), (b,)]),
     ("matmul", np.matmul, lambda a, b: [(a, b), (b, a + b)]),
     ("concatenate", lambda x, y: np.concatenate((x, y)), lambda a, b: [(a, 3), (b, 3)]),
+    ("constant (empty relation)", lambda x: np.full_like(x, 2.0), lambda a, b: [(a, b)]),
 ]
 
 
