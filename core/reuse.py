@@ -400,7 +400,8 @@ def _fast_key(
     if isinstance(func, types.FunctionType):
         if func.__closure__ is not None or func.__kwdefaults__:
             return None
-        extra: Any = (func.__code__, func.__defaults__)
+        helpers = tuple(g.__code__ for g in sigs.helper_functions(func))
+        extra: Any = (func.__code__, func.__defaults__, helpers)
     elif isinstance(func, np.ufunc | types.BuiltinFunctionType):
         extra = None
     else:

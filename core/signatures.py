@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from dslog_dagster import __version__ as dslog_version
+
 __all__ = [
     "ShapeClass",
     "Unsignable",
@@ -49,8 +51,10 @@ __all__ = [
 
 Shape = tuple[int, ...]
 
-# Bumped when the meaning of a key changes, so old views are simply never found again.
-_SIG_VERSION = "1"
+# Bumped when the meaning of a key changes, so old views are simply never found again. The
+# NumPy and dslog versions are part of it too: NumPy's code and the annotator's rules decide
+# the lineage of what runs.
+_SIG_VERSION = f"1;numpy={np.__version__};dslog={dslog_version}"
 _CODE_CACHE_MAX = 4096
 _code_cache: "OrderedDict[Any, str]" = OrderedDict()
 
@@ -149,14 +153,31 @@ def _code_parts(code: types.CodeType, out: list[str], seen: set[int]) -> None:
             out.append(repr(c))
 
 
-def _called_functions(func: types.FunctionType) -> list[types.FunctionType]:
-    """Python functions of the same module that ``func`` references as globals."""
+_global_names: dict[types.CodeType, tuple[str, ...]] = {}
+
+
+def _names_loaded(code: types.CodeType) -> tuple[str, ...]:
+    """Global names a code object loads (cached per code object)."""
+    names = _global_names.get(code)
+    if names is None:
+        found = []
+        for ins in dis.get_instructions(code):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+                found.append(ins.argval)
+        names = tuple(dict.fromkeys(found))
+        if len(_global_names) < _CODE_CACHE_MAX:
+            _global_names[code] = names
+    return names
+
+
+def helper_functions(func: types.FunctionType) -> list[types.FunctionType]:
+    """Python functions of the same module that ``func`` references as globals, as they are
+    bound *now* (a helper redefined in a notebook changes the identity of its callers)."""
     found = []
-    for ins in dis.get_instructions(func.__code__):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
-            g = func.__globals__.get(ins.argval)
-            if isinstance(g, types.FunctionType) and g.__module__ == func.__module__:
-                found.append(g)
+    for name in _names_loaded(func.__code__):
+        g = func.__globals__.get(name)
+        if isinstance(g, types.FunctionType) and g.__module__ == func.__module__ and g is not func:
+            found.append(g)
     return found
 
 
@@ -172,7 +193,8 @@ def _remember(func: Any, digest: str) -> str:
 
 
 def _python_code_hash(func: types.FunctionType) -> str:
-    key = ("py", func.__code__)
+    helpers = helper_functions(func)  # one level: a helper edited in the same module counts
+    key = ("py", func.__code__, tuple(g.__code__ for g in helpers))
     cached = _code_cache.get(key)
     if cached is not None:
         _code_cache.move_to_end(key)
@@ -180,10 +202,9 @@ def _python_code_hash(func: types.FunctionType) -> str:
     parts = [func.__module__ or "", func.__qualname__]
     seen: set[int] = set()
     _code_parts(func.__code__, parts, seen)
-    for g in _called_functions(func):  # one level: a helper edited in the same module counts
-        if g is not func:
-            parts.append(g.__qualname__)
-            _code_parts(g.__code__, parts, seen)
+    for g in helpers:
+        parts.append(g.__qualname__)
+        _code_parts(g.__code__, parts, seen)
     digest = _h(*parts)
     _code_cache[key] = digest
     if len(_code_cache) > _CODE_CACHE_MAX:

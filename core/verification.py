@@ -2,8 +2,8 @@
 
 A full capture costs an annotated execution of the whole call, which is what reuse avoids.
 :func:`verify_sample` annotates only a *sample grid* of input cells — on every axis the first
-two, the last two and two random adjacent indices, so the boundaries where symbolic endpoints
-matter are always checked — runs the function once on the real data with every other cell
+two, the last two and two random adjacent pairs of indices, so the boundaries where symbolic
+endpoints matter are always checked — runs the function once on the real data with every other cell
 unannotated (a plain constant inside ``tracked_float``), and compares the lineage of the
 sampled cells with the view's tables restricted to those cells:
 
@@ -36,13 +36,13 @@ MAX_SAMPLE_CELLS = 4096
 
 
 def sample_axes(shape: Sequence[int], rng: np.random.Generator) -> list[I64]:
-    """Per-axis sampled indices: first two, last two and a random adjacent pair."""
+    """Per-axis sampled indices: first two, last two and two random adjacent pairs."""
 
     def pick(d: int, rich: bool) -> I64:
         if d <= 0:
             return np.zeros(0, np.int64)
-        r = int(rng.integers(0, d))
-        cand = {0, d - 1, r} if not rich else {0, 1, d - 2, d - 1, r, r + 1}
+        r, s = (int(v) for v in rng.integers(0, d, size=2))
+        cand = {0, d - 1, r} if not rich else {0, 1, d - 2, d - 1, r, r + 1, s, s + 1}
         return np.asarray(sorted(c for c in cand if 0 <= c < d), dtype=np.int64)
 
     axes = [pick(int(d), True) for d in shape]

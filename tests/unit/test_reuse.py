@@ -274,6 +274,18 @@ def test_changing_the_function_invalidates_its_views(reg: ViewRegistry) -> None:
     assert capture(np.negative, *data((4, 6)), reuse=reg, code_version="2").obtained == "captured"
 
 
+def test_redefined_helper_invalidates_its_callers(reg: ViewRegistry) -> None:
+    """A notebook re-runs only the cell of a helper: its callers' views must not serve."""
+    ns: dict[str, Any] = {"np": np}
+    exec("def helper(x):\n    return -x\n\ndef step(x):\n    return helper(x)\n", ns)
+    step = ns["step"]
+    for _ in range(5):
+        got = capture(step, *data((4, 6)), reuse=reg)
+    assert got.obtained == "dim"  # and the repeat-hit cache now holds `step`
+    exec("def helper(x):\n    return np.flip(x, axis=0)\n", ns)
+    assert served_equals_fresh(reg, step, data((4, 6))).obtained == "captured"
+
+
 def test_irrelevant_argument_is_detected_and_dropped(reg: ViewRegistry) -> None:
     def scaled(x: Any, label: int = 0) -> Any:
         return x * 3.0
