@@ -1002,8 +1002,12 @@ class ViewRegistry:
             out_shapes = self._out_shapes.get(exact)
             if out_shapes is None:
                 # First call at these shapes: run on copies, so a function that writes into
-                # its inputs cannot change what a capture would see.
-                plain = _run_plain(func, [a.copy() for a in inputs], kwargs)
+                # its inputs cannot change what a capture would see. If the plain run fails,
+                # the capture below reports the function's error as it would without reuse.
+                try:
+                    plain = _run_plain(func, [a.copy() for a in inputs], kwargs)
+                except Exception:
+                    plain = None
                 if plain is not None:
                     out_shapes = _shapes(plain[1])
                     self._memo_out_shapes(exact, out_shapes)
