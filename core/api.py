@@ -24,15 +24,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
-from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
-from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, QueryError
+from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, QueryError, ReuseError
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.reuse import ViewRegistry
 
 __all__ = [
     "Array",
@@ -206,6 +209,12 @@ def _from_box_pairs(
     return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=oc.shape[1])
 
 
+def _as_tables(
+    lineage: Mapping[tuple[int, int, int], LineageRelation | LineageTable],
+) -> dict[tuple[int, int, int], LineageTable]:
+    return {k: v if isinstance(v, LineageTable) else compress(v) for k, v in lineage.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Hop:
     """One resolved hop of a query path."""
@@ -301,10 +310,12 @@ class DSLog:
         op_name: str,
         in_arrs: Sequence[Array | str],
         out_arrs: Sequence[Array | str],
-        capture: Sequence[Lineage] | Mapping[tuple[str, str], object],
+        capture: Sequence[Lineage] | Mapping[tuple[str, str], object] | None = None,
         op_args: Mapping[str, Any] | None = None,
         *,
         capture_method: str = "user",
+        reuse: "ViewRegistry | None" = None,
+        code_version: str | None = None,
     ) -> OperationRecord:
         """Register one execution of ``op_name`` with its lineage (paper: ``register_operation``).
 
@@ -314,11 +325,90 @@ class DSLog:
                 registered, names must already be registered.
             capture: :class:`Lineage` objects, or ``{(output name, input name): capture}``
                 with any capture :class:`Lineage` accepts. Pairs left out have no lineage.
+                May be None only when ``reuse`` has a confirmed view for the call.
             op_args: JSON-able arguments (recorded for reuse signatures and audits).
             capture_method: how the lineage was obtained (``"user"``, ``"annotator"``, ...).
+            reuse: a :class:`~dslog_dagster.core.ViewRegistry` (ICDE's ``reuse=True``). When
+                one of its confirmed views matches ``(op_name, op_args, shapes)`` (or the
+                exact input versions), its tables are stored and ``capture`` is not resolved
+                — except to verify the view on new shapes and on a sample of calls, when
+                ``capture`` is given. Otherwise ``capture`` is stored and fed to the registry.
+                The record's ``capture_method`` says how the lineage was obtained:
+                ``"view-base"``, ``"view-dim"``, ``"view-gen"`` or the given method.
+            code_version: part of the operation's reuse signature; change it when the
+                operation's code changes, to invalidate its views.
+
+        Raises:
+            ReuseError: ``capture`` is None and no confirmed view matches.
         """
         ins = [self.array(a) for a in in_arrs]
         outs = [self.array(a) for a in out_arrs]
+        in_ids = (
+            None
+            if any(r.version is None for r in ins)
+            else [f"{r.array_id}:{r.name}:{r.version}" for r in ins]
+        )
+        in_shapes = [r.shape for r in ins]
+        out_shapes = [r.shape for r in outs]
+        if reuse is not None:
+            hit = reuse.find_declared(
+                op_name,
+                args=op_args,
+                in_ids=in_ids,
+                in_shapes=in_shapes,
+                out_shapes=out_shapes,
+                code_version=code_version,
+            )
+            if hit is not None:
+                actual = None
+                if capture is not None and hit.needs_check:
+                    actual = _as_tables(self._declared_lineage(op_name, ins, outs, capture))
+                if reuse.settle_declared(hit, actual):
+                    lineage = {
+                        (outs[o].name, ins[i].name): t
+                        for (w, o, i), t in hit.tables.items()
+                        if w == 0
+                    }
+                    rec = self.store.register_operation(
+                        op_name, ins, outs, lineage, args=op_args, capture_method=f"view-{hit.kind}"
+                    )
+                    self._graph_key = None
+                    return rec
+        if capture is None:
+            msg = (
+                f"Operation `{op_name}`: no lineage given (`capture=None`) and no confirmed "
+                "provenance view matches this call; pass the capture."
+            )
+            raise ReuseError(msg)
+        declared: Mapping[tuple[int, int, int], LineageRelation | LineageTable]
+        declared = self._declared_lineage(op_name, ins, outs, capture)
+        if reuse is not None:
+            tables = _as_tables(declared)
+            declared = tables
+            reuse.observe_declared(
+                op_name,
+                args=op_args,
+                in_ids=in_ids,
+                in_shapes=in_shapes,
+                out_shapes=out_shapes,
+                tables=tables,
+                code_version=code_version,
+            )
+        lineage = {(outs[o].name, ins[i].name): t for (_, o, i), t in declared.items()}
+        rec = self.store.register_operation(
+            op_name, ins, outs, lineage, args=op_args, capture_method=capture_method
+        )
+        self._graph_key = None
+        return rec
+
+    def _declared_lineage(
+        self,
+        op_name: str,
+        ins: list[ArrayRecord],
+        outs: list[ArrayRecord],
+        capture: Sequence[Lineage] | Mapping[tuple[str, str], object],
+    ) -> dict[tuple[int, int, int], LineageRelation | LineageTable]:
+        """Resolve a declared capture, keyed ``(0, output index, input index)``."""
         by_name = {r.name: r for r in [*ins, *outs]}
         if isinstance(capture, Mapping):
             lineages = [Lineage(o, i, c) for (o, i), c in capture.items()]
@@ -327,7 +417,7 @@ class DSLog:
             if not all(isinstance(x, Lineage) for x in lineages):
                 msg = f"Operation `{op_name}`: `capture` must be Lineage objects or a mapping."
                 raise InvalidRelationError(msg)
-        lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
+        tables: dict[tuple[int, int, int], LineageRelation | LineageTable] = {}
         for lin in lineages:
             o, i = by_name.get(lin.out_name), by_name.get(lin.in_name)
             if o is None or i is None or o not in outs or i not in ins:
@@ -336,12 +426,8 @@ class DSLog:
                     f"{[r.name for r in outs]} to one of its inputs {[r.name for r in ins]}."
                 )
                 raise InvalidRelationError(msg)
-            lineage[(o.name, i.name)] = lin.resolve(o.shape, i.shape)
-        rec = self.store.register_operation(
-            op_name, ins, outs, lineage, args=op_args, capture_method=capture_method
-        )
-        self._graph_key = None
-        return rec
+            tables[(0, outs.index(o), ins.index(i))] = lin.resolve(o.shape, i.shape)
+        return tables
 
     # ------------------------------------------------------------- graph
 
@@ -630,14 +716,16 @@ def register_operation(
     op_name: str,
     in_arrs: Sequence[Array | str],
     out_arrs: Sequence[Array | str],
-    capture: Sequence[Lineage] | Mapping[tuple[str, str], object],
+    capture: Sequence[Lineage] | Mapping[tuple[str, str], object] | None = None,
     op_args: Mapping[str, Any] | None = None,
     *,
     session: DSLog | None = None,
+    reuse: "ViewRegistry | None" = None,
+    code_version: str | None = None,
 ) -> OperationRecord:
     """:meth:`DSLog.register_operation` on ``session`` (default: :func:`default_session`)."""
     return (session or default_session()).register_operation(
-        op_name, in_arrs, out_arrs, capture, op_args
+        op_name, in_arrs, out_arrs, capture, op_args, reuse=reuse, code_version=code_version
     )
 
 

@@ -23,9 +23,9 @@ function — or, with ``on_lost="all_to_all"``, records an explicit all-to-all r
 """
 
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -39,20 +39,50 @@ from dslog_dagster.errors import (
     UnsupportedArrayError,
 )
 
-__all__ = ["TRACKED_FLOAT", "CaptureResult", "capture"]
+if TYPE_CHECKING:
+    from dslog_dagster.core.provrc import LineageTable
+    from dslog_dagster.core.reuse import ViewRegistry
+
+__all__ = ["TRACKED_FLOAT", "CaptureResult", "LazyRelations", "Obtained", "capture"]
 
 #: The ``tracked_float`` NumPy dtype (``np.dtype``); ``TRACKED_FLOAT.type`` is its scalar type.
 TRACKED_FLOAT: np.dtype[Any] = _annotator.dtype
 
 Mode = Literal["contributing", "considered"]
 OnLost = Literal["raise", "all_to_all"]
+#: How the lineage of a call was obtained: annotated execution or a base/dim/gen view.
+Obtained = Literal["captured", "base", "dim", "gen"]
 
 # The all-to-all fallback materialises out_size * in_size pairs; beyond this it is refused
 # rather than exhausting memory.
 _ALL_TO_ALL_MAX_PAIRS = 200_000_000
 
 F64 = npt.NDArray[np.float64]
-Relations = dict[tuple[int, int], LineageRelation]
+Relations = Mapping[tuple[int, int], LineageRelation]
+
+
+class LazyRelations(Mapping[tuple[int, int], LineageRelation]):
+    """``(output, input) -> LineageRelation`` decompressed from ProvRC tables on first access.
+
+    A reused call carries compressed tables; expanding a 1M-cell element-wise relation costs
+    more than the call itself, so it only happens if someone reads the pairs.
+    """
+
+    def __init__(self, tables: "Mapping[tuple[int, int], LineageTable]") -> None:
+        self._tables = dict(tables)
+        self._cache: dict[tuple[int, int], LineageRelation] = {}
+
+    def __getitem__(self, key: tuple[int, int]) -> LineageRelation:
+        rel = self._cache.get(key)
+        if rel is None:
+            rel = self._cache[key] = self._tables[key].decompress()
+        return rel
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._tables)
+
+    def __len__(self) -> int:
+        return len(self._tables)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +102,16 @@ class CaptureResult:
             the all-to-all relation instead (an over-approximation, never an omission).
         reason: why the capture was flagged (None otherwise).
         annotation_bytes: bytes the annotation arena held when the function returned.
+        obtained: ``"captured"`` (annotated execution) or the kind of view that was served
+            (``"base"``, ``"dim"``, ``"gen"``); see :class:`~dslog_dagster.core.ViewRegistry`.
+        signature: with a registry, the signature of the served view, or of the dim key
+            this capture was recorded under (None without a registry or for unsignable calls).
+        verified: True when the served view was checked against a sampled annotated run on
+            this very call.
+        tables: ``(output, input) -> LineageTable`` (ProvRC) when known: always for a served
+            view, and for captures made with a registry (so the store need not re-compress).
+        demoted: signatures of views found wrong during this call (a warning was issued and
+            the lineage was captured instead).
     """
 
     value: Any
@@ -83,6 +123,11 @@ class CaptureResult:
     flagged: bool = False
     reason: str | None = None
     annotation_bytes: int = 0
+    obtained: Obtained = "captured"
+    signature: str | None = None
+    verified: bool = False
+    tables: "Mapping[tuple[int, int], LineageTable] | None" = field(default=None, repr=False)
+    demoted: tuple[str, ...] = ()
 
     def relation(
         self, output: int = 0, input: int = 0, *, considered: bool = False
@@ -116,7 +161,10 @@ def _numpy_frame(exc: BaseException) -> str | None:
     return found
 
 
-def _as_input(a: Any, k: int) -> F64:
+def as_input(a: Any, k: int) -> F64:
+    """Input ``k`` as a C-contiguous float64 array (no copy when it already is one)."""
+    if type(a) is np.ndarray and a.dtype == np.float64 and a.flags.c_contiguous:
+        return a
     arr = np.asarray(a)
     if arr.dtype == TRACKED_FLOAT:
         msg = (
@@ -181,7 +229,7 @@ def _is_dtype_rejection(exc: BaseException) -> bool:
 def _all_to_all(
     func: Callable[..., Any],
     inputs: list[F64],
-    kwargs: dict[str, Any],
+    kwargs: Mapping[str, Any],
     mode: Mode,
     reason: str,
 ) -> CaptureResult:
@@ -195,7 +243,7 @@ def _all_to_all(
             msg = f"Output {k} of the all-to-all fallback has dtype `{arr.dtype}`."
             raise UnsupportedArrayError(msg)
         plain.append(np.asarray(arr, dtype=np.float64))
-    relations: Relations = {}
+    relations: dict[tuple[int, int], LineageRelation] = {}
     for o, out in enumerate(plain):
         for i, inp in enumerate(inputs):
             pairs = out.size * inp.size
@@ -234,6 +282,8 @@ def capture(
     *arrays: npt.ArrayLike,
     mode: Mode = "contributing",
     on_lost: OnLost = "raise",
+    reuse: "ViewRegistry | None" = None,
+    code_version: str | None = None,
     **kwargs: Any,
 ) -> CaptureResult:
     """Run ``func(*arrays, **kwargs)`` with annotated inputs and return values and lineage.
@@ -250,7 +300,13 @@ def capture(
         on_lost: ``"raise"`` (default) raises :class:`LineageLostError` when lineage would be
             lost; ``"all_to_all"`` records every output cell as depending on every input cell
             and flags the result.
-        **kwargs: passed to ``func`` (not tracked).
+        reuse: a :class:`~dslog_dagster.core.ViewRegistry`. When one of its confirmed views
+            matches the call (base, then dim, then gen), annotated execution is skipped:
+            ``func`` runs on plain float64 inputs and the lineage is instantiated from the
+            view (``result.obtained`` says which). Otherwise the call is captured and fed to
+            the registry, which predicts and confirms views from repeated calls.
+        code_version: replaces the hash of ``func``'s code in reuse signatures.
+        **kwargs: passed to ``func`` (not tracked); with ``reuse``, part of the signatures.
 
     Returns:
         A :class:`CaptureResult` with the float64 result and one relation per (output, input).
@@ -275,8 +331,24 @@ def capture(
     if on_lost not in ("raise", "all_to_all"):
         msg = f'`on_lost` must be "raise" or "all_to_all", not {on_lost!r}.'
         raise ValueError(msg)
+    inputs = [as_input(a, k) for k, a in enumerate(arrays)]
+    if reuse is not None:
+        served: CaptureResult = reuse.run(
+            func, inputs, mode=mode, on_lost=on_lost, code_version=code_version, kwargs=kwargs
+        )
+        return served
+    return capture_inputs(func, inputs, mode, on_lost, kwargs)
+
+
+def capture_inputs(
+    func: Callable[..., Any],
+    inputs: list[F64],
+    mode: Mode,
+    on_lost: OnLost,
+    kwargs: Mapping[str, Any],
+) -> CaptureResult:
+    """:func:`capture` on inputs already converted by :func:`as_input` (no registry)."""
     name = _func_name(func)
-    inputs = [_as_input(a, k) for k, a in enumerate(arrays)]
     if _annotator.active():
         msg = f"Cannot capture `{name}`: another capture is running (captures do not nest)."
         raise CaptureError(msg)
@@ -306,8 +378,10 @@ def capture(
                 return _all_to_all(func, inputs, kwargs, mode, msg)
             raise LineageLostError(msg) from e
         shapes = [tuple(int(d) for d in a.shape) for a in inputs]
-        relations: Relations = {}
-        considered: Relations | None = {} if mode == "considered" else None
+        relations: dict[tuple[int, int], LineageRelation] = {}
+        considered: dict[tuple[int, int], LineageRelation] | None = (
+            {} if mode == "considered" else None
+        )
         plain: list[F64] = []
         for o, arr in enumerate(arrs):
             plain.append(_annotator.values(arr))

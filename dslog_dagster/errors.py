@@ -13,10 +13,17 @@ what was wrong and, when it is known, what to do about it.
     │   └── SchemaVersionError             a file was written by an unknown format version
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
     ├── QueryError(ValueError)             a malformed lineage query
-    └── CaptureError                       annotated execution could not record lineage
-        ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
-        │                                  a function that rejects tracked_float, float())
-        └── StaleLineageError              a tracked array outlived its capture
+    ├── CaptureError                       annotated execution could not record lineage
+    │   ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
+    │   │                                  a function that rejects tracked_float, float())
+    │   └── StaleLineageError              a tracked array outlived its capture
+    └── ReuseError                         a provenance view cannot be used or stored
+
+Warnings (not errors: the call still gets correct lineage, captured instead of reused):
+
+    DSLogWarning(UserWarning)
+    └── ViewMismatchWarning                a confirmed provenance view disagreed with the real
+                                           lineage of a call and was demoted
 """
 
 
@@ -67,3 +74,18 @@ class LineageLostError(CaptureError, TypeError):
 
 class StaleLineageError(CaptureError):
     """A tracked array from a finished capture was used; its annotations are gone."""
+
+
+class ReuseError(DSLogError):
+    """A provenance view cannot be used or stored (e.g. ``register_operation(reuse=...)``
+    without a capture and without a confirmed view, or a damaged view file)."""
+
+
+class DSLogWarning(UserWarning):
+    """Base class of the warnings dslog issues."""
+
+
+class ViewMismatchWarning(DSLogWarning):
+    """A confirmed provenance view disagreed with the real lineage of a call (found by
+    verification or by a later capture). The view is demoted to non-reusable for good and the
+    call's lineage is captured instead, so results stay correct."""

@@ -1,0 +1,366 @@
+"""Reuse signatures: what identifies an operation call for lineage reuse.
+
+Three keys of decreasing specificity (ICDE sec. VI, thesis ch. 5), each a hex digest:
+
+* :func:`base_sig` — code identity, mode, arguments and the *content* of every input: the same
+  call on the same data (exact-input reuse; the only kind that is safe for data-dependent ops).
+* :func:`dim_sig` — code identity, mode, arguments and the input *shapes*.
+* :func:`gen_sig` — code identity, mode, arguments and the *shape class* of the call
+  (:func:`shape_class`): which extents are small literals, which are equal to each other, and
+  where each extent lies relative to the integer arguments. Calls in one class differ only in
+  the values of their symbolic extents, which the generalised view (:mod:`.views`) takes as
+  parameters.
+
+The operation's **code identity** (:func:`code_identity`) is part of every key, so editing a
+function invalidates its views: for a Python function it hashes the bytecode, constants,
+names, defaults and closure contents (and, one level deep, the Python functions of the same
+module it calls); for NumPy ufuncs and C functions the qualified name and the NumPy version;
+a ``code_version`` string given by the caller replaces all of that.
+
+Arguments are turned into canonical tokens (:func:`arg_token`). A value without a stable
+token (an object whose ``repr`` is an address) makes the call unsignable, and such calls are
+simply captured.
+"""
+
+import dis
+import functools
+import hashlib
+import math
+import types
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dslog_dagster import __version__ as dslog_version
+
+__all__ = [
+    "ShapeClass",
+    "Unsignable",
+    "arg_token",
+    "args_token",
+    "base_sig",
+    "code_identity",
+    "content_hash",
+    "dim_sig",
+    "gen_sig",
+    "shape_class",
+]
+
+Shape = tuple[int, ...]
+
+# Bumped when the meaning of a key changes, so old views are simply never found again. The
+# NumPy and dslog versions are part of it too: NumPy's code and the annotator's rules decide
+# the lineage of what runs.
+_SIG_VERSION = f"1;numpy={np.__version__};dslog={dslog_version}"
+_CODE_CACHE_MAX = 4096
+_code_cache: "OrderedDict[Any, str]" = OrderedDict()
+
+
+class Unsignable(Exception):
+    """Internal: a value has no stable token, so the call cannot be signed (it is captured)."""
+
+
+def _h(*parts: str) -> str:
+    m = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        m.update(p.encode("utf-8", "surrogatepass"))
+        m.update(b"\x00")
+    return m.hexdigest()
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def arg_token(value: Any, _depth: int = 0) -> str:
+    """A canonical string for an argument value (equal values, equal tokens).
+
+    Raises:
+        Unsignable: the value has no stable token (e.g. an arbitrary object).
+    """
+    if _depth > 20:
+        msg = "nested too deeply"
+        raise Unsignable(msg)
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int | np.integer):
+        return f"i{int(value)}"
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return f"f{f.hex()}" if math.isfinite(f) else f"f{f!r}"
+    if isinstance(value, complex | np.complexfloating):
+        return f"c{complex(value)!r}"
+    if isinstance(value, str):
+        return f"s{value!r}"
+    if isinstance(value, bytes):
+        return f"b{hashlib.blake2b(value, digest_size=16).hexdigest()}"
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, slice):
+        parts = (arg_token(v, _depth + 1) for v in (value.start, value.stop, value.step))
+        return "slice(" + ",".join(parts) + ")"
+    if isinstance(value, tuple | list):
+        inner = ",".join(arg_token(v, _depth + 1) for v in value)
+        return ("T(" if isinstance(value, tuple) else "L(") + inner + ")"
+    if isinstance(value, Mapping):
+        items = sorted(
+            (arg_token(k, _depth + 1), arg_token(v, _depth + 1)) for k, v in value.items()
+        )
+        return "D(" + ",".join(f"{k}:{v}" for k, v in items) + ")"
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            return "A(" + ",".join(arg_token(v, _depth + 1) for v in value.ravel()) + ")"
+        return f"nd{value.dtype.str}{value.shape}{content_hash(value)}"
+    if isinstance(value, np.dtype):
+        return f"dt{value.str}"
+    if isinstance(value, type):
+        return f"ty{value.__module__}.{value.__qualname__}"
+    if callable(value):
+        return "fn" + code_identity(value)
+    raise Unsignable(type(value).__name__)
+
+
+def args_token(args: Mapping[str, Any], drop: frozenset[str] = frozenset()) -> str:
+    """Canonical token of keyword arguments, without the names in ``drop`` (irrelevant)."""
+    return "{" + ",".join(f"{k}={arg_token(args[k])}" for k in sorted(args) if k not in drop) + "}"
+
+
+def content_hash(array: np.ndarray[Any, Any]) -> str:
+    """Digest of an array's dtype, shape and bytes (the input identity of :func:`base_sig`)."""
+    a = np.ascontiguousarray(array)
+    m = hashlib.blake2b(digest_size=16)
+    m.update(f"{a.dtype.str}{a.shape}".encode())
+    m.update(a.data.cast("B") if a.size else b"")
+    return m.hexdigest()
+
+
+# --------------------------------------------------------------------------- code identity
+
+
+def _code_parts(code: types.CodeType, out: list[str], seen: set[int]) -> None:
+    if id(code) in seen:
+        return
+    seen.add(id(code))
+    out.append(code.co_code.hex())
+    out.append(repr(code.co_names))
+    out.append(repr(code.co_varnames))
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _code_parts(c, out, seen)
+        else:
+            out.append(repr(c))
+
+
+_global_names: dict[types.CodeType, tuple[str, ...]] = {}
+
+
+def _names_loaded(code: types.CodeType) -> tuple[str, ...]:
+    """Global names a code object loads (cached per code object)."""
+    names = _global_names.get(code)
+    if names is None:
+        found = []
+        for ins in dis.get_instructions(code):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+                found.append(ins.argval)
+        names = tuple(dict.fromkeys(found))
+        if len(_global_names) < _CODE_CACHE_MAX:
+            _global_names[code] = names
+    return names
+
+
+def helper_functions(func: types.FunctionType) -> list[types.FunctionType]:
+    """Python functions of the same module that ``func`` references as globals, as they are
+    bound *now* (a helper redefined in a notebook changes the identity of its callers)."""
+    found = []
+    for name in _names_loaded(func.__code__):
+        g = func.__globals__.get(name)
+        if isinstance(g, types.FunctionType) and g.__module__ == func.__module__ and g is not func:
+            found.append(g)
+    return found
+
+
+# Identity of stateless callables (ufuncs, C functions), by object; holds a strong reference so
+# an id is never reused for another object while cached.
+_static_cache: dict[int, tuple[Any, str]] = {}
+
+
+def _remember(func: Any, digest: str) -> str:
+    if len(_static_cache) < _CODE_CACHE_MAX:
+        _static_cache[id(func)] = (func, digest)
+    return digest
+
+
+def _python_code_hash(func: types.FunctionType) -> str:
+    helpers = helper_functions(func)  # one level: a helper edited in the same module counts
+    key = ("py", func.__code__, tuple(g.__code__ for g in helpers))
+    cached = _code_cache.get(key)
+    if cached is not None:
+        _code_cache.move_to_end(key)
+        return cached
+    parts = [func.__module__ or "", func.__qualname__]
+    seen: set[int] = set()
+    _code_parts(func.__code__, parts, seen)
+    for g in helpers:
+        parts.append(g.__qualname__)
+        _code_parts(g.__code__, parts, seen)
+    digest = _h(*parts)
+    _code_cache[key] = digest
+    if len(_code_cache) > _CODE_CACHE_MAX:
+        _code_cache.popitem(last=False)
+    return digest
+
+
+def code_identity(func: Callable[..., Any], code_version: str | None = None) -> str:
+    """A digest that changes when the operation's code changes.
+
+    Args:
+        func: the operation (Python function, lambda, ``functools.partial``, NumPy ufunc or
+            C function, or any callable object).
+        code_version: when given, the identity is this string (plus the function's name):
+            use it for code the hash cannot see (a C extension, a model file).
+
+    Raises:
+        Unsignable: the callable's state has no stable token.
+    """
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if code_version is not None:
+        return _h("version", str(name), code_version)
+    static = _static_cache.get(id(func))
+    if static is not None and static[0] is func:
+        return static[1]
+    if isinstance(func, functools.partial):
+        return _h(
+            "partial",
+            code_identity(func.func),
+            arg_token(tuple(func.args)),
+            arg_token(dict(func.keywords)),
+        )
+    if isinstance(func, types.MethodType):
+        return _h("method", code_identity(func.__func__), arg_token(func.__self__))
+    if isinstance(func, types.FunctionType):
+        dyn = [
+            arg_token(func.__defaults__ or ()),
+            arg_token(func.__kwdefaults__ or {}),
+        ]
+        for cell in func.__closure__ or ():
+            try:
+                dyn.append(arg_token(cell.cell_contents))
+            except ValueError:  # an empty cell
+                dyn.append("<empty>")
+        return _h("function", _python_code_hash(func), *dyn)
+    if isinstance(func, np.ufunc):
+        return _remember(func, _h("ufunc", func.__name__, np.__version__))
+    if isinstance(func, types.BuiltinFunctionType) or type(func).__name__ in (
+        "_ArrayFunctionDispatcher",
+        "builtin_function_or_method",
+    ):
+        mod = getattr(func, "__module__", "") or ""
+        return _remember(func, _h("builtin", mod, str(name), np.__version__))
+    call = type(func).__dict__.get("__call__")
+    if isinstance(call, types.FunctionType):
+        # A callable object: its class's code plus its (tokenised) state.
+        state = getattr(func, "__dict__", {})
+        return _h("object", _python_code_hash(call), arg_token(dict(state)))
+    msg = f"callable of type {type(func).__name__}"
+    raise Unsignable(msg)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def base_sig(code: str, mode: str, args: str, contents: Sequence[str]) -> str:
+    """Exact-input key: code identity, mode, argument token and input content digests."""
+    return "b" + _h(_SIG_VERSION, "base", code, mode, args, *contents)
+
+
+def dim_sig(code: str, mode: str, args: str, shapes: Sequence[Shape]) -> str:
+    """Shape key: code identity, mode, argument token and input shapes."""
+    return "d" + _h(_SIG_VERSION, "dim", code, mode, args, repr([tuple(s) for s in shapes]))
+
+
+def gen_sig(code: str, mode: str, args: str, klass: str) -> str:
+    """Generalised key: code identity, mode, argument token and shape class token."""
+    return "g" + _h(_SIG_VERSION, "gen", code, mode, args, klass)
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeClass:
+    """The shape class of a call and the values of its symbols.
+
+    ``token`` describes, for every axis of every input and output, either its literal extent
+    (below ``literal_below``) or the symbol it is bound to; axes of equal extent share a
+    symbol. ``values[k]`` is the extent of symbol ``k``.
+    """
+
+    token: str
+    values: tuple[int, ...]
+    # (side, array index, axis) of every axis bound to each symbol, in symbol order.
+    bindings: tuple[tuple[tuple[str, int, int], ...], ...]
+
+
+def _int_thresholds(args: Mapping[str, Any]) -> list[int]:
+    out: set[int] = set()
+
+    def walk(v: Any, depth: int = 0) -> None:
+        if depth > 6:
+            return
+        if isinstance(v, bool):
+            return
+        if isinstance(v, int | np.integer):
+            out.add(abs(int(v)))
+        elif isinstance(v, tuple | list):
+            for x in v:
+                walk(x, depth + 1)
+        elif isinstance(v, slice):
+            for x in (v.start, v.stop, v.step):
+                walk(x, depth + 1)
+        elif isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size <= 64:
+            for x in v.ravel():
+                walk(x, depth + 1)
+
+    for v in args.values():
+        walk(v)
+    return sorted(out)
+
+
+def shape_class(
+    in_shapes: Sequence[Shape],
+    out_shapes: Sequence[Shape],
+    args: Mapping[str, Any],
+    literal_below: int,
+) -> ShapeClass:
+    """The class of a call for :func:`gen_sig` (see :class:`ShapeClass`).
+
+    Extents below ``literal_below`` stay literal: lineage on axes of length 1, 2 or 3 is
+    structurally different (broadcasting, ``cross`` on 2- vs 3-vectors), so such calls never
+    share a generalised view with longer axes. Axes of equal extent share a symbol, and every
+    symbol records how many integer arguments are smaller than its extent, so ``roll(shift=10)``
+    on 8 cells and on 80 cells are different classes (``shift mod D`` is not affine in ``D``).
+    """
+    thresholds = [t for t in _int_thresholds(args) if t >= literal_below]
+    by_value: dict[int, int] = {}
+    values: list[int] = []
+    bindings: list[list[tuple[str, int, int]]] = []
+    parts: list[str] = []
+    for side, shapes in (("i", in_shapes), ("o", out_shapes)):
+        arrays = []
+        for idx, shape in enumerate(shapes):
+            axes = []
+            for ax, d in enumerate(shape):
+                d = int(d)
+                if d < literal_below:
+                    axes.append(str(d))
+                    continue
+                k = by_value.get(d)
+                if k is None:
+                    k = by_value[d] = len(values)
+                    values.append(d)
+                    bindings.append([])
+                bindings[k].append((side, idx, ax))
+                regime = sum(1 for t in thresholds if t < d)
+                axes.append(f"s{k}r{regime}")
+            arrays.append("(" + ",".join(axes) + ")")
+        parts.append(side + ":" + ";".join(arrays))
+    return ShapeClass("|".join(parts), tuple(values), tuple(tuple(b) for b in bindings))
