@@ -38,21 +38,12 @@ VIEWS_BY_KIND = "dslog/views_by_kind"
 
 
 def registry_view_rows(log: DSLog) -> Iterable[Mapping[str, Any]]:
-    """Rows of the store's reuse-view registry (needs the reuse issue's ``core.reuse``).
+    """Rows of the store's reuse-view registry (:class:`~dslog_dagster.core.reuse.ViewRegistry`),
+    one per view: signature, kind, hits, last verified (and its status and operation)."""
+    from dslog_dagster.core.reuse import ViewRegistry
 
-    Raises:
-        DSLogError: this dslog has no reuse-view registry.
-    """
-    try:
-        from dslog_dagster.core.reuse import ViewRegistry
-    except ImportError as e:
-        msg = (
-            "This dslog-dagster has no reuse-view registry (`dslog_dagster.core.reuse`); "
-            "pass `views=` to reuse_signatures_asset or upgrade."
-        )
-        raise DSLogError(msg) from e
-    for v in ViewRegistry(log.store.root).views():
-        yield {c: getattr(v, c) if not isinstance(v, Mapping) else v.get(c) for c in VIEW_COLUMNS}
+    for v in ViewRegistry(log.store).views():
+        yield v.as_dict()
 
 
 def _row(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -962,6 +962,37 @@ class ViewRegistry:
     ) -> CaptureResult:
         """``capture(func, *inputs, reuse=self, ...)``: serve a confirmed view or capture and
         learn (see the module docstring). ``inputs`` are float64 arrays."""
+        res = self._run(func, inputs, mode, on_lost, code_version, kwargs, serve_only=False)
+        assert res is not None  # only serve_only runs come back empty
+        return res
+
+    def serve(
+        self,
+        func: Callable[..., Any],
+        inputs: list[F64],
+        *,
+        mode: Mode = "contributing",
+        code_version: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> CaptureResult | None:
+        """Serve a confirmed view, never annotate: ``None`` when no view matches.
+
+        For callers that must not pay for annotated execution (a "reuse only" policy): on a
+        miss nothing ran and nothing is learnt; the caller runs ``func`` itself.
+        """
+        return self._run(func, inputs, mode, "raise", code_version, kwargs, serve_only=True)
+
+    def _run(
+        self,
+        func: Callable[..., Any],
+        inputs: list[F64],
+        mode: Mode,
+        on_lost: OnLost,
+        code_version: str | None,
+        kwargs: Mapping[str, Any] | None,
+        *,
+        serve_only: bool,
+    ) -> CaptureResult | None:
         kwargs = dict(kwargs) if kwargs else {}
         demoted: list[str] = []
         fkey = _fast_key(func, mode, code_version, kwargs, inputs)
@@ -975,7 +1006,7 @@ class ViewRegistry:
         try:
             call = self._call_for(func, code_version, mode, kwargs, inputs)
         except sigs.Unsignable:
-            return capture_inputs(func, inputs, mode, on_lost, kwargs)
+            return None if serve_only else capture_inputs(func, inputs, mode, on_lost, kwargs)
         call.fast_key = fkey
         found = self._find_specific(call)
         if found is not None:
@@ -1032,6 +1063,8 @@ class ViewRegistry:
                         )
                         if res is not None:
                             return res
+        if serve_only:
+            return None
         res = capture_inputs(func, inputs, mode, on_lost, kwargs)
         self.stats["captured"] += 1
         dsig = self._dim_key(call)

@@ -43,6 +43,7 @@ import numpy as np
 
 from dslog_dagster import _annotator
 from dslog_dagster.core.capture import TRACKED_FLOAT
+from dslog_dagster.core.signatures import Unsignable, code_identity
 from dslog_dagster.errors import DSLogError, UnsupportedArrayError
 from dslog_dagster.naming import array_name
 from dslog_dagster.tracking import (
@@ -454,17 +455,10 @@ def _run(
         result = run_plain()
         stash_untracked(all_outputs, "off", 'policy="off": no lineage recorded.')
         return result
-    if eff_policy == "reuse_only":
-        result = run_plain()
-        stash_untracked(
-            all_outputs,
-            "none",
-            'policy="reuse_only": no lineage recorded — reuse views are not wired into the '
-            "plugin yet, so there is no view to take lineage from (the step ran unannotated).",
-        )
-        return result
-
     names = [d.name for d in ctx.op_def.input_defs if d.name in kwargs and d.name not in untracked]
+    untracked_args = [
+        d.name for d in ctx.op_def.input_defs if d.name in kwargs and d.name in untracked
+    ]
     for n in names:
         if not _is_trackable(kwargs[n]):
             raise _reject(n, kwargs[n], step_key)
@@ -478,24 +472,47 @@ def _run(
 
     holder: dict[str, Any] = {}
 
-    def call(*tracked: Any) -> tuple[Any, ...]:
+    def call(*tracked: Any, **_signature_args: Any) -> tuple[Any, ...]:
+        # `_signature_args` only key reuse views (see obtain_lineage); the step never sees them.
         kw = dict(kwargs)
         kw.update(zip(names, tracked, strict=True))
         res = fn(*args, **kw)
         vals, out_names, rebuild = _split_outputs(res, ctx, is_gen, step_key)
-        holder["names"], holder["rebuild"] = out_names, rebuild
+        # The first call is the step's own; reuse may re-run it (verification, probes on
+        # synthetic inputs), and those runs must not replace the outputs' Output objects.
+        holder.setdefault("names", out_names)
+        holder.setdefault("rebuild", rebuild)
         return tuple(vals)
 
     first_op, code_version = _op_identity(ctx, all_outputs[0], opts.op_code_version)
-    result, obtained, signature, seconds = obtain_lineage(
+    registry, identity, sig_args = None, "", {}
+    if settings.reuse:
+        try:
+            identity = f"{first_op}|{code_version}|{code_identity(fn)}"
+            sig_args = {"op_args": op_args, **{f"input:{n}": kwargs[n] for n in untracked_args}}
+            registry = settings.registry()
+        except Unsignable:
+            registry = None  # a function whose code identity cannot be hashed is never reused
+    result, seconds = obtain_lineage(
         call,
         [kwargs[n] for n in names],
         policy=eff_policy,  # type: ignore[arg-type]
         mode=eff_mode,  # type: ignore[arg-type]
-        op_name=first_op,
-        code_version=code_version,
-        op_args=op_args,
+        code_version=identity,
+        signature_args=sig_args,
+        reuse=registry,
     )
+    if result is None:  # reuse_only without a confirmed view
+        result_value = run_plain()
+        stash_untracked(
+            all_outputs,
+            "none",
+            'policy="reuse_only": no confirmed reuse view matched this call, so no lineage '
+            "was recorded (the step ran unannotated).",
+        )
+        return result_value
+    obtained = result.obtained
+    signature = result.signature
     considered = eff_mode == "considered"
     for k, out_name in enumerate(holder["names"]):
         op_name, _ = _op_identity(ctx, out_name, opts.op_code_version)

@@ -21,12 +21,14 @@ import dagster as dg
 from pydantic import Field
 
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.reuse import ReusePolicy, ViewRegistry
 from dslog_dagster.core.store import LineageStore
 
 __all__ = ["DSLogResource", "open_store"]
 
 _stores: dict[Path, LineageStore] = {}
 _sessions: dict[Path, DSLog] = {}
+_registries: dict[tuple[Path, ReusePolicy], ViewRegistry] = {}
 _stores_lock = threading.Lock()
 
 
@@ -70,7 +72,7 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "Capture policy for tracked steps that do not set one: capture (annotate, fail when "
             "lineage would be lost), all_to_all (annotate, record a flagged all-to-all relation "
             "where lineage would be lost), reuse_only (reuse views only; records nothing until "
-            "reuse is wired in), off (record nothing)."
+            "no view matches), off (record nothing)."
         ),
     )
     mode: Literal["contributing", "considered"] = Field(
@@ -87,6 +89,20 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         default=4, ge=1, le=64, description="How many output cells the picture follows."
     )
 
+    reuse: bool = Field(
+        default=True,
+        description=(
+            "Serve lineage from confirmed reuse views (provenance views) instead of annotating "
+            "when the same operation runs again; views are learnt from captures and verified."
+        ),
+    )
+    confirm_after: int = Field(
+        default=2, ge=1, description="Matching captures that confirm a candidate reuse view."
+    )
+    verify_rate: float = Field(
+        default=0.05, ge=0.0, le=1.0, description="Share of reuse hits re-verified by sampling."
+    )
+
     def settings(self) -> dict[str, object]:
         """The fields as keyword arguments (``DSLogIOManager(**dslog.settings())``)."""
         return {
@@ -95,6 +111,9 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "mode": self.mode,
             "picture": self.picture,
             "picture_cells": self.picture_cells,
+            "reuse": self.reuse,
+            "confirm_after": self.confirm_after,
+            "verify_rate": self.verify_rate,
         }
 
     def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path:
@@ -110,6 +129,16 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     def store(self, default_base: str | os.PathLike[str] | None = None) -> LineageStore:
         """The lineage store (opened once per process and directory)."""
         return open_store(self.resolve_store_dir(default_base))
+
+    def registry(self, default_base: str | os.PathLike[str] | None = None) -> "ViewRegistry":
+        """The process-wide reuse-view registry of the store (one per store directory)."""
+        store = self.store(default_base)
+        policy = ReusePolicy(confirm_after=self.confirm_after, rate=self.verify_rate)
+        with _stores_lock:
+            reg = _registries.get((store.root, policy))
+            if reg is None:
+                reg = _registries[(store.root, policy)] = ViewRegistry(store, policy)
+            return reg
 
     def session(self, default_base: str | os.PathLike[str] | None = None) -> DSLog:
         """The process-wide :class:`~dslog_dagster.core.api.DSLog` session over the store.

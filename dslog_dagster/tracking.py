@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dslog_dagster.core.capture import CaptureResult, capture
+from dslog_dagster.core.capture import CaptureResult, as_input, capture
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.reuse import ViewRegistry
 
 __all__ = [
     "POLICIES",
@@ -42,9 +43,8 @@ __all__ = [
 #:   with :class:`~dslog_dagster.errors.LineageLostError`.
 #: * ``"all_to_all"`` — like ``"capture"``, but where lineage would be lost record the explicit
 #:   all-to-all relation instead (an over-approximation), flagged in the metadata.
-#: * ``"reuse_only"`` — never annotate; take lineage from a confirmed reuse view only. Reuse
-#:   views are not wired into the plugin yet, so today this records **no** lineage and says so
-#:   in ``dslog/status`` (the step itself runs unchanged).
+#: * ``"reuse_only"`` — never annotate; take lineage from a confirmed reuse view only. Without
+#:   one the step runs unchanged and records **no** lineage, and ``dslog/status`` says so.
 #: * ``"off"`` — run the step unchanged and record nothing.
 Policy = Literal["capture", "reuse_only", "off", "all_to_all"]
 POLICIES: tuple[str, ...] = ("capture", "reuse_only", "off", "all_to_all")
@@ -101,28 +101,49 @@ def obtain_lineage(
     *,
     policy: Policy,
     mode: Mode,
-    op_name: str,
-    code_version: str | None,
-    op_args: dict[str, Any],
-) -> tuple[CaptureResult, str, str | None, float]:
+    code_version: str,
+    signature_args: dict[str, Any],
+    reuse: "ViewRegistry | None" = None,
+) -> tuple[CaptureResult | None, float]:
     """Run ``func(*tracked arrays)`` and obtain its lineage. THE single call to ``capture``.
 
-    Reuse hook: when reuse views land, pass ``reuse=ViewRegistry(...)`` and
-    ``code_version=code_version`` (plus ``op_name``/``op_args`` for the signatures) to
-    ``capture`` here; ``CaptureResult.obtained`` ("captured", "base", "dim", "gen") and
-    ``.signature`` then flow into ``dslog/obtained`` and ``dslog/signature`` unchanged.
+    With ``reuse`` (a :class:`~dslog_dagster.core.reuse.ViewRegistry`), a confirmed view that
+    matches serves the lineage and ``func`` runs on plain float64 arrays; otherwise the step is
+    captured and the registry learns from it. ``CaptureResult.obtained`` says which happened
+    ("captured", "base", "dim", "gen") and ``.signature`` names the view.
+
+    Args:
+        code_version: the step's code identity (op name, asset code version and a hash of the
+            user function), so changing the function invalidates its views.
+        signature_args: what else decides the lineage besides the arrays' shapes (config,
+            partition key, untracked inputs); passed to ``func`` as keyword arguments, which it
+            must ignore.
 
     Returns:
-        ``(result, obtained, signature, seconds)``.
+        ``(result, seconds)``; ``result`` is ``None`` only under ``policy="reuse_only"`` when
+        no confirmed view matched (nothing ran: the caller runs the step plainly).
     """
-    del op_name, code_version, op_args  # used by the reuse wiring (see above)
     on_lost = "all_to_all" if policy == "all_to_all" else "raise"
     t0 = time.perf_counter()
-    result = capture(func, *arrays, mode=mode, on_lost=on_lost)
-    seconds = time.perf_counter() - t0
-    obtained = str(getattr(result, "obtained", None) or "captured")
-    signature = getattr(result, "signature", None)
-    return result, obtained, (str(signature) if signature else None), seconds
+    result: CaptureResult | None
+    if policy == "reuse_only":
+        if reuse is None:
+            return None, 0.0
+        inputs = [as_input(a, k) for k, a in enumerate(arrays)]
+        result = reuse.serve(
+            func, inputs, mode=mode, code_version=code_version, kwargs=signature_args
+        )
+    else:
+        result = capture(
+            func,
+            *arrays,
+            mode=mode,
+            on_lost=on_lost,
+            reuse=reuse,
+            code_version=code_version if reuse is not None else None,
+            **signature_args,
+        )
+    return result, time.perf_counter() - t0
 
 
 # ------------------------------------------------------------------ hand-off stash

@@ -241,6 +241,9 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     )
     picture: bool = Field(default=True, description="Attach a lineage PNG to the metadata.")
     picture_cells: int = Field(default=4, ge=1, le=64, description="Output cells in the PNG.")
+    reuse: bool = Field(default=True, description="Serve lineage from confirmed reuse views.")
+    confirm_after: int = Field(default=2, ge=1, description="Captures that confirm a view.")
+    verify_rate: float = Field(default=0.05, ge=0.0, le=1.0, description="Hits re-verified.")
     _instance_dir: str | None = PrivateAttr(default=None)
 
     @classmethod
@@ -260,13 +263,12 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         return Path.cwd()
 
     def dslog_settings(self) -> DSLogResource:
-        """The lineage settings the tracked decorators read (policy, mode)."""
+        """The lineage settings the tracked decorators read (policy, mode, reuse), with the
+        store directory resolved against this IO manager's base directory."""
+        fields = {k: getattr(self, k) for k in DSLogResource.model_fields}
+        unresolved = DSLogResource(**fields)
         return DSLogResource(
-            store_dir=self.store_dir,
-            policy=self.policy,
-            mode=self.mode,
-            picture=self.picture,
-            picture_cells=self.picture_cells,
+            **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
         )
 
     def _asset_path(self, key: dg.AssetKey, partition: str | None) -> Path:
@@ -355,7 +357,8 @@ class _LineageIOManager(dg.IOManager):
         self.writer = writer
 
     def dslog_settings(self) -> DSLogResource:
-        return self.writer.settings
+        s = self.writer.settings
+        return s.model_copy(update={"store_dir": str(self.writer.store_dir())})
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         self.inner.handle_output(context, obj)

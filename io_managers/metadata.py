@@ -6,7 +6,7 @@ Every key is a constant here so the query assets, checks and tests use the same 
 key                        value
 =========================  =====================================================================
 ``dslog/obtained``         how lineage was obtained: ``captured`` (annotator), ``base``/``dim``/
-                           ``gen`` (a reuse view, once reuse is wired in), ``source`` (no tracked
+                           ``gen`` (a reuse view), ``source`` (no tracked
                            inputs: only the array version is registered), ``none`` (reuse_only
                            without a view: nothing recorded), ``off`` (policy off)
 ``dslog/signature``        the reuse signature the lineage came from (``none`` for captures)

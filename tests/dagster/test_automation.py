@@ -162,9 +162,23 @@ def test_reuse_signature_asset_renders_the_views_table(instance, store_dir) -> N
     assert pq.read_table(mat.metadata["dslog/result_path"].value).num_rows == 3
 
 
-def test_reuse_signature_asset_without_registry_says_what_to_do(instance, store_dir) -> None:
-    asset = reuse_signatures_asset()
-    with pytest.raises(Exception, match="no reuse-view registry"):
-        dg.materialize(
-            [asset], instance=instance, resources={"dslog": DSLogResource(store_dir=store_dir)}
-        )
+def test_reuse_signature_asset_tables_the_stores_registry(instance, store_dir) -> None:
+    import numpy as np
+
+    from dslog_dagster.core import ReusePolicy, ViewRegistry, capture
+
+    registry = ViewRegistry(store_dir, ReusePolicy(confirm_after=1, seed=0))
+    rng = np.random.default_rng(0)
+    results = [capture(np.negative, rng.random((4, 5)), reuse=registry) for _ in range(3)]
+    registry.flush()
+    assert results[-1].obtained != "captured"  # the view was confirmed and served
+    res = dg.materialize(
+        [reuse_signatures_asset()],
+        instance=instance,
+        resources={"dslog": DSLogResource(store_dir=store_dir)},
+    )
+    (mat,) = res.get_asset_materialization_events()
+    table = mat.materialization.metadata["dslog/views"].value
+    served = {r.data["signature"]: r.data for r in table.records}
+    assert results[-1].signature in served
+    assert served[results[-1].signature]["hits"] >= 1
