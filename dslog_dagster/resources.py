@@ -71,7 +71,7 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         description=(
             "Capture policy for tracked steps that do not set one: capture (annotate, fail when "
             "lineage would be lost), all_to_all (annotate, record a flagged all-to-all relation "
-            "where lineage would be lost), reuse_only (reuse views only; records nothing until "
+            "where lineage would be lost), reuse_only (reuse views only; records nothing when "
             "no view matches), off (record nothing)."
         ),
     )
