@@ -7,11 +7,13 @@ executor, one embedded instance), each timed as the best of ``--repeat`` runs af
   stored exactly as in the tracked runs, no annotation, nothing written to the lineage store;
 * **tracked, first run** — ``policy="capture"`` into a fresh lineage store (annotated run,
   ProvRC compression, store registration, metadata and pictures);
-* **tracked, second run** — the same again into the same store. This is where lineage should
-  come from reuse views (ICDE sec. V); the plugin does not wire reuse in yet, so the second run
-  captures again, and the table says so.
+* **tracked, reuse run** — the same job again into the same store once the reuse registry has
+  confirmed its views (the job is re-run until a run serves lineage from views, at most 6
+  times). Steps whose lineage depends on the data (threshold, tile maxima, sort) are never
+  reused and capture again, so the table also compares the *steps served from views* alone,
+  from Dagster's own step durations, against the same steps untracked.
 
-Goal (issue 6): the second run ≤ 1.05x untracked when lineage comes from reuse views.
+Goal (issue 6): ≤ 1.05x untracked when lineage comes from reuse views (the served steps).
 
 Run: ``.venv/bin/python bench/dagster_overhead.py [--size 256] [--repeat 3]``. Informational,
 not a CI gate (a smoke test runs it at toy size).
@@ -43,24 +45,29 @@ def run_config(size: int) -> dict[str, Any]:
 
 def timed(
     job: dg.JobDefinition, instance: dg.DagsterInstance, size: int
-) -> tuple[float, dict[str, float]]:
-    """Seconds of one run, and the summed dslog/* timings of its materializations."""
+) -> tuple[float, dict[str, Any]]:
+    """Seconds of one run, the summed dslog/* timings, how each step obtained lineage, and
+    Dagster's duration of each step."""
     t0 = time.perf_counter()
     res = job.execute_in_process(instance=instance, run_config=run_config(size))
     wall = time.perf_counter() - t0
     if not res.success:
         msg = "bench run failed"
         raise RuntimeError(msg)
-    sums = {"capture_s": 0.0, "write_s": 0.0}
-    obtained = set()
+    info: dict[str, Any] = {"capture_s": 0.0, "write_s": 0.0, "by_step": {}, "step_s": {}}
     for ev in res.get_asset_materialization_events():
         md = ev.materialization.metadata
-        for k in sums:
+        for k in ("capture_s", "write_s"):
             if f"dslog/{k}" in md:
-                sums[k] += float(md[f"dslog/{k}"].value)
-        obtained.add(str(md["dslog/obtained"].value))
-    sums["obtained"] = ",".join(sorted(obtained))  # type: ignore[assignment]
-    return wall, sums
+                info[k] += float(md[f"dslog/{k}"].value)
+        info["by_step"][ev.step_key] = str(md["dslog/obtained"].value)
+    for ev in res.get_step_success_events():
+        info["step_s"][ev.step_key] = ev.event_specific_data.duration_ms / 1000.0
+    info["obtained"] = ",".join(sorted(set(info["by_step"].values())))
+    return wall, info
+
+
+SERVED = ("base", "dim", "gen")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,18 +83,26 @@ def main(argv: list[str] | None = None) -> int:
             on = make_defs(str(on_dir), policy="capture").resolve_job_def("hotspot_job")
             timed(off, instance, args.size)  # warm-up: imports, instance, first-run caches
             untracked = min(timed(off, instance, args.size)[0] for _ in range(args.repeat))
-            firsts, seconds = [], []
+            offs = [timed(off, instance, args.size) for _ in range(args.repeat)]
+            untracked = min(w for w, _ in offs)
+            firsts = []
             for _ in range(args.repeat):
                 shutil.rmtree(on_dir, ignore_errors=True)
                 firsts.append(timed(on, instance, args.size))
-                seconds.append(timed(on, instance, args.size))
+            for _ in range(6):  # teach the registry until a run is served from views
+                _, probe = timed(on, instance, args.size)
+                if any(v in SERVED for v in probe["by_step"].values()):
+                    break
+            seconds = [timed(on, instance, args.size) for _ in range(args.repeat)]
             first = min(w for w, _ in firsts)
             first_info = min(firsts, key=lambda x: x[0])[1]
             second = min(w for w, _ in seconds)
             info = min(seconds, key=lambda x: x[0])[1]
+            served = sorted(k for k, v in info["by_step"].items() if v in SERVED)
+            served_on = min(sum(i["step_s"][k] for k in served) for _, i in seconds)
+            served_off = min(sum(i["step_s"][k] for k in served) for _, i in offs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    reused = "captured" not in str(info["obtained"])
     print(f"hotspot job, {args.size}x{args.size} frame, best of {args.repeat} runs")
     print()
     print("| run | seconds | ratio vs untracked | lineage obtained |")
@@ -96,20 +111,29 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"| tracked, first run | {first:.3f} | {first / untracked:.2f} | {first_info['obtained']} |"
     )
-    print(f"| tracked, second run | {second:.3f} | {second / untracked:.2f} | {info['obtained']} |")
+    print(f"| tracked, reuse run | {second:.3f} | {second / untracked:.2f} | {info['obtained']} |")
+    if served:
+        print(
+            f"| steps served from views ({', '.join(served)}) | {served_on:.3f} | "
+            f"{served_on / served_off:.2f} | {','.join(info['by_step'][k] for k in served)} |"
+        )
     print()
     print(
-        f"second run: capture {info['capture_s']:.3f} s, lineage store writes "
+        f"reuse run: capture/reuse {info['capture_s']:.3f} s, lineage store writes "
         f"{info['write_s']:.3f} s (summed over steps)"
     )
     print()
     print("| Goal | measured | result |")
     print("|---|---|---|")
-    ratio = second / untracked
-    ok = reused and ratio <= GOAL
-    why = "" if reused else " (reuse not wired into the plugin yet: the second run captured)"
-    goal = f"second run ≤ {GOAL:.2f}x untracked, lineage from reuse views"
-    print(f"| {goal} | {ratio:.2f}x{why} | {'PASS' if ok else 'FAIL'} |")
+    goal = f"steps served from reuse views ≤ {GOAL:.2f}x the same steps untracked"
+    if served:
+        ratio = served_on / served_off
+        print(f"| {goal} | {ratio:.2f}x | {'PASS' if ratio <= GOAL else 'FAIL'} |")
+    else:
+        print(f"| {goal} | no step was served from a view | FAIL |")
+    whole = f"whole job ≤ {GOAL:.2f}x untracked (data-dependent steps must capture)"
+    verdict = "PASS" if second / untracked <= GOAL else "FAIL"
+    print(f"| {whole} | {second / untracked:.2f}x | {verdict} |")
     return 0
 
 
