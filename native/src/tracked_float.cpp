@@ -518,6 +518,17 @@ void unary_loop(char** args, npy_intp const* dims, npy_intp const* steps, void* 
   npy_intp is = steps[0], os = steps[1];
   switch (info->op) {
     case U_NEGATIVE:
+      if (is == 16 && os == 16) {  // contiguous: flip the value's sign bit, copy the handle
+        const char* s = ip;
+        char* d = op;
+        for (npy_intp i = 0; i < n; ++i) {
+          uint64_t w[2];
+          std::memcpy(w, s + i * 16, 16);
+          w[0] ^= uint64_t(1) << 63;
+          std::memcpy(d + i * 16, w, 16);
+        }
+        return;
+      }
       for (npy_intp i = 0; i < n; ++i) {
         TF t = load(ip + i * is);
         store(op + i * os, -t.v, t.h);
@@ -783,39 +794,112 @@ void bin_values(const BinInfo& info, const double* a, const double* b, double* o
 // cell and a constant (the cell's handle as is), and in place (`x += y`, and reductions along
 // a non-contiguous axis, which NumPy runs as out[j] += in[i, j] row by row) the next cell of
 // this call's progression accumulator. Everything else goes through the arena's general join.
+// Elements to prefetch ahead in the streaming loops (one cache line every 4 elements): the
+// per-element work is too long for the out-of-order window alone to keep enough loads in
+// flight (measured: sum over axis 0 of 1M cells 2.6 -> 2.0 ms).
+constexpr npy_intp kPrefetch = 256;
+
 template <BinInline OP>
-int arith_fast_op(bool in_place, Arena& ar, const char* a, const char* b, char* o, npy_intp n,
-                  npy_intp sa, npy_intp sb, npy_intp so) {
+inline double arith_value(double x, double y) {
+  return OP == I_ADD ? x + y : OP == I_SUB ? x - y : OP == I_MUL ? x * y : x / y;
+}
+
+// One element of arith_fast_op outside its hot cases: the arena's general join (or, in
+// place, acc_join). Kept out of line so the hot loops stay small (no spills).
+template <bool in_place>
+__attribute__((noinline)) int arith_slow(Arena& ar, TF x, TF y, double v, char* out) {
   const uint32_t ep = ar.epoch();
-  for (npy_intp i = 0; i < n; ++i) {
-    const TF x = load(a + i * sa), y = load(b + i * sb);
-    const double v = OP == I_ADD ? x.v + y.v
-                     : OP == I_SUB ? x.v - y.v
-                     : OP == I_MUL ? x.v * y.v
-                                   : x.v / y.v;
-    Handle h = 0;
-    if (x.h | y.h) {
-      const bool okx = x.h == 0 || hnd::epoch(x.h) == ep, oky = y.h == 0 || hnd::epoch(y.h) == ep;
-      if (!okx || !oky) return set_stale_error(), -1;
-      const auto kx = hnd::kind(x.h), ky = hnd::kind(y.h);
-      if (ky == hnd::kCell && kx == hnd::kCell && y.h) {
-        h = x.h ? ar.join_cells(hnd::payload(x.h), hnd::payload(y.h)) : y.h;
-        if (in_place && x.h && hnd::kind(h) != hnd::kCell2) {  // keep acc_join's semantics
-          h = x.h;
-          ar.acc_join(h, y.h, 0);
-        }
-      } else if (y.h == 0 && kx == hnd::kCell) {
+  Handle h = 0;
+  if (x.h | y.h) {
+    const bool okx = x.h == 0 || hnd::epoch(x.h) == ep, oky = y.h == 0 || hnd::epoch(y.h) == ep;
+    if (!okx || !oky) return set_stale_error(), -1;
+    const auto kx = hnd::kind(x.h), ky = hnd::kind(y.h);
+    if (ky == hnd::kCell && kx == hnd::kCell && y.h) {
+      h = x.h ? ar.join_cells(hnd::payload(x.h), hnd::payload(y.h)) : y.h;
+      if (in_place && x.h && hnd::kind(h) != hnd::kCell2) {  // keep acc_join's semantics
         h = x.h;
-      } else if (x.h == 0 && ky == hnd::kCell && !in_place) {
-        h = y.h;
-      } else if (in_place) {
-        h = x.h;
-        if (!ar.prog_extend(h, y.h)) ar.acc_join(h, y.h, 0);
-      } else {
-        h = ar.join(x.h, y.h);
+        ar.acc_join(h, y.h, 0);
       }
+    } else if (y.h == 0 && kx == hnd::kCell) {
+      h = x.h;
+    } else if (x.h == 0 && ky == hnd::kCell && !in_place) {
+      h = y.h;
+    } else if (in_place) {
+      h = x.h;
+      if (!ar.prog_extend(h, y.h)) ar.acc_join(h, y.h, 0);
+    } else {
+      h = ar.join(x.h, y.h);
     }
-    store(o + i * so, v, h);
+  }
+  store(out, v, h);
+  return 0;
+}
+
+// Element-wise +, -, *, / in one pass (value and set per element, no gathering). Hot cases
+// inline, with the arena state they need kept in registers (stores through char* could
+// alias it): out of place, two single cells at the distance used last (x + y of two
+// annotated arrays: a kCell2 handle, no table entry); in place (`x += y`, and reductions
+// along a non-contiguous axis, which NumPy runs as out[j] += in[i, j] row by row), the next
+// cell of this call's progression accumulator. Everything else: arith_slow.
+template <BinInline OP, bool in_place>
+int arith_fast_op(Arena& ar, const char* a, const char* b, char* o, npy_intp n, npy_intp sa,
+                  npy_intp sb, npy_intp so) {
+  const uint64_t ep = ar.epoch();
+  constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
+  const uint64_t cell_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell) << hnd::kKindShift);
+  if (in_place) {
+    const uint64_t prog_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kProg) << hnd::kKindShift);
+    const size_t own_from = ar.call_prog_start();
+    constexpr size_t kBlockMask = (size_t(1) << Arena::kProgBlockShift) - 1;
+    size_t block = ~size_t(0);
+    dslog::ProgNode* base = nullptr;
+    for (npy_intp i = 0; i < n; ++i) {
+      char* out = o + i * so;
+      if (i % 4 == 0) __builtin_prefetch(b + (i + kPrefetch) * sb);
+      const TF x = load(out), y = load(b + i * sb);
+      const double v = arith_value<OP>(x.v, y.v);
+      const size_t pi = hnd::payload(x.h);
+      if ((y.h & kTagMask) == cell_bits && (x.h & kTagMask) == prog_bits && pi >= own_from) {
+        if ((pi & ~kBlockMask) != block) {
+          block = pi & ~kBlockMask;
+          base = ar.prog_node(block);
+        }
+        dslog::ProgNode* p = base + (pi & kBlockMask);
+        if (p->acc && hnd::payload(y.h) == p->next) {
+          p->next = p->next + p->stride;
+          std::memcpy(out, &v, sizeof v);  // in place: the handle stays
+          continue;
+        }
+      }
+      if (arith_slow<true>(ar, x, y, v, out) < 0) return -1;
+    }
+    return 0;
+  }
+  const uint64_t cell2_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell2) << hnd::kKindShift);
+  // UINT64_MAX: no distance yet (a real one is > 0 and < 2^40; two equal cells give 0)
+  uint64_t dist = ar.last_delta_index() < 0 ? ~uint64_t(0) : ar.last_delta();
+  uint64_t dist_bits =
+      cell2_bits | (uint64_t(std::max(ar.last_delta_index(), 0)) << hnd::kEstShift);
+  for (npy_intp i = 0; i < n; ++i) {
+    char* out = o + i * so;
+    const TF x = load(a + i * sa), y = load(b + i * sb);
+    const double v = arith_value<OP>(x.v, y.v);
+    if ((y.h & kTagMask) == cell_bits && (x.h & kTagMask) == cell_bits) {
+      const uint64_t cx = hnd::payload(x.h), cy = hnd::payload(y.h);
+      const uint64_t lo = cx < cy ? cx : cy, d = cx < cy ? cy - cx : cx - cy;
+      if (d == dist) {
+        store(out, v, dist_bits | lo);
+        continue;
+      }
+      const Handle h2 = ar.join_cells(cx, cy);
+      if (hnd::kind(h2) == hnd::kCell2) {
+        dist = d;
+        dist_bits = h2 & ~hnd::kPayloadMask;
+      }
+      store(out, v, h2);
+      continue;
+    }
+    if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
   }
   return 0;
 }
@@ -824,13 +908,17 @@ int arith_fast(BinInline op, bool in_place, Arena& ar, const char* a, const char
                npy_intp n, npy_intp sa, npy_intp sb, npy_intp so) {
   switch (op) {
     case I_ADD:
-      return arith_fast_op<I_ADD>(in_place, ar, a, b, o, n, sa, sb, so);
+      return in_place ? arith_fast_op<I_ADD, true>(ar, a, b, o, n, sa, sb, so)
+                      : arith_fast_op<I_ADD, false>(ar, a, b, o, n, sa, sb, so);
     case I_SUB:
-      return arith_fast_op<I_SUB>(in_place, ar, a, b, o, n, sa, sb, so);
+      return in_place ? arith_fast_op<I_SUB, true>(ar, a, b, o, n, sa, sb, so)
+                      : arith_fast_op<I_SUB, false>(ar, a, b, o, n, sa, sb, so);
     case I_MUL:
-      return arith_fast_op<I_MUL>(in_place, ar, a, b, o, n, sa, sb, so);
+      return in_place ? arith_fast_op<I_MUL, true>(ar, a, b, o, n, sa, sb, so)
+                      : arith_fast_op<I_MUL, false>(ar, a, b, o, n, sa, sb, so);
     default:
-      return arith_fast_op<I_DIV>(in_place, ar, a, b, o, n, sa, sb, so);
+      return in_place ? arith_fast_op<I_DIV, true>(ar, a, b, o, n, sa, sb, so)
+                      : arith_fast_op<I_DIV, false>(ar, a, b, o, n, sa, sb, so);
   }
 }
 

@@ -96,7 +96,53 @@ static void test_inputs_and_handles() {
   CHECK(a.valid(a.cell(2)) && !a.valid(dslog::hnd::make(6, dslog::hnd::kCell, 1, 2)));
 }
 
+static void test_inline_pairs_and_progressions() {
+  Arena a(6, Mode::kContributing);
+  a.add_input(100000);
+  // Two cells: inline (no table entry) while the distance table has room, then a join entry.
+  size_t joins = a.n_joins();
+  Handle p = a.join(a.cell(9), a.cell(4));
+  CHECK((set_of(a, p) == std::vector<uint64_t>{4, 9}));
+  CHECK(a.n_joins() == joins);
+  for (uint64_t d = 1; d <= 300; ++d) {
+    Handle q = a.join(a.cell(1000), a.cell(1000 + d));
+    CHECK((set_of(a, q) == std::vector<uint64_t>{1000, 1000 + d}));
+  }
+  CHECK(a.n_joins() > joins);  // more than 256 distances: the rest became join entries
+  // Column-wise accumulation (sum over axis 0): one progression per column, in place.
+  const uint64_t rows = 50, colsn = 40;
+  a.begin_call();
+  std::vector<Handle> acc(colsn);
+  for (uint64_t j = 0; j < colsn; ++j) acc[j] = a.cell(j);
+  size_t progs = a.n_progs();
+  for (uint64_t i = 1; i < rows; ++i)
+    for (uint64_t j = 0; j < colsn; ++j) a.acc_join(acc[j], a.cell(i * colsn + j), 0);
+  CHECK(a.n_progs() - progs <= colsn);
+  for (uint64_t j = 0; j < colsn; ++j) {
+    auto s = set_of(a, acc[j]);
+    CHECK(s.size() == rows && s.front() == j && s.back() == (rows - 1) * colsn + j);
+    std::vector<uint64_t> scratch;
+    auto q = a.seq(acc[j], scratch);
+    CHECK(q.data == nullptr && q.count == rows && q.stride == colsn);
+  }
+  // A shared copy stays as it is while the accumulator keeps growing (and leaves the
+  // progression when a cell does not fit it).
+  Handle frozen = a.join(acc[0], 0);
+  a.acc_join(acc[0], a.cell(rows * colsn), 0);
+  a.acc_join(acc[0], a.cell(3), 0);
+  CHECK(set_of(a, frozen).size() == rows);
+  auto s0 = set_of(a, acc[0]);
+  CHECK(s0.size() == rows + 2 && s0[1] == 3);
+  // A later call does not extend this call's progression in place.
+  Handle old = acc[1];
+  a.begin_call();
+  Handle next = old;
+  a.acc_join(next, a.cell(rows * colsn + 1), 0);
+  CHECK(set_of(a, old).size() == rows && set_of(a, next).size() == rows + 1);
+}
+
 int main() {
+  test_inline_pairs_and_progressions();
   test_join_dedupes_and_stays_small();
   test_accumulator_in_place_and_ownership();
   test_pick_modes();

@@ -107,13 +107,16 @@ struct ListNode {
 };
 static_assert(sizeof(ListNode) == 16, "ListNode must stay 16 bytes");
 
-// An arithmetic progression of cells, stride > 0, count >= 2. `acc` = created by an
-// accumulation of the running call, which may extend it in place.
+// An arithmetic progression of cells {start, start + stride, ..., next - stride}, stride > 0,
+// at least 2 cells. `acc` = created by an accumulation of the running call, which may extend
+// it in place. The end is kept as `next` (the cell that would extend it), so extending is a
+// compare and an add.
 struct ProgNode {
   uint64_t start;
   uint64_t stride;
-  uint64_t count : 63;
+  uint64_t next : 63;
   uint64_t acc : 1;
+  uint64_t count() const { return (uint64_t(next) - start) / stride; }
 };
 static_assert(sizeof(ProgNode) == 24, "ProgNode must stay 24 bytes");
 
@@ -306,7 +309,7 @@ class Arena {
         return {nullptr, hnd::payload(h), deltas_[hnd::field8(h)], 2};
       case hnd::kProg: {
         const ProgNode& p = progs_[hnd::payload(h)];
-        return {nullptr, p.start, p.stride, p.count};
+        return {nullptr, p.start, p.stride, p.count()};
       }
       default: {
         auto [p, n] = cells(h, scratch);
@@ -322,9 +325,34 @@ class Arena {
     const size_t i = hnd::payload(acc);
     if (i < call_prog_start_) return false;
     ProgNode& p = progs_[i];
-    if (!p.acc || hnd::payload(x) != p.start + p.count * p.stride) return false;
-    p.count = p.count + 1;
+    if (!p.acc || hnd::payload(x) != p.next) return false;
+    p.next = p.next + p.stride;
     return true;
+  }
+
+  // This call's progression behind `acc` (to extend in place), or nullptr.
+  ProgNode* owned_prog(Handle acc) {
+    if (hnd::kind(acc) != hnd::kProg) return nullptr;
+    const size_t i = hnd::payload(acc);
+    if (i < call_prog_start_) return nullptr;
+    ProgNode& p = progs_[i];
+    return p.acc ? &p : nullptr;
+  }
+
+  // The most recently used kCell2 distance and its index (0, -1 if none), so that hot loops
+  // can keep them in registers.
+  uint64_t last_delta() const { return last_delta_ < 0 ? 0 : deltas_[size_t(last_delta_)]; }
+  int last_delta_index() const { return last_delta_; }
+  // First progression index owned by the running call, and the node of index i (nodes of
+  // indices in the same 2^20 block are contiguous).
+  size_t call_prog_start() const { return call_prog_start_; }
+  ProgNode* prog_node(size_t i) { return &progs_[i]; }
+  static constexpr size_t kProgBlockShift = 20;
+
+  // The kCell2 handle of cells {c, c + d} if d is the most recently used distance, else 0.
+  Handle cell2_cached(uint64_t c, uint64_t d) const {
+    if (last_delta_ < 0 || deltas_[size_t(last_delta_)] != d) return 0;
+    return pack_cell2(c, uint32_t(last_delta_));
   }
 
   // Element-wise union of two single cells without a table entry when possible (kCell2).
@@ -398,7 +426,7 @@ class Arena {
 
   // ---- progressions ----------------------------------------------------------------------
   Handle new_prog(uint64_t start, uint64_t stride, uint64_t count, bool acc) {
-    size_t i = progs_.push(ProgNode{start, stride, count, acc ? 1u : 0u});
+    size_t i = progs_.push(ProgNode{start, stride, start + count * stride, acc ? 1u : 0u});
     check_index(i);
     return hnd::make(epoch_, hnd::kProg,
                      acc ? hnd::kEstMany : uint32_t(std::min<uint64_t>(count, hnd::kEstMany)), i);
@@ -406,13 +434,14 @@ class Arena {
   // The cells of an owned progression as an owned list with room for `extra` more.
   Handle prog_to_list(Handle h, size_t extra) {
     const ProgNode p = progs_[hnd::payload(h)];
-    size_t cap = std::min<size_t>(size_t(p.count) + std::max<size_t>(extra, 16), kMaxLen);
-    check_len(size_t(p.count));
+    const uint64_t count = p.count();
+    check_len(size_t(count));
+    size_t cap = std::min<size_t>(size_t(count) + std::max<size_t>(extra, 16), kMaxLen);
     uint64_t* dst;
     bool heap;
     alloc(cap, dst, heap);
-    for (uint64_t k = 0; k < p.count; ++k) dst[k] = p.start + k * p.stride;
-    return adopt_list(dst, uint32_t(p.count), uint32_t(cap), heap, true);
+    for (uint64_t k = 0; k < count; ++k) dst[k] = p.start + k * p.stride;
+    return adopt_list(dst, uint32_t(count), uint32_t(cap), heap, true);
   }
 
   // A handle about to be stored in a second slot: an accumulator of the running call must
@@ -421,7 +450,7 @@ class Arena {
     if (!owned(h)) return h;
     if (hnd::kind(h) == hnd::kProg) {
       const ProgNode p = progs_[hnd::payload(h)];
-      return new_prog(p.start, p.stride, p.count, false);
+      return new_prog(p.start, p.stride, p.count(), false);
     }
     ListNode& n = lists_[hnd::payload(h)];
     normalise(n);
@@ -477,8 +506,8 @@ class Arena {
     if (owned(acc)) {
       if (hnd::kind(acc) == hnd::kProg) {
         ProgNode& p = progs_[hnd::payload(acc)];
-        if (hnd::kind(x) == hnd::kCell && hnd::payload(x) == p.start + p.count * p.stride) {
-          p.count = p.count + 1;
+        if (hnd::kind(x) == hnd::kCell && hnd::payload(x) == p.next) {
+          p.next = p.next + p.stride;
           return;
         }
         acc = prog_to_list(acc, hint);
@@ -659,7 +688,7 @@ class Arena {
       return;
     }
     const ProgNode& p = progs_[hnd::payload(h)];
-    for (uint64_t k = 0; k < p.count; ++k) out.push_back(p.start + k * p.stride);
+    for (uint64_t c = p.start; c < p.next; c += p.stride) out.push_back(c);
   }
 
   static void sort_unique(std::vector<uint64_t>& v) {
@@ -716,7 +745,7 @@ class Arena {
   ChunkedTable<ListNode> lists_;
   ChunkedTable<std::array<Handle, 2>> joins_;
   ChunkedTable<std::array<Handle, 2>> pairs_;
-  ChunkedTable<ProgNode> progs_;
+  ChunkedTable<ProgNode, kProgBlockShift> progs_;
   std::vector<uint64_t> deltas_;
   std::vector<int> delta_slots_;
   int last_delta_ = -1;
