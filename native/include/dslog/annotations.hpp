@@ -112,13 +112,13 @@ static_assert(sizeof(ListNode) == 16, "ListNode must stay 16 bytes");
 // it in place. The end is kept as `next` (the cell that would extend it), so extending is a
 // compare and an add.
 struct ProgNode {
-  uint64_t start;
+  uint64_t next;  // plain words (no bit fields): the hot loop reads and writes them per cell
   uint64_t stride;
-  uint64_t next : 63;
-  uint64_t acc : 1;
-  uint64_t count() const { return (uint64_t(next) - start) / stride; }
+  uint64_t start;
+  uint64_t acc;
+  uint64_t count() const { return (next - start) / stride; }
 };
-static_assert(sizeof(ProgNode) == 24, "ProgNode must stay 24 bytes");
+static_assert(sizeof(ProgNode) == 32, "ProgNode must stay 32 bytes");
 
 // The cells of a set as either a progression or a sorted span (see Arena::seq).
 struct CellSeq {
@@ -426,7 +426,7 @@ class Arena {
 
   // ---- progressions ----------------------------------------------------------------------
   Handle new_prog(uint64_t start, uint64_t stride, uint64_t count, bool acc) {
-    size_t i = progs_.push(ProgNode{start, stride, start + count * stride, acc ? 1u : 0u});
+    size_t i = progs_.push(ProgNode{start + count * stride, stride, start, acc ? 1u : 0u});
     check_index(i);
     return hnd::make(epoch_, hnd::kProg,
                      acc ? hnd::kEstMany : uint32_t(std::min<uint64_t>(count, hnd::kEstMany)), i);
