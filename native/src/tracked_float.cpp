@@ -1359,9 +1359,10 @@ py::array_t<T> adopt(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
 struct FastDiv {
   uint64_t d;
   double inv;
-  explicit FastDiv(uint64_t d_) : d(d_ ? d_ : 1), inv(1.0 / double(d_ ? d_ : 1)) {}
+  explicit FastDiv(uint64_t d_) : d(d_ ? d_ : 1), inv(1.0 / double(int64_t(d_ ? d_ : 1))) {}
   uint64_t operator()(uint64_t x) const {
-    uint64_t q = uint64_t(double(x) * inv);
+    // signed conversions: one instruction each (the unsigned ones are not, before AVX-512)
+    uint64_t q = uint64_t(int64_t(double(int64_t(x)) * inv));
     if (q * d > x)
       --q;
     else if ((q + 1) * d <= x)
@@ -1447,6 +1448,10 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
         stale = true;
         break;
       }
+      if (hnd::kind(h) == hnd::kCell) {
+        ++counts[k == 1 ? 0 : ar.input_of(hnd::payload(h))];
+        continue;
+      }
       const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
       if (k == 1) {
         counts[0] += int64_t(q.count);
@@ -1500,6 +1505,11 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
       }
       Handle h = load(data + i * 16).h;
       if (h == 0) continue;
+      if (hnd::kind(h) == hnd::kCell) {  // the common case: one cell
+        const uint64_t c = hnd::payload(h);
+        put(k == 1 ? 0 : ar.input_of(c), c);
+        continue;
+      }
       const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
       if (k == 1) {
         if (q.data == nullptr) {
