@@ -170,7 +170,8 @@ def main() -> None:
         lo, hi = ref_times[ref_sizes[0]][w], ref_times[ref_sizes[1]][w]
         if cells < ref_sizes[1] or lo <= 0:
             return "—"
-        growth = max(np.log10(hi / lo) / np.log10(ref_sizes[1] / ref_sizes[0]), 1.0)
+        # at least linear, at most quadratic (the reference's unions along a lane)
+        growth = min(max(np.log10(hi / lo) / np.log10(ref_sizes[1] / ref_sizes[0]), 1.0), 2.0)
         est = hi * (cells / ref_sizes[1]) ** growth
         return f"~{est * 1e3:.0f}"
 
