@@ -835,6 +835,74 @@ __attribute__((noinline)) int arith_slow(Arena& ar, TF x, TF y, double v, char* 
   return 0;
 }
 
+// A whole row of a reduction along a non-contiguous axis (NumPy runs np.sum(x, axis=0) as
+// out[j] += x[i, j], one call per row i): when the row's accumulators are the members of one
+// group of this call and the row's cells continue all of them, the group's shared count grows
+// by one and only the values are computed per element. The row that would turn two-cell
+// accumulators into progressions creates the group. True when the row was done here.
+template <BinInline OP>
+bool row_reduce(Arena& ar, const char* b, char* o, npy_intp n, npy_intp sb, npy_intp so) {
+  constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
+  const uint64_t ep = ar.epoch();
+  const uint64_t cell_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell) << hnd::kKindShift);
+  const uint64_t group_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kGroup) << hnd::kKindShift);
+  const uint64_t cell2_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell2) << hnd::kKindShift);
+  auto handle_at = [](const char* p) {
+    Handle h;
+    std::memcpy(&h, p + 8, sizeof h);
+    return h;
+  };
+  const Handle x0 = handle_at(o), y0 = handle_at(b);
+  if ((y0 & kTagMask) != cell_bits) return false;
+  uint64_t xstep, ystep;  // handle steps from member to member
+  dslog::GroupNode* g = nullptr;
+  uint64_t d = 0;
+  if ((x0 & kTagMask) == group_bits) {
+    g = ar.owned_group(x0);
+    if (g == nullptr || (hnd::payload(x0) & hnd::kMemberMask) != 0 || g->ncols != uint64_t(n) ||
+        y0 != ar.cell_handle(g->start0 + g->count * g->stride))
+      return false;
+    xstep = 1;
+    ystep = uint64_t(g->cstep);
+  } else if ((x0 & kTagMask) == cell2_bits) {
+    d = ar.cell2_delta(x0);
+    if (hnd::payload(y0) != hnd::payload(x0) + 2 * d) return false;
+    const Handle x1 = handle_at(o + so);
+    if ((x1 & ~hnd::kPayloadMask) != (x0 & ~hnd::kPayloadMask)) return false;  // same distance
+    xstep = hnd::payload(x1) - hnd::payload(x0);  // the cells' column step (mod 2^64)
+    ystep = xstep;
+  } else {
+    return false;
+  }
+  // Member handles are computed as first + j * step: both ends must stay inside the payload
+  // (the ones between then do too), or a computed value could alias another kind's handle.
+  const uint64_t last = uint64_t(n - 1);
+  if (((x0 + last * xstep) & ~hnd::kPayloadMask) != (x0 & ~hnd::kPayloadMask) ||
+      ((y0 + last * ystep) & ~hnd::kPayloadMask) != (y0 & ~hnd::kPayloadMask))
+    return false;
+  for (npy_intp j = 1; j < n; ++j)
+    if (handle_at(o + j * so) != x0 + uint64_t(j) * xstep ||
+        handle_at(b + j * sb) != y0 + uint64_t(j) * ystep)
+      return false;
+  Handle first = 0;
+  if (g != nullptr) {
+    g->count = g->count + 1;
+  } else {
+    first = ar.new_group(hnd::payload(x0), int64_t(xstep), d, 3, uint64_t(n));
+    if (first == 0) return false;
+  }
+  for (npy_intp j = 0; j < n; ++j) {
+    char* out = o + j * so;
+    const double v = arith_value<OP>(load_v(out), load_v(b + j * sb));
+    std::memcpy(out, &v, sizeof v);
+    if (first != 0) {
+      const Handle h = first + uint64_t(j);
+      std::memcpy(out + 8, &h, sizeof h);
+    }
+  }
+  return true;
+}
+
 // Element-wise +, -, *, / in one pass (value and set per element, no gathering). Hot cases
 // inline, with the arena state they need kept in registers (stores through char* could
 // alias it): out of place, two single cells at the distance used last (x + y of two
@@ -848,6 +916,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
   constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
   const uint64_t cell_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell) << hnd::kKindShift);
   if (in_place) {
+    if (n >= 2 && row_reduce<OP>(ar, b, o, n, sb, so)) return 0;
     const uint64_t prog_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kProg) << hnd::kKindShift);
     const size_t own_from = ar.call_prog_start();
     constexpr size_t kBlockMask = (size_t(1) << Arena::kProgBlockShift) - 1;

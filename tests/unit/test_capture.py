@@ -318,3 +318,28 @@ def test_compact_set_forms_extract_exactly() -> None:
         assert rel == _brute(out_shape, (6, 50), pairs), (o, i)
         assert_sorted_unique(rel)
     np.testing.assert_array_equal(r.value[5], np.sum(a[:, ::-1], axis=0) + a[0, 0])
+
+
+@pytest.mark.parametrize("mode", ["contributing", "considered"])
+def test_row_reductions_with_a_hole_and_a_foreign_row(mode: str) -> None:
+    # np.sum(axis=0) turns each row of accumulators into one group; a constant cell (no
+    # lineage) and a row from the other input break the group mid-way, the rest must go on.
+    a, b = rand(7, 30), rand(7, 30)
+
+    def f(x, y):  # type: ignore[no-untyped-def]
+        z = x.copy()
+        z[5, 5] = 7.0
+        z[6] = y[2]
+        return np.sum(z, axis=0), np.prod(x[:, ::-1], axis=0)
+
+    r = capture(f, a, b, mode=mode)  # type: ignore[arg-type]
+    want_a = {(j, i * 30 + j) for i in range(6) for j in range(30)} - {(5, 5 * 30 + 5)}
+    assert r.relation(0, 0) == _brute((30,), (7, 30), want_a)
+    assert r.relation(0, 1) == _brute((30,), (7, 30), {(j, 2 * 30 + j) for j in range(30)})
+    want_prod = {(j, i * 30 + 29 - j) for i in range(7) for j in range(30)}
+    assert r.relation(1, 0) == _brute((30,), (7, 30), want_prod)
+    z = a.copy()
+    z[5, 5] = 7.0
+    z[6] = b[2]
+    np.testing.assert_array_equal(r.value[0], np.sum(z, axis=0))
+    np.testing.assert_array_equal(r.value[1], np.prod(a[:, ::-1], axis=0))

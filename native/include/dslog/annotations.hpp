@@ -11,6 +11,9 @@
 //                kCell2 (two cells {c, c + d}, stored inline: d is entry `est` of the arena's
 //                small table of distances), kProg (an arithmetic progression of cells
 //                {start + k * stride : k < count}, an entry of the progression table)
+//                kGroup (member j of a group: the progression {start0 + j * cstep + k * stride :
+//                k < count}; one group holds the accumulators of a whole row of a reduction
+//                along a non-contiguous axis, which then grow by one shared counter per row)
 //   bits 40..47  est: upper bound on the number of cells reachable (255 = "many"); for kCell2
 //                the index of its distance (its est is 2)
 //   bits  0..39  payload: cell id, or index into the list / join / pair / progression tables
@@ -47,7 +50,18 @@ constexpr int kEpochShift = 51;
 constexpr uint64_t kPayloadMask = (uint64_t{1} << 40) - 1;
 constexpr uint32_t kEstMany = 255;
 constexpr uint32_t kMaxEpoch = (1u << 13) - 1;
-enum Kind : uint32_t { kList = 0, kCell = 1, kJoin = 2, kPair = 3, kCell2 = 4, kProg = 5 };
+enum Kind : uint32_t {
+  kList = 0,
+  kCell = 1,
+  kJoin = 2,
+  kPair = 3,
+  kCell2 = 4,
+  kProg = 5,
+  kGroup = 6
+};
+// kGroup payload: group index in bits 20..39, member (column) in bits 0..19.
+constexpr int kMemberBits = 20;
+constexpr uint64_t kMemberMask = (uint64_t{1} << kMemberBits) - 1;
 
 inline Kind kind(Handle h) { return Kind((h >> kKindShift) & 7u); }
 inline uint32_t epoch(Handle h) { return uint32_t(h >> kEpochShift); }
@@ -120,6 +134,16 @@ struct ProgNode {
 };
 static_assert(sizeof(ProgNode) == 32, "ProgNode must stay 32 bytes");
 
+// A row of progressions sharing stride and count: member j = {start0 + j * cstep + k * stride}.
+struct GroupNode {
+  uint64_t start0;
+  int64_t cstep;
+  uint64_t stride;
+  uint64_t count;
+  uint64_t ncols;
+  uint64_t acc;
+};
+
 // The cells of a set as either a progression or a sorted span (see Arena::seq).
 struct CellSeq {
   const uint64_t* data;  // nullptr: the progression below
@@ -170,6 +194,7 @@ class Arena {
   void begin_call() {
     call_list_start_ = lists_.size();
     call_prog_start_ = progs_.size();
+    call_group_start_ = groups_.size();
   }
 
   bool valid(Handle h) const { return h == 0 || hnd::epoch(h) == epoch_; }
@@ -291,6 +316,7 @@ class Arena {
         return {scratch.data(), scratch.size()};
       case hnd::kCell2:
       case hnd::kProg:
+      case hnd::kGroup:
         scratch.clear();
         collect(h, scratch);
         return {scratch.data(), scratch.size()};
@@ -309,6 +335,10 @@ class Arena {
         return {nullptr, hnd::payload(h), deltas_[hnd::field8(h)], 2};
       case hnd::kProg: {
         const ProgNode& p = progs_[hnd::payload(h)];
+        return {nullptr, p.start, p.stride, p.count()};
+      }
+      case hnd::kGroup: {
+        const ProgNode p = member(h);
         return {nullptr, p.start, p.stride, p.count()};
       }
       default: {
@@ -355,6 +385,31 @@ class Arena {
     return pack_cell2(c, uint32_t(last_delta_));
   }
 
+  // ---- groups (row-wise reductions) -------------------------------------------------------
+  // A new group of this call with `ncols` members, each {start0 + j * cstep + k * stride :
+  // k < count}; returns the handle of member 0 (member j is that + j), or 0 when the group
+  // does not fit the handle layout (then the caller goes element by element).
+  Handle new_group(uint64_t start0, int64_t cstep, uint64_t stride, uint64_t count,
+                   uint64_t ncols) {
+    if (ncols == 0 || ncols > hnd::kMemberMask + 1 ||
+        groups_.size() >= (size_t{1} << (40 - hnd::kMemberBits)))
+      return 0;
+    size_t g = groups_.push(GroupNode{start0, cstep, stride, count, ncols, 1});
+    return hnd::make(epoch_, hnd::kGroup, hnd::kEstMany, uint64_t(g) << hnd::kMemberBits);
+  }
+  // This call's group behind member handle `h`, or nullptr.
+  GroupNode* owned_group(Handle h) {
+    if (hnd::kind(h) != hnd::kGroup) return nullptr;
+    const size_t g = size_t(hnd::payload(h) >> hnd::kMemberBits);
+    if (g < call_group_start_) return nullptr;
+    GroupNode& n = groups_[g];
+    return n.acc ? &n : nullptr;
+  }
+  // The distance d of a kCell2 handle {c, c + d}.
+  uint64_t cell2_delta(Handle h) const { return deltas_[hnd::field8(h)]; }
+  // Handle of the single cell c (for comparisons in hot loops).
+  Handle cell_handle(uint64_t c) const { return cell(c); }
+
   // Element-wise union of two single cells without a table entry when possible (kCell2).
   Handle join_cells(uint64_t a, uint64_t b) {
     if (a == b) return cell(a);
@@ -375,11 +430,12 @@ class Arena {
   // ---- accounting ----------------------------------------------------------------------
   size_t bytes_used() const {
     return lists_.bytes_used() + joins_.bytes_used() + pairs_.bytes_used() +
-           progs_.bytes_used() + pool_used_ * 8 + heap_bytes_;
+           progs_.bytes_used() + groups_.bytes_used() + pool_used_ * 8 + heap_bytes_;
   }
   size_t bytes_reserved() const {
     return lists_.bytes_reserved() + joins_.bytes_reserved() + pairs_.bytes_reserved() +
-           progs_.bytes_reserved() + pool_chunks_.size() * kPoolChunk * 8 + heap_bytes_;
+           progs_.bytes_reserved() + groups_.bytes_reserved() +
+           pool_chunks_.size() * kPoolChunk * 8 + heap_bytes_;
   }
   size_t n_lists() const { return lists_.size(); }
   size_t n_joins() const { return joins_.size(); }
@@ -397,9 +453,21 @@ class Arena {
         return i >= call_list_start_ && lists_[i].acc;
       case hnd::kProg:
         return i >= call_prog_start_ && progs_[i].acc;
+      case hnd::kGroup: {
+        const size_t g = i >> hnd::kMemberBits;
+        return g >= call_group_start_ && groups_[g].acc;
+      }
       default:
         return false;
     }
+  }
+
+  // The progression of group member h.
+  ProgNode member(Handle h) const {
+    const GroupNode& g = groups_[size_t(hnd::payload(h) >> hnd::kMemberBits)];
+    const uint64_t j = hnd::payload(h) & hnd::kMemberMask;
+    const uint64_t start = g.start0 + uint64_t(int64_t(j) * g.cstep);
+    return ProgNode{start + g.count * g.stride, g.stride, start, 0};
   }
 
   // ---- distances of kCell2 handles (a small open-addressing map) --------------------------
@@ -448,6 +516,10 @@ class Arena {
   // not be shared (it may still grow), so it is copied.
   Handle share(Handle h) {
     if (!owned(h)) return h;
+    if (hnd::kind(h) == hnd::kGroup) {
+      const ProgNode p = member(h);
+      return new_prog(p.start, p.stride, p.count(), false);
+    }
     if (hnd::kind(h) == hnd::kProg) {
       const ProgNode p = progs_[hnd::payload(h)];
       return new_prog(p.start, p.stride, p.count(), false);
@@ -504,6 +576,10 @@ class Arena {
       return;
     }
     if (owned(acc)) {
+      if (hnd::kind(acc) == hnd::kGroup) {  // leaves its group: a progression of its own
+        const ProgNode p = member(acc);
+        acc = new_prog(p.start, p.stride, p.count(), true);
+      }
       if (hnd::kind(acc) == hnd::kProg) {
         ProgNode& p = progs_[hnd::payload(acc)];
         if (hnd::kind(x) == hnd::kCell && hnd::payload(x) == p.next) {
@@ -637,6 +713,7 @@ class Arena {
         return;
       case hnd::kCell2:
       case hnd::kProg:
+      case hnd::kGroup:
         push_prog(h, out);
         return;
       case hnd::kList: {
@@ -657,6 +734,7 @@ class Arena {
               break;
             case hnd::kCell2:
             case hnd::kProg:
+            case hnd::kGroup:
               push_prog(t, out);
               break;
             case hnd::kList: {
@@ -687,7 +765,7 @@ class Arena {
       out.push_back(hnd::payload(h) + deltas_[hnd::field8(h)]);
       return;
     }
-    const ProgNode& p = progs_[hnd::payload(h)];
+    const ProgNode p = hnd::kind(h) == hnd::kGroup ? member(h) : progs_[hnd::payload(h)];
     for (uint64_t c = p.start; c < p.next; c += p.stride) out.push_back(c);
   }
 
@@ -746,6 +824,8 @@ class Arena {
   ChunkedTable<std::array<Handle, 2>> joins_;
   ChunkedTable<std::array<Handle, 2>> pairs_;
   ChunkedTable<ProgNode, kProgBlockShift> progs_;
+  ChunkedTable<GroupNode, 12> groups_;
+  size_t call_group_start_ = 0;
   std::vector<uint64_t> deltas_;
   std::vector<int> delta_slots_;
   int last_delta_ = -1;
