@@ -141,7 +141,31 @@ static void test_inline_pairs_and_progressions() {
   CHECK(set_of(a, old).size() == rows && set_of(a, next).size() == rows + 1);
 }
 
+static void test_groups() {
+  Arena a(7, Mode::kContributing);
+  a.add_input(1000);
+  a.begin_call();
+  // 10 columns of a (rows of 10) reduction, reversed columns: member j = {90 - j + 10k}.
+  Handle first = a.new_group(9, -1, 10, 3, 10);
+  CHECK(first != 0);
+  CHECK(a.owned_group(first) != nullptr);
+  for (uint64_t j = 0; j < 10; ++j) {
+    auto s = set_of(a, first + j);
+    CHECK((s == std::vector<uint64_t>{9 - j, 19 - j, 29 - j}));
+  }
+  a.owned_group(first)->count = 4;  // a whole row extended the group
+  CHECK(set_of(a, first + 2).size() == 4);
+  Handle frozen = a.join(first + 2, 0);  // shared: a copy that no longer grows
+  Handle acc = first + 2;
+  a.acc_join(acc, a.cell(47), 0);  // one member leaves the group and grows on its own
+  CHECK((set_of(a, acc) == std::vector<uint64_t>{7, 17, 27, 37, 47}));
+  CHECK(set_of(a, frozen).size() == 4 && set_of(a, first + 3).size() == 4);
+  a.begin_call();
+  CHECK(a.owned_group(first) == nullptr);  // a later call never extends it in place
+}
+
 int main() {
+  test_groups();
   test_inline_pairs_and_progressions();
   test_join_dedupes_and_stays_small();
   test_accumulator_in_place_and_ownership();
