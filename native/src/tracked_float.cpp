@@ -1521,6 +1521,12 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
         ++counts[k == 1 ? 0 : ar.input_of(hnd::payload(h))];
         continue;
       }
+      if (hnd::kind(h) == hnd::kCell2) {  // two cells, often in two inputs (x + y)
+        const uint64_t c = hnd::payload(h), c2 = c + ar.cell2_delta(h);
+        ++counts[k == 1 ? 0 : ar.input_of(c)];
+        ++counts[k == 1 ? 0 : ar.input_of(c2)];
+        continue;
+      }
       const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
       if (k == 1) {
         counts[0] += int64_t(q.count);
@@ -1577,6 +1583,12 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
       if (hnd::kind(h) == hnd::kCell) {  // the common case: one cell
         const uint64_t c = hnd::payload(h);
         put(k == 1 ? 0 : ar.input_of(c), c);
+        continue;
+      }
+      if (hnd::kind(h) == hnd::kCell2) {
+        const uint64_t c = hnd::payload(h), c2 = c + ar.cell2_delta(h);
+        put(k == 1 ? 0 : ar.input_of(c), c);
+        put(k == 1 ? 0 : ar.input_of(c2), c2);
         continue;
       }
       const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
