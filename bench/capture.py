@@ -43,7 +43,7 @@ from dslog_dagster import _annotator
 
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "tests" / "annotator"
 WORKLOADS = ("negative", "add", "sum_axis0")
-INNER_REPS = 3  # extra timed runs of the operation inside each capture
+INNER_REPS = 5  # extra timed runs of the operation inside each capture
 
 
 def best_of(f: Callable[[], Any], reps: int) -> float:
