@@ -880,26 +880,27 @@ bool row_reduce(Arena& ar, const char* b, char* o, npy_intp n, npy_intp sb, npy_
   if (((x0 + last * xstep) & ~hnd::kPayloadMask) != (x0 & ~hnd::kPayloadMask) ||
       ((y0 + last * ystep) & ~hnd::kPayloadMask) != (y0 & ~hnd::kPayloadMask))
     return false;
-  for (npy_intp j = 1; j < n; ++j)
-    if (handle_at(o + j * so) != x0 + uint64_t(j) * xstep ||
-        handle_at(b + j * sb) != y0 + uint64_t(j) * ystep)
-      return false;
-  Handle first = 0;
+  {
+    const char* po = o + so;
+    const char* pb = b + sb;
+    Handle ex = x0 + xstep, ey = y0 + ystep;
+    for (npy_intp j = 1; j < n; ++j, po += so, pb += sb, ex += xstep, ey += ystep)
+      if (handle_at(po) != ex || handle_at(pb) != ey) return false;
+  }
+  char* po = o;
+  const char* pb = b;
   if (g != nullptr) {
     g->count = g->count + 1;
-  } else {
-    first = ar.new_group(hnd::payload(x0), int64_t(xstep), d, 3, uint64_t(n));
-    if (first == 0) return false;
-  }
-  for (npy_intp j = 0; j < n; ++j) {
-    char* out = o + j * so;
-    const double v = arith_value<OP>(load_v(out), load_v(b + j * sb));
-    std::memcpy(out, &v, sizeof v);
-    if (first != 0) {
-      const Handle h = first + uint64_t(j);
-      std::memcpy(out + 8, &h, sizeof h);
+    for (npy_intp j = 0; j < n; ++j, po += so, pb += sb) {
+      const double v = arith_value<OP>(load_v(po), load_v(pb));
+      std::memcpy(po, &v, sizeof v);
     }
+    return true;
   }
+  Handle h = ar.new_group(hnd::payload(x0), int64_t(xstep), d, 3, uint64_t(n));
+  if (h == 0) return false;
+  for (npy_intp j = 0; j < n; ++j, po += so, pb += sb, ++h)
+    store(po, arith_value<OP>(load_v(po), load_v(pb)), h);
   return true;
 }
 
