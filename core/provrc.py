@@ -244,15 +244,16 @@ def solve_f(q: int, r: int, mult: int, u: int, v: int, lo: int, hi: int) -> tupl
 
 
 def _constant_columns(rel: LineageRelation) -> dict[int, int]:
-    """Columns (outputs first, then inputs) holding one value in every pair: ``{col: value}``."""
+    """Columns (outputs first, then inputs) holding one value in every pair: ``{col: value}``.
+
+    Native, and it stops reading a column at its first change, so on the usual relations
+    (no constant column) it costs next to nothing instead of a min/max pass per column.
+    """
     if rel.n == 0:
         return {}
-    out: dict[int, int] = {}
-    for c, col in enumerate([*rel.out_cols, *rel.in_cols]):
-        v = int(col[0])
-        if col.size == 1 or (int(col.min()) == v and int(col.max()) == v):
-            out[c] = v
-    return out
+    cols = rel.columns()
+    flags = _native.constant_columns(cols)
+    return {c: int(cols[c][0]) for c, constant in enumerate(flags) if constant}
 
 
 def _restore_constant_columns(

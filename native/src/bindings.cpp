@@ -40,6 +40,19 @@ py::array_t<int64_t> matrix(const std::vector<int64_t>& data, int64_t nrows, int
   return out;
 }
 
+// The relation as an (l + m, n) array: an owned buffer is handed over without a copy.
+py::array_t<int64_t> relation_matrix(dslog::Relation&& rel) {
+  const int64_t ncols = rel.l + rel.m;
+  if (!rel.data.empty() && static_cast<int64_t>(rel.data.size()) == ncols * rel.n) {
+    auto* owned = new dslog::ColumnBuffer(std::move(rel.data));
+    py::capsule free_when_done(owned, [](void* p) { delete static_cast<dslog::ColumnBuffer*>(p); });
+    return py::array_t<int64_t>({ncols, rel.n}, owned->data(), free_when_done);
+  }
+  py::array_t<int64_t> out({ncols, rel.n});
+  rel.copy_to(out.mutable_data());
+  return out;
+}
+
 py::dict table_dict(const dslog::ProvRCTable& t) {
   py::dict d;
   d["rows"] = t.rows;
@@ -123,7 +136,8 @@ PYBIND11_MODULE(_native, mod) {
           py::gil_scoped_release release;
           rel = dslog::sort_unique(view);
         }
-        return py::make_tuple(matrix(rel.materialize(), rel.l + rel.m, rel.n), rel.n);
+        const int64_t n = rel.n;
+        return py::make_tuple(relation_matrix(std::move(rel)), n);
       },
       py::arg("cols"), py::arg("l"),
       "Sort a relation lexicographically and drop duplicates; returns ((l+m, n) array, n).");
@@ -131,7 +145,7 @@ PYBIND11_MODULE(_native, mod) {
   mod.def(
       "compress",
       [](const std::vector<I64Array>& cols, int l, bool relative, bool mirrored, bool progression,
-         double abort_ratio, int threads, int sample_windows) {
+         double abort_ratio, int threads, int sample_windows, bool fast_paths) {
         std::vector<I64Array> keep;
         auto view = view_of(cols, l, keep);
         dslog::CompressOptions opts;
@@ -141,6 +155,7 @@ PYBIND11_MODULE(_native, mod) {
         opts.abort_ratio = abort_ratio;
         opts.threads = threads;
         opts.sample_windows = sample_windows;
+        opts.fast_paths = fast_paths;
         dslog::CompressResult res;
         {
           py::gil_scoped_release release;
@@ -150,16 +165,30 @@ PYBIND11_MODULE(_native, mod) {
         d["aborted"] = res.aborted;
         // The sorted relation is only needed when the columnar encoding may be chosen.
         const bool need_sorted = res.aborted || res.table.rows * 16 > res.sorted.n;
-        d["sorted"] = need_sorted ? py::object(matrix(res.sorted.materialize(),
-                                                      res.sorted.l + res.sorted.m, res.sorted.n))
-                                  : py::object(py::none());
         d["n_unique"] = res.sorted.n;
+        d["sorted"] = need_sorted ? py::object(relation_matrix(std::move(res.sorted)))
+                                  : py::object(py::none());
         return d;
       },
       py::arg("cols"), py::arg("l"), py::arg("relative") = true, py::arg("mirrored") = true,
       py::arg("progression") = true, py::arg("abort_ratio") = 0.0, py::arg("threads") = 1,
-      py::arg("sample_windows") = 0,
+      py::arg("sample_windows") = 0, py::arg("fast_paths") = true,
       "ProvRC-compress a relation given as l + m int64 columns.");
+
+  mod.def(
+      "constant_columns",
+      [](const std::vector<I64Array>& cols) {
+        std::vector<I64Array> keep;
+        auto view = view_of(cols, 0, keep);
+        std::vector<bool> flags;
+        {
+          py::gil_scoped_release release;
+          flags = dslog::constant_columns(view);
+        }
+        return flags;
+      },
+      py::arg("cols"),
+      "Per column: does every pair hold the same value? (Stops at a column's first change.)");
 
   mod.def(
       "decompress",
@@ -172,7 +201,8 @@ PYBIND11_MODULE(_native, mod) {
           py::gil_scoped_release release;
           rel = dslog::decompress(t);
         }
-        return py::make_tuple(matrix(rel.materialize(), rel.l + rel.m, rel.n), rel.n);
+        const int64_t n = rel.n;
+        return py::make_tuple(relation_matrix(std::move(rel)), n);
       },
       "Expand a ProvRC table into its sorted, duplicate-free relation.");
 

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 namespace dslog {
 namespace {
@@ -66,33 +67,115 @@ void radix_sort_u64(std::vector<uint64_t>& keys, int bits, int first_bit = 0) {
   }
 }
 
-// Rows of `rel` in the given (sorted) order, dropping consecutive duplicates.
-Relation gather_unique(const RelationView& rel, const std::vector<int64_t>& order) {
-  const int ncols = rel.l + rel.m;
-  std::vector<int64_t> keep;
-  keep.reserve(order.size());
-  for (int64_t i : order) {
-    if (!keep.empty()) {
-      bool same = true;
-      for (int c = 0; c < ncols && same; ++c) same = rel.cols[c][i] == rel.cols[c][keep.back()];
-      if (same) continue;
-    }
-    keep.push_back(i);
+// Drop rows equal to their predecessor from the sorted column-major block `out` (n rows),
+// re-laying the columns out for the new row count.
+void dedupe_sorted(Relation& out) {
+  const int ncols = out.l + out.m;
+  const int64_t n = out.n;
+  if (n < 2) return;
+  int64_t* base = out.data.data();
+  std::vector<uint8_t> keep(n, 1);
+  int64_t kept = 1;
+  for (int64_t i = 1; i < n; ++i) {
+    bool same = true;
+    for (int c = 0; c < ncols && same; ++c) same = base[c * n + i] == base[c * n + i - 1];
+    keep[i] = !same;
+    kept += !same;
   }
+  if (kept == n) return;
+  // Columns only move towards the front (c * kept <= c * n, t' <= t), so in place is safe.
+  for (int c = 0; c < ncols; ++c) {
+    const int64_t* src = base + c * n;
+    int64_t* dst = base + c * kept;
+    int64_t t = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (keep[i]) dst[t++] = src[i];
+  }
+  out.n = kept;
+  out.data.resize(static_cast<size_t>(ncols) * kept);
+}
+
+void set_ptrs(Relation& out) {
+  out.ptrs.clear();
+  for (int c = 0; c < out.l + out.m; ++c)
+    out.ptrs.push_back(out.data.data() + static_cast<size_t>(c) * out.n);
+}
+
+// Rows of `rel` in the given (sorted) order, dropping duplicates when there may be any.
+Relation gather_unique(const RelationView& rel, const std::vector<int64_t>& order, bool dups) {
+  const int ncols = rel.l + rel.m;
   Relation out;
   out.l = rel.l;
   out.m = rel.m;
-  out.n = static_cast<int64_t>(keep.size());
+  out.n = static_cast<int64_t>(order.size());
   out.data.resize(static_cast<size_t>(ncols) * out.n);
   for (int c = 0; c < ncols; ++c) {
     int64_t* dst = out.data.data() + static_cast<size_t>(c) * out.n;
-    for (int64_t t = 0; t < out.n; ++t) dst[t] = rel.cols[c][keep[t]];
-    out.ptrs.push_back(dst);
+    const int64_t* src = rel.cols[c];
+    for (int64_t t = 0; t < out.n; ++t) dst[t] = src[order[t]];
   }
+  if (dups) dedupe_sorted(out);
+  set_ptrs(out);
   return out;
 }
 
+// For every suffix of columns [c, ncols): bad[c] = 1 if some adjacent rows are out of order
+// by it, dup[c] = 1 if some adjacent rows are equal on it. NC > 0 fixes the column count (the
+// flags then live in registers).
+template <int NC>
+void suffix_order(const int64_t* const* cols, int64_t n, uint8_t* bad, uint8_t* dup) {
+  uint8_t b[NC] = {0}, d[NC] = {0};
+  for (int64_t i = 1; i < n; ++i) {
+    int s = 0;
+#pragma GCC unroll 8
+    for (int c = NC - 1; c >= 0; --c) {
+      const int64_t x = cols[c][i - 1], y = cols[c][i];
+      const int sg = (x > y) - (x < y);
+      s = sg ? sg : s;
+      b[c] |= static_cast<uint8_t>(s > 0);
+      d[c] |= static_cast<uint8_t>(s == 0);
+    }
+  }
+  for (int c = 0; c < NC; ++c) {
+    bad[c] = b[c];
+    dup[c] = d[c];
+  }
+}
+
+void suffix_order_any(const int64_t* const* cols, int64_t n, uint8_t* bad, uint8_t* dup,
+                      int ncols) {
+  for (int64_t i = 1; i < n; ++i) {
+    int s = 0;
+    for (int c = ncols - 1; c >= 0; --c) {
+      const int64_t x = cols[c][i - 1], y = cols[c][i];
+      const int sg = (x > y) - (x < y);
+      s = sg ? sg : s;
+      bad[c] |= static_cast<uint8_t>(s > 0);
+      dup[c] |= static_cast<uint8_t>(s == 0);
+    }
+  }
+}
+
+int bits_for(uint64_t range) {
+  int b = 0;
+  while (b < 64 && (range >> b) != 0) ++b;
+  return b;
+}
+
 }  // namespace
+
+std::vector<bool> constant_columns(const RelationView& rel) {
+  std::vector<bool> out(rel.l + rel.m, false);
+  if (rel.n == 0) return out;
+  for (int c = 0; c < rel.l + rel.m; ++c) {
+    const int64_t* col = rel.cols[c];
+    const int64_t v = col[0];
+    int64_t i = 1;
+    while (i < rel.n && col[i] == v) ++i;
+    out[c] = i == rel.n;
+  }
+  return out;
+}
 
 Relation sort_unique(const RelationView& rel) {
   const int ncols = rel.l + rel.m;
@@ -104,70 +187,127 @@ Relation sort_unique(const RelationView& rel) {
     out.n = n > 0 ? 1 : 0;
     return out;
   }
-  // Fast path: already sorted and duplicate-free (typical for captured lineage).
-  bool sorted_unique = true;
-  for (int64_t i = 1; i < n && sorted_unique; ++i) {
-    int cmp = 0;
-    for (int c = 0; c < ncols && cmp == 0; ++c) {
-      int64_t x = rel.cols[c][i - 1], y = rel.cols[c][i];
-      cmp = (x < y) ? -1 : (x > y ? 1 : 0);
+  // One pass over adjacent rows answers, for every suffix of columns [c, ncols): is the
+  // relation sorted by it (bad[c] == 0), and does it repeat a suffix tuple (dup[c] != 0)?
+  // Captured lineage often arrives sorted by its trailing (input) columns; then a stable
+  // sort on the leading columns alone finishes the job. (Sortedness of a suffix does not
+  // imply that of a shorter one, hence all suffixes at once.)
+  {  // Fast path first: already sorted and duplicate-free (typical for captures).
+    const int64_t* const* cols = rel.cols.data();
+    bool sorted_unique = true;
+    for (int64_t i = 1; i < n && sorted_unique; ++i) {
+      int c = 0;
+      while (c < ncols && cols[c][i] == cols[c][i - 1]) ++c;
+      sorted_unique = c < ncols && cols[c][i] > cols[c][i - 1];
     }
-    if (cmp >= 0) sorted_unique = false;
+    if (sorted_unique) {
+      out.n = n;
+      out.ptrs = rel.cols;
+      return out;
+    }
   }
-  if (sorted_unique) {
+  std::vector<uint8_t> bad(ncols, 0), dup(ncols, 0);
+  switch (ncols) {  // fixed column counts keep the flags in registers
+    case 1: suffix_order<1>(rel.cols.data(), n, bad.data(), dup.data()); break;
+    case 2: suffix_order<2>(rel.cols.data(), n, bad.data(), dup.data()); break;
+    case 3: suffix_order<3>(rel.cols.data(), n, bad.data(), dup.data()); break;
+    case 4: suffix_order<4>(rel.cols.data(), n, bad.data(), dup.data()); break;
+    case 5: suffix_order<5>(rel.cols.data(), n, bad.data(), dup.data()); break;
+    case 6: suffix_order<6>(rel.cols.data(), n, bad.data(), dup.data()); break;
+    default: suffix_order_any(rel.cols.data(), n, bad.data(), dup.data(), ncols);
+  }
+  if (!bad[0]) {  // sorted with duplicates: copy and drop them
     out.n = n;
-    out.ptrs = rel.cols;
+    out.data.resize(static_cast<size_t>(ncols) * n);
+    for (int c = 0; c < ncols; ++c)
+      std::copy(rel.cols[c], rel.cols[c] + n, out.data.begin() + static_cast<size_t>(c) * n);
+    dedupe_sorted(out);
+    set_ptrs(out);
     return out;
   }
-  // Mixed-radix packing into one uint64 key when the value ranges allow it.
+  int c0 = ncols;  // rows are sorted by columns [c0, ncols)
+  for (int c = 1; c < ncols; ++c) {
+    if (!bad[c]) {
+      c0 = c;
+      break;
+    }
+  }
   std::vector<int64_t> mins(ncols), maxs(ncols);
   std::vector<int> bits(ncols);
-  int total_bits = 0;
-  for (int c = 0; c < ncols; ++c) {
-    auto [mn, mx] = std::minmax_element(rel.cols[c], rel.cols[c] + n);
-    mins[c] = *mn;
-    maxs[c] = *mx;
-    uint64_t range = static_cast<uint64_t>(maxs[c] - mins[c]);
-    int b = 0;
-    while (b < 64 && (range >> b) != 0) ++b;
-    bits[c] = b;
-    total_bits += b;
-  }
-  // Relations often arrive sorted by their trailing columns (e.g. in input-cell order):
-  // then a stable sort on the leading columns alone finishes the job. Keys carry the row
-  // index in their low bits, and only the leading columns' bits are radix-sorted.
-  int c0 = ncols;  // rows are already sorted by columns [c0, ncols)
-  for (int c = ncols - 1; c >= 1; --c) {
-    bool ok = true;
-    for (int64_t i = 1; i < n && ok; ++i) {
-      for (int cc = c; cc < ncols; ++cc) {
-        int64_t x = rel.cols[cc][i - 1], y = rel.cols[cc][i];
-        if (x != y) {
-          ok = x < y;
-          break;
-        }
-      }
+  auto range_of = [&](int c) {
+    const int64_t* col = rel.cols[c];
+    int64_t mn = col[0], mx = col[0];
+    for (int64_t i = 1; i < n; ++i) {
+      mn = std::min(mn, col[i]);
+      mx = std::max(mx, col[i]);
     }
-    if (!ok) break;
-    c0 = c;
-  }
-  int idx_bits = 0;
-  while (idx_bits < 63 && (uint64_t{1} << idx_bits) < static_cast<uint64_t>(n)) ++idx_bits;
+    mins[c] = mn;
+    maxs[c] = mx;
+    bits[c] = bits_for(static_cast<uint64_t>(maxs[c] - mins[c]));
+  };
   int prefix_bits = 0;
-  for (int c = 0; c < c0; ++c) prefix_bits += bits[c];
+  for (int c = 0; c < c0; ++c) {
+    range_of(c);
+    prefix_bits += bits[c];
+  }
+  const bool dups_possible = c0 == ncols || dup[c0];
+  auto prefix_key = [&](int64_t i) {
+    uint64_t k = 0;
+    for (int c = 0; c < c0; ++c)
+      if (bits[c] > 0) k = (k << bits[c]) | static_cast<uint64_t>(rel.cols[c][i] - mins[c]);
+    return k;
+  };
+  if (c0 < ncols && prefix_bits <= 16) {
+    // Stable counting sort on the leading columns: one histogram pass, one pass placing row
+    // indices (32-bit when they fit), then every column gathered in sorted order (sequential
+    // writes; the reads stay within a few lines per bucket, which the cache holds).
+    const size_t buckets = size_t{1} << prefix_bits;
+    std::vector<int64_t> start(buckets + 1, 0);
+    out.n = n;
+    out.data.resize(static_cast<size_t>(ncols) * n);
+    auto counting_sort = [&](auto* order) {
+      using Idx = std::remove_pointer_t<decltype(order)>;
+      // The first output column's buffer holds the keys meanwhile (it is written last).
+      int64_t* keys = out.data.data();
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t k = prefix_key(i);
+        keys[i] = static_cast<int64_t>(k);
+        ++start[k + 1];
+      }
+      for (size_t b = 0; b < buckets; ++b) start[b + 1] += start[b];
+      for (int64_t i = 0; i < n; ++i) order[start[keys[i]]++] = static_cast<Idx>(i);
+      for (int c = ncols - 1; c >= 0; --c) {
+        int64_t* dst = out.data.data() + static_cast<size_t>(c) * n;
+        const int64_t* src = rel.cols[c];
+        for (int64_t t = 0; t < n; ++t) dst[t] = src[order[t]];
+      }
+    };
+    if (n <= (int64_t{1} << 32)) {
+      std::vector<uint32_t> order(n);
+      counting_sort(order.data());
+    } else {
+      std::vector<int64_t> order(n);
+      counting_sort(order.data());
+    }
+    if (dups_possible) dedupe_sorted(out);
+    set_ptrs(out);
+    return out;
+  }
+  const int idx_bits = bits_for(static_cast<uint64_t>(n > 0 ? n - 1 : 0));
   if (c0 < ncols && prefix_bits + idx_bits <= 64) {
     std::vector<uint64_t> keys(n);
-    for (int64_t i = 0; i < n; ++i) {
-      uint64_t k = 0;
-      for (int c = 0; c < c0; ++c)
-        if (bits[c] > 0) k = (k << bits[c]) | static_cast<uint64_t>(rel.cols[c][i] - mins[c]);
-      keys[i] = (idx_bits == 0 ? 0 : (k << idx_bits)) | static_cast<uint64_t>(i);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      keys[i] = (idx_bits == 0 ? 0 : (prefix_key(i) << idx_bits)) | static_cast<uint64_t>(i);
     radix_sort_u64(keys, prefix_bits, idx_bits);
     const uint64_t mask = idx_bits == 0 ? 0 : ((uint64_t{1} << idx_bits) - 1);
     std::vector<int64_t> order(n);
     for (int64_t t = 0; t < n; ++t) order[t] = static_cast<int64_t>(keys[t] & mask);
-    return gather_unique(rel, order);
+    return gather_unique(rel, order, dups_possible);
+  }
+  int total_bits = prefix_bits;
+  for (int c = c0; c < ncols; ++c) {
+    range_of(c);
+    total_bits += bits[c];
   }
   if (total_bits <= 64) {
     std::vector<uint64_t> keys(n);
@@ -195,14 +335,19 @@ Relation sort_unique(const RelationView& rel) {
         out.data[static_cast<size_t>(c) * out.n + i] = mins[c] + static_cast<int64_t>(v);
       }
     }
-    for (int c = 0; c < ncols; ++c) out.ptrs.push_back(out.data.data() + static_cast<size_t>(c) * out.n);
+    set_ptrs(out);
     return out;
   }
   std::vector<int64_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(),
             [&](int64_t i, int64_t j) { return lex_less_cols(rel, i, j); });
-  return gather_unique(rel, idx);
+  return gather_unique(rel, idx, true);
+}
+
+void Relation::copy_to(int64_t* dst) const {
+  for (int c = 0; c < l + m; ++c)
+    if (n) std::memcpy(dst + static_cast<size_t>(c) * n, ptrs[c], sizeof(int64_t) * n);
 }
 
 std::vector<int64_t> Relation::materialize() const {
@@ -336,13 +481,20 @@ class Cascade {
     stages_.push_back(Stage{output, idx, std::vector<int64_t>(lay_.w), false});
   }
   void push(CRec rec) { push_at(0, rec); }
-  void flush() {
-    for (size_t s = 0; s < stages_.size(); ++s) {
+  void flush() { flush_first(stages_.size()); }
+  // Push the runs held by the first `count` stages down the cascade, in stage order. Once the
+  // outputs b change, no held input-stage run can merge with any later record (input merges
+  // need equal outputs), so flushing the input stages early yields the same records.
+  void flush_first(size_t count) {
+    for (size_t s = 0; s < count && s < stages_.size(); ++s) {
       if (!stages_[s].has) continue;
       stages_[s].has = false;
       push_at(s + 1, stages_[s].run.data());
     }
   }
+  size_t stages() const { return stages_.size(); }
+  // The run held by stage s, or nullptr.
+  int64_t* held(size_t s) { return stages_[s].has ? stages_[s].run.data() : nullptr; }
 
  private:
   void push_at(size_t s, CRec rec) {
@@ -366,8 +518,22 @@ class Cascade {
 };
 
 // Phase 1 (multi-attribute range encoding over a_m .. a_1) and the first output merge.
+//
+// With `fast` set, two run-consuming shortcuts skip building one record per pair where the
+// outcome of the cascade is already known (the records it produces are the same):
+//  * output runs: the run held by the output stage (b_l) spans >= 2 values of b_l and every
+//    input is a single value for each b. Then all its live candidate representations are the
+//    same line in b_l (slope 0 or +-1: two such lines that agree on two points are one), so
+//    a single pair extends it iff its inputs lie on that line, and extending changes nothing
+//    but b_l's upper end (live masks and the stored encoding stay as they are). Pairs whose
+//    b differs from both neighbours reach that stage as single-pair records, so a stretch of
+//    them that stays on the line is consumed by comparing columns.
+//  * input runs: the run held by the first input stage (a_{m-1}) has single values
+//    everywhere but a_{m-1}; a stretch of pairs with the same b and other inputs, a_{m-1}
+//    counting up by one, and each pair a single-pair record (no a_m run), only moves its
+//    upper end.
 Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live,
-                      int64_t limit) {
+                      int64_t limit, bool fast) {
   Records recs(lay);
   recs.limit = limit;
   recs.buf.reserve(static_cast<size_t>(lay.w) * std::min<int64_t>(rel.n, int64_t{1} << 16));
@@ -389,8 +555,81 @@ Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live
       in[F_LIVE] = static_cast<int64_t>(init_live);
     }
   };
+  auto same_b = [&](int64_t x, int64_t y) {
+    for (int j = l - 1; j >= 0; --j)
+      if (rel.col(j)[x] != rel.col(j)[y]) return false;
+    return true;
+  };
+  std::vector<int64_t> expect(m), slope(m);
+  // Output runs (see above): consumes pairs [i, e) into the output stage's run, returns e.
+  auto output_run = [&](int64_t i) -> int64_t {
+    int64_t* R = cascade.held(cascade.stages() - 1);
+    if (R == nullptr) return i;
+    const int j = l - 1;
+    if (R[2 * j + 1] <= R[2 * j]) return i;
+    for (int jj = 0; jj < j; ++jj)
+      if (R[2 * jj] != R[2 * jj + 1]) return i;
+    const int64_t bn0 = R[2 * j + 1] + 1;
+    for (int k = 0; k < m; ++k) {
+      const int64_t* in = R + lay.in(k);
+      if (in[F_LO] != in[F_HI] || in[F_Q] != 1 || in[F_R] != 0) return i;
+      const int64_t ref = in[F_REF], mult = in[F_MULT];
+      if (ref == -1) {
+        slope[k] = 0;
+        expect[k] = in[F_LO];
+      } else if (ref == j && (mult == 1 || mult == -1)) {
+        slope[k] = mult;
+        expect[k] = mult * bn0 - in[F_LO];
+      } else {
+        return i;
+      }
+    }
+    const int64_t* bj = rel.col(j);
+    int64_t e = i, bn = bn0;
+    while (e < n && bj[e] == bn) {
+      bool ok = true;
+      for (int jj = 0; jj < j && ok; ++jj) ok = rel.col(jj)[e] == R[2 * jj];
+      for (int k = 0; k < m && ok; ++k) ok = rel.col(l + k)[e] == expect[k];
+      if (!ok || (e + 1 < n && same_b(e, e + 1))) break;
+      ++e;
+      ++bn;
+      for (int k = 0; k < m; ++k) expect[k] += slope[k];
+    }
+    R[2 * j + 1] = bn - 1;
+    return e;
+  };
+  // Input runs (see above), for the stage merging along a_{m-1} (0-based k0 = m - 2).
+  auto input_run = [&](int64_t i) -> int64_t {
+    int64_t* X = cascade.held(0);
+    if (X == nullptr) return i;
+    const int k0 = m - 2, km = m - 1;
+    for (int j = 0; j < l; ++j)
+      if (X[2 * j] != X[2 * j + 1]) return i;
+    for (int k = 0; k < m; ++k)
+      if (k != k0 && X[lay.in(k) + F_LO] != X[lay.in(k) + F_HI]) return i;
+    const int64_t* ak0 = rel.col(l + k0);
+    const int64_t* akm = rel.col(l + km);
+    const int64_t vkm = X[lay.in(km) + F_LO];
+    int64_t e = i, an = X[lay.in(k0) + F_HI] + 1;
+    while (e < n && ak0[e] == an && akm[e] == vkm) {
+      bool ok = true;
+      for (int j = 0; j < l && ok; ++j) ok = rel.col(j)[e] == X[2 * j];
+      for (int k = 0; k < k0 && ok; ++k) ok = rel.col(l + k)[e] == X[lay.in(k) + F_LO];
+      if (!ok) break;
+      if (e + 1 < n && akm[e + 1] == vkm + 1) {  // pair e must not start an a_m run
+        bool prefix = true;
+        for (int c = 0; c < l + m - 1 && prefix; ++c) prefix = rel.col(c)[e + 1] == rel.col(c)[e];
+        if (prefix) break;
+      }
+      ++e;
+      ++an;
+    }
+    X[lay.in(k0) + F_HI] = an - 1;
+    return e;
+  };
   if (n == 0) return recs;
   start_rec(0);
+  bool have_cur = true;
   for (int64_t i = 1; i < n; ++i) {  // a_m runs, streamed from the sorted columns
     if (recs.over_limit()) return recs;  // ProvRC cannot pay any more: let the caller abort
     bool extend = m > 0;
@@ -400,12 +639,26 @@ Records encode_stream(const Relation& rel, const Layout& lay, uint64_t init_live
     }
     if (extend) {
       cur[lay.in(m - 1) + F_HI] += 1;
-    } else {
-      cascade.push(cur.data());
-      start_rec(i);
+      continue;
     }
+    cascade.push(cur.data());
+    if (fast) {
+      int64_t e = i;
+      if (l > 0 && !same_b(i, i - 1)) {
+        cascade.flush_first(cascade.stages() - 1);
+        e = output_run(i);
+      } else if (m >= 2) {
+        e = input_run(i);
+      }
+      if (e == n) {
+        have_cur = false;
+        break;
+      }
+      i = e;  // pair e starts a new a_m run (its b or a_{m-1} breaks the consumed stretch)
+    }
+    start_rec(i);
   }
-  cascade.push(cur.data());
+  if (have_cur) cascade.push(cur.data());
   cascade.flush();
   return recs;
 }
@@ -587,9 +840,9 @@ ProvRCTable to_table(const Records& recs) {
 // b_l needs equal b_1 .. b_{l-1}, so no merge can cross a cut except, for rank-1 outputs, the
 // merge along b_1 itself, which is redone at the seams.
 Records encode_parallel(const Relation& rel, const Layout& lay, uint64_t live, int64_t limit,
-                        int threads) {
+                        int threads, bool fast) {
   const int64_t n = rel.n;
-  if (threads <= 1 || lay.l == 0 || n < (int64_t{1} << 17)) return encode_stream(rel, lay, live, limit);
+  if (threads <= 1 || lay.l == 0 || n < (int64_t{1} << 17)) return encode_stream(rel, lay, live, limit, fast);
   std::vector<int64_t> cuts{0};
   const int64_t* b0 = rel.col(0);
   for (int t = 1; t < threads; ++t) {
@@ -599,7 +852,7 @@ Records encode_parallel(const Relation& rel, const Layout& lay, uint64_t live, i
   }
   cuts.push_back(n);
   const size_t chunks = cuts.size() - 1;
-  if (chunks == 1) return encode_stream(rel, lay, live, limit);
+  if (chunks == 1) return encode_stream(rel, lay, live, limit, fast);
   std::vector<Relation> parts(chunks);
   std::vector<Records> out(chunks, Records(lay));
   for (size_t c = 0; c < chunks; ++c) {
@@ -616,8 +869,8 @@ Records encode_parallel(const Relation& rel, const Layout& lay, uint64_t live, i
   };
   std::vector<std::thread> pool;
   for (size_t c = 1; c < chunks; ++c)
-    pool.emplace_back([&, c] { out[c] = encode_stream(parts[c], lay, live, share(c)); });
-  out[0] = encode_stream(parts[0], lay, live, share(0));
+    pool.emplace_back([&, c] { out[c] = encode_stream(parts[c], lay, live, share(c), fast); });
+  out[0] = encode_stream(parts[0], lay, live, share(0), fast);
   for (auto& th : pool) th.join();
   Records recs(lay);
   for (size_t c = 0; c < chunks; ++c) {
@@ -673,7 +926,7 @@ CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
       part.m = s.m;
       part.n = kSampleWindow;
       for (int c = 0; c < s.l + s.m; ++c) part.ptrs.push_back(s.col(c) + start);
-      Records probe = encode_stream(part, lay, live, -1);
+      Records probe = encode_stream(part, lay, live, -1, opts.fast_paths);
       hopeless = static_cast<double>(probe.size()) > 1.2 * opts.abort_ratio * kSampleWindow;
     }
     if (hopeless) {
@@ -681,7 +934,7 @@ CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
       return res;
     }
   }
-  Records recs = encode_parallel(s, lay, live, limit, opts.threads);
+  Records recs = encode_parallel(s, lay, live, limit, opts.threads, opts.fast_paths);
   if (limit > 0 && recs.size() > limit) {
     res.aborted = true;
     return res;
@@ -784,7 +1037,8 @@ Relation decompress(const ProvRCTable& t) {
   for (auto& c : cols) view.cols.push_back(c.data());
   Relation out = sort_unique(view);
   if (out.data.empty() && out.n > 0) {  // fast path pointed into `cols`, which die here
-    out.data = out.materialize();
+    out.data.resize(static_cast<size_t>(ncols) * out.n);
+    out.copy_to(out.data.data());
     for (int c = 0; c < ncols; ++c) out.ptrs[c] = out.data.data() + static_cast<size_t>(c) * out.n;
   }
   return out;

@@ -5,12 +5,15 @@ mirrored, strided and pooling attributes) mixed with random noise and duplicates
 0–4 on both sides, so every merge path of the compressor (and the columnar fallback) runs.
 """
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import relations
 
+from dslog_dagster import _native
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core.storage import (
     table_from_blob,
@@ -76,3 +79,75 @@ def test_identity_of_any_rank_is_one_row(shape: tuple[int, ...]) -> None:
     table = compress(rel, fallback="never")
     assert table.rows == 1
     assert table.forward().expand() == rel
+
+
+# ------------------------------------------------------------------------------------------
+# The native run-consuming fast paths (consume stretches of single-pair records straight from
+# the sorted columns) must give exactly the table of the plain record-by-record cascade.
+
+FIELDS = ("rows", "out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
+
+
+@st.composite
+def run_relations(draw: Any) -> LineageRelation:
+    """Element-wise / reduction-like relations with long single-pair runs, broken by holes,
+    stray pairs and slope changes, in output order or in input order."""
+    l = draw(st.integers(1, 3))
+    m = draw(st.integers(1, 3))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    osh = tuple(int(x) for x in rng.integers(1, 40, l))
+    cells = np.stack(np.meshgrid(*[np.arange(d) for d in osh], indexing="ij")).reshape(l, -1)
+    ins, ish = [], []
+    for _ in range(m):
+        mode = rng.choice(["rel", "mirror", "const", "other"])
+        b = cells[int(rng.integers(0, l))]
+        d = int(b.max()) + 1
+        a = {"rel": b, "mirror": d - 1 - b, "const": np.full_like(b, int(rng.integers(0, d)))}.get(
+            str(mode), rng.integers(0, d, b.size)
+        )
+        ins.append(a)
+        ish.append(d)
+    o, i = cells, np.stack(ins)
+    if draw(st.booleans()):  # a reduced axis: every output cell reads a whole input lane
+        lane = int(rng.integers(2, 6))
+        o = np.repeat(o, lane, axis=1)
+        i = np.vstack([np.tile(np.arange(lane), cells.shape[1]), np.repeat(i, lane, axis=1)])
+        ish = [lane, *ish]
+    keep = rng.random(o.shape[1]) >= draw(st.sampled_from([0.0, 0.002, 0.05]))
+    o, i = o[:, keep], i[:, keep]
+    stray = int(rng.integers(0, 4))
+    if stray and o.shape[1]:
+        at = rng.integers(0, o.shape[1], stray)
+        i = i.copy()
+        i[0, at] = rng.integers(0, ish[0], stray)
+    extra = int(rng.integers(0, 4))
+    if extra and o.shape[1]:  # a few pairs whose last input starts a run of two
+        at = rng.integers(0, o.shape[1], extra)
+        nxt = i[:, at].copy()
+        nxt[-1] += 1
+        o, i = np.hstack([o, o[:, at]]), np.hstack([i, nxt])
+        ish[-1] += 1
+    if draw(st.booleans()):  # input order, as captures produce it
+        order = np.lexsort(i[::-1])
+        o, i = o[:, order], i[:, order]
+    return LineageRelation.from_columns(osh, tuple(ish), list(o), list(i))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rel=st.one_of(relations(), run_relations()),
+    relative=st.booleans(),
+    mirrored=st.booleans(),
+    threads=st.sampled_from([1, 2]),
+)
+def test_fast_paths_give_the_reference_table(
+    rel: LineageRelation, relative: bool, mirrored: bool, threads: int
+) -> None:
+    if rel.out_rank + rel.in_rank == 0:
+        return
+    args = (rel.columns(), rel.out_rank, relative, mirrored, True, 0.0, threads, 0)
+    fast = _native.compress(*args, fast_paths=True)
+    ref = _native.compress(*args, fast_paths=False)
+    for name in FIELDS:
+        assert np.array_equal(fast[name], ref[name]), name
+    assert fast["n_unique"] == ref["n_unique"]

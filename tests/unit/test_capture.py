@@ -266,3 +266,80 @@ def test_bytes_per_annotation_for_aggregates_is_small() -> None:
     r = capture(np.sum, x, axis=1)
     assert r.relation().n == x.size
     assert r.annotation_bytes / x.size <= 16
+
+
+def _brute(out_shape: tuple[int, ...], in_shape: tuple[int, ...], pairs: set) -> LineageRelation:
+    ordered = sorted(pairs)
+    return LineageRelation.from_flat(
+        out_shape,
+        in_shape,
+        np.array([p[0] for p in ordered], dtype=np.int64),
+        np.array([p[1] for p in ordered], dtype=np.int64),
+    )
+
+
+def test_compact_set_forms_extract_exactly() -> None:
+    # Inline two-cell sets (x + y), their fallback once more than 256 distances occur (a
+    # shuffled y), progression accumulators of reductions (also in place, and one running
+    # across the boundary between two inputs), and progressions broken by an odd cell.
+    a, b = rand(6, 50), rand(6, 50)
+    perm = np.random.default_rng(3).permutation(b.size)
+
+    def f(x, y):  # type: ignore[no-untyped-def]
+        shuffled = x + y.reshape(-1)[perm].reshape(y.shape)
+        both = np.sum(np.concatenate([x, y]).reshape(-1))
+        acc = x.copy()
+        acc += y
+        broken = np.sum(x[:, ::-1], axis=0) + x[0, 0]
+        return x + y, shuffled, both, acc, np.sum(x, axis=0), broken
+
+    r = capture(f, a, b)
+    n = a.size
+    cells = range(n)
+    ident = {(i, i) for i in cells}
+    want = {
+        (0, 0): ident,
+        (0, 1): ident,
+        (1, 0): ident,
+        (1, 1): {(i, int(perm[i])) for i in cells},
+        (2, 0): {(0, i) for i in cells},
+        (2, 1): {(0, i) for i in cells},
+        (3, 0): ident,
+        (3, 1): ident,
+        (4, 0): {(j, i * 50 + j) for i in range(6) for j in range(50)},
+        (4, 1): set(),
+        (5, 0): {(j, i * 50 + 49 - j) for i in range(6) for j in range(50)}
+        | {(j, 0) for j in range(50)},
+        (5, 1): set(),
+    }
+    for (o, i), pairs in want.items():
+        out_shape = r.outputs[o].shape
+        rel = r.relation(o, i)
+        assert rel == _brute(out_shape, (6, 50), pairs), (o, i)
+        assert_sorted_unique(rel)
+    np.testing.assert_array_equal(r.value[5], np.sum(a[:, ::-1], axis=0) + a[0, 0])
+
+
+@pytest.mark.parametrize("mode", ["contributing", "considered"])
+def test_row_reductions_with_a_hole_and_a_foreign_row(mode: str) -> None:
+    # np.sum(axis=0) turns each row of accumulators into one group; a constant cell (no
+    # lineage) and a row from the other input break the group mid-way, the rest must go on.
+    a, b = rand(7, 30), rand(7, 30)
+
+    def f(x, y):  # type: ignore[no-untyped-def]
+        z = x.copy()
+        z[5, 5] = 7.0
+        z[6] = y[2]
+        return np.sum(z, axis=0), np.prod(x[:, ::-1], axis=0)
+
+    r = capture(f, a, b, mode=mode)  # type: ignore[arg-type]
+    want_a = {(j, i * 30 + j) for i in range(6) for j in range(30)} - {(5, 5 * 30 + 5)}
+    assert r.relation(0, 0) == _brute((30,), (7, 30), want_a)
+    assert r.relation(0, 1) == _brute((30,), (7, 30), {(j, 2 * 30 + j) for j in range(30)})
+    want_prod = {(j, i * 30 + 29 - j) for i in range(7) for j in range(30)}
+    assert r.relation(1, 0) == _brute((30,), (7, 30), want_prod)
+    z = a.copy()
+    z[5, 5] = 7.0
+    z[6] = b[2]
+    np.testing.assert_array_equal(r.value[0], np.sum(z, axis=0))
+    np.testing.assert_array_equal(r.value[1], np.prod(a[:, ::-1], axis=0))

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace dslog {
@@ -38,6 +40,28 @@ struct RelationView {
   std::vector<const int64_t*> cols;  // size l + m: outputs first, then inputs
 };
 
+// Allocator that leaves ints uninitialised on resize: the big column buffers below are always
+// written in full right after they are sized, so zero-filling them first is wasted bandwidth.
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <class U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using ColumnBuffer = std::vector<int64_t, DefaultInitAllocator<int64_t>>;
+
 // Sorted, duplicate-free relation in column-major form. Column c is at ptrs[c]; the values
 // are owned by `data` unless the input was already sorted and unique, in which case `ptrs`
 // point into the caller's columns (no copy) and `data` is empty.
@@ -45,12 +69,14 @@ struct Relation {
   int l = 0;
   int m = 0;
   int64_t n = 0;
-  std::vector<int64_t> data;
+  ColumnBuffer data;
   std::vector<const int64_t*> ptrs;
   const int64_t* col(int c) const { return ptrs[c]; }
   bool owns() const { return !data.empty() || n == 0; }
   // Copy into one owned (l + m) * n block.
   std::vector<int64_t> materialize() const;
+  // Copy into `dst`, which holds (l + m) * n values (column c at dst + c * n).
+  void copy_to(int64_t* dst) const;
 };
 
 struct CompressOptions {
@@ -71,6 +97,11 @@ struct CompressOptions {
   // per-chunk limits above, this only decides when to give up; a table that is produced is
   // the same with or without it.
   int sample_windows = 0;
+  // Run-consuming fast paths in the streaming phase (stretches of single-pair records that
+  // extend the current run are consumed straight from the sorted columns instead of being
+  // turned into records one by one). The table is identical either way; `false` keeps the
+  // plain record-by-record cascade as a reference for tests.
+  bool fast_paths = true;
 };
 
 constexpr int64_t kSampleMinRows = int64_t{1} << 18;
@@ -84,6 +115,10 @@ struct CompressResult {
 
 // Sort lexicographically by (b_1..b_l, a_1..a_m) and remove duplicates.
 Relation sort_unique(const RelationView& rel);
+
+// Columns holding one value in every pair (outputs first, then inputs): for each column,
+// whether it is constant; stops reading a column at its first differing value.
+std::vector<bool> constant_columns(const RelationView& rel);
 
 // ProvRC (thesis Algorithm 1 + mirrored candidates + progression merging).
 CompressResult compress(const RelationView& rel, const CompressOptions& opts);
