@@ -16,7 +16,11 @@ what was wrong and, when it is known, what to do about it.
     └── CaptureError                       annotated execution could not record lineage
         ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
         │                                  a function that rejects tracked_float, float())
-        └── StaleLineageError              a tracked array outlived its capture
+        ├── StaleLineageError              a tracked array outlived its capture
+        └── UnsupportedFrameOperationError(NotImplementedError)
+                                           a DataFrame operation the Spark capture does not
+                                           understand (never guessed)
+    SparkUnavailableError(RuntimeError)    Java/Spark missing or the session did not start
 """
 
 
@@ -67,3 +71,14 @@ class LineageLostError(CaptureError, TypeError):
 
 class StaleLineageError(CaptureError):
     """A tracked array from a finished capture was used; its annotations are gone."""
+
+
+class UnsupportedFrameOperationError(CaptureError, NotImplementedError):
+    """A DataFrame operation (method or plan node) the Spark capture has no lineage rule for.
+
+    Raised instead of guessing; ``capture_frames(..., on_unknown="all_to_all")`` records a
+    flagged, conservative all-to-all relation instead."""
+
+
+class SparkUnavailableError(DSLogError, RuntimeError):
+    """Spark cannot run here: no Java runtime, or the SparkSession did not start."""
