@@ -143,7 +143,9 @@ class FrameCapture:
             try:
                 rec = store.get_array(names[inp.name])
                 if rec.shape != inp.shape:
-                    rec = store.register_array(names[inp.name], inp.shape, "float64", version=version)
+                    rec = store.register_array(
+                        names[inp.name], inp.shape, "float64", version=version
+                    )
             except KeyError:
                 rec = store.register_array(names[inp.name], inp.shape, "float64")
             in_recs.append(rec)
@@ -204,7 +206,9 @@ def full_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> Lineage
     )
 
 
-def _track_input(ctx: CaptureContext, index: int, df: DataFrame, cached: list[RowIds]) -> tuple[TrackedFrame, FrameInput, str]:
+def _track_input(
+    ctx: CaptureContext, index: int, df: DataFrame, cached: list[RowIds]
+) -> tuple[TrackedFrame, FrameInput, str]:
     if ROW_ID in df.columns:
         ided = df
         n = df.count()
@@ -246,9 +250,11 @@ def capture_frames(
     t0 = time.perf_counter()
     ctx = CaptureContext(on_unknown=on_unknown)
     cached: list[RowIds] = []
-    named = list(frames.items()) if isinstance(frames, Mapping) else [
-        (f"input{i}", f) for i, f in enumerate(frames)
-    ]
+    named = (
+        list(frames.items())
+        if isinstance(frames, Mapping)
+        else [(f"input{i}", f) for i, f in enumerate(frames)]
+    )
     tracked: list[TrackedFrame] = []
     inputs: list[FrameInput] = []
     for i, (name, df) in enumerate(named):
@@ -365,6 +371,3 @@ def _row_table(
         src = F.explode(F.concat(*parts) if len(parts) > 1 else parts[0])
     pairs = out.select(F.col(ROW_ID).alias("o"), src.alias("r"))
     return compress_pairs(pairs, n_out, n_in)
-
-
-

@@ -36,7 +36,6 @@ from dslog_dagster.spark.plan import (
     ColumnLineage,
     Info,
     PlanWalker,
-    is_slot,
     refs_of,
     seq,
     slot_id,
@@ -119,7 +118,9 @@ class TrackedFrame:
 
     def _base(self, df: DataFrame | None = None, infos: Sequence[Info] | None = None) -> Base:
         d = self._df if df is None else df
-        return Base(d._jdf.queryExecution().analyzed(), list(self._infos if infos is None else infos))
+        return Base(
+            d._jdf.queryExecution().analyzed(), list(self._infos if infos is None else infos)
+        )
 
     def _new(
         self,
@@ -191,10 +192,10 @@ class TrackedFrame:
         return self._visible_df().schema
 
     @property
-    def sparkSession(self) -> Any:  # noqa: N802 - the PySpark name
+    def sparkSession(self) -> Any:
         return self._df.sparkSession
 
-    def printSchema(self) -> None:  # noqa: N802
+    def printSchema(self) -> None:
         self._visible_df().printSchema()
 
     def count(self) -> int:
@@ -212,13 +213,13 @@ class TrackedFrame:
     def first(self) -> Any:
         return self._visible_df().first()
 
-    def isEmpty(self) -> bool:  # noqa: N802
+    def isEmpty(self) -> bool:
         return self._df.isEmpty()
 
     def show(self, *args: Any, **kwargs: Any) -> None:
         self._visible_df().show(*args, **kwargs)
 
-    def toPandas(self) -> Any:  # noqa: N802
+    def toPandas(self) -> Any:
         return self._visible_df().toPandas()
 
     def __getitem__(self, item: Any) -> Any:
@@ -308,19 +309,17 @@ class TrackedFrame:
             return self.groupBy().agg(*exprs)
         return out
 
-    def selectExpr(self, *exprs: str) -> "TrackedFrame":  # noqa: N802
-        cols = [
-            e if e == "*" else F.expr(e) for e in _flatten_args(exprs) if isinstance(e, str)
-        ]
+    def selectExpr(self, *exprs: str) -> "TrackedFrame":
+        cols = [e if e == "*" else F.expr(e) for e in _flatten_args(exprs) if isinstance(e, str)]
         return self.select(*cols)
 
-    def withColumn(self, name: str, col: Column) -> "TrackedFrame":  # noqa: N802
+    def withColumn(self, name: str, col: Column) -> "TrackedFrame":
         out = self._project("withColumn", lambda d, _: d.withColumn(name, col))
         if out is None:
             return self._unknown("withColumn(aggregate)", lambda d: d.withColumn(name, col))
         return out
 
-    def withColumns(self, *maps: Mapping[str, Column]) -> "TrackedFrame":  # noqa: N802
+    def withColumns(self, *maps: Mapping[str, Column]) -> "TrackedFrame":
         merged: dict[str, Column] = {}
         for m in maps:
             merged.update(m)
@@ -334,13 +333,13 @@ class TrackedFrame:
             return _all_to_all(self._ctx, fn(self._df), self._sources)
         return self._finish(fn(self._df), op)
 
-    def withColumnRenamed(self, existing: str, new: str) -> "TrackedFrame":  # noqa: N802
+    def withColumnRenamed(self, existing: str, new: str) -> "TrackedFrame":
         return self._simple("withColumnRenamed", lambda d: d.withColumnRenamed(existing, new))
 
-    def withColumnsRenamed(self, mapping: Mapping[str, str]) -> "TrackedFrame":  # noqa: N802
+    def withColumnsRenamed(self, mapping: Mapping[str, str]) -> "TrackedFrame":
         return self._simple("withColumnsRenamed", lambda d: d.withColumnsRenamed(dict(mapping)))
 
-    def toDF(self, *names: str) -> "TrackedFrame":  # noqa: N802
+    def toDF(self, *names: str) -> "TrackedFrame":
         it = iter(names)
         if len(names) != len(self.columns):
             msg = f"toDF got {len(names)} names for {len(self.columns)} columns."
@@ -362,12 +361,12 @@ class TrackedFrame:
 
     where = filter
 
-    def orderBy(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":  # noqa: N802
+    def orderBy(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":
         return self._simple("orderBy", lambda d: d.orderBy(*cols, **kwargs))
 
     sort = orderBy
 
-    def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":  # noqa: N802
+    def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":
         return self._simple(
             "sortWithinPartitions", lambda d: d.sortWithinPartitions(*cols, **kwargs)
         )
@@ -422,7 +421,7 @@ class TrackedFrame:
     def distinct(self) -> "TrackedFrame":
         return self.dropDuplicates()
 
-    def dropDuplicates(self, subset: Sequence[str] | None = None) -> "TrackedFrame":  # noqa: N802
+    def dropDuplicates(self, subset: Sequence[str] | None = None) -> "TrackedFrame":
         if self._a2a:
             return _all_to_all(self._ctx, self._df.dropDuplicates(subset), self._sources)
         names = self.columns
@@ -469,7 +468,9 @@ class TrackedFrame:
             out_cols.append(_col(slot_name(s)))
             infos.append(slot_name(s))
         for s in slots if other_pos else []:
-            out_cols.append(F.col(f"__dslog_first.{slot_name(picked[s])}").alias(slot_name(picked[s])))
+            out_cols.append(
+                F.col(f"__dslog_first.{slot_name(picked[s])}").alias(slot_name(picked[s]))
+            )
             infos.append(slot_name(picked[s]))
         arrays = set(slots) | {picked[s] for s in slots if s in self._arrays and other_pos}
         return self._new(g.select(*out_cols), infos, arrays)
@@ -486,9 +487,9 @@ class TrackedFrame:
         ren = {s: self._ctx.new_slot(self._ctx.slot_input[s]) for s in shared}
         df = other._df.withColumnsRenamed({slot_name(s): slot_name(n) for s, n in ren.items()})
         infos = [
-            slot_name(ren.get(slot_id(i), slot_id(i))) if isinstance(i, str) else i.remap(
-                {s: ren.get(s, s) for s in other._slots}
-            )
+            slot_name(ren.get(slot_id(i), slot_id(i)))
+            if isinstance(i, str)
+            else i.remap({s: ren.get(s, s) for s in other._slots})
             for i in other._infos
         ]
         arrays = {ren.get(s, s) for s in other._arrays}
@@ -504,7 +505,9 @@ class TrackedFrame:
         how_n = (how or "inner").lower().replace("_", "")
         sources = self._sources | other._sources
         if self._a2a or other._a2a:
-            return _all_to_all(self._ctx, self._visible_df().join(other._visible_df(), on, how), sources)
+            return _all_to_all(
+                self._ctx, self._visible_df().join(other._visible_df(), on, how), sources
+            )
         other = self._fresh(other)
         bases = [self._base(), other._base()]
         arrays = self._arrays | other._arrays
@@ -523,7 +526,7 @@ class TrackedFrame:
         res = self._df.join(other._df, on, how) if how is not None else self._df.join(other._df, on)
         return self._finish(res, f"join({how_n})", bases, None, arrays, sources)
 
-    def crossJoin(self, other: "TrackedFrame") -> Any:  # noqa: N802
+    def crossJoin(self, other: "TrackedFrame") -> Any:
         return self.join(other, how="cross")
 
     # ------------------------------------------------------------------ unions
@@ -564,10 +567,12 @@ class TrackedFrame:
         infos += [slot_name(s) for s in [*a_slots, *b_slots]]
         return self._new(res, infos, self._arrays | other._arrays, sources)
 
-    unionAll = union  # noqa: N815
+    unionAll = union
 
-    def unionByName(  # noqa: N802
-        self, other: "TrackedFrame", allowMissingColumns: bool = False  # noqa: N803
+    def unionByName(
+        self,
+        other: "TrackedFrame",
+        allowMissingColumns: bool = False,
     ) -> "TrackedFrame":
         mine, theirs = self.columns, other.columns
         missing = [c for c in mine if c not in theirs]
@@ -581,16 +586,21 @@ class TrackedFrame:
                 msg = f"unionByName: columns {extra} are missing on the left."
                 raise ValueError(msg)
             types = dict(other.dtypes)
-            left = self.select(*[_col(c) for c in mine], *[F.lit(None).cast(types[c]).alias(c) for c in extra])
+            left = self.select(
+                *[_col(c) for c in mine], *[F.lit(None).cast(types[c]).alias(c) for c in extra]
+            )
         types_l = dict(left.dtypes)
         right = other.select(
-            *[_col(c) if c in theirs else F.lit(None).cast(types_l[c]).alias(c) for c in left.columns]
+            *[
+                _col(c) if c in theirs else F.lit(None).cast(types_l[c]).alias(c)
+                for c in left.columns
+            ]
         )
         return left.union(right)
 
     # ------------------------------------------------------------------ aggregation
 
-    def groupBy(self, *cols: Any) -> "TrackedGroupedData":  # noqa: N802
+    def groupBy(self, *cols: Any) -> "TrackedGroupedData":
         return TrackedGroupedData(self, _flatten_args(cols))
 
     groupby = groupBy
@@ -753,10 +763,7 @@ class TrackedGroupedData:
 
     def _exprs(self, exprs: Sequence[Any]) -> list[Column]:
         if len(exprs) == 1 and isinstance(exprs[0], dict):
-            return [
-                F.expr(f"{fn}({_quote(c) if c != '*' else '*'})")
-                for c, fn in exprs[0].items()
-            ]
+            return [F.expr(f"{fn}({_quote(c) if c != '*' else '*'})") for c, fn in exprs[0].items()]
         return list(exprs)
 
     def agg(self, *exprs: Any) -> TrackedFrame:
@@ -783,9 +790,7 @@ class TrackedGroupedData:
         if not cols:
             numeric = ("int", "bigint", "double", "float", "smallint", "tinyint", "decimal")
             keys = {k for k in self._keys if isinstance(k, str)}
-            cols = [
-                n for n, t in self._f.dtypes if t.startswith(numeric) and n not in keys
-            ]
+            cols = [n for n, t in self._f.dtypes if t.startswith(numeric) and n not in keys]
         return self.agg(*[fn(c) for c in cols])
 
     def sum(self, *cols: str) -> TrackedFrame:
@@ -822,7 +827,9 @@ class TrackedGroupedData:
         nk = len(user.columns) - len(values) * len(cols)
         # column lineage of each aggregate, from the un-pivoted aggregation's plan
         plain = f._df.groupBy(*self._keys).agg(*cols)
-        plan_infos = PlanWalker([f._base()], "pivot").resolve(plain._jdf.queryExecution().analyzed())
+        plan_infos = PlanWalker([f._base()], "pivot").resolve(
+            plain._jdf.queryExecution().analyzed()
+        )
         key_infos, agg_infos = plan_infos[:nk], plan_infos[nk:]
         p_lin = PlanWalker([f._base()], "pivot").resolve(
             f._df.select(p)._jdf.queryExecution().analyzed()
@@ -835,7 +842,11 @@ class TrackedGroupedData:
             for s in f._slots:
                 new = f._ctx.new_slot(f._ctx.slot_input[s])
                 m[s] = new
-                cond = F.col(p).eqNullSafe(F.lit(v)) if not isinstance(p, Column) else p.eqNullSafe(F.lit(v))
+                cond = (
+                    F.col(p).eqNullSafe(F.lit(v))
+                    if not isinstance(p, Column)
+                    else p.eqNullSafe(F.lit(v))
+                )
                 c = F.collect_list(F.when(cond, _col(slot_name(s))))
                 slot_aggs.append((F.flatten(c) if s in f._arrays else c).alias(slot_name(new)))
             by_value.append(m)

@@ -167,9 +167,7 @@ class PlanWalker:
             return self._walk(children[0])
         if name == "Project":
             child = self._walk(children[0])
-            return {
-                e.exprId().id(): self._expr_info(e, child) for e in seq(node.projectList())
-            }
+            return {e.exprId().id(): self._expr_info(e, child) for e in seq(node.projectList())}
         if name == "Filter":
             child = self._walk(children[0])
             cond = self._lin(refs_of(node.condition()), child).full()

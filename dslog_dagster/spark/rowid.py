@@ -46,9 +46,7 @@ def with_row_id(df: DataFrame, name: str = ROW_ID) -> RowIds:
         StorageLevel.MEMORY_AND_DISK
     )
     part = F.shiftright(F.col(_MID), _PART_BITS)
-    counts = dict(
-        (int(r[0]), int(r[1])) for r in marked.groupBy(part.alias("p")).count().collect()
-    )
+    counts = dict((int(r[0]), int(r[1])) for r in marked.groupBy(part.alias("p")).count().collect())
     n = sum(counts.values())
     if not counts:
         return RowIds(marked.withColumn(name, F.lit(0).cast("bigint")).drop(_MID), 0, marked)
