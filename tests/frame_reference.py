@@ -24,8 +24,10 @@ def output_rows(cap: Any) -> list[dict[str, Any]]:
 
 
 def expected_relation(cap: Any, input: int | str, rule: Rule) -> LineageRelation:
-    inp = cap.inputs[input] if isinstance(input, int) else next(
-        i for i in cap.inputs if i.name == input
+    inp = (
+        cap.inputs[input]
+        if isinstance(input, int)
+        else next(i for i in cap.inputs if i.name == input)
     )
     pairs = []
     for row in output_rows(cap):

@@ -159,11 +159,17 @@ def test_groupby_agg_collects_the_group(people: Any) -> None:
 
 
 def test_global_aggregate_and_shortcuts(people: Any) -> None:
-    cap = capture_frames(lambda p: p.select(F.sum("w").alias("t"), F.count("*").alias("n")), [people])
+    cap = capture_frames(
+        lambda p: p.select(F.sum("w").alias("t"), F.count("*").alias("n")), [people]
+    )
     assert cap.n_rows == 1
     every = ["id", "g", "v", "w"]
     assert_lineage(
-        cap, 0, lambda r, c: [(i, "w") for i in range(6)] if c == "t" else [(i, x) for i in range(6) for x in every]
+        cap,
+        0,
+        lambda r, c: (
+            [(i, "w") for i in range(6)] if c == "t" else [(i, x) for i in range(6) for x in every]
+        ),
     )
     cnt = capture_frames(lambda p: p.groupBy("g").count(), [people])
     groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
