@@ -45,8 +45,9 @@ def assert_lineage(cap: Any, input: int | str, rule: Rule, *, considered: bool =
     if got != want:
         g = {tuple(p) for p in got.unique().pairs().tolist()}
         w = {tuple(p) for p in want.unique().pairs().tolist()}
-        raise AssertionError(
+        msg = (
             f"lineage differs for input {input!r} (considered={considered}):\n"
             f"  missing: {sorted(w - g)[:20]}\n  extra:   {sorted(g - w)[:20]}\n"
             f"  columns: {cap.columns}"
         )
+        raise AssertionError(msg)

@@ -64,6 +64,7 @@ def get_session(
         SparkUnavailableError: Java is missing or the JVM did not start.
     """
     require_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

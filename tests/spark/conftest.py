@@ -29,4 +29,4 @@ def spark() -> Iterator[Any]:
         "dslog-tests",
     )
     session.sparkContext.setLogLevel("ERROR")
-    yield session
+    return session

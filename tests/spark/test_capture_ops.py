@@ -279,7 +279,8 @@ def test_unknown_operation_raises_or_is_flagged(people: Any) -> None:
     with pytest.raises(UnsupportedFrameOperationError, match="sample"):
         capture_frames(lambda p: p.sample(0.5, seed=1), [people])
     cap = capture_frames(lambda p: p.sample(0.5, seed=1), [people], on_unknown="all_to_all")
-    assert cap.flagged and cap.flagged_ops == ("sample",)
+    assert cap.flagged
+    assert cap.flagged_ops == ("sample",)
     rel = cap.relation(0)
     assert rel.n == cap.n_rows * len(cap.columns) * 6 * 4
 

@@ -23,14 +23,16 @@ def test_row_ids_are_dense_over_many_partitions(spark: Any) -> None:
     df = spark.range(0, 1000, numPartitions=7).filter("id % 3 != 0")
     ids = with_row_id(df)
     got = sorted(r[ROW_ID] for r in ids.frame.select(ROW_ID).collect())
-    assert ids.n == 666 and got == list(range(666))
+    assert ids.n == 666
+    assert got == list(range(666))
     ids.release()
 
 
 def test_write_then_read_frame_keeps_ids(spark: Any, tmp_path: Path) -> None:
     df = spark.createDataFrame([(i, float(i) / 2) for i in range(20)], "a long, b double")
     info = write_frame(df.repartition(3), tmp_path / "f.parquet")
-    assert info.rows == 20 and info.schema == (("a", "bigint"), ("b", "double"))
+    assert info.rows == 20
+    assert info.schema == (("a", "bigint"), ("b", "double"))
     plain = read_frame(spark, tmp_path / "f.parquet")
     assert plain.columns == ["a", "b"]
     ided = read_frame(spark, tmp_path / "f.parquet", row_id=True)
@@ -50,12 +52,14 @@ def test_to_numpy_and_back_keep_lineage(spark: Any) -> None:
     df = spark.createDataFrame([(i, i * 10.0, -i) for i in range(6)], "a long, b double, c long")
     cap = capture_frames(lambda x: x.filter("a >= 2").select("c", "b"), [df])
     arr, lin = to_numpy(cap, ["b", "c"])
-    assert arr.shape == (4, 2) and arr[:, 0].tolist() == [20.0, 30.0, 40.0, 50.0]
+    assert arr.shape == (4, 2)
+    assert arr[:, 0].tolist() == [20.0, 30.0, 40.0, 50.0]
     rel = lin.decompress()
     want = [(i, j, i, {0: 1, 1: 0}[j]) for i in range(4) for j in range(2)]
     assert sorted(map(tuple, rel.pairs().tolist())) == want
     pdf, plin = to_pandas(cap)
-    assert list(pdf.columns) == ["c", "b"] and plin.decompress().n == 8
+    assert list(pdf.columns) == ["c", "b"]
+    assert plin.decompress().n == 8
     back, blin = from_numpy(spark, arr, ["x", "y"])
     assert back.columns == ["x", "y", ROW_ID]
     assert blin.decompress() == LineageRelation.from_pairs(
@@ -86,7 +90,7 @@ def test_one_query_path_crosses_spark_and_numpy_steps(spark: Any, tmp_path: Path
     sums = Array("sums", res.value.shape)
     log.register_operation("sum0", [mat], [sums], [Lineage(sums, mat, res.relation(0, 0))])
     # and back to a frame
-    back, back_lin = from_numpy(spark, res.value.reshape(1, -1), ["s_v2", "s_g"])
+    _back, back_lin = from_numpy(spark, res.value.reshape(1, -1), ["s_v2", "s_g"])
     out = Array("out_frame", (1, 2))
     log.register_operation(
         "from_numpy", [sums], [out], [Lineage(out, sums, _flat_to_row(back_lin))]
