@@ -100,19 +100,18 @@ def merge_tables(tables: Sequence[LineageTable], axis: int = 0) -> LineageTable:
         return tables[0]
     l = len(osh)
     if all(t.encoding == "columnar" for t in nonempty):
-        order = sorted(nonempty, key=lambda t: int(t.raw[axis].min()))
-        return concat_tables(order)
+        return concat_tables(sorted(nonempty, key=lambda t: int(t.raw[axis].min())))
     t = concat_tables(nonempty)
     if t.rows <= 1 or l == 0:
         return t
     fields = {f: getattr(t, f) for f in _FIELDS}
     # group rows by everything except the b_axis interval, then by b_axis lo
-    other = [fields["out_lo"][j] for j in range(l) if j != axis]
+    other: list[I64] = [fields["out_lo"][j] for j in range(l) if j != axis]
     other += [fields["out_hi"][j] for j in range(l) if j != axis]
     for f in _FIELDS[2:]:
         other += list(fields[f])
     keys: list[I64] = [fields["out_lo"][axis], *reversed(other)]
-    order = np.lexsort(keys)  # last key is primary
+    order: I64 = np.lexsort(keys).astype(np.int64)  # last key is primary
     sig = np.stack(other, axis=0)[:, order] if other else np.zeros((0, t.rows), np.int64)
     lo = fields["out_lo"][axis][order]
     hi = fields["out_hi"][axis][order]

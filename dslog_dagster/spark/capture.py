@@ -30,9 +30,9 @@ from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.frame import CaptureContext, TrackedFrame
-from dslog_dagster.spark.lineage import compress_pairs
+from dslog_dagster.spark.lineage import row_tables
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
-from dslog_dagster.spark.rowid import ROW_ID, RowIds, with_row_id
+from dslog_dagster.spark.rowid import ROW_ID, RowIds, dense_ids, mark, with_row_id
 
 __all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
 
@@ -68,7 +68,8 @@ class FrameCapture:
         column_lineage: ``{output column: {input name: [input columns]}}`` (contributing).
         flagged: some step had no lineage rule and was recorded all-to-all
             (``on_unknown="all_to_all"``); ``flagged_ops`` names those steps.
-        timings: seconds for ``run`` (user code + row ids) and ``lineage``.
+        timings: seconds for ``plan`` (input ids, user code building the plan) and
+            ``lineage`` (the one pass over the output: rows, ids and row lineage; products).
     """
 
     frame: DataFrame
@@ -142,12 +143,16 @@ class FrameCapture:
         for inp in self.inputs:
             try:
                 rec = store.get_array(names[inp.name])
-                if rec.shape != inp.shape:
-                    rec = store.register_array(
-                        names[inp.name], inp.shape, "float64", version=version
-                    )
             except KeyError:
                 rec = store.register_array(names[inp.name], inp.shape, "float64")
+            if rec.shape != inp.shape:
+                msg = (
+                    f"Input array `{rec.name}` is registered with shape {rec.shape}, but the "
+                    f"captured frame has shape {inp.shape}; register the version of the input "
+                    "that was read (e.g. `store.register_array(name, shape, version=...)`) first."
+                )
+                raise InvalidRelationError(msg)
+
             in_recs.append(rec)
         out = store.register_array(output, self.shape, "float64", version=version)
         tables = self.considered if considered else self.contributing
@@ -275,21 +280,46 @@ def capture_frames(
             "made with spark.sql/createDataFrame has no lineage to them)."
         )
         raise UnsupportedFrameOperationError(msg)
-    ids = with_row_id(result._df)
-    cached.append(ids)
-    out = ids.frame
-    n_out = ids.n
+    t1 = time.perf_counter()
     infos = result._infos
     user_pos = [p for p, i in enumerate(infos) if not isinstance(i, str)]
     columns = tuple(result.columns)
     slot_names = [i for i in infos if isinstance(i, str)]
+    # which (output column, input column) pairs each set of slots carries, per input and mode
+    plan: dict[tuple[str, str], list[tuple[tuple[int, ...], list[tuple[int, int]]]]] = {}
+    needed: dict[tuple[int, ...], int] = {}
+    for i, inp in enumerate(inputs):
+        if result._a2a:
+            continue
+        for mode in ("contrib", "consid"):
+            pairs: dict[tuple[int, int], set[int]] = {}
+            for j, p in enumerate(user_pos):
+                lin = infos[p]
+                assert isinstance(lin, ColumnLineage)
+                for s, c in lin.contrib if mode == "contrib" else lin.full():
+                    if ctx.slot_input[s] == i:
+                        pairs.setdefault((j, c), set()).add(s)
+            groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+            for jc, ss in pairs.items():
+                groups.setdefault(tuple(sorted(ss)), []).append(jc)
+            plan[(inp.name, mode)] = sorted(groups.items())
+            for key in groups:
+                needed.setdefault(key, i)
+    marked = mark(result._df)
+    keys = list(needed)
+    offsets, tables = row_tables(
+        marked,
+        [(*_slot_column(k, result._arrays), inputs[needed[k]].n_rows) for k in keys],
+    )
+    row_table = dict(zip(keys, tables, strict=True))
+    n_out = offsets[-1]
+    out = dense_ids(marked, offsets)
+    cached.append(RowIds(out, n_out, marked))
     frame = out.drop(*slot_names, ROW_ID)
     with_id = out.drop(*slot_names)
-    t1 = time.perf_counter()
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
     out_shape = (n_out, len(columns))
-    row_tables: dict[tuple[int, ...], LineageTable] = {}
     for i, inp in enumerate(inputs):
         if result._a2a:
             full = (
@@ -300,22 +330,8 @@ def capture_frames(
             contributing[inp.name] = considered[inp.name] = full
             continue
         for mode, dest in (("contrib", contributing), ("consid", considered)):
-            groups: dict[frozenset[int], list[tuple[int, int]]] = {}
-            pairs: dict[tuple[int, int], set[int]] = {}
-            for j, p in enumerate(user_pos):
-                lin = infos[p]
-                assert isinstance(lin, ColumnLineage)
-                refs = lin.contrib if mode == "contrib" else lin.full()
-                for s, c in refs:
-                    if ctx.slot_input[s] == i:
-                        pairs.setdefault((j, c), set()).add(s)
-            for jc, ss in pairs.items():
-                groups.setdefault(frozenset(ss), []).append(jc)
             parts = []
-            for ss, jcs in sorted(groups.items(), key=lambda kv: sorted(kv[0])):
-                key = tuple(sorted(ss))
-                if key not in row_tables:
-                    row_tables[key] = _row_table(out, key, result._arrays, n_out, inp.n_rows)
+            for key, jcs in plan[(inp.name, mode)]:
                 jc = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
                 cols = compress(
                     LineageRelation.from_columns(
@@ -323,7 +339,7 @@ def capture_frames(
                     ),
                     fallback="never",
                 )
-                parts.append(product_table(row_tables[key], cols))
+                parts.append(product_table(row_table[key], cols))
             dest[inp.name] = concat_tables(parts) if parts else empty_table(out_shape, inp.shape)
     column_lineage: dict[str, dict[str, list[str]]] = {}
     for j, p in enumerate(user_pos):
@@ -348,26 +364,21 @@ def capture_frames(
         column_lineage=column_lineage,
         flagged=bool(ctx.flagged_ops),
         flagged_ops=tuple(ctx.flagged_ops),
-        timings={"run_s": t1 - t0, "lineage_s": t2 - t1},
+        timings={"plan_s": t1 - t0, "lineage_s": t2 - t1},
         _cached=cached,
     )
 
 
-def _row_table(
-    out: DataFrame, slots: tuple[int, ...], arrays: frozenset[int], n_out: int, n_in: int
-) -> LineageTable:
-    """Row lineage ``(n_out,) ← (n_in,)`` of the union of ``slots``, compressed per partition."""
+def _slot_column(slots: tuple[int, ...], arrays: frozenset[int]) -> tuple[Any, bool]:
+    """The input row ids of the union of ``slots``: a bigint column for one scalar slot, else
+    an ``array<bigint>`` column (and whether it is one)."""
     if len(slots) == 1 and slots[0] not in arrays:
-        src = F.col(slot_name(slots[0]))
-    else:
-        parts = [
-            F.coalesce(F.col(slot_name(s)), F.array().cast("array<bigint>"))
-            if s in arrays
-            else F.when(F.col(slot_name(s)).isNull(), F.array().cast("array<bigint>")).otherwise(
-                F.array(F.col(slot_name(s)))
-            )
-            for s in slots
-        ]
-        src = F.explode(F.concat(*parts) if len(parts) > 1 else parts[0])
-    pairs = out.select(F.col(ROW_ID).alias("o"), src.alias("r"))
-    return compress_pairs(pairs, n_out, n_in)
+        return F.col(slot_name(slots[0])), False
+    empty = F.array().cast("array<bigint>")
+    parts = [
+        F.coalesce(F.col(slot_name(s)), empty)
+        if s in arrays
+        else F.when(F.col(slot_name(s)).isNull(), empty).otherwise(F.array(F.col(slot_name(s))))
+        for s in slots
+    ]
+    return (F.concat(*parts) if len(parts) > 1 else parts[0]), True

@@ -240,6 +240,8 @@ class TrackedFrame:
         df = self.__dict__.get("_df")
         if df is not None and name in self.columns:
             return df[name]
+        if isinstance(getattr(DataFrame, name, None), property):
+            return self._unknown(name, lambda d: getattr(d, name))
         if hasattr(DataFrame, name):
             return lambda *a, **k: self._unknown(name, lambda d: getattr(d, name)(*a, **k))
         raise AttributeError(name)
@@ -678,6 +680,13 @@ class _WindowKey:
         return lin.considering(spec_lin)
 
 
+def _ignores_nulls(fn: Any) -> bool:
+    try:
+        return bool(fn.ignoreNulls())
+    except Exception:  # py4j raises a plain Py4JError when the method does not exist
+        return False
+
+
 def _bound(expr: Any, op: str) -> int:
     sql = str(expr.sql()).upper()
     if sql == "UNBOUNDED PRECEDING":
@@ -706,7 +715,7 @@ def _window_key(alias: Any, op: str) -> _WindowKey:
             "Spark capture."
         )
         raise UnsupportedFrameOperationError(msg)
-    if kind in _OFFSET and "true" in str(fn.sql()).lower().split(",")[-1]:
+    if kind in _OFFSET and _ignores_nulls(fn):
         msg = f"`{op}`: `{fn.sql()}` with ignoreNulls is not supported by the capture."
         raise UnsupportedFrameOperationError(msg)
     spec = wexpr.windowSpec()

@@ -278,6 +278,10 @@ def test_window_functions(people: Any) -> None:
 def test_unknown_operation_raises_or_is_flagged(people: Any) -> None:
     with pytest.raises(UnsupportedFrameOperationError, match="sample"):
         capture_frames(lambda p: p.sample(0.5, seed=1), [people])
+    with pytest.raises(UnsupportedFrameOperationError, match="rdd"):
+        capture_frames(lambda p: p.rdd, [people])
+    with pytest.raises(UnsupportedFrameOperationError, match="returned a `list`"):
+        capture_frames(lambda p: p.collect(), [people])
     cap = capture_frames(lambda p: p.sample(0.5, seed=1), [people], on_unknown="all_to_all")
     assert cap.flagged
     assert cap.flagged_ops == ("sample",)
