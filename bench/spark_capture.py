@@ -83,7 +83,9 @@ def run_case(spark: Any, rows: int, group: int, sorted_keys: bool, tmp: Path) ->
     untracked = time.perf_counter() - t0
     # tracked: capture, write with row ids, (tables are compressed inside the capture)
     t0 = time.perf_counter()
-    cap = capture_frames(pipeline, {"facts": facts, "dims": dims})
+    # the row counts are known from the stored assets (the IO manager's FrameInfo.rows)
+    sizes = {"facts": rows, "dims": max(1, rows // group)}
+    cap = capture_frames(pipeline, {"facts": facts, "dims": dims}, input_rows=sizes)
     write_frame(cap, tmp / "tracked.parquet")
     tracked = time.perf_counter() - t0
     ours = sum(len(table_to_blob(t)) for t in cap.contributing.values())

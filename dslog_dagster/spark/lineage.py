@@ -78,11 +78,28 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
         raw[0] += offset
         return dataclasses.replace(table, out_shape=out_shape, raw=raw, encoded={})
     out_lo, out_hi, in_r = table.out_lo.copy(), table.out_hi.copy(), table.in_r.copy()
+    in_lo, in_hi = table.in_lo.copy(), table.in_hi.copy()
     out_lo[0] += offset
     out_hi[0] += offset
+    rel = table.in_ref >= 0
     in_r[table.in_ref == 0] -= offset
+    # canonical form r ∈ [0, q): mult·floor((b + r)/q) = mult·floor((b + r mod q)/q) + mult·k
+    # with k = (r - r mod q)/q, so the delta bounds absorb mult·k. Equal patterns from
+    # different partitions then have equal fields and merge across the seams.
+    q = np.where(rel, table.in_q, 1)
+    k = np.where(rel, (in_r - np.mod(in_r, q)) // q, 0)
+    in_r = np.where(rel, np.mod(in_r, q), in_r)
+    in_lo = in_lo - table.in_mult * k
+    in_hi = in_hi - table.in_mult * k
     return dataclasses.replace(
-        table, out_shape=out_shape, out_lo=out_lo, out_hi=out_hi, in_r=in_r, encoded={}
+        table,
+        out_shape=out_shape,
+        out_lo=out_lo,
+        out_hi=out_hi,
+        in_r=in_r,
+        in_lo=in_lo,
+        in_hi=in_hi,
+        encoded={},
     )
 
 
