@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -309,8 +310,8 @@ def capture_frames(
                     if ctx.slot_input[s] == i:
                         pairs.setdefault((j, c), set()).add(s)
             groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
-            for jc, ss in pairs.items():
-                groups.setdefault(tuple(sorted(ss)), []).append(jc)
+            for col_pair, ss in pairs.items():
+                groups.setdefault(tuple(sorted(ss)), []).append(col_pair)
             plan[(inp.name, mode)] = sorted(groups.items())
             for key in groups:
                 needed.setdefault(key, i)
@@ -342,14 +343,14 @@ def capture_frames(
         for mode, dest in (("contrib", contributing), ("consid", considered)):
             parts = []
             for key, jcs in plan[(inp.name, mode)]:
-                jc = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
-                cols = compress(
+                jc: npt.NDArray[np.int64] = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
+                col_table = compress(
                     LineageRelation.from_columns(
                         (len(columns),), (len(inp.columns),), [jc[:, 0]], [jc[:, 1]]
                     ),
                     fallback="never",
                 )
-                parts.append(product_table(row_table[key], cols))
+                parts.append(product_table(row_table[key], col_table))
             dest[inp.name] = concat_tables(parts) if parts else empty_table(out_shape, inp.shape)
     column_lineage: dict[str, dict[str, list[str]]] = {}
     for j, p in enumerate(user_pos):

@@ -61,7 +61,7 @@ class CaptureContext:
     flagged_ops: list[str] = field(default_factory=list)
 
     def new_slot(self, input_index: int) -> int:
-        sid = next(iter(self.counter))  # type: ignore[call-overload]
+        sid = next(iter(self.counter))
         self.slot_input[sid] = input_index
         return sid
 
@@ -208,7 +208,7 @@ class TrackedFrame:
         return self._visible_df().take(n)
 
     def head(self, n: int | None = None) -> Any:
-        return self._visible_df().head(n)
+        return self._visible_df().head() if n is None else self._visible_df().head(n)
 
     def first(self) -> Any:
         return self._visible_df().first()
@@ -309,7 +309,7 @@ class TrackedFrame:
         out = self._project("select", lambda d, slots: d.select(*exprs, *slots))
         if out is None:
             return self.groupBy().agg(*exprs)
-        return out
+        return out  # type: ignore[no-any-return]
 
     def selectExpr(self, *exprs: str) -> "TrackedFrame":
         cols = [e if e == "*" else F.expr(e) for e in _flatten_args(exprs) if isinstance(e, str)]
@@ -318,8 +318,8 @@ class TrackedFrame:
     def withColumn(self, name: str, col: Column) -> "TrackedFrame":
         out = self._project("withColumn", lambda d, _: d.withColumn(name, col))
         if out is None:
-            return self._unknown("withColumn(aggregate)", lambda d: d.withColumn(name, col))
-        return out
+            out = self._unknown("withColumn(aggregate)", lambda d: d.withColumn(name, col))
+        return out  # type: ignore[no-any-return]
 
     def withColumns(self, *maps: Mapping[str, Column]) -> "TrackedFrame":
         merged: dict[str, Column] = {}
@@ -327,8 +327,8 @@ class TrackedFrame:
             merged.update(m)
         out = self._project("withColumns", lambda d, _: d.withColumns(merged))
         if out is None:
-            return self._unknown("withColumns(aggregate)", lambda d: d.withColumns(merged))
-        return out
+            out = self._unknown("withColumns(aggregate)", lambda d: d.withColumns(merged))
+        return out  # type: ignore[no-any-return]
 
     def _simple(self, op: str, fn: Callable[[DataFrame], DataFrame]) -> "TrackedFrame":
         if self._a2a:
@@ -425,7 +425,8 @@ class TrackedFrame:
 
     def dropDuplicates(self, subset: Sequence[str] | None = None) -> "TrackedFrame":
         if self._a2a:
-            return _all_to_all(self._ctx, self._df.dropDuplicates(subset), self._sources)
+            sub_list = list(subset) if subset is not None else None
+            return _all_to_all(self._ctx, self._df.dropDuplicates(sub_list), self._sources)
         names = self.columns
         sub = list(subset) if subset else names
         missing = [s for s in sub if s not in names]
@@ -868,8 +869,8 @@ class TrackedGroupedData:
         u = user.toDF(*ucols, *user.columns[nk:])
         sk = [f"{_TMP}j{i}" for i in range(nk)]
         sd = slots_df.toDF(*sk, *slots_df.columns[nk:])
-        cond = [u[a].eqNullSafe(sd[b]) for a, b in zip(ucols, sk, strict=True)]
-        joined = u.join(sd, cond, "inner") if cond else u.crossJoin(sd)
+        on = [u[a].eqNullSafe(sd[b]) for a, b in zip(ucols, sk, strict=True)]
+        joined = u.join(sd, on, "inner") if on else u.crossJoin(sd)
         out = [_col(a).alias(n) for a, n in zip(ucols, user.columns[:nk], strict=True)]
         out += [_col(n) for n in user.columns[nk:]]
         slot_cols = list(slots_df.columns[nk:])

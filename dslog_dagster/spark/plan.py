@@ -210,8 +210,8 @@ class PlanWalker:
             both = {**left, **right}
             cond = node.condition()
             refs = refs_of(cond.get()) if cond.isDefined() else []
-            keys = self._lin(refs, both).full()
-            return {k: v if isinstance(v, str) else v.considering(keys) for k, v in both.items()}
+            on = self._lin(refs, both).full()
+            return {k: v if isinstance(v, str) else v.considering(on) for k, v in both.items()}
         raise self._unsupported(name)
 
     def _lin(self, ids: Iterable[int], infos: Mapping[int, Info]) -> ColumnLineage:

@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from dslog_dagster.errors import SparkUnavailableError
 
@@ -54,7 +55,7 @@ def get_session(
     master: str = "local[*]",
     conf: Mapping[str, str] | None = None,
     app_name: str = "dslog-dagster",
-):  # -> pyspark.sql.SparkSession (pyspark is imported lazily)
+) -> Any:  # a pyspark.sql.SparkSession (pyspark is imported lazily)
     """The process's SparkSession, created on first use with ``master`` and ``conf``.
 
     A session that already runs in this process is returned as it is (Spark allows one
