@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -266,11 +267,19 @@ class TrackedFrame:
         window functions; ``None`` when the projection is really a global aggregation."""
         if self._a2a:
             return _all_to_all(self._ctx, fn(self._df, []), self._sources)
-        visible = self._visible_df()
-        probe = fn(visible, [])
-        nodes = _nodes_above(probe._jdf.queryExecution().analyzed(), visible)
-        if "Aggregate" in nodes:
-            return None  # caller turns it into a global aggregation
+        slot_cols = [_col(n) for n in self._infos if isinstance(n, str)]
+        try:
+            first = fn(self._df, slot_cols)
+        except AnalysisException:
+            # e.g. a global aggregate in select(): the slot columns are not grouped
+            visible = self._visible_df()
+            probe = fn(visible, [])
+            if "Aggregate" in _nodes_above(probe._jdf.queryExecution().analyzed(), visible):
+                return None  # caller turns it into a global aggregation
+            raise
+        nodes = _nodes_above(first._jdf.queryExecution().analyzed(), self._df)
+        if "Window" not in nodes:
+            return self._finish(first, op)
         windows: dict[tuple[Any, ...], _WindowKey] = {}
         for node in nodes.get("Window", []):
             for e in seq(node.windowExpressions()):
@@ -625,14 +634,19 @@ def _all_to_all(ctx: CaptureContext, df: DataFrame, sources: Iterable[int]) -> T
 def _nodes_above(plan: Any, base_df: DataFrame) -> dict[str, list[Any]]:
     """Plan nodes between ``plan`` and the plan of ``base_df``, by node name."""
     base = base_df._jdf.queryExecution().analyzed()
-    out: dict[str, list[Any]] = {}
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        if node.equals(base) or node.sameResult(base):
-            continue
-        out.setdefault(node.nodeName(), []).append(node)
-        stack += seq(node.children())
+    for semantic in (False, True):  # cheap object equality first, canonical plans if needed
+        out: dict[str, list[Any]] = {}
+        met = False
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            if node.equals(base) or (semantic and node.sameResult(base)):
+                met = True
+                continue
+            out.setdefault(node.nodeName(), []).append(node)
+            stack += seq(node.children())
+        if met:
+            return out
     return out
 
 

@@ -106,6 +106,10 @@ class Base:
     infos: list[Info]
 
 
+class _NoBase(Exception):
+    """A leaf was reached without meeting a base plan (retry comparing semantically)."""
+
+
 WindowRule = Callable[[Any, Callable[[list[int]], ColumnLineage]], ColumnLineage]
 
 _PASS_THROUGH = {
@@ -132,6 +136,7 @@ class PlanWalker:
         self.bases = list(bases)
         self.op = op
         self.window_rule = window_rule
+        self._semantic = False
 
     def _unsupported(self, node: str) -> UnsupportedFrameOperationError:
         msg = (
@@ -144,16 +149,27 @@ class PlanWalker:
 
     def resolve(self, plan: Any) -> list[Info]:
         """Info of every output attribute of ``plan``, in order."""
-        infos = self._walk(plan)
+        # Plans built on a base contain its analyzed plan object, found with a cheap equality
+        # test; only when the analyzer rewrote it (self-joins deduplicate attribute ids) the
+        # walk is repeated comparing canonicalized plans (``sameResult``), which costs more.
+        self._semantic = False
+        try:
+            infos = self._walk(plan)
+        except _NoBase:
+            self._semantic = True
+            infos = self._walk(plan)
         return [infos[eid] for _, eid in output_of(plan)]
 
     def _base_of(self, node: Any) -> Base | None:
         for b in self.bases:
             if node.equals(b.plan):
                 return b
-        for b in self.bases:
-            if node.sameResult(b.plan):
-                return b
+        if self._semantic:
+            for b in self.bases:
+                if node.sameResult(b.plan):
+                    return b
+        elif not seq(node.children()):
+            raise _NoBase
         return None
 
     def _walk(self, node: Any) -> dict[int, Info]:
