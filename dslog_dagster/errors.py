@@ -16,8 +16,12 @@ what was wrong and, when it is known, what to do about it.
     ├── CaptureError                       annotated execution could not record lineage
     │   ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
     │   │                                  a function that rejects tracked_float, float())
-    │   └── StaleLineageError              a tracked array outlived its capture
-    └── ReuseError                         a provenance view cannot be used or stored
+    │   ├── StaleLineageError              a tracked array outlived its capture
+    │   └── UnsupportedFrameOperationError(NotImplementedError)
+    │                                      a DataFrame operation the Spark capture does not
+    │                                      understand (never guessed)
+    ├── ReuseError                         a provenance view cannot be used or stored
+    └── SparkUnavailableError(RuntimeError)  Java/Spark missing or the session did not start
 
 Warnings (not errors: the call still gets correct lineage, captured instead of reused):
 
@@ -89,3 +93,14 @@ class ViewMismatchWarning(DSLogWarning):
     """A confirmed provenance view disagreed with the real lineage of a call (found by
     verification or by a later capture). The view is demoted to non-reusable for good and the
     call's lineage is captured instead, so results stay correct."""
+
+
+class UnsupportedFrameOperationError(CaptureError, NotImplementedError):
+    """A DataFrame operation (method or plan node) the Spark capture has no lineage rule for.
+
+    Raised instead of guessing; ``capture_frames(..., on_unknown="all_to_all")`` records a
+    flagged, conservative all-to-all relation instead."""
+
+
+class SparkUnavailableError(DSLogError, RuntimeError):
+    """Spark cannot run here: no Java runtime, or the SparkSession did not start."""

@@ -1,0 +1,158 @@
+"""Exact algebra on compressed lineage tables, without expanding cells.
+
+Distributed capture (Spark) compresses row lineage per partition and needs to put the pieces
+together; dataframe lineage is a product of row lineage and column lineage. Both are done here
+on ProvRC rows:
+
+* :func:`merge_tables` — the union of tables over *disjoint output ranges* (one per
+  partition), with rows that continue each other across a seam merged back into one;
+* :func:`product_table` — the cell lineage of a 2-D frame from a row table
+  ``(out_row ← in_row)`` and a column table ``(out_col ← in_col)``: every pair of rows becomes
+  one row over ``(out_row, out_col ← in_row, in_col)``;
+* :func:`concat_tables` — the union of tables that stand for disjoint sets of pairs.
+
+A ProvRC row stands for ``{(b, a) : b ∈ out box, a_k satisfies its constraint given b}``; the
+constraints are point-wise in ``b``. So two rows that agree on every field except the interval
+of one output attribute, where those intervals are adjacent, stand exactly for the union of
+their pairs — that is the only merge :func:`merge_tables` does.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.relation import I64, Shape
+from dslog_dagster.errors import InvalidRelationError
+
+__all__ = ["concat_tables", "merge_tables", "product_table", "singleton_rows"]
+
+_FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
+
+
+def singleton_rows(table: LineageTable) -> LineageTable:
+    """A columnar table as ProvRC rows of one pair each (all attributes absolute)."""
+    if table.encoding == "provrc":
+        return table
+    l, m, n = table.out_rank, table.in_rank, table.rows
+    outs, ins = table.raw[:l], table.raw[l:]
+    one, zero = np.ones((m, n), np.int64), np.zeros((m, n), np.int64)
+    return LineageTable(
+        table.out_shape,
+        table.in_shape,
+        "provrc",
+        n,
+        table.n_pairs,
+        outs.copy(),
+        outs.copy(),
+        np.full((m, n), -1, np.int64),
+        one,
+        zero,
+        one.copy(),
+        ins.copy(),
+        ins.copy(),
+    )
+
+
+def _check_shapes(tables: Sequence[LineageTable]) -> tuple[Shape, Shape]:
+    shapes = {(t.out_shape, t.in_shape) for t in tables}
+    if len(shapes) != 1:
+        msg = f"Tables to combine connect different shapes: {sorted(shapes)}."
+        raise InvalidRelationError(msg)
+    return next(iter(shapes))
+
+
+def concat_tables(tables: Sequence[LineageTable]) -> LineageTable:
+    """Union of tables whose pairs are disjoint (rows are concatenated; not checked)."""
+    if not tables:
+        msg = "concat_tables needs at least one table."
+        raise InvalidRelationError(msg)
+    osh, ish = _check_shapes(tables)
+    if all(t.encoding == "columnar" for t in tables):
+        raw = np.hstack([t.raw for t in tables])
+        n = sum(t.rows for t in tables)
+        return LineageTable(osh, ish, "columnar", n, sum(t.n_pairs for t in tables), raw=raw)
+    rows = [singleton_rows(t) for t in tables]
+    return LineageTable(
+        osh,
+        ish,
+        "provrc",
+        sum(t.rows for t in rows),
+        sum(t.n_pairs for t in rows),
+        *[np.hstack([getattr(t, f) for t in rows]) for f in _FIELDS],
+    )
+
+
+def merge_tables(tables: Sequence[LineageTable], axis: int = 0) -> LineageTable:
+    """Union of tables over disjoint ranges of output attribute ``axis``, merged at the seams.
+
+    Each table must cover its own range of ``b_axis`` (the partitions of a range-partitioned
+    relation). Columnar tables stay columnar when all are (their sorted pairs concatenated in
+    range order); otherwise columnar pieces become one-pair rows first. Then rows equal in every
+    field but an adjacent ``b_axis`` interval are merged into one, repeatedly.
+    """
+    if not tables:
+        msg = "merge_tables needs at least one table."
+        raise InvalidRelationError(msg)
+    osh, ish = _check_shapes(tables)
+    nonempty = [t for t in tables if t.rows]
+    if not nonempty:
+        return tables[0]
+    l = len(osh)
+    if all(t.encoding == "columnar" for t in nonempty):
+        return concat_tables(sorted(nonempty, key=lambda t: int(t.raw[axis].min())))
+    t = concat_tables(nonempty)
+    if t.rows <= 1 or l == 0:
+        return t
+    fields = {f: getattr(t, f) for f in _FIELDS}
+    # group rows by everything except the b_axis interval, then by b_axis lo
+    other: list[I64] = [fields["out_lo"][j] for j in range(l) if j != axis]
+    other += [fields["out_hi"][j] for j in range(l) if j != axis]
+    for f in _FIELDS[2:]:
+        other += list(fields[f])
+    keys: list[I64] = [fields["out_lo"][axis], *reversed(other)]
+    order: I64 = np.lexsort(keys).astype(np.int64)  # last key is primary
+    sig = np.stack(other, axis=0)[:, order] if other else np.zeros((0, t.rows), np.int64)
+    lo = fields["out_lo"][axis][order]
+    hi = fields["out_hi"][axis][order]
+    same_sig = np.all(sig[:, 1:] == sig[:, :-1], axis=0) if other else np.ones(t.rows - 1, bool)
+    continues = same_sig & (lo[1:] == hi[:-1] + 1)
+    starts = np.flatnonzero(np.concatenate([[True], ~continues]))
+    ends = np.concatenate([starts[1:], [t.rows]]) - 1
+    keep = order[starts]
+    out = {f: fields[f][:, keep].copy() for f in _FIELDS}
+    out["out_hi"][axis] = hi[ends]
+    return LineageTable(osh, ish, "provrc", len(keep), t.n_pairs, *[out[f] for f in _FIELDS])
+
+
+def product_table(rows: LineageTable, cols: LineageTable) -> LineageTable:
+    """Cell lineage of 2-D frames: ``rows`` is ``(n_out,) ← (n_in,)`` over row indices, ``cols``
+    is ``(k_out,) ← (k_in,)`` over column indices; the result is ``(n_out, k_out) ← (n_in, k_in)``
+    holding ``(o, j) ← (r, c)`` for every ``o ← r`` in ``rows`` and ``j ← c`` in ``cols``."""
+    if rows.out_rank != 1 or rows.in_rank != 1 or cols.out_rank != 1 or cols.in_rank != 1:
+        msg = "product_table takes two 1-D ← 1-D tables (row lineage and column lineage)."
+        raise InvalidRelationError(msg)
+    r, c = singleton_rows(rows), singleton_rows(cols)
+    nr, nc = r.rows, c.rows
+    ri = np.repeat(np.arange(nr), nc)
+    ci = np.tile(np.arange(nc), nr)
+
+    def stack(a: I64, b: I64) -> I64:
+        return np.vstack([a[:, ri], b[:, ci]]) if nr * nc else np.zeros((2, 0), np.int64)
+
+    in_ref_c = np.where(c.in_ref >= 0, c.in_ref + 1, -1)
+    return LineageTable(
+        (rows.out_shape[0], cols.out_shape[0]),
+        (rows.in_shape[0], cols.in_shape[0]),
+        "provrc",
+        nr * nc,
+        rows.n_pairs * cols.n_pairs,
+        stack(r.out_lo, c.out_lo),
+        stack(r.out_hi, c.out_hi),
+        stack(r.in_ref, in_ref_c),
+        stack(r.in_q, c.in_q),
+        stack(r.in_r, c.in_r),
+        stack(r.in_mult, c.in_mult),
+        stack(r.in_lo, c.in_lo),
+        stack(r.in_hi, c.in_hi),
+    )

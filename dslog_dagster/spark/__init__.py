@@ -1,0 +1,26 @@
+"""Spark (PySpark) support: relational lineage capture, stable row ids, Spark-side queries.
+
+Imports PySpark; ``dslog_dagster.core`` never imports this package.
+
+* :func:`capture_frames` / :class:`FrameCapture` — run PySpark code, get cell lineage.
+* :func:`get_session` — the process's SparkSession with loopback-only defaults.
+* :func:`with_row_id` / :data:`ROW_ID` — dense, stable row ids.
+"""
+
+from dslog_dagster.spark.capture import FrameCapture as FrameCapture
+from dslog_dagster.spark.capture import FrameInput as FrameInput
+from dslog_dagster.spark.capture import capture_frames as capture_frames
+from dslog_dagster.spark.frame import TrackedFrame as TrackedFrame
+from dslog_dagster.spark.rowid import ROW_ID as ROW_ID
+from dslog_dagster.spark.rowid import with_row_id as with_row_id
+from dslog_dagster.spark.session import get_session as get_session
+
+__all__ = [
+    "ROW_ID",
+    "FrameCapture",
+    "FrameInput",
+    "TrackedFrame",
+    "capture_frames",
+    "get_session",
+    "with_row_id",
+]

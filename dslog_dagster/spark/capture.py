@@ -1,0 +1,395 @@
+"""``capture_frames``: run PySpark code and record the cell lineage of its output.
+
+A DataFrame is a 2-D array in the lineage model: cell ``(row, column)``, where the row index is
+the frame's dense row id (:mod:`dslog_dagster.spark.rowid`) and the column index its position
+among the visible columns. For every input the capture returns the relation
+``output (row, column) ← input (row, column)`` twice, as ProvRC tables:
+
+* **contributing** — the input cells the output cell's value was computed from;
+* **considered** — those plus the cells that only filtered, joined, grouped or ordered the rows
+  (PROVision's *considered* inputs), so a query can ask for either.
+
+Cell lineage is row lineage × column lineage. Row lineage is carried by provenance slots
+(:mod:`dslog_dagster.spark.frame`) and compressed per partition on the executors
+(:mod:`dslog_dagster.spark.lineage`); column lineage (a few pairs) comes from the analyzed plan.
+The product is formed on ProvRC rows (:func:`~dslog_dagster.core.combine.product_table`), so no
+cell pair is ever materialised.
+"""
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dslog_dagster.core.combine import concat_tables, product_table
+from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
+from dslog_dagster.spark.frame import CaptureContext, TrackedFrame
+from dslog_dagster.spark.lineage import row_tables
+from dslog_dagster.spark.plan import ColumnLineage, slot_name
+from dslog_dagster.spark.rowid import ROW_ID, RowIds, dense_ids, mark, with_row_id
+
+__all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
+
+OnUnknown = Literal["raise", "all_to_all"]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameInput:
+    """One input of a capture: its name, visible columns and row count."""
+
+    name: str
+    columns: tuple[str, ...]
+    n_rows: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, len(self.columns))
+
+
+@dataclass
+class FrameCapture:
+    """The result of :func:`capture_frames`.
+
+    Attributes:
+        frame: the output as an ordinary DataFrame (only the user's columns). Its rows are
+            cached, so it always shows the rows the lineage describes.
+        frame_with_row_id: the same rows plus the dense row-id column ``ROW_ID`` (what the IO
+            manager stores, see :func:`dslog_dagster.io_managers.spark_frames.write_frame`).
+        columns: the output's columns; ``shape == (n_rows, len(columns))``.
+        inputs: the inputs, in the order given (names ``input0``... for a sequence).
+        contributing / considered: ``{input name: LineageTable}`` of shape
+            ``(n_rows, len(columns)) ← input.shape``; ``considered`` ⊇ ``contributing``.
+        column_lineage: ``{output column: {input name: [input columns]}}`` (contributing).
+        flagged: some step had no lineage rule and was recorded all-to-all
+            (``on_unknown="all_to_all"``); ``flagged_ops`` names those steps.
+        timings: seconds for ``plan`` (input ids, user code building the plan), ``pass``
+            (the one Spark pass over the output: rows, ids and row lineage) and ``product``
+            (row × column lineage on the driver).
+    """
+
+    frame: DataFrame
+    frame_with_row_id: DataFrame
+    columns: tuple[str, ...]
+    n_rows: int
+    inputs: tuple[FrameInput, ...]
+    contributing: dict[str, LineageTable]
+    considered: dict[str, LineageTable]
+    column_lineage: dict[str, dict[str, list[str]]]
+    flagged: bool = False
+    flagged_ops: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    _cached: list[RowIds] = field(default_factory=list, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, len(self.columns))
+
+    def _input_name(self, input: int | str) -> str:
+        if isinstance(input, int):
+            return self.inputs[input].name
+        if input not in self.contributing:
+            msg = f"No input `{input}`; the inputs are {[i.name for i in self.inputs]}."
+            raise InvalidRelationError(msg)
+        return input
+
+    def table(self, input: int | str = 0, *, considered: bool = False) -> LineageTable:
+        """The ProvRC table of ``output ← input`` (index or name)."""
+        name = self._input_name(input)
+        return (self.considered if considered else self.contributing)[name]
+
+    def relation(self, input: int | str = 0, *, considered: bool = False) -> LineageRelation:
+        """The decompressed relation (for tests and small frames)."""
+        return self.table(input, considered=considered).decompress()
+
+    def register(
+        self,
+        log: Any,
+        output: str,
+        inputs: Mapping[str, str] | Sequence[str] | None = None,
+        *,
+        op_name: str = "spark",
+        considered: bool = False,
+        version: str | None = None,
+        args: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Register the capture as one operation in a DSLog session or lineage store.
+
+        Args:
+            log: a :class:`~dslog_dagster.core.api.DSLog` or
+                :class:`~dslog_dagster.core.store.LineageStore`.
+            output: the output array's name (e.g. ``naming.array_name(asset_key)``).
+            inputs: array names of the inputs (by input name, or in order); default: the
+                inputs' own names. Input arrays not registered yet are registered with their
+                shapes.
+            considered: register the considered tables instead of the contributing ones.
+            version: version of the output array (e.g. the Dagster run id).
+        """
+        from dslog_dagster.core.api import DSLog
+        from dslog_dagster.core.store import LineageStore
+
+        store: LineageStore = log.store if isinstance(log, DSLog) else log
+        if inputs is None:
+            names = {i.name: i.name for i in self.inputs}
+        elif isinstance(inputs, Mapping):
+            names = {i.name: inputs[i.name] for i in self.inputs}
+        else:
+            names = {i.name: n for i, n in zip(self.inputs, inputs, strict=True)}
+        in_recs = []
+        for inp in self.inputs:
+            try:
+                rec = store.get_array(names[inp.name])
+            except KeyError:
+                rec = store.register_array(names[inp.name], inp.shape, "float64")
+            if rec.shape != inp.shape:
+                msg = (
+                    f"Input array `{rec.name}` is registered with shape {rec.shape}, but the "
+                    f"captured frame has shape {inp.shape}; register the version of the input "
+                    "that was read (e.g. `store.register_array(name, shape, version=...)`) first."
+                )
+                raise InvalidRelationError(msg)
+
+            in_recs.append(rec)
+        out = store.register_array(output, self.shape, "float64", version=version)
+        tables = self.considered if considered else self.contributing
+        lineage = {(output, names[k]): t for k, t in tables.items()}
+        op = store.register_operation(
+            op_name,
+            in_recs,
+            [out],
+            lineage,
+            args={**(args or {}), "considered": considered, "flagged": self.flagged},
+            capture_method="spark-all-to-all" if self.flagged else "spark",
+            timings=self.timings,
+        )
+        if isinstance(log, DSLog):
+            log._graph_key = None
+        return op
+
+    def release(self) -> None:
+        """Drop the cached rows of the inputs (ids assigned here) and of the output."""
+        for c in self._cached:
+            c.release()
+        self._cached.clear()
+
+
+def empty_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
+    """A table with no pairs."""
+    l, m = len(out_shape), len(in_shape)
+    z = [np.zeros((l, 0), np.int64)] * 2 + [np.zeros((m, 0), np.int64)] * 6
+    return LineageTable(out_shape, in_shape, "provrc", 0, 0, *z)
+
+
+def full_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
+    """Every output cell ← every input cell (one ProvRC row)."""
+    if 0 in out_shape or 0 in in_shape:
+        return empty_table(out_shape, in_shape)
+    l, m = len(out_shape), len(in_shape)
+
+    def col(values: Sequence[int], k: int) -> np.ndarray:
+        return np.asarray(values, np.int64).reshape(k, 1)
+
+    n = int(np.prod(out_shape)) * int(np.prod(in_shape))
+    return LineageTable(
+        out_shape,
+        in_shape,
+        "provrc",
+        1,
+        n,
+        col([0] * l, l),
+        col([d - 1 for d in out_shape], l),
+        col([-1] * m, m),
+        col([1] * m, m),
+        col([0] * m, m),
+        col([1] * m, m),
+        col([0] * m, m),
+        col([d - 1 for d in in_shape], m),
+    )
+
+
+def _track_input(
+    ctx: CaptureContext, index: int, df: DataFrame, cached: list[RowIds], n_rows: int | None
+) -> tuple[TrackedFrame, FrameInput, str]:
+    if ROW_ID in df.columns:
+        ided = df
+        n = df.count() if n_rows is None else int(n_rows)
+    else:
+        ids = with_row_id(df)
+        cached.append(ids)
+        ided, n = ids.frame, ids.n
+    sid = ctx.new_slot(index)
+    user = [c for c in ided.columns if c != ROW_ID]
+    d = ided.select(*[F.col(f"`{c}`") for c in user], F.col(ROW_ID).alias(slot_name(sid)))
+    infos: list[Any] = [ColumnLineage(frozenset({(sid, j)})) for j in range(len(user))]
+    infos.append(slot_name(sid))
+    return TrackedFrame(ctx, d, infos, (), (index,)), FrameInput("", tuple(user), n), slot_name(sid)
+
+
+def capture_frames(
+    func: Callable[..., Any],
+    frames: Mapping[str, DataFrame] | Sequence[DataFrame],
+    *,
+    on_unknown: OnUnknown = "raise",
+    input_rows: Mapping[str, int] | Sequence[int] | None = None,
+    **kwargs: Any,
+) -> FrameCapture:
+    """Run ``func`` on tracked versions of ``frames`` and capture the output's cell lineage.
+
+    ``func`` receives one :class:`~dslog_dagster.spark.frame.TrackedFrame` per input (as
+    keyword arguments for a mapping, positionally for a sequence, plus ``kwargs``) and must
+    return a frame derived from them. A frame with a ``ROW_ID`` column (what
+    :func:`~dslog_dagster.io_managers.spark_frames.read_frame` gives with ``row_id=True``) keeps
+    those ids; any other input is numbered 0..n-1 in its current order (cached for the
+    capture). Nothing is collected to the driver but counts and compressed tables.
+
+    ``input_rows`` (by input name, or in order) gives the row counts of inputs that carry
+    ``ROW_ID`` when the caller knows them (the IO manager does: ``FrameInfo.rows``), which
+    saves one counting job per input.
+
+    Raises:
+        UnsupportedFrameOperationError: ``func`` used an operation without a lineage rule
+            (with ``on_unknown="raise"``), or returned something that is not a tracked frame.
+    """
+    if on_unknown not in ("raise", "all_to_all"):
+        msg = f"on_unknown must be 'raise' or 'all_to_all', not {on_unknown!r}."
+        raise ValueError(msg)
+    t0 = time.perf_counter()
+    ctx = CaptureContext(on_unknown=on_unknown)
+    cached: list[RowIds] = []
+    named = (
+        list(frames.items())
+        if isinstance(frames, Mapping)
+        else [(f"input{i}", f) for i, f in enumerate(frames)]
+    )
+    tracked: list[TrackedFrame] = []
+    inputs: list[FrameInput] = []
+    for i, (name, df) in enumerate(named):
+        if not isinstance(df, DataFrame):
+            msg = f"Input `{name}` is a `{type(df).__name__}`, not a Spark DataFrame."
+            raise InvalidRelationError(msg)
+        known = None
+        if input_rows is not None:
+            known = input_rows[name] if isinstance(input_rows, Mapping) else input_rows[i]
+        t, info, _ = _track_input(ctx, i, df, cached, known)
+        tracked.append(t)
+        inputs.append(FrameInput(name, info.columns, info.n_rows))
+    if isinstance(frames, Mapping):
+        result = func(**{n: t for (n, _), t in zip(named, tracked, strict=True)}, **kwargs)
+    else:
+        result = func(*tracked, **kwargs)
+    if not isinstance(result, TrackedFrame):
+        msg = (
+            f"The captured function returned a `{type(result).__name__}`, not a frame derived "
+            "from its tracked inputs; build the output from the frames it receives (a frame "
+            "made with spark.sql/createDataFrame has no lineage to them)."
+        )
+        raise UnsupportedFrameOperationError(msg)
+    t1 = time.perf_counter()
+    infos = result._infos
+    user_pos = [p for p, i in enumerate(infos) if not isinstance(i, str)]
+    columns = tuple(result.columns)
+    slot_names = [i for i in infos if isinstance(i, str)]
+    # which (output column, input column) pairs each set of slots carries, per input and mode
+    plan: dict[tuple[str, str], list[tuple[tuple[int, ...], list[tuple[int, int]]]]] = {}
+    needed: dict[tuple[int, ...], int] = {}
+    for i, inp in enumerate(inputs):
+        if result._a2a:
+            continue
+        for mode in ("contrib", "consid"):
+            pairs: dict[tuple[int, int], set[int]] = {}
+            for j, p in enumerate(user_pos):
+                lin = infos[p]
+                assert isinstance(lin, ColumnLineage)
+                for s, c in lin.contrib if mode == "contrib" else lin.full():
+                    if ctx.slot_input[s] == i:
+                        pairs.setdefault((j, c), set()).add(s)
+            groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+            for col_pair, ss in pairs.items():
+                groups.setdefault(tuple(sorted(ss)), []).append(col_pair)
+            plan[(inp.name, mode)] = sorted(groups.items())
+            for key in groups:
+                needed.setdefault(key, i)
+    marked = mark(result._df)
+    keys = list(needed)
+    offsets, tables = row_tables(
+        marked,
+        [(*_slot_column(k, result._arrays), inputs[needed[k]].n_rows) for k in keys],
+    )
+    row_table = dict(zip(keys, tables, strict=True))
+    t_pass = time.perf_counter()
+    n_out = offsets[-1]
+    out = dense_ids(marked, offsets)
+    cached.append(RowIds(out, n_out, marked))
+    frame = out.drop(*slot_names, ROW_ID)
+    with_id = out.drop(*slot_names)
+    contributing: dict[str, LineageTable] = {}
+    considered: dict[str, LineageTable] = {}
+    out_shape = (n_out, len(columns))
+    for i, inp in enumerate(inputs):
+        if result._a2a:
+            full = (
+                full_table(out_shape, inp.shape)
+                if i in result._sources
+                else empty_table(out_shape, inp.shape)
+            )
+            contributing[inp.name] = considered[inp.name] = full
+            continue
+        for mode, dest in (("contrib", contributing), ("consid", considered)):
+            parts = []
+            for key, jcs in plan[(inp.name, mode)]:
+                jc: npt.NDArray[np.int64] = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
+                col_table = compress(
+                    LineageRelation.from_columns(
+                        (len(columns),), (len(inp.columns),), [jc[:, 0]], [jc[:, 1]]
+                    ),
+                    fallback="never",
+                )
+                parts.append(product_table(row_table[key], col_table))
+            dest[inp.name] = concat_tables(parts) if parts else empty_table(out_shape, inp.shape)
+    column_lineage: dict[str, dict[str, list[str]]] = {}
+    for j, p in enumerate(user_pos):
+        lin = infos[p]
+        assert isinstance(lin, ColumnLineage)
+        deps: dict[str, set[str]] = {}
+        for s, c in lin.contrib:
+            inp = inputs[ctx.slot_input[s]]
+            deps.setdefault(inp.name, set()).add(inp.columns[c])
+        if result._a2a:
+            deps = {inputs[i].name: set(inputs[i].columns) for i in result._sources}
+        column_lineage[columns[j]] = {k: sorted(v) for k, v in deps.items()}
+    t2 = time.perf_counter()
+    return FrameCapture(
+        frame=frame,
+        frame_with_row_id=with_id,
+        columns=columns,
+        n_rows=n_out,
+        inputs=tuple(inputs),
+        contributing=contributing,
+        considered=considered,
+        column_lineage=column_lineage,
+        flagged=bool(ctx.flagged_ops),
+        flagged_ops=tuple(ctx.flagged_ops),
+        timings={"plan_s": t1 - t0, "pass_s": t_pass - t1, "product_s": t2 - t_pass},
+        _cached=cached,
+    )
+
+
+def _slot_column(slots: tuple[int, ...], arrays: frozenset[int]) -> tuple[Any, bool]:
+    """The input row ids of the union of ``slots``: a bigint column for one scalar slot, else
+    an ``array<bigint>`` column (and whether it is one)."""
+    if len(slots) == 1 and slots[0] not in arrays:
+        return F.col(slot_name(slots[0])), False
+    empty = F.array().cast("array<bigint>")
+    parts = [
+        F.coalesce(F.col(slot_name(s)), empty)
+        if s in arrays
+        else F.when(F.col(slot_name(s)).isNull(), empty).otherwise(F.array(F.col(slot_name(s))))
+        for s in slots
+    ]
+    return (F.concat(*parts) if len(parts) > 1 else parts[0]), True

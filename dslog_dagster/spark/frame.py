@@ -1,0 +1,903 @@
+"""``TrackedFrame``: a DataFrame whose rows carry provenance ids through user code.
+
+The relational capture (Titian / Smoke / PROVision-style id propagation) hands user code a
+``TrackedFrame`` per input. It has the DataFrame API people use and, hidden from the user,
+*slot* columns: slot ``s`` of an output row names the input rows (of one input) that the row
+came from — a ``bigint`` while every row has one source, an ``array<bigint>`` after an
+aggregation. Every method runs the real PySpark method on the frame with its slots, so values
+are exactly what plain PySpark computes, and:
+
+* **row lineage** travels in the slots: projections, filters, sorts and limits keep them;
+  joins keep both sides' slots (the row ← the left row and the right row); aggregations,
+  ``distinct`` and pivots collect the slots of their group; unions keep each side's slots
+  (``null`` on the other side); explode copies them to every generated row; window functions
+  add one slot per window frame (``collect_list`` of the slots over the same frame);
+* **column lineage** comes from the analyzed plan (:mod:`dslog_dagster.spark.plan`): every
+  visible column knows which (slot, input column) pairs contributed its value and which were
+  only considered (predicates, join/group keys, window partition and order).
+
+A method that is not part of the supported API raises
+:class:`~dslog_dagster.errors.UnsupportedFrameOperationError` naming it; under
+``on_unknown="all_to_all"`` it runs on the plain frame and the lineage of everything after it is
+a flagged all-to-all relation.
+"""
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.spark.plan import (
+    Base,
+    ColumnLineage,
+    Info,
+    PlanWalker,
+    refs_of,
+    seq,
+    slot_id,
+    slot_name,
+    union_all,
+)
+
+__all__ = ["CaptureContext", "TrackedFrame", "TrackedGroupedData"]
+
+OnUnknown = Literal["raise", "all_to_all"]
+
+_UID = "__dslog_uid"
+_TMP = "__dslog_c"
+
+
+@dataclass
+class CaptureContext:
+    """State shared by the frames of one capture: slot ids and which input each belongs to."""
+
+    on_unknown: OnUnknown = "raise"
+    slot_input: dict[int, int] = field(default_factory=dict)
+    counter: Iterable[int] = field(default_factory=itertools.count)
+    flagged_ops: list[str] = field(default_factory=list)
+
+    def new_slot(self, input_index: int) -> int:
+        sid = next(iter(self.counter))
+        self.slot_input[sid] = input_index
+        return sid
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _col(name: str) -> Column:
+    return F.col(_quote(name))
+
+
+def _flatten_args(cols: Sequence[Any]) -> list[Any]:
+    if len(cols) == 1 and isinstance(cols[0], list | tuple):
+        return list(cols[0])
+    return list(cols)
+
+
+class TrackedFrame:
+    """A DataFrame with hidden provenance slots; see the module docstring.
+
+    Only the capture creates these; user code receives them in place of the input DataFrames
+    and returns one.
+    """
+
+    def __init__(
+        self,
+        ctx: CaptureContext,
+        df: DataFrame,
+        infos: Sequence[Info],
+        arrays: Iterable[int] = (),
+        sources: Iterable[int] = (),
+        all_to_all: bool = False,
+    ) -> None:
+        self._ctx = ctx
+        self._df = df
+        self._infos = list(infos)
+        self._arrays = frozenset(arrays)
+        self._sources = frozenset(sources)
+        self._a2a = all_to_all
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def _slots(self) -> list[int]:
+        return [slot_id(i) for i in self._infos if isinstance(i, str)]
+
+    def _user_positions(self) -> list[int]:
+        return [p for p, i in enumerate(self._infos) if not isinstance(i, str)]
+
+    def _visible_df(self) -> DataFrame:
+        names = [slot_name(s) for s in self._slots]
+        return self._df.drop(*names) if names else self._df
+
+    def _base(self, df: DataFrame | None = None, infos: Sequence[Info] | None = None) -> Base:
+        d = self._df if df is None else df
+        return Base(
+            d._jdf.queryExecution().analyzed(), list(self._infos if infos is None else infos)
+        )
+
+    def _new(
+        self,
+        df: DataFrame,
+        infos: Sequence[Info],
+        arrays: Iterable[int] | None = None,
+        sources: Iterable[int] | None = None,
+    ) -> "TrackedFrame":
+        present = {slot_id(i) for i in infos if isinstance(i, str)}
+        # pairs naming slots the frame no longer has (e.g. the right side of an anti join)
+        cleaned: list[Info] = [
+            i
+            if isinstance(i, str)
+            else ColumnLineage(
+                frozenset(r for r in i.contrib if r[0] in present),
+                frozenset(r for r in i.consid if r[0] in present),
+            )
+            for i in infos
+        ]
+        arr = self._arrays if arrays is None else frozenset(arrays)
+        return TrackedFrame(
+            self._ctx,
+            df,
+            cleaned,
+            arr & present,
+            self._sources if sources is None else sources,
+        )
+
+    def _finish(
+        self,
+        res: DataFrame,
+        op: str,
+        bases: Sequence[Base] | None = None,
+        window_rule: Any = None,
+        arrays: Iterable[int] | None = None,
+        sources: Iterable[int] | None = None,
+    ) -> "TrackedFrame":
+        walker = PlanWalker(bases or [self._base()], op, window_rule)
+        infos = walker.resolve(res._jdf.queryExecution().analyzed())
+        return self._new(res, infos, arrays, sources)
+
+    def _unknown(self, op: str, run: Callable[[DataFrame], Any]) -> Any:
+        """An operation without a lineage rule: raise, or run it untracked (flagged)."""
+        if self._ctx.on_unknown != "all_to_all":
+            msg = (
+                f"`DataFrame.{op}` has no lineage rule in dslog's Spark capture, so its lineage "
+                "would be a guess. Use the supported operations (README, section Spark), or "
+                "capture with `on_unknown='all_to_all'` to record a flagged all-to-all relation."
+            )
+            raise UnsupportedFrameOperationError(msg)
+        self._ctx.flagged_ops.append(op)
+        out = run(self._visible_df())
+        if isinstance(out, DataFrame):
+            return _all_to_all(self._ctx, out, self._sources)
+        return out
+
+    # ------------------------------------------------------------------ read-only API
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._visible_df().columns)
+
+    @property
+    def dtypes(self) -> list[tuple[str, str]]:
+        return self._visible_df().dtypes
+
+    @property
+    def schema(self) -> Any:
+        return self._visible_df().schema
+
+    @property
+    def sparkSession(self) -> Any:
+        return self._df.sparkSession
+
+    def printSchema(self) -> None:
+        self._visible_df().printSchema()
+
+    def count(self) -> int:
+        return self._df.count()
+
+    def collect(self) -> list[Any]:
+        return self._visible_df().collect()
+
+    def take(self, n: int) -> list[Any]:
+        return self._visible_df().take(n)
+
+    def head(self, n: int | None = None) -> Any:
+        return self._visible_df().head() if n is None else self._visible_df().head(n)
+
+    def first(self) -> Any:
+        return self._visible_df().first()
+
+    def isEmpty(self) -> bool:
+        return self._df.isEmpty()
+
+    def show(self, *args: Any, **kwargs: Any) -> None:
+        self._visible_df().show(*args, **kwargs)
+
+    def toPandas(self) -> Any:
+        return self._visible_df().toPandas()
+
+    def __getitem__(self, item: Any) -> Any:
+        if isinstance(item, str):
+            return self._df[item]
+        if isinstance(item, int):
+            return self._df[self.columns[item]]
+        if isinstance(item, Column):
+            return self.filter(item)
+        if isinstance(item, list | tuple):
+            return self.select(*item)
+        msg = f"TrackedFrame indices are column names, positions, conditions or lists: {item!r}"
+        raise TypeError(msg)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        df = self.__dict__.get("_df")
+        if df is not None and name in self.columns:
+            return df[name]
+        if isinstance(getattr(DataFrame, name, None), property):
+            return self._unknown(name, lambda d: getattr(d, name))
+        if hasattr(DataFrame, name):
+            return lambda *a, **k: self._unknown(name, lambda d: getattr(d, name)(*a, **k))
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        cols = ", ".join(f"{n}: {t}" for n, t in self.dtypes)
+        return f"TrackedFrame[{cols}]"
+
+    # ------------------------------------------------------------------ projections
+
+    def _star(self, cols: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for c in cols:
+            if isinstance(c, str) and c == "*":
+                out += [_col(n) for n in self.columns]
+            else:
+                out.append(c)
+        return out
+
+    def _project(self, op: str, fn: Callable[[DataFrame, list[Column]], DataFrame]) -> Any:
+        """Run a projection-like ``fn(frame, slot columns)`` (select, withColumn, ...), with
+        window functions; ``None`` when the projection is really a global aggregation."""
+        if self._a2a:
+            return _all_to_all(self._ctx, fn(self._df, []), self._sources)
+        slot_cols = [_col(n) for n in self._infos if isinstance(n, str)]
+        try:
+            first = fn(self._df, slot_cols)
+        except AnalysisException:
+            # e.g. a global aggregate in select(): the slot columns are not grouped
+            visible = self._visible_df()
+            probe = fn(visible, [])
+            if "Aggregate" in _nodes_above(probe._jdf.queryExecution().analyzed(), visible):
+                return None  # caller turns it into a global aggregation
+            raise
+        nodes = _nodes_above(first._jdf.queryExecution().analyzed(), self._df)
+        if "Window" not in nodes:
+            return self._finish(first, op)
+        windows: dict[tuple[Any, ...], _WindowKey] = {}
+        for node in nodes.get("Window", []):
+            for e in seq(node.windowExpressions()):
+                k = _window_key(e, op)
+                windows.setdefault(k.key, k)
+        df = self._df
+        infos = list(self._infos)
+        arrays = set(self._arrays)
+        mapping: dict[tuple[Any, ...], dict[int, int]] = {}
+        extra = []
+        for key, wk in windows.items():
+            m = {}
+            for s in self._slots:
+                new = self._ctx.new_slot(self._ctx.slot_input[s])
+                m[s] = new
+                coll = F.collect_list(_col(slot_name(s))).over(wk.window())
+                if s in self._arrays:
+                    coll = F.flatten(coll)
+                extra.append(coll.alias(slot_name(new)))
+                infos.append(slot_name(new))
+                arrays.add(new)
+            mapping[key] = m
+        if extra:
+            df = df.select("*", *extra)
+        res = fn(df, [_col(n) for n in infos if isinstance(n, str)])
+        base = Base(df._jdf.queryExecution().analyzed(), infos)
+
+        def rule(e: Any, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
+            wk = _window_key(e, op)
+            return wk.lineage(lin_of).remap(mapping[wk.key])
+
+        return self._finish(res, op, [base], rule, arrays)
+
+    def select(self, *cols: Any) -> "TrackedFrame":
+        exprs = self._star(_flatten_args(cols))
+        out = self._project("select", lambda d, slots: d.select(*exprs, *slots))
+        if out is None:
+            return self.groupBy().agg(*exprs)
+        return out  # type: ignore[no-any-return]
+
+    def selectExpr(self, *exprs: str) -> "TrackedFrame":
+        cols = [e if e == "*" else F.expr(e) for e in _flatten_args(exprs) if isinstance(e, str)]
+        return self.select(*cols)
+
+    def withColumn(self, name: str, col: Column) -> "TrackedFrame":
+        out = self._project("withColumn", lambda d, _: d.withColumn(name, col))
+        if out is None:
+            out = self._unknown("withColumn(aggregate)", lambda d: d.withColumn(name, col))
+        return out  # type: ignore[no-any-return]
+
+    def withColumns(self, *maps: Mapping[str, Column]) -> "TrackedFrame":
+        merged: dict[str, Column] = {}
+        for m in maps:
+            merged.update(m)
+        out = self._project("withColumns", lambda d, _: d.withColumns(merged))
+        if out is None:
+            out = self._unknown("withColumns(aggregate)", lambda d: d.withColumns(merged))
+        return out  # type: ignore[no-any-return]
+
+    def _simple(self, op: str, fn: Callable[[DataFrame], DataFrame]) -> "TrackedFrame":
+        if self._a2a:
+            return _all_to_all(self._ctx, fn(self._df), self._sources)
+        return self._finish(fn(self._df), op)
+
+    def withColumnRenamed(self, existing: str, new: str) -> "TrackedFrame":
+        return self._simple("withColumnRenamed", lambda d: d.withColumnRenamed(existing, new))
+
+    def withColumnsRenamed(self, mapping: Mapping[str, str]) -> "TrackedFrame":
+        return self._simple("withColumnsRenamed", lambda d: d.withColumnsRenamed(dict(mapping)))
+
+    def toDF(self, *names: str) -> "TrackedFrame":
+        it = iter(names)
+        if len(names) != len(self.columns):
+            msg = f"toDF got {len(names)} names for {len(self.columns)} columns."
+            raise ValueError(msg)
+        full = [i if isinstance(i, str) else next(it) for i in self._infos]
+        return self._simple("toDF", lambda d: d.toDF(*full) if not self._a2a else d.toDF(*names))
+
+    def drop(self, *cols: Any) -> "TrackedFrame":
+        return self._simple("drop", lambda d: d.drop(*cols))
+
+    def alias(self, name: str) -> "TrackedFrame":
+        return self._simple("alias", lambda d: d.alias(name))
+
+    # ------------------------------------------------------------------ row filters / order
+
+    def filter(self, condition: Column | str) -> "TrackedFrame":
+        cond = F.expr(condition) if isinstance(condition, str) else condition
+        return self._simple("filter", lambda d: d.filter(cond))
+
+    where = filter
+
+    def orderBy(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":
+        return self._simple("orderBy", lambda d: d.orderBy(*cols, **kwargs))
+
+    sort = orderBy
+
+    def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":
+        return self._simple(
+            "sortWithinPartitions", lambda d: d.sortWithinPartitions(*cols, **kwargs)
+        )
+
+    def limit(self, num: int) -> "TrackedFrame":
+        return self._simple("limit", lambda d: d.limit(num))
+
+    def repartition(self, *args: Any, **kwargs: Any) -> "TrackedFrame":
+        return self._simple("repartition", lambda d: d.repartition(*args, **kwargs))
+
+    def coalesce(self, n: int) -> "TrackedFrame":
+        return self._simple("coalesce", lambda d: d.coalesce(n))
+
+    def cache(self) -> "TrackedFrame":
+        self._df = self._df.cache()
+        return self
+
+    def persist(self, *args: Any) -> "TrackedFrame":
+        self._df = self._df.persist(*args)
+        return self
+
+    def transform(self, func: Callable[..., "TrackedFrame"], *args: Any, **kwargs: Any) -> Any:
+        return func(self, *args, **kwargs)
+
+    # ------------------------------------------------------------------ missing values
+
+    def fillna(self, value: Any, subset: Any = None) -> "TrackedFrame":
+        if isinstance(value, dict):
+            return self._simple("fillna", lambda d: d.fillna(value))
+        sub = [subset] if isinstance(subset, str) else subset
+        sub = list(sub) if sub is not None else self.columns
+        return self._simple("fillna", lambda d: d.fillna(value, sub))
+
+    def dropna(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> Any:
+        sub = [subset] if isinstance(subset, str) else subset
+        sub = list(sub) if sub is not None else self.columns
+        return self._simple("dropna", lambda d: d.dropna(how, thresh, sub))
+
+    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> Any:
+        sub = [subset] if isinstance(subset, str) else subset
+        sub = list(sub) if sub is not None else self.columns
+        if isinstance(to_replace, dict):
+            return self._simple("replace", lambda d: d.replace(to_replace, subset=sub))
+        return self._simple("replace", lambda d: d.replace(to_replace, value, sub))
+
+    @property
+    def na(self) -> "_NaFunctions":
+        return _NaFunctions(self)
+
+    # ------------------------------------------------------------------ duplicates
+
+    def distinct(self) -> "TrackedFrame":
+        return self.dropDuplicates()
+
+    def dropDuplicates(self, subset: Sequence[str] | None = None) -> "TrackedFrame":
+        if self._a2a:
+            sub_list = list(subset) if subset is not None else None
+            return _all_to_all(self._ctx, self._df.dropDuplicates(sub_list), self._sources)
+        names = self.columns
+        sub = list(subset) if subset else names
+        missing = [s for s in sub if s not in names]
+        if missing:
+            msg = f"dropDuplicates: no columns {missing} in {names}."
+            raise ValueError(msg)
+        pos = self._user_positions()
+        tmp = [f"{_TMP}{p}" for p in range(len(self._infos))]
+        d = self._df.toDF(*tmp)
+        key_pos = [pos[names.index(s)] for s in dict.fromkeys(sub)]
+        other_pos = [p for p in pos if p not in key_pos]
+        slots = self._slots
+        picked: dict[int, int] = {}
+        aggs = []
+        if other_pos:
+            for s in slots:
+                picked[s] = self._ctx.new_slot(self._ctx.slot_input[s])
+            p_slots = [_col(tmp[self._infos.index(slot_name(s))]) for s in slots]
+            row = F.struct(
+                *[_col(tmp[p]).alias(tmp[p]) for p in other_pos],
+                *[c.alias(slot_name(picked[s])) for c, s in zip(p_slots, slots, strict=True)],
+            )
+            aggs.append(F.first(row).alias("__dslog_first"))
+        for s in slots:
+            c = F.collect_list(_col(tmp[self._infos.index(slot_name(s))]))
+            aggs.append((F.flatten(c) if s in self._arrays else c).alias(slot_name(s)))
+        g = d.groupBy(*[_col(tmp[p]) for p in key_pos]).agg(*aggs)
+        out_cols = []
+        infos: list[Info] = []
+        keys_lin = union_all(self._infos[p] for p in key_pos).full()  # type: ignore[misc]
+        for p in pos:
+            lin = self._infos[p]
+            assert isinstance(lin, ColumnLineage)
+            if p in key_pos:
+                out_cols.append(_col(tmp[p]).alias(names[pos.index(p)]))
+                infos.append(ColumnLineage(lin.contrib, lin.consid | keys_lin))
+            else:
+                out_cols.append(F.col(f"__dslog_first.{tmp[p]}").alias(names[pos.index(p)]))
+                moved = lin.remap(picked)
+                infos.append(ColumnLineage(moved.contrib, moved.consid | keys_lin))
+        for s in slots:
+            out_cols.append(_col(slot_name(s)))
+            infos.append(slot_name(s))
+        for s in slots if other_pos else []:
+            out_cols.append(
+                F.col(f"__dslog_first.{slot_name(picked[s])}").alias(slot_name(picked[s]))
+            )
+            infos.append(slot_name(picked[s]))
+        arrays = set(slots) | {picked[s] for s in slots if s in self._arrays and other_pos}
+        return self._new(g.select(*out_cols), infos, arrays)
+
+    drop_duplicates = dropDuplicates
+
+    # ------------------------------------------------------------------ joins
+
+    def _fresh(self, other: "TrackedFrame") -> "TrackedFrame":
+        """``other`` with new slot ids where it shares slots with ``self`` (self-joins)."""
+        shared = set(self._slots) & set(other._slots)
+        if not shared:
+            return other
+        ren = {s: self._ctx.new_slot(self._ctx.slot_input[s]) for s in shared}
+        df = other._df.withColumnsRenamed({slot_name(s): slot_name(n) for s, n in ren.items()})
+        infos = [
+            slot_name(ren.get(slot_id(i), slot_id(i)))
+            if isinstance(i, str)
+            else i.remap({s: ren.get(s, s) for s in other._slots})
+            for i in other._infos
+        ]
+        arrays = {ren.get(s, s) for s in other._arrays}
+        return TrackedFrame(self._ctx, df, infos, arrays, other._sources)
+
+    def join(self, other: "TrackedFrame", on: Any = None, how: str | None = None) -> Any:
+        if not isinstance(other, TrackedFrame):
+            msg = (
+                "A tracked frame can only be joined with another tracked frame (an input of "
+                f"the capture or a frame derived from one), not `{type(other).__name__}`."
+            )
+            raise UnsupportedFrameOperationError(msg)
+        how_n = (how or "inner").lower().replace("_", "")
+        sources = self._sources | other._sources
+        if self._a2a or other._a2a:
+            return _all_to_all(
+                self._ctx, self._visible_df().join(other._visible_df(), on, how), sources
+            )
+        other = self._fresh(other)
+        bases = [self._base(), other._base()]
+        arrays = self._arrays | other._arrays
+        if how_n in ("semi", "leftsemi"):
+            left = self._df.withColumn(_UID, F.monotonically_increasing_id())
+            aggs = []
+            for s in other._slots:
+                c = F.collect_list(_col(slot_name(s)))
+                aggs.append((F.flatten(c) if s in other._arrays else c).alias(slot_name(s)))
+            matches = left.join(other._df, on, "inner").groupBy(_UID).agg(*aggs)
+            res = left.join(matches, _UID, "inner").drop(_UID)
+            lbase = Base(left._jdf.queryExecution().analyzed(), [*self._infos, ColumnLineage()])
+            return self._finish(
+                res, "join(semi)", [lbase, other._base()], None, arrays | set(other._slots), sources
+            )
+        res = self._df.join(other._df, on, how) if how is not None else self._df.join(other._df, on)
+        return self._finish(res, f"join({how_n})", bases, None, arrays, sources)
+
+    def crossJoin(self, other: "TrackedFrame") -> Any:
+        return self.join(other, how="cross")
+
+    # ------------------------------------------------------------------ unions
+
+    def union(self, other: "TrackedFrame") -> "TrackedFrame":
+        if not isinstance(other, TrackedFrame):
+            msg = f"union needs a tracked frame, not `{type(other).__name__}`."
+            raise UnsupportedFrameOperationError(msg)
+        sources = self._sources | other._sources
+        if self._a2a or other._a2a:
+            return _all_to_all(self._ctx, self._visible_df().union(other._visible_df()), sources)
+        other = self._fresh(other)
+        a_pos, b_pos = self._user_positions(), other._user_positions()
+        if len(a_pos) != len(b_pos):
+            msg = f"union of frames with {len(a_pos)} and {len(b_pos)} columns."
+            raise ValueError(msg)
+        a_slots, b_slots = self._slots, other._slots
+        types = {**_slot_types(self), **_slot_types(other)}
+
+        def side(t: "TrackedFrame", pos: list[int], own: list[int]) -> DataFrame:
+            tmp = [f"{_TMP}{p}" for p in range(len(t._infos))]
+            d = t._df.toDF(*tmp)
+            cols = [_col(tmp[p]).alias(f"{_TMP}u{i}") for i, p in enumerate(pos)]
+            for s in [*a_slots, *b_slots]:
+                if s in own:
+                    cols.append(_col(tmp[t._infos.index(slot_name(s))]).alias(slot_name(s)))
+                else:
+                    cols.append(F.lit(None).cast(types[s]).alias(slot_name(s)))
+            return d.select(*cols)
+
+        res = side(self, a_pos, a_slots).union(side(other, b_pos, b_slots))
+        names = self.columns
+        res = res.toDF(*names, *[slot_name(s) for s in [*a_slots, *b_slots]])
+        infos: list[Info] = [
+            self._infos[p] | other._infos[q]  # type: ignore[operator]
+            for p, q in zip(a_pos, b_pos, strict=True)
+        ]
+        infos += [slot_name(s) for s in [*a_slots, *b_slots]]
+        return self._new(res, infos, self._arrays | other._arrays, sources)
+
+    unionAll = union
+
+    def unionByName(
+        self,
+        other: "TrackedFrame",
+        allowMissingColumns: bool = False,
+    ) -> "TrackedFrame":
+        mine, theirs = self.columns, other.columns
+        missing = [c for c in mine if c not in theirs]
+        if missing and not allowMissingColumns:
+            msg = f"unionByName: columns {missing} are missing on the right."
+            raise ValueError(msg)
+        extra = [c for c in theirs if c not in mine]
+        left = self
+        if extra:
+            if not allowMissingColumns:
+                msg = f"unionByName: columns {extra} are missing on the left."
+                raise ValueError(msg)
+            types = dict(other.dtypes)
+            left = self.select(
+                *[_col(c) for c in mine], *[F.lit(None).cast(types[c]).alias(c) for c in extra]
+            )
+        types_l = dict(left.dtypes)
+        right = other.select(
+            *[
+                _col(c) if c in theirs else F.lit(None).cast(types_l[c]).alias(c)
+                for c in left.columns
+            ]
+        )
+        return left.union(right)
+
+    # ------------------------------------------------------------------ aggregation
+
+    def groupBy(self, *cols: Any) -> "TrackedGroupedData":
+        return TrackedGroupedData(self, _flatten_args(cols))
+
+    groupby = groupBy
+
+    def agg(self, *exprs: Any) -> "TrackedFrame":
+        return self.groupBy().agg(*exprs)
+
+
+def _slot_types(t: TrackedFrame) -> dict[int, str]:
+    return {s: "array<bigint>" if s in t._arrays else "bigint" for s in t._slots}
+
+
+def _all_to_all(ctx: CaptureContext, df: DataFrame, sources: Iterable[int]) -> TrackedFrame:
+    """A frame whose every cell depends on every cell of every source (flagged)."""
+    names = df.columns
+    return TrackedFrame(ctx, df, [ColumnLineage() for _ in names], (), sources, all_to_all=True)
+
+
+def _nodes_above(plan: Any, base_df: DataFrame) -> dict[str, list[Any]]:
+    """Plan nodes between ``plan`` and the plan of ``base_df``, by node name."""
+    base = base_df._jdf.queryExecution().analyzed()
+    for semantic in (False, True):  # cheap object equality first, canonical plans if needed
+        out: dict[str, list[Any]] = {}
+        met = False
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            if node.equals(base) or (semantic and node.sameResult(base)):
+                met = True
+                continue
+            out.setdefault(node.nodeName(), []).append(node)
+            stack += seq(node.children())
+        if met:
+            return out
+    return out
+
+
+# ---------------------------------------------------------------------- windows
+
+
+_RANKING = {"RowNumber", "Rank", "DenseRank"}
+_WHOLE_PARTITION = {"PercentRank", "CumeDist", "NTile"}
+_OFFSET = {"Lag", "Lead", "NthValue"}
+
+
+@dataclass(frozen=True)
+class _WindowKey:
+    """A window frame as the capture rebuilds it: the slots of the rows in the frame."""
+
+    key: tuple[Any, ...]
+    fn: Any
+    spec: Any
+    kind: str
+
+    def window(self) -> Any:
+        parts, orders, ftype, lo, hi = self.key
+        w = Window.partitionBy(*[F.expr(p) for p in parts]) if parts else Window.partitionBy()
+        if orders:
+            cols = []
+            for sql, asc, nulls_first in orders:
+                c = F.expr(sql)
+                if asc:
+                    c = c.asc_nulls_first() if nulls_first else c.asc_nulls_last()
+                else:
+                    c = c.desc_nulls_first() if nulls_first else c.desc_nulls_last()
+                cols.append(c)
+            w = w.orderBy(*cols)
+        if ftype is None:
+            return w
+        return w.rowsBetween(lo, hi) if ftype == "ROWS" else w.rangeBetween(lo, hi)
+
+    def lineage(self, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
+        spec_lin = lin_of(refs_of(self.spec)).full()
+        if self.kind in _RANKING or self.kind in _WHOLE_PARTITION:
+            orders = [r for o in seq(self.spec.orderSpec()) for r in refs_of(o)]
+            return ColumnLineage(lin_of(orders).full(), spec_lin)
+        lin = lin_of(refs_of(self.fn))
+        if not lin.contrib:
+            return ColumnLineage(spec_lin, spec_lin)
+        return lin.considering(spec_lin)
+
+
+def _ignores_nulls(fn: Any) -> bool:
+    try:
+        return bool(fn.ignoreNulls())
+    except Exception:  # py4j raises a plain Py4JError when the method does not exist
+        return False
+
+
+def _bound(expr: Any, op: str) -> int:
+    sql = str(expr.sql()).upper()
+    if sql == "UNBOUNDED PRECEDING":
+        return Window.unboundedPreceding
+    if sql == "UNBOUNDED FOLLOWING":
+        return Window.unboundedFollowing
+    if sql == "CURRENT ROW":
+        return Window.currentRow
+    try:
+        return int(sql)
+    except ValueError:
+        msg = f"`{op}`: window frame bound `{sql}` is not an integer offset; not supported."
+        raise UnsupportedFrameOperationError(msg) from None
+
+
+def _window_key(alias: Any, op: str) -> _WindowKey:
+    wexpr = alias.child()
+    if wexpr.nodeName() != "WindowExpression":
+        msg = f"`{op}`: unexpected window expression `{alias.sql()}`."
+        raise UnsupportedFrameOperationError(msg)
+    fn = wexpr.windowFunction()
+    kind = str(fn.getClass().getSimpleName())
+    if kind not in _RANKING | _WHOLE_PARTITION | _OFFSET and kind != "AggregateExpression":
+        msg = (
+            f"`{op}`: window function `{fn.sql()}` ({kind}) has no lineage rule in dslog's "
+            "Spark capture."
+        )
+        raise UnsupportedFrameOperationError(msg)
+    if kind in _OFFSET and _ignores_nulls(fn):
+        msg = f"`{op}`: `{fn.sql()}` with ignoreNulls is not supported by the capture."
+        raise UnsupportedFrameOperationError(msg)
+    spec = wexpr.windowSpec()
+    parts = tuple(str(p.sql()) for p in seq(spec.partitionSpec()))
+    orders = tuple(
+        (
+            str(o.child().sql()),
+            str(o.direction().sql()).upper() == "ASC",
+            "FIRST" in str(o.nullOrdering().sql()).upper(),
+        )
+        for o in seq(spec.orderSpec())
+    )
+    frame = spec.frameSpecification()
+    if kind in _WHOLE_PARTITION:
+        key: tuple[Any, ...] = (
+            parts,
+            orders,
+            "ROWS",
+            Window.unboundedPreceding,
+            Window.unboundedFollowing,
+        )
+    elif frame.nodeName() == "SpecifiedWindowFrame":
+        ftype = "ROWS" if "Row" in str(frame.frameType().toString()) else "RANGE"
+        key = (parts, orders, ftype, _bound(frame.lower(), op), _bound(frame.upper(), op))
+    else:
+        key = (parts, orders, None, None, None)
+    return _WindowKey(key, fn, spec, kind)
+
+
+# ---------------------------------------------------------------------- grouped data
+
+
+class _NaFunctions:
+    def __init__(self, frame: TrackedFrame) -> None:
+        self._f = frame
+
+    def fill(self, value: Any, subset: Any = None) -> TrackedFrame:
+        return self._f.fillna(value, subset)
+
+    def drop(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> Any:
+        return self._f.dropna(how, thresh, subset)
+
+    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> Any:
+        return self._f.replace(to_replace, value, subset)
+
+
+class TrackedGroupedData:
+    """``frame.groupBy(...)``: aggregations that collect the provenance slots of each group."""
+
+    def __init__(self, frame: TrackedFrame, keys: list[Any], pivot: Any = None) -> None:
+        self._f = frame
+        self._keys = keys
+        self._pivot = pivot
+
+    def _exprs(self, exprs: Sequence[Any]) -> list[Column]:
+        if len(exprs) == 1 and isinstance(exprs[0], dict):
+            return [F.expr(f"{fn}({_quote(c) if c != '*' else '*'})") for c, fn in exprs[0].items()]
+        return list(exprs)
+
+    def agg(self, *exprs: Any) -> TrackedFrame:
+        cols = self._exprs(exprs)
+        f = self._f
+        if f._a2a:
+            g = f._df.groupBy(*self._keys)
+            if self._pivot is not None:
+                g = g.pivot(*self._pivot)
+            return _all_to_all(f._ctx, g.agg(*cols), f._sources)
+        if self._pivot is not None:
+            return self._pivot_agg(cols)
+        slot_aggs = []
+        for s in f._slots:
+            c = F.collect_list(_col(slot_name(s)))
+            slot_aggs.append((F.flatten(c) if s in f._arrays else c).alias(slot_name(s)))
+        res = f._df.groupBy(*self._keys).agg(*cols, *slot_aggs)
+        return f._finish(res, "groupBy.agg", arrays=set(f._slots))
+
+    def count(self) -> TrackedFrame:
+        return self.agg(F.count(F.lit(1)).alias("count"))
+
+    def _simple(self, fn: Callable[[str], Column], cols: Sequence[str]) -> TrackedFrame:
+        if not cols:
+            numeric = ("int", "bigint", "double", "float", "smallint", "tinyint", "decimal")
+            keys = {k for k in self._keys if isinstance(k, str)}
+            cols = [n for n, t in self._f.dtypes if t.startswith(numeric) and n not in keys]
+        return self.agg(*[fn(c) for c in cols])
+
+    def sum(self, *cols: str) -> TrackedFrame:
+        return self._simple(F.sum, cols)
+
+    def avg(self, *cols: str) -> TrackedFrame:
+        return self._simple(F.avg, cols)
+
+    mean = avg
+
+    def min(self, *cols: str) -> TrackedFrame:
+        return self._simple(F.min, cols)
+
+    def max(self, *cols: str) -> TrackedFrame:
+        return self._simple(F.max, cols)
+
+    def pivot(self, pivot_col: str, values: Sequence[Any] | None = None) -> "TrackedGroupedData":
+        if self._pivot is not None:
+            msg = "pivot() was already called on this grouping."
+            raise ValueError(msg)
+        return TrackedGroupedData(self._f, self._keys, (pivot_col, values))
+
+    def _pivot_agg(self, cols: list[Column]) -> TrackedFrame:
+        """Pivot: the user's result from Spark's own pivot; per pivot value a slot of the rows
+        with that value (for the pivoted cells) and a slot of the whole group (for the keys),
+        joined back on the group keys."""
+        f = self._f
+        p, values = self._pivot
+        if values is None:
+            vis = f._visible_df()
+            values = [r[0] for r in vis.select(p).distinct().orderBy(p).collect()]
+        values = list(values)
+        user = f._df.groupBy(*self._keys).pivot(p, values).agg(*cols)
+        nk = len(user.columns) - len(values) * len(cols)
+        # column lineage of each aggregate, from the un-pivoted aggregation's plan
+        plain = f._df.groupBy(*self._keys).agg(*cols)
+        plan_infos = PlanWalker([f._base()], "pivot").resolve(
+            plain._jdf.queryExecution().analyzed()
+        )
+        key_infos, agg_infos = plan_infos[:nk], plan_infos[nk:]
+        p_lin = PlanWalker([f._base()], "pivot").resolve(
+            f._df.select(p)._jdf.queryExecution().analyzed()
+        )[0]
+        assert isinstance(p_lin, ColumnLineage)
+        by_value: list[dict[int, int]] = []
+        slot_aggs = []
+        for i, v in enumerate(values):
+            m = {}
+            for s in f._slots:
+                new = f._ctx.new_slot(f._ctx.slot_input[s])
+                m[s] = new
+                cond = (
+                    F.col(p).eqNullSafe(F.lit(v))
+                    if not isinstance(p, Column)
+                    else p.eqNullSafe(F.lit(v))
+                )
+                c = F.collect_list(F.when(cond, _col(slot_name(s))))
+                slot_aggs.append((F.flatten(c) if s in f._arrays else c).alias(slot_name(new)))
+            by_value.append(m)
+            del i
+        for s in f._slots:
+            c = F.collect_list(_col(slot_name(s)))
+            slot_aggs.append((F.flatten(c) if s in f._arrays else c).alias(slot_name(s)))
+        slots_df = f._df.groupBy(*self._keys).agg(*slot_aggs)
+        ucols = [f"{_TMP}k{i}" for i in range(nk)]
+        u = user.toDF(*ucols, *user.columns[nk:])
+        sk = [f"{_TMP}j{i}" for i in range(nk)]
+        sd = slots_df.toDF(*sk, *slots_df.columns[nk:])
+        on = [u[a].eqNullSafe(sd[b]) for a, b in zip(ucols, sk, strict=True)]
+        joined = u.join(sd, on, "inner") if on else u.crossJoin(sd)
+        out = [_col(a).alias(n) for a, n in zip(ucols, user.columns[:nk], strict=True)]
+        out += [_col(n) for n in user.columns[nk:]]
+        slot_cols = list(slots_df.columns[nk:])
+        out += [_col(n) for n in slot_cols]
+        res = joined.select(*out)
+        infos: list[Info] = []
+        for ki in key_infos:
+            assert isinstance(ki, ColumnLineage)
+            infos.append(ki)
+        for m in by_value:
+            for ai in agg_infos:
+                assert isinstance(ai, ColumnLineage)
+                infos.append(ai.considering(p_lin.full()).remap({**m}))
+        infos += slot_cols
+        arrays = set(f._slots) | {n for m in by_value for n in m.values()}
+        return f._new(res, infos, arrays)

@@ -1,0 +1,185 @@
+"""Row lineage compressed where the data is: ProvRC per Spark partition, merged exactly.
+
+The (output row, input row) pairs of a capture are never collected: each partition of the
+pair DataFrame is compressed by the native ProvRC kernel inside ``mapInArrow`` (on the
+executors), and only the small per-partition tables travel to the driver, where
+:func:`~dslog_dagster.core.combine.merge_tables` unites them. The pairs are produced from a
+frame whose partitions hold disjoint, contiguous ranges of output row ids (the dense ids of
+:mod:`dslog_dagster.spark.rowid`), so no shuffle is needed and the union is exact.
+"""
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from dslog_dagster.core.combine import merge_tables
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.storage import table_from_blob, table_to_blob
+from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
+
+__all__ = ["compress_pairs", "row_tables", "shift_rows"]
+
+_BLOB_SCHEMA = "blob binary"
+
+
+def _compressor(n_out: int, n_in: int, out_col: str, in_col: str):  # type: ignore[no-untyped-def]
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from dslog_dagster.core.provrc import compress
+
+        outs, ins = [], []
+        for b in batches:
+            if b.num_rows:
+                outs.append(b.column(out_col).to_numpy(zero_copy_only=False))
+                ins.append(b.column(in_col).to_numpy(zero_copy_only=False))
+        if not outs:
+            return
+        o = np.concatenate(outs).astype(np.int64, copy=False)
+        i = np.concatenate(ins).astype(np.int64, copy=False)
+        rel = LineageRelation.from_columns((n_out,), (n_in,), [o], [i])
+        blob = table_to_blob(compress(rel, threads=1))
+        yield pa.RecordBatch.from_arrays([pa.array([blob], pa.binary())], names=["blob"])
+
+    return run
+
+
+def compress_pairs(
+    pairs: DataFrame, n_out: int, n_in: int, out_col: str = "o", in_col: str = "r"
+) -> LineageTable:
+    """ProvRC table ``(n_out,) ← (n_in,)`` of the pairs in ``pairs`` (two bigint columns).
+
+    Every partition of ``pairs`` must hold output ids that no other partition holds (true for
+    pairs selected straight from a frame with dense row ids); pairs with a null input are
+    ignored (a row without a source in this slot).
+    """
+    clean = pairs.select(out_col, in_col).where(f"`{in_col}` IS NOT NULL")
+    blobs = clean.mapInArrow(_compressor(n_out, n_in, out_col, in_col), _BLOB_SCHEMA).collect()
+    tables = [table_from_blob(bytes(r["blob"])) for r in blobs]
+    if not tables:
+        return LineageTable((n_out,), (n_in,), "provrc", 0, 0, *_empty_fields())
+    return merge_tables(tables)
+
+
+def _empty_fields() -> list[np.ndarray]:
+    return [np.zeros((1, 0), np.int64) for _ in range(8)]
+
+
+def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
+    """``table`` over local output rows ``0..k-1`` moved to ``offset..offset+k-1`` of an
+    output of ``n_out`` rows (exact: a relative constraint ``F(b) = mult·floor((b + r)/q)`` on
+    the row axis becomes ``F(b') `` with ``r' = r - offset``)."""
+    out_shape = (n_out, *table.out_shape[1:])
+    if table.encoding == "columnar":
+        raw = table.raw.copy()
+        raw[0] += offset
+        return dataclasses.replace(table, out_shape=out_shape, raw=raw, encoded={})
+    out_lo, out_hi, in_r = table.out_lo.copy(), table.out_hi.copy(), table.in_r.copy()
+    in_lo, in_hi = table.in_lo.copy(), table.in_hi.copy()
+    out_lo[0] += offset
+    out_hi[0] += offset
+    rel = table.in_ref >= 0
+    in_r[table.in_ref == 0] -= offset
+    # canonical form r ∈ [0, q): mult·floor((b + r)/q) = mult·floor((b + r mod q)/q) + mult·k
+    # with k = (r - r mod q)/q, so the delta bounds absorb mult·k. Equal patterns from
+    # different partitions then have equal fields and merge across the seams.
+    q = np.where(rel, table.in_q, 1)
+    k = np.where(rel, (in_r - np.mod(in_r, q)) // q, 0)
+    in_r = np.where(rel, np.mod(in_r, q), in_r)
+    in_lo = in_lo - table.in_mult * k
+    in_hi = in_hi - table.in_mult * k
+    return dataclasses.replace(
+        table,
+        out_shape=out_shape,
+        out_lo=out_lo,
+        out_hi=out_hi,
+        in_r=in_r,
+        in_lo=in_lo,
+        in_hi=in_hi,
+        encoded={},
+    )
+
+
+def _group_compressor(kinds: list[bool], n_ins: list[int]):  # type: ignore[no-untyped-def]
+    """Per partition: the row count and, per group, the ProvRC blob of its (local row, input
+    row) pairs. ``kinds[g]`` says whether group ``g`` is a list column (else a bigint)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        from dslog_dagster.core.provrc import compress
+
+        parts = [b for b in batches if b.num_rows]
+        if not parts:
+            return
+        t = pa.Table.from_batches(parts)
+        mid = t.column(MID).to_numpy()
+        pid = int(mid[0] >> PART_BITS)
+        local = (mid & ((1 << PART_BITS) - 1)).astype(np.int64)
+        n_local = int(local.max()) + 1
+        pids, counts, groups, blobs = [pid], [n_local], [-1], [b""]
+        for g, is_list in enumerate(kinds):
+            col = t.column(f"g{g}").combine_chunks()
+            if is_list:
+                flat = col.flatten()
+                parents = pc.list_parent_indices(col).to_numpy()
+                values = flat.to_numpy(zero_copy_only=False)
+                keep = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False))
+                o, r = local[parents][keep], values[keep].astype(np.int64)
+            else:
+                keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+                o = local[keep]
+                r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+            rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
+            pids.append(pid)
+            counts.append(n_local)
+            groups.append(g)
+            blobs.append(table_to_blob(compress(rel, threads=1)))
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(pids, pa.int64()),
+                pa.array(counts, pa.int64()),
+                pa.array(groups, pa.int32()),
+                pa.array(blobs, pa.binary()),
+            ],
+            names=["pid", "n", "g", "blob"],
+        )
+
+    return run
+
+
+def row_tables(
+    marked: DataFrame, groups: list[tuple[Column, bool, int]]
+) -> tuple[list[int], list[LineageTable]]:
+    """One pass over ``marked`` (persisted, with ``MID``): rows per partition and the row
+    lineage of every group, compressed per partition on the executors.
+
+    Args:
+        marked: the output frame from :func:`~dslog_dagster.spark.rowid.mark`.
+        groups: per group, a column of input row ids (``bigint``, or ``array<bigint>`` when
+            the flag is set) and the input's row count.
+
+    Returns:
+        The partition offsets (dense id of each partition's first row; the last entry is the
+        row count) and one table ``(n_out,) ← (n_in,)`` per group, merged exactly.
+    """
+    cols = [F.col(MID), *[c.alias(f"g{g}") for g, (c, _, _) in enumerate(groups)]]
+    fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups])
+    got = marked.select(*cols).mapInArrow(fn, "pid bigint, n bigint, g int, blob binary")
+    rows = got.collect()
+    counts = {int(r["pid"]): int(r["n"]) for r in rows if r["g"] < 0}
+    offsets = partition_offsets(counts)
+    n_out = offsets[-1]
+    pieces: list[list[LineageTable]] = [[] for _ in groups]
+    for r in rows:
+        if r["g"] >= 0:
+            t = table_from_blob(bytes(r["blob"]))
+            pieces[r["g"]].append(shift_rows(t, offsets[int(r["pid"])], n_out))
+    tables = [
+        merge_tables(p) if p else LineageTable((n_out,), (n,), "provrc", 0, 0, *_empty_fields())
+        for p, (_, _, n) in zip(pieces, groups, strict=True)
+    ]
+    return offsets, tables

@@ -1,0 +1,258 @@
+"""Column lineage from Spark's analyzed logical plan.
+
+Every tracked operation runs the real DataFrame method on a frame that carries provenance
+*slot* columns (:mod:`dslog_dagster.spark.frame`). The analyzed plan of the result then says,
+attribute by attribute, which columns each output column was computed from. This module walks
+the plan nodes an operation added on top of its input plan(s) and maps every output attribute
+to its :class:`ColumnLineage`: the (slot, input column) pairs that *contributed* its value and
+the ones that were only *considered* (filter predicates, join keys, grouping keys, window
+partitions — PROVision's distinction).
+
+Only the node types the supported operations produce are understood; any other node raises
+:class:`~dslog_dagster.errors.UnsupportedFrameOperationError` naming it, so lineage is never
+guessed.
+"""
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dslog_dagster.errors import UnsupportedFrameOperationError
+
+__all__ = ["SLOT_PREFIX", "ColumnLineage", "PlanWalker", "is_slot", "slot_id", "slot_name"]
+
+SLOT_PREFIX = "__dslog_s"
+
+Ref = tuple[int, int]  # (slot id, input column index)
+
+
+def slot_name(sid: int) -> str:
+    """Column name of provenance slot ``sid``."""
+    return f"{SLOT_PREFIX}{sid}"
+
+
+def is_slot(name: str) -> bool:
+    return name.startswith(SLOT_PREFIX) and name[len(SLOT_PREFIX) :].isdigit()
+
+
+def slot_id(name: str) -> int:
+    return int(name[len(SLOT_PREFIX) :])
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnLineage:
+    """Where one column's cells come from, per output row.
+
+    ``contrib``: pairs ``(slot, c)`` — the cell depends on column ``c`` of every input row the
+    output row's slot ``slot`` names. ``consid``: pairs that were only considered (they
+    filtered, joined, grouped or ordered the rows but are not part of the value).
+    """
+
+    contrib: frozenset[Ref] = frozenset()
+    consid: frozenset[Ref] = frozenset()
+
+    def full(self) -> frozenset[Ref]:
+        return self.contrib | self.consid
+
+    def __or__(self, other: "ColumnLineage") -> "ColumnLineage":
+        return ColumnLineage(self.contrib | other.contrib, self.consid | other.consid)
+
+    def considering(self, refs: Iterable[Ref]) -> "ColumnLineage":
+        return ColumnLineage(self.contrib, self.consid | frozenset(refs))
+
+    def remap(self, mapping: Mapping[int, int]) -> "ColumnLineage":
+        """Move every pair to another slot (``mapping[old] = new``); unmapped slots drop."""
+        return ColumnLineage(
+            frozenset((mapping[s], c) for s, c in self.contrib if s in mapping),
+            frozenset((mapping[s], c) for s, c in self.consid if s in mapping),
+        )
+
+
+def union_all(lins: Iterable[ColumnLineage]) -> ColumnLineage:
+    out = ColumnLineage()
+    for x in lins:
+        out = out | x
+    return out
+
+
+# An attribute of a plan: either a provenance slot or a column with its lineage.
+Info = ColumnLineage | str  # str: the slot's name
+
+
+def seq(s: Any) -> list[Any]:
+    """A Scala Seq (through py4j) as a Python list."""
+    return [s.apply(i) for i in range(s.size())]
+
+
+def _attr_seq(s: Any) -> list[Any]:
+    return seq(s.toSeq()) if hasattr(s, "toSeq") else seq(s)
+
+
+def refs_of(expr: Any) -> list[int]:
+    """Expression ids of the attributes an expression references."""
+    return [a.exprId().id() for a in _attr_seq(expr.references())]
+
+
+def output_of(plan: Any) -> list[tuple[str, int]]:
+    """``(name, exprId)`` of a plan's output attributes, in order."""
+    return [(a.name(), a.exprId().id()) for a in seq(plan.output())]
+
+
+@dataclass
+class Base:
+    """An input plan of an operation and what each of its output positions is."""
+
+    plan: Any
+    infos: list[Info]
+
+
+class _NoBase(Exception):
+    """A leaf was reached without meeting a base plan (retry comparing semantically)."""
+
+
+WindowRule = Callable[[Any, Callable[[list[int]], ColumnLineage]], ColumnLineage]
+
+_PASS_THROUGH = {
+    "Sort",
+    "GlobalLimit",
+    "LocalLimit",
+    "Limit",
+    "SubqueryAlias",
+    "ResolvedHint",
+    "Repartition",
+    "RepartitionByExpression",
+    "RebalancePartitions",
+    "Offset",
+}
+
+
+class PlanWalker:
+    """Maps the output attributes of an analyzed plan to :data:`Info` through the nodes an
+    operation stacked on one or more known base plans."""
+
+    def __init__(
+        self, bases: Sequence[Base], op: str, window_rule: WindowRule | None = None
+    ) -> None:
+        self.bases = list(bases)
+        self.op = op
+        self.window_rule = window_rule
+        self._semantic = False
+
+    def _unsupported(self, node: str) -> UnsupportedFrameOperationError:
+        msg = (
+            f"`{self.op}` produced a Spark plan node `{node}` that dslog's Spark capture has no "
+            "lineage rule for, so its lineage would be a guess. Express the step with the "
+            "supported operations (README, section Spark), or capture with "
+            "`on_unknown='all_to_all'` to record a flagged all-to-all relation."
+        )
+        return UnsupportedFrameOperationError(msg)
+
+    def resolve(self, plan: Any) -> list[Info]:
+        """Info of every output attribute of ``plan``, in order."""
+        # Plans built on a base contain its analyzed plan object, found with a cheap equality
+        # test; only when the analyzer rewrote it (self-joins deduplicate attribute ids) the
+        # walk is repeated comparing canonicalized plans (``sameResult``), which costs more.
+        self._semantic = False
+        try:
+            infos = self._walk(plan)
+        except _NoBase:
+            self._semantic = True
+            infos = self._walk(plan)
+        return [infos[eid] for _, eid in output_of(plan)]
+
+    def _base_of(self, node: Any) -> Base | None:
+        for b in self.bases:
+            if node.equals(b.plan):
+                return b
+        if self._semantic:
+            for b in self.bases:
+                if node.sameResult(b.plan):
+                    return b
+        elif not seq(node.children()):
+            raise _NoBase
+        return None
+
+    def _walk(self, node: Any) -> dict[int, Info]:
+        base = self._base_of(node)
+        if base is not None:
+            ids = [eid for _, eid in output_of(node)]
+            return dict(zip(ids, base.infos, strict=True))
+        name = node.nodeName()
+        children = seq(node.children())
+        if name in _PASS_THROUGH:
+            return self._walk(children[0])
+        if name == "Project":
+            child = self._walk(children[0])
+            return {e.exprId().id(): self._expr_info(e, child) for e in seq(node.projectList())}
+        if name == "Filter":
+            child = self._walk(children[0])
+            cond = self._lin(refs_of(node.condition()), child).full()
+            return {k: v if isinstance(v, str) else v.considering(cond) for k, v in child.items()}
+        if name == "Generate":
+            child = self._walk(children[0])
+            gen = self._lin(refs_of(node.generator()), child)
+            out = dict(child)
+            for a in seq(node.generatorOutput()):
+                out[a.exprId().id()] = gen
+            return out
+        if name == "Window":
+            if self.window_rule is None:
+                raise self._unsupported(name)
+            child = self._walk(children[0])
+            out = dict(child)
+            for e in seq(node.windowExpressions()):
+                out[e.exprId().id()] = self.window_rule(e, lambda ids: self._lin(ids, child))
+            return out
+        if name == "Aggregate":
+            child = self._walk(children[0])
+            keys = union_all(self._lin(refs_of(g), child) for g in seq(node.groupingExpressions()))
+            everything = union_all(v for v in child.values() if not isinstance(v, str))
+            out = {}
+            for e in seq(node.aggregateExpressions()):
+                eid = e.exprId().id()
+                if _is_slot_expr(e, child):
+                    out[eid] = e.name()
+                    continue
+                refs = refs_of(e)
+                lin = self._lin(refs, child)
+                if not lin.contrib:
+                    # count(*) and friends: the value is made by which rows are in the group
+                    lin = ColumnLineage(keys.full() if keys.full() else everything.full())
+                out[eid] = lin.considering(keys.full())
+            return out
+        if name == "Join":
+            left = self._walk(children[0])
+            right = self._walk(children[1])
+            both = {**left, **right}
+            cond = node.condition()
+            refs = refs_of(cond.get()) if cond.isDefined() else []
+            on = self._lin(refs, both).full()
+            return {k: v if isinstance(v, str) else v.considering(on) for k, v in both.items()}
+        raise self._unsupported(name)
+
+    def _lin(self, ids: Iterable[int], infos: Mapping[int, Info]) -> ColumnLineage:
+        out = ColumnLineage()
+        for i in ids:
+            info = infos.get(i)
+            if info is None:
+                msg = f"`{self.op}`: an expression references an attribute (#{i}) of no input."
+                raise self._unsupported_ref(msg)
+            if not isinstance(info, str):
+                out = out | info
+        return out
+
+    @staticmethod
+    def _unsupported_ref(msg: str) -> UnsupportedFrameOperationError:
+        return UnsupportedFrameOperationError(
+            msg + " Correlated subqueries and outer references are not supported."
+        )
+
+    def _expr_info(self, e: Any, child: Mapping[int, Info]) -> Info:
+        if _is_slot_expr(e, child):
+            return str(e.name())
+        return self._lin(refs_of(e), child)
+
+
+def _is_slot_expr(e: Any, child: Mapping[int, Info]) -> bool:
+    """A provenance slot (passed through, renamed or aggregated): slots are named as such."""
+    return is_slot(str(e.name()))

@@ -1,0 +1,49 @@
+"""``SparkSessionResource``: a Dagster resource giving the process's SparkSession.
+
+The session starts on first use (``get_session()``), not when Dagster builds the resource,
+so steps that never touch Spark never pay the ~8 s JVM start; once started it is reused by every
+step in the process (Spark allows one SparkContext per JVM). Defaults keep Spark loopback-only
+(:data:`~dslog_dagster.spark.session.DEFAULT_CONF`); ``master`` and ``conf`` accept anything
+Spark does (``local[*]``, ``spark://host:7077``, ``yarn``, ``k8s://...``).
+
+Examples:
+    >>> import dagster as dg
+    >>> defs = dg.Definitions(  # doctest: +SKIP
+    ...     assets=[...],
+    ...     resources={"spark": SparkSessionResource(master="local[2]")},
+    ... )
+"""
+
+from typing import Any
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from dslog_dagster.spark.session import get_session
+
+__all__ = ["SparkSessionResource"]
+
+
+class SparkSessionResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """A lazily started SparkSession shared by every step of the process."""
+
+    master: str = Field(
+        default="local[*]", description="Spark master URL (local[*], spark://..., yarn, ...)."
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark conf; overrides the loopback-only defaults key by key.",
+    )
+    app_name: str = Field(default="dslog-dagster", description="Spark application name.")
+    _session: Any = PrivateAttr(default=None)
+
+    def get_session(self) -> Any:
+        """The SparkSession (started on first call, then reused)."""
+        if self._session is None:
+            self._session = get_session(self.master, self.conf, self.app_name)
+        return self._session
+
+    @property
+    def spark_session(self) -> Any:
+        """Alias of :meth:`get_session` (the name dagster-pyspark uses)."""
+        return self.get_session()

@@ -1,0 +1,87 @@
+"""One SparkSession per process, with loopback-only defaults.
+
+Starting the JVM costs about 8 s on a small machine, so the session is created once and reused
+by every caller in the process (``getOrCreate``). The defaults keep Spark off the network: no
+UI (no Jetty port), driver host and bind address on ``127.0.0.1``, and few shuffle partitions
+because lineage capture runs many small jobs. Python workers run the interpreter of the
+driver, so the executors can import ``dslog_dagster`` (its native ProvRC kernels compress row
+lineage where the data is).
+"""
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from dslog_dagster.errors import SparkUnavailableError
+
+__all__ = ["DEFAULT_CONF", "get_session", "require_java"]
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+}
+"""Spark conf every session gets unless the caller overrides a key."""
+
+
+def require_java() -> str:
+    """The ``java`` executable Spark will use.
+
+    Raises:
+        SparkUnavailableError: no Java runtime is installed or on ``PATH``.
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return os.path.join(home, "bin", "java")
+    java = shutil.which("java")
+    if java is None:
+        msg = (
+            "Spark needs a Java runtime (Java 17), but `java` is not on PATH and JAVA_HOME is "
+            "not set. Install it (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) or "
+            "set JAVA_HOME; `tools/check-prereqs.sh` checks all prerequisites."
+        )
+        raise SparkUnavailableError(msg)
+    return java
+
+
+def get_session(
+    master: str = "local[*]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "dslog-dagster",
+) -> Any:  # a pyspark.sql.SparkSession (pyspark is imported lazily)
+    """The process's SparkSession, created on first use with ``master`` and ``conf``.
+
+    A session that already runs in this process is returned as it is (Spark allows one
+    active SparkContext per JVM); runtime SQL options from ``conf`` are applied to it.
+
+    Raises:
+        SparkUnavailableError: Java is missing or the JVM did not start.
+    """
+    require_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    merged = {**DEFAULT_CONF, **{str(k): str(v) for k, v in (conf or {}).items()}}
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        for k, v in merged.items():
+            if k.startswith("spark.sql.") and k != "spark.sql.session.timeZone":
+                active.conf.set(k, v)
+        return active
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in merged.items():
+        builder = builder.config(k, v)
+    try:
+        return builder.getOrCreate()
+    except Exception as e:  # the JVM gateway raises plain Exceptions / RuntimeErrors
+        msg = f"Could not start Spark (master `{master}`): {e}"
+        raise SparkUnavailableError(msg) from e

@@ -1,0 +1,129 @@
+"""DataFrame assets on disk: Parquet with a dense, stable row-id column.
+
+Lineage names the rows of a DataFrame asset by position, so every stored frame carries the
+column :data:`~dslog_dagster.spark.rowid.ROW_ID` (bigint 0..n-1, no gaps). :func:`write_frame`
+keeps the ids a frame already has (a :class:`~dslog_dagster.spark.capture.FrameCapture`'s
+``frame_with_row_id``, whose lineage uses them) and numbers any other frame in its current
+order. :func:`read_frame` gives user code an ordinary DataFrame (ids dropped), or the frame with
+ids for a lineage capture. :class:`SparkFrameIOManager` wraps both for Dagster.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from dslog_dagster.errors import LineageStorageError
+from dslog_dagster.spark.resource import SparkSessionResource
+from dslog_dagster.spark.rowid import ROW_ID, with_row_id
+
+__all__ = ["ROW_ID", "FrameInfo", "SparkFrameIOManager", "read_frame", "write_frame"]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameInfo:
+    """What :func:`write_frame` stored: rows, visible columns and their Spark types."""
+
+    path: str
+    rows: int
+    schema: tuple[tuple[str, str], ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The frame as a lineage array: ``(rows, columns)``."""
+        return (self.rows, len(self.schema))
+
+
+def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zstd") -> FrameInfo:
+    """Store ``df`` (a DataFrame, or a ``FrameCapture``) as Parquet with dense row ids.
+
+    The directory at ``path`` is replaced. Rows are written in row-id order.
+    """
+    from dslog_dagster.spark.capture import FrameCapture
+
+    if isinstance(df, FrameCapture):
+        frame, n, cached = df.frame_with_row_id, df.n_rows, None
+    elif ROW_ID in df.columns:
+        frame, n, cached = df, None, None
+    else:
+        ids = with_row_id(df)
+        frame, n, cached = ids.frame, ids.n, ids
+    target = os.fspath(path)
+    try:
+        frame.sortWithinPartitions(ROW_ID).write.mode("overwrite").option(
+            "compression", compression
+        ).parquet(target)
+    except Exception as e:
+        msg = f"Could not write the DataFrame to `{target}`: {e}"
+        raise LineageStorageError(msg) from e
+    finally:
+        if cached is not None:
+            cached.release()
+    if n is None:
+        n = frame.count()
+    schema = tuple(
+        (f.name, f.dataType.simpleString()) for f in frame.schema.fields if f.name != ROW_ID
+    )
+    return FrameInfo(target, int(n), schema)
+
+
+def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False) -> Any:
+    """Load a frame stored by :func:`write_frame`.
+
+    Args:
+        spark: the SparkSession.
+        path: the frame's directory.
+        row_id: keep the ``ROW_ID`` column (for ``capture_frames``); user code gets the frame
+            without it.
+    """
+    df = spark.read.parquet(os.fspath(path))
+    if ROW_ID not in df.columns:
+        msg = (
+            f"`{path}` has no `{ROW_ID}` column, so lineage cannot name its rows; store frames "
+            "with `write_frame`."
+        )
+        raise LineageStorageError(msg)
+    return df if row_id else df.drop(ROW_ID)
+
+
+class SparkFrameIOManager(dg.ConfigurableIOManager):
+    """Stores Spark DataFrame assets as ``<base_dir>/<asset key path>.parquet`` with row ids.
+
+    Outputs may be DataFrames or ``FrameCapture`` results (whose row ids the lineage uses).
+    Inputs load as ordinary DataFrames (``row_id_inputs=True`` keeps the id column, e.g. for
+    steps that call ``capture_frames`` themselves).
+    """
+
+    base_dir: str = Field(description="Directory of the stored frames.")
+    spark: dg.ResourceDependency[SparkSessionResource]
+    row_id_inputs: bool = Field(default=False, description="Load inputs with the row-id column.")
+
+    def _path(self, context: Any) -> str:
+        key = list(context.asset_key.path)
+        if context.has_asset_partitions:
+            key[-1] = f"{key[-1]}[{context.asset_partition_key}]"
+        root = os.path.abspath(self.base_dir)
+        path = os.path.abspath(os.path.join(root, *key) + ".parquet")
+        if os.path.commonpath([root, path]) != root:
+            msg = f"Asset key {key} would be stored outside `{root}`."
+            raise LineageStorageError(msg)
+        return path
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if obj is None:
+            return
+        info = write_frame(obj, self._path(context))
+        context.add_output_metadata(
+            {
+                "path": dg.MetadataValue.path(info.path),
+                "dagster/row_count": info.rows,
+                "dagster/column_schema": dg.TableSchema(
+                    columns=[dg.TableColumn(n, t) for n, t in info.schema]
+                ),
+            }
+        )
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        return read_frame(self.spark.get_session(), self._path(context), row_id=self.row_id_inputs)

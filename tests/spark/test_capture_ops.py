@@ -1,0 +1,299 @@
+"""Every supported DataFrame operation against a brute-force, hand-propagated reference."""
+
+from typing import Any
+
+import pytest
+from frame_reference import assert_lineage, output_rows
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.spark import ROW_ID, capture_frames
+
+PEOPLE = [
+    (0, "a", 1.0, 10),
+    (1, "a", 2.0, None),
+    (2, "b", None, 30),
+    (3, "c", 4.0, 40),
+    (4, "b", 5.0, 50),
+    (5, "a", 6.0, 60),
+]
+CITIES = [(0, "a", "Rome"), (1, "b", "Oslo"), (2, "a", "Lima"), (3, "d", "Kiev")]
+
+
+@pytest.fixture(scope="module")
+def people(spark: Any) -> Any:
+    df = spark.createDataFrame(PEOPLE, "id long, g string, v double, w long")
+    return df.withColumn(ROW_ID, F.col("id"))
+
+
+@pytest.fixture(scope="module")
+def cities(spark: Any) -> Any:
+    df = spark.createDataFrame(CITIES, "cid long, g string, city string")
+    return df.withColumn(ROW_ID, F.col("cid"))
+
+
+def own(cols: dict[str, list[str]]):  # type: ignore[no-untyped-def]
+    """Rule: output cell (row, col) <- the input row ``row['id']``, columns ``cols[col]``."""
+    return lambda row, col: [(row["id"], c) for c in cols.get(col, [])]
+
+
+def test_projection_ops_keep_rows_and_map_columns(people: Any) -> None:
+    def f(p: Any) -> Any:
+        x = p.select("id", "g", (F.col("v") * 2).alias("v2"), F.col("w"))
+        x = x.withColumn("s", F.col("v2") + F.col("w")).withColumnRenamed("g", "grp")
+        x = x.selectExpr("id", "grp", "s", "w + 1 AS w1").drop("w1")
+        return x.withColumns({"k": F.lit(7), "g2": F.upper("grp")})
+
+    cap = capture_frames(f, [people])
+    assert cap.columns == ("id", "grp", "s", "k", "g2")
+    rule = own({"id": ["id"], "grp": ["g"], "s": ["v", "w"], "g2": ["g"]})
+    assert_lineage(cap, 0, rule)
+    assert_lineage(cap, 0, rule, considered=True)
+    assert cap.column_lineage["s"] == {"input0": ["v", "w"]}
+    assert cap.frame.columns == list(cap.columns)  # no hidden columns for the user
+
+
+def test_filter_records_predicate_columns_as_considered(people: Any) -> None:
+    cap = capture_frames(lambda p: p.filter(F.col("w") > 15).where("v IS NOT NULL"), [people])
+    assert sorted(r["id"] for r in output_rows(cap)) == [3, 4, 5]
+    assert_lineage(cap, 0, own({c: [c] for c in ("id", "g", "v", "w")}))
+    assert_lineage(
+        cap, 0, lambda r, c: [(r["id"], c), (r["id"], "w"), (r["id"], "v")], considered=True
+    )
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full", "cross"])
+def test_join_keeps_both_sides(people: Any, cities: Any, how: str) -> None:
+    def f(p: Any, c: Any) -> Any:
+        if how == "cross":
+            return p.select("id", "v").crossJoin(c.select("cid", "city"))
+        return p.join(c, "g", how)
+
+    cap = capture_frames(f, {"p": people, "c": cities})
+    p_cols = {"id", "v", "w"} | ({"g"} if how != "cross" else set())
+
+    def rule_p(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+        if row["id"] is None:
+            return []
+        if col == "g":  # the using-join key: left.g, right.g (right join), or coalesce (full)
+            return [(row["id"], "g")] if how != "right" else []
+        return [(row["id"], col)] if col in p_cols else []
+
+    def rule_c(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+        if row["cid"] is None:
+            return []
+        if col == "g" and how in ("right", "full"):
+            return [(row["cid"], "g")]
+        return [(row["cid"], col)] if col in {"cid", "city"} else []
+
+    assert_lineage(cap, "p", rule_p)
+    assert_lineage(cap, "c", rule_c)
+    if how != "cross":
+
+        def cons_c(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+            base = rule_c(row, col)
+            return base + ([(row["cid"], "g")] if row["cid"] is not None else [])
+
+        assert_lineage(cap, "c", cons_c, considered=True)
+    expected = {"inner": 8, "left": 9, "right": 9, "full": 10, "cross": 24}[how]
+    assert cap.n_rows == expected
+
+
+def test_semi_join_considers_matched_rows_and_anti_join_keeps_left(
+    people: Any, cities: Any
+) -> None:
+    cap = capture_frames(lambda p, c: p.join(c, "g", "left_semi"), {"p": people, "c": cities})
+    assert sorted(r["id"] for r in output_rows(cap)) == [0, 1, 2, 4, 5]
+    assert_lineage(cap, "p", own({c: [c] for c in ("id", "g", "v", "w")}))
+    assert_lineage(cap, "c", lambda r, c: [])
+    match = {"a": [0, 2], "b": [1]}
+    assert_lineage(cap, "c", lambda r, c: [(m, "g") for m in match[r["g"]]], considered=True)
+    anti = capture_frames(lambda p, c: p.join(c, "g", "left_anti"), {"p": people, "c": cities})
+    assert [r["id"] for r in output_rows(anti)] == [3]
+    assert_lineage(anti, "p", own({c: [c] for c in ("id", "g", "v", "w")}))
+
+
+def test_self_join_keeps_sides_apart(people: Any) -> None:
+    def f(p: Any) -> Any:
+        right = p.select(F.col("g"), F.col("id").alias("id2"), F.col("w").alias("w2"))
+        return p.select("id", "g", "v").join(right, "g")
+
+    cap = capture_frames(f, [people])
+    assert cap.n_rows == 3 * 3 + 2 * 2 + 1
+
+    def rule(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+        left = {"id": "id", "v": "v"}
+        right = {"id2": "id", "w2": "w"}
+        if col in left:
+            return [(row["id"], left[col])]
+        if col in right:
+            return [(row["id2"], right[col])]
+        return [(row["id"], "g")]  # inner using-join key: the left side's column
+
+    assert_lineage(cap, 0, rule)
+
+
+def test_groupby_agg_collects_the_group(people: Any) -> None:
+    def f(p: Any) -> Any:
+        return p.groupBy("g").agg(
+            F.sum("v").alias("sv"),
+            F.count("*").alias("n"),
+            F.avg("w").alias("aw"),
+            F.min("v").alias("mn"),
+            F.max("w").alias("mx"),
+            F.collect_list("id").alias("ids"),
+        )
+
+    cap = capture_frames(f, [people])
+    groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
+    src = {"g": ["g"], "sv": ["v"], "n": ["g"], "aw": ["w"], "mn": ["v"], "mx": ["w"]}
+    src["ids"] = ["id"]
+    assert_lineage(cap, 0, lambda r, c: [(i, s) for i in groups[r["g"]] for s in src[c]])
+    assert_lineage(
+        cap,
+        0,
+        lambda r, c: [(i, s) for i in groups[r["g"]] for s in {*src[c], "g"}],
+        considered=True,
+    )
+
+
+def test_global_aggregate_and_shortcuts(people: Any) -> None:
+    cap = capture_frames(
+        lambda p: p.select(F.sum("w").alias("t"), F.count("*").alias("n")), [people]
+    )
+    assert cap.n_rows == 1
+    every = ["id", "g", "v", "w"]
+    assert_lineage(
+        cap,
+        0,
+        lambda r, c: (
+            [(i, "w") for i in range(6)] if c == "t" else [(i, x) for i in range(6) for x in every]
+        ),
+    )
+    cnt = capture_frames(lambda p: p.groupBy("g").count(), [people])
+    groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
+    assert_lineage(cnt, 0, lambda r, c: [(i, "g") for i in groups[r["g"]]])
+
+
+def test_union_distinct_and_drop_duplicates(people: Any, cities: Any) -> None:
+    def f(p: Any, c: Any) -> Any:
+        return p.select("g").union(c.select("g")).distinct()
+
+    cap = capture_frames(f, {"p": people, "c": cities})
+    assert sorted(r["g"] for r in output_rows(cap)) == ["a", "b", "c", "d"]
+    assert_lineage(cap, "p", lambda r, c: [(x[0], "g") for x in PEOPLE if x[1] == r["g"]])
+    assert_lineage(cap, "c", lambda r, c: [(x[0], "g") for x in CITIES if x[1] == r["g"]])
+
+    by_name = capture_frames(
+        lambda p, c: p.select("g", "id").unionByName(c.select(F.col("cid").alias("id"), "g")),
+        {"p": people, "c": cities},
+    )
+    assert by_name.n_rows == 10
+    assert by_name.columns == ("g", "id")
+
+    dd = capture_frames(lambda p: p.dropDuplicates(["g"]), [people])
+    groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
+    assert_lineage(
+        dd, 0, lambda r, c: [(i, "g") for i in groups[r["g"]]] if c == "g" else [(r["id"], c)]
+    )
+
+
+def test_order_by_and_limit(people: Any) -> None:
+    cap = capture_frames(lambda p: p.orderBy(F.col("id").desc()).limit(3), [people])
+    rows = output_rows(cap)
+    assert [r["id"] for r in rows] == [5, 4, 3]  # row ids follow the sort order
+    assert_lineage(cap, 0, own({c: [c] for c in ("id", "g", "v", "w")}))
+
+
+def test_missing_value_ops(people: Any) -> None:
+    def f(p: Any) -> Any:
+        x = p.fillna({"v": 0.0}).na.fill(-1, subset=["w"]).replace("c", "z", subset=["g"])
+        return x.dropna(subset=["v"]).na.drop(how="all")
+
+    cap = capture_frames(f, [people])
+    assert cap.n_rows == 6
+    assert [r["w"] for r in output_rows(cap)][1] == -1
+    assert_lineage(cap, 0, own({c: [c] for c in ("id", "g", "v", "w")}))
+
+
+def test_pivot(people: Any) -> None:
+    cap = capture_frames(
+        lambda p: p.groupBy("g").pivot("w", [10, 30, 60]).agg(F.sum("v")), [people]
+    )
+    assert cap.columns == ("g", "10", "30", "60")
+    groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
+    w_of = {x[0]: x[3] for x in PEOPLE}
+
+    def rule(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+        if col == "g":
+            return [(i, "g") for i in groups[row["g"]]]
+        return [(i, "v") for i in groups[row["g"]] if w_of[i] == int(col)]
+
+    assert_lineage(cap, 0, rule)
+
+
+def test_explode(people: Any) -> None:
+    cap = capture_frames(
+        lambda p: p.select("id", F.explode(F.array("v", F.col("w").cast("double"))).alias("x")),
+        [people],
+    )
+    assert cap.n_rows == 12
+    assert_lineage(cap, 0, own({"id": ["id"], "x": ["v", "w"]}))
+
+
+def test_window_functions(people: Any) -> None:
+    w = Window.partitionBy("g").orderBy("id")
+
+    def f(p: Any) -> Any:
+        return p.select(
+            "id",
+            F.row_number().over(w).alias("rn"),
+            F.lag("v", 1).over(w).alias("lag"),
+            F.lead("w", 1).over(w).alias("lead"),
+            F.sum("v").over(w.rowsBetween(-1, 0)).alias("roll"),
+        )
+
+    cap = capture_frames(f, [people])
+    order = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
+    g_of = {x[0]: x[1] for x in PEOPLE}
+
+    def rule(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+        i = row["id"]
+        part = order[g_of[i]]
+        k = part.index(i)
+        if col == "id":
+            return [(i, "id")]
+        if col == "rn":
+            return [(j, "id") for j in part[: k + 1]]
+        if col == "lag":
+            return [(part[k - 1], "v")] if k >= 1 else []
+        if col == "lead":
+            return [(part[k + 1], "w")] if k + 1 < len(part) else []
+        return [(j, "v") for j in part[max(0, k - 1) : k + 1]]
+
+    assert_lineage(cap, 0, rule)
+
+
+def test_unknown_operation_raises_or_is_flagged(people: Any) -> None:
+    with pytest.raises(UnsupportedFrameOperationError, match="sample"):
+        capture_frames(lambda p: p.sample(0.5, seed=1), [people])
+    with pytest.raises(UnsupportedFrameOperationError, match="rdd"):
+        capture_frames(lambda p: p.rdd, [people])
+    with pytest.raises(UnsupportedFrameOperationError, match="returned a `list`"):
+        capture_frames(lambda p: p.collect(), [people])
+    cap = capture_frames(lambda p: p.sample(0.5, seed=1), [people], on_unknown="all_to_all")
+    assert cap.flagged
+    assert cap.flagged_ops == ("sample",)
+    rel = cap.relation(0)
+    assert rel.n == cap.n_rows * len(cap.columns) * 6 * 4
+
+
+def test_inputs_without_row_ids_are_numbered(spark: Any) -> None:
+    df = spark.createDataFrame([(i, i * 2) for i in range(7)], "a long, b long")
+    cap = capture_frames(lambda x: x.filter("a % 2 = 0").select("b"), [df])
+    assert cap.n_rows == 4
+    assert [r[ROW_ID] for r in output_rows(cap)] == [0, 1, 2, 3]
+    rel = cap.relation(0)
+    assert sorted(rel.pairs()[:, 2].tolist()) == [0, 2, 4, 6]
+    cap.release()

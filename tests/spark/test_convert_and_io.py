@@ -1,0 +1,122 @@
+"""Row ids, Parquet frame IO, the Spark resource, and conversions that keep lineage — one
+query path across a Spark step and a NumPy step."""
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+from dslog_dagster.core import LineageRelation
+from dslog_dagster.core.api import Array, DSLog, Lineage
+from dslog_dagster.core.baselines import naive_join
+from dslog_dagster.core.capture import capture
+from dslog_dagster.errors import LineageStorageError
+from dslog_dagster.io_managers.spark_frames import read_frame, write_frame
+from dslog_dagster.spark import ROW_ID, capture_frames, with_row_id
+from dslog_dagster.spark.convert import from_numpy, to_numpy, to_pandas
+from dslog_dagster.spark.resource import SparkSessionResource
+
+
+def test_row_ids_are_dense_over_many_partitions(spark: Any) -> None:
+    df = spark.range(0, 1000, numPartitions=7).filter("id % 3 != 0")
+    ids = with_row_id(df)
+    got = sorted(r[ROW_ID] for r in ids.frame.select(ROW_ID).collect())
+    assert ids.n == 666
+    assert got == list(range(666))
+    ids.release()
+
+
+def test_write_then_read_frame_keeps_ids(spark: Any, tmp_path: Path) -> None:
+    df = spark.createDataFrame([(i, float(i) / 2) for i in range(20)], "a long, b double")
+    info = write_frame(df.repartition(3), tmp_path / "f.parquet")
+    assert info.rows == 20
+    assert info.schema == (("a", "bigint"), ("b", "double"))
+    plain = read_frame(spark, tmp_path / "f.parquet")
+    assert plain.columns == ["a", "b"]
+    ided = read_frame(spark, tmp_path / "f.parquet", row_id=True)
+    assert sorted(r[ROW_ID] for r in ided.collect()) == list(range(20))
+    df.write.parquet(str(tmp_path / "plain.parquet"))
+    with pytest.raises(LineageStorageError, match=ROW_ID):
+        read_frame(spark, tmp_path / "plain.parquet")
+
+
+def test_resource_reuses_the_session(spark: Any) -> None:
+    res = SparkSessionResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    assert res.get_session() is spark
+    assert res.spark_session is spark
+
+
+def test_to_numpy_and_back_keep_lineage(spark: Any) -> None:
+    df = spark.createDataFrame([(i, i * 10.0, -i) for i in range(6)], "a long, b double, c long")
+    cap = capture_frames(lambda x: x.filter("a >= 2").select("c", "b"), [df])
+    arr, lin = to_numpy(cap, ["b", "c"])
+    assert arr.shape == (4, 2)
+    assert arr[:, 0].tolist() == [20.0, 30.0, 40.0, 50.0]
+    rel = lin.decompress()
+    want = [(i, j, i, {0: 1, 1: 0}[j]) for i in range(4) for j in range(2)]
+    assert sorted(map(tuple, rel.pairs().tolist())) == want
+    pdf, plin = to_pandas(cap)
+    assert list(pdf.columns) == ["c", "b"]
+    assert plin.decompress().n == 8
+    back, blin = from_numpy(spark, arr, ["x", "y"])
+    assert back.columns == ["x", "y", ROW_ID]
+    assert blin.decompress() == LineageRelation.from_pairs(
+        (4, 2),
+        (4, 2),
+        [(i, j) for i in range(4) for j in range(2)],
+        [(i, j) for i in range(4) for j in range(2)],
+    )
+
+
+def test_one_query_path_crosses_spark_and_numpy_steps(spark: Any, tmp_path: Path) -> None:
+    log = DSLog(tmp_path / "store")
+    raw = spark.createDataFrame(
+        [(i, i % 3, float(i)) for i in range(9)], "id long, g long, v double"
+    ).withColumn(ROW_ID, F.col("id"))
+    # Spark step: filter + derived column
+    cap = capture_frames(
+        lambda raw: raw.filter("v > 1").withColumn("v2", F.col("v") * 2).select("g", "v2"),
+        {"raw": raw},
+    )
+    cap.register(log, "frame", {"raw": "raw"}, op_name="spark.clean")
+    # conversion step: frame -> matrix
+    arr, conv = to_numpy(cap, ["v2", "g"])
+    mat, frame_arr = Array("mat", arr.shape), Array("frame", cap.shape)
+    log.register_operation("to_numpy", [frame_arr], [mat], [Lineage(mat, frame_arr, conv)])
+    # NumPy step: column sums with the annotator
+    res = capture(np.sum, arr, axis=0)
+    sums = Array("sums", res.value.shape)
+    log.register_operation("sum0", [mat], [sums], [Lineage(sums, mat, res.relation(0, 0))])
+    # and back to a frame
+    _back, back_lin = from_numpy(spark, res.value.reshape(1, -1), ["s_v2", "s_g"])
+    out = Array("out_frame", (1, 2))
+    log.register_operation(
+        "from_numpy", [sums], [out], [Lineage(out, sums, _flat_to_row(back_lin))]
+    )
+
+    got = log.prov_query(["out_frame", "sums", "mat", "frame", "raw"], [(0, 0)])
+    hops = [
+        (_rel(log, "from_numpy", "out_frame", "sums"), "backward"),
+        (_rel(log, "sum0", "sums", "mat"), "backward"),
+        (_rel(log, "to_numpy", "mat", "frame"), "backward"),
+        (_rel(log, "spark.clean", "frame", "raw"), "backward"),
+    ]
+    want = naive_join(hops, [(0, 0)])
+    assert got.to_indices().tolist() == want.tolist()
+    # s_v2 <- v2 of every kept row <- v of raw rows 2..8 (v > 1)
+    assert sorted(map(tuple, want.tolist())) == [(i, 2) for i in range(2, 9)]
+    fwd = log.prov_query(["raw", "frame", "mat", "sums", "out_frame"], [(5, 2)])
+    assert fwd.to_indices().tolist() == [[0, 0]]
+
+
+def _flat_to_row(lin: Any) -> Any:
+    """``(1, 2) ← (1, 2)`` frame lineage as ``(1, 2) ← (2,)`` (the sums are a 1-D array)."""
+    p = lin.decompress().pairs()
+    return LineageRelation.from_pairs((1, 2), (2,), p[:, :2], p[:, 3:])
+
+
+def _rel(log: DSLog, op_name: str, out: str, inp: str) -> LineageRelation:
+    op = next(o for o in log.store.operations() if o.op_name == op_name)
+    return log.store.read_lineage(op, out, inp).decompress()

@@ -1,0 +1,63 @@
+"""The Spark query path equals the native (in-situ) path on random stores."""
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from strategies import KINDS, relation_between
+
+from dslog_dagster.core.api import Array, DSLog, Lineage
+from dslog_dagster.core.query import CellSet
+from dslog_dagster.errors import QueryError
+from dslog_dagster.spark.query import SparkQueryEngine, run_query
+
+
+def _random_cells(rng: np.random.Generator, shape: tuple[int, ...]) -> CellSet:
+    size = int(np.prod(shape))
+    mask = np.zeros(size, bool)
+    mask[rng.integers(0, size, size=int(rng.integers(1, 5)))] = True
+    cells = CellSet.from_mask(mask.reshape(shape), shape)
+    lo = [int(rng.integers(0, n)) for n in shape]
+    hi = [int(rng.integers(a, n)) for a, n in zip(lo, shape, strict=True)]
+    return cells | CellSet.from_boxes(shape, [lo], [hi])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_spark_queries_equal_native_queries_on_random_stores(
+    spark: Any, tmp_path: Path, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    log = DSLog(tmp_path / "store")
+    n_arrays = 4
+    shapes = [
+        tuple(int(d) for d in rng.integers(2, 9, size=int(rng.integers(1, 3))))
+        for _ in range(n_arrays)
+    ]
+    arrays = [Array(f"a{i}", s) for i, s in enumerate(shapes)]
+    for i in range(1, n_arrays):
+        kinds = list(rng.choice(KINDS, size=int(rng.integers(1, 4))))
+        rel = relation_between(rng, shapes[i], shapes[i - 1], kinds)
+        log.register_operation(
+            f"op{i}", [arrays[i - 1]], [arrays[i]], [Lineage(arrays[i], arrays[i - 1], rel)]
+        )
+    engine = SparkQueryEngine(spark, log)
+    paths = [["a3", "a2", "a1", "a0"], ["a0", "a1", "a2", "a3"], ["a1", "a2", "a1", "a0"]]
+    for path in paths:
+        for _ in range(2):
+            cells = _random_cells(rng, shapes[int(path[0][1])])
+            assert engine.prov_query(path, cells) == log.prov_query(path, cells), path
+    engine.close()
+
+
+def test_run_query_selects_the_engine(spark: Any, tmp_path: Path) -> None:
+    log = DSLog(tmp_path / "s")
+    x, y = Array("x", (5, 3)), Array("y", (5,))
+    log.register_operation(
+        "sum", [x], [y], [Lineage(y, x, [(np.s_[i], np.s_[i, :]) for i in range(5)])]
+    )
+    want = log.prov_query(["y", "x"], np.s_[1:3])
+    assert run_query(log, ["y", "x"], np.s_[1:3], engine="spark", spark=spark) == want
+    assert run_query(log, ["y", "x"], np.s_[1:3]) == want
+    with pytest.raises(QueryError, match="SparkSession"):
+        run_query(log, ["y", "x"], np.s_[1:3], engine="spark")
