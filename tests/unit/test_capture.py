@@ -343,3 +343,19 @@ def test_row_reductions_with_a_hole_and_a_foreign_row(mode: str) -> None:
     z[6] = b[2]
     np.testing.assert_array_equal(r.value[0], np.sum(z, axis=0))
     np.testing.assert_array_equal(r.value[1], np.prod(a[:, ::-1], axis=0))
+
+
+def test_statistics_of_the_whole_array_do_not_multiply_annotations() -> None:
+    """``x - x.mean()`` gives every cell the set {i} ∪ {all cells}; materialising each union
+    costs cells² annotations (a 512 x 512 threshold step then needs > 20 GB). The arena must
+    stay linear in the cells: the example project's threshold step is exactly this."""
+
+    def threshold(s: np.ndarray) -> np.ndarray:
+        level = s.mean() + 2.5 * s.std()
+        return np.where(s > level, s, 0.0)
+
+    x = np.random.default_rng(0).random((64, 64))
+    x[10, 20] = 50.0  # one hot cell
+    r = capture(threshold, x)
+    assert r.relation(0, 0).pairs().tolist() == [[10, 20, 10, 20]]
+    assert r.annotation_bytes < 64 * x.size  # linear (~16 B per cell), not quadratic

@@ -5,22 +5,11 @@
 // cell annotation is one uint64 (array id and flat int64 index are recovered at extraction).
 //
 // Handle layout (0 = empty set):
-//   bits 51..63  epoch of the capture that created it (never 0 for a non-empty handle)
-//   bits 48..50  kind: kList (sorted vector), kCell (a single cell), kJoin (lazy union of two
-//                handles), kPair (considered mode: {contributing set, considered set}),
-//                kCell2 (two cells {c, c + d}, stored inline: d is entry `est` of the arena's
-//                small table of distances), kProg (an arithmetic progression of cells
-//                {start + k * stride : k < count}, an entry of the progression table)
-//                kGroup (member j of a group: the progression {start0 + j * cstep + k * stride :
-//                k < count}; one group holds the accumulators of a whole row of a reduction
-//                along a non-contiguous axis, which then grow by one shared counter per row)
-//   bits 40..47  est: upper bound on the number of cells reachable (255 = "many"); for kCell2
-//                the index of its distance (its est is 2)
-//   bits  0..39  payload: cell id, or index into the list / join / pair / progression tables
-//
-// kCell2 is what an element-wise binary operation of two annotated arrays produces: no table
-// entry per element. kProg is what a reduction along an axis accumulates (its cells arrive
-// with a constant stride): appending is a counter increment, and no cell id is stored.
+//   bits 50..63  epoch of the capture that created it (never 0 for a non-empty handle)
+//   bits 48..49  kind: kList (sorted vector), kCell (a single cell), kJoin (lazy union of two
+//                handles), kPair (considered mode: {contributing set, considered set})
+//   bits 40..47  est: upper bound on the number of cells reachable (255 = "many")
+//   bits  0..39  payload: cell id, or index into the list / join / pair tables
 //
 // Sets are immutable once the ufunc call that built them returned, because NumPy copies
 // elements (and so handles) with memcpy and calls no hook on copy or free. The one exception
@@ -46,28 +35,16 @@ using Handle = uint64_t;
 namespace hnd {
 constexpr int kEstShift = 40;
 constexpr int kKindShift = 48;
-constexpr int kEpochShift = 51;
+constexpr int kEpochShift = 50;
 constexpr uint64_t kPayloadMask = (uint64_t{1} << 40) - 1;
 constexpr uint32_t kEstMany = 255;
-constexpr uint32_t kMaxEpoch = (1u << 13) - 1;
-enum Kind : uint32_t {
-  kList = 0,
-  kCell = 1,
-  kJoin = 2,
-  kPair = 3,
-  kCell2 = 4,
-  kProg = 5,
-  kGroup = 6
-};
-// kGroup payload: group index in bits 20..39, member (column) in bits 0..19.
-constexpr int kMemberBits = 20;
-constexpr uint64_t kMemberMask = (uint64_t{1} << kMemberBits) - 1;
+constexpr uint32_t kMaxEpoch = (1u << 14) - 1;
+enum Kind : uint32_t { kList = 0, kCell = 1, kJoin = 2, kPair = 3 };
 
-inline Kind kind(Handle h) { return Kind((h >> kKindShift) & 7u); }
+inline Kind kind(Handle h) { return Kind((h >> kKindShift) & 3u); }
 inline uint32_t epoch(Handle h) { return uint32_t(h >> kEpochShift); }
 inline uint64_t payload(Handle h) { return h & kPayloadMask; }
-inline uint32_t field8(Handle h) { return uint32_t((h >> kEstShift) & 0xffu); }
-inline uint32_t est(Handle h) { return kind(h) == kCell2 ? 2u : field8(h); }
+inline uint32_t est(Handle h) { return uint32_t((h >> kEstShift) & 0xffu); }
 inline Handle make(uint32_t ep, Kind k, uint32_t e, uint64_t p) {
   return (uint64_t(ep) << kEpochShift) | (uint64_t(k) << kKindShift) |
          (uint64_t(std::min(e, kEstMany)) << kEstShift) | p;
@@ -121,35 +98,6 @@ struct ListNode {
 };
 static_assert(sizeof(ListNode) == 16, "ListNode must stay 16 bytes");
 
-// An arithmetic progression of cells {start, start + stride, ..., next - stride}, stride > 0,
-// at least 2 cells. `acc` = created by an accumulation of the running call, which may extend
-// it in place. The end is kept as `next` (the cell that would extend it), so extending is a
-// compare and an add.
-struct ProgNode {
-  uint64_t next;  // plain words (no bit fields): the hot loop reads and writes them per cell
-  uint64_t stride;
-  uint64_t start;
-  uint64_t acc;
-  uint64_t count() const { return (next - start) / stride; }
-};
-static_assert(sizeof(ProgNode) == 32, "ProgNode must stay 32 bytes");
-
-// A row of progressions sharing stride and count: member j = {start0 + j * cstep + k * stride}.
-struct GroupNode {
-  uint64_t start0;
-  int64_t cstep;
-  uint64_t stride;
-  uint64_t count;
-  uint64_t ncols;
-  uint64_t acc;
-};
-
-// The cells of a set as either a progression or a sorted span (see Arena::seq).
-struct CellSeq {
-  const uint64_t* data;  // nullptr: the progression below
-  uint64_t start, stride, count;
-};
-
 // Per-input slice of an extracted relation: flat output index -> flat input index pairs,
 // sorted lexicographically and duplicate-free.
 struct FlatPairs {
@@ -191,11 +139,7 @@ class Arena {
   // ---- per-call ownership --------------------------------------------------------------
   // Called once per ufunc call (ArrayMethod get_loop): lists created from here on by an
   // accumulation belong to this call and may be appended to in place.
-  void begin_call() {
-    call_list_start_ = lists_.size();
-    call_prog_start_ = progs_.size();
-    call_group_start_ = groups_.size();
-  }
+  void begin_call() { call_list_start_ = lists_.size(); }
 
   bool valid(Handle h) const { return h == 0 || hnd::epoch(h) == epoch_; }
 
@@ -314,111 +258,9 @@ class Arena {
         collect(h, scratch);
         sort_unique(scratch);
         return {scratch.data(), scratch.size()};
-      case hnd::kCell2:
-      case hnd::kProg:
-      case hnd::kGroup:
-        scratch.clear();
-        collect(h, scratch);
-        return {scratch.data(), scratch.size()};
       default:
         throw std::logic_error("cells() of a pair handle");
     }
-  }
-
-  // The cells of a non-pair handle as a progression (kCell, kCell2, kProg: no expansion) or a
-  // sorted duplicate-free span (valid until the next arena call), for fast extraction.
-  CellSeq seq(Handle h, std::vector<uint64_t>& scratch) {
-    switch (hnd::kind(h)) {
-      case hnd::kCell:
-        return {nullptr, hnd::payload(h), 1, 1};
-      case hnd::kCell2:
-        return {nullptr, hnd::payload(h), deltas_[hnd::field8(h)], 2};
-      case hnd::kProg: {
-        const ProgNode& p = progs_[hnd::payload(h)];
-        return {nullptr, p.start, p.stride, p.count()};
-      }
-      case hnd::kGroup: {
-        const ProgNode p = member(h);
-        return {nullptr, p.start, p.stride, p.count()};
-      }
-      default: {
-        auto [p, n] = cells(h, scratch);
-        return {p, 0, 0, n};
-      }
-    }
-  }
-
-  // Fast path of acc_join for a reduction step: `acc` is this call's progression and `x` its
-  // next cell. False (nothing done) in every other case; the caller then uses acc_join.
-  bool prog_extend(Handle acc, Handle x) {
-    if (hnd::kind(acc) != hnd::kProg || hnd::kind(x) != hnd::kCell) return false;
-    const size_t i = hnd::payload(acc);
-    if (i < call_prog_start_) return false;
-    ProgNode& p = progs_[i];
-    if (!p.acc || hnd::payload(x) != p.next) return false;
-    p.next = p.next + p.stride;
-    return true;
-  }
-
-  // This call's progression behind `acc` (to extend in place), or nullptr.
-  ProgNode* owned_prog(Handle acc) {
-    if (hnd::kind(acc) != hnd::kProg) return nullptr;
-    const size_t i = hnd::payload(acc);
-    if (i < call_prog_start_) return nullptr;
-    ProgNode& p = progs_[i];
-    return p.acc ? &p : nullptr;
-  }
-
-  // The most recently used kCell2 distance and its index (0, -1 if none), so that hot loops
-  // can keep them in registers.
-  uint64_t last_delta() const { return last_delta_ < 0 ? 0 : deltas_[size_t(last_delta_)]; }
-  int last_delta_index() const { return last_delta_; }
-  // First progression index owned by the running call, and the node of index i (nodes of
-  // indices in the same 2^20 block are contiguous).
-  size_t call_prog_start() const { return call_prog_start_; }
-  ProgNode* prog_node(size_t i) { return &progs_[i]; }
-  static constexpr size_t kProgBlockShift = 20;
-
-  // The kCell2 handle of cells {c, c + d} if d is the most recently used distance, else 0.
-  Handle cell2_cached(uint64_t c, uint64_t d) const {
-    if (last_delta_ < 0 || deltas_[size_t(last_delta_)] != d) return 0;
-    return pack_cell2(c, uint32_t(last_delta_));
-  }
-
-  // ---- groups (row-wise reductions) -------------------------------------------------------
-  // A new group of this call with `ncols` members, each {start0 + j * cstep + k * stride :
-  // k < count}; returns the handle of member 0 (member j is that + j), or 0 when the group
-  // does not fit the handle layout (then the caller goes element by element).
-  Handle new_group(uint64_t start0, int64_t cstep, uint64_t stride, uint64_t count,
-                   uint64_t ncols) {
-    if (ncols == 0 || ncols > hnd::kMemberMask + 1 ||
-        groups_.size() >= (size_t{1} << (40 - hnd::kMemberBits)))
-      return 0;
-    size_t g = groups_.push(GroupNode{start0, cstep, stride, count, ncols, 1});
-    return hnd::make(epoch_, hnd::kGroup, hnd::kEstMany, uint64_t(g) << hnd::kMemberBits);
-  }
-  // This call's group behind member handle `h`, or nullptr.
-  GroupNode* owned_group(Handle h) {
-    if (hnd::kind(h) != hnd::kGroup) return nullptr;
-    const size_t g = size_t(hnd::payload(h) >> hnd::kMemberBits);
-    if (g < call_group_start_) return nullptr;
-    GroupNode& n = groups_[g];
-    return n.acc ? &n : nullptr;
-  }
-  // The distance d of a kCell2 handle {c, c + d}.
-  uint64_t cell2_delta(Handle h) const { return deltas_[hnd::field8(h)]; }
-  // Handle of the single cell c (for comparisons in hot loops).
-  Handle cell_handle(uint64_t c) const { return cell(c); }
-
-  // Element-wise union of two single cells without a table entry when possible (kCell2).
-  Handle join_cells(uint64_t a, uint64_t b) {
-    if (a == b) return cell(a);
-    if (a > b) std::swap(a, b);
-    int d = delta_index(b - a);
-    if (d >= 0) return pack_cell2(a, uint32_t(d));
-    size_t i = joins_.push({cell(a), cell(b)});
-    check_index(i);
-    return hnd::make(epoch_, hnd::kJoin, 2, i);
   }
 
   // Split cell ids by input: which input owns `id`.
@@ -429,101 +271,30 @@ class Arena {
 
   // ---- accounting ----------------------------------------------------------------------
   size_t bytes_used() const {
-    return lists_.bytes_used() + joins_.bytes_used() + pairs_.bytes_used() +
-           progs_.bytes_used() + groups_.bytes_used() + pool_used_ * 8 + heap_bytes_;
+    return lists_.bytes_used() + joins_.bytes_used() + pairs_.bytes_used() + pool_used_ * 8 +
+           heap_bytes_;
   }
   size_t bytes_reserved() const {
     return lists_.bytes_reserved() + joins_.bytes_reserved() + pairs_.bytes_reserved() +
-           progs_.bytes_reserved() + groups_.bytes_reserved() +
            pool_chunks_.size() * kPoolChunk * 8 + heap_bytes_;
   }
   size_t n_lists() const { return lists_.size(); }
   size_t n_joins() const { return joins_.size(); }
   size_t n_pairs() const { return pairs_.size(); }
-  size_t n_progs() const { return progs_.size(); }
 
  private:
   friend class Builder;
 
   bool owned(Handle h) const {
-    if (h == 0) return false;
+    if (hnd::kind(h) != hnd::kList || h == 0) return false;
     size_t i = hnd::payload(h);
-    switch (hnd::kind(h)) {
-      case hnd::kList:
-        return i >= call_list_start_ && lists_[i].acc;
-      case hnd::kProg:
-        return i >= call_prog_start_ && progs_[i].acc;
-      case hnd::kGroup: {
-        const size_t g = i >> hnd::kMemberBits;
-        return g >= call_group_start_ && groups_[g].acc;
-      }
-      default:
-        return false;
-    }
-  }
-
-  // The progression of group member h.
-  ProgNode member(Handle h) const {
-    const GroupNode& g = groups_[size_t(hnd::payload(h) >> hnd::kMemberBits)];
-    const uint64_t j = hnd::payload(h) & hnd::kMemberMask;
-    const uint64_t start = g.start0 + uint64_t(int64_t(j) * g.cstep);
-    return ProgNode{start + g.count * g.stride, g.stride, start, 0};
-  }
-
-  // ---- distances of kCell2 handles (a small open-addressing map) --------------------------
-  static constexpr size_t kMaxDeltas = 256;
-  static constexpr size_t kDeltaSlots = 1024;
-  Handle pack_cell2(uint64_t c, uint32_t d) const {
-    return (uint64_t(epoch_) << hnd::kEpochShift) | (uint64_t(hnd::kCell2) << hnd::kKindShift) |
-           (uint64_t(d) << hnd::kEstShift) | c;
-  }
-  // Index of distance d > 0 in the table (added if new), or -1 when the table is full.
-  int delta_index(uint64_t d) {
-    if (last_delta_ >= 0 && deltas_[size_t(last_delta_)] == d) return last_delta_;
-    if (delta_slots_.empty()) delta_slots_.assign(kDeltaSlots, -1);
-    size_t s = size_t((d * 0x9E3779B97F4A7C15ull) >> 54) & (kDeltaSlots - 1);
-    while (delta_slots_[s] >= 0) {
-      if (deltas_[size_t(delta_slots_[s])] == d) return last_delta_ = delta_slots_[s];
-      s = (s + 1) & (kDeltaSlots - 1);
-    }
-    if (deltas_.size() >= kMaxDeltas) return -1;
-    delta_slots_[s] = int(deltas_.size());
-    deltas_.push_back(d);
-    return last_delta_ = int(deltas_.size() - 1);
-  }
-
-  // ---- progressions ----------------------------------------------------------------------
-  Handle new_prog(uint64_t start, uint64_t stride, uint64_t count, bool acc) {
-    size_t i = progs_.push(ProgNode{start + count * stride, stride, start, acc ? 1u : 0u});
-    check_index(i);
-    return hnd::make(epoch_, hnd::kProg,
-                     acc ? hnd::kEstMany : uint32_t(std::min<uint64_t>(count, hnd::kEstMany)), i);
-  }
-  // The cells of an owned progression as an owned list with room for `extra` more.
-  Handle prog_to_list(Handle h, size_t extra) {
-    const ProgNode p = progs_[hnd::payload(h)];
-    const uint64_t count = p.count();
-    check_len(size_t(count));
-    size_t cap = std::min<size_t>(size_t(count) + std::max<size_t>(extra, 16), kMaxLen);
-    uint64_t* dst;
-    bool heap;
-    alloc(cap, dst, heap);
-    for (uint64_t k = 0; k < count; ++k) dst[k] = p.start + k * p.stride;
-    return adopt_list(dst, uint32_t(count), uint32_t(cap), heap, true);
+    return i >= call_list_start_ && lists_[i].acc;
   }
 
   // A handle about to be stored in a second slot: an accumulator of the running call must
   // not be shared (it may still grow), so it is copied.
   Handle share(Handle h) {
     if (!owned(h)) return h;
-    if (hnd::kind(h) == hnd::kGroup) {
-      const ProgNode p = member(h);
-      return new_prog(p.start, p.stride, p.count(), false);
-    }
-    if (hnd::kind(h) == hnd::kProg) {
-      const ProgNode p = progs_[hnd::payload(h)];
-      return new_prog(p.start, p.stride, p.count(), false);
-    }
     ListNode& n = lists_[hnd::payload(h)];
     normalise(n);
     return new_list(n.data, n.len, n.len, false);
@@ -539,8 +310,6 @@ class Arena {
   Handle join_plain(Handle a, Handle b) {
     if (a == 0 || a == b) return share(b);
     if (b == 0) return share(a);
-    if (hnd::kind(a) == hnd::kCell && hnd::kind(b) == hnd::kCell)
-      return join_cells(hnd::payload(a), hnd::payload(b));
     uint32_t e = hnd::est(a) + hnd::est(b);
     if (e <= kJoinMax) {
       size_t i = joins_.push({a, b});
@@ -576,37 +345,8 @@ class Arena {
       return;
     }
     if (owned(acc)) {
-      if (hnd::kind(acc) == hnd::kGroup) {  // leaves its group: a progression of its own
-        const ProgNode p = member(acc);
-        acc = new_prog(p.start, p.stride, p.count(), true);
-      }
-      if (hnd::kind(acc) == hnd::kProg) {
-        ProgNode& p = progs_[hnd::payload(acc)];
-        if (hnd::kind(x) == hnd::kCell && hnd::payload(x) == p.next) {
-          p.next = p.next + p.stride;
-          return;
-        }
-        acc = prog_to_list(acc, hint);
-      }
       append(hnd::payload(acc), x, hint);
       return;
-    }
-    // Reductions along an axis: cells arriving with a constant stride become a progression.
-    if (hnd::kind(x) == hnd::kCell) {
-      const uint64_t c = hnd::payload(x);
-      if (hnd::kind(acc) == hnd::kCell && c > hnd::payload(acc)) {
-        const uint64_t a0 = hnd::payload(acc);
-        int d = delta_index(c - a0);
-        acc = d >= 0 ? pack_cell2(a0, uint32_t(d)) : new_prog(a0, c - a0, 2, true);
-        return;
-      }
-      if (hnd::kind(acc) == hnd::kCell2) {
-        const uint64_t a0 = hnd::payload(acc), d = deltas_[hnd::field8(acc)];
-        if (c == a0 + 2 * d) {
-          acc = new_prog(a0, d, 3, true);
-          return;
-        }
-      }
     }
     if (hnd::est(acc) + hnd::est(x) <= kJoinMax) {
       acc = join_plain(acc, x);
@@ -711,11 +451,6 @@ class Arena {
       case hnd::kCell:
         out.push_back(hnd::payload(h));
         return;
-      case hnd::kCell2:
-      case hnd::kProg:
-      case hnd::kGroup:
-        push_prog(h, out);
-        return;
       case hnd::kList: {
         ListNode& n = lists_[hnd::payload(h)];
         out.insert(out.end(), n.data, n.data + n.len);
@@ -731,11 +466,6 @@ class Arena {
           switch (hnd::kind(t)) {
             case hnd::kCell:
               out.push_back(hnd::payload(t));
-              break;
-            case hnd::kCell2:
-            case hnd::kProg:
-            case hnd::kGroup:
-              push_prog(t, out);
               break;
             case hnd::kList: {
               ListNode& n = lists_[hnd::payload(t)];
@@ -757,16 +487,6 @@ class Arena {
       default:
         throw std::logic_error("collect() of a pair handle");
     }
-  }
-
-  void push_prog(Handle h, std::vector<uint64_t>& out) const {
-    if (hnd::kind(h) == hnd::kCell2) {
-      out.push_back(hnd::payload(h));
-      out.push_back(hnd::payload(h) + deltas_[hnd::field8(h)]);
-      return;
-    }
-    const ProgNode p = hnd::kind(h) == hnd::kGroup ? member(h) : progs_[hnd::payload(h)];
-    for (uint64_t c = p.start; c < p.next; c += p.stride) out.push_back(c);
   }
 
   static void sort_unique(std::vector<uint64_t>& v) {
@@ -823,13 +543,6 @@ class Arena {
   ChunkedTable<ListNode> lists_;
   ChunkedTable<std::array<Handle, 2>> joins_;
   ChunkedTable<std::array<Handle, 2>> pairs_;
-  ChunkedTable<ProgNode, kProgBlockShift> progs_;
-  ChunkedTable<GroupNode, 12> groups_;
-  size_t call_group_start_ = 0;
-  std::vector<uint64_t> deltas_;
-  std::vector<int> delta_slots_;
-  int last_delta_ = -1;
-  size_t call_prog_start_ = 0;
   std::vector<uint64_t*> pool_chunks_;
   size_t pool_top_ = 0;
   size_t pool_used_ = 0;
