@@ -16,9 +16,9 @@ def test_dagster_overhead_bench_toy_run() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for row in ("| untracked (policy off) |", "| tracked, first run |", "| tracked, second run |"):
+    for row in ("| untracked (policy off) |", "| tracked, first run |", "| tracked, reuse run |"):
         assert row in proc.stdout
     assert "| Goal | measured | result |" in proc.stdout
-    # honest until reuse is wired in: the second run captured, so the goal cannot pass
-    assert "reuse not wired into the plugin yet" in proc.stdout
-    assert "| FAIL |" in proc.stdout
+    # the registry was taught until a run was served from views, and the table says which
+    assert "| steps served from views (" in proc.stdout
+    assert "dim" in proc.stdout
