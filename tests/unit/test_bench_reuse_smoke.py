@@ -1,22 +1,10 @@
 """``bench/reuse_coverage.py --quick`` runs end to end and prints its tables (a few seconds)."""
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "reuse_coverage.py"
+from benchrun import run_bench
 
 
 def test_reuse_bench_quick_run() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout
+    out = run_bench("reuse_coverage.py", "--quick", timeout=600)
     assert "| Op. | Tot. | ProvRC | % | dim_sig | % | gen_sig | % | Error |" in out
     for row in ("| element |", "| complex |", "| total |"):
         assert row in out

@@ -1,22 +1,11 @@
 """``bench/compression.py --quick`` runs end to end and prints its table (about 10 s)."""
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "compression.py"
+from benchrun import run_bench
 
 
 def test_compression_bench_quick_run() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| Workload | pairs |" in proc.stdout
+    out = run_bench("compression.py", "--quick")
+    assert "| Workload | pairs |" in out
     for name in ("Negative", "Mat·Mat", "SortBin4"):
-        assert f"| {name} |" in proc.stdout
-    assert "PASS" in proc.stdout or "FAIL" in proc.stdout
+        assert f"| {name} |" in out
+    assert "PASS" in out or "FAIL" in out
