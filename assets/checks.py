@@ -38,6 +38,7 @@ from dslog_dagster.core.cellspec import cells_from_spec
 from dslog_dagster.core.query import CellSet, prepare
 from dslog_dagster.core.store import ArrayRecord, OperationRecord
 from dslog_dagster.errors import DSLogError
+from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name
 
 __all__ = [
@@ -95,6 +96,27 @@ def _keys(assets_or_keys: Iterable[AssetRef]) -> list[dg.AssetKey]:
     return list(dict.fromkeys(keys))
 
 
+def _producer_ids(log: DSLog, metadata: Mapping[str, Any], rec: ArrayRecord) -> list[str]:
+    """Operations that wrote this array version.
+
+    The IO manager names the one operation it registered (``dslog/op_id``), and registers no
+    operation for a source array: reading that is a file lookup, where asking the catalog opens
+    and syncs the DuckDB file (tens of milliseconds per check). Materializations written by
+    other means fall back to the catalog.
+    """
+    op_id = metadata.get(m.OP_ID)
+    if op_id is not None:
+        return [str(getattr(op_id, "value", op_id))]
+    obtained = metadata.get(m.OBTAINED)
+    if obtained is not None and str(getattr(obtained, "value", obtained)) == "source":
+        return []
+    return log.store.catalog.column(
+        "SELECT DISTINCT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
+        "ORDER BY op_id",
+        [rec.array_id],
+    )
+
+
 def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey) -> _Located:
     entry = context.instance.get_latest_materialization_event(key)
     mat = entry.asset_materialization if entry is not None else None
@@ -123,11 +145,7 @@ def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey
                 metadata=meta_base,
             )
         ) from e
-    ids = log.store.catalog.column(
-        "SELECT DISTINCT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
-        "ORDER BY op_id",
-        [rec.array_id],
-    )
+    ids = _producer_ids(log, mat.metadata, rec)
     producers = []
     for op_id in ids:
         try:

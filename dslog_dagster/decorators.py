@@ -52,6 +52,7 @@ from dslog_dagster.tracking import (
     Mode,
     PendingLineage,
     Policy,
+    lineage_of,
     obtain_lineage,
     stash_pending,
 )
@@ -280,6 +281,28 @@ def _reject(name: str, value: Any, step: str) -> UnsupportedArrayError:
     return UnsupportedArrayError(msg)
 
 
+def _upstream_run(ctx: dg.OpExecutionContext, key: dg.AssetKey, pk: str | None) -> str | None:
+    """Run id of the latest materialization of ``key`` (partition ``pk``): the array version.
+
+    Unpartitioned: Dagster's step already fetched the upstream's latest record for data
+    versions, so its cache answers without another event-log query. Partitioned (the cache
+    knows only the latest event of *any* partition) or observed: ask the instance.
+    """
+    if pk is None:
+        try:
+            info = ctx.get_step_execution_context().maybe_fetch_and_get_input_asset_version_info(
+                key
+            )
+        except Exception:  # a private API moved: fall back to the public query
+            info = None
+        if info is not None and info.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            return info.run_id
+    records = ctx.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[pk] if pk else None), limit=1
+    ).records
+    return records[0].run_id if records else None
+
+
 def _input_ref(ctx: dg.OpExecutionContext, name: str, run_id: str, step_key: str) -> InputRef:
     """Name and version of the array behind input ``name``."""
     key = None
@@ -301,11 +324,7 @@ def _input_ref(ctx: dg.OpExecutionContext, name: str, run_id: str, step_key: str
             )
             raise UnsupportedArrayError(msg)
         pk = pks[0] if pks else None
-        records = ctx.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[pk] if pk else None), limit=1
-        ).records
-        version = records[0].run_id if records else None
-        return InputRef(name, array_name(key, pk), version, "/".join(key.path))
+        return InputRef(name, array_name(key, pk), _upstream_run(ctx, key, pk), "/".join(key.path))
     source = ctx.get_step_execution_context().step.step_input_named(name).source
     handle = getattr(source, "step_output_handle", None)
     if handle is not None:
@@ -516,7 +535,7 @@ def _run(
     considered = eff_mode == "considered"
     for k, out_name in enumerate(holder["names"]):
         op_name, _ = _op_identity(ctx, out_name, opts.op_code_version)
-        rels = tuple(result.relation(k, i, considered=considered) for i in range(len(names)))
+        rels = tuple(lineage_of(result, k, i, considered=considered) for i in range(len(names)))
         pending = PendingLineage(
             op_name,
             op_args,

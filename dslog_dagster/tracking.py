@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dslog_dagster.core.capture import CaptureResult, as_input, capture
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.reuse import ViewRegistry
 
@@ -31,6 +32,7 @@ __all__ = [
     "Mode",
     "PendingLineage",
     "Policy",
+    "lineage_of",
     "obtain_lineage",
     "peek_pending",
     "pop_pending",
@@ -72,8 +74,10 @@ class InputRef:
 class PendingLineage:
     """What a tracked step hands to the IO manager for one output.
 
-    ``relations`` maps each tracked input (by position in ``inputs``) to the relation
-    ``output <- input``; it is ``None`` when no lineage was obtained (see ``status``).
+    ``relations`` holds, for each tracked input (by position in ``inputs``), the lineage
+    ``output <- input``: a :class:`LineageTable` when it is already compressed (a served reuse
+    view, or a capture the registry compressed), else the :class:`LineageRelation`. It is
+    ``None`` when no lineage was obtained (see ``status``).
     """
 
     op_name: str
@@ -81,7 +85,7 @@ class PendingLineage:
     policy: str
     mode: str
     inputs: tuple[InputRef, ...] = ()
-    relations: tuple[LineageRelation, ...] | None = None
+    relations: tuple[LineageRelation | LineageTable, ...] | None = None
     obtained: str = "captured"
     signature: str | None = None
     flagged: bool = False
@@ -144,6 +148,22 @@ def obtain_lineage(
             **signature_args,
         )
     return result, time.perf_counter() - t0
+
+
+def lineage_of(
+    result: CaptureResult, output: int, input: int, *, considered: bool
+) -> LineageRelation | LineageTable:
+    """The lineage of ``output <- input`` in the cheapest form the store accepts.
+
+    A served view (and a capture the registry already compressed) carries ProvRC tables: the
+    store registers those as they are, so a reuse hit neither expands the relation cell by cell
+    nor compresses it again — that round trip used to cost more than the step itself.
+    """
+    if not considered and result.tables is not None:
+        table = result.tables.get((output, input))
+        if table is not None:
+            return table
+    return result.relation(output, input, considered=considered)
 
 
 # ------------------------------------------------------------------ hand-off stash

@@ -28,6 +28,7 @@ import dagster as dg
 import numpy as np
 from pydantic import Field, PrivateAttr
 
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store import ArrayRecord
 from dslog_dagster.decorators import op_array_name
@@ -59,6 +60,10 @@ def _output_array(context: dg.OutputContext) -> tuple[str, str | None]:
             pk = keys[0]
         return array_name(key, pk), "/".join(key.path)
     return op_array_name(context.step_key, context.name), None
+
+
+def _relation(lineage: LineageRelation | LineageTable) -> LineageRelation:
+    return lineage.decompress() if isinstance(lineage, LineageTable) else lineage
 
 
 class LineageWriter:
@@ -164,11 +169,11 @@ class LineageWriter:
     @staticmethod
     def _inputs(
         store: Any, pending: PendingLineage, out_name: str, out_shape: tuple[int, ...]
-    ) -> tuple[list[ArrayRecord], dict[tuple[str, str], LineageRelation]]:
+    ) -> tuple[list[ArrayRecord], dict[tuple[str, str], LineageRelation | LineageTable]]:
         """Register the input array versions; merge inputs that are the same array version."""
         assert pending.relations is not None
         recs: dict[tuple[str, str | None], ArrayRecord] = {}
-        rels: dict[tuple[str, str | None], LineageRelation] = {}
+        rels: dict[tuple[str, str | None], LineageRelation | LineageTable] = {}
         for ref, rel in zip(pending.inputs, pending.relations, strict=True):
             key = (ref.name, ref.version)
             if key not in recs:
@@ -177,7 +182,8 @@ class LineageWriter:
                 )
                 rels[key] = rel
             else:  # the same upstream array read through two parameters: one relation
-                prev = rels[key]
+                prev = _relation(rels[key])
+                rel = _relation(rel)
                 rels[key] = LineageRelation.from_columns(
                     prev.out_shape,
                     prev.in_shape,
@@ -245,6 +251,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     confirm_after: int = Field(default=2, ge=1, description="Captures that confirm a view.")
     verify_rate: float = Field(default=0.05, ge=0.0, le=1.0, description="Hits re-verified.")
     _instance_dir: str | None = PrivateAttr(default=None)
+    _settings_cache: dict[tuple[str, str | None], DSLogResource] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def from_resource(cls, dslog: DSLogResource, base_dir: str | None = None) -> "DSLogIOManager":
@@ -265,11 +272,18 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     def dslog_settings(self) -> DSLogResource:
         """The lineage settings the tracked decorators read (policy, mode, reuse), with the
         store directory resolved against this IO manager's base directory."""
-        fields = {k: getattr(self, k) for k in DSLogResource.model_fields}
-        unresolved = DSLogResource(**fields)
-        return DSLogResource(
-            **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
-        )
+        # Built once per base directory and $DSLOG_STORE: a resource's pydantic init costs
+        # milliseconds, and every tracked step and output asks for these settings.
+        key = (str(self._base()), os.environ.get("DSLOG_STORE"))
+        cached = self._settings_cache.get(key)
+        if cached is None:
+            fields = {k: getattr(self, k) for k in DSLogResource.model_fields}
+            unresolved = DSLogResource(**fields)
+            cached = DSLogResource(
+                **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
+            )
+            self._settings_cache[key] = cached
+        return cached
 
     def _asset_path(self, key: dg.AssetKey, partition: str | None) -> Path:
         parts = [_safe_part(p) for p in key.path]

@@ -40,6 +40,8 @@ import dagster as dg
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.query import CellSet, prepare
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.pictures import cells_png, png_markdown
 
@@ -183,10 +185,28 @@ def _flat(cols: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return np.ravel_multi_index(tuple(cols), tuple(shape)).astype(np.int64)
 
 
+def _feeding_and_used(
+    lineage: LineageRelation | LineageTable, sample: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """Flat input cells feeding the ``sample`` output cells, and how many input cells feed any.
+
+    A compressed table answers both with two backward queries over its intervals, never
+    expanding the relation (a reuse hit must not pay for a cell-by-cell walk of its lineage).
+    """
+    if isinstance(lineage, LineageTable):
+        hop = prepare(lineage)
+        feeding = hop.run(CellSet.from_flat(lineage.out_shape, sample), "backward").to_flat()
+        used = hop.run(CellSet.full(lineage.out_shape), "backward").count()
+        return np.unique(feeding), int(used)
+    of = _flat(lineage.out_cols, lineage.out_shape)
+    inf = _flat(lineage.in_cols, lineage.in_shape)
+    return np.unique(inf[np.isin(of, sample)]), int(np.unique(inf).size)
+
+
 def lineage_markdown(
     output: str,
     out_shape: Sequence[int],
-    inputs: Sequence[tuple[str, LineageRelation]],
+    inputs: Sequence[tuple[str, LineageRelation | LineageTable]],
     k: int,
     max_pictures: int = 4,
 ) -> str:
@@ -208,10 +228,7 @@ def lineage_markdown(
     pictures = []
     for n, (name, rel) in enumerate(inputs):
         in_size = int(np.prod(rel.in_shape, dtype=np.int64))
-        of = _flat(rel.out_cols, rel.out_shape)
-        inf = _flat(rel.in_cols, rel.in_shape)
-        feeding = np.unique(inf[np.isin(of, sample)])
-        used = np.unique(inf).size
+        feeding, used = _feeding_and_used(rel, sample)
         cov = used / in_size if in_size else 0.0
         lines.append(f"| `{name}` | {feeding.size} | {used} of {in_size} | {cov:.1%} |")
         if n < max_pictures:

@@ -5,8 +5,14 @@ import io
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
+from strategies import relations
 
+from dslog_dagster.core import LineageRelation
+from dslog_dagster.core.provrc import compress
+from dslog_dagster.io_managers.metadata import lineage_markdown
 from dslog_dagster.pictures import MAX_SIDE, cells_png, png_markdown, to_2d
 
 RED = (214, 39, 40)
@@ -66,3 +72,16 @@ def test_png_markdown_is_a_data_uri_image() -> None:
     md = png_markdown(png, "a [tricky] alt")
     assert md.startswith("![a \\[tricky\\] alt](data:image/png;base64,")
     assert base64.b64decode(md.split(",", 1)[1].rstrip(")")) == png
+
+
+@settings(max_examples=60, deadline=None)
+@given(relations(), st.integers(1, 6))
+def test_lineage_picture_from_a_compressed_table_equals_the_picture_from_its_relation(
+    rel: LineageRelation, k: int
+) -> None:
+    # A served reuse view hands the IO manager ProvRC tables, a capture may hand relations:
+    # the metadata (counts, coverage and PNGs) must not depend on which form arrived.
+    table = compress(rel.unique())
+    from_rel = lineage_markdown("out", rel.out_shape, [("src", rel)], k)
+    from_table = lineage_markdown("out", rel.out_shape, [("src", table)], k)
+    assert from_table == from_rel
