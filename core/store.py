@@ -370,11 +370,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _write_synced(path: Path, data: bytes, durable: bool = True) -> None:
     with open(path, "xb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
 
 
 def _json_default(obj: Any) -> Any:
@@ -449,6 +450,12 @@ class LineageStore:
             DuckDB work per registration from the first query into the write path (where a
             Dagster step pays it). Turn it on for stores queried by external SQL tools that
             read the catalog file without going through :meth:`sync`.
+        durable: fsync every new array record and operation file and its directory before
+            the write returns, so registered lineage survives a power loss (the default).
+            ``False`` keeps every publish atomic — readers and crashed processes never see a
+            partial file — but leaves flushing to the OS, as Dagster's filesystem IO manager
+            does for the asset values themselves; it saves a few milliseconds per write on
+            disks with slow flushes. Compaction always fsyncs (it deletes the files it packs).
 
     Examples:
         >>> store = LineageStore(tmp_path)  # doctest: +SKIP
@@ -466,9 +473,11 @@ class LineageStore:
         lock_timeout: float = 5.0,
         index_timeout: float = 2.0,
         index_on_write: bool = False,
+        durable: bool = True,
     ) -> None:
         self.root = Path(root).absolute()
         self.index_on_write = bool(index_on_write)
+        self.durable = bool(durable)
         try:
             for sub in ("arrays", "operations", "packs", ".staging"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -613,7 +622,7 @@ class LineageStore:
         if final.exists():
             return False
         tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
-        _write_synced(tmp, data)
+        _write_synced(tmp, data, self.durable)
         try:
             try:
                 os.link(tmp, final)
@@ -622,10 +631,11 @@ class LineageStore:
             except OSError:
                 # Filesystems without hard links: O_EXCL still gives first-writer-wins.
                 try:
-                    _write_synced(final, data)
+                    _write_synced(final, data, self.durable)
                 except FileExistsError:
                     return False
-            _fsync_dir(final.parent)
+            if self.durable:
+                _fsync_dir(final.parent)
             return True
         finally:
             tmp.unlink(missing_ok=True)
@@ -874,7 +884,7 @@ class LineageStore:
         )
 
         # 2. write the segment under .staging, then publish it with one rename
-        self._publish_file(self.root / rel, segment, f"operation `{op_id}`")
+        self._publish_file(self.root / rel, segment, f"operation `{op_id}`", durable=self.durable)
         self._seg_ops[rel] = (op_id,)
         self._where[op_id] = rel
         self._ops[op_id] = record
@@ -882,14 +892,19 @@ class LineageStore:
             self.catalog.index_operation(record)
         return record
 
-    def _publish_file(self, final: Path, data: bytes, what: str) -> None:
-        """Write ``data`` to ``final`` atomically: staging file, fsync, rename, fsync dir."""
+    def _publish_file(self, final: Path, data: bytes, what: str, *, durable: bool = True) -> None:
+        """Write ``data`` to ``final`` atomically: staging file, fsync, rename, fsync dir.
+
+        ``durable=False`` skips both fsyncs: the publish stays atomic (a reader or a crashed
+        process never sees a partial file) but a power loss may lose it.
+        """
         tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
         try:
             self.staging_dir.mkdir(parents=True, exist_ok=True)
-            _write_synced(tmp, data)
+            _write_synced(tmp, data, durable)
             os.rename(tmp, final)
-            _fsync_dir(final.parent)
+            if durable:
+                _fsync_dir(final.parent)
         except OSError as e:
             tmp.unlink(missing_ok=True)
             msg = f"Could not write {what} to the store at `{self.root}`: {e}"

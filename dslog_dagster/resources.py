@@ -26,20 +26,24 @@ from dslog_dagster.core.store import LineageStore
 
 __all__ = ["DSLogResource", "open_store"]
 
-_stores: dict[Path, LineageStore] = {}
+_stores: dict[tuple[Path, bool], LineageStore] = {}
 _sessions: dict[Path, DSLog] = {}
 _registries: dict[tuple[Path, ReusePolicy], ViewRegistry] = {}
 _stores_lock = threading.Lock()
 
 
-def open_store(root: str | os.PathLike[str]) -> LineageStore:
-    """The process-wide :class:`LineageStore` for ``root`` (one catalog handle per process)."""
+def open_store(root: str | os.PathLike[str], *, durable: bool = True) -> LineageStore:
+    """The process-wide :class:`LineageStore` for ``root`` (one catalog handle per process).
+
+    ``durable`` selects whether its writes fsync (see :class:`LineageStore`); a store opened
+    both ways is two handles on the same files.
+    """
     path = Path(root).absolute()
     with _stores_lock:
-        store = _stores.get(path)
+        store = _stores.get((path, durable))
         if store is None or not path.is_dir():
-            store = LineageStore(path)
-            _stores[path] = store
+            store = LineageStore(path, durable=durable)
+            _stores[(path, durable)] = store
         return store
 
 
@@ -102,6 +106,13 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     verify_rate: float = Field(
         default=0.05, ge=0.0, le=1.0, description="Share of reuse hits re-verified by sampling."
     )
+    durable: bool = Field(
+        default=True,
+        description=(
+            "fsync lineage files before a step succeeds (survives power loss). False keeps "
+            "writes atomic but leaves flushing to the OS, like the asset values' IO manager."
+        ),
+    )
 
     def settings(self) -> dict[str, object]:
         """The fields as keyword arguments (``DSLogIOManager(**dslog.settings())``)."""
@@ -114,6 +125,7 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "reuse": self.reuse,
             "confirm_after": self.confirm_after,
             "verify_rate": self.verify_rate,
+            "durable": self.durable,
         }
 
     def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path:
@@ -128,7 +140,7 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def store(self, default_base: str | os.PathLike[str] | None = None) -> LineageStore:
         """The lineage store (opened once per process and directory)."""
-        return open_store(self.resolve_store_dir(default_base))
+        return open_store(self.resolve_store_dir(default_base), durable=self.durable)
 
     def registry(self, default_base: str | os.PathLike[str] | None = None) -> "ViewRegistry":
         """The process-wide reuse-view registry of the store (one per store directory)."""

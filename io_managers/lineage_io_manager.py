@@ -250,6 +250,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     reuse: bool = Field(default=True, description="Serve lineage from confirmed reuse views.")
     confirm_after: int = Field(default=2, ge=1, description="Captures that confirm a view.")
     verify_rate: float = Field(default=0.05, ge=0.0, le=1.0, description="Hits re-verified.")
+    durable: bool = Field(default=True, description="fsync lineage files (power-loss safe).")
     _instance_dir: str | None = PrivateAttr(default=None)
     _settings_cache: dict[tuple[str, str | None], DSLogResource] = PrivateAttr(default_factory=dict)
 

@@ -364,6 +364,19 @@ def test_resource_default_policy_applies(instance: dg.DagsterInstance, tmp_path:
     assert _md(res, "colsum")[m.OBTAINED] == "off"
 
 
+def test_durable_setting_reaches_the_store_and_lineage_is_stored_either_way(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    for durable in (False, True):
+        base = tmp_path / str(durable)
+        io = DSLogIOManager.from_resource(DSLogResource(durable=durable), base_dir=str(base))
+        res = dg.materialize([src, colsum], instance=instance, resources={"io_manager": io})
+        assert _md(res, "colsum")[m.OBTAINED] == "captured"
+        assert io.dslog_settings().store().durable is durable
+        log = DSLog(base / ".dslog")
+        assert _cells(log, ["colsum", "src"], [0]) == {(r, 0) for r in range(3)}
+
+
 # ------------------------------------------------------------------ inputs
 
 

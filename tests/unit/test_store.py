@@ -308,12 +308,12 @@ def test_write_failure_leaves_nothing(store: LineageStore, monkeypatch: pytest.M
     real = store_module._write_synced
     calls = {"n": 0}
 
-    def failing(path: Path, data: bytes) -> None:
+    def failing(path: Path, data: bytes, durable: bool = True) -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             msg = "No space left on device"
             raise OSError(28, msg)
-        real(path, data)
+        real(path, data, durable)
 
     monkeypatch.setattr(store_module, "_write_synced", failing)
     lineage = {("y", "x"): identity((3, 3)), ("y", "z"): all_to_all((3, 3), (3,))}
@@ -513,3 +513,27 @@ def test_errors_are_dslog_errors(store: LineageStore) -> None:
         store.get_array("missing")
     with pytest.raises(DSLogError):
         store.sql("DROP TABLE arrays")
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_durable_controls_fsync_not_atomicity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool
+) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    store = LineageStore(tmp_path / "s", durable=durable)
+    _setup_xy(store)
+    op = store.register_operation("neg", ["x"], ["y"], {("y", "x"): identity((3, 3))})
+    # three array records and one operation file, each with its directory
+    assert len(synced) == (2 * 4 if durable else 0)
+    assert not list(store.staging_dir.iterdir())  # published by rename either way
+    fresh = LineageStore(tmp_path / "s")
+    assert fresh.read_lineage(fresh.get_operation(op.op_id), "y", "x").decompress() == identity(
+        (3, 3)
+    )
