@@ -110,11 +110,12 @@ def _producer_ids(log: DSLog, metadata: Mapping[str, Any], rec: ArrayRecord) -> 
     obtained = metadata.get(m.OBTAINED)
     if obtained is not None and str(getattr(obtained, "value", obtained)) == "source":
         return []
-    return log.store.catalog.column(
+    ids = log.store.catalog.column(
         "SELECT DISTINCT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
         "ORDER BY op_id",
         [rec.array_id],
     )
+    return [str(i) for i in ids]
 
 
 def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey) -> _Located:

@@ -38,7 +38,7 @@ class LineageQueries(dg.Component, dg.Model, dg.Resolvable):
     resource_key: str = DEFAULT_RESOURCE_KEY
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return lineage_definitions(
+        defs: dg.Definitions = lineage_definitions(
             queries=self.queries,
             store_dir=self.store_dir,
             resource_key=self.resource_key,
@@ -46,3 +46,4 @@ class LineageQueries(dg.Component, dg.Model, dg.Resolvable):
             adhoc_query=False,
             checks=False,
         )
+        return defs

@@ -13,6 +13,9 @@ executor, one embedded instance), each timed as the best of ``--repeat`` runs af
   reused and capture again, so the table also compares the *steps served from views* alone,
   from Dagster's own step durations, against the same steps untracked.
 
+The reuse runs are also timed with ``durable=False`` (lineage published atomically but not
+fsynced), alternating with the untracked and durable runs, to show what the flushes cost.
+
 Goal (issue 6): ≤ 1.05x untracked when lineage comes from reuse views (the served steps).
 
 Run: ``.venv/bin/python bench/dagster_overhead.py [--size 256] [--repeat 3]``. Informational,
@@ -82,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             on_dir = work / "on"
             on = make_defs(str(on_dir), policy="capture").resolve_job_def("hotspot_job")
             timed(off, instance, args.size)  # warm-up: imports, instance, first-run caches
-            untracked = min(timed(off, instance, args.size)[0] for _ in range(args.repeat))
-            offs = [timed(off, instance, args.size) for _ in range(args.repeat)]
-            untracked = min(w for w, _ in offs)
+            offs = [timed(off, instance, args.size)]
             firsts = []
             for _ in range(args.repeat):
                 shutil.rmtree(on_dir, ignore_errors=True)
@@ -93,7 +94,15 @@ def main(argv: list[str] | None = None) -> int:
                 _, probe = timed(on, instance, args.size)
                 if any(v in SERVED for v in probe["by_step"].values()):
                     break
-            seconds = [timed(on, instance, args.size) for _ in range(args.repeat)]
+            lazy = make_defs(str(on_dir), policy="capture", durable=False).resolve_job_def(
+                "hotspot_job"
+            )
+            seconds, lazies = [], []
+            for _ in range(args.repeat):  # alternate: the machine's load drifts
+                offs.append(timed(off, instance, args.size))
+                seconds.append(timed(on, instance, args.size))
+                lazies.append(timed(lazy, instance, args.size))
+            untracked = min(w for w, _ in offs)
             first = min(w for w, _ in firsts)
             first_info = min(firsts, key=lambda x: x[0])[1]
             second = min(w for w, _ in seconds)
@@ -101,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             served = sorted(k for k, v in info["by_step"].items() if v in SERVED)
             served_on = min(sum(i["step_s"][k] for k in served) for _, i in seconds)
             served_off = min(sum(i["step_s"][k] for k in served) for _, i in offs)
+            served_lazy = min(sum(i["step_s"][k] for k in served) for _, i in lazies)
+            lazy_s = min(w for w, _ in lazies)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"hotspot job, {args.size}x{args.size} frame, best of {args.repeat} runs")
@@ -117,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
             f"| steps served from views ({', '.join(served)}) | {served_on:.3f} | "
             f"{served_on / served_off:.2f} | {','.join(info['by_step'][k] for k in served)} |"
         )
+        print(
+            f"| same steps, `durable=False` (no fsync) | {served_lazy:.3f} | "
+            f"{served_lazy / served_off:.2f} | reuse run {lazy_s:.3f} s |"
+        )
+        per_step = (served_on - served_off) / len(served) * 1000
+        print(f"| overhead per served step | {per_step:.1f} ms | | |")
     print()
     print(
         f"reuse run: capture/reuse {info['capture_s']:.3f} s, lineage store writes "

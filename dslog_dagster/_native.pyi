@@ -9,6 +9,7 @@ import numpy.typing as npt
 I64 = npt.NDArray[np.int64]
 
 def sort_unique(cols: Sequence[I64], l: int) -> tuple[I64, int]: ...
+def constant_columns(cols: Sequence[I64]) -> list[bool]: ...
 def compress(
     cols: Sequence[I64],
     l: int,

@@ -70,7 +70,8 @@ def _any_pool(grid: npt.NDArray[np.bool_], f: int) -> npt.NDArray[np.bool_]:
         padded = np.zeros((hp, wp), dtype=bool)
         padded[:h, :w] = grid
         grid = padded
-    return grid.reshape(hp // f, f, wp // f, f).any(axis=(1, 3))
+    pooled = np.asarray(grid.reshape(hp // f, f, wp // f, f).any(axis=(1, 3)), dtype=bool)
+    return pooled
 
 
 def cells_png(mask: np.ndarray, *, title: str | None = None) -> bytes:

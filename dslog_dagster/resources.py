@@ -15,7 +15,7 @@ Where the store lives (first that applies):
 import os
 import threading
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -114,7 +114,7 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         ),
     )
 
-    def settings(self) -> dict[str, object]:
+    def settings(self) -> dict[str, Any]:
         """The fields as keyword arguments (``DSLogIOManager(**dslog.settings())``)."""
         return {
             "store_dir": self.store_dir,

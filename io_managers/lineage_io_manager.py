@@ -384,7 +384,7 @@ class _LineageIOManager(dg.IOManager):
 
 
 def with_lineage(
-    inner: dg.ConfigurableIOManagerFactory | dg.IOManager, dslog: DSLogResource | None = None
+    inner: "dg.ConfigurableIOManagerFactory[Any] | dg.IOManager", dslog: DSLogResource | None = None
 ) -> dg.IOManagerDefinition:
     """Add cell-level lineage to an existing IO manager.
 

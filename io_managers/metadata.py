@@ -182,7 +182,8 @@ def sample_cells(shape: Sequence[int], k: int) -> np.ndarray:
 def _flat(cols: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     if len(shape) == 0:
         return np.zeros(cols.shape[1] if cols.ndim == 2 else 0, dtype=np.int64)
-    return np.ravel_multi_index(tuple(cols), tuple(shape)).astype(np.int64)
+    flat: np.ndarray = np.ravel_multi_index(tuple(cols), tuple(shape)).astype(np.int64)
+    return flat
 
 
 def _feeding_and_used(
