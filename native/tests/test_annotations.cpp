@@ -96,7 +96,77 @@ static void test_inputs_and_handles() {
   CHECK(a.valid(a.cell(2)) && !a.valid(dslog::hnd::make(6, dslog::hnd::kCell, 1, 2)));
 }
 
+static void test_inline_pairs_and_progressions() {
+  Arena a(6, Mode::kContributing);
+  a.add_input(100000);
+  // Two cells: inline (no table entry) while the distance table has room, then a join entry.
+  size_t joins = a.n_joins();
+  Handle p = a.join(a.cell(9), a.cell(4));
+  CHECK((set_of(a, p) == std::vector<uint64_t>{4, 9}));
+  CHECK(a.n_joins() == joins);
+  for (uint64_t d = 1; d <= 300; ++d) {
+    Handle q = a.join(a.cell(1000), a.cell(1000 + d));
+    CHECK((set_of(a, q) == std::vector<uint64_t>{1000, 1000 + d}));
+  }
+  CHECK(a.n_joins() > joins);  // more than 256 distances: the rest became join entries
+  // Column-wise accumulation (sum over axis 0): one progression per column, in place.
+  const uint64_t rows = 50, colsn = 40;
+  a.begin_call();
+  std::vector<Handle> acc(colsn);
+  for (uint64_t j = 0; j < colsn; ++j) acc[j] = a.cell(j);
+  size_t progs = a.n_progs();
+  for (uint64_t i = 1; i < rows; ++i)
+    for (uint64_t j = 0; j < colsn; ++j) a.acc_join(acc[j], a.cell(i * colsn + j), 0);
+  CHECK(a.n_progs() - progs <= colsn);
+  for (uint64_t j = 0; j < colsn; ++j) {
+    auto s = set_of(a, acc[j]);
+    CHECK(s.size() == rows && s.front() == j && s.back() == (rows - 1) * colsn + j);
+    std::vector<uint64_t> scratch;
+    auto q = a.seq(acc[j], scratch);
+    CHECK(q.data == nullptr && q.count == rows && q.stride == colsn);
+  }
+  // A shared copy stays as it is while the accumulator keeps growing (and leaves the
+  // progression when a cell does not fit it).
+  Handle frozen = a.join(acc[0], 0);
+  a.acc_join(acc[0], a.cell(rows * colsn), 0);
+  a.acc_join(acc[0], a.cell(3), 0);
+  CHECK(set_of(a, frozen).size() == rows);
+  auto s0 = set_of(a, acc[0]);
+  CHECK(s0.size() == rows + 2 && s0[1] == 3);
+  // A later call does not extend this call's progression in place.
+  Handle old = acc[1];
+  a.begin_call();
+  Handle next = old;
+  a.acc_join(next, a.cell(rows * colsn + 1), 0);
+  CHECK(set_of(a, old).size() == rows && set_of(a, next).size() == rows + 1);
+}
+
+static void test_groups() {
+  Arena a(7, Mode::kContributing);
+  a.add_input(1000);
+  a.begin_call();
+  // 10 columns of a (rows of 10) reduction, reversed columns: member j = {90 - j + 10k}.
+  Handle first = a.new_group(9, -1, 10, 3, 10);
+  CHECK(first != 0);
+  CHECK(a.owned_group(first) != nullptr);
+  for (uint64_t j = 0; j < 10; ++j) {
+    auto s = set_of(a, first + j);
+    CHECK((s == std::vector<uint64_t>{9 - j, 19 - j, 29 - j}));
+  }
+  a.owned_group(first)->count = 4;  // a whole row extended the group
+  CHECK(set_of(a, first + 2).size() == 4);
+  Handle frozen = a.join(first + 2, 0);  // shared: a copy that no longer grows
+  Handle acc = first + 2;
+  a.acc_join(acc, a.cell(47), 0);  // one member leaves the group and grows on its own
+  CHECK((set_of(a, acc) == std::vector<uint64_t>{7, 17, 27, 37, 47}));
+  CHECK(set_of(a, frozen).size() == 4 && set_of(a, first + 3).size() == 4);
+  a.begin_call();
+  CHECK(a.owned_group(first) == nullptr);  // a later call never extends it in place
+}
+
 int main() {
+  test_groups();
+  test_inline_pairs_and_progressions();
   test_join_dedupes_and_stays_small();
   test_accumulator_in_place_and_ownership();
   test_pick_modes();
