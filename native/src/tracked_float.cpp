@@ -35,9 +35,19 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dslog/annotations.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define DSLOG_STREAM 1
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define DSLOG_AVX2 1
+#endif
 
 namespace py = pybind11;
 using dslog::Arena;
@@ -502,6 +512,33 @@ F64Loop find_f64_loop(PyUFuncObject* uf) {
 
 constexpr npy_intp kChunk = 1024;
 
+// Large contiguous outputs are written with non-temporal stores: a tracked_float element is
+// 16 bytes, so at 1M cells the operands no longer fit the cache, and streaming the output
+// saves the read-for-ownership of every output line and keeps the inputs cached.
+constexpr npy_intp kStreamMin = npy_intp(1) << 16;
+inline bool streamable(const char* p, npy_intp n, npy_intp stride) {
+#ifdef DSLOG_STREAM
+  return stride == 16 && n >= kStreamMin && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+#else
+  (void)p, (void)n, (void)stride;
+  return false;
+#endif
+}
+inline void store_nt(char* p, double v, Handle h) {
+#ifdef DSLOG_STREAM
+  int64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm_set_epi64x(int64_t(h), bits));
+#else
+  store(p, v, h);
+#endif
+}
+inline void stream_fence() {
+#ifdef DSLOG_STREAM
+  _mm_sfence();
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unary T -> T (legacy loops): the set passes through unchanged.
 // ---------------------------------------------------------------------------------------------
@@ -518,6 +555,17 @@ void unary_loop(char** args, npy_intp const* dims, npy_intp const* steps, void* 
   npy_intp is = steps[0], os = steps[1];
   switch (info->op) {
     case U_NEGATIVE:
+#ifdef DSLOG_STREAM
+      if (is == 16 && streamable(op, n, os) && (reinterpret_cast<uintptr_t>(ip) & 15) == 0) {
+        const __m128i sign = _mm_set_epi64x(0, int64_t(uint64_t(1) << 63));
+        for (npy_intp i = 0; i < n; ++i) {
+          __m128i w = _mm_load_si128(reinterpret_cast<const __m128i*>(ip + i * 16));
+          _mm_stream_si128(reinterpret_cast<__m128i*>(op + i * 16), _mm_xor_si128(w, sign));
+        }
+        stream_fence();
+        return;
+      }
+#endif
       if (is == 16 && os == 16) {  // contiguous: flip the value's sign bit, copy the handle
         const char* s = ip;
         char* d = op;
@@ -910,6 +958,59 @@ bool row_reduce(Arena& ar, const char* b, char* o, npy_intp n, npy_intp sb, npy_
 // annotated arrays: a kCell2 handle, no table entry); in place (`x += y`, and reductions
 // along a non-contiguous axis, which NumPy runs as out[j] += in[i, j] row by row), the next
 // cell of this call's progression accumulator. Everything else: arith_slow.
+#ifdef DSLOG_AVX2
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+
+// The leading run of "sequential" elements of x OP y, two at a time: x's set is the single
+// cell hx0 + i, y's hy0 + i (two contiguous annotated operands), so the result's is the kCell2
+// handle ho0 + i. Values are computed lane by lane exactly as the scalar loop does (the
+// handle lanes compute 1 OP 1, which raises no floating-point flag). Returns how many
+// elements were done; the caller continues with the general loop from there.
+template <BinInline OP, bool kNT>
+__attribute__((target("avx2"))) npy_intp seq_run_avx2(const char* a, const char* b, char* o,
+                                                       npy_intp n, Handle hx0, Handle hy0,
+                                                       Handle ho0) {
+  const __m256d one = _mm256_set1_pd(1.0);
+  const __m256i two = _mm256_set_epi64x(2, 0, 2, 0);
+  __m256i ex = _mm256_set_epi64x(int64_t(hx0 + 1), 0, int64_t(hx0), 0);
+  __m256i ey = _mm256_set_epi64x(int64_t(hy0 + 1), 0, int64_t(hy0), 0);
+  __m256i eo = _mm256_set_epi64x(int64_t(ho0 + 1), 0, int64_t(ho0), 0);
+  npy_intp i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const __m256i X = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i * 16));
+    const __m256i Y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i * 16));
+    const __m256i m = _mm256_and_si256(_mm256_cmpeq_epi64(X, ex), _mm256_cmpeq_epi64(Y, ey));
+    if ((_mm256_movemask_pd(_mm256_castsi256_pd(m)) & 0xA) != 0xA) break;
+    const __m256d xv = _mm256_blend_pd(_mm256_castsi256_pd(X), one, 0xA);
+    const __m256d yv = _mm256_blend_pd(_mm256_castsi256_pd(Y), one, 0xA);
+    __m256d r;
+    if (OP == I_ADD)
+      r = _mm256_add_pd(xv, yv);
+    else if (OP == I_SUB)
+      r = _mm256_sub_pd(xv, yv);
+    else if (OP == I_MUL)
+      r = _mm256_mul_pd(xv, yv);
+    else
+      r = _mm256_div_pd(xv, yv);
+    const __m256i R = _mm256_blend_epi32(_mm256_castpd_si256(r), eo, 0xCC);
+    char* p = o + i * 16;
+    if (kNT) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(R));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p + 16), _mm256_extracti128_si256(R, 1));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), R);
+    }
+    ex = _mm256_add_epi64(ex, two);
+    ey = _mm256_add_epi64(ey, two);
+    eo = _mm256_add_epi64(eo, two);
+  }
+  return i;
+}
+#endif
+
 template <BinInline OP, bool in_place>
 __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char* b, char* o, npy_intp n, npy_intp sa,
                   npy_intp sb, npy_intp so) {
@@ -950,28 +1051,59 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
   uint64_t dist = ar.last_delta_index() < 0 ? ~uint64_t(0) : ar.last_delta();
   uint64_t dist_bits =
       cell2_bits | (uint64_t(std::max(ar.last_delta_index(), 0)) << hnd::kEstShift);
-  for (npy_intp i = 0; i < n; ++i) {
-    char* out = o + i * so;
-    const TF x = load(a + i * sa), y = load(b + i * sb);
-    const double v = arith_value<OP>(x.v, y.v);
-    if ((y.h & kTagMask) == cell_bits && (x.h & kTagMask) == cell_bits) {
-      const uint64_t cx = hnd::payload(x.h), cy = hnd::payload(y.h);
-      const uint64_t lo = cx < cy ? cx : cy, d = cx < cy ? cy - cx : cx - cy;
-      if (d == dist) {
-        store(out, v, dist_bits | lo);
+  auto run = [&](auto nt) -> int {
+    constexpr bool kNT = decltype(nt)::value;
+    npy_intp start = 0;
+#ifdef DSLOG_AVX2
+    // Two contiguous annotated operands (cells advancing by one): the vector kernel.
+    if (n >= 8 && sa == 16 && sb == 16 && so == 16 && has_avx2()) {
+      const TF x0 = load(a), y0 = load(b);
+      if ((x0.h & kTagMask) == cell_bits && (y0.h & kTagMask) == cell_bits) {
+        const uint64_t cx = hnd::payload(x0.h), cy = hnd::payload(y0.h);
+        const Handle h2 = ar.join_cells(cx, cy);
+        // payloads + n must stay below 2^40 (cells do: they are < 2^40 - n here)
+        if (hnd::kind(h2) == hnd::kCell2 && std::max(cx, cy) + uint64_t(n) < hnd::kPayloadMask) {
+          start = seq_run_avx2<OP, kNT>(a, b, o, n, x0.h, y0.h, h2);
+          dist = cx < cy ? cy - cx : cx - cy;
+          dist_bits = h2 & ~hnd::kPayloadMask;
+        }
+      }
+    }
+#endif
+    for (npy_intp i = start; i < n; ++i) {
+      char* out = o + i * so;
+      const TF x = load(a + i * sa), y = load(b + i * sb);
+      const double v = arith_value<OP>(x.v, y.v);
+      if ((y.h & kTagMask) == cell_bits && (x.h & kTagMask) == cell_bits) {
+        const uint64_t cx = hnd::payload(x.h), cy = hnd::payload(y.h);
+        const uint64_t lo = cx < cy ? cx : cy, d = cx < cy ? cy - cx : cx - cy;
+        if (d == dist) {
+          if (kNT)
+            store_nt(out, v, dist_bits | lo);
+          else
+            store(out, v, dist_bits | lo);
+          continue;
+        }
+        const Handle h2 = ar.join_cells(cx, cy);
+        if (hnd::kind(h2) == hnd::kCell2) {
+          dist = d;
+          dist_bits = h2 & ~hnd::kPayloadMask;
+        }
+        store(out, v, h2);
         continue;
       }
-      const Handle h2 = ar.join_cells(cx, cy);
-      if (hnd::kind(h2) == hnd::kCell2) {
-        dist = d;
-        dist_bits = h2 & ~hnd::kPayloadMask;
-      }
-      store(out, v, h2);
-      continue;
+      if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
     }
-    if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
+    return 0;
+  };
+  // Streaming needs an output that does not overlap the inputs (it is written around the
+  // cache while they are read through it; an in-place call takes the other branch anyway).
+  if (streamable(o, n, so)) {
+    const int rc = run(std::true_type{});
+    stream_fence();
+    return rc;
   }
-  return 0;
+  return run(std::false_type{});
 }
 
 int arith_fast(BinInline op, bool in_place, Arena& ar, const char* a, const char* b, char* o,
