@@ -1,5 +1,6 @@
 // Unit tests of the annotation arena (no Python): set semantics of joins, picks and in-place
 // accumulation, and the ownership rule that keeps shared sets immutable.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -164,7 +165,60 @@ static void test_groups() {
   CHECK(a.owned_group(first) == nullptr);  // a later call never extends it in place
 }
 
+// x - x.mean() and its reductions: a union with a big shared set is a reference, not a copy.
+static void test_big_shared_sets_by_reference() {
+  const uint64_t n = 5000;
+  Arena a(8, Mode::kContributing);
+  a.add_input(n);
+  // M: the whole array, accumulated in place (a reduction of one call).
+  a.begin_call();
+  Handle m = a.cell(0);
+  for (uint64_t i = 1; i < n; ++i) a.acc_join(m, a.cell(i), n - i);
+  a.begin_call();
+  const size_t before = a.bytes_used();
+  std::vector<Handle> dev(n);
+  for (uint64_t i = 0; i < n; ++i) dev[i] = a.join(a.cell(i), m);  // x - x.mean()
+  CHECK(a.bytes_used() - before <= 32 * n);                        // O(1) per cell
+  CHECK(set_of(a, dev[17]).size() == n);
+  // (x - m) - m is the same set, without a new node.
+  CHECK(a.join(dev[3], m) == dev[3]);
+  // Sum of squared deviations: one accumulator holding the cells and one reference to M.
+  a.begin_call();
+  const size_t before_sum = a.bytes_used();
+  Handle acc = dev[0];
+  for (uint64_t i = 1; i < n; ++i) a.acc_join(acc, dev[i], n - i);
+  CHECK(a.bytes_used() - before_sum <= 8 * n + 1024);  // the cells, not n copies of M
+  auto s = set_of(a, acc);
+  CHECK(s.size() == n && s.front() == 0 && s.back() == n - 1);
+  // A second level: z = (x - m) / std(x) with std's accumulator itself holding a reference.
+  a.begin_call();
+  std::vector<Handle> z(n);
+  for (uint64_t i = 0; i < n; ++i) z[i] = a.join(dev[i], acc);
+  Handle acc2 = z[0];
+  for (uint64_t i = 1; i < n; ++i) a.acc_join(acc2, z[i], n - i);
+  auto s2 = set_of(a, acc2);
+  CHECK(s2.size() == n && s2.front() == 0 && s2.back() == n - 1);
+  // A chain of lazy unions (cumsum) flattens exactly, each shared node once.
+  Handle run = a.cell(0);
+  std::vector<Handle> prefix;
+  for (uint64_t i = 1; i < 200; ++i) {
+    run = a.join(run, a.cell(i * 7 % n));
+    prefix.push_back(run);
+  }
+  auto s3 = set_of(a, run);
+  std::vector<uint64_t> want;
+  for (uint64_t i = 0; i < 200; ++i) want.push_back(i * 7 % n);
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  CHECK(s3 == want);
+  a.begin_call();
+  Handle total = prefix[0];
+  for (size_t i = 1; i < prefix.size(); ++i) a.acc_join(total, prefix[i], 0);
+  CHECK(set_of(a, total) == want);
+}
+
 int main() {
+  test_big_shared_sets_by_reference();
   test_groups();
   test_inline_pairs_and_progressions();
   test_join_dedupes_and_stays_small();

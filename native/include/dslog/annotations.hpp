@@ -651,7 +651,8 @@ class Arena {
   // A new accumulator list of this call holding the set h (big parts by reference), with
   // room for `hint` more entries.
   Handle clone_owned(Handle h, size_t hint) {
-    size_t cap = std::max<size_t>(std::min<size_t>(hint, kMaxLen), 4);
+    // + a few entries for references (the hint counts elements still to come).
+    size_t cap = std::max<size_t>(std::min<size_t>(hint + 8, kMaxLen), 4);
     if (hnd::kind(h) == hnd::kList && h != 0) {
       // Copy the entries as they are (references stay references).
       const ListNode& src = lists_[hnd::payload(h)];
