@@ -546,8 +546,10 @@ class Arena {
     ListNode& n = lists_[hnd::payload(h)];
     normalise(n);
     Handle out = new_list(n.data, n.len, n.len, false);
-    lists_[hnd::payload(out)].refs = lists_[hnd::payload(h)].refs;
-    return out;
+    if (!lists_[hnd::payload(h)].refs) return out;
+    // With references its size is unknown: "many", so it is never materialised by a union.
+    lists_[hnd::payload(out)].refs = 1;
+    return hnd::make(epoch_, hnd::kList, hnd::kEstMany, hnd::payload(out));
   }
 
   Handle make_pair(Handle c, Handle k) {
