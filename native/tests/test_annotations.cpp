@@ -1,5 +1,6 @@
 // Unit tests of the annotation arena (no Python): set semantics of joins, picks and in-place
 // accumulation, and the ownership rule that keeps shared sets immutable.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -96,7 +97,130 @@ static void test_inputs_and_handles() {
   CHECK(a.valid(a.cell(2)) && !a.valid(dslog::hnd::make(6, dslog::hnd::kCell, 1, 2)));
 }
 
+static void test_inline_pairs_and_progressions() {
+  Arena a(6, Mode::kContributing);
+  a.add_input(100000);
+  // Two cells: inline (no table entry) while the distance table has room, then a join entry.
+  size_t joins = a.n_joins();
+  Handle p = a.join(a.cell(9), a.cell(4));
+  CHECK((set_of(a, p) == std::vector<uint64_t>{4, 9}));
+  CHECK(a.n_joins() == joins);
+  for (uint64_t d = 1; d <= 300; ++d) {
+    Handle q = a.join(a.cell(1000), a.cell(1000 + d));
+    CHECK((set_of(a, q) == std::vector<uint64_t>{1000, 1000 + d}));
+  }
+  CHECK(a.n_joins() > joins);  // more than 256 distances: the rest became join entries
+  // Column-wise accumulation (sum over axis 0): one progression per column, in place.
+  const uint64_t rows = 50, colsn = 40;
+  a.begin_call();
+  std::vector<Handle> acc(colsn);
+  for (uint64_t j = 0; j < colsn; ++j) acc[j] = a.cell(j);
+  size_t progs = a.n_progs();
+  for (uint64_t i = 1; i < rows; ++i)
+    for (uint64_t j = 0; j < colsn; ++j) a.acc_join(acc[j], a.cell(i * colsn + j), 0);
+  CHECK(a.n_progs() - progs <= colsn);
+  for (uint64_t j = 0; j < colsn; ++j) {
+    auto s = set_of(a, acc[j]);
+    CHECK(s.size() == rows && s.front() == j && s.back() == (rows - 1) * colsn + j);
+    std::vector<uint64_t> scratch;
+    auto q = a.seq(acc[j], scratch);
+    CHECK(q.data == nullptr && q.count == rows && q.stride == colsn);
+  }
+  // A shared copy stays as it is while the accumulator keeps growing (and leaves the
+  // progression when a cell does not fit it).
+  Handle frozen = a.join(acc[0], 0);
+  a.acc_join(acc[0], a.cell(rows * colsn), 0);
+  a.acc_join(acc[0], a.cell(3), 0);
+  CHECK(set_of(a, frozen).size() == rows);
+  auto s0 = set_of(a, acc[0]);
+  CHECK(s0.size() == rows + 2 && s0[1] == 3);
+  // A later call does not extend this call's progression in place.
+  Handle old = acc[1];
+  a.begin_call();
+  Handle next = old;
+  a.acc_join(next, a.cell(rows * colsn + 1), 0);
+  CHECK(set_of(a, old).size() == rows && set_of(a, next).size() == rows + 1);
+}
+
+static void test_groups() {
+  Arena a(7, Mode::kContributing);
+  a.add_input(1000);
+  a.begin_call();
+  // 10 columns of a (rows of 10) reduction, reversed columns: member j = {90 - j + 10k}.
+  Handle first = a.new_group(9, -1, 10, 3, 10);
+  CHECK(first != 0);
+  CHECK(a.owned_group(first) != nullptr);
+  for (uint64_t j = 0; j < 10; ++j) {
+    auto s = set_of(a, first + j);
+    CHECK((s == std::vector<uint64_t>{9 - j, 19 - j, 29 - j}));
+  }
+  a.owned_group(first)->count = 4;  // a whole row extended the group
+  CHECK(set_of(a, first + 2).size() == 4);
+  Handle frozen = a.join(first + 2, 0);  // shared: a copy that no longer grows
+  Handle acc = first + 2;
+  a.acc_join(acc, a.cell(47), 0);  // one member leaves the group and grows on its own
+  CHECK((set_of(a, acc) == std::vector<uint64_t>{7, 17, 27, 37, 47}));
+  CHECK(set_of(a, frozen).size() == 4 && set_of(a, first + 3).size() == 4);
+  a.begin_call();
+  CHECK(a.owned_group(first) == nullptr);  // a later call never extends it in place
+}
+
+// x - x.mean() and its reductions: a union with a big shared set is a reference, not a copy.
+static void test_big_shared_sets_by_reference() {
+  const uint64_t n = 5000;
+  Arena a(8, Mode::kContributing);
+  a.add_input(n);
+  // M: the whole array, accumulated in place (a reduction of one call).
+  a.begin_call();
+  Handle m = a.cell(0);
+  for (uint64_t i = 1; i < n; ++i) a.acc_join(m, a.cell(i), n - i);
+  a.begin_call();
+  const size_t before = a.bytes_used();
+  std::vector<Handle> dev(n);
+  for (uint64_t i = 0; i < n; ++i) dev[i] = a.join(a.cell(i), m);  // x - x.mean()
+  CHECK(a.bytes_used() - before <= 32 * n);                        // O(1) per cell
+  CHECK(set_of(a, dev[17]).size() == n);
+  // (x - m) - m is the same set, without a new node.
+  CHECK(a.join(dev[3], m) == dev[3]);
+  // Sum of squared deviations: one accumulator holding the cells and one reference to M.
+  a.begin_call();
+  const size_t before_sum = a.bytes_used();
+  Handle acc = dev[0];
+  for (uint64_t i = 1; i < n; ++i) a.acc_join(acc, dev[i], n - i);
+  CHECK(a.bytes_used() - before_sum <= 8 * n + 1024);  // the cells, not n copies of M
+  auto s = set_of(a, acc);
+  CHECK(s.size() == n && s.front() == 0 && s.back() == n - 1);
+  // A second level: z = (x - m) / std(x) with std's accumulator itself holding a reference.
+  a.begin_call();
+  std::vector<Handle> z(n);
+  for (uint64_t i = 0; i < n; ++i) z[i] = a.join(dev[i], acc);
+  Handle acc2 = z[0];
+  for (uint64_t i = 1; i < n; ++i) a.acc_join(acc2, z[i], n - i);
+  auto s2 = set_of(a, acc2);
+  CHECK(s2.size() == n && s2.front() == 0 && s2.back() == n - 1);
+  // A chain of lazy unions (cumsum) flattens exactly, each shared node once.
+  Handle run = a.cell(0);
+  std::vector<Handle> prefix;
+  for (uint64_t i = 1; i < 200; ++i) {
+    run = a.join(run, a.cell(i * 7 % n));
+    prefix.push_back(run);
+  }
+  auto s3 = set_of(a, run);
+  std::vector<uint64_t> want;
+  for (uint64_t i = 0; i < 200; ++i) want.push_back(i * 7 % n);
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  CHECK(s3 == want);
+  a.begin_call();
+  Handle total = prefix[0];
+  for (size_t i = 1; i < prefix.size(); ++i) a.acc_join(total, prefix[i], 0);
+  CHECK(set_of(a, total) == want);
+}
+
 int main() {
+  test_big_shared_sets_by_reference();
+  test_groups();
+  test_inline_pairs_and_progressions();
   test_join_dedupes_and_stays_small();
   test_accumulator_in_place_and_ownership();
   test_pick_modes();

@@ -5,11 +5,22 @@
 // cell annotation is one uint64 (array id and flat int64 index are recovered at extraction).
 //
 // Handle layout (0 = empty set):
-//   bits 50..63  epoch of the capture that created it (never 0 for a non-empty handle)
-//   bits 48..49  kind: kList (sorted vector), kCell (a single cell), kJoin (lazy union of two
-//                handles), kPair (considered mode: {contributing set, considered set})
-//   bits 40..47  est: upper bound on the number of cells reachable (255 = "many")
-//   bits  0..39  payload: cell id, or index into the list / join / pair tables
+//   bits 51..63  epoch of the capture that created it (never 0 for a non-empty handle)
+//   bits 48..50  kind: kList (sorted vector), kCell (a single cell), kJoin (lazy union of two
+//                handles), kPair (considered mode: {contributing set, considered set}),
+//                kCell2 (two cells {c, c + d}, stored inline: d is entry `est` of the arena's
+//                small table of distances), kProg (an arithmetic progression of cells
+//                {start + k * stride : k < count}, an entry of the progression table)
+//                kGroup (member j of a group: the progression {start0 + j * cstep + k * stride :
+//                k < count}; one group holds the accumulators of a whole row of a reduction
+//                along a non-contiguous axis, which then grow by one shared counter per row)
+//   bits 40..47  est: upper bound on the number of cells reachable (255 = "many"); for kCell2
+//                the index of its distance (its est is 2)
+//   bits  0..39  payload: cell id, or index into the list / join / pair / progression tables
+//
+// kCell2 is what an element-wise binary operation of two annotated arrays produces: no table
+// entry per element. kProg is what a reduction along an axis accumulates (its cells arrive
+// with a constant stride): appending is a counter increment, and no cell id is stored.
 //
 // Sets are immutable once the ufunc call that built them returned, because NumPy copies
 // elements (and so handles) with memcpy and calls no hook on copy or free. The one exception
@@ -35,16 +46,28 @@ using Handle = uint64_t;
 namespace hnd {
 constexpr int kEstShift = 40;
 constexpr int kKindShift = 48;
-constexpr int kEpochShift = 50;
+constexpr int kEpochShift = 51;
 constexpr uint64_t kPayloadMask = (uint64_t{1} << 40) - 1;
 constexpr uint32_t kEstMany = 255;
-constexpr uint32_t kMaxEpoch = (1u << 14) - 1;
-enum Kind : uint32_t { kList = 0, kCell = 1, kJoin = 2, kPair = 3 };
+constexpr uint32_t kMaxEpoch = (1u << 13) - 1;
+enum Kind : uint32_t {
+  kList = 0,
+  kCell = 1,
+  kJoin = 2,
+  kPair = 3,
+  kCell2 = 4,
+  kProg = 5,
+  kGroup = 6
+};
+// kGroup payload: group index in bits 20..39, member (column) in bits 0..19.
+constexpr int kMemberBits = 20;
+constexpr uint64_t kMemberMask = (uint64_t{1} << kMemberBits) - 1;
 
-inline Kind kind(Handle h) { return Kind((h >> kKindShift) & 3u); }
+inline Kind kind(Handle h) { return Kind((h >> kKindShift) & 7u); }
 inline uint32_t epoch(Handle h) { return uint32_t(h >> kEpochShift); }
 inline uint64_t payload(Handle h) { return h & kPayloadMask; }
-inline uint32_t est(Handle h) { return uint32_t((h >> kEstShift) & 0xffu); }
+inline uint32_t field8(Handle h) { return uint32_t((h >> kEstShift) & 0xffu); }
+inline uint32_t est(Handle h) { return kind(h) == kCell2 ? 2u : field8(h); }
 inline Handle make(uint32_t ep, Kind k, uint32_t e, uint64_t p) {
   return (uint64_t(ep) << kEpochShift) | (uint64_t(k) << kKindShift) |
          (uint64_t(std::min(e, kEstMany)) << kEstShift) | p;
@@ -88,15 +111,52 @@ class ChunkedTable {
 
 // A sorted list of cell ids. `dirty` = may be unsorted or hold duplicates (an accumulator
 // that received out-of-order cells); it is normalised in place the first time it is read.
+//
+// `refs`: some entries are not cells but handles (>= kRefMin: every handle has a non-zero
+// epoch, every cell id is < 2^40) of shared sets this list includes *by reference*. That is
+// how a reduction over `x - x.mean()` stays linear: every element carries {i} ∪ M with M the
+// whole-array set, and the accumulator stores the cells i plus one reference to M instead of
+// copying M per element. Sorted, references come after the cells. Readers flatten them.
+constexpr uint64_t kRefMin = uint64_t{1} << hnd::kEpochShift;
 struct ListNode {
   uint64_t* data;
-  uint32_t len : 31;
+  uint32_t len : 30;
+  uint32_t refs : 1;
   uint32_t dirty : 1;
   uint32_t cap : 30;
   uint32_t heap : 1;  // data came from malloc (else from the bump pool)
   uint32_t acc : 1;   // created by an accumulation: its call may append to it in place
 };
 static_assert(sizeof(ListNode) == 16, "ListNode must stay 16 bytes");
+
+// An arithmetic progression of cells {start, start + stride, ..., next - stride}, stride > 0,
+// at least 2 cells. `acc` = created by an accumulation of the running call, which may extend
+// it in place. The end is kept as `next` (the cell that would extend it), so extending is a
+// compare and an add.
+struct ProgNode {
+  uint64_t next;  // plain words (no bit fields): the hot loop reads and writes them per cell
+  uint64_t stride;
+  uint64_t start;
+  uint64_t acc;
+  uint64_t count() const { return (next - start) / stride; }
+};
+static_assert(sizeof(ProgNode) == 32, "ProgNode must stay 32 bytes");
+
+// A row of progressions sharing stride and count: member j = {start0 + j * cstep + k * stride}.
+struct GroupNode {
+  uint64_t start0;
+  int64_t cstep;
+  uint64_t stride;
+  uint64_t count;
+  uint64_t ncols;
+  uint64_t acc;
+};
+
+// The cells of a set as either a progression or a sorted span (see Arena::seq).
+struct CellSeq {
+  const uint64_t* data;  // nullptr: the progression below
+  uint64_t start, stride, count;
+};
 
 // Per-input slice of an extracted relation: flat output index -> flat input index pairs,
 // sorted lexicographically and duplicate-free.
@@ -108,6 +168,13 @@ struct FlatPairs {
 class Arena {
  public:
   static constexpr uint32_t kJoinMax = 16;          // lazy unions stay this small
+  // A union of two sets of together at most this many cells is materialised (a sorted,
+  // duplicate-free list); a larger one becomes a lazy union node (16 bytes) that references
+  // both sides, so a union with a big shared set costs O(1), never a copy of the set.
+  static constexpr uint32_t kMaterialiseMax = 64;
+  // An accumulator copies the cells of a set of at most this many cells; a larger set is
+  // included by reference (see ListNode::refs).
+  static constexpr uint64_t kInlineMax = 32;
   static constexpr size_t kPoolChunk = size_t{1} << 20;  // uint64 entries per pool chunk
   static constexpr uint32_t kMaxLen = (1u << 30) - 1;
 
@@ -139,7 +206,11 @@ class Arena {
   // ---- per-call ownership --------------------------------------------------------------
   // Called once per ufunc call (ArrayMethod get_loop): lists created from here on by an
   // accumulation belong to this call and may be appended to in place.
-  void begin_call() { call_list_start_ = lists_.size(); }
+  void begin_call() {
+    call_list_start_ = lists_.size();
+    call_prog_start_ = progs_.size();
+    call_group_start_ = groups_.size();
+  }
 
   bool valid(Handle h) const { return h == 0 || hnd::epoch(h) == epoch_; }
 
@@ -251,16 +322,122 @@ class Arena {
         if (h == 0) return {nullptr, 0};
         ListNode& n = lists_[hnd::payload(h)];
         normalise(n);
-        return {n.data, size_t(n.len)};
+        if (!n.refs) return {n.data, size_t(n.len)};
+        scratch.clear();
+        collect(h, scratch);
+        sort_unique(scratch);
+        return {scratch.data(), scratch.size()};
       }
       case hnd::kJoin:
         scratch.clear();
         collect(h, scratch);
         sort_unique(scratch);
         return {scratch.data(), scratch.size()};
+      case hnd::kCell2:
+      case hnd::kProg:
+      case hnd::kGroup:
+        scratch.clear();
+        collect(h, scratch);
+        return {scratch.data(), scratch.size()};
       default:
         throw std::logic_error("cells() of a pair handle");
     }
+  }
+
+  // The cells of a non-pair handle as a progression (kCell, kCell2, kProg: no expansion) or a
+  // sorted duplicate-free span (valid until the next arena call), for fast extraction.
+  CellSeq seq(Handle h, std::vector<uint64_t>& scratch) {
+    switch (hnd::kind(h)) {
+      case hnd::kCell:
+        return {nullptr, hnd::payload(h), 1, 1};
+      case hnd::kCell2:
+        return {nullptr, hnd::payload(h), deltas_[hnd::field8(h)], 2};
+      case hnd::kProg: {
+        const ProgNode& p = progs_[hnd::payload(h)];
+        return {nullptr, p.start, p.stride, p.count()};
+      }
+      case hnd::kGroup: {
+        const ProgNode p = member(h);
+        return {nullptr, p.start, p.stride, p.count()};
+      }
+      default: {
+        auto [p, n] = cells(h, scratch);
+        return {p, 0, 0, n};
+      }
+    }
+  }
+
+  // Fast path of acc_join for a reduction step: `acc` is this call's progression and `x` its
+  // next cell. False (nothing done) in every other case; the caller then uses acc_join.
+  bool prog_extend(Handle acc, Handle x) {
+    if (hnd::kind(acc) != hnd::kProg || hnd::kind(x) != hnd::kCell) return false;
+    const size_t i = hnd::payload(acc);
+    if (i < call_prog_start_) return false;
+    ProgNode& p = progs_[i];
+    if (!p.acc || hnd::payload(x) != p.next) return false;
+    p.next = p.next + p.stride;
+    return true;
+  }
+
+  // This call's progression behind `acc` (to extend in place), or nullptr.
+  ProgNode* owned_prog(Handle acc) {
+    if (hnd::kind(acc) != hnd::kProg) return nullptr;
+    const size_t i = hnd::payload(acc);
+    if (i < call_prog_start_) return nullptr;
+    ProgNode& p = progs_[i];
+    return p.acc ? &p : nullptr;
+  }
+
+  // The most recently used kCell2 distance and its index (0, -1 if none), so that hot loops
+  // can keep them in registers.
+  uint64_t last_delta() const { return last_delta_ < 0 ? 0 : deltas_[size_t(last_delta_)]; }
+  int last_delta_index() const { return last_delta_; }
+  // First progression index owned by the running call, and the node of index i (nodes of
+  // indices in the same 2^20 block are contiguous).
+  size_t call_prog_start() const { return call_prog_start_; }
+  ProgNode* prog_node(size_t i) { return &progs_[i]; }
+  static constexpr size_t kProgBlockShift = 20;
+
+  // The kCell2 handle of cells {c, c + d} if d is the most recently used distance, else 0.
+  Handle cell2_cached(uint64_t c, uint64_t d) const {
+    if (last_delta_ < 0 || deltas_[size_t(last_delta_)] != d) return 0;
+    return pack_cell2(c, uint32_t(last_delta_));
+  }
+
+  // ---- groups (row-wise reductions) -------------------------------------------------------
+  // A new group of this call with `ncols` members, each {start0 + j * cstep + k * stride :
+  // k < count}; returns the handle of member 0 (member j is that + j), or 0 when the group
+  // does not fit the handle layout (then the caller goes element by element).
+  Handle new_group(uint64_t start0, int64_t cstep, uint64_t stride, uint64_t count,
+                   uint64_t ncols) {
+    if (ncols == 0 || ncols > hnd::kMemberMask + 1 ||
+        groups_.size() >= (size_t{1} << (40 - hnd::kMemberBits)))
+      return 0;
+    size_t g = groups_.push(GroupNode{start0, cstep, stride, count, ncols, 1});
+    return hnd::make(epoch_, hnd::kGroup, hnd::kEstMany, uint64_t(g) << hnd::kMemberBits);
+  }
+  // This call's group behind member handle `h`, or nullptr.
+  GroupNode* owned_group(Handle h) {
+    if (hnd::kind(h) != hnd::kGroup) return nullptr;
+    const size_t g = size_t(hnd::payload(h) >> hnd::kMemberBits);
+    if (g < call_group_start_) return nullptr;
+    GroupNode& n = groups_[g];
+    return n.acc ? &n : nullptr;
+  }
+  // The distance d of a kCell2 handle {c, c + d}.
+  uint64_t cell2_delta(Handle h) const { return deltas_[hnd::field8(h)]; }
+  // Handle of the single cell c (for comparisons in hot loops).
+  Handle cell_handle(uint64_t c) const { return cell(c); }
+
+  // Element-wise union of two single cells without a table entry when possible (kCell2).
+  Handle join_cells(uint64_t a, uint64_t b) {
+    if (a == b) return cell(a);
+    if (a > b) std::swap(a, b);
+    int d = delta_index(b - a);
+    if (d >= 0) return pack_cell2(a, uint32_t(d));
+    size_t i = joins_.push({cell(a), cell(b)});
+    check_index(i);
+    return hnd::make(epoch_, hnd::kJoin, 2, i);
   }
 
   // Split cell ids by input: which input owns `id`.
@@ -271,33 +448,108 @@ class Arena {
 
   // ---- accounting ----------------------------------------------------------------------
   size_t bytes_used() const {
-    return lists_.bytes_used() + joins_.bytes_used() + pairs_.bytes_used() + pool_used_ * 8 +
-           heap_bytes_;
+    return lists_.bytes_used() + joins_.bytes_used() + pairs_.bytes_used() +
+           progs_.bytes_used() + groups_.bytes_used() + pool_used_ * 8 + heap_bytes_;
   }
   size_t bytes_reserved() const {
     return lists_.bytes_reserved() + joins_.bytes_reserved() + pairs_.bytes_reserved() +
+           progs_.bytes_reserved() + groups_.bytes_reserved() +
            pool_chunks_.size() * kPoolChunk * 8 + heap_bytes_;
   }
   size_t n_lists() const { return lists_.size(); }
   size_t n_joins() const { return joins_.size(); }
   size_t n_pairs() const { return pairs_.size(); }
+  size_t n_progs() const { return progs_.size(); }
 
  private:
   friend class Builder;
 
   bool owned(Handle h) const {
-    if (hnd::kind(h) != hnd::kList || h == 0) return false;
+    if (h == 0) return false;
     size_t i = hnd::payload(h);
-    return i >= call_list_start_ && lists_[i].acc;
+    switch (hnd::kind(h)) {
+      case hnd::kList:
+        return i >= call_list_start_ && lists_[i].acc;
+      case hnd::kProg:
+        return i >= call_prog_start_ && progs_[i].acc;
+      case hnd::kGroup: {
+        const size_t g = i >> hnd::kMemberBits;
+        return g >= call_group_start_ && groups_[g].acc;
+      }
+      default:
+        return false;
+    }
+  }
+
+  // The progression of group member h.
+  ProgNode member(Handle h) const {
+    const GroupNode& g = groups_[size_t(hnd::payload(h) >> hnd::kMemberBits)];
+    const uint64_t j = hnd::payload(h) & hnd::kMemberMask;
+    const uint64_t start = g.start0 + uint64_t(int64_t(j) * g.cstep);
+    return ProgNode{start + g.count * g.stride, g.stride, start, 0};
+  }
+
+  // ---- distances of kCell2 handles (a small open-addressing map) --------------------------
+  static constexpr size_t kMaxDeltas = 256;
+  static constexpr size_t kDeltaSlots = 1024;
+  Handle pack_cell2(uint64_t c, uint32_t d) const {
+    return (uint64_t(epoch_) << hnd::kEpochShift) | (uint64_t(hnd::kCell2) << hnd::kKindShift) |
+           (uint64_t(d) << hnd::kEstShift) | c;
+  }
+  // Index of distance d > 0 in the table (added if new), or -1 when the table is full.
+  int delta_index(uint64_t d) {
+    if (last_delta_ >= 0 && deltas_[size_t(last_delta_)] == d) return last_delta_;
+    if (delta_slots_.empty()) delta_slots_.assign(kDeltaSlots, -1);
+    size_t s = size_t((d * 0x9E3779B97F4A7C15ull) >> 54) & (kDeltaSlots - 1);
+    while (delta_slots_[s] >= 0) {
+      if (deltas_[size_t(delta_slots_[s])] == d) return last_delta_ = delta_slots_[s];
+      s = (s + 1) & (kDeltaSlots - 1);
+    }
+    if (deltas_.size() >= kMaxDeltas) return -1;
+    delta_slots_[s] = int(deltas_.size());
+    deltas_.push_back(d);
+    return last_delta_ = int(deltas_.size() - 1);
+  }
+
+  // ---- progressions ----------------------------------------------------------------------
+  Handle new_prog(uint64_t start, uint64_t stride, uint64_t count, bool acc) {
+    size_t i = progs_.push(ProgNode{start + count * stride, stride, start, acc ? 1u : 0u});
+    check_index(i);
+    return hnd::make(epoch_, hnd::kProg,
+                     acc ? hnd::kEstMany : uint32_t(std::min<uint64_t>(count, hnd::kEstMany)), i);
+  }
+  // The cells of an owned progression as an owned list with room for `extra` more.
+  Handle prog_to_list(Handle h, size_t extra) {
+    const ProgNode p = progs_[hnd::payload(h)];
+    const uint64_t count = p.count();
+    check_len(size_t(count));
+    size_t cap = std::min<size_t>(size_t(count) + std::max<size_t>(extra, 16), kMaxLen);
+    uint64_t* dst;
+    bool heap;
+    alloc(cap, dst, heap);
+    for (uint64_t k = 0; k < count; ++k) dst[k] = p.start + k * p.stride;
+    return adopt_list(dst, uint32_t(count), uint32_t(cap), heap, true);
   }
 
   // A handle about to be stored in a second slot: an accumulator of the running call must
   // not be shared (it may still grow), so it is copied.
   Handle share(Handle h) {
     if (!owned(h)) return h;
+    if (hnd::kind(h) == hnd::kGroup) {
+      const ProgNode p = member(h);
+      return new_prog(p.start, p.stride, p.count(), false);
+    }
+    if (hnd::kind(h) == hnd::kProg) {
+      const ProgNode p = progs_[hnd::payload(h)];
+      return new_prog(p.start, p.stride, p.count(), false);
+    }
     ListNode& n = lists_[hnd::payload(h)];
     normalise(n);
-    return new_list(n.data, n.len, n.len, false);
+    Handle out = new_list(n.data, n.len, n.len, false);
+    if (!lists_[hnd::payload(h)].refs) return out;
+    // With references its size is unknown: "many", so it is never materialised by a union.
+    lists_[hnd::payload(out)].refs = 1;
+    return hnd::make(epoch_, hnd::kList, hnd::kEstMany, hnd::payload(out));
   }
 
   Handle make_pair(Handle c, Handle k) {
@@ -310,13 +562,26 @@ class Arena {
   Handle join_plain(Handle a, Handle b) {
     if (a == 0 || a == b) return share(b);
     if (b == 0) return share(a);
+    if (hnd::kind(a) == hnd::kCell && hnd::kind(b) == hnd::kCell)
+      return join_cells(hnd::payload(a), hnd::payload(b));
     uint32_t e = hnd::est(a) + hnd::est(b);
     if (e <= kJoinMax) {
       size_t i = joins_.push({a, b});
       check_index(i);
       return hnd::make(epoch_, hnd::kJoin, e, i);
     }
-    // Materialise: sorted merge of both sides.
+    if (e > kMaterialiseMax) {
+      // Lazy union by reference: O(1) whatever the sizes (x - x.mean() gives every cell
+      // {i} ∪ M; copying M per cell would cost cells² annotations). Readers flatten.
+      a = share(a);
+      b = share(b);
+      if (has_child(a, b)) return a;  // (A ∪ B) ∪ B, e.g. (x - m) - m
+      if (has_child(b, a)) return b;
+      size_t i = joins_.push({a, b});
+      check_index(i);
+      return hnd::make(epoch_, hnd::kJoin, e, i);
+    }
+    // Materialise: sorted merge of both sides (at most kMaterialiseMax cells).
     // Both spans stay valid below: normalising works in place and allocation never moves
     // existing lists.
     auto [pa, na] = cells(a, scratch_a_);
@@ -345,8 +610,37 @@ class Arena {
       return;
     }
     if (owned(acc)) {
+      if (hnd::kind(acc) == hnd::kGroup) {  // leaves its group: a progression of its own
+        const ProgNode p = member(acc);
+        acc = new_prog(p.start, p.stride, p.count(), true);
+      }
+      if (hnd::kind(acc) == hnd::kProg) {
+        ProgNode& p = progs_[hnd::payload(acc)];
+        if (hnd::kind(x) == hnd::kCell && hnd::payload(x) == p.next) {
+          p.next = p.next + p.stride;
+          return;
+        }
+        acc = prog_to_list(acc, hint);
+      }
       append(hnd::payload(acc), x, hint);
       return;
+    }
+    // Reductions along an axis: cells arriving with a constant stride become a progression.
+    if (hnd::kind(x) == hnd::kCell) {
+      const uint64_t c = hnd::payload(x);
+      if (hnd::kind(acc) == hnd::kCell && c > hnd::payload(acc)) {
+        const uint64_t a0 = hnd::payload(acc);
+        int d = delta_index(c - a0);
+        acc = d >= 0 ? pack_cell2(a0, uint32_t(d)) : new_prog(a0, c - a0, 2, true);
+        return;
+      }
+      if (hnd::kind(acc) == hnd::kCell2) {
+        const uint64_t a0 = hnd::payload(acc), d = deltas_[hnd::field8(acc)];
+        if (c == a0 + 2 * d) {
+          acc = new_prog(a0, d, 3, true);
+          return;
+        }
+      }
     }
     if (hnd::est(acc) + hnd::est(x) <= kJoinMax) {
       acc = join_plain(acc, x);
@@ -356,29 +650,117 @@ class Arena {
     append(hnd::payload(acc), x, hint);
   }
 
+  // A new accumulator list of this call holding the set h (big parts by reference), with
+  // room for `hint` more entries.
   Handle clone_owned(Handle h, size_t hint) {
-    auto [p, n] = cells(h, scratch_a_);
-    size_t cap = std::max<size_t>(n + std::min<size_t>(hint, kMaxLen), 4);
-    cap = std::min<size_t>(cap, kMaxLen);
-    return new_list(p, n, cap, true);
+    // + a few entries for references (the hint counts elements still to come).
+    size_t cap = std::max<size_t>(std::min<size_t>(hint + 8, kMaxLen), 4);
+    if (hnd::kind(h) == hnd::kList && h != 0) {
+      // Copy the entries as they are (references stay references).
+      const ListNode& src = lists_[hnd::payload(h)];
+      cap = std::min<size_t>(size_t(src.len) + cap, kMaxLen);
+      Handle out = new_list(src.data, src.len, cap, true);
+      ListNode& dst = lists_[hnd::payload(out)];
+      const ListNode& s2 = lists_[hnd::payload(h)];
+      dst.refs = s2.refs;
+      dst.dirty = s2.dirty;
+      return out;
+    }
+    Handle out = new_list(nullptr, 0, std::min<size_t>(cap, kMaxLen), true);
+    append(hnd::payload(out), h, hint);
+    return out;
   }
 
-  void append(size_t idx, Handle x, size_t hint) {
-    ListNode& node = lists_[idx];
-    if (hnd::kind(x) == hnd::kCell) {
-      uint64_t id = hnd::payload(x);
-      if (node.len == node.cap) grow(idx, 1, hint);
-      if (node.len && node.data[node.len - 1] >= id) node.dirty = 1;
-      node.data[node.len] = id;
-      node.len = node.len + 1;
-      return;
+  // Append the set x to this call's accumulator list `idx`: small sets as cells, big ones
+  // (more than kInlineMax cells) as one reference each, found down to `depth` levels of lazy
+  // unions, so {i} ∪ M appends the cell i and (once per accumulator) a reference to M.
+  void append(size_t idx, Handle x, size_t hint, int depth = 3) {
+    if (x == 0) return;
+    switch (hnd::kind(x)) {
+      case hnd::kCell:
+        push_entry(idx, hnd::payload(x), hint);
+        return;
+      case hnd::kCell2:
+        push_entry(idx, hnd::payload(x), hint);
+        push_entry(idx, hnd::payload(x) + deltas_[hnd::field8(x)], hint);
+        return;
+      case hnd::kProg:
+      case hnd::kGroup: {
+        const ProgNode p = hnd::kind(x) == hnd::kGroup ? member(x) : progs_[hnd::payload(x)];
+        if (p.count() > kInlineMax) {
+          push_ref(idx, share(x), hint);
+          return;
+        }
+        for (uint64_t c = p.start; c < p.next; c += p.stride) push_entry(idx, c, hint);
+        return;
+      }
+      case hnd::kList: {
+        const ListNode& n = lists_[hnd::payload(x)];
+        if (n.refs || n.len > kInlineMax) {
+          push_ref(idx, share(x), hint);
+          return;
+        }
+        const size_t len = n.len;
+        if (len == 0) return;
+        if (lists_[idx].len + len > lists_[idx].cap) grow(idx, len, hint);
+        ListNode& node = lists_[idx];
+        const ListNode& src = lists_[hnd::payload(x)];
+        if (src.dirty || (node.len && node.data[node.len - 1] >= src.data[0])) node.dirty = 1;
+        std::memcpy(node.data + node.len, src.data, len * 8);
+        node.len = uint32_t(node.len + len) & kMaxLen;
+        return;
+      }
+      case hnd::kJoin: {
+        if (hnd::est(x) <= kInlineMax) {  // small: its cells (bounded by est)
+          std::vector<uint64_t>& tmp = scratch_b_;
+          tmp.clear();
+          collect(x, tmp);
+          for (uint64_t c : tmp) push_entry(idx, c, hint);
+          return;
+        }
+        if (depth == 0) {
+          push_ref(idx, x, hint);
+          return;
+        }
+        const auto j = joins_[hnd::payload(x)];
+        append(idx, j[0], hint, depth - 1);
+        append(idx, j[1], hint, depth - 1);
+        return;
+      }
+      default:
+        throw std::logic_error("append() of a pair handle");
     }
-    auto [p, n] = cells(x, scratch_b_);
-    if (n == 0) return;
-    if (node.len + n > node.cap) grow(idx, n, hint);
-    if (node.len && node.data[node.len - 1] >= p[0]) node.dirty = 1;
-    std::memcpy(node.data + node.len, p, n * 8);
-    node.len = uint32_t(node.len + n);
+  }
+
+  void push_entry(size_t idx, uint64_t e, size_t hint) {
+    ListNode* node = &lists_[idx];
+    if (node->len == node->cap) {
+      grow(idx, 1, hint);
+      node = &lists_[idx];
+    }
+    if (node->len && node->data[node->len - 1] >= e) node->dirty = 1;
+    node->data[node->len] = e;
+    node->len = (node->len + 1) & kMaxLen;
+  }
+
+  // A reference to the immutable set r, skipped when this accumulator already holds it (a
+  // small direct-mapped memo; a miss only costs a duplicate entry, removed when normalised).
+  void push_ref(size_t idx, Handle r, size_t hint) {
+    if (ref_memo_.empty()) ref_memo_.assign(kRefMemo, {~uint64_t(0), 0});
+    const uint64_t key = uint64_t(idx);
+    size_t s = size_t(((key * 0x9E3779B97F4A7C15ull) ^ (r * 0xC2B2AE3D27D4EB4Full)) >> 52) &
+               (kRefMemo - 1);
+    if (ref_memo_[s].first == key && ref_memo_[s].second == r) return;
+    ref_memo_[s] = {key, r};
+    push_entry(idx, r, hint);
+    lists_[idx].refs = 1;
+  }
+
+  // a is a lazy union with b as one side.
+  bool has_child(Handle a, Handle b) const {
+    if (hnd::kind(a) != hnd::kJoin) return false;
+    const auto& j = joins_[hnd::payload(a)];
+    return j[0] == b || j[1] == b;
   }
 
   void grow(size_t idx, size_t extra, size_t hint) {
@@ -444,60 +826,164 @@ class Arena {
     return new_list(v.data(), v.size(), v.size(), false);
   }
 
-  // Append every cell reachable from a non-pair handle to `out` (may hold duplicates).
+  // Append every cell reachable from a non-pair handle to `out` (may hold duplicates). In a
+  // DAG of lazy unions and references, a big node (est "many") reachable along several paths
+  // is expanded once per call (memo `seen_`), so flattening costs O(nodes + cells).
   void collect(Handle h, std::vector<uint64_t>& out) {
     if (h == 0) return;
     switch (hnd::kind(h)) {
       case hnd::kCell:
         out.push_back(hnd::payload(h));
         return;
+      case hnd::kCell2:
+      case hnd::kProg:
+      case hnd::kGroup:
+        push_prog(h, out);
+        return;
       case hnd::kList: {
-        ListNode& n = lists_[hnd::payload(h)];
-        out.insert(out.end(), n.data, n.data + n.len);
-        return;
-      }
-      case hnd::kJoin: {
-        stack_.clear();
-        stack_.push_back(h);
-        while (!stack_.empty()) {
-          Handle t = stack_.back();
-          stack_.pop_back();
-          if (t == 0) continue;
-          switch (hnd::kind(t)) {
-            case hnd::kCell:
-              out.push_back(hnd::payload(t));
-              break;
-            case hnd::kList: {
-              ListNode& n = lists_[hnd::payload(t)];
-              out.insert(out.end(), n.data, n.data + n.len);
-              break;
-            }
-            case hnd::kJoin: {
-              const auto& j = joins_[hnd::payload(t)];
-              stack_.push_back(j[0]);
-              stack_.push_back(j[1]);
-              break;
-            }
-            default:
-              throw std::logic_error("pair inside a join");
-          }
+        const ListNode& n = lists_[hnd::payload(h)];
+        if (!n.refs) {
+          out.insert(out.end(), n.data, n.data + n.len);
+          return;
         }
-        return;
+        break;
       }
+      case hnd::kJoin:
+        break;
       default:
         throw std::logic_error("collect() of a pair handle");
     }
+    seen_.clear();
+    stack_.clear();
+    stack_.push_back(h);
+    while (!stack_.empty()) {
+      Handle t = stack_.back();
+      stack_.pop_back();
+      if (t == 0) continue;
+      const bool big = hnd::est(t) >= hnd::kEstMany;
+      switch (hnd::kind(t)) {
+        case hnd::kCell:
+          out.push_back(hnd::payload(t));
+          break;
+        case hnd::kCell2:
+        case hnd::kProg:
+        case hnd::kGroup:
+          if (big && !seen_.insert(t)) break;
+          push_prog(t, out);
+          break;
+        case hnd::kList: {
+          if (big && !seen_.insert(t)) break;
+          const ListNode& n = lists_[hnd::payload(t)];
+          if (!n.refs) {
+            out.insert(out.end(), n.data, n.data + n.len);
+            break;
+          }
+          for (uint32_t i = 0; i < n.len; ++i) {
+            const uint64_t e = n.data[i];
+            if (e < kRefMin)
+              out.push_back(e);
+            else
+              stack_.push_back(e);
+          }
+          break;
+        }
+        case hnd::kJoin: {
+          if (big && !seen_.insert(t)) break;
+          const auto& j = joins_[hnd::payload(t)];
+          stack_.push_back(j[0]);
+          stack_.push_back(j[1]);
+          break;
+        }
+        default:
+          throw std::logic_error("pair inside a join");
+      }
+    }
   }
 
+  // Open-addressing set of handles, cleared in O(entries) (one flattening at a time).
+  class SeenSet {
+   public:
+    bool insert(uint64_t k) {  // false if already present
+      if ((used_.size() + 1) * 2 > slots_.size()) grow();
+      size_t m = slots_.size() - 1;
+      size_t s = size_t((k * 0x9E3779B97F4A7C15ull) >> 20) & m;
+      while (slots_[s] != 0) {
+        if (slots_[s] == k) return false;
+        s = (s + 1) & m;
+      }
+      slots_[s] = k;
+      used_.push_back(s);
+      return true;
+    }
+    void clear() {
+      for (size_t s : used_) slots_[s] = 0;
+      used_.clear();
+    }
+
+   private:
+    void grow() {
+      std::vector<uint64_t> keys;
+      keys.reserve(used_.size());
+      for (size_t s : used_) keys.push_back(slots_[s]);
+      slots_.assign(std::max<size_t>(64, slots_.size() * 2), 0);
+      used_.clear();
+      for (uint64_t k : keys) insert(k);
+    }
+    std::vector<uint64_t> slots_;
+    std::vector<size_t> used_;
+  };
+
+  void push_prog(Handle h, std::vector<uint64_t>& out) const {
+    if (hnd::kind(h) == hnd::kCell2) {
+      out.push_back(hnd::payload(h));
+      out.push_back(hnd::payload(h) + deltas_[hnd::field8(h)]);
+      return;
+    }
+    const ProgNode p = hnd::kind(h) == hnd::kGroup ? member(h) : progs_[hnd::payload(h)];
+    for (uint64_t c = p.start; c < p.next; c += p.stride) out.push_back(c);
+  }
+
+  // Sort and deduplicate. A flattened union is a few sorted runs (a big shared set and a
+  // few cells): those are merged (O(n log runs)) instead of sorted.
   static void sort_unique(std::vector<uint64_t>& v) {
-    if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
+    sort_runs(v.data(), v.size());
     v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
+
+  static void sort_runs(uint64_t* d, size_t n) {
+    if (n < 2) return;
+    constexpr size_t kMaxRuns = 32;
+    size_t bounds[kMaxRuns + 1];
+    size_t nr = 0;
+    bounds[0] = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (d[i] < d[i - 1]) {
+        if (++nr == kMaxRuns) {
+          std::sort(d, d + n);
+          return;
+        }
+        bounds[nr] = i;
+      }
+    }
+    if (nr == 0) return;
+    bounds[++nr] = n;
+    // Bottom-up merge of adjacent runs.
+    while (nr > 1) {
+      size_t w = 0;
+      for (size_t r = 0; r + 1 < nr; r += 2) {
+        std::inplace_merge(d + bounds[r], d + bounds[r + 1], d + bounds[r + 2]);
+        bounds[w++] = bounds[r];
+      }
+      if (nr % 2) bounds[w++] = bounds[nr - 1];
+      bounds[w] = n;
+      nr = w;
+    }
   }
 
   static void normalise(ListNode& n) {
     if (!n.dirty) return;
     uint64_t* e = n.data + n.len;
-    if (!std::is_sorted(n.data, e)) std::sort(n.data, e);
+    sort_runs(n.data, n.len);
     n.len = uint32_t(std::unique(n.data, e) - n.data) & kMaxLen;
     n.dirty = 0;
   }
@@ -543,6 +1029,13 @@ class Arena {
   ChunkedTable<ListNode> lists_;
   ChunkedTable<std::array<Handle, 2>> joins_;
   ChunkedTable<std::array<Handle, 2>> pairs_;
+  ChunkedTable<ProgNode, kProgBlockShift> progs_;
+  ChunkedTable<GroupNode, 12> groups_;
+  size_t call_group_start_ = 0;
+  std::vector<uint64_t> deltas_;
+  std::vector<int> delta_slots_;
+  int last_delta_ = -1;
+  size_t call_prog_start_ = 0;
   std::vector<uint64_t*> pool_chunks_;
   size_t pool_top_ = 0;
   size_t pool_used_ = 0;
@@ -553,6 +1046,9 @@ class Arena {
   uint64_t next_cell_ = 0;
   std::vector<uint64_t> scratch_a_, scratch_b_;
   std::vector<Handle> stack_;
+  SeenSet seen_;
+  static constexpr size_t kRefMemo = 4096;
+  std::vector<std::pair<uint64_t, Handle>> ref_memo_;
 };
 
 }  // namespace dslog
