@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CATALOG_FILE = "catalog.duckdb"
+# Passes of a sync that found listed segments packed away before it could read them.
+_SYNC_RETRIES = 20
 CATALOG_SCHEMA_VERSION = "2"
 """Bumped when the catalog tables change; an old catalog is dropped and re-indexed."""
 
@@ -323,9 +325,16 @@ class LineageCatalog:
             return False
         return True
 
-    def _sync_in(self, con: duckdb.DuckDBPyConnection) -> int:
-        """Index, through ``con``, what changed on disk since the catalog last looked."""
+    def _sync_in(self, con: duckdb.DuckDBPyConnection, _attempt: int = 0) -> int:
+        """Index, through ``con``, what changed on disk since the catalog last looked.
+
+        A segment listed here can be packed away (by another process's compaction) before it
+        is read; the pack that now holds its operations may have been published after the
+        listing. Such a pass re-lists and indexes again (bounded), so an operation that was
+        on disk when the sync began is always indexed when it returns.
+        """
         store = self.store
+        vanished = False
         on_disk = store._refresh_locations()
         where = store._where
         known_segs = {r[0] for r in con.execute("SELECT path FROM segments").fetchall()}
@@ -365,7 +374,8 @@ class LineageCatalog:
                     try:
                         recs = store._records_in(rel)
                     except FileNotFoundError:
-                        continue  # packed away since the listing: its pack is listed too
+                        vanished = True  # packed away since the listing: list again below
+                        continue
                     except DSLogError as e:
                         logger.warning("skipping segment %s in %s: %s", rel, store.root, e)
                         continue
@@ -388,7 +398,10 @@ class LineageCatalog:
             except (DSLogError, FileNotFoundError) as e:
                 logger.warning("skipping array record %s: %s", file, e)
         _insert_arrays(con, arrays)
-        return changed + len(arrays)
+        changed += len(arrays)
+        if vanished and _attempt < _SYNC_RETRIES:
+            changed += self._sync_in(con, _attempt + 1)
+        return changed
 
     def sync(self) -> bool:
         """Index what other processes wrote; ``False`` if the catalog stayed locked."""

@@ -249,3 +249,25 @@ def test_failed_pack_write_deletes_nothing(tmp_path: Path, monkeypatch: pytest.M
     assert sorted(os.listdir(store.operations_dir)) == before
     assert os.listdir(store.packs_dir) == []
     assert os.listdir(store.staging_dir) == []
+
+
+def test_a_sync_racing_a_compaction_still_indexes_every_operation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reader lists `operations/X.parquet`; before it reads X, another process packs X into
+    # a pack published after the listing and deletes X. The sync must still index X's op.
+    reader = LineageStore(tmp_path / "s")
+    ops = _ops(reader, 4)
+    real = LineageStore._records_in
+    raced: list[str] = []
+
+    def racing(self: LineageStore, rel: str) -> list:
+        if not raced:
+            raced.append(rel)
+            LineageStore(self.root).compact()  # another handle: packs and unlinks `rel`
+        return real(self, rel)
+
+    monkeypatch.setattr(LineageStore, "_records_in", racing)
+    found = {op.op_id for op in reader.operations("matvec")}
+    assert raced  # the race was staged
+    assert found == {op.op_id for op in ops}
