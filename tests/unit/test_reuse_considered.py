@@ -23,11 +23,19 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dslog_dagster.core import ReusePolicy, ViewRegistry, capture
+from dslog_dagster.core import reuse as reuse_mod
 from dslog_dagster.errors import CaptureError, DSLogError, ViewMismatchWarning
 from dslog_dagster.tracking import obtain_lineage
 from tests.annotator.grid import CASES, ICDE_NAMES, GridCase
 
 CONSIDERED = {"mode": "considered", "need": "considered"}
+
+
+@pytest.fixture(autouse=True)
+def _unsynced_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about exactness, not durability: view files are written without fsync
+    (hundreds of views; an fsync each dominates the run time on a busy disk)."""
+    monkeypatch.setattr(reuse_mod, "atomic_write_bytes", reuse_mod._replace_unsynced)
 
 
 def same(a: Any, b: Any) -> bool:
