@@ -15,13 +15,21 @@ can resurrect the view). A gen candidate must *predict* captures at ``m`` shapes
 seen (it is re-fitted when a new shape contradicts it). Before a view is confirmed it is
 probed with synthetic inputs of the same shape (ascending and descending ramps, opposite
 ramps on different inputs, a sign-crossing ramp, random values, large positive and negative
-values, a ramp a million times wider than the data, the unit interval, zeros): data-dependent
+values, a ramp a million times wider than the data, the unit interval, values repeated from
+three levels, a constant, zeros): data-dependent
 lineage
 (sort, filters, picks by comparison, ``where`` on a data mask) differs between them even
 when the user's own captures happened to agree. A view whose lineage only differs on NaN
 inputs is confirmed as *finite-only* and not served for inputs with NaNs; calls with NaN
 inputs are captured and not learnt from. Likewise a view whose lineage changes only where an
 input is exactly 0 (``sinc``) is *nonzero-only*.
+
+**Two relations** (``mode="considered"``). A considered-mode capture is learnt under two key
+families: views of both relations (serving ``need="all"``) and views of the considered
+relation alone (key mode ``considered-only``, serving ``need="considered"``). A pick by
+comparison or a sort has a data-dependent contributing relation but a shape-determined
+considered one (both operands, the whole lane), so only the second family confirms for it;
+probes and verification then compare that relation alone.
 
 **Serving** (:meth:`ViewRegistry.run`, used by ``capture(..., reuse=registry)``): base, then
 dim, then gen. The function runs on plain float64 inputs, the lineage comes from the view. A
