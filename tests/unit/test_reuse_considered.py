@@ -269,3 +269,25 @@ def test_every_grid_function_served_on_hostile_data_equals_fresh_capture(
         assert all(served_by[p] for p in picks), served_by
     else:
         assert not any(served_by[p] for p in picks if p != "amax"), served_by
+
+
+def test_gradient_lineage_declared_analytically_is_reused(tmp_path: Path) -> None:
+    """``np.gradient`` cannot be captured (LineageLostError), but its lineage is pure
+    arithmetic and data-independent: declared from ``analytic.gradient`` it becomes an
+    ordinary declared view, confirmed by repetition and then served without ``capture``."""
+    from dslog_dagster.core import analytic
+    from dslog_dagster.core.api import Array, DSLog, Lineage
+
+    log = DSLog(tmp_path)
+    reg = ViewRegistry(log, ReusePolicy(seed=8))
+
+    def register(k: int, declare: bool) -> Any:
+        f, g = Array(f"f{k}", (6, 5)), Array(f"g{k}", (6, 5))
+        cap = [Lineage(g, f, analytic.gradient((6, 5), axis=0)[0])] if declare else None
+        return log.register_operation("np.gradient", [f], [g], cap, {"axis": 0}, reuse=reg)
+
+    assert [register(k, True).capture_method for k in range(3)] == ["user"] * 3
+    rec = register(3, False)
+    assert rec.capture_method == "view-dim"
+    table = log.store.read_lineage(rec, "g3", "f3")
+    assert table.decompress() == analytic.gradient((6, 5), axis=0)[0]
