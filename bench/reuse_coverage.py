@@ -11,8 +11,41 @@ served from a view is compared with a fresh capture of the same call: any differ
 * *compressible* when ProvRC (or its columnar fallback) stores its lineage in less than half
   the bytes of the raw relation as CSV (the ICDE criterion), in most of its captures;
 * *dim-reusable* when some call was served from a view at a shape it had seen before (a dim
-  view, or a gen view — a generalised view subsumes the dimensional one);
-* *gen-reusable* when some call was served from a gen view.
+  view, or a gen view — a generalised view subsumes the dimensional one) and no served call
+  of it was wrong;
+* *gen-reusable* when some call was served from a gen view (and none was wrong).
+
+**Two relations, two passes.** Our annotator records two relations (README, "Capture
+semantics"): *contributing* (a value picked by comparison — ``maximum``, ``amax``, ``sort``,
+... — carries the picked cell only) and *considered* (also every compared cell; PROVision's
+distinction). The ICDE prototype's ``tracked_cell`` has one relation, in which ``maximum``,
+``minimum``, ``fmax``, ``fmin`` and so ``amax``/``amin``/``ptp`` union **both** operands (see
+``/work/shared/notes/dslog-prototype-lessons.md`` §1.3): that is our considered relation, and
+it is the one ICDE Table IX (126 dim, 99 gen) counts. So every function runs twice, with one
+registry:
+
+* the *considered* pass calls ``capture(..., mode="considered", need="considered",
+  reuse=reg)``: views of the considered relation alone, compared with the considered relation
+  of a fresh capture. The **dim goal (≥ 130) is counted on this pass**, because it is the
+  paper's definition. It is exact, not an approximation: for a pick the considered cells are
+  fixed by the shape (both operands, the whole lane, the whole sorted lane), whatever the
+  values, ties and NaNs — the probes (ramps, ties, constants, NaN, zeros) and the error column
+  check it. Where even the considered relation depends on the data (``unique``'s output
+  shape, the partition-based ``median percentile quantile partition``, ``unwrap``'s masked
+  corrections) no view is confirmed in either pass;
+* the *contributing* pass calls ``capture(..., reuse=reg)``, our default. Its dim count is
+  printed beside (no goal: the paper has no such relation); picks and sorts are data-dependent
+  there and are never confirmed.
+
+The gen goal (≥ 110) must hold in each pass, and the error goal (0) over both. Both passes
+use the same argument pattern and random stream per function. In the considered pass a
+function whose considered relation differs from its contributing one on a pilot call (a pick
+or a sort) draws at most ``--max-cells-considered`` (2,000) cells per input instead of
+20,000: the considered relation of a sort or ``unique`` over the flattened array has every
+output consider every input, ``cells²`` pairs (4·10⁸ at 20,000 cells, beyond this machine's
+memory). Every other function draws exactly the shapes of its contributing pass.
+``gradient`` and ``interp`` cannot be captured by the annotator at all (NumPy casts to
+float64 inside), so there is nothing to reuse: they count as neither.
 
 Also measured, as ratios in this process: the extra time of a reuse hit over bare NumPy for a
 1M-cell element-wise op (goal < 5 %), and the time of a confirmed-view lookup with 10, 1e3 and
@@ -28,7 +61,7 @@ import time
 import warnings
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +80,8 @@ from tests.annotator.grid import BINARY_NAMES, CASES, ICDE_NAMES, UNARY_NAMES, G
 ELEMENTWISE = set(UNARY_NAMES) | set(BINARY_NAMES)
 # Axis lengths that are part of a function's meaning, not a size: cross takes 2- or 3-vectors.
 KEEP_EXTENTS = {"cross": {2, 3}}
+# The two passes per function (see the module docstring).
+RELATIONS = ("contributing", "considered")
 
 
 @dataclass
@@ -137,15 +172,38 @@ def draw_inputs(case: GridCase, shapes: tuple, rng: np.random.Generator) -> list
     return out
 
 
-def same_lineage(a: Any, b: Any) -> bool:
-    if set(a.relations) != set(b.relations):
+def same_lineage(a: Any, b: Any, relation: str = "contributing") -> bool:
+    ra, rb = (
+        (a.relations, b.relations) if relation == "contributing" else (a.considered, b.considered)
+    )
+    if set(ra) != set(rb):
         return False
-    return all(a.relations[k] == b.relations[k] for k in a.relations)
+    return all(ra[k] == rb[k] for k in ra)
 
 
 def run_function(
-    name: str, reg: ViewRegistry, runs: int, reps: int, seed: int, max_cells: int
+    name: str,
+    reg: ViewRegistry,
+    runs: int,
+    reps: int,
+    seed: int,
+    max_cells: int,
+    relation: str = "contributing",
+    max_cells_picks: int | None = None,
 ) -> FunctionResult:
+    """One function of the grid: ``runs`` random shapes x ``reps`` calls through ``reg``.
+
+    ``relation="contributing"``: ``capture(..., reuse=reg)`` (the default mode). With
+    ``"considered"``: ``capture(..., mode="considered", need="considered", reuse=reg)``, the
+    considered relation alone (ICDE's semantics, see the module docstring); served calls are
+    compared with the considered relation of a fresh capture. There, a function whose
+    considered relation differs from its contributing one on a pilot call at the case's own
+    small shapes (a pick or a sort) draws at most ``max_cells_picks`` cells per input. The
+    argument pattern and the random stream are the same in both passes.
+    """
+    opts: dict[str, Any] = (
+        {} if relation == "contributing" else {"mode": "considered", "need": "considered"}
+    )
     cases = [c for c in CASES if c.name == name]
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     # One argument pattern per function; the first that runs on random shapes.
@@ -160,6 +218,19 @@ def run_function(
             continue
         case = cand
         break
+    if relation == "considered" and max_cells_picks is not None:
+        try:
+            pilot_rng = np.random.default_rng([seed, zlib.crc32(name.encode()), 1])
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                pilot = capture(
+                    case.func, *draw_inputs(case, case.shapes, pilot_rng), mode="considered"
+                )
+            assert pilot.considered is not None
+            if not same_lineage(pilot, replace(pilot, relations=pilot.considered)):
+                max_cells = min(max_cells, max_cells_picks)
+        except (DSLogError, ValueError, TypeError, IndexError):
+            pass  # not capturable: the runs below record failed calls
     res = FunctionResult(name, case.id)
     seen_shapes: set[tuple] = set()
     for _ in range(runs):
@@ -169,7 +240,7 @@ def run_function(
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    got = capture(case.func, *data, reuse=reg)
+                    got = capture(case.func, *data, reuse=reg, **opts)
             except (DSLogError, ValueError, TypeError, IndexError):
                 # The pattern does not run at these shapes (e.g. an index argument out of
                 # range): not a reuse question.
@@ -182,24 +253,29 @@ def run_function(
                     info = reg.lookup(got.signature)
                     if info is not None and info.reason:
                         res.reasons.add(info.reason.split(" (")[0])
-                raw = sum(csv_bytes(r) for r in got.relations.values())
-                stored = sum(encoded_size(t) for t in (got.tables or {}).values())
-                res.compressible_votes += int(stored < 0.5 * raw)
+                if relation == "contributing":
+                    raw = sum(csv_bytes(r) for r in got.relations.values())
+                    stored = sum(encoded_size(t) for t in (got.tables or {}).values())
+                    res.compressible_votes += int(stored < 0.5 * raw)
             else:
                 res.served[got.obtained] += 1
                 if got.obtained == "dim" or (got.obtained == "gen" and shapes in seen_shapes):
                     res.dim_like += 1
-                fresh = capture(case.func, *data)
-                if not same_lineage(got, fresh):
+                fresh = capture(case.func, *data, mode=opts.get("mode", "contributing"))
+                if not same_lineage(got, fresh, relation):
                     res.errors += 1
             seen_shapes.add(shapes)
     return res
 
 
-def table(results: list[FunctionResult]) -> str:
+def table(results: list[FunctionResult], compressible: list[FunctionResult] | None = None) -> str:
+    """ICDE Table IX over ``results``; the ProvRC columns come from ``compressible`` (the
+    contributing pass: compressibility is a property of the captured lineage, measured once)."""
+    by_name = {r.name: r for r in (compressible if compressible is not None else results)}
+
     def row(label: str, rs: list[FunctionResult]) -> str:
         n = len(rs)
-        comp = sum(r.compressible for r in rs)
+        comp = sum(by_name[r.name].compressible for r in rs if r.name in by_name)
         dim = sum(r.dim_reusable for r in rs)
         gen = sum(r.gen_reusable for r in rs)
         err = sum(r.errors > 0 for r in rs)
@@ -320,6 +396,12 @@ def main() -> None:
     ap.add_argument(
         "--max-cells", type=int, default=20_000, help="cap on cells per input (x4 per output)"
     )
+    ap.add_argument(
+        "--max-cells-considered",
+        type=int,
+        default=2_000,
+        help="the cap for picks and sorts in the considered pass (relations can be cells²)",
+    )
     ap.add_argument("--functions", default="", help="comma-separated subset of the grid")
     ns = ap.parse_args()
     names = list(ICDE_NAMES)
@@ -329,47 +411,71 @@ def main() -> None:
         names = ["negative", "add", "sum", "matmul", "sort", "cross", "flip"]
     runs, reps = (6, 4) if ns.quick else (ns.runs, ns.reps)
     t0 = time.perf_counter()
-    results = []
+    passes: dict[str, list[FunctionResult]] = {r: [] for r in RELATIONS}
     with tempfile.TemporaryDirectory() as d:
         reg = ViewRegistry(d, ReusePolicy(seed=ns.seed))
         for k, name in enumerate(names):
             t1 = time.perf_counter()
-            results.append(run_function(name, reg, runs, reps, ns.seed, ns.max_cells))
-            r = results[-1]
+            line = []
+            for rel in RELATIONS:
+                r = run_function(
+                    name, reg, runs, reps, ns.seed, ns.max_cells, rel, ns.max_cells_considered
+                )
+                passes[rel].append(r)
+                line.append(f"{rel}: dim {r.dim_reusable} gen {r.gen_reusable} err {r.errors}")
             print(
-                f"[{k + 1}/{len(names)}] {name}: dim {r.dim_reusable} gen {r.gen_reusable} "
-                f"errors {r.errors} ({time.perf_counter() - t1:.1f} s)",
+                f"[{k + 1}/{len(names)}] {name}: {'; '.join(line)} "
+                f"({time.perf_counter() - t1:.1f} s)",
                 file=sys.stderr,
                 flush=True,
             )
     elapsed = time.perf_counter() - t0
+    contrib, consid = passes["contributing"], passes["considered"]
     print(
-        f"Reuse coverage: {len(names)} functions, {runs} runs x {reps} calls, "
+        f"Reuse coverage: {len(names)} functions, {runs} runs x {reps} calls per relation, "
         f"extents in [1, 100), <= {ns.max_cells} cells per input, <= {2 * ns.max_cells} "
-        f"product of a case's extents ({elapsed:.0f} s)"
+        f"product of a case's extents (considered pass, picks and sorts: "
+        f"{ns.max_cells_considered} and {2 * ns.max_cells_considered}) ({elapsed:.0f} s)"
     )
     print()
-    print(table(results))
+    print(
+        "Considered relation — ICDE Table IX's semantics (a pick carries every compared cell; "
+        '`capture(..., mode="considered", need="considered", reuse=reg)`):'
+    )
     print()
-    print("| function | case | captured | dim | gen | base | errors | demoted | failed calls |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in results:
+    print(table(consid, contrib))
+    print()
+    print(
+        "Contributing relation — our default (a pick carries the picked cell only; "
+        "`capture(..., reuse=reg)`), which the paper has no counterpart of:"
+    )
+    print()
+    print(table(contrib))
+    print()
+    print(
+        "| function | case | captured | dim | gen | base | errors | demoted | failed calls "
+        "| considered: captured | dim | gen | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r, q in zip(contrib, consid, strict=True):
         print(
             f"| {r.name} | `{r.case}` | {r.captures} | {r.served['dim']} | {r.served['gen']} | "
-            f"{r.served['base']} | {r.errors} | {r.demoted} | {r.failed_calls} |"
+            f"{r.served['base']} | {r.errors} | {r.demoted} | {r.failed_calls} "
+            f"| {q.captures} | {q.served['dim']} | {q.served['gen']} | {q.errors} |"
         )
-    never = [r for r in results if not r.dim_reusable]
-    print()
-    print(f"Never dim-reusable ({len(never)}):")
-    for r in never:
-        why = "; ".join(sorted(r.reasons)) or (
-            "the annotator cannot capture it (LineageLostError)"
-            if r.captures == 0
-            else "no view confirmed"
-        )
-        print(f"* {r.name}: {why}")
-    no_gen = [r.name for r in results if r.dim_reusable and not r.gen_reusable]
-    print(f"dim- but not gen-reusable ({len(no_gen)}): {', '.join(no_gen) or '-'}")
+    for rel, results in passes.items():
+        never = [r for r in results if not r.dim_reusable]
+        print()
+        print(f"Never dim-reusable, {rel} relation ({len(never)}):")
+        for r in never:
+            why = "; ".join(sorted(r.reasons)) or (
+                "the annotator cannot capture it (LineageLostError)"
+                if r.captures == 0
+                else "no view confirmed"
+            )
+            print(f"* {r.name}: {why}")
+        no_gen = [r.name for r in results if r.dim_reusable and not r.gen_reusable]
+        print(f"dim- but not gen-reusable ({len(no_gen)}): {', '.join(no_gen) or '-'}")
 
     cells = 10**5 if ns.quick else 10**6
     ov = hit_overhead(cells, 5 if ns.quick else 30)
@@ -393,34 +499,52 @@ def main() -> None:
     for n in counts:
         print(f"| {n} | {lk[n] * 1e6:.2f} | {lk[n] / lk[counts[0]]:.2f} |")
 
-    total = len(results)
-    dim = sum(r.dim_reusable for r in results)
-    gen = sum(r.gen_reusable for r in results)
-    errors = sum(r.errors for r in results)
+    total = len(names)
+    dim_k = sum(r.dim_reusable for r in consid)
+    dim_c = sum(r.dim_reusable for r in contrib)
+    gen_k = sum(r.gen_reusable for r in consid)
+    gen_c = sum(r.gen_reusable for r in contrib)
+    errors = sum(r.errors for r in contrib + consid)
     over = max(ov[f"{w}_fixed"] / ov[f"{w}_bare"] for w in ("negative", "add"))
     ratio = lk[counts[-1]] / lk[counts[0]]
-    not_capturable = [r.name for r in never if r.captures == 0]
-    data_dependent = [r.name for r in never if r.captures and r.reasons]
-    ceiling = total - len(not_capturable) - len(data_dependent)
-    goals = [
-        (f"dim-reusable ≥ 130 of 136 (of {total} names run)", f"{dim}", dim >= 130),
-        (f"gen-reusable ≥ 110 of 136 (of {total} names run)", f"{gen}", gen >= 110),
-        ("errors (served view ≠ fresh capture) = 0", f"{errors}", errors == 0),
-        (f"reuse hit adds < 5% to bare NumPy ({cells:.0e} cells)", f"{over:+.1%}", over < 0.05),
-        (f"lookup O(1): {counts[-1]} vs 10 views ≤ 2x", f"{ratio:.2f}x", ratio <= 2),
+    goals: list[tuple[str, str, str]] = [
+        (
+            f"dim-reusable ≥ 130 of 136, considered relation (ICDE's semantics; of {total} "
+            "names run)",
+            f"{dim_k}",
+            "PASS" if dim_k >= 130 else "FAIL",
+        ),
+        (
+            f"gen-reusable ≥ 110 of 136, each relation (of {total} names run)",
+            f"{gen_k} considered, {gen_c} contributing",
+            "PASS" if min(gen_k, gen_c) >= 110 else "FAIL",
+        ),
+        (
+            "dim-reusable, contributing relation (no goal: not what the paper counts)",
+            f"{dim_c}",
+            "info",
+        ),
+        (
+            "errors (served view ≠ fresh capture) = 0",
+            f"{errors}",
+            "PASS" if errors == 0 else "FAIL",
+        ),
+        (
+            f"reuse hit adds < 5% to bare NumPy ({cells:.0e} cells)",
+            f"{over:+.1%}",
+            "PASS" if over < 0.05 else "FAIL",
+        ),
+        (
+            f"lookup O(1): {counts[-1]} vs 10 views ≤ 2x",
+            f"{ratio:.2f}x",
+            "PASS" if ratio <= 2 else "FAIL",
+        ),
     ]
-    print()
-    print(
-        f"Ceiling for dim reuse here: {ceiling} of {total} — {len(data_dependent)} names have "
-        "data-dependent lineage under the annotator's contributing semantics (picks by "
-        f"comparison, sorts, NaN/zero handling: {', '.join(data_dependent) or '-'}) and "
-        f"{len(not_capturable)} cannot be captured at all ({', '.join(not_capturable) or '-'})."
-    )
     print()
     print("| Goal | measured | result |")
     print("|---|---|---|")
-    for goal, measured, ok in goals:
-        print(f"| {goal} | {measured} | {'PASS' if ok else 'FAIL'} |")
+    for goal, measured, verdict in goals:
+        print(f"| {goal} | {measured} | {verdict} |")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ __all__ = [
     "elementwise",
     "filter_mask",
     "flip",
+    "gradient",
     "insert",
     "median",
     "moveaxis",
@@ -651,6 +652,74 @@ def diff(shape: Sequence[int] | int, n: int = 1, axis: int = -1) -> LineageRelat
     out_idx = np.repeat(np.arange(m, dtype=np.int64), n + 1)
     in_idx = out_idx + np.tile(np.arange(n + 1, dtype=np.int64), m)
     return _lane_relation(sh, ax, m, out_idx, in_idx)
+
+
+def gradient(
+    shape: Sequence[int] | int,
+    axis: int | Sequence[int] | None = None,
+    edge_order: int = 1,
+) -> tuple[LineageRelation, ...]:
+    """Lineage of ``np.gradient(f, *spacings, axis=axis, edge_order=edge_order)``: one
+    relation per differentiated axis (NumPy returns one array per axis).
+
+    Why here: the annotator cannot run ``np.gradient`` (NumPy writes into a float64 output
+    array, which would drop lineage, so the capture raises ``LineageLostError``), yet its
+    lineage is pure arithmetic and data-independent, so it can be declared exactly. Along
+    the axis (length ``S``): interior ``out[i] ← f[i-1], f[i+1]`` (central difference, the
+    centre cell is not read); edges ``out[0] ← f[0], f[1]`` and ``out[S-1] ← f[S-2], f[S-1]``
+    for ``edge_order=1``, three cells each (``f[0..2]``, ``f[S-3..S-1]``) for
+    ``edge_order=2``. Spacings (scalars or coordinate arrays) are constants: they change the
+    coefficients, never which cells are read (a zero coefficient still reads its cell, as the
+    annotator's arithmetic does).
+
+    Args:
+        shape: shape of ``f`` (rank ≥ 1).
+        axis: the axes to differentiate (``None``: every axis, in order).
+        edge_order: 1 or 2.
+
+    Returns:
+        One relation per axis, each with the input's shape as output shape.
+
+    Raises:
+        InvalidRelationError: rank 0, a bad ``edge_order``, or an axis shorter than
+            ``edge_order + 1`` (NumPy raises ``ValueError`` there).
+    """
+    sh = as_shape(shape, "Input")
+    if not sh:
+        msg = "gradient() needs an array of rank ≥ 1, got a 0-d shape."
+        raise InvalidRelationError(msg)
+    if edge_order not in (1, 2):
+        msg = f"gradient(): edge_order must be 1 or 2, got {edge_order}."
+        raise InvalidRelationError(msg)
+    # NumPy returns the gradients in the order the axes are given, so no sorting here.
+    raw = (axis,) if isinstance(axis, int | np.integer) else axis
+    axes = (
+        tuple(range(len(sh)))
+        if raw is None
+        else tuple(_axes(a, len(sh), "gradient")[0] for a in raw)
+    )
+    if len(set(axes)) != len(axes):
+        msg = f"gradient(): repeated axis in {axis}."
+        raise InvalidRelationError(msg)
+    out = []
+    for ax in axes:
+        s = sh[ax]
+        if s < edge_order + 1:
+            msg = (
+                f"gradient(): axis {ax} has {s} cells; edge_order={edge_order} needs at "
+                f"least {edge_order + 1}."
+            )
+            raise InvalidRelationError(msg)
+        inner = np.arange(1, s - 1, dtype=np.int64)
+        edge = np.arange(edge_order + 1, dtype=np.int64)
+        out_idx = np.concatenate(
+            [np.zeros(edge.size, np.int64), np.repeat(inner, 2), np.full(edge.size, s - 1)]
+        )
+        in_idx = np.concatenate(
+            [edge, np.stack([inner - 1, inner + 1], 1).reshape(-1), s - 1 - edge[::-1]]
+        )
+        out.append(_lane_relation(sh, ax, s, out_idx, in_idx))
+    return tuple(out)
 
 
 def ediff1d(shape: Sequence[int] | int) -> LineageRelation:

@@ -23,7 +23,7 @@ function — or, with ``on_lost="all_to_all"``, records an explicit all-to-all r
 """
 
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,13 +43,24 @@ if TYPE_CHECKING:
     from dslog_dagster.core.provrc import LineageTable
     from dslog_dagster.core.reuse import ViewRegistry
 
-__all__ = ["TRACKED_FLOAT", "CaptureResult", "LazyRelations", "Obtained", "capture"]
+__all__ = [
+    "TRACKED_FLOAT",
+    "CaptureResult",
+    "LazyRelations",
+    "Need",
+    "Obtained",
+    "UnservedRelations",
+    "capture",
+]
 
 #: The ``tracked_float`` NumPy dtype (``np.dtype``); ``TRACKED_FLOAT.type`` is its scalar type.
 TRACKED_FLOAT: np.dtype[Any] = _annotator.dtype
 
 Mode = Literal["contributing", "considered"]
 OnLost = Literal["raise", "all_to_all"]
+#: Which relations the caller of a reusing capture will read: ``"all"`` (both of the mode), or
+#: ``"considered"`` (only :attr:`CaptureResult.considered`, ``mode="considered"`` only).
+Need = Literal["all", "considered"]
 #: How the lineage of a call was obtained: annotated execution or a base/dim/gen view.
 Obtained = Literal["captured", "base", "dim", "gen"]
 
@@ -85,6 +96,34 @@ class LazyRelations(Mapping[tuple[int, int], LineageRelation]):
         return len(self._tables)
 
 
+class UnservedRelations(Mapping[tuple[int, int], LineageRelation]):
+    """The contributing relations of a call served with ``need="considered"``: not known.
+
+    A view of the considered relation alone can be exact where the contributing relation is
+    data-dependent (``np.max`` considers its whole lane whatever the values, but picks a
+    data-dependent cell), so such a call has no contributing lineage to give. Reading it is
+    an error that says so, never a silent empty relation.
+    """
+
+    def __init__(self, keys: "Sequence[tuple[int, int]]") -> None:
+        self._keys = list(keys)
+
+    def __getitem__(self, key: tuple[int, int]) -> LineageRelation:
+        msg = (
+            f"The contributing relation {key} of this call is not known: it was served from a "
+            'view of the considered relation only (`need="considered"`). Read '
+            "`result.considered` / `relation(..., considered=True)`, or capture with "
+            '`need="all"` for both relations.'
+        )
+        raise CaptureError(msg)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 @dataclass(frozen=True, slots=True)
 class CaptureResult:
     """What a capture produced.
@@ -95,7 +134,9 @@ class CaptureResult:
         outputs: every output as a float64 array (0-d for scalars), in order.
         input_shapes: shapes of the captured inputs, in argument order.
         relations: ``(output index, input index) -> LineageRelation`` of the contributing
-            cells (sorted, duplicate-free); every pair is present, possibly empty.
+            cells (sorted, duplicate-free); every pair is present, possibly empty. For a call
+            served with ``need="considered"`` an :class:`UnservedRelations` that raises
+            :class:`~dslog_dagster.errors.CaptureError` when read.
         considered: the same for the considered cells (``mode="considered"`` only, else None).
         mode: ``"contributing"`` or ``"considered"``.
         flagged: True when lineage could not be captured and ``on_lost="all_to_all"`` recorded
@@ -108,8 +149,9 @@ class CaptureResult:
             this capture was recorded under (None without a registry or for unsignable calls).
         verified: True when the served view was checked against a sampled annotated run on
             this very call.
-        tables: ``(output, input) -> LineageTable`` (ProvRC) when known: always for a served
-            view, and for captures made with a registry (so the store need not re-compress).
+        tables: ``(output, input) -> LineageTable`` (ProvRC) of the contributing relations
+            when known: for a served view (not for one served with ``need="considered"``), and
+            for captures made with a registry (so the store need not re-compress).
         demoted: signatures of views found wrong during this call (a warning was issued and
             the lineage was captured instead).
     """
@@ -284,6 +326,7 @@ def capture(
     on_lost: OnLost = "raise",
     reuse: "ViewRegistry | None" = None,
     code_version: str | None = None,
+    need: Need = "all",
     **kwargs: Any,
 ) -> CaptureResult:
     """Run ``func(*arrays, **kwargs)`` with annotated inputs and return values and lineage.
@@ -306,6 +349,11 @@ def capture(
             view (``result.obtained`` says which). Otherwise the call is captured and fed to
             the registry, which predicts and confirms views from repeated calls.
         code_version: replaces the hash of ``func``'s code in reuse signatures.
+        need: with ``reuse`` and ``mode="considered"``: ``"considered"`` says the caller reads
+            only :attr:`CaptureResult.considered`, so a view of the considered relation alone
+            may serve the call even where the contributing relation is data-dependent (picks
+            by comparison and sorts consider a shape-determined set of cells). The served
+            result's ``relations`` then raise when read. ``"all"`` (default): both.
         **kwargs: passed to ``func`` (not tracked); with ``reuse``, part of the signatures.
 
     Returns:
@@ -331,13 +379,30 @@ def capture(
     if on_lost not in ("raise", "all_to_all"):
         msg = f'`on_lost` must be "raise" or "all_to_all", not {on_lost!r}.'
         raise ValueError(msg)
+    check_need(need, mode)
     inputs = [as_input(a, k) for k, a in enumerate(arrays)]
     if reuse is not None:
         served: CaptureResult = reuse.run(
-            func, inputs, mode=mode, on_lost=on_lost, code_version=code_version, kwargs=kwargs
+            func,
+            inputs,
+            mode=mode,
+            on_lost=on_lost,
+            code_version=code_version,
+            kwargs=kwargs,
+            need=need,
         )
         return served
     return capture_inputs(func, inputs, mode, on_lost, kwargs)
+
+
+def check_need(need: str, mode: str) -> None:
+    """Validate ``need`` against ``mode`` (``need="considered"`` needs that relation)."""
+    if need not in ("all", "considered"):
+        msg = f'`need` must be "all" or "considered", not {need!r}.'
+        raise ValueError(msg)
+    if need == "considered" and mode != "considered":
+        msg = '`need="considered"` needs `mode="considered"` (the relation it asks for).'
+        raise ValueError(msg)
 
 
 def capture_inputs(

@@ -15,13 +15,21 @@ can resurrect the view). A gen candidate must *predict* captures at ``m`` shapes
 seen (it is re-fitted when a new shape contradicts it). Before a view is confirmed it is
 probed with synthetic inputs of the same shape (ascending and descending ramps, opposite
 ramps on different inputs, a sign-crossing ramp, random values, large positive and negative
-values, a ramp a million times wider than the data, the unit interval, zeros): data-dependent
+values, a ramp a million times wider than the data, the unit interval, values repeated from
+three levels, a constant, zeros): data-dependent
 lineage
 (sort, filters, picks by comparison, ``where`` on a data mask) differs between them even
 when the user's own captures happened to agree. A view whose lineage only differs on NaN
 inputs is confirmed as *finite-only* and not served for inputs with NaNs; calls with NaN
 inputs are captured and not learnt from. Likewise a view whose lineage changes only where an
 input is exactly 0 (``sinc``) is *nonzero-only*.
+
+**Two relations** (``mode="considered"``). A considered-mode capture is learnt under two key
+families: views of both relations (serving ``need="all"``) and views of the considered
+relation alone (key mode ``considered-only``, serving ``need="considered"``). A pick by
+comparison or a sort has a data-dependent contributing relation but a shape-determined
+considered one (both operands, the whole lane), so only the second family confirms for it;
+probes and verification then compare that relation alone.
 
 **Serving** (:meth:`ViewRegistry.run`, used by ``capture(..., reuse=registry)``): base, then
 dim, then gen. The function runs on plain float64 inputs, the lineage comes from the view. A
@@ -66,11 +74,14 @@ from dslog_dagster.core.capture import (
     CaptureResult,
     LazyRelations,
     Mode,
+    Need,
     OnLost,
+    UnservedRelations,
     _func_name,
     _outputs,
     _plain_value,
     capture_inputs,
+    check_need,
 )
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation, Shape
@@ -415,6 +426,50 @@ def _fast_key(
     return key
 
 
+#: The relations (0 contributing, 1 considered) a view of each key mode holds. A
+#: ``considered-only`` view is learnt from ``mode="considered"`` captures and serves
+#: ``need="considered"`` calls: it holds the considered relation alone.
+_PARTS: dict[str, tuple[int, ...]] = {
+    "contributing": (0,),
+    "considered": (0, 1),
+    "considered-only": (1,),
+}
+CONSIDERED_ONLY = "considered-only"
+
+
+def _annotator_mode(key_mode: str) -> Mode:
+    """The annotator mode that produces the relations of a view's key mode."""
+    return "contributing" if key_mode == "contributing" else "considered"
+
+
+def _only_parts(
+    tables: Mapping[TableKey, LineageTable], parts: Sequence[int]
+) -> dict[TableKey, LineageTable]:
+    return {k: t for k, t in tables.items() if k[0] in parts}
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """What a served call returns besides its values (built once per view and shape)."""
+
+    relations: Mapping[tuple[int, int], LineageRelation]
+    considered: LazyRelations | None
+    tables: dict[tuple[int, int], LineageTable] | None
+
+    @classmethod
+    def of(cls, key_mode: str, tables: Mapping[TableKey, LineageTable]) -> "_Served":
+        contributing = _contributing(tables)
+        considered = _considered(tables) if key_mode != "contributing" else None
+        if key_mode == CONSIDERED_ONLY:
+            assert considered is not None
+            return cls(UnservedRelations(sorted(considered)), LazyRelations(considered), None)
+        return cls(
+            LazyRelations(contributing),
+            LazyRelations(considered) if considered is not None else None,
+            contributing,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Fast:
     kind: Kind
@@ -422,20 +477,10 @@ class _Fast:
     view: "_View"
     out_shapes: tuple[Shape, ...]
     exact: str
-    contributing: dict[tuple[int, int], LineageTable]
-    considered: dict[tuple[int, int], LineageTable] | None
+    tables: dict[TableKey, LineageTable]
     call: _Call
     arg_version: int
-    lazy_contributing: LazyRelations
-    lazy_considered: LazyRelations | None
-
-    def all_tables(self) -> dict[TableKey, LineageTable]:
-        out: dict[TableKey, LineageTable] = {
-            (0, o, i): t for (o, i), t in self.contributing.items()
-        }
-        for (o, i), t in (self.considered or {}).items():
-            out[(1, o, i)] = t
-        return out
+    served: _Served
 
 
 def _shapes(arrays: Sequence[Any]) -> list[Shape]:
@@ -500,6 +545,7 @@ def _probe_inputs(inputs: Sequence[F64], rng: np.random.Generator) -> list[tuple
     if lo == hi:
         lo, hi = lo - 1.0, hi + 1.0
     wide = max(abs(lo), abs(hi), 1.0) * 2.0
+    levels = np.array([lo, (lo + hi) / 2.0, hi])
 
     def ramp(a: F64, up: bool, a_lo: float, a_hi: float) -> F64:
         r = np.linspace(a_lo, a_hi, a.size) if a.size else np.zeros(0)
@@ -519,6 +565,10 @@ def _probe_inputs(inputs: Sequence[F64], rng: np.random.Generator) -> list[tuple
         ("negative", [ramp(a, k % 2 == 1, -wide, -wide / 2) for k, a in enumerate(inputs)]),
         ("unit", [ramp(a, k % 2 == 0, 0.0, 1.0) for k, a in enumerate(inputs)]),
         ("huge", [ramp(a, k % 2 == 0, -1e6 * wide, 1e6 * wide) for k, a in enumerate(inputs)]),
+        # Repeated values: picks and sorts resolve ties by position, and the number of
+        # distinct values (``unique``) decides the output shape.
+        ("ties", [np.asarray(rng.choice(levels, size=a.shape), dtype=np.float64) for a in inputs]),
+        ("constant", [np.full(a.shape, hi, dtype=np.float64) for a in inputs]),
     ]
     # Exact zeros are probed separately (lineage that changes only at 0, as sinc's, is
     # served for zero-free inputs only), so the generic probes avoid them.
@@ -540,6 +590,72 @@ def _special_probe(inputs: Sequence[F64], rng: np.random.Generator, value: float
             flat[int(rng.integers(0, b.size))] = value
         out.append(b)
     return out
+
+
+class _Prober:
+    """The synthetic-input probes of one captured call, run at most once each.
+
+    One capture may confirm several views (dim and gen; in considered mode also the
+    considered-only family, which compares a subset of the relations), so each probe input is
+    captured once and its tables are compared with each view's ``expected`` on that view's
+    relations.
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        inputs: Sequence[F64],
+        kwargs: Mapping[str, Any],
+        mode: Mode,
+        rng: np.random.Generator,
+    ) -> None:
+        self.func, self.inputs, self.kwargs, self.mode, self.rng = func, inputs, kwargs, mode, rng
+        self._data: dict[str, list[F64]] = {}
+        self._tables: dict[str, dict[TableKey, LineageTable] | None] = {}
+        self._generic: list[str] | None = None
+
+    def _names(self) -> list[str]:
+        if self._generic is None:
+            probes = _probe_inputs(self.inputs, self.rng)
+            self._data.update(probes)
+            self._generic = [n for n, _ in probes]
+            if any(a.size for a in self.inputs):
+                self._data["nan"] = _special_probe(self.inputs, self.rng, np.nan)
+                self._data["zero"] = _special_probe(self.inputs, self.rng, 0.0)
+                self._data["zeros"] = [np.zeros(a.shape) for a in self.inputs]
+        return self._generic
+
+    def _run(self, name: str) -> dict[TableKey, LineageTable] | None:
+        if name not in self._tables:
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    r = capture_inputs(self.func, self._data[name], self.mode, "raise", self.kwargs)
+                self._tables[name] = _compress_all(r.relations, r.considered)
+            except Exception:
+                self._tables[name] = None  # inconclusive: the function rejects this data
+        return self._tables[name]
+
+    def check(
+        self, expected: Mapping[TableKey, LineageTable], parts: Sequence[int]
+    ) -> tuple[bool, bool, bool]:
+        """(lineage equal on every generic probe, also with NaNs, also with zeros), compared
+        on the relations ``parts`` only."""
+
+        def same(name: str) -> bool | None:
+            got = self._run(name)
+            if got is None:
+                return None
+            return bool(table_sets_equal(_only_parts(got, parts), expected))
+
+        for name in self._names():
+            if same(name) is False:
+                return False, False, False
+        if not any(a.size for a in self.inputs):
+            return True, True, True
+        nan_ok = same("nan") is not False
+        zero_ok = all(same(n) is not False for n in ("zero", "zeros"))
+        return True, nan_ok, zero_ok
 
 
 # --------------------------------------------------------------------------- registry
@@ -959,10 +1075,15 @@ class ViewRegistry:
         on_lost: OnLost = "raise",
         code_version: str | None = None,
         kwargs: Mapping[str, Any] | None = None,
+        need: Need = "all",
     ) -> CaptureResult:
         """``capture(func, *inputs, reuse=self, ...)``: serve a confirmed view or capture and
-        learn (see the module docstring). ``inputs`` are float64 arrays."""
-        res = self._run(func, inputs, mode, on_lost, code_version, kwargs, serve_only=False)
+        learn (see the module docstring). ``inputs`` are float64 arrays. ``need="considered"``
+        (with ``mode="considered"``): serve from views of the considered relation alone."""
+        check_need(need, mode)
+        res = self._run(
+            func, inputs, mode, on_lost, code_version, kwargs, need=need, serve_only=False
+        )
         assert res is not None  # only serve_only runs come back empty
         return res
 
@@ -974,13 +1095,17 @@ class ViewRegistry:
         mode: Mode = "contributing",
         code_version: str | None = None,
         kwargs: Mapping[str, Any] | None = None,
+        need: Need = "all",
     ) -> CaptureResult | None:
         """Serve a confirmed view, never annotate: ``None`` when no view matches.
 
         For callers that must not pay for annotated execution (a "reuse only" policy): on a
         miss nothing ran and nothing is learnt; the caller runs ``func`` itself.
         """
-        return self._run(func, inputs, mode, "raise", code_version, kwargs, serve_only=True)
+        check_need(need, mode)
+        return self._run(
+            func, inputs, mode, "raise", code_version, kwargs, need=need, serve_only=True
+        )
 
     def _run(
         self,
@@ -991,11 +1116,14 @@ class ViewRegistry:
         code_version: str | None,
         kwargs: Mapping[str, Any] | None,
         *,
+        need: Need = "all",
         serve_only: bool,
     ) -> CaptureResult | None:
         kwargs = dict(kwargs) if kwargs else {}
         demoted: list[str] = []
-        fkey = _fast_key(func, mode, code_version, kwargs, inputs)
+        # The key mode of the views that may serve this call (see _PARTS).
+        key_mode = CONSIDERED_ONLY if need == "considered" else mode
+        fkey = _fast_key(func, key_mode, code_version, kwargs, inputs)
         if fkey is not None:
             fast = self._fast.get(fkey)
             if fast is not None:
@@ -1004,7 +1132,7 @@ class ViewRegistry:
                     return res
                 self._fast.pop(fkey, None)
         try:
-            call = self._call_for(func, code_version, mode, kwargs, inputs)
+            call = self._call_for(func, code_version, key_mode, kwargs, inputs)
         except sigs.Unsignable:
             return None if serve_only else capture_inputs(func, inputs, mode, on_lost, kwargs)
         call.fast_key = fkey
@@ -1074,18 +1202,28 @@ class ViewRegistry:
             return replace(res, signature=dsig, demoted=tuple(demoted))
         tables = _compress_all(res.relations, res.considered)
         outs = _shapes(res.outputs)
-        self._memo_out_shapes(call.exact_key, outs)
-        probe_cache: dict[str, tuple[bool, bool, bool]] = {}
-
-        def probe(expected: Mapping[TableKey, LineageTable]) -> tuple[bool, bool, bool]:
-            if "r" not in probe_cache:
-                probe_cache["r"] = self._probe(func, inputs, kwargs, mode, expected)
-            return probe_cache["r"]
-
+        prober = _Prober(func, inputs, kwargs, mode, self._rng)
         has_zero = not all(a.all() for a in inputs)
-        demoted += self._feed(
-            call, outs, tables, probe if self.policy.probe else None, has_zero=has_zero
-        )
+        # A considered-mode capture teaches both key families: views of both relations
+        # (need="all") and views of the considered relation alone (need="considered").
+        families = [mode, CONSIDERED_ONLY] if mode == "considered" else [mode]
+        for fam in families:
+            fcall = call if fam == key_mode else replace(call, mode=fam)
+            parts = _PARTS[fam]
+
+            def probe(
+                expected: Mapping[TableKey, LineageTable], parts: tuple[int, ...] = parts
+            ) -> tuple[bool, bool, bool]:
+                return prober.check(expected, parts)
+
+            self._memo_out_shapes(fcall.exact_key, outs)
+            demoted += self._feed(
+                fcall,
+                outs,
+                _only_parts(tables, parts),
+                probe if self.policy.probe else None,
+                has_zero=has_zero,
+            )
         return replace(
             res,
             signature=dsig,
@@ -1148,8 +1286,7 @@ class ViewRegistry:
             verified = True
         self._hit(v)
         self.stats[kind] += 1
-        contributing = _contributing(tables)
-        considered = _considered(tables) if call.mode == "considered" else None
+        served = _Served.of(call.mode, tables)
         guarded = v.finite_only or v.nonzero_only
         if call.fast_key is not None and not guarded and kind != "base":
             self._fast[call.fast_key] = _Fast(
@@ -1158,12 +1295,10 @@ class ViewRegistry:
                 v,
                 tuple(out_shapes),
                 exact,
-                contributing,
-                considered,
+                dict(tables),
                 call,
                 self._arg_version,
-                LazyRelations(contributing),
-                LazyRelations(considered) if considered is not None else None,
+                served,
             )
             if len(self._fast) > _OUT_SHAPE_MEMO:
                 self._fast.popitem(last=False)
@@ -1171,13 +1306,13 @@ class ViewRegistry:
             value=value,
             outputs=tuple(outs),
             input_shapes=tuple(call.in_shapes),
-            relations=LazyRelations(contributing),
-            considered=LazyRelations(considered) if considered is not None else None,
-            mode="considered" if call.mode == "considered" else "contributing",
+            relations=served.relations,
+            considered=served.considered,
+            mode=_annotator_mode(call.mode),
             obtained=kind,
             signature=sig,
             verified=verified,
-            tables=contributing,
+            tables=served.tables,
             demoted=tuple(demoted),
         )
 
@@ -1219,7 +1354,7 @@ class ViewRegistry:
         if self.policy.rate > 0 and self._budget > 0 and self._rng.random() < self.policy.rate:
             t0 = time.perf_counter()
             ok = verify_sample(
-                func, inputs, kwargs, f.call.mode, f.all_tables(), list(f.out_shapes), self._rng
+                func, inputs, kwargs, f.call.mode, f.tables, list(f.out_shapes), self._rng
             )
             self._budget -= time.perf_counter() - t0
             self.stats["verified"] += 1
@@ -1237,45 +1372,14 @@ class ViewRegistry:
             value=value,
             outputs=tuple(outs),
             input_shapes=tuple(f.call.in_shapes),
-            relations=f.lazy_contributing,
-            considered=f.lazy_considered,
-            mode="considered" if f.call.mode == "considered" else "contributing",
+            relations=f.served.relations,
+            considered=f.served.considered,
+            mode=_annotator_mode(f.call.mode),
             obtained=f.kind,
             signature=f.signature,
             verified=verified,
-            tables=f.contributing,
+            tables=f.served.tables,
         )
-
-    def _probe(
-        self,
-        func: Callable[..., Any],
-        inputs: Sequence[F64],
-        kwargs: Mapping[str, Any],
-        mode: str,
-        expected: Mapping[TableKey, LineageTable],
-    ) -> tuple[bool, bool, bool]:
-        """(lineage equal on every generic probe, also with NaNs, also with zeros)."""
-
-        def same(data: list[F64]) -> bool | None:
-            try:
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
-                    r = capture_inputs(func, data, mode, "raise", kwargs)
-            except Exception:
-                return None  # inconclusive: the function does not accept this data
-            return bool(table_sets_equal(_compress_all(r.relations, r.considered), expected))
-
-        for _, data in _probe_inputs(inputs, self._rng):
-            if same(data) is False:
-                return False, False, False
-        if not any(a.size for a in inputs):
-            return True, True, True
-        nan_ok = same(_special_probe(inputs, self._rng, np.nan)) is not False
-        zero_ok = all(
-            same(d) is not False
-            for d in (_special_probe(inputs, self._rng, 0.0), [np.zeros(a.shape) for a in inputs])
-        )
-        return True, nan_ok, zero_ok
 
     # ----------------------------------------------------------- learning
 

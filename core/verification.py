@@ -164,12 +164,16 @@ def verify_sample(
 ) -> bool:
     """Does ``tables`` agree with the call's real lineage on a sample grid of input cells?
 
+    ``mode`` is the view's key mode: ``"contributing"`` and ``"considered"`` check the
+    relations that mode records, ``"considered-only"`` the considered relation alone.
+
     Returns False (never raises for the function's sake) when the function cannot run on the
     annotated sample, returns a different number or shape of outputs, or when any sampled
     cell's lineage differs from the view.
     """
     axes = [sample_axes(a.shape, rng) for a in inputs]
-    considered = mode == "considered"
+    considered = mode in ("considered", "considered-only")
+    parts = (1,) if mode == "considered-only" else (0, 1) if considered else (0,)
     _annotator.begin(1 if considered else 0)
     try:
         try:
@@ -196,7 +200,7 @@ def verify_sample(
         for o, arr in enumerate(arrs):
             if tuple(int(d) for d in arr.shape) != tuple(out_shapes[o]):
                 return False
-            for which in (0, 1) if considered else (0,):
+            for which in parts:
                 for i, (oc, ic) in enumerate(_annotator.extract(arr, shapes, bool(which))):
                     t = tables.get((which, o, i))
                     n = oc.shape[1] if oc.ndim == 2 else 0

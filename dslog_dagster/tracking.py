@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dslog_dagster.core.capture import CaptureResult, as_input, capture
+from dslog_dagster.core.capture import CaptureResult, Need, as_input, capture
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.reuse import ViewRegistry
@@ -126,8 +126,13 @@ def obtain_lineage(
     Returns:
         ``(result, seconds)``; ``result`` is ``None`` only under ``policy="reuse_only"`` when
         no confirmed view matched (nothing ran: the caller runs the step plainly).
+
+    In ``mode="considered"`` the step records the considered relation only, so reuse is
+    asked for that relation alone (``need="considered"``): picks and sorts consider a
+    shape-determined set of cells, so their views serve even though the picked cells vary.
     """
     on_lost = "all_to_all" if policy == "all_to_all" else "raise"
+    need: Need = "considered" if mode == "considered" else "all"
     t0 = time.perf_counter()
     result: CaptureResult | None
     if policy == "reuse_only":
@@ -135,7 +140,7 @@ def obtain_lineage(
             return None, 0.0
         inputs = [as_input(a, k) for k, a in enumerate(arrays)]
         result = reuse.serve(
-            func, inputs, mode=mode, code_version=code_version, kwargs=signature_args
+            func, inputs, mode=mode, code_version=code_version, kwargs=signature_args, need=need
         )
     else:
         result = capture(
@@ -145,6 +150,7 @@ def obtain_lineage(
             on_lost=on_lost,
             reuse=reuse,
             code_version=code_version if reuse is not None else None,
+            need=need,
             **signature_args,
         )
     return result, time.perf_counter() - t0

@@ -834,7 +834,9 @@ def ref_gradient(
 ) -> object:
     """``np.gradient`` with unit spacing: one array per axis (a tuple for several axes)."""
     a = as_obj(f)
-    axes = _norm_axes(axis, a.ndim)
+    # In the order given (NumPy's output order), not sorted as for reductions.
+    raw = range(a.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+    axes = [int(ax) % a.ndim for ax in raw]
     outs = [along_axis(a, ax, lambda lane: _gradient_lane(lane, 1.0, edge_order)) for ax in axes]
     return outs[0] if len(outs) == 1 else tuple(outs)
 

@@ -650,3 +650,47 @@ def test_unique(shape: tuple[int, ...]) -> None:
                 outs.append((k,))
                 ins.append(a)
     assert an.unique(x) == pairs_relation(u.shape, shape, outs, ins)
+
+
+# --------------------------------------------------------------------------- gradient
+
+
+@pytest.mark.parametrize(
+    ("shape", "kw"),
+    [
+        ((2,), {}),
+        ((3,), {"edge_order": 2}),
+        ((7,), {}),
+        ((6,), {"edge_order": 2}),
+        ((4, 5), {}),
+        ((4, 5), {"axis": 0}),
+        ((4, 5), {"axis": -1, "edge_order": 2}),
+        ((3, 4, 3), {}),
+        ((3, 4, 3), {"axis": (2, 0), "edge_order": 2}),
+    ],
+)
+def test_gradient_equals_the_reference_annotator(shape: tuple[int, ...], kw: Any) -> None:
+    """The annotator cannot run ``np.gradient``; the pure-Python reference of its semantics
+    (``tests/annotator/reference.py``, which mirrors NumPy's formulas) is the ground truth."""
+    from tests.annotator.reference import reference_capture, to_relations
+
+    x = np.random.default_rng(0).random(shape)
+    values, lineage = reference_capture(np.gradient, x, **kw)
+    want = to_relations(values, lineage, [shape])
+    got = an.gradient(shape, **kw)
+    assert len(got) == len(values) if isinstance(values, tuple) else len(got) == 1
+    for o, rel in enumerate(got):
+        assert rel == want[(o, 0)], (shape, kw, o)
+    # Values: NumPy's gradient with the same arguments (the reference mirrors it).
+    np.testing.assert_allclose(
+        np.asarray(np.gradient(x, **kw)).reshape(-1), np.asarray(values).reshape(-1)
+    )
+
+
+def test_gradient_rejects_short_axes_like_numpy() -> None:
+    with pytest.raises(InvalidRelationError, match="needs at least 3"):
+        an.gradient((4, 2), axis=1, edge_order=2)
+    with pytest.raises(ValueError, match="at least"):
+        np.gradient(np.ones((4, 2)), axis=1, edge_order=2)
+    with pytest.raises(InvalidRelationError, match="rank"):
+        an.gradient(())

@@ -40,3 +40,17 @@ def test_grid_function_reuse(bench: ModuleType, name: str, tmp_path: Path) -> No
         assert r.dim_reusable, f"{name} was never served from a view"
     else:
         assert not r.dim_reusable, f"{name} (data-dependent) was served from a view"
+
+
+@pytest.mark.parametrize("name", ["maximum", "amax", "ptp", "sort", "unique", "median"])
+def test_grid_function_reuse_of_the_considered_relation(
+    bench: ModuleType, name: str, tmp_path: Path
+) -> None:
+    """The bench's considered pass: picks and sorts consider a shape-determined set of cells,
+    so views of that relation serve them; ``unique`` and ``median`` stay data-dependent."""
+    reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    r = bench.run_function(
+        name, reg, runs=8, reps=4, seed=0, max_cells=2_000, relation="considered"
+    )
+    assert r.errors == 0, f"{name}: a served view differed from a fresh capture"
+    assert r.dim_reusable == (name not in ("unique", "median")), name
