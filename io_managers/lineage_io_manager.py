@@ -413,11 +413,16 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     def _load_frame(self, context: dg.InputContext, path: Path, stash: bool) -> Any:
         """An ordinary DataFrame for user code; the frame with its row ids goes to the tracked
         step's wrapper (:class:`~dslog_dagster.tracking.FrameSource`)."""
+        from pyspark.sql import SparkSession
+
         from dslog_dagster.io_managers.spark_frames import load_frame
         from dslog_dagster.spark.rowid import ROW_ID
         from dslog_dagster.spark.session import get_session
 
-        with_ids, rows = load_frame(get_session(self.spark_master, self.spark_conf), path)
+        # the running session (e.g. SparkSessionResource's) as it is: get_session would also
+        # re-apply this IO manager's SQL conf to it
+        spark = SparkSession.getActiveSession() or get_session(self.spark_master, self.spark_conf)
+        with_ids, rows = load_frame(spark, path)
         if stash:
             try:
                 step = context.step_context
