@@ -22,6 +22,11 @@ At run time the wrapper:
    hands one :class:`~dslog_dagster.tracking.PendingLineage` per output to the IO manager,
    which stores the value and then the lineage.
 
+Spark steps: when the tracked inputs are Spark DataFrames (loaded by ``DSLogIOManager``, which
+keeps their stored row ids aside), step 4 is the relational capture instead
+(:func:`dslog_dagster.spark.steps.capture_step`): the function sees ``TrackedFrame`` objects
+and returns frames, or ``as_array(frame, columns)`` to hand a NumPy array to NumPy steps.
+
 Under capture the function sees ``tracked_float`` arrays (float64 values) and its outputs are
 float64 arrays; the README's "Capture semantics" lists what NumPy code is supported. Steps that
 need integer or boolean outputs, or non-NumPy code, use ``policy="all_to_all"`` (flagged

@@ -1,4 +1,4 @@
-"""``DSLogIOManager`` (NumPy arrays + lineage) and ``with_lineage`` (lineage for any IO manager).
+"""``DSLogIOManager`` (NumPy arrays, Spark DataFrames + lineage) and ``with_lineage``.
 
 Both write a tracked step's lineage into the lineage store *after* the value is stored: the
 output's array version (name :func:`~dslog_dagster.naming.array_name`, version = run id), the
@@ -11,6 +11,13 @@ directory):
 * unpartitioned asset ``a/b`` -> ``<base_dir>/a/b.npy``;
 * partition ``p`` of ``a/b`` -> ``<base_dir>/a/b/<p, percent-encoded>.npy``;
 * op output (not an asset) -> ``<base_dir>/runs/<run_id>/<step_key>/<output>.npy``.
+
+A Spark DataFrame takes the same path with ``.parquet`` instead of ``.npy``: a Parquet directory
+with the dense row-id column the lineage names rows by, and a ``_dslog_frame.json`` side-car
+(rows, schema), published atomically
+(:func:`~dslog_dagster.io_managers.spark_frames.store_frame`). Loading gives user code an
+ordinary DataFrame and hands the frame *with* ids to the tracked step
+(:class:`~dslog_dagster.tracking.FrameSource`); see :mod:`dslog_dagster.spark.steps`.
 
 The lineage store defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLogResource`).
 """
@@ -246,7 +253,8 @@ def _safe_part(text: str) -> str:
 
 
 class DSLogIOManager(dg.ConfigurableIOManager):
-    """Stores NumPy arrays as ``.npy`` files and the cell-level lineage of tracked steps.
+    """Stores NumPy arrays as ``.npy`` files, Spark DataFrames as Parquet with row ids, and the
+    cell-level lineage of tracked steps (``dagster/column_lineage`` too for frames).
 
     Works with :func:`~dslog_dagster.tracked_asset`, ``tracked_multi_asset`` and ``tracked_op``;
     values of untracked assets are stored without lineage. Partitioned assets store one file

@@ -53,7 +53,7 @@ def as_array(frame: Any, columns: Any = None, dtype: Any = np.float64) -> ArrayF
     The array is ``frame``'s ``columns`` (default: all), one row per frame row in row-id order,
     converted with :func:`dslog_dagster.spark.convert.to_numpy`; its cell ``(i, j)`` has the
     lineage of frame cell ``(i, columns[j])``. Outside a capture (``policy="off"``, direct
-    calls) the conversion runs on the plain DataFrame.
+    calls) the conversion runs on the plain DataFrame, rows in its own order.
 
     Examples:
         .. code-block:: python

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dslog_dagster import DSLogIOManager, tracked_asset, tracked_multi_asset
+from dslog_dagster import DSLogIOManager, tracked_asset, tracked_multi_asset, tracked_op
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.baselines import naive_join
 from dslog_dagster.core.store import LineageStore
@@ -320,6 +320,11 @@ def joined_off(people: DataFrame, cities: DataFrame) -> DataFrame:
     return people.join(cities, "g")
 
 
+@tracked_asset(policy="off")
+def v_off(people: DataFrame) -> np.ndarray:
+    return as_array(people, "v")  # type: ignore[return-value]
+
+
 @tracked_asset(policy="all_to_all")
 def sampled(people: DataFrame) -> DataFrame:
     return people.sample(fraction=0.5, seed=3)  # no lineage rule: flagged all-to-all
@@ -338,15 +343,18 @@ def joined_reuse(people: DataFrame, cities: DataFrame) -> DataFrame:
 def test_policies_off_all_to_all_reuse_only_and_strict(base: Any) -> None:
     root, inst, _ = base
     res = dg.materialize(
-        [people, cities, joined_off, sampled, joined_reuse],
+        [people, cities, joined_off, v_off, sampled, joined_reuse],
         instance=inst,
         resources=_resources(root),
-        selection=[joined_off, sampled, joined_reuse],
+        selection=[joined_off, v_off, sampled, joined_reuse],
         run_config=QUIET,
     )
     assert res.success
     assert _md(res, "joined_off")[m.OBTAINED] == "off"
     assert _md(res, "joined_off")["dagster/row_count"] == 8
+    assert _md(res, "v_off")[m.OBTAINED] == "off"
+    # untracked: the rows in the frame's own order (no row ids to order by)
+    assert sorted(res.output_for_node("v_off").tolist()) == [[float(i)] for i in range(8)]
     reuse = _md(res, "joined_reuse")
     assert reuse[m.OBTAINED] == "none"
     assert "Spark" in reuse[m.STATUS]
@@ -367,3 +375,37 @@ def test_policies_off_all_to_all_reuse_only_and_strict(base: Any) -> None:
     err = str(strict.get_step_failure_events()[0].step_failure_data.error)
     assert "UnsupportedFrameOperationError" in err
     assert "sample" in err
+
+
+# ------------------------------------------------------------------ ops in a graph
+
+
+@tracked_op
+def make_frame(spark: SparkSessionResource) -> DataFrame:
+    return spark.get_session().range(0, 6).withColumn("y", F.col("id") * 10)
+
+
+@tracked_op
+def keep_odd(df: DataFrame) -> DataFrame:
+    return df.filter("id % 2 = 1").select("y")
+
+
+@dg.job(executor_def=dg.in_process_executor)
+def frame_job() -> None:
+    keep_odd(make_frame())
+
+
+def test_ops_in_a_graph_store_frames_and_lineage(spark: Any, tmp_path: Path) -> None:
+    with dg.instance_for_test() as inst:
+        res = frame_job.execute_in_process(
+            instance=inst, resources=_resources(tmp_path), run_config=QUIET
+        )
+    assert res.success
+    src = _stored(spark, tmp_path / "runs" / res.run_id / "make_frame" / "result.parquet")
+    out = _stored(spark, tmp_path / "runs" / res.run_id / "keep_odd" / "result.parquet")
+    assert [r["y"] for r in out] == [10, 30, 50]
+    log = DSLog(tmp_path / ".dslog")
+    sid = {r["y"]: r[ROW_ID] for r in src}
+    for r in out:  # keep_odd.y <- make_frame.y (column 1) of the same row
+        got = _cells(log, ["keep_odd:result", "make_frame:result"], [(r[ROW_ID], 0)])
+        assert got == {(sid[r["y"]], 1)}
