@@ -46,7 +46,6 @@ from dslog_dagster.resources import DSLogResource
 from dslog_dagster.tracking import (
     FrameSource,
     PendingLineage,
-    peek_pending,
     pop_pending,
     stash_frame_input,
 )
@@ -503,19 +502,24 @@ class _LineageIOManager(dg.IOManager):
         return s.model_copy(update={"store_dir": str(self.writer.store_dir())})
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        pending = peek_pending(context.run_id, context.step_key, context.name)
-        if _is_frame(obj) and pending is not None and pending.frame is not None:
-            pop_pending(context.run_id, context.step_key, context.name)
-            pending.frame.release()
+        if not _is_frame(obj):
+            self.inner.handle_output(context, obj)
+            context.add_output_metadata(self.writer.write(context, obj))
+            return
+        pending = pop_pending(context.run_id, context.step_key, context.name)
+        if pending is not None and pending.obtained not in ("off", "none"):
+            if pending.frame is not None:
+                pending.frame.release()
             msg = (
-                f"Output `{context.name}` of step `{context.step_key}` is a captured Spark "
-                "DataFrame; its lineage names rows by the ids DSLogIOManager stores with the "
+                f"Output `{context.name}` of tracked step `{context.step_key}` is a Spark "
+                "DataFrame; lineage names its rows by the ids DSLogIOManager stores with the "
                 "frame, which with_lineage(...) cannot add to another IO manager's files. Use "
                 'DSLogIOManager for Spark steps (or policy="off").'
             )
             raise LineageStorageError(msg)
         self.inner.handle_output(context, obj)
-        context.add_output_metadata(self.writer.write(context, obj))
+        # nothing to register: the shape is not needed for an untracked output
+        context.add_output_metadata(self.writer.write_pending(context, pending, (0, 0), "float64"))
 
     def load_input(self, context: dg.InputContext) -> Any:
         return self.inner.load_input(context)

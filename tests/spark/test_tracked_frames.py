@@ -17,7 +17,13 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dslog_dagster import DSLogIOManager, tracked_asset, tracked_multi_asset, tracked_op
+from dslog_dagster import (
+    DSLogIOManager,
+    tracked_asset,
+    tracked_multi_asset,
+    tracked_op,
+    with_lineage,
+)
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.baselines import naive_join
 from dslog_dagster.core.store import LineageStore
@@ -409,3 +415,19 @@ def test_ops_in_a_graph_store_frames_and_lineage(spark: Any, tmp_path: Path) -> 
     for r in out:  # keep_odd.y <- make_frame.y (column 1) of the same row
         got = _cells(log, ["keep_odd:result", "make_frame:result"], [(r[ROW_ID], 0)])
         assert got == {(sid[r["y"]], 1)}
+
+
+def test_with_lineage_refuses_tracked_frames(spark: Any, tmp_path: Path) -> None:
+    io = with_lineage(dg.FilesystemIOManager(base_dir=str(tmp_path)))
+    with dg.instance_for_test() as inst:
+        res = dg.materialize(
+            [people],
+            instance=inst,
+            resources={"io_manager": io, "spark": SparkSessionResource(master="local[2]")},
+            raise_on_error=False,
+            run_config=QUIET,
+        )
+    assert not res.success
+    err = str(res.get_step_failure_events()[0].step_failure_data.error)
+    assert "LineageStorageError" in err
+    assert "DSLogIOManager" in err
