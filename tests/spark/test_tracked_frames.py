@@ -341,18 +341,23 @@ def sampled_strict(people: DataFrame) -> DataFrame:
     return people.sample(fraction=0.5, seed=3)
 
 
+@tracked_asset(mode="considered")
+def kept_considered(people: DataFrame) -> DataFrame:
+    return people.filter(F.col("v") > 1.5).select("id")
+
+
 @tracked_asset(policy="reuse_only")
 def joined_reuse(people: DataFrame, cities: DataFrame) -> DataFrame:
     return people.join(cities, "g")
 
 
-def test_policies_off_all_to_all_reuse_only_and_strict(base: Any) -> None:
+def test_policies_off_all_to_all_reuse_only_and_strict(spark: Any, base: Any) -> None:
     root, inst, _ = base
     res = dg.materialize(
-        [people, cities, joined_off, v_off, sampled, joined_reuse],
+        [people, cities, joined_off, v_off, sampled, kept_considered, joined_reuse],
         instance=inst,
         resources=_resources(root),
-        selection=[joined_off, v_off, sampled, joined_reuse],
+        selection=[joined_off, v_off, sampled, kept_considered, joined_reuse],
         run_config=QUIET,
     )
     assert res.success
@@ -361,6 +366,14 @@ def test_policies_off_all_to_all_reuse_only_and_strict(base: Any) -> None:
     assert _md(res, "v_off")[m.OBTAINED] == "off"
     # untracked: the rows in the frame's own order (no row ids to order by)
     assert sorted(res.output_for_node("v_off").tolist()) == [[float(i)] for i in range(8)]
+    # considered (PROVision): each kept id cell <- its id cell and the v cell the filter read
+    considered = _md(res, "kept_considered")
+    assert considered[m.MODE] == "considered"
+    ppl = _stored(spark, root / "people.parquet")
+    log = DSLog(root / ".dslog")
+    want = {(r[ROW_ID], c) for r in ppl if r["v"] > 1.5 for c in (0, 2)}
+    assert _cells(log, ["kept_considered", "people"], np.s_[:, 0]) == want
+    assert considered[m.RAW_ROWS] == len(want)
     reuse = _md(res, "joined_reuse")
     assert reuse[m.OBTAINED] == "none"
     assert "Spark" in reuse[m.STATUS]
