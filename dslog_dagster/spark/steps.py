@@ -154,10 +154,15 @@ def capture_step(
             return value
 
         t0 = time.perf_counter()
-        if known and len(known) == len(frames):
-            cap = capture_frames(run, dict(frames), on_unknown=on_unknown, input_rows=known)
-        else:
-            cap = capture_frames(run, dict(frames), on_unknown=on_unknown)
+        try:
+            if known and len(known) == len(frames):
+                cap = capture_frames(run, dict(frames), on_unknown=on_unknown, input_rows=known)
+            else:
+                cap = capture_frames(run, dict(frames), on_unknown=on_unknown)
+        except BaseException:
+            for done in outs:  # a later output failed: nothing is stored, free the cached rows
+                done.capture.release()
+            raise
         tables = dict(cap.considered if considered else cap.contributing)
         arr_spec = target.get("array")
         if arr_spec is not None:
