@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
-from dslog_dagster.spark.capture import FrameCapture, capture_frames
+from dslog_dagster.spark.capture import FrameCapture, OnUnknown, capture_frames
 from dslog_dagster.spark.convert import to_numpy
 from dslog_dagster.spark.frame import TrackedFrame
 
@@ -129,7 +129,7 @@ def capture_step(
         UnsupportedFrameOperationError: an output is not derived from the tracked inputs, or
             an operation has no lineage rule (``policy="capture"``).
     """
-    on_unknown = "all_to_all" if policy == "all_to_all" else "raise"
+    on_unknown: OnUnknown = "all_to_all" if policy == "all_to_all" else "raise"
     known = {n: r for n, r in rows.items() if r is not None}
     outs: list[FrameStepOutput] = []
     k = 0
@@ -165,6 +165,7 @@ def capture_step(
             raise
         tables = dict(cap.considered if considered else cap.contributing)
         arr_spec = target.get("array")
+        value: Any
         if arr_spec is not None:
             try:
                 value, conv = to_numpy(cap, list(cap.columns), dtype=arr_spec.dtype)
