@@ -23,6 +23,7 @@ dev: $(STAMP)
 demo: $(STAMP)
 	$(PY) example_project/numpy_lineage_demo.py
 	$(PY) example_project/hotspots_demo.py
+	$(PY) example_project/titles_demo.py
 
 # The Dagster UI on the hotspot project (http://127.0.0.1:3000), with a repo-local DAGSTER_HOME.
 DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster-home

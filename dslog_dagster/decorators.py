@@ -22,6 +22,11 @@ At run time the wrapper:
    hands one :class:`~dslog_dagster.tracking.PendingLineage` per output to the IO manager,
    which stores the value and then the lineage.
 
+Spark steps: when the tracked inputs are Spark DataFrames (loaded by ``DSLogIOManager``, which
+keeps their stored row ids aside), step 4 is the relational capture instead
+(:func:`dslog_dagster.spark.steps.capture_step`): the function sees ``TrackedFrame`` objects
+and returns frames, or ``as_array(frame, columns)`` to hand a NumPy array to NumPy steps.
+
 Under capture the function sees ``tracked_float`` arrays (float64 values) and its outputs are
 float64 arrays; the README's "Capture semantics" lists what NumPy code is supported. Steps that
 need integer or boolean outputs, or non-NumPy code, use ``policy="all_to_all"`` (flagged
@@ -33,6 +38,7 @@ runs unchanged, without capture.
 import functools
 import inspect
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -54,6 +60,7 @@ from dslog_dagster.tracking import (
     Policy,
     lineage_of,
     obtain_lineage,
+    pop_frame_input,
     stash_pending,
 )
 
@@ -212,7 +219,7 @@ def _wrap(
         def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
             ctx = _current_context()
             if ctx is None:
-                yield from fn(*args, **kwargs)
+                yield from _plain_arrays(list(fn(*args, **kwargs)))
                 return
             yield from _run(fn, ctx, args, kwargs, opts, is_gen=True)
 
@@ -222,7 +229,7 @@ def _wrap(
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = _current_context()
         if ctx is None:
-            return fn(*args, **kwargs)
+            return _plain_arrays(fn(*args, **kwargs))
         return _run(fn, ctx, args, kwargs, opts, is_gen=False)
 
     return wrapper
@@ -276,7 +283,8 @@ def _reject(name: str, value: Any, step: str) -> UnsupportedArrayError:
         f"Input `{name}` of tracked step `{step}` is {what}; tracked steps capture lineage of "
         "real numeric NumPy arrays only. Pass `untracked_inputs={"
         f"'{name}'" + "}` to treat it as a parameter without lineage, convert it to a NumPy "
-        'array, or use policy="off" for this step (DataFrames: the Spark integration).'
+        'array, or use policy="off" for this step. (Spark DataFrame inputs are tracked when '
+        "they are loaded by DSLogIOManager.)"
     )
     return UnsupportedArrayError(msg)
 
@@ -451,7 +459,7 @@ def _run(
 
     def run_plain() -> Any:
         res = fn(*args, **kwargs)
-        return list(res) if is_gen else res
+        return _plain_arrays(list(res) if is_gen else res)
 
     if settings is None:
         ctx.log.warning(
@@ -478,6 +486,12 @@ def _run(
     untracked_args = [
         d.name for d in ctx.op_def.input_defs if d.name in kwargs and d.name in untracked
     ]
+    if any(_is_frame(kwargs[n]) for n in names):
+        return _run_frames(
+            fn, ctx, args, kwargs, opts,
+            names=names, policy=eff_policy, mode=eff_mode, op_args=op_args, started=started,
+            is_gen=is_gen, run_plain=run_plain, stash_untracked=stash_untracked,
+        )  # fmt: skip
     for n in names:
         if not _is_trackable(kwargs[n]):
             raise _reject(n, kwargs[n], step_key)
@@ -553,3 +567,141 @@ def _run(
         )
         stash_pending(run_id, step_key, out_name, pending)
     return holder["rebuild"](list(result.value))
+
+
+# ------------------------------------------------------------------ Spark steps
+
+
+def _is_frame(v: Any) -> bool:
+    """A Spark DataFrame? (Checked without importing PySpark: no PySpark, no frames.)"""
+    sql = sys.modules.get("pyspark.sql")
+    return sql is not None and isinstance(v, sql.DataFrame)
+
+
+def _plain_arrays(res: Any) -> Any:
+    """Turn :func:`~dslog_dagster.spark.as_array` outputs of an untracked run into arrays."""
+    steps = sys.modules.get("dslog_dagster.spark.steps")
+    if steps is None:  # as_array was never imported, so nothing can be one
+        return res
+
+    def conv(v: Any) -> Any:
+        if isinstance(v, steps.ArrayFromFrame):
+            return steps.plain_array(v)
+        if isinstance(v, dg.Output) and isinstance(v.value, steps.ArrayFromFrame):
+            return dg.Output(
+                steps.plain_array(v.value), output_name=v.output_name, metadata=v.metadata,
+                data_version=v.data_version, tags=v.tags,
+            )  # fmt: skip
+        return v
+
+    if isinstance(res, tuple):
+        return tuple(conv(v) for v in res)
+    if isinstance(res, list):
+        return [conv(v) for v in res]
+    return conv(res)
+
+
+def _run_frames(
+    fn: Callable[..., Any],
+    ctx: dg.OpExecutionContext,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: _Opts,
+    *,
+    names: list[str],
+    policy: str,
+    mode: str,
+    op_args: dict[str, Any],
+    started: float,
+    is_gen: bool,
+    run_plain: Callable[[], Any],
+    stash_untracked: Callable[[list[str], str, str], None],
+) -> Any:
+    """A tracked step whose inputs are Spark DataFrames (:mod:`dslog_dagster.spark.steps`)."""
+    from dslog_dagster.spark.rowid import ROW_ID
+    from dslog_dagster.spark.steps import capture_step
+
+    step_key = ctx.get_step_execution_context().step.key
+    run_id = ctx.run.run_id
+    all_outputs = [od.name for od in ctx.op_def.output_defs]
+    frames: dict[str, Any] = {}
+    rows: dict[str, int | None] = {}
+    for n in names:
+        value = kwargs[n]
+        if not _is_frame(value):
+            msg = (
+                f"Tracked step `{step_key}` mixes Spark DataFrame and `{type(value).__name__}` "
+                f"inputs (`{n}`); a tracked step is either a Spark step or a NumPy step. Convert "
+                "the frame in its own step with `as_array(frame, columns)`, or pass the other "
+                "input in `untracked_inputs`."
+            )
+            raise UnsupportedArrayError(msg)
+        src = pop_frame_input(run_id, step_key, n)
+        if src is not None:
+            frames[n], rows[n] = src.frame, src.rows
+        elif ROW_ID in value.columns:
+            frames[n], rows[n] = value, None
+        else:
+            msg = (
+                f"Input `{n}` of tracked step `{step_key}` is a DataFrame that DSLogIOManager "
+                "did not load, so its rows have no stored ids for lineage to name. Store the "
+                "upstream asset with DSLogIOManager, pass the input in `untracked_inputs`, or "
+                'use policy="off".'
+            )
+            raise UnsupportedArrayError(msg)
+    refs = tuple(_input_ref(ctx, n, run_id, step_key) for n in names)
+    if policy == "reuse_only":
+        result = run_plain()
+        stash_untracked(
+            all_outputs,
+            "none",
+            'policy="reuse_only": reuse views serve NumPy steps only, so this Spark step ran '
+            'without capture and recorded no lineage (use policy="capture").',
+        )
+        return result
+    holder: dict[str, Any] = {}
+
+    def call(k: int, tracked: Any) -> Any:
+        kw = dict(kwargs)
+        kw.update(tracked)
+        res = fn(*args, **kw)
+        vals, out_names, rebuild = _split_outputs(res, ctx, is_gen, step_key)
+        holder.setdefault("names", out_names)
+        holder.setdefault("rebuild", rebuild)
+        return vals[k]
+
+    outs = capture_step(
+        call,
+        frames,
+        rows,
+        n_outputs=lambda: len(holder["names"]),
+        policy="all_to_all" if policy == "all_to_all" else "capture",
+        considered=mode == "considered",
+    )
+    for out, out_name in zip(outs, holder["names"], strict=True):
+        op_name, _ = _op_identity(ctx, out_name, opts.op_code_version)
+        cap = out.capture
+        reason = None
+        if cap.flagged:
+            reason = (
+                f"No lineage rule for {', '.join(cap.flagged_ops)}: every output cell depending "
+                "on it is recorded as depending on every cell of its inputs (over-approximation)."
+            )
+        pending = PendingLineage(
+            op_name,
+            op_args,
+            policy,
+            mode,
+            inputs=refs,
+            tables=tuple(out.tables[n] for n in names),
+            obtained="captured",
+            flagged=cap.flagged,
+            reason=reason,
+            capture_s=out.seconds,
+            started=started,
+            frame=None if out.is_array else cap,
+            column_lineage=None if out.is_array else out.column_lineage,
+            capture_method="spark-all-to-all" if cap.flagged else "spark",
+        )
+        stash_pending(run_id, step_key, out_name, pending)
+    return holder["rebuild"]([o.value for o in outs])

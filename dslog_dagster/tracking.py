@@ -28,6 +28,7 @@ from dslog_dagster.core.reuse import ViewRegistry
 
 __all__ = [
     "POLICIES",
+    "FrameSource",
     "InputRef",
     "Mode",
     "PendingLineage",
@@ -35,7 +36,9 @@ __all__ = [
     "lineage_of",
     "obtain_lineage",
     "peek_pending",
+    "pop_frame_input",
     "pop_pending",
+    "stash_frame_input",
     "stash_pending",
 ]
 
@@ -77,7 +80,11 @@ class PendingLineage:
     ``relations`` holds, for each tracked input (by position in ``inputs``), the lineage
     ``output <- input``: a :class:`LineageTable` when it is already compressed (a served reuse
     view, or a capture the registry compressed), else the :class:`LineageRelation`. It is
-    ``None`` when no lineage was obtained (see ``status``).
+    ``None`` when no lineage was obtained (see ``status``). Spark steps hand compressed
+    ``tables`` (one per input) instead, and for a DataFrame output the ``frame`` capture whose
+    row ids the lineage names (the IO manager must store exactly those rows), its
+    ``column_lineage`` (``{output column: {input arg: [input columns]}}``) and the store's
+    ``capture_method``.
     """
 
     op_name: str
@@ -94,6 +101,15 @@ class PendingLineage:
     capture_s: float = 0.0
     started: float = field(default_factory=time.perf_counter)
     annotation_bytes: int = 0
+    tables: tuple[Any, ...] | None = None
+    frame: Any = None
+    column_lineage: dict[str, dict[str, list[str]]] | None = None
+    capture_method: str | None = None
+
+    @property
+    def lineage(self) -> tuple[Any, ...] | None:
+        """Per input: the relation (NumPy steps) or compressed table (Spark steps)."""
+        return self.relations if self.relations is not None else self.tables
 
 
 # ------------------------------------------------------------------ obtaining lineage
@@ -177,6 +193,7 @@ def lineage_of(
 _Key = tuple[str, str, str]
 _lock = threading.Lock()
 _pending: dict[_Key, PendingLineage] = {}
+_frames: dict[_Key, "FrameSource"] = {}
 # Entries of runs other than the most recent few are dropped, so a tracked step whose IO
 # manager never pops (a plain IO manager) cannot grow the stash without bound.
 _KEEP_RUNS = 8
@@ -186,14 +203,21 @@ _runs: list[str] = []
 def stash_pending(run_id: str, step_key: str, output_name: str, pending: PendingLineage) -> None:
     """Hand ``pending`` to the IO manager that will handle ``output_name`` of ``step_key``."""
     with _lock:
-        if run_id not in _runs:
-            _runs.append(run_id)
-            if len(_runs) > _KEEP_RUNS:
-                stale = set(_runs[:-_KEEP_RUNS])
-                del _runs[:-_KEEP_RUNS]
-                for k in [k for k in _pending if k[0] in stale]:
-                    del _pending[k]
+        _note_run(run_id)
         _pending[(run_id, step_key, output_name)] = pending
+
+
+def _note_run(run_id: str) -> None:
+    """Remember ``run_id``; drop stashed entries of runs older than the last few (under lock)."""
+    if run_id in _runs:
+        return
+    _runs.append(run_id)
+    if len(_runs) > _KEEP_RUNS:
+        stale = set(_runs[:-_KEEP_RUNS])
+        del _runs[:-_KEEP_RUNS]
+        for stash in (_pending, _frames):
+            for k in [k for k in stash if k[0] in stale]:
+                del stash[k]
 
 
 def pop_pending(run_id: str, step_key: str, output_name: str) -> PendingLineage | None:
@@ -206,3 +230,38 @@ def peek_pending(run_id: str, step_key: str, output_name: str) -> PendingLineage
     """The stashed lineage without removing it (tests, diagnostics)."""
     with _lock:
         return _pending.get((run_id, step_key, output_name))
+
+
+# ------------------------------------------------------------------ frame inputs
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSource:
+    """A DataFrame input as the IO manager loaded it, for a tracked Spark step.
+
+    User code gets the frame without its row ids; the step's capture needs the ids (lineage
+    names rows by them), so the IO manager hands the frame *with* ids over here, keyed like the
+    pending lineage, and the decorator's wrapper pops it.
+
+    Attributes:
+        frame: the stored frame including the row-id column.
+        rows: its row count when known (saves a counting job), else ``None``.
+        path: where it was read from.
+    """
+
+    frame: Any
+    rows: int | None
+    path: str
+
+
+def stash_frame_input(run_id: str, step_key: str, input_name: str, source: FrameSource) -> None:
+    """Hand the loaded frame ``source`` of input ``input_name`` to the step's wrapper."""
+    with _lock:
+        _note_run(run_id)
+        _frames[(run_id, step_key, input_name)] = source
+
+
+def pop_frame_input(run_id: str, step_key: str, input_name: str) -> FrameSource | None:
+    """The frame (with row ids) the IO manager loaded for this input, if it did."""
+    with _lock:
+        return _frames.pop((run_id, step_key, input_name), None)

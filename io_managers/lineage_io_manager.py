@@ -1,4 +1,4 @@
-"""``DSLogIOManager`` (NumPy arrays + lineage) and ``with_lineage`` (lineage for any IO manager).
+"""``DSLogIOManager`` (NumPy arrays, Spark DataFrames + lineage) and ``with_lineage``.
 
 Both write a tracked step's lineage into the lineage store *after* the value is stored: the
 output's array version (name :func:`~dslog_dagster.naming.array_name`, version = run id), the
@@ -12,12 +12,20 @@ directory):
 * partition ``p`` of ``a/b`` -> ``<base_dir>/a/b/<p, percent-encoded>.npy``;
 * op output (not an asset) -> ``<base_dir>/runs/<run_id>/<step_key>/<output>.npy``.
 
+A Spark DataFrame takes the same path with ``.parquet`` instead of ``.npy``: a Parquet directory
+with the dense row-id column the lineage names rows by, and a ``_dslog_frame.json`` side-car
+(rows, schema), published atomically
+(:func:`~dslog_dagster.io_managers.spark_frames.store_frame`). Loading gives user code an
+ordinary DataFrame and hands the frame *with* ids to the tracked step
+(:class:`~dslog_dagster.tracking.FrameSource`); see :mod:`dslog_dagster.spark.steps`.
+
 The lineage store defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLogResource`).
 """
 
 import contextlib
 import logging
 import os
+import sys
 import time
 import urllib.parse
 import uuid
@@ -36,11 +44,22 @@ from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name
 from dslog_dagster.resources import DSLogResource
-from dslog_dagster.tracking import PendingLineage, pop_pending
+from dslog_dagster.tracking import (
+    FrameSource,
+    PendingLineage,
+    pop_pending,
+    stash_frame_input,
+)
 
 __all__ = ["DSLogIOManager", "LineageWriter", "with_lineage"]
 
 _log = logging.getLogger(__name__)
+
+
+def _is_frame(obj: Any) -> bool:
+    """A Spark DataFrame? (No PySpark imported means no frames: NumPy users never import it.)"""
+    sql = sys.modules.get("pyspark.sql")
+    return sql is not None and isinstance(obj, sql.DataFrame)
 
 
 def _output_array(context: dg.OutputContext) -> tuple[str, str | None]:
@@ -84,6 +103,20 @@ class LineageWriter:
                 (the step must fail: a silent gap in provenance is a bug).
         """
         pending = pop_pending(context.run_id, context.step_key, context.name)
+        arr = np.asarray(value)
+        return self.write_pending(context, pending, arr.shape, arr.dtype)
+
+    def write_pending(
+        self,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        shape: tuple[int, ...],
+        dtype: Any,
+    ) -> dict[str, Any]:
+        """Register ``pending`` (already popped) for an output of ``shape`` and ``dtype``.
+
+        A DataFrame output is the array ``(rows, columns)`` (see :mod:`dslog_dagster.spark`).
+        """
         if pending is None:
             return {m.STATUS: dg.MetadataValue.text("Not a tracked step: no lineage recorded.")}
         if pending.obtained in ("off", "none"):
@@ -94,13 +127,12 @@ class LineageWriter:
                 status=pending.status,
             ).to_metadata()
         name, asset_key = _output_array(context)
-        arr = np.asarray(value)
         t0 = time.perf_counter()
         store = self.settings.store(self.base_dir)
         out_rec = store.register_array(
-            name, arr.shape, arr.dtype, asset_key=asset_key, version=context.run_id
+            name, shape, dtype, asset_key=asset_key, version=context.run_id
         )
-        if pending.relations is None or not pending.inputs:
+        if pending.lineage is None or not pending.inputs:
             write_s = time.perf_counter() - t0
             return m.LineageMetadata(
                 obtained=pending.obtained,
@@ -113,9 +145,11 @@ class LineageWriter:
                 write_s=write_s,
                 step_s=time.perf_counter() - pending.started,
             ).to_metadata()
-        in_recs, lineage = self._inputs(store, pending, name, arr.shape)
+        in_recs, lineage = self._inputs(store, pending, name, shape)
         method = "all-to-all" if pending.flagged else "annotator"
-        if pending.obtained not in ("captured",):
+        if pending.capture_method is not None:
+            method = pending.capture_method
+        elif pending.obtained not in ("captured",):
             method = f"reuse-{pending.obtained}"
         op = store.register_operation(
             pending.op_name,
@@ -132,11 +166,14 @@ class LineageWriter:
             for t, rel in zip(op.tables, lineage.values(), strict=True)
         )
         picture = None
-        if self.settings.picture:
+        drawable = all(
+            isinstance(rel, LineageTable) or rel.n <= _PICTURE_PAIRS for rel in lineage.values()
+        )
+        if self.settings.picture and drawable:
             try:
                 picture = m.lineage_markdown(
                     name,
-                    arr.shape,
+                    shape,
                     [(k[1], rel) for k, rel in lineage.items()],
                     self.settings.picture_cells,
                 )
@@ -171,10 +208,10 @@ class LineageWriter:
         store: Any, pending: PendingLineage, out_name: str, out_shape: tuple[int, ...]
     ) -> tuple[list[ArrayRecord], dict[tuple[str, str], LineageRelation | LineageTable]]:
         """Register the input array versions; merge inputs that are the same array version."""
-        assert pending.relations is not None
+        assert pending.lineage is not None
         recs: dict[tuple[str, str | None], ArrayRecord] = {}
         rels: dict[tuple[str, str | None], LineageRelation | LineageTable] = {}
-        for ref, rel in zip(pending.inputs, pending.relations, strict=True):
+        for ref, rel in zip(pending.inputs, pending.lineage, strict=True):
             key = (ref.name, ref.version)
             if key not in recs:
                 recs[key] = store.register_array(
@@ -204,6 +241,11 @@ class LineageWriter:
         return list(recs.values()), lineage
 
 
+_PICTURE_PAIRS = 2_000_000
+"""An uncompressed relation with more cell pairs than this gets no picture (drawing walks
+every pair); compressed tables are drawn by interval queries at any size."""
+
+
 # ------------------------------------------------------------------ DSLogIOManager
 
 
@@ -214,7 +256,8 @@ def _safe_part(text: str) -> str:
 
 
 class DSLogIOManager(dg.ConfigurableIOManager):
-    """Stores NumPy arrays as ``.npy`` files and the cell-level lineage of tracked steps.
+    """Stores NumPy arrays as ``.npy`` files, Spark DataFrames as Parquet with row ids, and the
+    cell-level lineage of tracked steps (``dagster/column_lineage`` too for frames).
 
     Works with :func:`~dslog_dagster.tracked_asset`, ``tracked_multi_asset`` and ``tracked_op``;
     values of untracked assets are stored without lineage. Partitioned assets store one file
@@ -251,6 +294,16 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     confirm_after: int = Field(default=2, ge=1, description="Captures that confirm a view.")
     verify_rate: float = Field(default=0.05, ge=0.0, le=1.0, description="Hits re-verified.")
     durable: bool = Field(default=True, description="fsync lineage files (power-loss safe).")
+    spark_master: str = Field(
+        default="local[*]",
+        description=(
+            "Spark master for loading DataFrame assets when no SparkSession runs in the process "
+            "yet (one that runs, e.g. from SparkSessionResource, is reused)."
+        ),
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="Spark conf for a session this IO manager starts."
+    )
     _instance_dir: str | None = PrivateAttr(default=None)
     _settings_cache: dict[tuple[str, str | None], DSLogResource] = PrivateAttr(default_factory=dict)
 
@@ -286,30 +339,22 @@ class DSLogIOManager(dg.ConfigurableIOManager):
             self._settings_cache[key] = cached
         return cached
 
-    def _asset_path(self, key: dg.AssetKey, partition: str | None) -> Path:
+    def _asset_path(self, key: dg.AssetKey, partition: str | None, ext: str = ".npy") -> Path:
         parts = [_safe_part(p) for p in key.path]
         if partition is None:
-            return self._base().joinpath(*parts[:-1], parts[-1] + ".npy")
-        return self._base().joinpath(*parts, _safe_part(partition) + ".npy")
+            return self._base().joinpath(*parts[:-1], parts[-1] + ext)
+        return self._base().joinpath(*parts, _safe_part(partition) + ext)
 
-    def _op_path(self, run_id: str, step_key: str, output: str) -> Path:
+    def _op_path(self, run_id: str, step_key: str, output: str, ext: str = ".npy") -> Path:
         return (
             self._base()
             / "runs"
             / _safe_part(run_id)
             / _safe_part(step_key)
-            / (_safe_part(output) + ".npy")
+            / (_safe_part(output) + ext)
         )
 
-    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        arr = np.asarray(obj)
-        if arr.dtype == object or arr.dtype.kind in "OUSV":
-            msg = (
-                f"DSLogIOManager stores NumPy arrays; output `{context.name}` of step "
-                f"`{context.step_key}` is a `{type(obj).__name__}`. Use with_lineage(<your IO "
-                "manager>) for other types."
-            )
-            raise UnsupportedArrayError(msg)
+    def _output_path(self, context: dg.OutputContext, ext: str) -> Path:
         if context.has_asset_key:
             pk = None
             if context.has_asset_partitions:
@@ -318,9 +363,22 @@ class DSLogIOManager(dg.ConfigurableIOManager):
                 if pk is None:
                     msg = f"DSLogIOManager stores one partition per step, got {len(keys)}."
                     raise UnsupportedArrayError(msg)
-            path = self._asset_path(context.asset_key, pk)
-        else:
-            path = self._op_path(context.run_id, context.step_key, context.name)
+            return self._asset_path(context.asset_key, pk, ext)
+        return self._op_path(context.run_id, context.step_key, context.name, ext)
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if _is_frame(obj):
+            self._handle_frame(context, obj)
+            return
+        arr = np.asarray(obj)
+        if arr.dtype == object or arr.dtype.kind in "OUSV":
+            msg = (
+                f"DSLogIOManager stores NumPy arrays; output `{context.name}` of step "
+                f"`{context.step_key}` is a `{type(obj).__name__}`. Use with_lineage(<your IO "
+                "manager>) for other types."
+            )
+            raise UnsupportedArrayError(msg)
+        path = self._output_path(context, ".npy")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
         try:
@@ -337,20 +395,101 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         md |= LineageWriter(self.dslog_settings(), self._base()).write(context, obj)
         context.add_output_metadata(md)
 
+    def _handle_frame(self, context: dg.OutputContext, obj: Any) -> None:
+        """Store a Spark DataFrame output with its row ids, then its lineage."""
+        from dslog_dagster.io_managers.spark_frames import store_frame
+
+        path = self._output_path(context, ".parquet")
+        pending = pop_pending(context.run_id, context.step_key, context.name)
+        cap = pending.frame if pending is not None else None
+        try:
+            # a captured output is stored with the capture's row ids: the ones its lineage names
+            info = store_frame(cap if cap is not None else obj, path)
+            md: dict[str, Any] = {
+                "path": dg.MetadataValue.path(str(path)),
+                "dslog/shape": dg.MetadataValue.text(str(info.shape)),
+                "dagster/row_count": dg.MetadataValue.int(info.rows),
+                m.COLUMN_SCHEMA: dg.TableSchema(
+                    columns=[dg.TableColumn(n, t) for n, t in info.schema]
+                ),
+            }
+            writer = LineageWriter(self.dslog_settings(), self._base())
+            md |= writer.write_pending(context, pending, info.shape, "float64")
+            if pending is not None and pending.column_lineage is not None:
+                md[m.COLUMN_LINEAGE] = m.column_lineage(
+                    pending.column_lineage, pending.inputs, info.columns
+                )
+        finally:
+            if cap is not None:
+                cap.release()
+        context.add_output_metadata(md)
+
+    def _load_stored(self, context: dg.InputContext, npy: Path, frame: Path, stash: bool) -> Any:
+        """The value stored at ``npy`` or (a DataFrame) at ``frame``, whichever is newer."""
+        if frame.is_dir() and (not npy.exists() or frame.stat().st_mtime >= npy.stat().st_mtime):
+            return self._load_frame(context, frame, stash)
+        return self._load(npy)
+
+    def _load_frame(self, context: dg.InputContext, path: Path, stash: bool) -> Any:
+        """An ordinary DataFrame for user code; the frame with its row ids goes to the tracked
+        step's wrapper (:class:`~dslog_dagster.tracking.FrameSource`)."""
+        from pyspark.sql import SparkSession
+
+        from dslog_dagster.io_managers.spark_frames import load_frame
+        from dslog_dagster.spark.rowid import ROW_ID
+        from dslog_dagster.spark.session import get_session
+
+        # the running session (e.g. SparkSessionResource's) as it is: get_session would also
+        # re-apply this IO manager's SQL conf to it
+        spark = SparkSession.getActiveSession() or get_session(self.spark_master, self.spark_conf)
+        with_ids, rows = load_frame(spark, path)
+        if stash:
+            try:
+                step = context.step_context
+            except dg.DagsterInvariantViolationError:  # loaded outside a run
+                step = None
+            if step is not None:
+                source = FrameSource(with_ids, rows, str(path))
+                stash_frame_input(step.run_id, step.step.key, context.name, source)
+        return with_ids.drop(ROW_ID)
+
     def load_input(self, context: dg.InputContext) -> Any:
         if context.has_asset_key:
             key = context.asset_key
             if context.has_asset_partitions:
                 keys = context.asset_partition_keys
                 if len(keys) == 1:
-                    return self._load(self._asset_path(key, keys[0]))
-                return {pk: self._load(self._asset_path(key, pk)) for pk in keys}
-            return self._load(self._asset_path(key, None))
+                    return self._load_stored(
+                        context,
+                        self._asset_path(key, keys[0]),
+                        self._asset_path(key, keys[0], ".parquet"),
+                        stash=True,
+                    )
+                return {
+                    pk: self._load_stored(
+                        context,
+                        self._asset_path(key, pk),
+                        self._asset_path(key, pk, ".parquet"),
+                        stash=False,
+                    )
+                    for pk in keys
+                }
+            return self._load_stored(
+                context,
+                self._asset_path(key, None),
+                self._asset_path(key, None, ".parquet"),
+                stash=True,
+            )
         up = context.upstream_output
         if up is None:
             msg = f"DSLogIOManager cannot load input `{context.name}`: it has no upstream output."
             raise LineageStorageError(msg)
-        return self._load(self._op_path(up.run_id, up.step_key, up.name))
+        return self._load_stored(
+            context,
+            self._op_path(up.run_id, up.step_key, up.name),
+            self._op_path(up.run_id, up.step_key, up.name, ".parquet"),
+            stash=True,
+        )
 
     @staticmethod
     def _load(path: Path) -> np.ndarray:
@@ -376,8 +515,24 @@ class _LineageIOManager(dg.IOManager):
         return s.model_copy(update={"store_dir": str(self.writer.store_dir())})
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if not _is_frame(obj):
+            self.inner.handle_output(context, obj)
+            context.add_output_metadata(self.writer.write(context, obj))
+            return
+        pending = pop_pending(context.run_id, context.step_key, context.name)
+        if pending is not None and pending.obtained not in ("off", "none"):
+            if pending.frame is not None:
+                pending.frame.release()
+            msg = (
+                f"Output `{context.name}` of tracked step `{context.step_key}` is a Spark "
+                "DataFrame; lineage names its rows by the ids DSLogIOManager stores with the "
+                "frame, which with_lineage(...) cannot add to another IO manager's files. Use "
+                'DSLogIOManager for Spark steps (or policy="off").'
+            )
+            raise LineageStorageError(msg)
         self.inner.handle_output(context, obj)
-        context.add_output_metadata(self.writer.write(context, obj))
+        # nothing to register: the shape is not needed for an untracked output
+        context.add_output_metadata(self.writer.write_pending(context, pending, (0, 0), "float64"))
 
     def load_input(self, context: dg.InputContext) -> Any:
         return self.inner.load_input(context)

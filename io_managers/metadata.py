@@ -30,6 +30,11 @@ key                        value
 ``dslog/lineage``          markdown: per input, a table and a PNG of the input cells feeding a
                            sample of output cells
 =========================  =====================================================================
+
+DataFrame assets (Spark steps) also get Dagster's own keys: ``dagster/column_lineage`` (per
+output column, the upstream asset columns its values came from, from the capture's analyzed
+plan), ``dagster/column_schema`` and ``dagster/row_count``; ``dslog/shape`` is
+``(rows, columns)``, the frame as a lineage array.
 """
 
 import json
@@ -49,6 +54,8 @@ __all__ = [
     "ARRAY",
     "CAPTURE_S",
     "CAPTURE_SHARE",
+    "COLUMN_LINEAGE",
+    "COLUMN_SCHEMA",
     "COMPRESSION_RATIO",
     "FLAGGED",
     "FLAG_REASON",
@@ -70,6 +77,7 @@ __all__ = [
     "VERSION",
     "WRITE_S",
     "LineageMetadata",
+    "column_lineage",
     "lineage_markdown",
     "sample_cells",
 ]
@@ -97,6 +105,8 @@ WRITE_S = "dslog/write_s"
 STEP_S = "dslog/step_s"
 CAPTURE_SHARE = "dslog/capture_share"
 LINEAGE = "dslog/lineage"
+COLUMN_LINEAGE = "dagster/column_lineage"
+COLUMN_SCHEMA = "dagster/column_schema"
 
 
 class LineageMetadata(BaseModel):
@@ -250,3 +260,28 @@ def inputs_json(refs: Sequence[Any]) -> dict[str, dict[str, str | None]]:
 def dumps(obj: Any) -> str:
     """Compact JSON (tests compare metadata JSON)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def column_lineage(
+    deps: dict[str, dict[str, list[str]]], refs: Sequence[Any], columns: Sequence[str]
+) -> dg.TableColumnLineage:
+    """``dagster/column_lineage`` of a DataFrame asset.
+
+    Args:
+        deps: ``{output column: {input parameter: [input columns]}}``
+            (:attr:`dslog_dagster.spark.FrameCapture.column_lineage`).
+        refs: the step's :class:`~dslog_dagster.tracking.InputRef` objects (parameter -> key);
+            inputs that are not assets (op outputs) have no key and are left out.
+        columns: the output's columns, in order (every one gets an entry, maybe empty).
+    """
+    keys = {r.arg: dg.AssetKey(r.asset_key.split("/")) for r in refs if r.asset_key}
+    by_column = {
+        col: [
+            dg.TableColumnDep(asset_key=keys[arg], column_name=c)
+            for arg, cols in sorted(deps.get(col, {}).items())
+            if arg in keys
+            for c in cols
+        ]
+        for col in columns
+    }
+    return dg.TableColumnLineage(deps_by_column=by_column)

@@ -8,8 +8,13 @@ order. :func:`read_frame` gives user code an ordinary DataFrame (ids dropped), o
 ids for a lineage capture. :class:`SparkFrameIOManager` wraps both for Dagster.
 """
 
+import contextlib
+import json
 import os
+import shutil
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -19,7 +24,19 @@ from dslog_dagster.errors import LineageStorageError
 from dslog_dagster.spark.resource import SparkSessionResource
 from dslog_dagster.spark.rowid import ROW_ID, with_row_id
 
-__all__ = ["ROW_ID", "FrameInfo", "SparkFrameIOManager", "read_frame", "write_frame"]
+__all__ = [
+    "ROW_ID",
+    "FrameInfo",
+    "SparkFrameIOManager",
+    "load_frame",
+    "read_frame",
+    "store_frame",
+    "write_frame",
+]
+
+SIDECAR = "_dslog_frame.json"
+"""File inside a stored frame's directory with its row count and schema (Spark skips files
+starting with ``_``), so a later load knows the rows without a counting job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +51,11 @@ class FrameInfo:
     def shape(self) -> tuple[int, int]:
         """The frame as a lineage array: ``(rows, columns)``."""
         return (self.rows, len(self.schema))
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The visible columns, in order (column ``j`` of the lineage array)."""
+        return tuple(n for n, _ in self.schema)
 
 
 def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zstd") -> FrameInfo:
@@ -86,6 +108,47 @@ def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False
         )
         raise LineageStorageError(msg)
     return df if row_id else df.drop(ROW_ID)
+
+
+def store_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
+    """:func:`write_frame`, published atomically, with a side-car of rows and schema.
+
+    The frame is written to a temporary sibling directory and renamed into place, so a reader
+    never sees a half-written frame and a failed write leaves the previous version intact.
+
+    Raises:
+        LineageStorageError: the frame could not be written or published.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    tmp = target.parent / f".{target.name}.{token}.tmp"
+    old = target.parent / f".{target.name}.{token}.old"
+    try:
+        info = write_frame(df, tmp)
+        side = {"rows": info.rows, "schema": [list(c) for c in info.schema]}
+        (tmp / SIDECAR).write_text(json.dumps(side))
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+    except OSError as e:
+        msg = f"Could not publish the DataFrame at `{target}`: {e}"
+        raise LineageStorageError(msg) from e
+    finally:
+        for leftover in (tmp, old):
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(leftover)
+    return FrameInfo(str(target), info.rows, info.schema)
+
+
+def load_frame(spark: Any, path: str | os.PathLike[str]) -> tuple[Any, int | None]:
+    """A stored frame *with* its row ids, and its row count from the side-car (``None`` when
+    it was written without one)."""
+    df = read_frame(spark, path, row_id=True)
+    rows = None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        rows = int(json.loads((Path(path) / SIDECAR).read_text())["rows"])
+    return df, rows
 
 
 class SparkFrameIOManager(dg.ConfigurableIOManager):

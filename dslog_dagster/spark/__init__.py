@@ -5,6 +5,7 @@ Imports PySpark; ``dslog_dagster.core`` never imports this package.
 * :func:`capture_frames` / :class:`FrameCapture` — run PySpark code, get cell lineage.
 * :func:`get_session` — the process's SparkSession with loopback-only defaults.
 * :func:`with_row_id` / :data:`ROW_ID` — dense, stable row ids.
+* :func:`as_array` — a tracked Spark step's output as a NumPy array, keeping its lineage.
 """
 
 from dslog_dagster.spark.capture import FrameCapture as FrameCapture
@@ -14,12 +15,14 @@ from dslog_dagster.spark.frame import TrackedFrame as TrackedFrame
 from dslog_dagster.spark.rowid import ROW_ID as ROW_ID
 from dslog_dagster.spark.rowid import with_row_id as with_row_id
 from dslog_dagster.spark.session import get_session as get_session
+from dslog_dagster.spark.steps import as_array as as_array
 
 __all__ = [
     "ROW_ID",
     "FrameCapture",
     "FrameInput",
     "TrackedFrame",
+    "as_array",
     "capture_frames",
     "get_session",
     "with_row_id",

@@ -4,11 +4,16 @@ Arrays and lineage live under ``$HOTSPOTS_BASE_DIR`` when set, else in the Dagst
 storage directory (``$DAGSTER_HOME/storage``); the lineage store is its ``.dslog`` folder
 (or ``$DSLOG_STORE``).
 
-Besides the pipeline, the project carries the lineage side of the plugin
+The ``titles`` group is the ICDE relational pipeline on PySpark (``hotspots/spark.py``,
+``titles_job``), ending in two NumPy steps so lineage queries cross from Spark into NumPy.
+
+Besides the pipelines, the project carries the lineage side of the plugin
 (:func:`dslog_dagster.assets.lineage_definitions`): an ad-hoc ``lineage_query`` asset (set its
 config in the launchpad), two saved queries that re-run when their upstream lineage changes
 (``hotspot_origin``: which raw-frame cells feed the brightest hotspot; ``raw_reach``: which
-hotspot tiles a corner of the raw frame reaches), a nightly schedule for them, and the lineage
+hotspot tiles a corner of the raw frame reaches; ``genre_origin``: which ``title_basics``
+cells feed the Drama runtime total; ``genre_reach``: which ``titles_final`` cells the genres of
+ten basics rows reach), a nightly schedule for them, and the lineage
 checks of the pipeline steps whose every cell has lineage.
 """
 
@@ -20,7 +25,7 @@ import dagster as dg
 from dslog_dagster import DSLogIOManager, DSLogResource
 from dslog_dagster.assets import SavedLineageQuery, lineage_definitions
 from hotspots.assets import PIPELINE, calibrated, dark_frame, raw_frame, smoothed
-from hotspots.spark import spark_assets, spark_resources
+from hotspots.spark import spark_assets, spark_resources, titles_job
 
 hotspot_job = dg.define_asset_job(
     "hotspot_job",
@@ -33,6 +38,14 @@ SAVED_QUERIES = [
         name="hotspot_origin", source="top_hotspots", target="raw_frame", cells=["0"]
     ),
     SavedLineageQuery(name="raw_reach", source="raw_frame", target="hotspots", cells=["0:32,0:32"]),
+    # across the Spark pipeline into NumPy: which title_basics cells feed the Drama total ...
+    SavedLineageQuery(
+        name="genre_origin", source="genre_runtime", target="title_basics", cells=["1"]
+    ),
+    # ... and forward: which cells of the final frame the genres of basics rows 0..9 reach
+    SavedLineageQuery(
+        name="genre_reach", source="title_basics", target="titles_final", cells=["0:10,5"]
+    ),
 ]
 
 
@@ -50,7 +63,7 @@ def make_defs(
     dslog = DSLogResource(policy=policy, store_dir=store_dir, durable=durable)  # type: ignore[arg-type]
     pipeline = dg.Definitions(
         assets=[*PIPELINE, *spark_assets],
-        jobs=[hotspot_job],
+        jobs=[hotspot_job, titles_job],
         # one process per run: a process per step costs seconds each on a small machine
         executor=dg.in_process_executor,
         resources={

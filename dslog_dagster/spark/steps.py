@@ -1,0 +1,193 @@
+"""Tracked Spark steps: what ``@tracked_asset`` does when its inputs are DataFrames.
+
+The decorators (:mod:`dslog_dagster.decorators`) hand a step over to :func:`capture_step` when
+its tracked inputs are Spark DataFrames. The step runs under
+:func:`~dslog_dagster.spark.capture_frames` on the inputs *with* their stored row ids (the IO
+manager loads them, see :class:`~dslog_dagster.tracking.FrameSource`), so lineage names the
+rows exactly as they are stored; user code sees
+:class:`~dslog_dagster.spark.TrackedFrame` objects
+(the DataFrame API, without the id column). Each output is one of:
+
+* a DataFrame derived from the inputs: the IO manager stores the capture's rows with their ids
+  and registers ``frame (row, column) <- input (row, column)``;
+* :func:`as_array` ``(frame, columns)``: the frame's columns as a 2-D NumPy array (rows in
+  row-id order, via :func:`dslog_dagster.spark.convert.to_numpy`); its lineage is the frame's,
+  since the conversion is the identity on ``(row, column)``. This is how a Spark asset feeds a
+  NumPy asset, so one lineage query path crosses from Spark steps into NumPy steps.
+
+A step with several outputs (``@tracked_multi_asset``) is called once per output, each call
+captured on its own (Spark builds plans lazily, so this costs the plan, not the data; keep such
+functions free of side effects). This module does not import Dagster.
+"""
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
+from dslog_dagster.spark.capture import FrameCapture, OnUnknown, capture_frames
+from dslog_dagster.spark.convert import to_numpy
+from dslog_dagster.spark.frame import TrackedFrame
+
+__all__ = ["ArrayFromFrame", "FrameStepOutput", "as_array", "capture_step"]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayFromFrame:
+    """An output of a tracked Spark step that should become a NumPy array (see
+    :func:`as_array`)."""
+
+    frame: Any
+    columns: tuple[str, ...] | None
+    dtype: Any
+
+
+def as_array(frame: Any, columns: Any = None, dtype: Any = np.float64) -> ArrayFromFrame:
+    """Return this from a tracked Spark step to make the output a 2-D NumPy array.
+
+    The array is ``frame``'s ``columns`` (default: all), one row per frame row in row-id order,
+    converted with :func:`dslog_dagster.spark.convert.to_numpy`; its cell ``(i, j)`` has the
+    lineage of frame cell ``(i, columns[j])``. Outside a capture (``policy="off"``, direct
+    calls) the conversion runs on the plain DataFrame, rows in its own order.
+
+    Examples:
+        .. code-block:: python
+
+            @tracked_asset
+            def features(final: DataFrame) -> np.ndarray:
+                return as_array(final, ["runtimeMinutes", "seasonEpisode"])
+    """
+    cols = (columns,) if isinstance(columns, str) else columns
+    return ArrayFromFrame(frame, tuple(cols) if cols is not None else None, dtype)
+
+
+def plain_array(value: ArrayFromFrame) -> np.ndarray:
+    """The array of ``value`` without lineage (a step that runs untracked)."""
+    df = value.frame
+    if isinstance(df, TrackedFrame):
+        msg = "as_array(...) of a tracked frame outside its capture."
+        raise InvalidRelationError(msg)
+    cols = list(value.columns) if value.columns is not None else list(df.columns)
+    table = df.select(*[f"`{c}`" for c in cols]).toArrow()
+    parts = [
+        np.asarray(table.column(i).to_numpy(zero_copy_only=False), dtype=value.dtype)
+        for i in range(table.num_columns)
+    ]
+    if not parts:
+        return np.zeros((table.num_rows, 0), value.dtype)
+    return np.stack(parts, axis=1)
+
+
+@dataclass
+class FrameStepOutput:
+    """One captured output of a Spark step.
+
+    Attributes:
+        value: what the step returns to Dagster for this output (``capture.frame``, an ordinary
+            DataFrame, or the NumPy array of :func:`as_array`).
+        capture: the capture (its ``frame_with_row_id`` is what the IO manager stores; its
+            tables the lineage); for an array output its cached rows are already released.
+        tables: per input name, the table registered (contributing or considered).
+        is_array: the output became a NumPy array.
+    """
+
+    value: Any
+    capture: FrameCapture
+    tables: dict[str, Any]
+    is_array: bool
+    seconds: float = 0.0
+    column_lineage: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+
+def capture_step(
+    call: Callable[[int, Mapping[str, Any]], Any],
+    frames: Mapping[str, DataFrame],
+    rows: Mapping[str, int | None],
+    *,
+    n_outputs: Callable[[], int],
+    policy: Literal["capture", "all_to_all"],
+    considered: bool,
+) -> list[FrameStepOutput]:
+    """Capture every output of a Spark step.
+
+    Args:
+        call: ``call(k, tracked_frames)`` runs the user function on the tracked inputs (by
+            parameter name) and returns its ``k``-th output value.
+        frames: the inputs with their ``ROW_ID`` column, by parameter name.
+        rows: their row counts where known.
+        n_outputs: how many outputs the step returned (known after the first call).
+        policy: ``"capture"`` raises on an operation without a lineage rule; ``"all_to_all"``
+            records a flagged all-to-all relation for what depends on it.
+        considered: register the considered tables (PROVision) instead of the contributing.
+
+    Raises:
+        UnsupportedFrameOperationError: an output is not derived from the tracked inputs, or
+            an operation has no lineage rule (``policy="capture"``).
+    """
+    on_unknown: OnUnknown = "all_to_all" if policy == "all_to_all" else "raise"
+    known = {n: r for n, r in rows.items() if r is not None}
+    outs: list[FrameStepOutput] = []
+    k = 0
+    while True:
+        target: dict[str, Any] = {}
+
+        def run(_k: int = k, _target: dict[str, Any] = target, **tracked: Any) -> Any:
+            value = call(_k, tracked)
+            if isinstance(value, ArrayFromFrame):
+                _target["array"] = value
+                frame = value.frame
+                if value.columns is not None and isinstance(frame, TrackedFrame):
+                    frame = frame.select(*[F.col(f"`{c}`") for c in value.columns])
+                return frame
+            if isinstance(value, np.ndarray | np.generic):
+                msg = (
+                    "A tracked Spark step returned a NumPy array, whose rows and columns have "
+                    "no lineage to its DataFrame inputs; return `as_array(frame, columns)` "
+                    "(dslog_dagster.spark.as_array) instead."
+                )
+                raise UnsupportedFrameOperationError(msg)
+            return value
+
+        t0 = time.perf_counter()
+        try:
+            if known and len(known) == len(frames):
+                cap = capture_frames(run, dict(frames), on_unknown=on_unknown, input_rows=known)
+            else:
+                cap = capture_frames(run, dict(frames), on_unknown=on_unknown)
+        except BaseException:
+            for done in outs:  # a later output failed: nothing is stored, free the cached rows
+                done.capture.release()
+            raise
+        tables = dict(cap.considered if considered else cap.contributing)
+        arr_spec = target.get("array")
+        value: Any
+        if arr_spec is not None:
+            try:
+                value, conv = to_numpy(cap, list(cap.columns), dtype=arr_spec.dtype)
+            finally:
+                cap.release()
+            # to_numpy orders rows by row id (dense 0..n-1) and keeps the column order, so the
+            # conversion is the identity on (row, column): the array has the frame's lineage.
+            if conv.n_pairs != cap.n_rows * len(cap.columns):
+                msg = "Internal error: the frame-to-array conversion is not the identity."
+                raise InvalidRelationError(msg)
+        else:
+            value = cap.frame
+        outs.append(
+            FrameStepOutput(
+                value,
+                cap,
+                tables,
+                arr_spec is not None,
+                time.perf_counter() - t0,
+                cap.column_lineage,
+            )
+        )
+        k += 1
+        if k >= n_outputs():
+            return outs
