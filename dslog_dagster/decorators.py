@@ -140,7 +140,8 @@ def tracked_asset(
     untracked = frozenset(untracked_inputs)
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
-        return dg.asset(**asset_kwargs)(_wrap(fn, policy, mode, untracked))
+        defined: dg.AssetsDefinition = dg.asset(**asset_kwargs)(_wrap(fn, policy, mode, untracked))
+        return defined
 
     return deco(compute_fn) if compute_fn is not None else deco
 
@@ -190,7 +191,10 @@ def tracked_op(
 
     def deco(fn: Callable[..., Any]) -> dg.OpDefinition:
         cv = op_kwargs.get("code_version") or op_kwargs.get("version")
-        return dg.op(**op_kwargs)(_wrap(fn, policy, mode, untracked, op_code_version=cv))
+        defined: dg.OpDefinition = dg.op(**op_kwargs)(
+            _wrap(fn, policy, mode, untracked, op_code_version=cv)
+        )
+        return defined
 
     return deco(compute_fn) if compute_fn is not None else deco
 
