@@ -490,7 +490,7 @@ def _run(
     untracked_args = [
         d.name for d in ctx.op_def.input_defs if d.name in kwargs and d.name in untracked
     ]
-    if any(_is_frame(kwargs[n]) for n in names):
+    if any(is_frame(kwargs[n]) for n in names):
         return _run_frames(
             fn, ctx, args, kwargs, opts,
             names=names, policy=eff_policy, mode=eff_mode, op_args=op_args, started=started,
@@ -576,7 +576,7 @@ def _run(
 # ------------------------------------------------------------------ Spark steps
 
 
-def _is_frame(v: Any) -> bool:
+def is_frame(v: Any) -> bool:
     """A Spark DataFrame? (Checked without importing PySpark: no PySpark, no frames.)"""
     sql = sys.modules.get("pyspark.sql")
     return sql is not None and isinstance(v, sql.DataFrame)
@@ -632,7 +632,7 @@ def _run_frames(
     rows: dict[str, int | None] = {}
     for n in names:
         value = kwargs[n]
-        if not _is_frame(value):
+        if not is_frame(value):
             msg = (
                 f"Tracked step `{step_key}` mixes Spark DataFrame and `{type(value).__name__}` "
                 f"inputs (`{n}`); a tracked step is either a Spark step or a NumPy step. Convert "
@@ -697,7 +697,7 @@ def _run_frames(
             policy,
             mode,
             inputs=refs,
-            tables=tuple(out.tables[n] for n in names),
+            relations=tuple(out.tables[n] for n in names),
             obtained="captured",
             flagged=cap.flagged,
             reason=reason,

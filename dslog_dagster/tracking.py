@@ -80,11 +80,10 @@ class PendingLineage:
     ``relations`` holds, for each tracked input (by position in ``inputs``), the lineage
     ``output <- input``: a :class:`LineageTable` when it is already compressed (a served reuse
     view, or a capture the registry compressed), else the :class:`LineageRelation`. It is
-    ``None`` when no lineage was obtained (see ``status``). Spark steps hand compressed
-    ``tables`` (one per input) instead, and for a DataFrame output the ``frame`` capture whose
-    row ids the lineage names (the IO manager must store exactly those rows), its
-    ``column_lineage`` (``{output column: {input arg: [input columns]}}``) and the store's
-    ``capture_method``.
+    ``None`` when no lineage was obtained (see ``status``). Spark steps hand tables too, and
+    for a DataFrame output the ``frame`` capture whose row ids the lineage names (the IO manager
+    must store exactly those rows), its ``column_lineage`` (``{output column: {input arg:
+    [input columns]}}``) and the store's ``capture_method``.
     """
 
     op_name: str
@@ -101,15 +100,9 @@ class PendingLineage:
     capture_s: float = 0.0
     started: float = field(default_factory=time.perf_counter)
     annotation_bytes: int = 0
-    tables: tuple[Any, ...] | None = None
     frame: Any = None
     column_lineage: dict[str, dict[str, list[str]]] | None = None
     capture_method: str | None = None
-
-    @property
-    def lineage(self) -> tuple[Any, ...] | None:
-        """Per input: the relation (NumPy steps) or compressed table (Spark steps)."""
-        return self.relations if self.relations is not None else self.tables
 
 
 # ------------------------------------------------------------------ obtaining lineage

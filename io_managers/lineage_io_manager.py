@@ -25,7 +25,6 @@ The lineage store defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLo
 import contextlib
 import logging
 import os
-import sys
 import time
 import urllib.parse
 import uuid
@@ -39,7 +38,7 @@ from pydantic import Field, PrivateAttr
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store import ArrayRecord
-from dslog_dagster.decorators import op_array_name
+from dslog_dagster.decorators import is_frame, op_array_name
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name
@@ -54,12 +53,6 @@ from dslog_dagster.tracking import (
 __all__ = ["DSLogIOManager", "LineageWriter", "with_lineage"]
 
 _log = logging.getLogger(__name__)
-
-
-def _is_frame(obj: Any) -> bool:
-    """A Spark DataFrame? (No PySpark imported means no frames: NumPy users never import it.)"""
-    sql = sys.modules.get("pyspark.sql")
-    return sql is not None and isinstance(obj, sql.DataFrame)
 
 
 def _output_array(context: dg.OutputContext) -> tuple[str, str | None]:
@@ -132,7 +125,7 @@ class LineageWriter:
         out_rec = store.register_array(
             name, shape, dtype, asset_key=asset_key, version=context.run_id
         )
-        if pending.lineage is None or not pending.inputs:
+        if pending.relations is None or not pending.inputs:
             write_s = time.perf_counter() - t0
             return m.LineageMetadata(
                 obtained=pending.obtained,
@@ -208,10 +201,10 @@ class LineageWriter:
         store: Any, pending: PendingLineage, out_name: str, out_shape: tuple[int, ...]
     ) -> tuple[list[ArrayRecord], dict[tuple[str, str], LineageRelation | LineageTable]]:
         """Register the input array versions; merge inputs that are the same array version."""
-        assert pending.lineage is not None
+        assert pending.relations is not None
         recs: dict[tuple[str, str | None], ArrayRecord] = {}
         rels: dict[tuple[str, str | None], LineageRelation | LineageTable] = {}
-        for ref, rel in zip(pending.inputs, pending.lineage, strict=True):
+        for ref, rel in zip(pending.inputs, pending.relations, strict=True):
             key = (ref.name, ref.version)
             if key not in recs:
                 recs[key] = store.register_array(
@@ -367,7 +360,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         return self._op_path(context.run_id, context.step_key, context.name, ext)
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        if _is_frame(obj):
+        if is_frame(obj):
             self._handle_frame(context, obj)
             return
         arr = np.asarray(obj)
@@ -424,8 +417,10 @@ class DSLogIOManager(dg.ConfigurableIOManager):
                 cap.release()
         context.add_output_metadata(md)
 
-    def _load_stored(self, context: dg.InputContext, npy: Path, frame: Path, stash: bool) -> Any:
-        """The value stored at ``npy`` or (a DataFrame) at ``frame``, whichever is newer."""
+    def _load_stored(self, context: dg.InputContext, npy: Path, stash: bool = True) -> Any:
+        """The array stored at ``npy`` or the DataFrame beside it (``.parquet``), whichever is
+        newer (an asset may change kind between runs)."""
+        frame = npy.with_suffix(".parquet")
         if frame.is_dir() and (not npy.exists() or frame.stat().st_mtime >= npy.stat().st_mtime):
             return self._load_frame(context, frame, stash)
         return self._load(npy)
@@ -459,37 +454,17 @@ class DSLogIOManager(dg.ConfigurableIOManager):
             if context.has_asset_partitions:
                 keys = context.asset_partition_keys
                 if len(keys) == 1:
-                    return self._load_stored(
-                        context,
-                        self._asset_path(key, keys[0]),
-                        self._asset_path(key, keys[0], ".parquet"),
-                        stash=True,
-                    )
+                    return self._load_stored(context, self._asset_path(key, keys[0]))
                 return {
-                    pk: self._load_stored(
-                        context,
-                        self._asset_path(key, pk),
-                        self._asset_path(key, pk, ".parquet"),
-                        stash=False,
-                    )
+                    pk: self._load_stored(context, self._asset_path(key, pk), stash=False)
                     for pk in keys
                 }
-            return self._load_stored(
-                context,
-                self._asset_path(key, None),
-                self._asset_path(key, None, ".parquet"),
-                stash=True,
-            )
+            return self._load_stored(context, self._asset_path(key, None))
         up = context.upstream_output
         if up is None:
             msg = f"DSLogIOManager cannot load input `{context.name}`: it has no upstream output."
             raise LineageStorageError(msg)
-        return self._load_stored(
-            context,
-            self._op_path(up.run_id, up.step_key, up.name),
-            self._op_path(up.run_id, up.step_key, up.name, ".parquet"),
-            stash=True,
-        )
+        return self._load_stored(context, self._op_path(up.run_id, up.step_key, up.name))
 
     @staticmethod
     def _load(path: Path) -> np.ndarray:
@@ -515,7 +490,7 @@ class _LineageIOManager(dg.IOManager):
         return s.model_copy(update={"store_dir": str(self.writer.store_dir())})
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        if not _is_frame(obj):
+        if not is_frame(obj):
             self.inner.handle_output(context, obj)
             context.add_output_metadata(self.writer.write(context, obj))
             return
