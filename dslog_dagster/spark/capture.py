@@ -30,14 +30,19 @@ from dslog_dagster.core.combine import concat_tables, product_table
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
-from dslog_dagster.spark.frame import CaptureContext, TrackedFrame
-from dslog_dagster.spark.lineage import row_tables
+from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
+from dslog_dagster.spark.lineage import RangesNotExact, row_tables
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
 from dslog_dagster.spark.rowid import ROW_ID, RowIds, dense_ids, mark, with_row_id
 
 __all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
 
 OnUnknown = Literal["raise", "all_to_all"]
+Aggregate = Literal["auto", "lists"]
+
+
+class _RangesFailed(Exception):
+    """Some group's range summary was not exact; the capture reruns with lists."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,16 +218,26 @@ def full_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> Lineage
     )
 
 
-def _track_input(
-    ctx: CaptureContext, index: int, df: DataFrame, cached: list[RowIds], n_rows: int | None
-) -> tuple[TrackedFrame, FrameInput, str]:
+def _prepare_input(
+    df: DataFrame, cached: list[RowIds], n_rows: int | None
+) -> tuple[DataFrame, int]:
+    """The input with dense row ids (its own ``ROW_ID``, or numbered and cached) and its rows."""
     if ROW_ID in df.columns:
-        ided = df
-        n = df.count() if n_rows is None else int(n_rows)
-    else:
-        ids = with_row_id(df)
-        cached.append(ids)
-        ided, n = ids.frame, ids.n
+        return df, (df.count() if n_rows is None else int(n_rows))
+    ids = with_row_id(df)
+    cached.append(ids)
+    return ids.frame, ids.n
+
+
+def _track_input(
+    ctx: CaptureContext,
+    index: int,
+    df: DataFrame,
+    cached: list[RowIds],
+    n_rows: int | None,
+    prepared: tuple[DataFrame, int] | None = None,
+) -> tuple[TrackedFrame, FrameInput, str]:
+    ided, n = prepared if prepared is not None else _prepare_input(df, cached, n_rows)
     sid = ctx.new_slot(index)
     user = [c for c in ided.columns if c != ROW_ID]
     d = ided.select(*[F.col(f"`{c}`") for c in user], F.col(ROW_ID).alias(slot_name(sid)))
@@ -237,6 +252,7 @@ def capture_frames(
     *,
     on_unknown: OnUnknown = "raise",
     input_rows: Mapping[str, int] | Sequence[int] | None = None,
+    aggregate: Aggregate = "auto",
     **kwargs: Any,
 ) -> FrameCapture:
     """Run ``func`` on tracked versions of ``frames`` and capture the output's cell lineage.
@@ -252,6 +268,17 @@ def capture_frames(
     ``ROW_ID`` when the caller knows them (the IO manager does: ``FrameInfo.rows``), which
     saves one counting job per input.
 
+    ``aggregate`` says how ``groupBy().agg`` carries row ids. ``"auto"`` (default) first
+    summarises each group's ids as a range ``lo..hi`` with cheap hash aggregates, which is
+    exact when a check in the same pass says so (see
+    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`); when some group's ids
+    are not one checked range (keys not clustered by row id), or a later step needs the ids
+    as lists (an aggregation or window over an aggregation), it runs ``func`` again with
+    lists and makes one more pass. ``"lists"`` collects the ids at once (``collect_list``),
+    the better choice when keys are known to be scattered. ``func`` may be called twice; it
+    only builds a plan. The lineage is the same in both modes; ``timings`` has
+    ``retried_with_lists`` when the second run happened.
+
     Raises:
         UnsupportedFrameOperationError: ``func`` used an operation without a lineage rule
             (with ``on_unknown="raise"``), or returned something that is not a tracked frame.
@@ -259,16 +286,17 @@ def capture_frames(
     if on_unknown not in ("raise", "all_to_all"):
         msg = f"on_unknown must be 'raise' or 'all_to_all', not {on_unknown!r}."
         raise ValueError(msg)
+    if aggregate not in ("auto", "lists"):
+        msg = f"aggregate must be 'auto' or 'lists', not {aggregate!r}."
+        raise ValueError(msg)
     t0 = time.perf_counter()
-    ctx = CaptureContext(on_unknown=on_unknown)
     cached: list[RowIds] = []
     named = (
         list(frames.items())
         if isinstance(frames, Mapping)
         else [(f"input{i}", f) for i, f in enumerate(frames)]
     )
-    tracked: list[TrackedFrame] = []
-    inputs: list[FrameInput] = []
+    prepared: list[tuple[DataFrame, int]] = []
     for i, (name, df) in enumerate(named):
         if not isinstance(df, DataFrame):
             msg = f"Input `{name}` is a `{type(df).__name__}`, not a Spark DataFrame."
@@ -276,7 +304,43 @@ def capture_frames(
         known = None
         if input_rows is not None:
             known = input_rows[name] if isinstance(input_rows, Mapping) else input_rows[i]
-        t, info, _ = _track_input(ctx, i, df, cached, known)
+        prepared.append(_prepare_input(df, cached, known))
+    modes: list[Literal["ranges", "lists"]] = (
+        ["ranges", "lists"] if aggregate == "auto" else ["lists"]
+    )
+    retried: list[str] = []
+    for mode in modes:
+        try:
+            cap = _capture_once(func, frames, named, prepared, cached, on_unknown, mode, kwargs, t0)
+        except (NeedLists, _RangesFailed) as e:
+            if mode == modes[-1]:  # pragma: no cover (lists mode never signals)
+                raise
+            retried.append(type(e).__name__)
+            continue
+        if retried:
+            cap.timings["retried_with_lists"] = 1.0
+        return cap
+    msg = "capture_frames: no aggregation mode left to try."  # pragma: no cover
+    raise AssertionError(msg)  # pragma: no cover
+
+
+def _capture_once(
+    func: Callable[..., Any],
+    frames: Mapping[str, DataFrame] | Sequence[DataFrame],
+    named: list[tuple[str, DataFrame]],
+    prepared: list[tuple[DataFrame, int]],
+    cached: list[RowIds],
+    on_unknown: OnUnknown,
+    mode: Literal["ranges", "lists"],
+    kwargs: Mapping[str, Any],
+    t0: float,
+) -> FrameCapture:
+    """One run of ``func`` and one pass over its output (see :func:`capture_frames`)."""
+    ctx = CaptureContext(on_unknown=on_unknown, aggregate=mode)
+    tracked: list[TrackedFrame] = []
+    inputs: list[FrameInput] = []
+    for i, ((name, df), prep) in enumerate(zip(named, prepared, strict=True)):
+        t, info, _ = _track_input(ctx, i, df, cached, None, prep)
         tracked.append(t)
         inputs.append(FrameInput(name, info.columns, info.n_rows))
     if isinstance(frames, Mapping):
@@ -317,10 +381,19 @@ def capture_frames(
                 needed.setdefault(key, i)
     marked = mark(result._df)
     keys = list(needed)
-    offsets, tables = row_tables(
-        marked,
-        [(*_slot_column(k, result._arrays), inputs[needed[k]].n_rows) for k in keys],
-    )
+    oks = [F.col(f"{slot_name(s)}.ok") for s in sorted(result._ranges)]
+    try:
+        offsets, tables = row_tables(
+            marked,
+            [
+                (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows)
+                for k in keys
+            ],
+            oks,
+        )
+    except RangesNotExact:
+        marked.unpersist()
+        raise _RangesFailed from None
     row_table = dict(zip(keys, tables, strict=True))
     t_pass = time.perf_counter()
     n_out = offsets[-1]
@@ -380,16 +453,26 @@ def capture_frames(
     )
 
 
-def _slot_column(slots: tuple[int, ...], arrays: frozenset[int]) -> tuple[Any, bool]:
-    """The input row ids of the union of ``slots``: a bigint column for one scalar slot, else
-    an ``array<bigint>`` column (and whether it is one)."""
+def _slot_column(
+    slots: tuple[int, ...], arrays: frozenset[int], ranges: frozenset[int] = frozenset()
+) -> tuple[Any, str]:
+    """The input row ids of the union of ``slots`` and their kind: a bigint column for one
+    scalar slot (``"scalar"``), the ``struct<lo, hi, ok>`` of one range slot (``"range"``),
+    else an ``array<bigint>`` column (``"list"``; a range becomes ``sequence(lo, hi)``, exact
+    where ``ok``, which the pass checks for every row)."""
     if len(slots) == 1 and slots[0] not in arrays:
-        return F.col(slot_name(slots[0])), False
+        kind = "range" if slots[0] in ranges else "scalar"
+        return F.col(slot_name(slots[0])), kind
     empty = F.array().cast("array<bigint>")
-    parts = [
-        F.coalesce(F.col(slot_name(s)), empty)
-        if s in arrays
-        else F.when(F.col(slot_name(s)).isNull(), empty).otherwise(F.array(F.col(slot_name(s))))
-        for s in slots
-    ]
-    return (F.concat(*parts) if len(parts) > 1 else parts[0]), True
+
+    def as_list(s: int) -> Any:
+        c = F.col(slot_name(s))
+        if s in arrays:
+            return F.coalesce(c, empty)
+        if s in ranges:
+            lo, hi = F.col(f"{slot_name(s)}.lo"), F.col(f"{slot_name(s)}.hi")
+            return F.when(lo.isNull(), empty).otherwise(F.sequence(lo, hi))
+        return F.when(c.isNull(), empty).otherwise(F.array(c))
+
+    parts = [as_list(s) for s in slots]
+    return (F.concat(*parts) if len(parts) > 1 else parts[0]), "list"

@@ -9,7 +9,7 @@ frame whose partitions hold disjoint, contiguous ranges of output row ids (the d
 """
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +22,12 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
 
-__all__ = ["compress_pairs", "row_tables", "shift_rows"]
+__all__ = ["RangesNotExact", "compress_pairs", "row_tables", "shift_rows"]
+
+
+class RangesNotExact(Exception):
+    """Some row's range summary (``struct<lo, hi, ok>``) was not exact (``ok`` false)."""
+
 
 _BLOB_SCHEMA = "blob binary"
 
@@ -103,9 +108,27 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
     )
 
 
-def _group_compressor(kinds: list[bool], n_ins: list[int]):  # type: ignore[no-untyped-def]
+def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(local row, input row) pairs of a ``struct<lo, hi, ok>`` column: ``lo..hi`` per row."""
+    import pyarrow.compute as pc
+
+    lo_a = pc.struct_field(col, "lo")
+    hi_a = pc.struct_field(col, "hi")
+    keep = np.asarray(lo_a.is_valid().to_numpy(zero_copy_only=False))
+    lo = lo_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+    hi = hi_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+    lengths = hi - lo + 1
+    starts = np.cumsum(lengths) - lengths
+    o = np.repeat(local[keep], lengths)
+    r = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
+    return o, r
+
+
+def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # type: ignore[no-untyped-def]
     """Per partition: the row count and, per group, the ProvRC blob of its (local row, input
-    row) pairs. ``kinds[g]`` says whether group ``g`` is a list column (else a bigint)."""
+    row) pairs. ``kinds[g]`` is ``"scalar"`` (bigint), ``"list"`` (array) or ``"range"``
+    (``struct<lo, hi, ok>``). With ``check_ok`` the partition reports its rows whose ``ok``
+    column is false (and compresses nothing: the capture reruns)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
@@ -120,10 +143,16 @@ def _group_compressor(kinds: list[bool], n_ins: list[int]):  # type: ignore[no-u
         pid = int(mid[0] >> PART_BITS)
         local = (mid & ((1 << PART_BITS) - 1)).astype(np.int64)
         n_local = int(local.max()) + 1
-        pids, counts, groups, blobs = [pid], [n_local], [-1], [b""]
-        for g, is_list in enumerate(kinds):
+        bad = 0
+        if check_ok:
+            ok = t.column("__ok").combine_chunks()
+            bad = len(ok) - int(pc.sum(pc.fill_null(ok, True).cast(pa.int64())).as_py() or 0)
+        pids, counts, groups, blobs, bads = [pid], [n_local], [-1], [b""], [bad]
+        for g, kind in enumerate(kinds if bad == 0 else []):
             col = t.column(f"g{g}").combine_chunks()
-            if is_list:
+            if kind == "range":
+                o, r = _range_pairs(local, col)
+            elif kind == "list":
                 flat = col.flatten()
                 parents = pc.list_parent_indices(col).to_numpy()
                 values = flat.to_numpy(zero_copy_only=False)
@@ -138,38 +167,55 @@ def _group_compressor(kinds: list[bool], n_ins: list[int]):  # type: ignore[no-u
             counts.append(n_local)
             groups.append(g)
             blobs.append(table_to_blob(compress(rel, threads=1)))
+            bads.append(0)
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array(pids, pa.int64()),
                 pa.array(counts, pa.int64()),
                 pa.array(groups, pa.int32()),
                 pa.array(blobs, pa.binary()),
+                pa.array(bads, pa.int64()),
             ],
-            names=["pid", "n", "g", "blob"],
+            names=["pid", "n", "g", "blob", "bad"],
         )
 
     return run
 
 
 def row_tables(
-    marked: DataFrame, groups: list[tuple[Column, bool, int]]
+    marked: DataFrame, groups: list[tuple[Column, str, int]], oks: Sequence[Column] = ()
 ) -> tuple[list[int], list[LineageTable]]:
     """One pass over ``marked`` (persisted, with ``MID``): rows per partition and the row
     lineage of every group, compressed per partition on the executors.
 
     Args:
         marked: the output frame from :func:`~dslog_dagster.spark.rowid.mark`.
-        groups: per group, a column of input row ids (``bigint``, or ``array<bigint>`` when
-            the flag is set) and the input's row count.
+        groups: per group, a column of input row ids, its kind (``"scalar"`` bigint,
+            ``"list"`` array<bigint>, ``"range"`` struct<lo, hi, ok>) and the input's row
+            count.
+        oks: boolean columns that must hold on every row (null counts as true) for the
+            range groups to be exact.
 
     Returns:
         The partition offsets (dense id of each partition's first row; the last entry is the
         row count) and one table ``(n_out,) ← (n_in,)`` per group, merged exactly.
+
+    Raises:
+        RangesNotExact: some row failed ``oks``.
     """
     cols = [F.col(MID), *[c.alias(f"g{g}") for g, (c, _, _) in enumerate(groups)]]
-    fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups])
-    got = marked.select(*cols).mapInArrow(fn, "pid bigint, n bigint, g int, blob binary")
+    if oks:
+        ok = F.coalesce(oks[0], F.lit(True))
+        for c in oks[1:]:
+            ok = ok & F.coalesce(c, F.lit(True))
+        cols.append(ok.alias("__ok"))
+    fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups], bool(oks))
+    got = marked.select(*cols).mapInArrow(
+        fn, "pid bigint, n bigint, g int, blob binary, bad bigint"
+    )
     rows = got.collect()
+    if any(int(r["bad"]) for r in rows):
+        raise RangesNotExact
     counts = {int(r["pid"]): int(r["n"]) for r in rows if r["g"] < 0}
     offsets = partition_offsets(counts)
     n_out = offsets[-1]

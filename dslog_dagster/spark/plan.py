@@ -137,6 +137,7 @@ class PlanWalker:
         self.op = op
         self.window_rule = window_rule
         self._semantic = False
+        self.generated = False  # a Generate node (explode) repeats rows
 
     def _unsupported(self, node: str) -> UnsupportedFrameOperationError:
         msg = (
@@ -189,6 +190,7 @@ class PlanWalker:
             cond = self._lin(refs_of(node.condition()), child).full()
             return {k: v if isinstance(v, str) else v.considering(cond) for k, v in child.items()}
         if name == "Generate":
+            self.generated = True
             child = self._walk(children[0])
             gen = self._lin(refs_of(node.generator()), child)
             out = dict(child)
