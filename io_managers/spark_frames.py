@@ -43,18 +43,19 @@ def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zs
     """
     from dslog_dagster.spark.capture import FrameCapture
 
+    # a capture's rows and numbered frames already follow their ids within each partition
+    # (ids are partition offset + position), so only a frame with foreign ids is sorted
     if isinstance(df, FrameCapture):
-        frame, n, cached = df.frame_with_row_id, df.n_rows, None
+        frame, n, cached, ordered = df.frame_with_row_id, df.n_rows, None, True
     elif ROW_ID in df.columns:
-        frame, n, cached = df, None, None
+        frame, n, cached, ordered = df, None, None, False
     else:
         ids = with_row_id(df)
-        frame, n, cached = ids.frame, ids.n, ids
+        frame, n, cached, ordered = ids.frame, ids.n, ids, True
     target = os.fspath(path)
     try:
-        frame.sortWithinPartitions(ROW_ID).write.mode("overwrite").option(
-            "compression", compression
-        ).parquet(target)
+        out = frame if ordered else frame.sortWithinPartitions(ROW_ID)
+        out.write.mode("overwrite").option("compression", compression).parquet(target)
     except Exception as e:
         msg = f"Could not write the DataFrame to `{target}`: {e}"
         raise LineageStorageError(msg) from e

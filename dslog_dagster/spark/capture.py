@@ -33,7 +33,7 @@ from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperation
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
 from dslog_dagster.spark.lineage import RangesNotExact, row_tables
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
-from dslog_dagster.spark.rowid import ROW_ID, RowIds, dense_ids, mark, with_row_id
+from dslog_dagster.spark.rowid import ROW_ID, RowIds, dense_id, mark, with_row_id
 
 __all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
 
@@ -397,10 +397,10 @@ def _capture_once(
     row_table = dict(zip(keys, tables, strict=True))
     t_pass = time.perf_counter()
     n_out = offsets[-1]
-    out = dense_ids(marked, offsets)
-    cached.append(RowIds(out, n_out, marked))
-    frame = out.drop(*slot_names, ROW_ID)
-    with_id = out.drop(*slot_names)
+    user_cols = [F.col(f"`{c}`") for c in result._df.columns if c not in slot_names]
+    with_id = marked.select(*user_cols, dense_id(offsets).alias(ROW_ID))
+    frame = marked.select(*user_cols)
+    cached.append(RowIds(with_id, n_out, marked))
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
     out_shape = (n_out, len(columns))

@@ -872,41 +872,33 @@ class TrackedGroupedData:
         """
         f = self._f
         slots = f._slots
-        n_all = f"{_TMP}n"
-        aggs: list[Column] = [F.count(F.lit(1)).alias(n_all)]
-        for s in slots:
-            c = _col(slot_name(s))
-            aggs += [
-                F.min(c).alias(f"{_TMP}lo{s}"),
-                F.max(c).alias(f"{_TMP}hi{s}"),
-                F.count(c).alias(f"{_TMP}n{s}"),
-            ]
-        res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
-        n_user = len(res.columns) - len(aggs)
+        # one aggregation (Spark evaluates each distinct aggregate once; the struct and the
+        # check are expressions over them), so the plan costs no extra projection
 
         def lo(s: int) -> Column:
-            return _col(f"{_TMP}lo{s}")
+            return F.min(_col(slot_name(s)))
 
         def hi(s: int) -> Column:
-            return _col(f"{_TMP}hi{s}")
+            return F.max(_col(slot_name(s)))
 
         def n(s: int) -> Column:
-            return _col(f"{_TMP}n{s}")
+            return F.count(_col(slot_name(s)))
 
         def constant(s: int) -> Column:
-            return (n(s) == 0) | ((lo(s) == hi(s)) & (n(s) == _col(n_all)))
+            return (n(s) == 0) | ((lo(s) == hi(s)) & (n(s) == F.count(F.lit(1))))
 
-        out = [_col(c) for c in res.columns[:n_user]]
+        aggs = []
         for s in slots:
             distinct = F.lit(True)
             for t in slots:
                 if t != s:
                     distinct = distinct & constant(t)
             ok = (n(s) == 0) | (lo(s) == hi(s)) | ((n(s) == hi(s) - lo(s) + 1) & distinct)
-            out.append(
+            aggs.append(
                 F.struct(lo(s).alias("lo"), hi(s).alias("hi"), ok.alias("ok")).alias(slot_name(s))
             )
-        return f._finish(res.select(*out), "groupBy.agg", arrays=(), ranges=set(slots))
+        res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
+        return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
 
     def count(self) -> TrackedFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))
