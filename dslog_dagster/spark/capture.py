@@ -16,6 +16,8 @@ The product is formed on ProvRC rows (:func:`~dslog_dagster.core.combine.product
 cell pair is ever materialised.
 """
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperation
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
 from dslog_dagster.spark.lineage import RangesNotExact, row_tables
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
-from dslog_dagster.spark.rowid import ROW_ID, RowIds, dense_id, mark, with_row_id
+from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 
 __all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
 
@@ -91,6 +93,7 @@ class FrameCapture:
     flagged_ops: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     _cached: list[RowIds] = field(default_factory=list, repr=False)
+    _staged: "StagedOutput | None" = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -178,10 +181,56 @@ class FrameCapture:
         return op
 
     def release(self) -> None:
-        """Drop the cached rows of the inputs (ids assigned here) and of the output."""
+        """Drop the cached rows of the inputs (ids assigned here) and of the output, and the
+        output's staging files (unless :func:`write_frame` moved them to their place)."""
         for c in self._cached:
             c.release()
         self._cached.clear()
+        if self._staged is not None and self._staged.owned:
+            shutil.rmtree(self._staged.path, ignore_errors=True)
+            self._staged = None
+
+    def _point_at(self, spark: Any, path: str) -> None:
+        """Read the output from ``path`` from now on (its staging files were moved there)."""
+        assert self._staged is not None
+        self._staged = StagedOutput(path, self._staged.offsets, self._staged.columns, False)
+        self.frame, self.frame_with_row_id = self._staged.frames(spark)
+
+
+STAGED_META = "_dslog_row_ids.json"
+"""Side file of a frame stored with :data:`~dslog_dagster.spark.rowid.MID` instead of row ids:
+the partition offsets that turn ``MID`` into dense ids (Spark skips files named ``_*``)."""
+
+
+@dataclass(frozen=True)
+class StagedOutput:
+    """A capture's output as written in its one pass: Parquet files with the user's columns,
+    ``MID`` (partition << 33 | index) and the slot columns, plus the partition offsets that
+    make ``MID`` dense row ids. :func:`~dslog_dagster.io_managers.spark_frames.write_frame`
+    moves the files to the asset's place instead of writing the rows again."""
+
+    path: str
+    offsets: tuple[int, ...]
+    columns: tuple[str, ...]
+    owned: bool  # a staging directory of the capture (deleted by ``release``)
+
+    def frames(self, spark: Any) -> tuple[DataFrame, DataFrame]:
+        """The output without and with ``ROW_ID``."""
+        df = spark.read.parquet(self.path)
+        user = [F.col(_quote(c)) for c in self.columns]
+        return df.select(*user), df.select(*user, dense_id(list(self.offsets)).alias(ROW_ID))
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _can_stage(df: DataFrame, columns: Sequence[str]) -> bool:
+    """Whether the output may be written to a driver-local staging directory in its pass:
+    a local master (executors share the driver's disk) and column names Parquet can hold."""
+    master = str(df.sparkSession.sparkContext.master)
+    lower = [c.lower() for c in columns]
+    return master.startswith("local") and len(set(lower)) == len(lower) and MID not in columns
 
 
 def empty_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
@@ -379,28 +428,42 @@ def _capture_once(
             plan[(inp.name, mode)] = sorted(groups.items())
             for key in groups:
                 needed.setdefault(key, i)
-    marked = mark(result._df)
     keys = list(needed)
     oks = [F.col(f"{slot_name(s)}.ok") for s in sorted(result._ranges)]
+    groups = [
+        (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows) for k in keys
+    ]
+    user_names = [c for c in result._df.columns if c not in slot_names]
+    user_cols = [F.col(_quote(c)) for c in user_names]
+    staged: StagedOutput | None = None
+    path = ""
+    if _can_stage(result._df, user_names):
+        # the pass writes the output once (rows, MID, slots); the lineage is compressed from
+        # the slot columns read back, and write_frame moves the files into place
+        path = tempfile.mkdtemp(prefix="dslog-capture-")
+        out = result._df.withColumn(MID, F.monotonically_increasing_id())
+        out.write.mode("overwrite").option("compression", "zstd").parquet(path)
+        source = out.sparkSession.read.schema(out.schema).parquet(path)
+    else:
+        source = mark(result._df)
     try:
-        offsets, tables = row_tables(
-            marked,
-            [
-                (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows)
-                for k in keys
-            ],
-            oks,
-        )
+        offsets, tables = row_tables(source, groups, oks)
     except RangesNotExact:
-        marked.unpersist()
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            source.unpersist()
         raise _RangesFailed from None
     row_table = dict(zip(keys, tables, strict=True))
     t_pass = time.perf_counter()
     n_out = offsets[-1]
-    user_cols = [F.col(f"`{c}`") for c in result._df.columns if c not in slot_names]
-    with_id = marked.select(*user_cols, dense_id(offsets).alias(ROW_ID))
-    frame = marked.select(*user_cols)
-    cached.append(RowIds(with_id, n_out, marked))
+    if path:
+        staged = StagedOutput(path, tuple(offsets), tuple(user_names), True)
+        frame, with_id = staged.frames(source.sparkSession)
+    else:
+        with_id = source.select(*user_cols, dense_id(offsets).alias(ROW_ID))
+        frame = source.select(*user_cols)
+        cached.append(RowIds(with_id, n_out, source))
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
     out_shape = (n_out, len(columns))
@@ -450,6 +513,7 @@ def _capture_once(
         flagged_ops=tuple(ctx.flagged_ops),
         timings={"plan_s": t1 - t0, "pass_s": t_pass - t1, "product_s": t2 - t_pass},
         _cached=cached,
+        _staged=staged,
     )
 
 

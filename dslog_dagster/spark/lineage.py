@@ -138,36 +138,47 @@ def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # ty
         parts = [b for b in batches if b.num_rows]
         if not parts:
             return
-        t = pa.Table.from_batches(parts)
-        mid = t.column(MID).to_numpy()
-        pid = int(mid[0] >> PART_BITS)
-        local = (mid & ((1 << PART_BITS) - 1)).astype(np.int64)
-        n_local = int(local.max()) + 1
+        whole = pa.Table.from_batches(parts)
+        mids = whole.column(MID).to_numpy()
         bad = 0
         if check_ok:
-            ok = t.column("__ok").combine_chunks()
+            ok = whole.column("__ok").combine_chunks()
             bad = len(ok) - int(pc.sum(pc.fill_null(ok, True).cast(pa.int64())).as_py() or 0)
-        pids, counts, groups, blobs, bads = [pid], [n_local], [-1], [b""], [bad]
-        for g, kind in enumerate(kinds if bad == 0 else []):
-            col = t.column(f"g{g}").combine_chunks()
-            if kind == "range":
-                o, r = _range_pairs(local, col)
-            elif kind == "list":
-                flat = col.flatten()
-                parents = pc.list_parent_indices(col).to_numpy()
-                values = flat.to_numpy(zero_copy_only=False)
-                keep = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False))
-                o, r = local[parents][keep], values[keep].astype(np.int64)
-            else:
-                keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
-                o = local[keep]
-                r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
-            rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
-            pids.append(pid)
+        pids, counts, groups, blobs, bads = [], [], [], [], []
+        # a partition read back from files may hold rows of several marked partitions (and
+        # one marked partition may be split over several): each piece is compressed alone,
+        # with its rows numbered by their index in their marked partition
+        all_pids = mids >> PART_BITS
+        for pid in np.unique(all_pids):
+            sel = all_pids == pid
+            t = whole if sel.all() else whole.filter(pa.array(sel))
+            local = (mids[sel] & ((1 << PART_BITS) - 1)).astype(np.int64)
+            n_local = int(local.max()) + 1
+            pids.append(int(pid))
             counts.append(n_local)
-            groups.append(g)
-            blobs.append(table_to_blob(compress(rel, threads=1)))
-            bads.append(0)
+            groups.append(-1)
+            blobs.append(b"")
+            bads.append(bad)
+            for g, kind in enumerate(kinds if bad == 0 else []):
+                col = t.column(f"g{g}").combine_chunks()
+                if kind == "range":
+                    o, r = _range_pairs(local, col)
+                elif kind == "list":
+                    flat = col.flatten()
+                    parents = pc.list_parent_indices(col).to_numpy()
+                    values = flat.to_numpy(zero_copy_only=False)
+                    keep = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False))
+                    o, r = local[parents][keep], values[keep].astype(np.int64)
+                else:
+                    keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+                    o = local[keep]
+                    r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+                rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
+                pids.append(int(pid))
+                counts.append(n_local)
+                groups.append(g)
+                blobs.append(table_to_blob(compress(rel, threads=1)))
+                bads.append(0)
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array(pids, pa.int64()),
@@ -185,8 +196,9 @@ def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # ty
 def row_tables(
     marked: DataFrame, groups: list[tuple[Column, str, int]], oks: Sequence[Column] = ()
 ) -> tuple[list[int], list[LineageTable]]:
-    """One pass over ``marked`` (persisted, with ``MID``): rows per partition and the row
-    lineage of every group, compressed per partition on the executors.
+    """One pass over ``marked`` (persisted, or read back from the files it was written to,
+    with ``MID``): rows per marked partition and the row lineage of every group, compressed
+    per partition on the executors.
 
     Args:
         marked: the output frame from :func:`~dslog_dagster.spark.rowid.mark`.
@@ -216,7 +228,10 @@ def row_tables(
     rows = got.collect()
     if any(int(r["bad"]) for r in rows):
         raise RangesNotExact
-    counts = {int(r["pid"]): int(r["n"]) for r in rows if r["g"] < 0}
+    counts: dict[int, int] = {}
+    for r in rows:
+        if r["g"] < 0:  # rows of a marked partition are numbered 0..n-1 without gaps
+            counts[int(r["pid"])] = max(counts.get(int(r["pid"]), 0), int(r["n"]))
     offsets = partition_offsets(counts)
     n_out = offsets[-1]
     pieces: list[list[LineageTable]] = [[] for _ in groups]
