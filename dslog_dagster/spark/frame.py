@@ -873,29 +873,25 @@ class TrackedGroupedData:
         f = self._f
         slots = f._slots
         # one aggregation (Spark evaluates each distinct aggregate once; the struct and the
-        # check are expressions over them), so the plan costs no extra projection
-
-        def lo(s: int) -> Column:
-            return F.min(_col(slot_name(s)))
-
-        def hi(s: int) -> Column:
-            return F.max(_col(slot_name(s)))
-
-        def n(s: int) -> Column:
-            return F.count(_col(slot_name(s)))
-
-        def constant(s: int) -> Column:
-            return (n(s) == 0) | ((lo(s) == hi(s)) & (n(s) == F.count(F.lit(1))))
-
+        # check are expressions over them), so the plan costs no extra projection; each
+        # Column is built once (every construction is a call into the JVM)
+        cs = {s: _col(slot_name(s)) for s in slots}
+        lo = {s: F.min(c) for s, c in cs.items()}
+        hi = {s: F.max(c) for s, c in cs.items()}
+        n = {s: F.count(c) for s, c in cs.items()}
+        n_all = F.count(F.lit(1))
+        constant = {s: (n[s] == 0) | ((lo[s] == hi[s]) & (n[s] == n_all)) for s in slots}
         aggs = []
         for s in slots:
-            distinct = F.lit(True)
+            ok = (n[s] == 0) | (lo[s] == hi[s])
+            span = n[s] == hi[s] - lo[s] + 1
             for t in slots:
                 if t != s:
-                    distinct = distinct & constant(t)
-            ok = (n(s) == 0) | (lo(s) == hi(s)) | ((n(s) == hi(s) - lo(s) + 1) & distinct)
+                    span = span & constant[t]
             aggs.append(
-                F.struct(lo(s).alias("lo"), hi(s).alias("hi"), ok.alias("ok")).alias(slot_name(s))
+                F.struct(lo[s].alias("lo"), hi[s].alias("hi"), (ok | span).alias("ok")).alias(
+                    slot_name(s)
+                )
             )
         res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
