@@ -16,6 +16,7 @@ The product is formed on ProvRC rows (:func:`~dslog_dagster.core.combine.product
 cell pair is ever materialised.
 """
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -66,7 +67,8 @@ class FrameCapture:
 
     Attributes:
         frame: the output as an ordinary DataFrame (only the user's columns). Its rows are
-            cached, so it always shows the rows the lineage describes.
+            the ones the capture's pass wrote to staging files (local master) or cached, so it
+            always shows the rows the lineage describes.
         frame_with_row_id: the same rows plus the dense row-id column ``ROW_ID`` (what the IO
             manager stores, see :func:`dslog_dagster.io_managers.spark_frames.write_frame`).
         columns: the output's columns; ``shape == (n_rows, len(columns))``.
@@ -77,8 +79,10 @@ class FrameCapture:
         flagged: some step had no lineage rule and was recorded all-to-all
             (``on_unknown="all_to_all"``); ``flagged_ops`` names those steps.
         timings: seconds for ``plan`` (input ids, user code building the plan), ``pass``
-            (the one Spark pass over the output: rows, ids and row lineage) and ``product``
-            (row × column lineage on the driver).
+            (the Spark pass over the output: ``write`` — computing and staging its rows, or
+            marking them for the cache — then ``lineage`` — row ids and row lineage
+            compressed per partition) and ``product`` (row × column lineage on the driver);
+            ``retried_with_lists`` when aggregations were run again with lists.
     """
 
     frame: DataFrame
@@ -193,7 +197,7 @@ class FrameCapture:
     def _point_at(self, spark: Any, path: str) -> None:
         """Read the output from ``path`` from now on (its staging files were moved there)."""
         assert self._staged is not None
-        self._staged = StagedOutput(path, self._staged.offsets, self._staged.columns, False)
+        self._staged = dataclasses.replace(self._staged, path=path, owned=False)
         self.frame, self.frame_with_row_id = self._staged.frames(spark)
 
 
@@ -213,10 +217,12 @@ class StagedOutput:
     offsets: tuple[int, ...]
     columns: tuple[str, ...]
     owned: bool  # a staging directory of the capture (deleted by ``release``)
+    schema: Any = None  # the files' StructType (saves reading footers to infer it)
 
     def frames(self, spark: Any) -> tuple[DataFrame, DataFrame]:
         """The output without and with ``ROW_ID``."""
-        df = spark.read.parquet(self.path)
+        reader = spark.read if self.schema is None else spark.read.schema(self.schema)
+        df = reader.parquet(self.path)
         user = [F.col(_quote(c)) for c in self.columns]
         return df.select(*user), df.select(*user, dense_id(list(self.offsets)).alias(ROW_ID))
 
@@ -443,9 +449,10 @@ def _capture_once(
         path = tempfile.mkdtemp(prefix="dslog-capture-")
         out = result._df.withColumn(MID, F.monotonically_increasing_id())
         out.write.mode("overwrite").option("compression", "zstd").parquet(path)
-        source = out.sparkSession.read.schema(out.schema).parquet(path)
+        source = out.sparkSession.read.schema(out.schema).parquet(path)  # no footer reads
     else:
         source = mark(result._df)
+    t_write = time.perf_counter()
     try:
         offsets, tables = row_tables(source, groups, oks)
     except RangesNotExact:
@@ -458,7 +465,7 @@ def _capture_once(
     t_pass = time.perf_counter()
     n_out = offsets[-1]
     if path:
-        staged = StagedOutput(path, tuple(offsets), tuple(user_names), True)
+        staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, source.schema)
         frame, with_id = staged.frames(source.sparkSession)
     else:
         with_id = source.select(*user_cols, dense_id(offsets).alias(ROW_ID))
@@ -511,7 +518,13 @@ def _capture_once(
         column_lineage=column_lineage,
         flagged=bool(ctx.flagged_ops),
         flagged_ops=tuple(ctx.flagged_ops),
-        timings={"plan_s": t1 - t0, "pass_s": t_pass - t1, "product_s": t2 - t_pass},
+        timings={
+            "plan_s": t1 - t0,
+            "pass_s": t_pass - t1,
+            "write_s": t_write - t1,
+            "lineage_s": t_pass - t_write,
+            "product_s": t2 - t_pass,
+        },
         _cached=cached,
         _staged=staged,
     )
