@@ -34,7 +34,7 @@ from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
-from dslog_dagster.spark.lineage import RangesNotExact, row_tables
+from dslog_dagster.spark.lineage import RangesNotExact, row_tables, write_with_lineage
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 
@@ -443,18 +443,36 @@ def _capture_once(
     user_cols = [F.col(_quote(c)) for c in user_names]
     staged: StagedOutput | None = None
     path = ""
-    if _can_stage(result._df, user_names):
-        # the pass writes the output once (rows, MID, slots); the lineage is compressed from
-        # the slot columns read back, and write_frame moves the files into place
-        path = tempfile.mkdtemp(prefix="dslog-capture-")
-        out = result._df.withColumn(MID, F.monotonically_increasing_id())
-        out.write.mode("overwrite").option("compression", "zstd").parquet(path)
-        source = out.sparkSession.read.schema(out.schema).parquet(path)  # no footer reads
-    else:
-        source = mark(result._df)
-    t_write = time.perf_counter()
+    teed: tuple[list[int], list[LineageTable]] | None = None
     try:
-        offsets, tables = row_tables(source, groups, oks)
+        if _can_stage(result._df, user_names):
+            # the pass writes the output once (rows, MID, slots); write_frame moves the files
+            # into place. With one slot per group the same job compresses the row lineage
+            # (a pass-through mapInArrow); else it is compressed from the slot columns read
+            # back.
+            path = tempfile.mkdtemp(prefix="dslog-capture-")
+            out = result._df.withColumn(MID, F.monotonically_increasing_id())
+            if all(len(k) == 1 for k in keys):
+                side = tempfile.mkdtemp(prefix="dslog-lineage-")
+                try:
+                    teed = write_with_lineage(
+                        out,
+                        path,
+                        side,
+                        [slot_name(k[0]) for k in keys],
+                        [kind for _, kind, _ in groups],
+                        [n for _, _, n in groups],
+                        [slot_name(s) for s in sorted(result._ranges)],
+                    )
+                finally:
+                    shutil.rmtree(side, ignore_errors=True)
+            else:
+                out.write.mode("overwrite").option("compression", "zstd").parquet(path)
+            source = out.sparkSession.read.schema(out.schema).parquet(path)  # no footer reads
+        else:
+            source = mark(result._df)
+        t_write = time.perf_counter()
+        offsets, tables = teed if teed is not None else row_tables(source, groups, oks)
     except RangesNotExact:
         if path:
             shutil.rmtree(path, ignore_errors=True)

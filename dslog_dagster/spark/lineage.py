@@ -10,6 +10,7 @@ frame whose partitions hold disjoint, contiguous ranges of output row ids (the d
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -131,66 +132,71 @@ def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # ty
     column is false (and compresses nothing: the capture reruns)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
-
-        from dslog_dagster.core.provrc import compress
-
         parts = [b for b in batches if b.num_rows]
-        if not parts:
-            return
-        whole = pa.Table.from_batches(parts)
-        mids = whole.column(MID).to_numpy()
-        bad = 0
-        if check_ok:
-            ok = whole.column("__ok").combine_chunks()
-            bad = len(ok) - int(pc.sum(pc.fill_null(ok, True).cast(pa.int64())).as_py() or 0)
-        pids, counts, groups, blobs, bads = [], [], [], [], []
-        # a partition read back from files may hold rows of several marked partitions (and
-        # one marked partition may be split over several): each piece is compressed alone,
-        # with its rows numbered by their index in their marked partition
-        all_pids = mids >> PART_BITS
-        for pid in np.unique(all_pids):
-            sel = all_pids == pid
-            t = whole if sel.all() else whole.filter(pa.array(sel))
-            local = (mids[sel] & ((1 << PART_BITS) - 1)).astype(np.int64)
-            n_local = int(local.max()) + 1
-            pids.append(int(pid))
-            counts.append(n_local)
-            groups.append(-1)
-            blobs.append(b"")
-            bads.append(bad)
-            for g, kind in enumerate(kinds if bad == 0 else []):
-                col = t.column(f"g{g}").combine_chunks()
-                if kind == "range":
-                    o, r = _range_pairs(local, col)
-                elif kind == "list":
-                    flat = col.flatten()
-                    parents = pc.list_parent_indices(col).to_numpy()
-                    values = flat.to_numpy(zero_copy_only=False)
-                    keep = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False))
-                    o, r = local[parents][keep], values[keep].astype(np.int64)
-                else:
-                    keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
-                    o = local[keep]
-                    r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
-                rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
-                pids.append(int(pid))
-                counts.append(n_local)
-                groups.append(g)
-                blobs.append(table_to_blob(compress(rel, threads=1)))
-                bads.append(0)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(pids, pa.int64()),
-                pa.array(counts, pa.int64()),
-                pa.array(groups, pa.int32()),
-                pa.array(blobs, pa.binary()),
-                pa.array(bads, pa.int64()),
-            ],
-            names=["pid", "n", "g", "blob", "bad"],
-        )
+        if parts:
+            yield _compress_partition(pa.Table.from_batches(parts), kinds, n_ins, check_ok)
 
     return run
+
+
+def _compress_partition(
+    whole: pa.Table, kinds: list[str], n_ins: list[int], check_ok: bool
+) -> pa.RecordBatch:
+    """The rows of :func:`_group_compressor` for one partition's ``MID``, ``g*``, ``__ok``."""
+    import pyarrow.compute as pc
+
+    from dslog_dagster.core.provrc import compress
+
+    mids = whole.column(MID).to_numpy()
+    bad = 0
+    if check_ok:
+        ok = whole.column("__ok").combine_chunks()
+        bad = len(ok) - int(pc.sum(pc.fill_null(ok, True).cast(pa.int64())).as_py() or 0)
+    pids, counts, groups, blobs, bads = [], [], [], [], []
+    # a partition read back from files may hold rows of several marked partitions (and
+    # one marked partition may be split over several): each piece is compressed alone,
+    # with its rows numbered by their index in their marked partition
+    all_pids = mids >> PART_BITS
+    for pid in np.unique(all_pids):
+        sel = all_pids == pid
+        t = whole if sel.all() else whole.filter(pa.array(sel))
+        local = (mids[sel] & ((1 << PART_BITS) - 1)).astype(np.int64)
+        n_local = int(local.max()) + 1
+        pids.append(int(pid))
+        counts.append(n_local)
+        groups.append(-1)
+        blobs.append(b"")
+        bads.append(bad)
+        for g, kind in enumerate(kinds if bad == 0 else []):
+            col = t.column(f"g{g}").combine_chunks()
+            if kind == "range":
+                o, r = _range_pairs(local, col)
+            elif kind == "list":
+                flat = col.flatten()
+                parents = pc.list_parent_indices(col).to_numpy()
+                values = flat.to_numpy(zero_copy_only=False)
+                keep = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False))
+                o, r = local[parents][keep], values[keep].astype(np.int64)
+            else:
+                keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+                o = local[keep]
+                r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+            rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
+            pids.append(int(pid))
+            counts.append(n_local)
+            groups.append(g)
+            blobs.append(table_to_blob(compress(rel, threads=1)))
+            bads.append(0)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(pids, pa.int64()),
+            pa.array(counts, pa.int64()),
+            pa.array(groups, pa.int32()),
+            pa.array(blobs, pa.binary()),
+            pa.array(bads, pa.int64()),
+        ],
+        names=["pid", "n", "g", "blob", "bad"],
+    )
 
 
 def row_tables(
@@ -225,7 +231,12 @@ def row_tables(
     got = marked.select(*cols).mapInArrow(
         fn, "pid bigint, n bigint, g int, blob binary, bad bigint"
     )
-    rows = got.collect()
+    rows = [r.asDict() for r in got.collect()]
+    return _assemble(rows, [n for _, _, n in groups])
+
+
+def _assemble(rows: list[dict[str, Any]], n_ins: list[int]) -> tuple[list[int], list[LineageTable]]:
+    """Offsets and merged tables from the per-partition rows of :func:`_compress_partition`."""
     if any(int(r["bad"]) for r in rows):
         raise RangesNotExact
     counts: dict[int, int] = {}
@@ -234,13 +245,79 @@ def row_tables(
             counts[int(r["pid"])] = max(counts.get(int(r["pid"]), 0), int(r["n"]))
     offsets = partition_offsets(counts)
     n_out = offsets[-1]
-    pieces: list[list[LineageTable]] = [[] for _ in groups]
+    pieces: list[list[LineageTable]] = [[] for _ in n_ins]
     for r in rows:
         if r["g"] >= 0:
             t = table_from_blob(bytes(r["blob"]))
             pieces[r["g"]].append(shift_rows(t, offsets[int(r["pid"])], n_out))
     tables = [
         merge_tables(p) if p else LineageTable((n_out,), (n,), "provrc", 0, 0, *_empty_fields())
-        for p, (_, _, n) in zip(pieces, groups, strict=True)
+        for p, n in zip(pieces, n_ins, strict=True)
     ]
     return offsets, tables
+
+
+def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], side: str):  # type: ignore[no-untyped-def]
+    """Pass every batch through unchanged; at the end of the partition compress the row
+    lineage of the slot columns (as :func:`row_tables` does) into a side file."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+
+        import pyarrow.compute as pc
+
+        kept = []
+        for b in batches:
+            yield b
+            if b.num_rows:
+                cols = [b.column(MID), *[b.column(s) for s in slots]]
+                names = [MID, *[f"g{g}" for g in range(len(slots))]]
+                if oks:
+                    ok = pc.fill_null(pc.struct_field(b.column(oks[0]), "ok"), True)
+                    for o in oks[1:]:
+                        ok = pc.and_(ok, pc.fill_null(pc.struct_field(b.column(o), "ok"), True))
+                    cols.append(ok)
+                    names.append("__ok")
+                kept.append(pa.RecordBatch.from_arrays(cols, names=names))
+        if not kept:
+            return
+        res = _compress_partition(pa.Table.from_batches(kept), kinds, n_ins, bool(oks))
+        pid = int(res.column(0)[0].as_py())
+        tmp = os.path.join(side, f".{pid}-{os.getpid()}.tmp")
+        with pa.OSFile(tmp, "wb") as fh, pa.ipc.new_file(fh, res.schema) as w:
+            w.write_batch(res)
+        os.replace(tmp, os.path.join(side, f"{pid}.arrow"))  # a retried task writes the same
+
+    return run
+
+
+def write_with_lineage(
+    out: DataFrame,
+    path: str,
+    side: str,
+    slots: list[str],
+    kinds: list[str],
+    n_ins: list[int],
+    oks: list[str],
+) -> tuple[list[int], list[LineageTable]]:
+    """Write ``out`` (with ``MID``) as Parquet at ``path`` and, in the same job, compress the
+    row lineage of its slot columns per partition (one slot per group; side files in the
+    driver-visible directory ``side``, so a local master only). Saves the job that reads the
+    slot columns back.
+
+    Raises:
+        RangesNotExact: some row failed its range check (``oks``: range slot columns).
+    """
+    import os
+
+    os.makedirs(side, exist_ok=True)
+    fn = _tee(slots, kinds, n_ins, oks, side)
+    out.mapInArrow(fn, out.schema).write.mode("overwrite").option("compression", "zstd").parquet(
+        path
+    )
+    rows: list[dict[str, Any]] = []
+    for name in sorted(os.listdir(side)):
+        if name.endswith(".arrow"):
+            with pa.memory_map(os.path.join(side, name)) as fh:
+                rows += pa.ipc.open_file(fh).read_all().to_pylist()
+    return _assemble(rows, n_ins)
