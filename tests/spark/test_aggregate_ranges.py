@@ -90,7 +90,9 @@ def test_join_groupby_matches_reference(case: str, request: Any, dims: Any) -> N
 def test_repeated_rows_with_count_equal_to_span_fall_back(spark: Any) -> None:
     # left rows 0 and 2 are in group A; row 0 matches two right rows, row 2 one: group A's
     # left ids are {0, 0, 2}: count 3 == 2 - 0 + 1, yet id 1 is not in the group
-    left = frame(spark, [(0, "x", "A"), (1, "y", "B"), (2, "y", "A")], "id long, j string, g string")
+    left = frame(
+        spark, [(0, "x", "A"), (1, "y", "B"), (2, "y", "A")], "id long, j string, g string"
+    )
     right = frame(spark, [(0, "x"), (1, "x"), (2, "y")], "rid long, j string")
     cap, _ = both(lambda a, b: a.join(b, "j").groupBy("g").count(), {"a": left, "b": right})
     assert "retried_with_lists" in cap.timings
@@ -134,9 +136,7 @@ def test_steps_after_an_aggregation(sorted_facts: Any, dims: Any) -> None:
     cap2, _ = both(twice, [sorted_facts])
     assert "retried_with_lists" in cap2.timings
     parity = {p: [i for i, k, _ in SORTED if k % 2 == p] for p in (0, 1)}
-    assert_lineage(
-        cap2, 0, lambda r, c: [(i, "k" if c == "p" else "v") for i in parity[r["p"]]]
-    )
+    assert_lineage(cap2, 0, lambda r, c: [(i, "k" if c == "p" else "v") for i in parity[r["p"]]])
 
     def window(f: Any) -> Any:
         g = f.groupBy("k").agg(F.sum("v").alias("s"))
