@@ -16,6 +16,7 @@ The product is formed on ProvRC rows (:func:`~dslog_dagster.core.combine.product
 cell pair is ever materialised.
 """
 
+import atexit
 import dataclasses
 import shutil
 import tempfile
@@ -192,13 +193,26 @@ class FrameCapture:
         self._cached.clear()
         if self._staged is not None and self._staged.owned:
             shutil.rmtree(self._staged.path, ignore_errors=True)
+            _STAGING.discard(self._staged.path)
             self._staged = None
 
     def _point_at(self, spark: Any, path: str) -> None:
         """Read the output from ``path`` from now on (its staging files were moved there)."""
         assert self._staged is not None
+        _STAGING.discard(self._staged.path)
         self._staged = dataclasses.replace(self._staged, path=path, owned=False)
         self.frame, self.frame_with_row_id = self._staged.frames(spark)
+
+
+_STAGING: set[str] = set()
+"""Staging directories of this process not yet moved or released (removed at exit)."""
+
+
+@atexit.register
+def _remove_staging() -> None:
+    for path in list(_STAGING):
+        shutil.rmtree(path, ignore_errors=True)
+    _STAGING.clear()
 
 
 STAGED_META = "_dslog_row_ids.json"
@@ -451,6 +465,7 @@ def _capture_once(
             # (a pass-through mapInArrow); else it is compressed from the slot columns read
             # back.
             path = tempfile.mkdtemp(prefix="dslog-capture-")
+            _STAGING.add(path)
             out = result._df.withColumn(MID, F.monotonically_increasing_id())
             if all(len(k) == 1 for k in keys):
                 side = tempfile.mkdtemp(prefix="dslog-lineage-")
@@ -476,6 +491,7 @@ def _capture_once(
     except RangesNotExact:
         if path:
             shutil.rmtree(path, ignore_errors=True)
+            _STAGING.discard(path)
         else:
             source.unpersist()
         raise _RangesFailed from None
