@@ -88,27 +88,30 @@ def _can_move(cap: Any, path: str | os.PathLike[str], compression: str) -> bool:
     )
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # Parquet files are never changed in place: share them
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _move_staged(cap: Any, target: str) -> FrameInfo:
-    """Store a capture by moving the files its pass wrote (rows, ``MID``, slot columns) to
-    ``target`` with the offsets that make ``MID`` dense row ids: no second write of the rows.
-    The capture reads its output from ``target`` afterwards."""
+    """Store a capture by hard-linking (or copying) the files its pass wrote (rows, ``MID``,
+    slot columns) into ``target`` with the offsets that make ``MID`` dense row ids: no second
+    write of the rows. The capture keeps reading its own staging files (until ``release``),
+    so the stored directory may be renamed or replaced freely."""
     staged = cap._staged
     try:
         if os.path.lexists(target):
             shutil.rmtree(target)
         os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-        if staged.owned:
-            shutil.move(staged.path, target)
-        else:  # stored before: copy, the first place keeps its files
-            shutil.copytree(staged.path, target)
+        shutil.copytree(staged.path, target, copy_function=_link_or_copy)
         meta = {"offsets": list(staged.offsets), "columns": list(staged.columns)}
         with open(os.path.join(target, STAGED_META), "w") as fh:
             json.dump(meta, fh)
     except OSError as e:
         msg = f"Could not store the DataFrame at `{target}`: {e}"
         raise LineageStorageError(msg) from e
-    spark = cap.frame.sparkSession
-    cap._point_at(spark, target)
     schema = tuple((f.name, f.dataType.simpleString()) for f in cap.frame.schema.fields)
     return FrameInfo(target, int(cap.n_rows), schema)
 

@@ -17,7 +17,6 @@ cell pair is ever materialised.
 """
 
 import atexit
-import dataclasses
 import shutil
 import tempfile
 import time
@@ -187,7 +186,7 @@ class FrameCapture:
 
     def release(self) -> None:
         """Drop the cached rows of the inputs (ids assigned here) and of the output, and the
-        output's staging files (unless :func:`write_frame` moved them to their place)."""
+        output's staging files (stored copies made by ``write_frame`` stay)."""
         for c in self._cached:
             c.release()
         self._cached.clear()
@@ -195,13 +194,6 @@ class FrameCapture:
             shutil.rmtree(self._staged.path, ignore_errors=True)
             _STAGING.discard(self._staged.path)
             self._staged = None
-
-    def _point_at(self, spark: Any, path: str) -> None:
-        """Read the output from ``path`` from now on (its staging files were moved there)."""
-        assert self._staged is not None
-        _STAGING.discard(self._staged.path)
-        self._staged = dataclasses.replace(self._staged, path=path, owned=False)
-        self.frame, self.frame_with_row_id = self._staged.frames(spark)
 
 
 _STAGING: set[str] = set()
@@ -225,7 +217,7 @@ class StagedOutput:
     """A capture's output as written in its one pass: Parquet files with the user's columns,
     ``MID`` (partition << 33 | index) and the slot columns, plus the partition offsets that
     make ``MID`` dense row ids. :func:`~dslog_dagster.io_managers.spark_frames.write_frame`
-    moves the files to the asset's place instead of writing the rows again."""
+    hard-links (or copies) the files to the asset's place instead of writing the rows again."""
 
     path: str
     offsets: tuple[int, ...]

@@ -1,11 +1,12 @@
-"""The capture's pass writes its output once; ``write_frame`` moves those files into place.
+"""The capture's pass writes its output once; ``write_frame`` links those files into place.
 
 A capture (local master) writes the output rows with ``MID`` and the slot columns in the pass
-that computes the lineage; storing it moves the files and records the partition offsets, and
-``read_frame`` turns ``MID`` into the dense row ids. These tests check that the stored frame
-is the captured one (same rows under the same ids, which the lineage names), that the hidden
-columns never reach user code, that a second store copies, and that ``release`` keeps stored
-files but drops staging files.
+that computes the lineage; storing it hard-links (or copies) the files and records the
+partition offsets, and ``read_frame`` turns ``MID`` into the dense row ids. These tests check
+that the stored frame is the captured one (same rows under the same ids, which the lineage
+names), that the hidden columns never reach user code, that the stored directory may be
+renamed (as the IO manager's atomic publish does), and that ``release`` keeps stored files but
+drops staging files.
 """
 
 import os
@@ -49,19 +50,21 @@ def test_store_moves_the_pass_output(spark: Any, tmp_path: Path) -> None:
     info = write_frame(cap, tmp_path / "out.parquet")
     assert info.rows == 7
     assert [n for n, _ in info.schema] == ["k", "s"]
-    assert not os.path.exists(staged)  # moved, not written again
-    stored = read_frame(spark, tmp_path / "out.parquet", row_id=True)
+    # renamed after writing (atomic publish): the stored frame and the capture still read
+    os.replace(tmp_path / "out.parquet", tmp_path / "final.parquet")
+    stored = read_frame(spark, tmp_path / "final.parquet", row_id=True)
     assert stored.columns == ["k", "s", ROW_ID]
     assert rows_by_id(stored) == before
-    assert read_frame(spark, tmp_path / "out.parquet").columns == ["k", "s"]
-    assert rows_by_id(cap.frame_with_row_id) == before  # the capture now reads from there
+    assert read_frame(spark, tmp_path / "final.parquet").columns == ["k", "s"]
+    assert rows_by_id(cap.frame_with_row_id) == before
     assert cap.frame.columns == ["k", "s"]
 
-    # a second store copies; release keeps both stored copies
+    # a second store; release drops the staging files and keeps both stored frames
     write_frame(cap, tmp_path / "copy.parquet")
     cap.release()
+    assert not os.path.exists(staged)
     assert rows_by_id(read_frame(spark, tmp_path / "copy.parquet", row_id=True)) == before
-    assert rows_by_id(read_frame(spark, tmp_path / "out.parquet", row_id=True)) == before
+    assert rows_by_id(read_frame(spark, tmp_path / "final.parquet", row_id=True)) == before
 
 
 def test_release_drops_staging_and_empty_output(spark: Any, tmp_path: Path) -> None:
