@@ -68,6 +68,8 @@ def concat_tables(tables: Sequence[LineageTable]) -> LineageTable:
         msg = "concat_tables needs at least one table."
         raise InvalidRelationError(msg)
     osh, ish = _check_shapes(tables)
+    if len(tables) == 1:
+        return tables[0]
     if all(t.encoding == "columnar" for t in tables):
         raw = np.hstack([t.raw for t in tables])
         n = sum(t.rows for t in tables)
@@ -132,27 +134,30 @@ def product_table(rows: LineageTable, cols: LineageTable) -> LineageTable:
     if rows.out_rank != 1 or rows.in_rank != 1 or cols.out_rank != 1 or cols.in_rank != 1:
         msg = "product_table takes two 1-D ← 1-D tables (row lineage and column lineage)."
         raise InvalidRelationError(msg)
-    r, c = singleton_rows(rows), singleton_rows(cols)
-    nr, nc = r.rows, c.rows
-    ri = np.repeat(np.arange(nr), nc)
-    ci = np.tile(np.arange(nc), nr)
-
-    def stack(a: I64, b: I64) -> I64:
-        return np.vstack([a[:, ri], b[:, ci]]) if nr * nc else np.zeros((2, 0), np.int64)
-
+    c = singleton_rows(cols)
+    nr, nc = rows.rows, c.rows
+    # each field of the product is [row field repeated per column row; column field tiled],
+    # written once into its place (the row table can have millions of rows); a columnar row
+    # table is read as one-pair rows without building them first
+    if rows.encoding == "columnar":
+        outs, ins = rows.raw[0], rows.raw[1]
+        row_fields: list[I64 | int] = [outs, outs, -1, 1, 0, 1, ins, ins]
+    else:
+        row_fields = [getattr(rows, f)[0] for f in _FIELDS]
     in_ref_c = np.where(c.in_ref >= 0, c.in_ref + 1, -1)
+    col_fields = [c.out_lo, c.out_hi, in_ref_c, c.in_q, c.in_r, c.in_mult, c.in_lo, c.in_hi]
+
+    def stack(a: I64 | int, b: I64) -> I64:
+        out = np.empty((2, nr * nc), np.int64)
+        out[0].reshape(nr, nc)[:] = a if isinstance(a, int) else np.asarray(a)[:, None]
+        out[1].reshape(nr, nc)[:] = b[0][None, :]
+        return out
+
     return LineageTable(
         (rows.out_shape[0], cols.out_shape[0]),
         (rows.in_shape[0], cols.in_shape[0]),
         "provrc",
         nr * nc,
         rows.n_pairs * cols.n_pairs,
-        stack(r.out_lo, c.out_lo),
-        stack(r.out_hi, c.out_hi),
-        stack(r.in_ref, in_ref_c),
-        stack(r.in_q, c.in_q),
-        stack(r.in_r, c.in_r),
-        stack(r.in_mult, c.in_mult),
-        stack(r.in_lo, c.in_lo),
-        stack(r.in_hi, c.in_hi),
+        *[stack(a, b) for a, b in zip(row_fields, col_fields, strict=True)],
     )

@@ -19,10 +19,12 @@ from typing import Any
 
 import dagster as dg
 from pydantic import Field
+from pyspark.sql import functions as F
 
 from dslog_dagster.errors import LineageStorageError
+from dslog_dagster.spark.capture import STAGED_META
 from dslog_dagster.spark.resource import SparkSessionResource
-from dslog_dagster.spark.rowid import ROW_ID, with_row_id
+from dslog_dagster.spark.rowid import MID, ROW_ID, dense_id, with_row_id
 
 __all__ = [
     "ROW_ID",
@@ -65,18 +67,21 @@ def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zs
     """
     from dslog_dagster.spark.capture import FrameCapture
 
+    if isinstance(df, FrameCapture) and _can_move(df, path, compression):
+        return _move_staged(df, os.fspath(path))
+    # a capture's rows and numbered frames already follow their ids within each partition
+    # (ids are partition offset + position), so only a frame with foreign ids is sorted
     if isinstance(df, FrameCapture):
-        frame, n, cached = df.frame_with_row_id, df.n_rows, None
+        frame, n, cached, ordered = df.frame_with_row_id, df.n_rows, None, True
     elif ROW_ID in df.columns:
-        frame, n, cached = df, None, None
+        frame, n, cached, ordered = df, None, None, False
     else:
         ids = with_row_id(df)
-        frame, n, cached = ids.frame, ids.n, ids
+        frame, n, cached, ordered = ids.frame, ids.n, ids, True
     target = os.fspath(path)
     try:
-        frame.sortWithinPartitions(ROW_ID).write.mode("overwrite").option(
-            "compression", compression
-        ).parquet(target)
+        out = frame if ordered else frame.sortWithinPartitions(ROW_ID)
+        out.write.mode("overwrite").option("compression", compression).parquet(target)
     except Exception as e:
         msg = f"Could not write the DataFrame to `{target}`: {e}"
         raise LineageStorageError(msg) from e
@@ -91,6 +96,46 @@ def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zs
     return FrameInfo(target, int(n), schema)
 
 
+def _can_move(cap: Any, path: str | os.PathLike[str], compression: str) -> bool:
+    """A capture's staged files can become the stored frame: they are local, zstd, and the
+    target is a local path."""
+    target = os.fspath(path)
+    return (
+        cap._staged is not None
+        and os.path.isdir(cap._staged.path)
+        and compression == "zstd"
+        and "://" not in target
+    )
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # Parquet files are never changed in place: share them
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _move_staged(cap: Any, target: str) -> FrameInfo:
+    """Store a capture by hard-linking (or copying) the files its pass wrote (rows, ``MID``,
+    slot columns) into ``target`` with the offsets that make ``MID`` dense row ids: no second
+    write of the rows. The capture keeps reading its own staging files (until ``release``),
+    so the stored directory may be renamed or replaced freely."""
+    staged = cap._staged
+    try:
+        if os.path.lexists(target):
+            shutil.rmtree(target)
+        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+        shutil.copytree(staged.path, target, copy_function=_link_or_copy)
+        meta = {"offsets": list(staged.offsets), "columns": list(staged.columns)}
+        with open(os.path.join(target, STAGED_META), "w") as fh:
+            json.dump(meta, fh)
+    except OSError as e:
+        msg = f"Could not store the DataFrame at `{target}`: {e}"
+        raise LineageStorageError(msg) from e
+    schema = tuple((f.name, f.dataType.simpleString()) for f in cap.frame.schema.fields)
+    return FrameInfo(target, int(cap.n_rows), schema)
+
+
 def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False) -> Any:
     """Load a frame stored by :func:`write_frame`.
 
@@ -101,6 +146,15 @@ def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False
             without it.
     """
     df = spark.read.parquet(os.fspath(path))
+    meta_path = os.path.join(os.fspath(path), STAGED_META)
+    if ROW_ID not in df.columns and MID in df.columns and os.path.exists(meta_path):
+        # stored from a capture's pass: dense ids from MID and the partition offsets
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+        user = [F.col("`" + c.replace("`", "``") + "`") for c in meta["columns"]]
+        if row_id:
+            user.append(dense_id([int(o) for o in meta["offsets"]]).alias(ROW_ID))
+        return df.select(*user)
     if ROW_ID not in df.columns:
         msg = (
             f"`{path}` has no `{ROW_ID}` column, so lineage cannot name its rows; store frames "

@@ -16,6 +16,9 @@ The product is formed on ProvRC rows (:func:`~dslog_dagster.core.combine.product
 cell pair is ever materialised.
 """
 
+import atexit
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,14 +33,19 @@ from dslog_dagster.core.combine import concat_tables, product_table
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
-from dslog_dagster.spark.frame import CaptureContext, TrackedFrame
-from dslog_dagster.spark.lineage import row_tables
+from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
+from dslog_dagster.spark.lineage import RangesNotExact, row_tables, write_with_lineage
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
-from dslog_dagster.spark.rowid import ROW_ID, RowIds, dense_ids, mark, with_row_id
+from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 
 __all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
 
 OnUnknown = Literal["raise", "all_to_all"]
+Aggregate = Literal["auto", "lists"]
+
+
+class _RangesFailed(Exception):
+    """Some group's range summary was not exact; the capture reruns with lists."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +67,8 @@ class FrameCapture:
 
     Attributes:
         frame: the output as an ordinary DataFrame (only the user's columns). Its rows are
-            cached, so it always shows the rows the lineage describes.
+            the ones the capture's pass wrote to staging files (local master) or cached, so it
+            always shows the rows the lineage describes.
         frame_with_row_id: the same rows plus the dense row-id column ``ROW_ID`` (what the IO
             manager stores, see :func:`dslog_dagster.io_managers.spark_frames.write_frame`).
         columns: the output's columns; ``shape == (n_rows, len(columns))``.
@@ -70,8 +79,10 @@ class FrameCapture:
         flagged: some step had no lineage rule and was recorded all-to-all
             (``on_unknown="all_to_all"``); ``flagged_ops`` names those steps.
         timings: seconds for ``plan`` (input ids, user code building the plan), ``pass``
-            (the one Spark pass over the output: rows, ids and row lineage) and ``product``
-            (row × column lineage on the driver).
+            (the Spark pass over the output: ``write`` — computing and staging its rows, or
+            marking them for the cache — then ``lineage`` — row ids and row lineage
+            compressed per partition) and ``product`` (row × column lineage on the driver);
+            ``retried_with_lists`` when aggregations were run again with lists.
     """
 
     frame: DataFrame
@@ -86,6 +97,7 @@ class FrameCapture:
     flagged_ops: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     _cached: list[RowIds] = field(default_factory=list, repr=False)
+    _staged: "StagedOutput | None" = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -173,10 +185,64 @@ class FrameCapture:
         return op
 
     def release(self) -> None:
-        """Drop the cached rows of the inputs (ids assigned here) and of the output."""
+        """Drop the cached rows of the inputs (ids assigned here) and of the output, and the
+        output's staging files (stored copies made by ``write_frame`` stay)."""
         for c in self._cached:
             c.release()
         self._cached.clear()
+        if self._staged is not None and self._staged.owned:
+            shutil.rmtree(self._staged.path, ignore_errors=True)
+            _STAGING.discard(self._staged.path)
+            self._staged = None
+
+
+_STAGING: set[str] = set()
+"""Staging directories of this process not yet moved or released (removed at exit)."""
+
+
+@atexit.register
+def _remove_staging() -> None:
+    for path in list(_STAGING):
+        shutil.rmtree(path, ignore_errors=True)
+    _STAGING.clear()
+
+
+STAGED_META = "_dslog_row_ids.json"
+"""Side file of a frame stored with :data:`~dslog_dagster.spark.rowid.MID` instead of row ids:
+the partition offsets that turn ``MID`` into dense ids (Spark skips files named ``_*``)."""
+
+
+@dataclass(frozen=True)
+class StagedOutput:
+    """A capture's output as written in its one pass: Parquet files with the user's columns,
+    ``MID`` (partition << 33 | index) and the slot columns, plus the partition offsets that
+    make ``MID`` dense row ids. :func:`~dslog_dagster.io_managers.spark_frames.write_frame`
+    hard-links (or copies) the files to the asset's place instead of writing the rows again."""
+
+    path: str
+    offsets: tuple[int, ...]
+    columns: tuple[str, ...]
+    owned: bool  # a staging directory of the capture (deleted by ``release``)
+    schema: Any = None  # the files' StructType (saves reading footers to infer it)
+
+    def frames(self, spark: Any) -> tuple[DataFrame, DataFrame]:
+        """The output without and with ``ROW_ID``."""
+        reader = spark.read if self.schema is None else spark.read.schema(self.schema)
+        df = reader.parquet(self.path)
+        user = [F.col(_quote(c)) for c in self.columns]
+        return df.select(*user), df.select(*user, dense_id(list(self.offsets)).alias(ROW_ID))
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _can_stage(df: DataFrame, columns: Sequence[str]) -> bool:
+    """Whether the output may be written to a driver-local staging directory in its pass:
+    a local master (executors share the driver's disk) and column names Parquet can hold."""
+    master = str(df.sparkSession.sparkContext.master)
+    lower = [c.lower() for c in columns]
+    return master.startswith("local") and len(set(lower)) == len(lower) and MID not in columns
 
 
 def empty_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
@@ -213,16 +279,26 @@ def full_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> Lineage
     )
 
 
-def _track_input(
-    ctx: CaptureContext, index: int, df: DataFrame, cached: list[RowIds], n_rows: int | None
-) -> tuple[TrackedFrame, FrameInput, str]:
+def _prepare_input(
+    df: DataFrame, cached: list[RowIds], n_rows: int | None
+) -> tuple[DataFrame, int]:
+    """The input with dense row ids (its own ``ROW_ID``, or numbered and cached) and its rows."""
     if ROW_ID in df.columns:
-        ided = df
-        n = df.count() if n_rows is None else int(n_rows)
-    else:
-        ids = with_row_id(df)
-        cached.append(ids)
-        ided, n = ids.frame, ids.n
+        return df, (df.count() if n_rows is None else int(n_rows))
+    ids = with_row_id(df)
+    cached.append(ids)
+    return ids.frame, ids.n
+
+
+def _track_input(
+    ctx: CaptureContext,
+    index: int,
+    df: DataFrame,
+    cached: list[RowIds],
+    n_rows: int | None,
+    prepared: tuple[DataFrame, int] | None = None,
+) -> tuple[TrackedFrame, FrameInput, str]:
+    ided, n = prepared if prepared is not None else _prepare_input(df, cached, n_rows)
     sid = ctx.new_slot(index)
     user = [c for c in ided.columns if c != ROW_ID]
     d = ided.select(*[F.col(f"`{c}`") for c in user], F.col(ROW_ID).alias(slot_name(sid)))
@@ -237,6 +313,7 @@ def capture_frames(
     *,
     on_unknown: OnUnknown = "raise",
     input_rows: Mapping[str, int] | Sequence[int] | None = None,
+    aggregate: Aggregate = "auto",
     **kwargs: Any,
 ) -> FrameCapture:
     """Run ``func`` on tracked versions of ``frames`` and capture the output's cell lineage.
@@ -252,6 +329,17 @@ def capture_frames(
     ``ROW_ID`` when the caller knows them (the IO manager does: ``FrameInfo.rows``), which
     saves one counting job per input.
 
+    ``aggregate`` says how ``groupBy().agg`` carries row ids. ``"auto"`` (default) first
+    summarises each group's ids as a range ``lo..hi`` with cheap hash aggregates, which is
+    exact when a check in the same pass says so (see
+    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`); when some group's ids
+    are not one checked range (keys not clustered by row id), or a later step needs the ids
+    as lists (an aggregation or window over an aggregation), it runs ``func`` again with
+    lists and makes one more pass. ``"lists"`` collects the ids at once (``collect_list``),
+    the better choice when keys are known to be scattered. ``func`` may be called twice; it
+    only builds a plan. The lineage is the same in both modes; ``timings`` has
+    ``retried_with_lists`` when the second run happened.
+
     Raises:
         UnsupportedFrameOperationError: ``func`` used an operation without a lineage rule
             (with ``on_unknown="raise"``), or returned something that is not a tracked frame.
@@ -259,16 +347,17 @@ def capture_frames(
     if on_unknown not in ("raise", "all_to_all"):
         msg = f"on_unknown must be 'raise' or 'all_to_all', not {on_unknown!r}."
         raise ValueError(msg)
+    if aggregate not in ("auto", "lists"):
+        msg = f"aggregate must be 'auto' or 'lists', not {aggregate!r}."
+        raise ValueError(msg)
     t0 = time.perf_counter()
-    ctx = CaptureContext(on_unknown=on_unknown)
     cached: list[RowIds] = []
     named = (
         list(frames.items())
         if isinstance(frames, Mapping)
         else [(f"input{i}", f) for i, f in enumerate(frames)]
     )
-    tracked: list[TrackedFrame] = []
-    inputs: list[FrameInput] = []
+    prepared: list[tuple[DataFrame, int]] = []
     for i, (name, df) in enumerate(named):
         if not isinstance(df, DataFrame):
             msg = f"Input `{name}` is a `{type(df).__name__}`, not a Spark DataFrame."
@@ -276,7 +365,43 @@ def capture_frames(
         known = None
         if input_rows is not None:
             known = input_rows[name] if isinstance(input_rows, Mapping) else input_rows[i]
-        t, info, _ = _track_input(ctx, i, df, cached, known)
+        prepared.append(_prepare_input(df, cached, known))
+    modes: list[Literal["ranges", "lists"]] = (
+        ["ranges", "lists"] if aggregate == "auto" else ["lists"]
+    )
+    retried: list[str] = []
+    for mode in modes:
+        try:
+            cap = _capture_once(func, frames, named, prepared, cached, on_unknown, mode, kwargs, t0)
+        except (NeedLists, _RangesFailed) as e:
+            if mode == modes[-1]:  # pragma: no cover (lists mode never signals)
+                raise
+            retried.append(type(e).__name__)
+            continue
+        if retried:
+            cap.timings["retried_with_lists"] = 1.0
+        return cap
+    msg = "capture_frames: no aggregation mode left to try."  # pragma: no cover
+    raise AssertionError(msg)  # pragma: no cover
+
+
+def _capture_once(
+    func: Callable[..., Any],
+    frames: Mapping[str, DataFrame] | Sequence[DataFrame],
+    named: list[tuple[str, DataFrame]],
+    prepared: list[tuple[DataFrame, int]],
+    cached: list[RowIds],
+    on_unknown: OnUnknown,
+    mode: Literal["ranges", "lists"],
+    kwargs: Mapping[str, Any],
+    t0: float,
+) -> FrameCapture:
+    """One run of ``func`` and one pass over its output (see :func:`capture_frames`)."""
+    ctx = CaptureContext(on_unknown=on_unknown, aggregate=mode)
+    tracked: list[TrackedFrame] = []
+    inputs: list[FrameInput] = []
+    for i, ((name, df), prep) in enumerate(zip(named, prepared, strict=True)):
+        t, info, _ = _track_input(ctx, i, df, cached, None, prep)
         tracked.append(t)
         inputs.append(FrameInput(name, info.columns, info.n_rows))
     if isinstance(frames, Mapping):
@@ -315,19 +440,63 @@ def capture_frames(
             plan[(inp.name, mode)] = sorted(groups.items())
             for key in groups:
                 needed.setdefault(key, i)
-    marked = mark(result._df)
     keys = list(needed)
-    offsets, tables = row_tables(
-        marked,
-        [(*_slot_column(k, result._arrays), inputs[needed[k]].n_rows) for k in keys],
-    )
+    oks = [F.col(f"{slot_name(s)}.ok") for s in sorted(result._ranges)]
+    groups = [
+        (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows) for k in keys
+    ]
+    user_names = [c for c in result._df.columns if c not in slot_names]
+    user_cols = [F.col(_quote(c)) for c in user_names]
+    staged: StagedOutput | None = None
+    path = ""
+    teed: tuple[list[int], list[LineageTable]] | None = None
+    try:
+        if _can_stage(result._df, user_names):
+            # the pass writes the output once (rows, MID, slots); write_frame moves the files
+            # into place. With one slot per group the same job compresses the row lineage
+            # (a pass-through mapInArrow); else it is compressed from the slot columns read
+            # back.
+            path = tempfile.mkdtemp(prefix="dslog-capture-")
+            _STAGING.add(path)
+            out = result._df.withColumn(MID, F.monotonically_increasing_id())
+            if all(len(k) == 1 for k in keys):
+                side = tempfile.mkdtemp(prefix="dslog-lineage-")
+                try:
+                    teed = write_with_lineage(
+                        out,
+                        path,
+                        side,
+                        [slot_name(k[0]) for k in keys],
+                        [kind for _, kind, _ in groups],
+                        [n for _, _, n in groups],
+                        [slot_name(s) for s in sorted(result._ranges)],
+                    )
+                finally:
+                    shutil.rmtree(side, ignore_errors=True)
+            else:
+                out.write.mode("overwrite").option("compression", "zstd").parquet(path)
+            source = out.sparkSession.read.schema(out.schema).parquet(path)  # no footer reads
+        else:
+            source = mark(result._df)
+        t_write = time.perf_counter()
+        offsets, tables = teed if teed is not None else row_tables(source, groups, oks)
+    except RangesNotExact:
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+            _STAGING.discard(path)
+        else:
+            source.unpersist()
+        raise _RangesFailed from None
     row_table = dict(zip(keys, tables, strict=True))
     t_pass = time.perf_counter()
     n_out = offsets[-1]
-    out = dense_ids(marked, offsets)
-    cached.append(RowIds(out, n_out, marked))
-    frame = out.drop(*slot_names, ROW_ID)
-    with_id = out.drop(*slot_names)
+    if path:
+        staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, source.schema)
+        frame, with_id = staged.frames(source.sparkSession)
+    else:
+        with_id = source.select(*user_cols, dense_id(offsets).alias(ROW_ID))
+        frame = source.select(*user_cols)
+        cached.append(RowIds(with_id, n_out, source))
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
     out_shape = (n_out, len(columns))
@@ -375,21 +544,38 @@ def capture_frames(
         column_lineage=column_lineage,
         flagged=bool(ctx.flagged_ops),
         flagged_ops=tuple(ctx.flagged_ops),
-        timings={"plan_s": t1 - t0, "pass_s": t_pass - t1, "product_s": t2 - t_pass},
+        timings={
+            "plan_s": t1 - t0,
+            "pass_s": t_pass - t1,
+            "write_s": t_write - t1,
+            "lineage_s": t_pass - t_write,
+            "product_s": t2 - t_pass,
+        },
         _cached=cached,
+        _staged=staged,
     )
 
 
-def _slot_column(slots: tuple[int, ...], arrays: frozenset[int]) -> tuple[Any, bool]:
-    """The input row ids of the union of ``slots``: a bigint column for one scalar slot, else
-    an ``array<bigint>`` column (and whether it is one)."""
+def _slot_column(
+    slots: tuple[int, ...], arrays: frozenset[int], ranges: frozenset[int] = frozenset()
+) -> tuple[Any, str]:
+    """The input row ids of the union of ``slots`` and their kind: a bigint column for one
+    scalar slot (``"scalar"``), the ``struct<lo, hi, ok>`` of one range slot (``"range"``),
+    else an ``array<bigint>`` column (``"list"``; a range becomes ``sequence(lo, hi)``, exact
+    where ``ok``, which the pass checks for every row)."""
     if len(slots) == 1 and slots[0] not in arrays:
-        return F.col(slot_name(slots[0])), False
+        kind = "range" if slots[0] in ranges else "scalar"
+        return F.col(slot_name(slots[0])), kind
     empty = F.array().cast("array<bigint>")
-    parts = [
-        F.coalesce(F.col(slot_name(s)), empty)
-        if s in arrays
-        else F.when(F.col(slot_name(s)).isNull(), empty).otherwise(F.array(F.col(slot_name(s))))
-        for s in slots
-    ]
-    return (F.concat(*parts) if len(parts) > 1 else parts[0]), True
+
+    def as_list(s: int) -> Any:
+        c = F.col(slot_name(s))
+        if s in arrays:
+            return F.coalesce(c, empty)
+        if s in ranges:
+            lo, hi = F.col(f"{slot_name(s)}.lo"), F.col(f"{slot_name(s)}.hi")
+            return F.when(lo.isNull(), empty).otherwise(F.sequence(lo, hi))
+        return F.when(c.isNull(), empty).otherwise(F.array(c))
+
+    parts = [as_list(s) for s in slots]
+    return (F.concat(*parts) if len(parts) > 1 else parts[0]), "list"

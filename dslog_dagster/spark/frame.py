@@ -60,6 +60,7 @@ class CaptureContext:
     slot_input: dict[int, int] = field(default_factory=dict)
     counter: Iterable[int] = field(default_factory=itertools.count)
     flagged_ops: list[str] = field(default_factory=list)
+    aggregate: Literal["ranges", "lists"] = "ranges"
 
     def new_slot(self, input_index: int) -> int:
         sid = next(iter(self.counter))
@@ -81,6 +82,11 @@ def _flatten_args(cols: Sequence[Any]) -> list[Any]:
     return list(cols)
 
 
+class NeedLists(Exception):
+    """Raised inside a capture in ``ranges`` mode when a step needs the aggregated slots as
+    lists (e.g. an aggregation over an aggregation); the capture reruns in ``lists`` mode."""
+
+
 class TrackedFrame:
     """A DataFrame with hidden provenance slots; see the module docstring.
 
@@ -96,6 +102,8 @@ class TrackedFrame:
         arrays: Iterable[int] = (),
         sources: Iterable[int] = (),
         all_to_all: bool = False,
+        ranges: Iterable[int] = (),
+        unique: bool = True,
     ) -> None:
         self._ctx = ctx
         self._df = df
@@ -103,6 +111,11 @@ class TrackedFrame:
         self._arrays = frozenset(arrays)
         self._sources = frozenset(sources)
         self._a2a = all_to_all
+        # range slots: struct<lo, hi, ok> per row (ids lo..hi, exact where ok), see agg()
+        self._ranges = frozenset(ranges)
+        # no two rows carry the same tuple of scalar slot values (true for inputs; kept by
+        # row-preserving steps, joins and unions; lost by explode)
+        self._unique = unique
 
     # ------------------------------------------------------------------ state
 
@@ -129,6 +142,8 @@ class TrackedFrame:
         infos: Sequence[Info],
         arrays: Iterable[int] | None = None,
         sources: Iterable[int] | None = None,
+        ranges: Iterable[int] | None = None,
+        unique: bool | None = None,
     ) -> "TrackedFrame":
         present = {slot_id(i) for i in infos if isinstance(i, str)}
         # pairs naming slots the frame no longer has (e.g. the right side of an anti join)
@@ -142,12 +157,15 @@ class TrackedFrame:
             for i in infos
         ]
         arr = self._arrays if arrays is None else frozenset(arrays)
+        rng = self._ranges if ranges is None else frozenset(ranges)
         return TrackedFrame(
             self._ctx,
             df,
             cleaned,
             arr & present,
             self._sources if sources is None else sources,
+            ranges=rng & present,
+            unique=self._unique if unique is None else unique,
         )
 
     def _finish(
@@ -158,10 +176,18 @@ class TrackedFrame:
         window_rule: Any = None,
         arrays: Iterable[int] | None = None,
         sources: Iterable[int] | None = None,
+        ranges: Iterable[int] | None = None,
+        unique: bool | None = None,
     ) -> "TrackedFrame":
         walker = PlanWalker(bases or [self._base()], op, window_rule)
         infos = walker.resolve(res._jdf.queryExecution().analyzed())
-        return self._new(res, infos, arrays, sources)
+        keeps = self._unique if unique is None else unique
+        return self._new(res, infos, arrays, sources, ranges, keeps and not walker.generated)
+
+    def _need_lists(self, *frames: "TrackedFrame") -> None:
+        """Signal the capture to rerun with list slots when a step meets a range slot."""
+        if any(f._ranges for f in (self, *frames)):
+            raise NeedLists
 
     def _unknown(self, op: str, run: Callable[[DataFrame], Any]) -> Any:
         """An operation without a lineage rule: raise, or run it untracked (flagged)."""
@@ -280,6 +306,7 @@ class TrackedFrame:
         nodes = _nodes_above(first._jdf.queryExecution().analyzed(), self._df)
         if "Window" not in nodes:
             return self._finish(first, op)
+        self._need_lists()
         windows: dict[tuple[Any, ...], _WindowKey] = {}
         for node in nodes.get("Window", []):
             for e in seq(node.windowExpressions()):
@@ -436,6 +463,7 @@ class TrackedFrame:
         if self._a2a:
             sub_list = list(subset) if subset is not None else None
             return _all_to_all(self._ctx, self._df.dropDuplicates(sub_list), self._sources)
+        self._need_lists()
         names = self.columns
         sub = list(subset) if subset else names
         missing = [s for s in sub if s not in names]
@@ -505,7 +533,10 @@ class TrackedFrame:
             for i in other._infos
         ]
         arrays = {ren.get(s, s) for s in other._arrays}
-        return TrackedFrame(self._ctx, df, infos, arrays, other._sources)
+        ranges = {ren.get(s, s) for s in other._ranges}
+        return TrackedFrame(
+            self._ctx, df, infos, arrays, other._sources, ranges=ranges, unique=other._unique
+        )
 
     def join(self, other: "TrackedFrame", on: Any = None, how: str | None = None) -> Any:
         if not isinstance(other, TrackedFrame):
@@ -523,7 +554,10 @@ class TrackedFrame:
         other = self._fresh(other)
         bases = [self._base(), other._base()]
         arrays = self._arrays | other._arrays
+        ranges = self._ranges | other._ranges
+        unique = self._unique and other._unique
         if how_n in ("semi", "leftsemi"):
+            self._need_lists(other)
             left = self._df.withColumn(_UID, F.monotonically_increasing_id())
             aggs = []
             for s in other._slots:
@@ -536,7 +570,7 @@ class TrackedFrame:
                 res, "join(semi)", [lbase, other._base()], None, arrays | set(other._slots), sources
             )
         res = self._df.join(other._df, on, how) if how is not None else self._df.join(other._df, on)
-        return self._finish(res, f"join({how_n})", bases, None, arrays, sources)
+        return self._finish(res, f"join({how_n})", bases, None, arrays, sources, ranges, unique)
 
     def crossJoin(self, other: "TrackedFrame") -> Any:
         return self.join(other, how="cross")
@@ -557,6 +591,8 @@ class TrackedFrame:
             raise ValueError(msg)
         a_slots, b_slots = self._slots, other._slots
         types = {**_slot_types(self), **_slot_types(other)}
+        ranges = self._ranges | other._ranges
+        unique = self._unique and other._unique
 
         def side(t: "TrackedFrame", pos: list[int], own: list[int]) -> DataFrame:
             tmp = [f"{_TMP}{p}" for p in range(len(t._infos))]
@@ -577,7 +613,7 @@ class TrackedFrame:
             for p, q in zip(a_pos, b_pos, strict=True)
         ]
         infos += [slot_name(s) for s in [*a_slots, *b_slots]]
-        return self._new(res, infos, self._arrays | other._arrays, sources)
+        return self._new(res, infos, self._arrays | other._arrays, sources, ranges, unique)
 
     unionAll = union
 
@@ -622,7 +658,13 @@ class TrackedFrame:
 
 
 def _slot_types(t: TrackedFrame) -> dict[int, str]:
-    return {s: "array<bigint>" if s in t._arrays else "bigint" for s in t._slots}
+    types = dict(t._df.dtypes) if t._ranges else {}
+    return {
+        s: types[slot_name(s)]
+        if s in t._ranges
+        else ("array<bigint>" if s in t._arrays else "bigint")
+        for s in t._slots
+    }
 
 
 def _all_to_all(ctx: CaptureContext, df: DataFrame, sources: Iterable[int]) -> TrackedFrame:
@@ -799,13 +841,60 @@ class TrackedGroupedData:
                 g = g.pivot(*self._pivot)
             return _all_to_all(f._ctx, g.agg(*cols), f._sources)
         if self._pivot is not None:
+            f._need_lists()
             return self._pivot_agg(cols)
+        f._need_lists()
+        if f._ctx.aggregate == "ranges" and f._unique and f._slots and not f._arrays:
+            return self._range_agg(cols)
         slot_aggs = []
         for s in f._slots:
             c = F.collect_list(_col(slot_name(s)))
             slot_aggs.append((F.flatten(c) if s in f._arrays else c).alias(slot_name(s)))
         res = f._df.groupBy(*self._keys).agg(*cols, *slot_aggs)
         return f._finish(res, "groupBy.agg", arrays=set(f._slots))
+
+    def _range_agg(self, cols: list[Column]) -> TrackedFrame:
+        """The aggregation with each slot summarised as ``struct<lo, hi, ok>``.
+
+        ``min``/``max``/``count`` are ordinary hash aggregates, where ``collect_list`` forces
+        Spark's object aggregation and moves every id through the shuffle (about 1.7× the
+        time of the plain step at 10^6 rows). The summary is exact — the group's ids of slot
+        ``s`` are exactly ``lo..hi`` — when ``ok`` holds:
+
+        * the slot has no id in the group (``lo`` is null: no ids), or ``lo == hi`` (one id,
+          however often), or
+        * ``count(s) == hi - lo + 1`` and the ids of ``s`` in the group are distinct. The rows
+          of the frame carry distinct tuples of slot values (``_unique``), so they are when
+          every other slot holds one value on every row of the group (or none on all).
+
+        Where ``ok`` fails for some group (keys not clustered by row id), the capture reruns
+        with lists (``aggregate="lists"``); the result is exact either way.
+        """
+        f = self._f
+        slots = f._slots
+        # one aggregation (Spark evaluates each distinct aggregate once; the struct and the
+        # check are expressions over them), so the plan costs no extra projection; each
+        # Column is built once (every construction is a call into the JVM)
+        cs = {s: _col(slot_name(s)) for s in slots}
+        lo = {s: F.min(c) for s, c in cs.items()}
+        hi = {s: F.max(c) for s, c in cs.items()}
+        n = {s: F.count(c) for s, c in cs.items()}
+        n_all = F.count(F.lit(1))
+        constant = {s: (n[s] == 0) | ((lo[s] == hi[s]) & (n[s] == n_all)) for s in slots}
+        aggs = []
+        for s in slots:
+            ok = (n[s] == 0) | (lo[s] == hi[s])
+            span = n[s] == hi[s] - lo[s] + 1
+            for t in slots:
+                if t != s:
+                    span = span & constant[t]
+            aggs.append(
+                F.struct(lo[s].alias("lo"), hi[s].alias("hi"), (ok | span).alias("ok")).alias(
+                    slot_name(s)
+                )
+            )
+        res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
+        return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
 
     def count(self) -> TrackedFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

@@ -9,7 +9,8 @@ frame whose partitions hold disjoint, contiguous ranges of output row ids (the d
 """
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,12 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
 
-__all__ = ["compress_pairs", "row_tables", "shift_rows"]
+__all__ = ["RangesNotExact", "compress_pairs", "row_tables", "shift_rows"]
+
+
+class RangesNotExact(Exception):
+    """Some row's range summary (``struct<lo, hi, ok>``) was not exact (``ok`` false)."""
+
 
 _BLOB_SCHEMA = "blob binary"
 
@@ -103,27 +109,69 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
     )
 
 
-def _group_compressor(kinds: list[bool], n_ins: list[int]):  # type: ignore[no-untyped-def]
+def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(local row, input row) pairs of a ``struct<lo, hi, ok>`` column: ``lo..hi`` per row."""
+    import pyarrow.compute as pc
+
+    lo_a = pc.struct_field(col, "lo")
+    hi_a = pc.struct_field(col, "hi")
+    keep = np.asarray(lo_a.is_valid().to_numpy(zero_copy_only=False))
+    lo = lo_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+    hi = hi_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+    lengths = hi - lo + 1
+    starts = np.cumsum(lengths) - lengths
+    o = np.repeat(local[keep], lengths)
+    r = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
+    return o, r
+
+
+def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # type: ignore[no-untyped-def]
     """Per partition: the row count and, per group, the ProvRC blob of its (local row, input
-    row) pairs. ``kinds[g]`` says whether group ``g`` is a list column (else a bigint)."""
+    row) pairs. ``kinds[g]`` is ``"scalar"`` (bigint), ``"list"`` (array) or ``"range"``
+    (``struct<lo, hi, ok>``). With ``check_ok`` the partition reports its rows whose ``ok``
+    column is false (and compresses nothing: the capture reruns)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
-
-        from dslog_dagster.core.provrc import compress
-
         parts = [b for b in batches if b.num_rows]
-        if not parts:
-            return
-        t = pa.Table.from_batches(parts)
-        mid = t.column(MID).to_numpy()
-        pid = int(mid[0] >> PART_BITS)
-        local = (mid & ((1 << PART_BITS) - 1)).astype(np.int64)
+        if parts:
+            yield _compress_partition(pa.Table.from_batches(parts), kinds, n_ins, check_ok)
+
+    return run
+
+
+def _compress_partition(
+    whole: pa.Table, kinds: list[str], n_ins: list[int], check_ok: bool
+) -> pa.RecordBatch:
+    """The rows of :func:`_group_compressor` for one partition's ``MID``, ``g*``, ``__ok``."""
+    import pyarrow.compute as pc
+
+    from dslog_dagster.core.provrc import compress
+
+    mids = whole.column(MID).to_numpy()
+    bad = 0
+    if check_ok:
+        ok = whole.column("__ok").combine_chunks()
+        bad = len(ok) - int(pc.sum(pc.fill_null(ok, True).cast(pa.int64())).as_py() or 0)
+    pids, counts, groups, blobs, bads = [], [], [], [], []
+    # a partition read back from files may hold rows of several marked partitions (and
+    # one marked partition may be split over several): each piece is compressed alone,
+    # with its rows numbered by their index in their marked partition
+    all_pids = mids >> PART_BITS
+    for pid in np.unique(all_pids):
+        sel = all_pids == pid
+        t = whole if sel.all() else whole.filter(pa.array(sel))
+        local = (mids[sel] & ((1 << PART_BITS) - 1)).astype(np.int64)
         n_local = int(local.max()) + 1
-        pids, counts, groups, blobs = [pid], [n_local], [-1], [b""]
-        for g, is_list in enumerate(kinds):
+        pids.append(int(pid))
+        counts.append(n_local)
+        groups.append(-1)
+        blobs.append(b"")
+        bads.append(bad)
+        for g, kind in enumerate(kinds if bad == 0 else []):
             col = t.column(f"g{g}").combine_chunks()
-            if is_list:
+            if kind == "range":
+                o, r = _range_pairs(local, col)
+            elif kind == "list":
                 flat = col.flatten()
                 parents = pc.list_parent_indices(col).to_numpy()
                 values = flat.to_numpy(zero_copy_only=False)
@@ -134,52 +182,142 @@ def _group_compressor(kinds: list[bool], n_ins: list[int]):  # type: ignore[no-u
                 o = local[keep]
                 r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
             rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
-            pids.append(pid)
+            pids.append(int(pid))
             counts.append(n_local)
             groups.append(g)
             blobs.append(table_to_blob(compress(rel, threads=1)))
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(pids, pa.int64()),
-                pa.array(counts, pa.int64()),
-                pa.array(groups, pa.int32()),
-                pa.array(blobs, pa.binary()),
-            ],
-            names=["pid", "n", "g", "blob"],
-        )
-
-    return run
+            bads.append(0)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(pids, pa.int64()),
+            pa.array(counts, pa.int64()),
+            pa.array(groups, pa.int32()),
+            pa.array(blobs, pa.binary()),
+            pa.array(bads, pa.int64()),
+        ],
+        names=["pid", "n", "g", "blob", "bad"],
+    )
 
 
 def row_tables(
-    marked: DataFrame, groups: list[tuple[Column, bool, int]]
+    marked: DataFrame, groups: list[tuple[Column, str, int]], oks: Sequence[Column] = ()
 ) -> tuple[list[int], list[LineageTable]]:
-    """One pass over ``marked`` (persisted, with ``MID``): rows per partition and the row
-    lineage of every group, compressed per partition on the executors.
+    """One pass over ``marked`` (persisted, or read back from the files it was written to,
+    with ``MID``): rows per marked partition and the row lineage of every group, compressed
+    per partition on the executors.
 
     Args:
         marked: the output frame from :func:`~dslog_dagster.spark.rowid.mark`.
-        groups: per group, a column of input row ids (``bigint``, or ``array<bigint>`` when
-            the flag is set) and the input's row count.
+        groups: per group, a column of input row ids, its kind (``"scalar"`` bigint,
+            ``"list"`` array<bigint>, ``"range"`` struct<lo, hi, ok>) and the input's row
+            count.
+        oks: boolean columns that must hold on every row (null counts as true) for the
+            range groups to be exact.
 
     Returns:
         The partition offsets (dense id of each partition's first row; the last entry is the
         row count) and one table ``(n_out,) ← (n_in,)`` per group, merged exactly.
+
+    Raises:
+        RangesNotExact: some row failed ``oks``.
     """
     cols = [F.col(MID), *[c.alias(f"g{g}") for g, (c, _, _) in enumerate(groups)]]
-    fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups])
-    got = marked.select(*cols).mapInArrow(fn, "pid bigint, n bigint, g int, blob binary")
-    rows = got.collect()
-    counts = {int(r["pid"]): int(r["n"]) for r in rows if r["g"] < 0}
+    if oks:
+        ok = F.coalesce(oks[0], F.lit(True))
+        for c in oks[1:]:
+            ok = ok & F.coalesce(c, F.lit(True))
+        cols.append(ok.alias("__ok"))
+    fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups], bool(oks))
+    got = marked.select(*cols).mapInArrow(
+        fn, "pid bigint, n bigint, g int, blob binary, bad bigint"
+    )
+    rows = [r.asDict() for r in got.collect()]
+    return _assemble(rows, [n for _, _, n in groups])
+
+
+def _assemble(rows: list[dict[str, Any]], n_ins: list[int]) -> tuple[list[int], list[LineageTable]]:
+    """Offsets and merged tables from the per-partition rows of :func:`_compress_partition`."""
+    if any(int(r["bad"]) for r in rows):
+        raise RangesNotExact
+    counts: dict[int, int] = {}
+    for r in rows:
+        if r["g"] < 0:  # rows of a marked partition are numbered 0..n-1 without gaps
+            counts[int(r["pid"])] = max(counts.get(int(r["pid"]), 0), int(r["n"]))
     offsets = partition_offsets(counts)
     n_out = offsets[-1]
-    pieces: list[list[LineageTable]] = [[] for _ in groups]
+    pieces: list[list[LineageTable]] = [[] for _ in n_ins]
     for r in rows:
         if r["g"] >= 0:
             t = table_from_blob(bytes(r["blob"]))
             pieces[r["g"]].append(shift_rows(t, offsets[int(r["pid"])], n_out))
     tables = [
         merge_tables(p) if p else LineageTable((n_out,), (n,), "provrc", 0, 0, *_empty_fields())
-        for p, (_, _, n) in zip(pieces, groups, strict=True)
+        for p, n in zip(pieces, n_ins, strict=True)
     ]
     return offsets, tables
+
+
+def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], side: str):  # type: ignore[no-untyped-def]
+    """Pass every batch through unchanged; at the end of the partition compress the row
+    lineage of the slot columns (as :func:`row_tables` does) into a side file."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+
+        import pyarrow.compute as pc
+
+        kept = []
+        for b in batches:
+            yield b
+            if b.num_rows:
+                cols = [b.column(MID), *[b.column(s) for s in slots]]
+                names = [MID, *[f"g{g}" for g in range(len(slots))]]
+                if oks:
+                    ok = pc.fill_null(pc.struct_field(b.column(oks[0]), "ok"), True)
+                    for o in oks[1:]:
+                        ok = pc.and_(ok, pc.fill_null(pc.struct_field(b.column(o), "ok"), True))
+                    cols.append(ok)
+                    names.append("__ok")
+                kept.append(pa.RecordBatch.from_arrays(cols, names=names))
+        if not kept:
+            return
+        res = _compress_partition(pa.Table.from_batches(kept), kinds, n_ins, bool(oks))
+        pid = int(res.column(0)[0].as_py())
+        tmp = os.path.join(side, f".{pid}-{os.getpid()}.tmp")
+        with pa.OSFile(tmp, "wb") as fh, pa.ipc.new_file(fh, res.schema) as w:
+            w.write_batch(res)
+        os.replace(tmp, os.path.join(side, f"{pid}.arrow"))  # a retried task writes the same
+
+    return run
+
+
+def write_with_lineage(
+    out: DataFrame,
+    path: str,
+    side: str,
+    slots: list[str],
+    kinds: list[str],
+    n_ins: list[int],
+    oks: list[str],
+) -> tuple[list[int], list[LineageTable]]:
+    """Write ``out`` (with ``MID``) as Parquet at ``path`` and, in the same job, compress the
+    row lineage of its slot columns per partition (one slot per group; side files in the
+    driver-visible directory ``side``, so a local master only). Saves the job that reads the
+    slot columns back.
+
+    Raises:
+        RangesNotExact: some row failed its range check (``oks``: range slot columns).
+    """
+    import os
+
+    os.makedirs(side, exist_ok=True)
+    fn = _tee(slots, kinds, n_ins, oks, side)
+    out.mapInArrow(fn, out.schema).write.mode("overwrite").option("compression", "zstd").parquet(
+        path
+    )
+    rows: list[dict[str, Any]] = []
+    for name in sorted(os.listdir(side)):
+        if name.endswith(".arrow"):
+            with pa.memory_map(os.path.join(side, name)) as fh:
+                rows += pa.ipc.open_file(fh).read_all().to_pylist()
+    return _assemble(rows, n_ins)

@@ -13,6 +13,7 @@ Only the node types the supported operations produce are understood; any other n
 guessed.
 """
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,9 +89,35 @@ def _attr_seq(s: Any) -> list[Any]:
     return seq(s.toSeq()) if hasattr(s, "toSeq") else seq(s)
 
 
+# An attribute prints as ``name#id`` plus a one-letter type suffix (``L`` for bigint); a list
+# or set of them as ``List(a#1, b#2L)`` / ``{a#1}``. Every call into the JVM costs a round trip
+# (~1 ms, far more on a loaded machine) and a plan walk makes thousands, so ids are read from
+# that one string; the count is checked against ``size()`` and any doubt (a name that itself
+# looks like ``x#3, ``, a watermark suffix) falls back to reading attribute by attribute.
+_ID_AT_END = re.compile(r"#(\d+)[A-Za-z]?(?=, |[)}\]]$)")
+
+
+def _ids(attrs: Any) -> list[int] | None:
+    ids = [int(m) for m in _ID_AT_END.findall(str(attrs.toString()))]
+    return ids if len(ids) == attrs.size() else None
+
+
 def refs_of(expr: Any) -> list[int]:
     """Expression ids of the attributes an expression references."""
-    return [a.exprId().id() for a in _attr_seq(expr.references())]
+    refs = expr.references()
+    fast = _ids(refs)
+    if fast is not None:
+        return fast
+    return [a.exprId().id() for a in _attr_seq(refs)]
+
+
+def output_ids(plan: Any) -> list[int]:
+    """Expression ids of a plan's output attributes, in order."""
+    out = plan.output()
+    fast = _ids(out)
+    if fast is not None:
+        return fast
+    return [a.exprId().id() for a in seq(out)]
 
 
 def output_of(plan: Any) -> list[tuple[str, int]]:
@@ -137,6 +164,7 @@ class PlanWalker:
         self.op = op
         self.window_rule = window_rule
         self._semantic = False
+        self.generated = False  # a Generate node (explode) repeats rows
 
     def _unsupported(self, node: str) -> UnsupportedFrameOperationError:
         msg = (
@@ -158,7 +186,7 @@ class PlanWalker:
         except _NoBase:
             self._semantic = True
             infos = self._walk(plan)
-        return [infos[eid] for _, eid in output_of(plan)]
+        return [infos[eid] for eid in output_ids(plan)]
 
     def _base_of(self, node: Any) -> Base | None:
         for b in self.bases:
@@ -175,7 +203,7 @@ class PlanWalker:
     def _walk(self, node: Any) -> dict[int, Info]:
         base = self._base_of(node)
         if base is not None:
-            ids = [eid for _, eid in output_of(node)]
+            ids = output_ids(node)
             return dict(zip(ids, base.infos, strict=True))
         name = node.nodeName()
         children = seq(node.children())
@@ -183,12 +211,15 @@ class PlanWalker:
             return self._walk(children[0])
         if name == "Project":
             child = self._walk(children[0])
-            return {e.exprId().id(): self._expr_info(e, child) for e in seq(node.projectList())}
+            exprs = seq(node.projectList())
+            ids = output_ids(node)  # a Project's output is its list's attributes, in order
+            return {i: self._expr_info(e, child) for i, e in zip(ids, exprs, strict=True)}
         if name == "Filter":
             child = self._walk(children[0])
             cond = self._lin(refs_of(node.condition()), child).full()
             return {k: v if isinstance(v, str) else v.considering(cond) for k, v in child.items()}
         if name == "Generate":
+            self.generated = True
             child = self._walk(children[0])
             gen = self._lin(refs_of(node.generator()), child)
             out = dict(child)

@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 __all__ = ["ROW_ID", "RowIds", "with_row_id"]
@@ -49,14 +49,19 @@ def partition_offsets(counts: dict[int, int]) -> list[int]:
     return list(itertools.accumulate([counts.get(p, 0) for p in range(top + 1)], initial=0))
 
 
-def dense_ids(marked: DataFrame, offsets: list[int], name: str = ROW_ID) -> DataFrame:
-    """``marked`` (see :func:`mark`) with dense ids ``offsets[partition] + index``."""
+def dense_id(offsets: list[int]) -> Column:
+    """The dense id ``offsets[partition] + index`` of a row of a :func:`mark` ed frame."""
     if len(offsets) <= 1:
-        return marked.withColumn(name, F.lit(0).cast("bigint")).drop(MID)
+        return F.lit(0).cast("bigint")
     part = F.shiftright(F.col(MID), PART_BITS)
     offset = F.element_at(F.array(*[F.lit(o) for o in offsets[:-1]]), (part + 1).cast("int"))
     local = F.col(MID).bitwiseAND(F.lit((1 << PART_BITS) - 1))
-    return marked.withColumn(name, (offset + local).cast("bigint")).drop(MID)
+    return (offset + local).cast("bigint")
+
+
+def dense_ids(marked: DataFrame, offsets: list[int], name: str = ROW_ID) -> DataFrame:
+    """``marked`` (see :func:`mark`) with dense ids ``offsets[partition] + index``."""
+    return marked.withColumn(name, dense_id(offsets)).drop(MID)
 
 
 def with_row_id(df: DataFrame, name: str = ROW_ID) -> RowIds:

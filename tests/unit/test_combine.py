@@ -76,12 +76,15 @@ def test_product_is_row_lineage_times_column_lineage(seed: int, kinds: list[str]
     m = int(rng.integers(1, k_out * k_in + 1))
     jc = rng.integers(0, [k_out, k_in], size=(m, 2))
     cols = LineageRelation.from_columns((k_out,), (k_in,), [jc[:, 0]], [jc[:, 1]])
-    prod = product_table(compress(rows), compress(cols, fallback="never"))
+    col_table = compress(cols, fallback="never")
+    prod = product_table(compress(rows), col_table)
     r, c = rows.unique().pairs(), cols.unique().pairs()
     want = [(o, j, i, k) for o, i in r.tolist() for j, k in c.tolist()]
     arr = np.asarray(want, np.int64).reshape(-1, 4)
     expected = LineageRelation.from_pairs(prod.out_shape, prod.in_shape, arr[:, :2], arr[:, 2:])
     assert prod.decompress() == expected
     assert prod.n_pairs == expected.n
+    # a columnar row table (unstructured row lineage) gives the same product
+    assert product_table(compress(rows, fallback="always"), col_table).decompress() == expected
     both = concat_tables([prod, prod])
     assert both.rows == 2 * prod.rows

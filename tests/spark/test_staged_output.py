@@ -1,0 +1,83 @@
+"""The capture's pass writes its output once; ``write_frame`` links those files into place.
+
+A capture (local master) writes the output rows with ``MID`` and the slot columns in the pass
+that computes the lineage; storing it hard-links (or copies) the files and records the
+partition offsets, and ``read_frame`` turns ``MID`` into the dense row ids. These tests check
+that the stored frame is the captured one (same rows under the same ids, which the lineage
+names), that the hidden columns never reach user code, that the stored directory may be
+renamed (as the IO manager's atomic publish does), and that ``release`` keeps stored files but
+drops staging files.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from dslog_dagster.io_managers.spark_frames import read_frame, write_frame
+from dslog_dagster.spark import ROW_ID, capture_frames
+
+
+def rows_by_id(df: Any) -> dict[int, tuple[Any, ...]]:
+    out = {}
+    for r in df.collect():
+        d = r.asDict()
+        out[d.pop(ROW_ID)] = tuple(d.items())
+    return out
+
+
+def test_store_moves_the_pass_output(spark: Any, tmp_path: Path) -> None:
+    # several partitions, so the ids come from several offsets
+    src = spark.range(0, 40, numPartitions=3).withColumn("k", F.col("id") % 7)
+    src = src.withColumn(ROW_ID, F.col("id"))
+
+    def f(x: Any) -> Any:
+        return x.groupBy("k").agg(F.sum("id").alias("s")).orderBy("k")
+
+    cap = capture_frames(f, [src], input_rows=[40])
+    assert cap._staged is not None  # local master: the pass staged its output
+    staged = cap._staged.path
+    before = rows_by_id(cap.frame_with_row_id)
+    assert sorted(before) == list(range(7))
+    # lineage names those ids: row o holds the group of key k, the ids of that group
+    rel = cap.relation(0)
+    for o, items in before.items():
+        k = dict(items)["k"]
+        got = {int(r) for oo, _, r, _ in rel.pairs().tolist() if oo == o}
+        assert got == {i for i in range(40) if i % 7 == k}
+
+    info = write_frame(cap, tmp_path / "out.parquet")
+    assert info.rows == 7
+    assert [n for n, _ in info.schema] == ["k", "s"]
+    # renamed after writing (atomic publish): the stored frame and the capture still read
+    os.replace(tmp_path / "out.parquet", tmp_path / "final.parquet")
+    stored = read_frame(spark, tmp_path / "final.parquet", row_id=True)
+    assert stored.columns == ["k", "s", ROW_ID]
+    assert rows_by_id(stored) == before
+    assert read_frame(spark, tmp_path / "final.parquet").columns == ["k", "s"]
+    assert rows_by_id(cap.frame_with_row_id) == before
+    assert cap.frame.columns == ["k", "s"]
+
+    # a second store; release drops the staging files and keeps both stored frames
+    write_frame(cap, tmp_path / "copy.parquet")
+    cap.release()
+    assert not os.path.exists(staged)
+    assert rows_by_id(read_frame(spark, tmp_path / "copy.parquet", row_id=True)) == before
+    assert rows_by_id(read_frame(spark, tmp_path / "final.parquet", row_id=True)) == before
+
+
+def test_release_drops_staging_and_empty_output(spark: Any, tmp_path: Path) -> None:
+    src = spark.range(0, 10).withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(lambda x: x.filter("id < 0"), [src], input_rows=[10])
+    assert cap.n_rows == 0
+    assert cap.frame.count() == 0
+    write_frame(cap, tmp_path / "empty.parquet")
+    assert read_frame(spark, tmp_path / "empty.parquet", row_id=True).count() == 0
+
+    cap2 = capture_frames(lambda x: x.filter("id < 5"), [src], input_rows=[10])
+    assert cap2._staged is not None
+    staged = cap2._staged.path
+    assert os.path.isdir(staged)
+    cap2.release()
+    assert not os.path.exists(staged)
