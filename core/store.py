@@ -1068,6 +1068,32 @@ class LineageStore:
             LineageNotFoundError: no such operation or table.
             LineageStorageError / SchemaVersionError: the file is damaged or too new.
         """
+        blob, where = self._stored_blob(op, output, input)
+        return storage.table_from_blob(blob, where)
+
+    def read_blob(
+        self,
+        op: "str | OperationRecord",
+        output: "str | ArrayRecord",
+        input: "str | ArrayRecord",
+    ) -> bytes:
+        """The stored bytes of one lineage table (what :func:`storage.table_from_blob` reads).
+
+        For engines that decode tables where the work runs (the Spark query path ships the
+        blob to an executor): reading through the store survives a compaction that moves the
+        table into a pack between lookup and read, which a path handed out would not.
+
+        Raises:
+            LineageNotFoundError: no such operation or table.
+        """
+        return self._stored_blob(op, output, input)[0]
+
+    def _stored_blob(
+        self,
+        op: "str | OperationRecord",
+        output: "str | ArrayRecord",
+        input: "str | ArrayRecord",
+    ) -> tuple[bytes, str]:
         rec = op if isinstance(op, OperationRecord) else self.get_operation(op)
         out_name = output.name if isinstance(output, ArrayRecord) else output
         in_name = input.name if isinstance(input, ArrayRecord) else input
@@ -1080,7 +1106,7 @@ class LineageStore:
                 "(its segment was deleted?); `dslog inspect` lists what is there."
             )
             raise LineageNotFoundError(msg) from e
-        return storage.table_from_blob(blob, str(self.root / rel))
+        return blob, str(self.root / rel)
 
     # ----------------------------------------------------------------- compaction
 

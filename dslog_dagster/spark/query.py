@@ -4,8 +4,9 @@ Same answers as :meth:`DSLog.prov_query <dslog_dagster.core.api.DSLog.prov_query
 native in-situ path), computed differently:
 
 1. the path is resolved on the driver from the store's records (small);
-2. each hop's table is read by Spark straight from the store's Parquet segment and decoded on
-   the executors into one Spark row per ProvRC row (absolute output intervals, input
+2. each hop's compressed table is read through the store (so a compaction that packs its
+   segment meanwhile cannot break the query), shipped to an executor and decoded there into
+   one Spark row per ProvRC row (absolute output intervals, input
    constraints, exact input hulls); columnar tables become one-pair rows, as in
    :func:`dslog_dagster.core.query.prepare`;
 3. the θ-join is a Spark SQL range join: a query box meets a table row when their intervals
@@ -131,17 +132,15 @@ class SparkQueryEngine:
             else (hop.src.name, hop.dst.name)
         )
         rec = op.table(out, inp)
-        k = op.tables.index(rec)
         l = len(hop.dst.shape if hop.direction == "forward" else hop.src.shape)
         m = len(hop.src.shape if hop.direction == "forward" else hop.dst.shape)
         key = (op.op_id, out, inp)
         if key not in self._rows:
-            store = self.log.store
-            path, _ = store._in_segment(op.op_id, lambda seg: str(seg.path))
-            blobs = (
-                self.spark.read.parquet(path)
-                .where(F.col("op") == op.op_id)
-                .select(F.col("data")[k].alias("blob"))
+            # the compressed table (small next to the relation it encodes) goes to one
+            # executor, which expands it to rows; the rows are then spread for the joins
+            blob = self.log.store.read_blob(op, out, inp)
+            blobs = self.spark.createDataFrame(
+                pa.table({"blob": pa.array([blob], pa.binary())}).to_pandas()
             )
             rows = blobs.mapInArrow(_decoder(l, m), _row_schema(l, m))
             parts = max(1, min(64, rec.rows // _ROWS_PER_PARTITION))

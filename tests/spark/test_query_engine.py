@@ -61,3 +61,32 @@ def test_run_query_selects_the_engine(spark: Any, tmp_path: Path) -> None:
     assert run_query(log, ["y", "x"], np.s_[1:3]) == want
     with pytest.raises(QueryError, match="SparkSession"):
         run_query(log, ["y", "x"], np.s_[1:3], engine="spark")
+
+
+def test_spark_query_survives_a_compaction_between_lookup_and_read(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark reads lazily: a table looked up before a compaction packs its segment is read
+    after it. The engine must not hold a segment path that the compaction deletes."""
+    log = DSLog(tmp_path / "s")
+    x, y, z = Array("x", (6, 4)), Array("y", (6,)), Array("z", (6,))
+    log.register_operation(
+        "sum", [x], [y], [Lineage(y, x, [(np.s_[i], np.s_[i, :]) for i in range(6)])]
+    )
+    log.register_operation(
+        "neg", [y], [z], [Lineage(z, y, [(np.s_[i], np.s_[i]) for i in range(6)])]
+    )
+    want = log.prov_query(["z", "y", "x"], np.s_[2:4])
+    engine = SparkQueryEngine(spark, log)
+    looked_up = SparkQueryEngine._table_rows
+    packed: list[int] = []
+
+    def then_compact(self: SparkQueryEngine, hop: Any) -> Any:
+        got = looked_up(self, hop)
+        packed.append(log.store.compact().operations)
+        return got
+
+    monkeypatch.setattr(SparkQueryEngine, "_table_rows", then_compact)
+    assert engine.prov_query(["z", "y", "x"], np.s_[2:4]) == want
+    assert packed[0] == 2  # the first hop's segment really moved into a pack
+    engine.close()
