@@ -59,7 +59,9 @@ def get_session(
     """The process's SparkSession, created on first use with ``master`` and ``conf``.
 
     A session that already runs in this process is returned as it is (Spark allows one
-    active SparkContext per JVM); runtime SQL options from ``conf`` are applied to it.
+    active SparkContext per JVM). Runtime SQL options the caller passes in ``conf`` are applied
+    to it; :data:`DEFAULT_CONF` is not, so a session the user configured (say with 200 shuffle
+    partitions) keeps its settings when a resource with default config attaches to it.
 
     Raises:
         SparkUnavailableError: Java is missing or the JVM did not start.
@@ -70,11 +72,12 @@ def get_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    merged = {**DEFAULT_CONF, **{str(k): str(v) for k, v in (conf or {}).items()}}
+    asked = {str(k): str(v) for k, v in (conf or {}).items()}
+    merged = {**DEFAULT_CONF, **asked}
     active = SparkSession.getActiveSession()
     if active is not None:
-        for k, v in merged.items():
-            if k.startswith("spark.sql.") and k != "spark.sql.session.timeZone":
+        for k, v in asked.items():
+            if k.startswith("spark.sql."):
                 active.conf.set(k, v)
         return active
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -48,6 +48,21 @@ def test_resource_reuses_the_session(spark: Any) -> None:
     assert res.spark_session is spark
 
 
+def test_attaching_to_a_running_session_keeps_its_settings(spark: Any) -> None:
+    """A resource with default config must not reset what the session's owner set (our
+    defaults apply to sessions we start); options the caller passes explicitly do apply."""
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    try:
+        spark.conf.set(key, "7")
+        assert SparkSessionResource().get_session() is spark
+        assert spark.conf.get(key) == "7"
+        SparkSessionResource(conf={key: "3"}).get_session()
+        assert spark.conf.get(key) == "3"
+    finally:
+        spark.conf.set(key, before)
+
+
 def test_to_numpy_and_back_keep_lineage(spark: Any) -> None:
     df = spark.createDataFrame([(i, i * 10.0, -i) for i in range(6)], "a long, b double, c long")
     cap = capture_frames(lambda x: x.filter("a >= 2").select("c", "b"), [df])
