@@ -647,10 +647,10 @@ def _run_frames(
             frames[n], rows[n] = value, None
         else:
             msg = (
-                f"Input `{n}` of tracked step `{step_key}` is a DataFrame that DSLogIOManager "
-                "did not load, so its rows have no stored ids for lineage to name. Store the "
-                "upstream asset with DSLogIOManager, pass the input in `untracked_inputs`, or "
-                'use policy="off".'
+                f"Input `{n}` of tracked step `{step_key}` is a DataFrame stored without row "
+                "ids, so lineage has no rows to name. Store the upstream asset with "
+                "DSLogIOManager or with_lineage(<IO manager>) from a tracked step, pass the "
+                'input in `untracked_inputs`, or use policy="off".'
             )
             raise UnsupportedArrayError(msg)
     refs = tuple(_input_ref(ctx, n, run_id, step_key) for n in names)

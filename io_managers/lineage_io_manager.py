@@ -19,6 +19,11 @@ with the dense row-id column the lineage names rows by, and a ``_dslog_frame.jso
 ordinary DataFrame and hands the frame *with* ids to the tracked step
 (:class:`~dslog_dagster.tracking.FrameSource`); see :mod:`dslog_dagster.spark.steps`.
 
+``with_lineage(inner)`` leaves storage to another IO manager. A DataFrame output of a tracked
+step reaches it *with* its row-id column (``ROW_ID``), since that manager need not keep row
+order; loading takes the column off for user code and hands the frame with ids to the tracked
+step, as above. Untracked outputs reach it unchanged.
+
 The lineage store defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLogResource`).
 """
 
@@ -490,27 +495,73 @@ class _LineageIOManager(dg.IOManager):
         return s.model_copy(update={"store_dir": str(self.writer.store_dir())})
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        if not is_frame(obj):
-            self.inner.handle_output(context, obj)
-            context.add_output_metadata(self.writer.write(context, obj))
+        if is_frame(obj):
+            self._handle_frame(context, obj)
             return
-        pending = pop_pending(context.run_id, context.step_key, context.name)
-        if pending is not None and pending.obtained not in ("off", "none"):
-            if pending.frame is not None:
-                pending.frame.release()
-            msg = (
-                f"Output `{context.name}` of tracked step `{context.step_key}` is a Spark "
-                "DataFrame; lineage names its rows by the ids DSLogIOManager stores with the "
-                "frame, which with_lineage(...) cannot add to another IO manager's files. Use "
-                'DSLogIOManager for Spark steps (or policy="off").'
-            )
-            raise LineageStorageError(msg)
         self.inner.handle_output(context, obj)
-        # nothing to register: the shape is not needed for an untracked output
-        context.add_output_metadata(self.writer.write_pending(context, pending, (0, 0), "float64"))
+        context.add_output_metadata(self.writer.write(context, obj))
+
+    def _handle_frame(self, context: dg.OutputContext, obj: Any) -> None:
+        """Hand the inner IO manager the frame *with* its row-id column, then add lineage.
+
+        Lineage names a frame's rows by id, and another IO manager's storage need not keep row
+        order, so the ids travel as an ordinary column (``ROW_ID``) that :meth:`load_input`
+        takes off again. An untracked output (``policy="off"`` or a plain Dagster step) is
+        handed over unchanged.
+        """
+        from dslog_dagster.spark.rowid import ROW_ID, with_row_id
+
+        pending = pop_pending(context.run_id, context.step_key, context.name)
+        if pending is None or pending.obtained == "off":
+            self.inner.handle_output(context, obj)
+            md = self.writer.write_pending(context, pending, (0, 0), "float64")
+            context.add_output_metadata(md)
+            return
+        cap = pending.frame
+        numbered = None
+        try:
+            if cap is not None:  # a capture: its own ids are the ones its lineage names
+                stored, rows = cap.frame_with_row_id, int(cap.n_rows)
+            else:  # a source step: number the rows now
+                numbered = with_row_id(obj)
+                stored, rows = numbered.frame, int(numbered.n)
+            self.inner.handle_output(context, stored)
+            fields = [f for f in stored.schema.fields if f.name != ROW_ID]
+            md: dict[str, Any] = {
+                "dslog/shape": dg.MetadataValue.text(str((rows, len(fields)))),
+                "dagster/row_count": dg.MetadataValue.int(rows),
+                m.COLUMN_SCHEMA: dg.TableSchema(
+                    columns=[dg.TableColumn(f.name, f.dataType.simpleString()) for f in fields]
+                ),
+            }
+            md |= self.writer.write_pending(context, pending, (rows, len(fields)), "float64")
+            if pending.column_lineage is not None:
+                md[m.COLUMN_LINEAGE] = m.column_lineage(
+                    pending.column_lineage, pending.inputs, [f.name for f in fields]
+                )
+        finally:
+            if cap is not None:
+                cap.release()
+            if numbered is not None:
+                numbered.release()
+        context.add_output_metadata(md)
 
     def load_input(self, context: dg.InputContext) -> Any:
-        return self.inner.load_input(context)
+        value = self.inner.load_input(context)
+        if not is_frame(value):
+            return value
+        from dslog_dagster.spark.rowid import ROW_ID
+
+        if ROW_ID not in value.columns:
+            return value  # stored untracked; a tracked step consuming it says so
+        try:
+            step = context.step_context
+        except dg.DagsterInvariantViolationError:  # loaded outside a run
+            step = None
+        if step is not None:
+            source = FrameSource(value, None, f"{type(self.inner).__name__} input {context.name}")
+            stash_frame_input(step.run_id, step.step.key, context.name, source)
+        return value.drop(ROW_ID)
 
 
 def with_lineage(
@@ -520,7 +571,10 @@ def with_lineage(
 
     The inner IO manager stores the values exactly as before; the lineage of tracked steps goes
     into the store of ``dslog`` (default: ``$DSLOG_STORE``, else ``.dslog`` under the inner IO
-    manager's ``base_dir`` or the instance storage directory).
+    manager's ``base_dir`` or the instance storage directory). A Spark DataFrame output of a
+    tracked step is handed to ``inner`` with one extra column, the row ids its lineage names
+    (``dslog_dagster.spark.ROW_ID``); ``inner`` must store it like any other column (Parquet,
+    Delta and table IO managers do). Loading drops it again before user code sees the frame.
 
     Args:
         inner: a Pythonic IO manager (``dg.FilesystemIOManager(...)``, any

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from dslog_dagster import (
     DSLogIOManager,
+    DSLogResource,
     tracked_asset,
     tracked_multi_asset,
     tracked_op,
@@ -430,17 +431,85 @@ def test_ops_in_a_graph_store_frames_and_lineage(spark: Any, tmp_path: Path) -> 
         assert got == {(sid[r["y"]], 1)}
 
 
-def test_with_lineage_refuses_tracked_frames(spark: Any, tmp_path: Path) -> None:
-    io = with_lineage(dg.FilesystemIOManager(base_dir=str(tmp_path)))
+class ShuffledParquetIO(dg.ConfigurableIOManager):
+    """Another team's IO manager: DataFrames as plain Parquet, written in a shuffled row order
+    (so lineage cannot rely on the order rows come back in)."""
+
+    base_dir: str
+
+    def _path(self, key: dg.AssetKey) -> str:
+        return str(Path(self.base_dir, *key.path)) + ".pq"
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        path = self._path(context.asset_key)
+        if isinstance(obj, np.ndarray):
+            np.save(path + ".npy", obj)
+            return
+        obj.orderBy(F.rand(seed=3)).write.mode("overwrite").parquet(path)
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        path = self._path(context.asset_key)
+        if Path(path + ".npy").exists():
+            return np.load(path + ".npy")
+        return SparkSessionResource().get_session().read.parquet(path)
+
+
+def test_with_lineage_adds_frame_lineage_to_another_io_manager(spark: Any, tmp_path: Path) -> None:
+    inner = ShuffledParquetIO(base_dir=str(tmp_path / "data"))
+    io = with_lineage(inner, DSLogResource(store_dir=str(tmp_path / "lineage")))
     with dg.instance_for_test() as inst:
         res = dg.materialize(
-            [people],
+            [people, cities, joined, matrix, colsums],
             instance=inst,
             resources={"io_manager": io, "spark": SparkSessionResource(master="local[2]")},
+            run_config=QUIET,
+        )
+    assert res.success  # `joined` itself asserts that user code never sees the row ids
+    md = _md(res, "joined")
+    assert md[m.OBTAINED] == "captured"
+    assert md["dslog/shape"] == "(6, 5)"
+    assert md["dagster/row_count"] == 6
+    assert [c.name for c in md[m.COLUMN_SCHEMA].columns] == ["g", "id", "v", "city", "v2"]
+    assert set(md[m.COLUMN_LINEAGE].deps_by_column) == {"g", "id", "v", "city", "v2"}
+    assert _md(res, "people")[m.OBTAINED] == "source"
+    # the inner manager stored the ids as a column; lineage names rows by them, not by order
+    ppl = {r["id"]: r[ROW_ID] for r in spark.read.parquet(inner._path(people.key)).collect()}
+    assert sorted(ppl.values()) == list(range(8))
+    jrows = spark.read.parquet(inner._path(joined.key)).collect()
+    assert sorted(r[ROW_ID] for r in jrows) == list(range(6))
+    log = DSLog(tmp_path / "lineage")
+    for r in jrows:  # joined.v2 (column 4) <- people.v (column 2) of the same person
+        assert _cells(log, ["joined", "people"], [(r[ROW_ID], 4)]) == {(ppl[r["id"]], 2)}
+    want = {(ppl[r["id"]], 2) for r in jrows}  # colsums[1] = sum of v2 over joined
+    assert _cells(log, ["colsums", "matrix", "joined", "people"], [1]) == want
+
+
+def test_with_lineage_passes_untracked_frames_unchanged(spark: Any, tmp_path: Path) -> None:
+    @dg.asset
+    def plain_people(spark: SparkSessionResource) -> DataFrame:
+        return spark.get_session().range(0, 4)
+
+    @tracked_asset
+    def doubled(plain_people: DataFrame) -> DataFrame:
+        return plain_people.withColumn("x", F.col("id") * 2)
+
+    inner = ShuffledParquetIO(base_dir=str(tmp_path / "data"))
+    io = with_lineage(inner, DSLogResource(store_dir=str(tmp_path / "lineage")))
+    resources = {"io_manager": io, "spark": SparkSessionResource(master="local[2]")}
+    with dg.instance_for_test() as inst:
+        res = dg.materialize([plain_people], instance=inst, resources=resources, run_config=QUIET)
+        assert res.success
+        stored = spark.read.parquet(inner._path(plain_people.key))
+        assert stored.columns == ["id"]  # an untracked output is stored exactly as returned
+        res = dg.materialize(
+            [plain_people, doubled],
+            instance=inst,
+            resources=resources,
+            selection=[doubled],
             raise_on_error=False,
             run_config=QUIET,
         )
-    assert not res.success
+    assert not res.success  # its rows have no ids to name: a clear error, not a guess
     err = str(res.get_step_failure_events()[0].step_failure_data.error)
-    assert "LineageStorageError" in err
-    assert "DSLogIOManager" in err
+    assert "stored without row ids" in err
+    assert "with_lineage" in err
