@@ -600,12 +600,15 @@ class DSLog:
         cells: object,
         *,
         direction: Direction | None = None,
+        run_hop: Callable[[Hop, CellSet], CellSet] | None = None,
     ) -> CellSet:
         """Cells of ``dst`` linked to ``cells`` of ``src`` over EVERY path of operations
         between them (all forward if ``dst`` is downstream, all backward if upstream).
 
         Uses the newest version of each array given by name. ``direction`` insists on one
         direction (``"forward"``: ``dst`` must be downstream of ``src``); ``None`` tries both.
+        ``run_hop`` answers one hop on another engine (the Spark query engine passes its own);
+        the default is the native in-situ :meth:`Hop.run`.
 
         Raises:
             LineageNotFoundError: unknown arrays or no path between them.
@@ -619,7 +622,7 @@ class DSLog:
             ("forward", "backward") if direction is None else (direction,)
         )
         for way in tried:
-            result = self._union_over_paths(s, d_ids, start, way)
+            result = self._union_over_paths(s, d_ids, start, way, run_hop or Hop.run)
             if result is not None:
                 return result
         if direction is None:
@@ -636,7 +639,12 @@ class DSLog:
         raise LineageNotFoundError(msg)
 
     def _union_over_paths(
-        self, s: ArrayRecord, d_ids: set[str], start: CellSet, direction: Direction
+        self,
+        s: ArrayRecord,
+        d_ids: set[str],
+        start: CellSet,
+        direction: Direction,
+        run_hop: Callable[[Hop, CellSet], CellSet],
     ) -> CellSet | None:
         edges = self._fwd if direction == "forward" else self._bwd
         # nodes reachable from s, then a topological order of them (the graph is a DAG over
@@ -692,7 +700,7 @@ class DSLog:
                     (nxt.name, recs[u].name) if direction == "forward" else (recs[u].name, nxt.name)
                 )
                 hop = Hop(recs[u], nxt, direction, op, self._prepared_for(op, out, inp))
-                got = hop.run(cells[u])
+                got = run_hop(hop, cells[u])
                 prev = cells.get(nxt.array_id)
                 cells[nxt.array_id] = got if prev is None else prev | got
         return cells.get(target, CellSet.empty(recs[target].shape))

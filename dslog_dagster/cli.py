@@ -8,6 +8,7 @@ dslog query STORE A B [C ...] --cells "0:10,3"
                                keys are array names (images/smoothed, counts[2026-11-21])
 dslog query STORE A B --between
                                union over every path from A to B, as the query assets do
+dslog query ... --engine spark  the same answer computed by range joins on Spark (local)
 dslog compact STORE            pack the files of small operations into shared pack files
 """
 
@@ -87,11 +88,25 @@ def _query(args: argparse.Namespace) -> int:
     source = log.store.get_array(names[0])
     boxes = args.cells if args.cells else [":"]
     cells = cells_from_spec(source.shape, boxes)
-    if args.between:
-        if len(names) != 2:
-            msg = f"--between takes exactly two arrays (source, target), got {len(names)}."
-            raise DSLogError(msg)
-        direction = None if args.direction == "auto" else args.direction
+    if args.between and len(names) != 2:
+        msg = f"--between takes exactly two arrays (source, target), got {len(names)}."
+        raise DSLogError(msg)
+    direction = None if args.direction == "auto" else args.direction
+    if args.engine == "spark":
+        from dslog_dagster.spark.query import SparkQueryEngine
+        from dslog_dagster.spark.session import get_session
+
+        engine = SparkQueryEngine(get_session("local[*]"), log)
+        try:
+            if args.between:
+                result = engine.lineage_between(names[0], names[1], cells, direction=direction)
+            else:
+                print(log.plan(names), file=sys.stderr)
+                result = engine.prov_query(names, cells)
+        finally:
+            engine.close()
+        print("engine: spark", file=sys.stderr)
+    elif args.between:
         result = log.lineage_between(names[0], names[1], cells, direction=direction)
         print(f"union over every path {names[0]} -> {names[1]}", file=sys.stderr)
     else:
@@ -169,6 +184,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         help="partition key of a partitioned asset: once for all arrays or once per array "
         "in order ('' for an unpartitioned one)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["native", "spark"],
+        default="native",
+        help="native: in-situ C++ here (default); spark: range joins in Spark SQL on a local "
+        "session, for stores too big for one machine",
     )
     p.add_argument("--output", help="write the boxes to this Parquet file instead of stdout")
     p.add_argument("--count", action="store_true", help="print only the number of cells")

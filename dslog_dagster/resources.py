@@ -113,6 +113,14 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "writes atomic but leaves flushing to the OS, like the asset values' IO manager."
         ),
     )
+    query_engine: Literal["native", "spark"] = Field(
+        default="native",
+        description=(
+            "Engine of the query assets: native (in-situ C++ on this machine) or spark (range "
+            "joins in Spark SQL over the stored tables, for stores too big for one machine; "
+            "uses the running SparkSession, else starts a local one)."
+        ),
+    )
 
     def settings(self) -> dict[str, Any]:
         """The fields as keyword arguments (``DSLogIOManager(**dslog.settings())``)."""

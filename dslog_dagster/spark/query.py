@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dslog_dagster.core.api import DSLog, Hop
-from dslog_dagster.core.query import CellSet, as_cells
+from dslog_dagster.core.query import CellSet, Direction, as_cells
 from dslog_dagster.errors import QueryError
 
 __all__ = ["Engine", "SparkQueryEngine", "run_query"]
@@ -190,6 +190,18 @@ class SparkQueryEngine:
                 return CellSet.empty(plan.target.shape)
             cur = self._hop(hop, cur)
         return cur
+
+    def lineage_between(
+        self, src: Any, dst: Any, cells: object, *, direction: Direction | None = None
+    ) -> CellSet:
+        """Like :meth:`DSLog.lineage_between <dslog_dagster.core.api.DSLog.lineage_between>`
+        (the union over every path, what the query assets answer), each hop run on Spark."""
+        return self.log.lineage_between(src, dst, cells, direction=direction, run_hop=self._run_hop)
+
+    def _run_hop(self, hop: Hop, cells: CellSet) -> CellSet:
+        if hop.prepared is None:  # the operation links the arrays without lineage
+            return CellSet.empty(hop.dst.shape)
+        return self._hop(hop, cells)
 
     def close(self) -> None:
         """Drop the cached table rows."""
