@@ -235,9 +235,9 @@ def main() -> None:
         f"\nElement-wise at 1M: negative {neg_1m:.1f}x, add {add_1m:.1f}x. "
         "A tracked_float element is 16 "
         "bytes, twice a float64, so at 1M cells the annotated operands (16-48 MB) no longer "
-        "fit the cache that still holds bare NumPy's (8-24 MB); and NumPy zero-fills every "
-        "new tracked_float array (the dtype has NPY_NEEDS_INIT, so that no element can hold "
-        "a garbage handle), which bare float64 outputs skip."
+        "fit the cache that still holds bare NumPy's (8-24 MB). (Plain element-wise calls "
+        "write their output without NumPy's zero-fill of new tracked_float arrays; see "
+        "native/src/tracked_float.cpp, 'Uninitialised outputs'.)"
     )
     big_rows = [r for r in rows if int(r["cells"]) >= 10**7]
     for r in big_rows:

@@ -1235,6 +1235,8 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
   }
 }
 
+void install_elementwise_fast_path(PyUFuncObject* uf);  // below: no zero-fill of outputs
+
 constexpr int kMaxBin = 32;
 BinInfo g_bin[kMaxBin];
 int g_nbin = 0;
@@ -1308,6 +1310,7 @@ void register_binary(const char* name, BinKind kind, BinInline op, bool pairwise
     Py_DECREF(cap);
   }
   ++g_nbin;
+  install_elementwise_fast_path(uf);
 }
 
 void register_legacy(const char* name, PyUFuncGenericFunction fn, std::vector<int> types,
@@ -1328,6 +1331,87 @@ void register_unary(const char* name, UnaryInline op) {
   if (op == U_DELEGATE) info->f64 = find_f64_loop(uf);
   register_legacy(name, &unary_loop, {g_typenum, g_typenum}, info.get());
   g_unary_infos.push_back(std::move(info));
+  install_elementwise_fast_path(uf);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Uninitialised outputs for plain element-wise calls
+//
+// The descriptor has NPY_NEEDS_INIT, so NumPy zero-fills (calloc) every new tracked_float array:
+// np.empty, empty_like, ndarray(shape, dtype), and the cells a `where=` mask leaves unwritten
+// then hold 0.0 without lineage instead of garbage handles (which could name cells of this
+// capture: exact lineage, no crash). For an ordinary ufunc output that costs a second pass
+// over 16 bytes per cell; at 1M cells it is as long as the negation itself.
+//
+// So the ufuncs whose tracked loop produces tracked_float get a vectorcall in front of
+// NumPy's that skips the zero-fill in exactly one situation, where every output cell is
+// provably written by our inner loop before anyone can read it: a capture is running, the
+// call is `ufunc(a, b)` with nin positional operands and no keywords (no out=, where=,
+// dtype=, ...), every operand is an exact ndarray of tracked_float that is C-contiguous,
+// aligned, of one common shape (so NumPy's own output would be C-contiguous of that shape)
+// or a Python float/int, and the output is large. Then we allocate the output ourselves
+// with NEEDS_INIT switched off for just that allocation (only our C code runs in between,
+// with the GIL held) and pass it as out=. NumPy runs the unmasked loop over all of it; if the
+// call fails, the half-written output is released with our reference and never escapes.
+// Every other call, and every other way to create a tracked array, still zero-fills.
+// ---------------------------------------------------------------------------------------------
+constexpr npy_intp kNoInitMin = npy_intp(1) << 14;  // cells; smaller outputs: calloc is cheap
+vectorcallfunc g_ufunc_vectorcall = nullptr;        // NumPy's (the same for every ufunc)
+PyObject* g_out_kwnames = nullptr;                  // ("out",)
+
+// A tracked_float array like `like` (C order) whose cells are not zero-filled.
+PyObject* new_uninitialised(PyArrayObject* like) {
+  struct Restore {
+    npy_uint64 flags;
+    ~Restore() { g_descr->flags = flags; }
+  } restore{g_descr->flags};
+  g_descr->flags &= ~npy_uint64(NPY_NEEDS_INIT);
+  Py_INCREF(g_descr);
+  return PyArray_NewFromDescr(&PyArray_Type, g_descr, PyArray_NDIM(like), PyArray_DIMS(like),
+                              nullptr, nullptr, 0, nullptr);
+}
+
+PyObject* elementwise_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf,
+                                 PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  const auto* uf = reinterpret_cast<const PyUFuncObject*>(callable);
+  if (g_arena && kwnames == nullptr && nargs == uf->nin && uf->nout == 1 && nargs <= 2) {
+    PyArrayObject* like = nullptr;
+    bool ok = true;
+    for (Py_ssize_t i = 0; i < nargs && ok; ++i) {
+      PyObject* a = args[i];
+      if (PyArray_CheckExact(a)) {
+        auto* arr = reinterpret_cast<PyArrayObject*>(a);
+        ok = PyArray_DESCR(arr) == g_descr && PyArray_NDIM(arr) > 0 &&
+             PyArray_IS_C_CONTIGUOUS(arr) && PyArray_ISALIGNED(arr) &&
+             (like == nullptr || PyArray_SAMESHAPE(like, arr));
+        like = arr;
+      } else {
+        ok = PyFloat_CheckExact(a) || PyLong_CheckExact(a);
+      }
+    }
+    if (ok && like != nullptr && PyArray_SIZE(like) >= kNoInitMin) {
+      PyObject* out = new_uninitialised(like);
+      if (out == nullptr) return nullptr;
+      PyObject* full[3] = {args[0], nargs > 1 ? args[1] : out, out};
+      PyObject* res = g_ufunc_vectorcall(callable, full, size_t(nargs), g_out_kwnames);
+      Py_DECREF(out);  // on success `res` is `out` (NumPy returns out= itself)
+      return res;
+    }
+  }
+  return g_ufunc_vectorcall(callable, args, nargsf, kwnames);
+}
+
+void install_elementwise_fast_path(PyUFuncObject* uf) {
+  if (uf->nout != 1 || uf->nin > 2 || uf->vectorcall == nullptr) return;
+  if (g_ufunc_vectorcall == nullptr) g_ufunc_vectorcall = uf->vectorcall;
+  // Only in front of NumPy's own entry point (never stack on someone else's hook).
+  if (uf->vectorcall != g_ufunc_vectorcall) return;
+  if (g_out_kwnames == nullptr) {
+    g_out_kwnames = Py_BuildValue("(s)", "out");
+    if (g_out_kwnames == nullptr) throw py::error_already_set();
+  }
+  uf->vectorcall = &elementwise_vectorcall;
 }
 
 // ---------------------------------------------------------------------------------------------
