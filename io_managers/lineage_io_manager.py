@@ -329,7 +329,9 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         key = (str(self._base()), os.environ.get("DSLOG_STORE"))
         cached = self._settings_cache.get(key)
         if cached is None:
-            fields = {k: getattr(self, k) for k in DSLogResource.model_fields}
+            # the lineage-writing settings; the resource's query settings stay at defaults
+            mine = type(self).model_fields
+            fields = {k: getattr(self, k) for k in DSLogResource.model_fields if k in mine}
             unresolved = DSLogResource(**fields)
             cached = DSLogResource(
                 **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
