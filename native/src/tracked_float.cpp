@@ -1707,6 +1707,17 @@ struct FastDiv {
   }
 };
 
+// Every cell of q is below `ncells` (a sorted span's last cell is its largest).
+__attribute__((noinline)) bool cells_below(const dslog::CellSeq& q, uint64_t ncells) {
+  if (q.count == 0) return true;
+  uint64_t last;
+  if (q.data != nullptr) return q.data[q.count - 1] < ncells;
+  if (__builtin_mul_overflow(q.count - 1, q.stride, &last) ||
+      __builtin_add_overflow(last, q.start, &last))
+    return false;
+  return last < ncells;
+}
+
 // Owned int64 buffer handed to NumPy without zero-filling or copying.
 py::array_t<int64_t> adopt_buffer(int64_t* data, py::ssize_t rows, py::ssize_t cols) {
   py::capsule owner(data, [](void* p) { delete[] static_cast<int64_t*>(p); });
@@ -1805,18 +1816,10 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
       // Sets reached through other sets may hold cells of forged bytes (cell ids are plain
       // numbers until here): every cell must be an input cell, or the coordinates computed
       // below would be garbage. Sorted spans: the last is the largest.
-      if (q.count > 0) {
-        uint64_t last;
-        if (q.data != nullptr)
-          last = q.data[q.count - 1];
-        else if (__builtin_mul_overflow(q.count - 1, q.stride, &last) ||
-                 __builtin_add_overflow(last, q.start, &last))
-          last = ~uint64_t(0);
-        if (last >= ncells) {
-          stale = true;
-          bad = kForgedCell;
-          break;
-        }
+      if (!cells_below(q, ncells)) {
+        stale = true;
+        bad = kForgedCell;
+        break;
       }
       if (k == 1) {
         counts[0] += int64_t(q.count);
@@ -1849,7 +1852,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
       for (int64_t d : in_shapes[j]) divs[j].emplace_back(uint64_t(d));
     }
     std::vector<int64_t> oc(size_t(l) + 1, 0);  // coordinates of output cell i
-    auto put = [&](size_t j, uint64_t cell) {
+    auto put = [&](size_t j, uint64_t cell) __attribute__((always_inline)) {
       int64_t* const* cp = colp[j].data();
       const int64_t p = pos[j]++;
       for (int d = 0; d < l; ++d) cp[d][p] = oc[size_t(d)];
