@@ -413,13 +413,20 @@ int af_sort(void* start, npy_intp num, void*) {
   });
   if (g_arena && g_arena->mode() == dslog::Mode::kConsidered) {
     try {
-      Arena::Builder bld(*g_arena);
-      for (const TF& t : lane) {
+      for (const TF& t : lane)
         if (!handle_ok(t.h)) return set_handle_error(t.h), -1;
-        bld.add(g_arena->considered(t.h));
-      }
-      Handle k = bld.finish();
-      for (TF& t : lane) t.h = g_arena->with_considered(t.h, k);
+      // The lane's set is built as an accumulator: small sets are appended as cells, big
+      // shared ones (x - x.mean() gives every element {i} ∪ M) as one reference each, so a
+      // lane of n such elements costs O(n), not n * |M| (flattening every element's set).
+      // begin_call() brackets it: only this accumulator may grow in place, and after the
+      // second call it is frozen, since every element of the lane then shares it.
+      Arena& ar = *g_arena;
+      ar.begin_call();
+      Handle k = 0;
+      size_t left = lane.size();
+      for (const TF& t : lane) ar.acc_join(k, ar.considered(t.h), --left);
+      ar.begin_call();
+      for (TF& t : lane) t.h = ar.with_considered(t.h, k);
     } catch (...) {
       set_cpp_error();
       return -1;
@@ -1724,6 +1731,21 @@ py::array_t<int64_t> adopt_buffer(int64_t* data, py::ssize_t rows, py::ssize_t c
   return py::array_t<int64_t>({rows, cols}, data, owner);
 }
 
+// Cells of consecutive output cells that carry the same set (a considered sort gives a whole
+// lane one shared set, which may hold references to flatten) are flattened once.
+struct SeqMemo {
+  Handle last = 0;
+  dslog::CellSeq q{nullptr, 0, 0, 0};
+  std::vector<uint64_t> scratch;
+  const dslog::CellSeq& operator()(Arena& ar, Handle h) {
+    if (h != last || h == 0) {
+      q = ar.seq(h, scratch);
+      last = h;
+    }
+    return q;
+  }
+};
+
 // Extract the relation of one output against every input: per input, (out_cols (l, n),
 // in_cols (m, n)) int64, sorted lexicographically (outputs, then inputs) and duplicate-free.
 //
@@ -1793,7 +1815,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   };
   {
     py::gil_scoped_release nogil;
-    std::vector<uint64_t> scratch;
+    SeqMemo memo_seq;
     for (npy_intp i = 0; i < ncell && !stale; ++i) {
       Handle h = load(data + i * 16).h;
       if (h == 0) continue;
@@ -1812,7 +1834,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
         ++counts[k == 1 ? 0 : ar.input_of(c2)];
         continue;
       }
-      const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
+      const dslog::CellSeq q = memo_seq(ar, considered ? ar.considered(h) : ar.contrib(h));
       // Sets reached through other sets may hold cells of forged bytes (cell ids are plain
       // numbers until here): every cell must be an input cell, or the coordinates computed
       // below would be garbage. Sorted spans: the last is the largest.
@@ -1841,7 +1863,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   }
   {
     py::gil_scoped_release nogil;
-    std::vector<uint64_t> scratch;
+    SeqMemo memo_seq;
     // Per input: pointers to its columns (outputs first) and where the next pair goes.
     std::vector<std::vector<int64_t*>> colp(k);
     std::vector<std::vector<FastDiv>> divs(k);
@@ -1887,7 +1909,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
         put(k == 1 ? 0 : ar.input_of(c2), c2);
         continue;
       }
-      const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
+      const dslog::CellSeq q = memo_seq(ar, considered ? ar.considered(h) : ar.contrib(h));
       if (k == 1) {
         if (q.data == nullptr) {
           for (uint64_t u = 0; u < q.count; ++u) put(0, q.start + u * q.stride);
