@@ -17,6 +17,8 @@ what was wrong and, when it is known, what to do about it.
     │   ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
     │   │                                  a function that rejects tracked_float, float())
     │   ├── StaleLineageError              a tracked array outlived its capture
+    │   │   └── ForgedLineageError         a tracked array made from raw bytes
+    │   │                                  (`.view(tracked_float)`, `np.frombuffer`)
     │   └── UnsupportedFrameOperationError(NotImplementedError)
     │                                      a DataFrame operation the Spark capture does not
     │                                      understand (never guessed)
@@ -78,6 +80,17 @@ class LineageLostError(CaptureError, TypeError):
 
 class StaleLineageError(CaptureError):
     """A tracked array from a finished capture was used; its annotations are gone."""
+
+
+class ForgedLineageError(StaleLineageError):
+    """A tracked array's annotation bytes were not produced by the running capture.
+
+    NumPy lets any bytes become ``tracked_float`` elements (``.view(tracked_float)`` of another
+    array, ``np.frombuffer``, ``np.ndarray(buffer=...)``) without asking the dtype, so the
+    annotator validates every annotation it dereferences and raises this instead of reading
+    memory it never wrote. A subclass of :class:`StaleLineageError` because both mean "these
+    annotations do not belong to this capture" and code catching that keeps working.
+    """
 
 
 class ReuseError(DSLogError):

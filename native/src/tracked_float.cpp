@@ -13,7 +13,9 @@
 // Lineage is never dropped silently: there is no cast to a numeric dtype (only to bool, which
 // is control like a comparison), float()/int() of a
 // tracked scalar raise LineageLostError, and handles from a finished capture raise
-// StaleLineageError. The descriptor has NPY_NEEDS_PYAPI so every loop runs with the GIL held
+// StaleLineageError; annotation bytes that no capture produced (`.view(tracked_float)` of other
+// data, `np.frombuffer`) raise ForgedLineageError wherever a handle is dereferenced (see
+// "Handles are read from array memory" in annotations.hpp). The descriptor has NPY_NEEDS_PYAPI so every loop runs with the GIL held
 // (the arena is single-threaded) and errors set in loops propagate.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -71,12 +74,14 @@ struct TFScalar {
 // ---------------------------------------------------------------------------------------------
 std::unique_ptr<Arena> g_arena;
 uint32_t g_last_epoch = 0;
+bool g_epochs_wrapped = false;  // every epoch has been issued at least once
 int g_typenum = -1;
 PyArray_Descr* g_descr = nullptr;
 PyArray_DTypeMeta* g_dtmeta = nullptr;
 PyTypeObject* g_scalar_type = nullptr;
 PyObject* g_lost_error = nullptr;   // dslog_dagster.errors.LineageLostError
 PyObject* g_stale_error = nullptr;  // dslog_dagster.errors.StaleLineageError
+PyObject* g_forged_error = nullptr;  // dslog_dagster.errors.ForgedLineageError
 PyArray_ArrFuncs g_arrfuncs;
 
 inline TF load(const char* p) {
@@ -94,21 +99,54 @@ inline double load_v(const char* p) {
   return v;
 }
 
-inline bool handle_ok(Handle h) {
-  return h == 0 || (g_arena && hnd::epoch(h) == g_arena->epoch());
+// Exact validation of a handle read from array memory (Arena::check), at every site that
+// hands one to the arena outside the vector fast paths (which check their own way).
+inline bool handle_ok(Handle h) { return h == 0 || (g_arena && g_arena->check(h)); }
+
+void set_forged_error() {
+  PyErr_SetString(g_forged_error,
+                  "A tracked_float array holds annotation bytes that the running capture did "
+                  "not produce: it was made from raw memory (`.view(tracked_float)` of another "
+                  "array, `np.frombuffer`, `np.ndarray(..., buffer=...)`, a structured view), so "
+                  "its lineage is meaningless. Build tracked arrays only with `capture(...)` (or "
+                  "`annotate`) and NumPy operations on them, never from raw bytes.");
+}
+
+void set_stale_error();
+
+// Why handle h is not valid: from a finished capture (an epoch issued before, in this
+// process), or forged (anything else: an epoch never issued, an unknown kind, a payload
+// outside its table).
+void set_handle_error(Handle h) {
+  const uint32_t ep = hnd::epoch(h);
+  const bool issued_before = ep != 0 && (!g_arena || ep != g_arena->epoch()) &&
+                             (g_epochs_wrapped || ep <= g_last_epoch);
+  if (issued_before) return set_stale_error();
+  set_forged_error();
 }
 
 void set_stale_error() {
   PyErr_SetString(g_stale_error,
                   "A tracked_float value from a finished capture was used. Tracked arrays are "
                   "only valid inside the `capture(...)` call that created them; pass plain "
-                  "float64 arrays to `capture` and keep tracked arrays inside the function.");
+                  "float64 arrays to `capture` and keep tracked arrays inside the function. "
+                  "(Tracked arrays made from raw bytes, e.g. `.view(tracked_float)`, can also "
+                  "cause this.)");
+}
+
+// The first invalid handle among hs (0 if all are valid): for set_handle_error.
+inline Handle first_bad(std::initializer_list<Handle> hs) {
+  for (Handle h : hs)
+    if (!handle_ok(h)) return h;
+  return 0;
 }
 
 // Translate a C++ exception into a Python error (never let one cross a NumPy frame).
 void set_cpp_error() {
   try {
     throw;
+  } catch (const dslog::ForgedHandle&) {
+    set_forged_error();
   } catch (const std::bad_alloc&) {
     PyErr_SetString(PyExc_MemoryError, "out of memory while recording lineage annotations");
   } catch (const std::exception& e) {
@@ -375,13 +413,20 @@ int af_sort(void* start, npy_intp num, void*) {
   });
   if (g_arena && g_arena->mode() == dslog::Mode::kConsidered) {
     try {
-      Arena::Builder bld(*g_arena);
-      for (const TF& t : lane) {
-        if (!handle_ok(t.h)) return set_stale_error(), -1;
-        bld.add(g_arena->considered(t.h));
-      }
-      Handle k = bld.finish();
-      for (TF& t : lane) t.h = g_arena->with_considered(t.h, k);
+      for (const TF& t : lane)
+        if (!handle_ok(t.h)) return set_handle_error(t.h), -1;
+      // The lane's set is built as an accumulator: small sets are appended as cells, big
+      // shared ones (x - x.mean() gives every element {i} ∪ M) as one reference each, so a
+      // lane of n such elements costs O(n), not n * |M| (flattening every element's set).
+      // begin_call() brackets it: only this accumulator may grow in place, and after the
+      // second call it is frozen, since every element of the lane then shares it.
+      Arena& ar = *g_arena;
+      ar.begin_call();
+      Handle k = 0;
+      size_t left = lane.size();
+      for (const TF& t : lane) ar.acc_join(k, ar.considered(t.h), --left);
+      ar.begin_call();
+      for (TF& t : lane) t.h = ar.with_considered(t.h, k);
     } catch (...) {
       set_cpp_error();
       return -1;
@@ -421,7 +466,7 @@ void af_dotfunc(void* ip1, npy_intp is1, void* ip2, npy_intp is2, void* op, npy_
       for (npy_intp i = 0; i < n; ++i) {
         Handle x = load(a + i * is1).h, y = load(b + i * is2).h;
         if (!handle_ok(x) || !handle_ok(y)) {
-          set_stale_error();
+          set_handle_error(first_bad({x, y}));
           return;
         }
         bld.add(x);
@@ -659,7 +704,7 @@ void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) 
       Handle h = 0;
       if (x.h | lo.h | hi.h) {
         if (!handle_ok(x.h) || !handle_ok(lo.h) || !handle_ok(hi.h)) {
-          set_stale_error();
+          set_handle_error(first_bad({x.h, lo.h, hi.h}));
           return;
         }
         Handle win = w == 0 ? x.h : (w == 1 ? lo.h : hi.h);
@@ -736,7 +781,7 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
             for (npy_intp q = 0; q < k; ++q) {
               Handle x = load(pa + i * a_n + q * a_k).h, y = load(pb + q * b_k + j * b_m).h;
               if (!handle_ok(x) || !handle_ok(y)) {
-                set_stale_error();
+                set_handle_error(first_bad({x, y}));
                 return;
               }
               bld->add(x);
@@ -856,11 +901,10 @@ inline double arith_value(double x, double y) {
 // place, acc_join). Kept out of line so the hot loops stay small (no spills).
 template <bool in_place>
 __attribute__((noinline)) int arith_slow(Arena& ar, TF x, TF y, double v, char* out) {
-  const uint32_t ep = ar.epoch();
   Handle h = 0;
   if (x.h | y.h) {
-    const bool okx = x.h == 0 || hnd::epoch(x.h) == ep, oky = y.h == 0 || hnd::epoch(y.h) == ep;
-    if (!okx || !oky) return set_stale_error(), -1;
+    if (!ar.check(x.h)) return set_handle_error(x.h), -1;
+    if (!ar.check(y.h)) return set_handle_error(y.h), -1;
     const auto kx = hnd::kind(x.h), ky = hnd::kind(y.h);
     if (ky == hnd::kCell && kx == hnd::kCell && y.h) {
       h = x.h ? ar.join_cells(hnd::payload(x.h), hnd::payload(y.h)) : y.h;
@@ -1021,6 +1065,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
     if (n >= 2 && row_reduce<OP>(ar, b, o, n, sb, so)) return 0;
     const uint64_t prog_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kProg) << hnd::kKindShift);
     const size_t own_from = ar.call_prog_start();
+    const size_t own_count = ar.n_progs() - own_from;  // this call's progressions so far
     constexpr size_t kBlockMask = (size_t(1) << Arena::kProgBlockShift) - 1;
     size_t block = ~size_t(0);
     dslog::ProgNode* base = nullptr;
@@ -1030,7 +1075,8 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
       const TF x = load(out), y = load(b + i * sb);
       const double v = arith_value<OP>(x.v, y.v);
       const size_t pi = hnd::payload(x.h);
-      if ((y.h & kTagMask) == cell_bits && (x.h & kTagMask) == prog_bits && pi >= own_from) {
+      if ((y.h & kTagMask) == cell_bits && (x.h & kTagMask) == prog_bits &&
+          pi - own_from < own_count) {  // unsigned: own_from <= pi < n_progs
         if ((pi & ~kBlockMask) != block) {
           block = pi & ~kBlockMask;
           base = ar.prog_node(block);
@@ -1047,6 +1093,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
     return 0;
   }
   const uint64_t cell2_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell2) << hnd::kKindShift);
+  const uint64_t ncells = ar.n_cells();  // cell ids at or above it are forged
   // UINT64_MAX: no distance yet (a real one is > 0 and < 2^40; two equal cells give 0)
   uint64_t dist = ar.last_delta_index() < 0 ? ~uint64_t(0) : ar.last_delta();
   uint64_t dist_bits =
@@ -1061,9 +1108,13 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
       if ((x0.h & kTagMask) == cell_bits && (y0.h & kTagMask) == cell_bits) {
         const uint64_t cx = hnd::payload(x0.h), cy = hnd::payload(y0.h);
         const Handle h2 = ar.join_cells(cx, cy);
-        // payloads + n must stay below 2^40 (cells do: they are < 2^40 - n here)
-        if (hnd::kind(h2) == hnd::kCell2 && std::max(cx, cy) + uint64_t(n) < hnd::kPayloadMask) {
-          start = seq_run_avx2<OP, kNT>(a, b, o, n, x0.h, y0.h, h2);
+        // Every cell of the run is an input cell (cx + i, cy + i < n_cells for i < lim), so
+        // the kCell2 handles written are valid; bytes that are not (forged) go to the
+        // scalar loop, which checks.
+        const uint64_t hi = std::max(cx, cy), nc = ar.n_cells();
+        if (hnd::kind(h2) == hnd::kCell2 && hi < nc) {
+          const npy_intp lim = npy_intp(std::min<uint64_t>(uint64_t(n), nc - hi));
+          start = seq_run_avx2<OP, kNT>(a, b, o, lim, x0.h, y0.h, h2);
           dist = cx < cy ? cy - cx : cx - cy;
           dist_bits = h2 & ~hnd::kPayloadMask;
         }
@@ -1077,6 +1128,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
       if ((y.h & kTagMask) == cell_bits && (x.h & kTagMask) == cell_bits) {
         const uint64_t cx = hnd::payload(x.h), cy = hnd::payload(y.h);
         const uint64_t lo = cx < cy ? cx : cy, d = cx < cy ? cy - cx : cx - cy;
+        if (lo + d >= ncells) return set_forged_error(), -1;  // the larger cell id
         if (d == dist) {
           if (kNT)
             store_nt(out, v, dist_bits | lo);
@@ -1168,11 +1220,13 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
           bool w = second_wins(info.op, cur, x.v);
           if (w) cur = x.v;
           if ((h | x.h) == 0) continue;
-          if (!ar || !handle_ok(h) || !handle_ok(x.h)) return set_stale_error(), -1;
+          if (!ar || !handle_ok(h) || !handle_ok(x.h))
+            return set_handle_error(first_bad({h, x.h})), -1;
           ar->acc_pick(h, x.h, w, size_t(n - i));
         } else {
           if (x.h == 0) continue;
-          if (!ar || !handle_ok(h) || !handle_ok(x.h)) return set_stale_error(), -1;
+          if (!ar || !handle_ok(h) || !handle_ok(x.h))
+            return set_handle_error(first_bad({h, x.h})), -1;
           ar->acc_join(h, x.h, size_t(n - i));
         }
       }
@@ -1209,7 +1263,8 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
       for (npy_intp i = 0; i < m; ++i) {
         Handle x = ha[i], y = hb[i], h = 0;
         if (x | y) {
-          if (!ar || !handle_ok(x) || !handle_ok(y)) return set_stale_error(), -1;
+          if (!ar || !handle_ok(x) || !handle_ok(y))
+            return set_handle_error(first_bad({x, y})), -1;
           if (info.kind == B_PICK) {
             bool w = second_wins(info.op, va[i], vb[i]);
             if (in_place) {
@@ -1420,7 +1475,8 @@ void install_elementwise_fast_path(PyUFuncObject* uf) {
 void register_dtype(PyObject* errors_module) {
   g_lost_error = PyObject_GetAttrString(errors_module, "LineageLostError");
   g_stale_error = PyObject_GetAttrString(errors_module, "StaleLineageError");
-  if (!g_lost_error || !g_stale_error) throw py::error_already_set();
+  g_forged_error = PyObject_GetAttrString(errors_module, "ForgedLineageError");
+  if (!g_lost_error || !g_stale_error || !g_forged_error) throw py::error_already_set();
 
   static PyNumberMethods number_slots;  // filled below (only conversions are overridden)
   (void)number_slots;
@@ -1593,6 +1649,7 @@ uint32_t begin_capture(int mode) {
     throw std::runtime_error(
         "a capture is already running; captures cannot be nested or run concurrently");
   uint32_t ep = g_last_epoch % hnd::kMaxEpoch + 1;
+  if (ep < g_last_epoch) g_epochs_wrapped = true;
   g_arena = std::make_unique<Arena>(ep, mode ? dslog::Mode::kConsidered : dslog::Mode::kContributing);
   g_last_epoch = ep;
   return ep;
@@ -1657,11 +1714,37 @@ struct FastDiv {
   }
 };
 
+// Every cell of q is below `ncells` (a sorted span's last cell is its largest).
+__attribute__((noinline)) bool cells_below(const dslog::CellSeq& q, uint64_t ncells) {
+  if (q.count == 0) return true;
+  uint64_t last;
+  if (q.data != nullptr) return q.data[q.count - 1] < ncells;
+  if (__builtin_mul_overflow(q.count - 1, q.stride, &last) ||
+      __builtin_add_overflow(last, q.start, &last))
+    return false;
+  return last < ncells;
+}
+
 // Owned int64 buffer handed to NumPy without zero-filling or copying.
 py::array_t<int64_t> adopt_buffer(int64_t* data, py::ssize_t rows, py::ssize_t cols) {
   py::capsule owner(data, [](void* p) { delete[] static_cast<int64_t*>(p); });
   return py::array_t<int64_t>({rows, cols}, data, owner);
 }
+
+// Cells of consecutive output cells that carry the same set (a considered sort gives a whole
+// lane one shared set, which may hold references to flatten) are flattened once.
+struct SeqMemo {
+  Handle last = 0;
+  dslog::CellSeq q{nullptr, 0, 0, 0};
+  std::vector<uint64_t> scratch;
+  const dslog::CellSeq& operator()(Arena& ar, Handle h) {
+    if (h != last || h == 0) {
+      q = ar.seq(h, scratch);
+      last = h;
+    }
+    return q;
+  }
+};
 
 // Extract the relation of one output against every input: per input, (out_cols (l, n),
 // in_cols (m, n)) int64, sorted lexicographically (outputs, then inputs) and duplicate-free.
@@ -1695,12 +1778,18 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   for (size_t j = 0; j < k; ++j) {
     uint64_t size = 1;
     for (int64_t d : in_shapes[j]) size *= uint64_t(d);
+    if (size != ar.sizes()[j])
+      throw std::invalid_argument("extract(): an input shape does not match its annotated size");
     ends[j] = bases[j] + size;
   }
+  // Inputs are numbered back to back, so a cell id names an input cell iff it is below this.
+  const uint64_t ncells = ar.n_cells();
   const int l = int(out_shape.size());
   std::vector<int64_t> counts(k, 0);
   std::vector<int64_t*> cols(k, nullptr);  // per input: l + m columns of counts[j] values
   bool stale = false;
+  Handle bad = 0;  // an invalid handle met (or, for cells outside the inputs, kForgedCell)
+  constexpr Handle kForgedCell = ~Handle(0);
   // Calls f(input j, first cell, stride, count) for each run of a set's cells in one input.
   auto runs = [&](const dslog::CellSeq& q, auto&& f) {
     if (q.data == nullptr) {
@@ -1726,12 +1815,13 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   };
   {
     py::gil_scoped_release nogil;
-    std::vector<uint64_t> scratch;
+    SeqMemo memo_seq;
     for (npy_intp i = 0; i < ncell && !stale; ++i) {
       Handle h = load(data + i * 16).h;
       if (h == 0) continue;
-      if (!handle_ok(h)) {
+      if (!handle_ok(h)) {  // also checks kCell and kCell2 ids against the inputs
         stale = true;
+        bad = h;
         break;
       }
       if (hnd::kind(h) == hnd::kCell) {
@@ -1744,7 +1834,15 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
         ++counts[k == 1 ? 0 : ar.input_of(c2)];
         continue;
       }
-      const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
+      const dslog::CellSeq q = memo_seq(ar, considered ? ar.considered(h) : ar.contrib(h));
+      // Sets reached through other sets may hold cells of forged bytes (cell ids are plain
+      // numbers until here): every cell must be an input cell, or the coordinates computed
+      // below would be garbage. Sorted spans: the last is the largest.
+      if (!cells_below(q, ncells)) {
+        stale = true;
+        bad = kForgedCell;
+        break;
+      }
       if (k == 1) {
         counts[0] += int64_t(q.count);
       } else {
@@ -1753,7 +1851,10 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
     }
   }
   if (stale) {
-    set_stale_error();
+    if (bad == kForgedCell)
+      set_forged_error();
+    else
+      set_handle_error(bad);
     throw py::error_already_set();
   }
   for (size_t j = 0; j < k; ++j) {
@@ -1762,7 +1863,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   }
   {
     py::gil_scoped_release nogil;
-    std::vector<uint64_t> scratch;
+    SeqMemo memo_seq;
     // Per input: pointers to its columns (outputs first) and where the next pair goes.
     std::vector<std::vector<int64_t*>> colp(k);
     std::vector<std::vector<FastDiv>> divs(k);
@@ -1773,7 +1874,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
       for (int64_t d : in_shapes[j]) divs[j].emplace_back(uint64_t(d));
     }
     std::vector<int64_t> oc(size_t(l) + 1, 0);  // coordinates of output cell i
-    auto put = [&](size_t j, uint64_t cell) {
+    auto put = [&](size_t j, uint64_t cell) __attribute__((always_inline)) {
       int64_t* const* cp = colp[j].data();
       const int64_t p = pos[j]++;
       for (int d = 0; d < l; ++d) cp[d][p] = oc[size_t(d)];
@@ -1808,7 +1909,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
         put(k == 1 ? 0 : ar.input_of(c2), c2);
         continue;
       }
-      const dslog::CellSeq q = ar.seq(considered ? ar.considered(h) : ar.contrib(h), scratch);
+      const dslog::CellSeq q = memo_seq(ar, considered ? ar.considered(h) : ar.contrib(h));
       if (k == 1) {
         if (q.data == nullptr) {
           for (uint64_t u = 0; u < q.count; ++u) put(0, q.start + u * q.stride);
@@ -1862,6 +1963,14 @@ PYBIND11_MODULE(_annotator, m) {
     throw std::runtime_error("dslog's annotator needs NumPy >= 2.0 at run time");
   py::module_ errors = py::module_::import("dslog_dagster.errors");
   register_dtype(errors.ptr());
+  // A forged handle met inside the arena outside a NumPy loop (extract): ForgedLineageError.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const dslog::ForgedHandle&) {
+      set_forged_error();
+    }
+  });
   m.attr("tracked_float") = py::handle(reinterpret_cast<PyObject*>(g_scalar_type));
   m.attr("dtype") = py::handle(reinterpret_cast<PyObject*>(g_descr));
   m.attr("typenum") = g_typenum;

@@ -217,7 +217,88 @@ static void test_big_shared_sets_by_reference() {
   CHECK(set_of(a, total) == want);
 }
 
+// Handles from array memory may be any bytes: check() accepts exactly what the arena issued
+// (and 0), and every dereference of anything else throws ForgedHandle, never reads outside a
+// table (run under ASan/UBSan by `make cpp-test`).
+static void test_forged_handles() {
+  namespace hnd = dslog::hnd;
+  Arena a(5, Mode::kConsidered);
+  a.add_input(10);
+  a.add_input(10);
+  a.begin_call();
+  const Handle list = a.join(a.join(a.cell(0), a.cell(1)), a.join(a.cell(2), a.cell(3)));
+  Handle big = 0;
+  for (uint64_t i = 0; i < 20; ++i) big = a.join(big, a.cell(i));
+  const Handle pair = a.pick(a.cell(4), a.cell(5));
+  const Handle c2 = a.join_cells(6, 16);
+  Handle prog = a.cell(0);
+  a.acc_join(prog, a.cell(5), 0);
+  a.acc_join(prog, a.cell(10), 0);
+  a.acc_join(prog, a.cell(15), 0);
+  const Handle group = a.new_group(0, 1, 2, 3, 2);
+  const Handle real[] = {0, a.cell(0), a.cell(19), list, big, pair, c2, prog, group, group + 1};
+  for (Handle h : real) CHECK(a.check(h));
+  CHECK(hnd::kind(pair) == hnd::kPair && hnd::kind(c2) == hnd::kCell2);
+  CHECK(hnd::kind(prog) == hnd::kProg && hnd::kind(group) == hnd::kGroup);
+
+  auto forged = [](uint32_t kind, uint32_t est, uint64_t payload, uint32_t epoch = 5) {
+    return (uint64_t(epoch) << hnd::kEpochShift) | (uint64_t(kind) << hnd::kKindShift) |
+           (uint64_t(est) << hnd::kEstShift) | payload;
+  };
+  const Handle bad[] = {
+      forged(hnd::kList, 1, 1000),        forged(hnd::kList, 255, hnd::kPayloadMask),
+      forged(hnd::kCell, 1, 20),          forged(hnd::kCell, 1, hnd::kPayloadMask),
+      forged(hnd::kJoin, 2, 1000),        forged(hnd::kPair, 255, 1000),
+      forged(hnd::kCell2, 200, 0),        forged(hnd::kCell2, hnd::field8(c2), 10),
+      forged(hnd::kProg, 255, 1000),      forged(hnd::kGroup, 255, uint64_t(9) << 20),
+      group + 2,                          forged(7, 1, 0),
+      forged(7, 255, 3),                  forged(hnd::kCell, 1, 0, 4),
+      forged(hnd::kList, 1, 0, 0),        ~uint64_t(0),
+  };
+  std::vector<uint64_t> scratch;
+  for (Handle h : bad) {
+    CHECK(!a.check(h));
+    // Every dereferencing entry point throws (or, for a cell id, leaves it to extraction,
+    // which checks ids against the inputs: cell handles are not dereferenced).
+    int thrown = 0, calls = 0;
+    auto expect = [&](auto&& f) {
+      ++calls;
+      try {
+        f();
+      } catch (const dslog::ForgedHandle& e) {
+        ++thrown;
+        CHECK(e.handle != 0);
+      }
+    };
+    expect([&] { a.cells(a.contrib(h), scratch); });
+    expect([&] { a.seq(a.considered(h), scratch); });
+    expect([&] {
+      Arena::Builder b(a);
+      b.add(h);
+      b.finish();
+    });
+    expect([&] {
+      Handle acc = big;
+      a.acc_join(acc, h, 4);
+      a.cells(acc, scratch);
+    });
+    expect([&] { a.cells(a.join(big, h), scratch); });  // stored by reference, then read
+    // Cell ids (kCell, and kCell2 with an existing distance) are numbers, not references.
+    const bool cell_ids = hnd::kind(h) == hnd::kCell ||
+                          (hnd::kind(h) == hnd::kCell2 && hnd::field8(h) == hnd::field8(c2));
+    if (!(cell_ids ? thrown == 0 : thrown == calls))
+      std::fprintf(stderr, "handle %llx: %d of %d threw\n", (unsigned long long)h, thrown, calls);
+    CHECK(cell_ids ? thrown == 0 : thrown == calls);
+  }
+  // Fast-path probes answer "not mine" instead of reading out of range.
+  CHECK(!a.prog_extend(forged(hnd::kProg, 255, 1000), a.cell(1)));
+  CHECK(a.owned_prog(forged(hnd::kProg, 255, 1000)) == nullptr);
+  CHECK(a.owned_group(forged(hnd::kGroup, 255, uint64_t(9) << 20)) == nullptr);
+  CHECK(a.owned_group(group + 2) == nullptr);
+}
+
 int main() {
+  test_forged_handles();
   test_big_shared_sets_by_reference();
   test_groups();
   test_inline_pairs_and_progressions();

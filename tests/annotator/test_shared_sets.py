@@ -85,6 +85,10 @@ COMPOSED: dict[str, Callable[[Any], Any]] = {
     "threshold": lambda s: np.where(s > s.mean() + s.std(), s, 0.0),
     "centred_product": lambda s: (s - s.mean()) @ s.T,
     "sorted_deviations": lambda s: np.sort(s - s.mean(), axis=None),
+    # Considered sorts give every element of a lane the lane's set, built by reference.
+    "row_sorted_deviations": lambda s: np.sort(s - s.mean(), axis=1),
+    "sorted_twice": lambda s: np.sort(np.sort(s - s.mean(), axis=1), axis=0),
+    "sorted_then_summed": lambda s: np.sort(s / s.sum(), axis=1).sum(axis=1),
     "row_maxima_of_shares": lambda s: (s / s.sum()).max(axis=1),
     "add_total_in_place": lambda s: np.add(s, s.sum(), out=s.copy()),
 }
@@ -152,3 +156,28 @@ def test_large_negative_and_in_place_add_are_exact() -> None:
     diag = np.stack([np.arange(n), np.arange(n)], axis=1)
     np.testing.assert_array_equal(r.relation(0, 0).pairs(), diag)
     np.testing.assert_array_equal(r.relation(0, 1).pairs(), diag)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_considered_sort_of_deviations_records_each_lane_by_reference(axis: int) -> None:
+    """np.sort(s - s.mean(axis), axis) in considered mode: every element carries its own cell
+    and its whole lane (a shared set of more than 64 cells, so a reference), and the sort gives
+    every element of a lane that lane as its considered set. The lane's set is built as an
+    accumulator of references (linear in the lane), so both relations are exactly the lane."""
+    shape = (100, 3) if axis == 0 else (3, 100)
+    x = np.random.default_rng(6).random(shape)
+    func = lambda s: np.sort(s - s.mean(axis=axis, keepdims=True), axis=axis)  # noqa: E731
+    r = capture(func, x, mode="considered")
+    np.testing.assert_array_equal(r.outputs[0], func(x))
+    out = np.argwhere(np.ones(shape, dtype=bool))
+    lane = np.arange(shape[axis])
+    want = []
+    for o in out:
+        for k in lane:
+            i = o.copy()
+            i[axis] = k
+            want.append([*o, *i])
+    want_pairs = np.array(sorted(map(tuple, want)), dtype=np.int64)
+    assert r.considered is not None
+    np.testing.assert_array_equal(r.considered[(0, 0)].pairs(), want_pairs)
+    np.testing.assert_array_equal(r.relation(0, 0).pairs(), want_pairs)

@@ -27,6 +27,17 @@
 // is an accumulator list created *during the current call* by a reduction: it is referenced by
 // exactly one accumulator slot, so appending to it in place is safe and amortised O(1).
 // Everything is freed in bulk when the capture ends.
+//
+// Handles are read from array memory, which user code can fill with any bytes
+// (`np.arange(8.0).view(tracked_float)`, `np.frombuffer(buf, tracked_float)`): nothing in NumPy
+// lets a dtype refuse that. So every handle is validated where it is *dereferenced* (a table
+// entry, a distance, a group member is read): the epoch must be the arena's, the kind a
+// defined one and the payload inside its table (and a group member inside its group); else
+// ForgedHandle is thrown. Copying a handle (negative, reshape, a lazy union that only stores
+// it) needs no check, since every later dereference checks. Cell ids are plain numbers until
+// extraction turns them into coordinates; extraction checks that they lie inside the inputs.
+// A forged handle that happens to be in range with the right epoch is indistinguishable from
+// a real one: it yields wrong lineage, never a wrong memory access.
 #pragma once
 
 #include <algorithm>
@@ -42,6 +53,15 @@
 namespace dslog {
 
 using Handle = uint64_t;
+
+// A handle that this arena never issued (bytes not produced by the capture). Never a logic
+// error of the arena: the caller turns it into dslog_dagster.errors.ForgedLineageError.
+class ForgedHandle : public std::runtime_error {
+ public:
+  explicit ForgedHandle(Handle h)
+      : std::runtime_error("annotation handle not issued by the running capture"), handle(h) {}
+  Handle handle;
+};
 
 namespace hnd {
 constexpr int kEstShift = 40;
@@ -64,6 +84,9 @@ constexpr int kMemberBits = 20;
 constexpr uint64_t kMemberMask = (uint64_t{1} << kMemberBits) - 1;
 
 inline Kind kind(Handle h) { return Kind((h >> kKindShift) & 7u); }
+// Epoch and kind together (bits 48..63), to check both with one compare.
+inline uint32_t tag(Handle h) { return uint32_t(h >> kKindShift); }
+inline uint32_t make_tag(uint32_t ep, Kind k) { return (ep << (kEpochShift - kKindShift)) | k; }
 inline uint32_t epoch(Handle h) { return uint32_t(h >> kEpochShift); }
 inline uint64_t payload(Handle h) { return h & kPayloadMask; }
 inline uint32_t field8(Handle h) { return uint32_t((h >> kEstShift) & 0xffu); }
@@ -214,12 +237,45 @@ class Arena {
 
   bool valid(Handle h) const { return h == 0 || hnd::epoch(h) == epoch_; }
 
+  // Exact validation of a handle read from array memory: 0, or this arena's epoch, a defined
+  // kind and a payload that names an existing entry (cells: an id of an input; kCell2: an
+  // existing distance and both cells inputs' ids; kGroup: a member inside its group). The
+  // est field is a size hint only and never trusted, so it is not checked.
+  bool check(Handle h) const {
+    if (h == 0) return true;
+    if (hnd::epoch(h) != epoch_) return false;
+    const uint64_t p = hnd::payload(h);
+    switch (hnd::kind(h)) {
+      case hnd::kList:
+        return p < lists_.size();
+      case hnd::kCell:
+        return p < next_cell_;
+      case hnd::kJoin:
+        return p < joins_.size();
+      case hnd::kPair:
+        return p < pairs_.size();
+      case hnd::kCell2:
+        return hnd::field8(h) < deltas_.size() && p + deltas_[hnd::field8(h)] < next_cell_;
+      case hnd::kProg:
+        return p < progs_.size();
+      case hnd::kGroup: {
+        const uint64_t g = p >> hnd::kMemberBits;
+        return g < groups_.size() && (p & hnd::kMemberMask) < groups_[size_t(g)].ncols;
+      }
+      default:
+        return false;
+    }
+  }
+  // Total number of input cells (every valid cell id is below it).
+  uint64_t n_cells() const { return next_cell_; }
+  const std::vector<uint64_t>& sizes() const { return sizes_; }
+
   // ---- value-semantics operations ------------------------------------------------------
   Handle contrib(Handle h) const {
-    return hnd::kind(h) == hnd::kPair ? pairs_[hnd::payload(h)][0] : h;
+    return hnd::kind(h) == hnd::kPair ? pair_at(h)[0] : h;
   }
   Handle considered(Handle h) const {
-    return hnd::kind(h) == hnd::kPair ? pairs_[hnd::payload(h)][1] : h;
+    return hnd::kind(h) == hnd::kPair ? pair_at(h)[1] : h;
   }
 
   // Union of two sets (arithmetic).
@@ -320,7 +376,7 @@ class Arena {
         return {scratch.data(), 1};
       case hnd::kList: {
         if (h == 0) return {nullptr, 0};
-        ListNode& n = lists_[hnd::payload(h)];
+        ListNode& n = list_at(h);
         normalise(n);
         if (!n.refs) return {n.data, size_t(n.len)};
         scratch.clear();
@@ -339,8 +395,8 @@ class Arena {
         scratch.clear();
         collect(h, scratch);
         return {scratch.data(), scratch.size()};
-      default:
-        throw std::logic_error("cells() of a pair handle");
+      default:  // a pair or kind 7: only forged bytes put one here
+        throw ForgedHandle(h);
     }
   }
 
@@ -351,9 +407,9 @@ class Arena {
       case hnd::kCell:
         return {nullptr, hnd::payload(h), 1, 1};
       case hnd::kCell2:
-        return {nullptr, hnd::payload(h), deltas_[hnd::field8(h)], 2};
+        return {nullptr, hnd::payload(h), delta_at(h), 2};
       case hnd::kProg: {
-        const ProgNode& p = progs_[hnd::payload(h)];
+        const ProgNode& p = prog_at(h);
         return {nullptr, p.start, p.stride, p.count()};
       }
       case hnd::kGroup: {
@@ -372,7 +428,7 @@ class Arena {
   bool prog_extend(Handle acc, Handle x) {
     if (hnd::kind(acc) != hnd::kProg || hnd::kind(x) != hnd::kCell) return false;
     const size_t i = hnd::payload(acc);
-    if (i < call_prog_start_) return false;
+    if (i < call_prog_start_ || i >= progs_.size() || hnd::epoch(acc) != epoch_) return false;
     ProgNode& p = progs_[i];
     if (!p.acc || hnd::payload(x) != p.next) return false;
     p.next = p.next + p.stride;
@@ -383,7 +439,7 @@ class Arena {
   ProgNode* owned_prog(Handle acc) {
     if (hnd::kind(acc) != hnd::kProg) return nullptr;
     const size_t i = hnd::payload(acc);
-    if (i < call_prog_start_) return nullptr;
+    if (i < call_prog_start_ || i >= progs_.size() || hnd::epoch(acc) != epoch_) return nullptr;
     ProgNode& p = progs_[i];
     return p.acc ? &p : nullptr;
   }
@@ -420,12 +476,12 @@ class Arena {
   GroupNode* owned_group(Handle h) {
     if (hnd::kind(h) != hnd::kGroup) return nullptr;
     const size_t g = size_t(hnd::payload(h) >> hnd::kMemberBits);
-    if (g < call_group_start_) return nullptr;
+    if (g < call_group_start_ || g >= groups_.size() || hnd::epoch(h) != epoch_) return nullptr;
     GroupNode& n = groups_[g];
-    return n.acc ? &n : nullptr;
+    return n.acc && (hnd::payload(h) & hnd::kMemberMask) < n.ncols ? &n : nullptr;
   }
   // The distance d of a kCell2 handle {c, c + d}.
-  uint64_t cell2_delta(Handle h) const { return deltas_[hnd::field8(h)]; }
+  uint64_t cell2_delta(Handle h) const { return delta_at(h); }
   // Handle of the single cell c (for comparisons in hot loops).
   Handle cell_handle(uint64_t c) const { return cell(c); }
 
@@ -469,12 +525,12 @@ class Arena {
     size_t i = hnd::payload(h);
     switch (hnd::kind(h)) {
       case hnd::kList:
-        return i >= call_list_start_ && lists_[i].acc;
+        return i >= call_list_start_ && list_at(h).acc;
       case hnd::kProg:
-        return i >= call_prog_start_ && progs_[i].acc;
+        return i >= call_prog_start_ && prog_at(h).acc;
       case hnd::kGroup: {
         const size_t g = i >> hnd::kMemberBits;
-        return g >= call_group_start_ && groups_[g].acc;
+        return g >= call_group_start_ && group_at(h).acc;
       }
       default:
         return false;
@@ -483,10 +539,48 @@ class Arena {
 
   // The progression of group member h.
   ProgNode member(Handle h) const {
-    const GroupNode& g = groups_[size_t(hnd::payload(h) >> hnd::kMemberBits)];
+    const GroupNode& g = group_at(h);
     const uint64_t j = hnd::payload(h) & hnd::kMemberMask;
     const uint64_t start = g.start0 + uint64_t(int64_t(j) * g.cstep);
     return ProgNode{start + g.count * g.stride, g.stride, start, 0};
+  }
+
+  // ---- checked access to the tables (see "Handles are read from array memory" above) ------
+  // The table index of h, which must be this arena's handle of kind k with payload < n.
+  size_t index_of(Handle h, hnd::Kind k, size_t n) const {
+    const uint64_t p = hnd::payload(h);
+    if (hnd::tag(h) != hnd::make_tag(epoch_, k) || p >= n) throw ForgedHandle(h);
+    return size_t(p);
+  }
+  ListNode& list_at(Handle h) { return lists_[index_of(h, hnd::kList, lists_.size())]; }
+  const ListNode& list_at(Handle h) const {
+    return lists_[index_of(h, hnd::kList, lists_.size())];
+  }
+  const std::array<Handle, 2>& join_at(Handle h) const {
+    return joins_[index_of(h, hnd::kJoin, joins_.size())];
+  }
+  const std::array<Handle, 2>& pair_at(Handle h) const {
+    return pairs_[index_of(h, hnd::kPair, pairs_.size())];
+  }
+  ProgNode& prog_at(Handle h) { return progs_[index_of(h, hnd::kProg, progs_.size())]; }
+  const ProgNode& prog_at(Handle h) const {
+    return progs_[index_of(h, hnd::kProg, progs_.size())];
+  }
+  // The group of member handle h (the member must be inside it).
+  const GroupNode& group_at(Handle h) const {
+    const uint64_t p = hnd::payload(h);
+    const uint64_t g = p >> hnd::kMemberBits;
+    if (hnd::tag(h) != hnd::make_tag(epoch_, hnd::kGroup) || g >= groups_.size() ||
+        (p & hnd::kMemberMask) >= groups_[size_t(g)].ncols)
+      throw ForgedHandle(h);
+    return groups_[size_t(g)];
+  }
+  // The distance d of a kCell2 handle {c, c + d}.
+  uint64_t delta_at(Handle h) const {
+    const uint32_t i = hnd::field8(h);
+    if (hnd::tag(h) != hnd::make_tag(epoch_, hnd::kCell2) || i >= deltas_.size())
+      throw ForgedHandle(h);
+    return deltas_[i];
   }
 
   // ---- distances of kCell2 handles (a small open-addressing map) --------------------------
@@ -520,7 +614,7 @@ class Arena {
   }
   // The cells of an owned progression as an owned list with room for `extra` more.
   Handle prog_to_list(Handle h, size_t extra) {
-    const ProgNode p = progs_[hnd::payload(h)];
+    const ProgNode p = prog_at(h);
     const uint64_t count = p.count();
     check_len(size_t(count));
     size_t cap = std::min<size_t>(size_t(count) + std::max<size_t>(extra, 16), kMaxLen);
@@ -540,10 +634,10 @@ class Arena {
       return new_prog(p.start, p.stride, p.count(), false);
     }
     if (hnd::kind(h) == hnd::kProg) {
-      const ProgNode p = progs_[hnd::payload(h)];
+      const ProgNode p = prog_at(h);
       return new_prog(p.start, p.stride, p.count(), false);
     }
-    ListNode& n = lists_[hnd::payload(h)];
+    ListNode& n = list_at(h);
     normalise(n);
     Handle out = new_list(n.data, n.len, n.len, false);
     if (!lists_[hnd::payload(h)].refs) return out;
@@ -615,7 +709,7 @@ class Arena {
         acc = new_prog(p.start, p.stride, p.count(), true);
       }
       if (hnd::kind(acc) == hnd::kProg) {
-        ProgNode& p = progs_[hnd::payload(acc)];
+        ProgNode& p = prog_at(acc);
         if (hnd::kind(x) == hnd::kCell && hnd::payload(x) == p.next) {
           p.next = p.next + p.stride;
           return;
@@ -635,7 +729,7 @@ class Arena {
         return;
       }
       if (hnd::kind(acc) == hnd::kCell2) {
-        const uint64_t a0 = hnd::payload(acc), d = deltas_[hnd::field8(acc)];
+        const uint64_t a0 = hnd::payload(acc), d = delta_at(acc);
         if (c == a0 + 2 * d) {
           acc = new_prog(a0, d, 3, true);
           return;
@@ -657,7 +751,7 @@ class Arena {
     size_t cap = std::max<size_t>(std::min<size_t>(hint + 8, kMaxLen), 4);
     if (hnd::kind(h) == hnd::kList && h != 0) {
       // Copy the entries as they are (references stay references).
-      const ListNode& src = lists_[hnd::payload(h)];
+      const ListNode& src = list_at(h);
       cap = std::min<size_t>(size_t(src.len) + cap, kMaxLen);
       Handle out = new_list(src.data, src.len, cap, true);
       ListNode& dst = lists_[hnd::payload(out)];
@@ -682,11 +776,11 @@ class Arena {
         return;
       case hnd::kCell2:
         push_entry(idx, hnd::payload(x), hint);
-        push_entry(idx, hnd::payload(x) + deltas_[hnd::field8(x)], hint);
+        push_entry(idx, hnd::payload(x) + delta_at(x), hint);
         return;
       case hnd::kProg:
       case hnd::kGroup: {
-        const ProgNode p = hnd::kind(x) == hnd::kGroup ? member(x) : progs_[hnd::payload(x)];
+        const ProgNode p = hnd::kind(x) == hnd::kGroup ? member(x) : prog_at(x);
         if (p.count() > kInlineMax) {
           push_ref(idx, share(x), hint);
           return;
@@ -695,7 +789,7 @@ class Arena {
         return;
       }
       case hnd::kList: {
-        const ListNode& n = lists_[hnd::payload(x)];
+        const ListNode& n = list_at(x);
         if (n.refs || n.len > kInlineMax) {
           push_ref(idx, share(x), hint);
           return;
@@ -722,13 +816,13 @@ class Arena {
           push_ref(idx, x, hint);
           return;
         }
-        const auto j = joins_[hnd::payload(x)];
+        const auto j = join_at(x);
         append(idx, j[0], hint, depth - 1);
         append(idx, j[1], hint, depth - 1);
         return;
       }
-      default:
-        throw std::logic_error("append() of a pair handle");
+      default:  // a pair or kind 7: only forged bytes put one here
+        throw ForgedHandle(x);
     }
   }
 
@@ -759,7 +853,7 @@ class Arena {
   // a is a lazy union with b as one side.
   bool has_child(Handle a, Handle b) const {
     if (hnd::kind(a) != hnd::kJoin) return false;
-    const auto& j = joins_[hnd::payload(a)];
+    const auto& j = join_at(a);
     return j[0] == b || j[1] == b;
   }
 
@@ -841,7 +935,7 @@ class Arena {
         push_prog(h, out);
         return;
       case hnd::kList: {
-        const ListNode& n = lists_[hnd::payload(h)];
+        const ListNode& n = list_at(h);
         if (!n.refs) {
           out.insert(out.end(), n.data, n.data + n.len);
           return;
@@ -849,9 +943,10 @@ class Arena {
         break;
       }
       case hnd::kJoin:
+        join_at(h);  // validates it before the walk
         break;
-      default:
-        throw std::logic_error("collect() of a pair handle");
+      default:  // a pair or kind 7: only forged bytes put one here
+        throw ForgedHandle(h);
     }
     seen_.clear();
     stack_.clear();
@@ -873,7 +968,7 @@ class Arena {
           break;
         case hnd::kList: {
           if (big && !seen_.insert(t)) break;
-          const ListNode& n = lists_[hnd::payload(t)];
+          const ListNode& n = list_at(t);
           if (!n.refs) {
             out.insert(out.end(), n.data, n.data + n.len);
             break;
@@ -889,13 +984,13 @@ class Arena {
         }
         case hnd::kJoin: {
           if (big && !seen_.insert(t)) break;
-          const auto& j = joins_[hnd::payload(t)];
+          const auto& j = join_at(t);
           stack_.push_back(j[0]);
           stack_.push_back(j[1]);
           break;
         }
-        default:
-          throw std::logic_error("pair inside a join");
+        default:  // a pair or kind 7 inside a union: only forged bytes put one there
+          throw ForgedHandle(t);
       }
     }
   }
@@ -936,10 +1031,10 @@ class Arena {
   void push_prog(Handle h, std::vector<uint64_t>& out) const {
     if (hnd::kind(h) == hnd::kCell2) {
       out.push_back(hnd::payload(h));
-      out.push_back(hnd::payload(h) + deltas_[hnd::field8(h)]);
+      out.push_back(hnd::payload(h) + delta_at(h));
       return;
     }
-    const ProgNode p = hnd::kind(h) == hnd::kGroup ? member(h) : progs_[hnd::payload(h)];
+    const ProgNode p = hnd::kind(h) == hnd::kGroup ? member(h) : prog_at(h);
     for (uint64_t c = p.start; c < p.next; c += p.stride) out.push_back(c);
   }
 
