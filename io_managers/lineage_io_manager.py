@@ -37,7 +37,7 @@ from pydantic import Field, PrivateAttr
 
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.store import ArrayRecord
+from dslog_dagster.core.store import ArrayRecord, NewArray
 from dslog_dagster.decorators import is_frame, op_array_name
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
@@ -122,10 +122,9 @@ class LineageWriter:
         name, asset_key = _output_array(context)
         t0 = time.perf_counter()
         store = self.settings.store(self.base_dir)
-        out_rec = store.register_array(
-            name, shape, dtype, asset_key=asset_key, version=context.run_id
-        )
+        out_spec = NewArray(name, shape, dtype, asset_key=asset_key, version=context.run_id)
         if pending.relations is None or not pending.inputs:
+            store.register_array(name, shape, dtype, asset_key=asset_key, version=context.run_id)
             write_s = time.perf_counter() - t0
             return m.LineageMetadata(
                 obtained=pending.obtained,
@@ -144,10 +143,11 @@ class LineageWriter:
             method = pending.capture_method
         elif pending.obtained not in ("captured",):
             method = f"reuse-{pending.obtained}"
+        # the output array is registered with its operation: one flushed file per step
         op = store.register_operation(
             pending.op_name,
             in_recs,
-            [out_rec],
+            [out_spec],
             lineage,
             args=pending.op_args,
             capture_method=method,
