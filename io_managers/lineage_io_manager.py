@@ -23,8 +23,10 @@ The lineage store defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLo
 """
 
 import contextlib
+import json
 import logging
 import os
+import threading
 import time
 import urllib.parse
 import uuid
@@ -241,6 +243,9 @@ every pair); compressed tables are drawn by interval queries at any size."""
 
 # ------------------------------------------------------------------ DSLogIOManager
 
+_SETTINGS: dict[tuple[tuple[str, str | None], str], DSLogResource] = {}
+_SETTINGS_LOCK = threading.Lock()
+
 
 def _safe_part(text: str) -> str:
     """A path component that cannot escape its directory (partition keys may hold ``/``)."""
@@ -325,10 +330,19 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         cached = self._settings_cache.get(key)
         if cached is None:
             fields = {k: getattr(self, k) for k in DSLogResource.model_fields}
-            unresolved = DSLogResource(**fields)
-            cached = DSLogResource(
-                **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
-            )
+            # Dagster builds a new IO manager object for every run, so the settings are also
+            # kept process-wide, keyed by every field: two DSLogResource inits cost ~10 ms.
+            shared = (key, json.dumps(fields, sort_keys=True, default=str))
+            cached = _SETTINGS.get(shared)
+            if cached is None:
+                unresolved = DSLogResource(**fields)
+                cached = DSLogResource(
+                    **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
+                )
+                with _SETTINGS_LOCK:
+                    _SETTINGS[shared] = cached
+                    while len(_SETTINGS) > 64:
+                        _SETTINGS.pop(next(iter(_SETTINGS)))
             self._settings_cache[key] = cached
         return cached
 
