@@ -59,6 +59,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -421,6 +422,23 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _fsync_dirs(paths: Sequence[Path]) -> None:
+    """fsync several directories concurrently (each extra one in a short-lived thread).
+
+    A file system commits concurrent syncs together (ext4's journal groups them into one
+    commit), so a step's two directories cost about one flush instead of two. A thread per
+    call, not a pool: a pool's threads do not survive a fork.
+    """
+    unique = list(dict.fromkeys(paths))
+    threads = [threading.Thread(target=_fsync_dir, args=(p,)) for p in unique[1:]]
+    for t in threads:
+        t.start()
+    if unique:
+        _fsync_dir(unique[0])
+    for t in threads:
+        t.join()
 
 
 def _write_synced(path: Path, data: bytes, durable: bool = True) -> None:
@@ -1056,9 +1074,7 @@ class LineageStore:
                 dirs.append(directory)
             os.rename(tmp, final)
             if durable:
-                for d in dict.fromkeys(dirs):
-                    _fsync_dir(d)
-                _fsync_dir(final.parent)
+                _fsync_dirs([final.parent, *dirs])
         except OSError as e:
             msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
