@@ -5,6 +5,8 @@ Each cache must give exactly what the slow path gives, and must never answer for
 lineage (or, for the hash, different data).
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -124,3 +126,28 @@ def test_uncompressed_relations_are_drawn_not_cached() -> None:
     md = m.lineage_markdown("out", (8, 8), [("in", rel)], 4)
     assert md == m.lineage_markdown("out", (8, 8), [("in", compress(rel))], 4)
     assert len(m._pictures) == 1  # only the compressed call was cached
+
+
+# ----------------------------------------------------------------------- settings
+
+
+def test_lineage_settings_are_shared_only_between_equal_io_managers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster builds a new IO manager per run; equal ones share one settings object, and any
+    differing field (or base directory) gives its own."""
+    from dslog_dagster import DSLogIOManager
+
+    monkeypatch.delenv("DSLOG_STORE", raising=False)
+
+    base = str(tmp_path)
+    first = DSLogIOManager(base_dir=base, policy="capture").dslog_settings()
+    assert DSLogIOManager(base_dir=base, policy="capture").dslog_settings() is first
+    off = DSLogIOManager(base_dir=base, policy="off").dslog_settings()
+    lazy = DSLogIOManager(base_dir=base, durable=False).dslog_settings()
+    other = DSLogIOManager(base_dir=str(tmp_path / "other")).dslog_settings()
+    assert (off.policy, lazy.durable) == ("off", False)
+    assert first.policy == "capture"
+    assert first.durable
+    assert other.store_dir == str((tmp_path / "other" / ".dslog").absolute())
+    assert first.store_dir == str((tmp_path / ".dslog").absolute())
