@@ -243,3 +243,25 @@ def test_compaction_keeps_linked_arrays_readable(tmp_path: Path) -> None:
         assert got == identity((3, 3))
     # the links are array records only: no operation is listed twice
     assert sorted(o.op_id for o in fresh.operations()) == sorted(o.op_id for o in ops)
+
+
+def test_several_new_outputs_share_the_one_file(tmp_path: Path) -> None:
+    store = LineageStore(tmp_path / "s")
+    store.register_array("x", (4,), version="v0")
+    op = store.register_operation(
+        "split",
+        ["x"],
+        [NewArray("lo", (2,), version="r"), NewArray("hi", (2,), version="r")],
+        {
+            ("lo", "x"): LineageRelation.from_pairs((2,), (4,), [[0], [1]], [[0], [1]]),
+            ("hi", "x"): LineageRelation.from_pairs((2,), (4,), [[0], [1]], [[2], [3]]),
+        },
+    )
+    seg = store.operations_dir / f"{op.op_id}.parquet"
+    fresh = LineageStore(tmp_path / "s")
+    for name in ("lo", "hi"):
+        [link] = array_files(fresh, name)
+        assert os.path.samefile(seg, store.arrays_dir / store_module._array_dir_name(name) / link)
+        assert fresh.get_array(name, "r") == next(o for o in op.outputs if o.name == name)
+    hi = fresh.read_lineage(fresh.get_operation(op.op_id), "hi", "x").decompress()
+    assert hi == LineageRelation.from_pairs((2,), (4,), [[0], [1]], [[2], [3]])
