@@ -696,13 +696,11 @@ class LineageStore:
         directory = self.arrays_dir / _array_dir_name(record.name)
         existing = None
         for fname in (_version_file_name(record.version), _link_file_name(record.version)):
-            path = directory / fname
-            if str(path) in self._arrays or path.exists():
-                try:
-                    existing = self._load_array_file(path)
-                except FileNotFoundError:
-                    continue
-                break
+            try:
+                existing = self._load_array_file(directory / fname)
+            except FileNotFoundError:
+                continue
+            break
         if existing is None:
             return None
         if existing.shape != record.shape:
@@ -805,6 +803,17 @@ class LineageStore:
             LineageNotFoundError: no such array/version (the message lists close names).
         """
         name = _check_name(name, "Array name")
+        if version is not None:
+            # the version's two possible record files, not a listing of every version (an
+            # asset gains a version per run: a tracked step resolves its inputs this way)
+            directory = self.arrays_dir / _array_dir_name(name)
+            for fname in (_version_file_name(version), _link_file_name(version)):
+                try:
+                    rec = self._load_array_file(directory / fname)
+                except FileNotFoundError:
+                    continue
+                if rec.name == name and rec.version == version:
+                    return rec
         versions = self._versions_of(name)
         if version is not None:
             for rec in versions:
