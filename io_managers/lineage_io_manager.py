@@ -329,7 +329,13 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         key = (str(self._base()), os.environ.get("DSLOG_STORE"))
         cached = self._settings_cache.get(key)
         if cached is None:
-            fields = {k: getattr(self, k) for k in DSLogResource.model_fields}
+            # the resource's fields this IO manager has (a resource field that only concerns
+            # queries, not storing, keeps the resource's default)
+            fields = {
+                k: getattr(self, k)
+                for k in DSLogResource.model_fields
+                if k in type(self).model_fields
+            }
             # Dagster builds a new IO manager object for every run, so the settings are also
             # kept process-wide, keyed by every field: two DSLogResource inits cost ~10 ms.
             shared = (key, json.dumps(fields, sort_keys=True, default=str))
