@@ -16,6 +16,14 @@ executor, one embedded instance), each timed as the best of ``--repeat`` runs af
 The reuse runs are also timed with ``durable=False`` (lineage published atomically but not
 fsynced), alternating with the untracked and durable runs, to show what the flushes cost.
 
+Served steps are compared two ways: the best run (the least total of the served steps' times
+over the repeats) and the per-step best (each step's least time over the repeats, summed).
+Both apply the same estimator to tracked and untracked runs; the per-step best is the less
+noisy one on a shared machine, where one slow step spoils a whole run. A breakdown of one
+served step follows: the untracked step, the tracked one, and the parts of it the plugin
+measures itself (``dslog/capture_s``: reuse lookup and the user function; ``dslog/write_s``:
+the one flushed lineage file and the metadata; the rest is Dagster's and the value's).
+
 Goal (issue 6): ≤ 1.05x untracked when lineage comes from reuse views (the served steps).
 
 Run: ``.venv/bin/python bench/dagster_overhead.py [--size 256] [--repeat 3]``. Informational,
@@ -46,11 +54,37 @@ def run_config(size: int) -> dict[str, Any]:
     return {**QUIET, "ops": {"raw_frame": frame, "dark_frame": frame}}
 
 
+_STEP_CPU: dict[str, float] = {}
+
+
+def _count_step_cpu() -> bool:
+    """Measure each step's thread CPU time (the in-process executor runs a step in one
+    thread): unlike wall time it does not grow when other processes take the cores, so it
+    shows the plugin's own cost on a busy machine. Wraps a private Dagster function; when it
+    has moved, the CPU rows are left out."""
+    try:
+        import dagster._core.execution.plan.execute_plan as plan
+    except ImportError:
+        return False
+    orig = getattr(plan, "dagster_event_sequence_for_step", None)
+    if orig is None:
+        return False
+
+    def counted(step_context: Any, *args: Any, **kwargs: Any) -> Any:
+        c0 = time.thread_time()
+        yield from orig(step_context, *args, **kwargs)
+        _STEP_CPU[step_context.step.key] = time.thread_time() - c0
+
+    plan.dagster_event_sequence_for_step = counted  # type: ignore[attr-defined]
+    return True
+
+
 def timed(
     job: dg.JobDefinition, instance: dg.DagsterInstance, size: int
 ) -> tuple[float, dict[str, Any]]:
     """Seconds of one run, the summed dslog/* timings, how each step obtained lineage, and
-    Dagster's duration of each step."""
+    Dagster's duration (and thread CPU time, when measured) of each step."""
+    _STEP_CPU.clear()
     t0 = time.perf_counter()
     res = job.execute_in_process(instance=instance, run_config=run_config(size))
     wall = time.perf_counter() - t0
@@ -58,14 +92,18 @@ def timed(
         msg = "bench run failed"
         raise RuntimeError(msg)
     info: dict[str, Any] = {"capture_s": 0.0, "write_s": 0.0, "by_step": {}, "step_s": {}}
+    info["parts"] = {}  # step -> {"capture_s": ..., "write_s": ...}
     for ev in res.get_asset_materialization_events():
         md = ev.materialization.metadata
         for k in ("capture_s", "write_s"):
             if f"dslog/{k}" in md:
                 info[k] += float(md[f"dslog/{k}"].value)
+                part = info["parts"].setdefault(ev.step_key, {})
+                part[k] = part.get(k, 0.0) + float(md[f"dslog/{k}"].value)
         info["by_step"][ev.step_key] = str(md["dslog/obtained"].value)
     for ev in res.get_step_success_events():
         info["step_s"][ev.step_key] = ev.event_specific_data.duration_ms / 1000.0
+    info["cpu_s"] = dict(_STEP_CPU)
     info["obtained"] = ",".join(sorted(set(info["by_step"].values())))
     return wall, info
 
@@ -73,11 +111,25 @@ def timed(
 SERVED = ("base", "dim", "gen")
 
 
+def per_step_best(
+    runs: list[tuple[float, dict[str, Any]]], steps: list[str], what: str = "step_s"
+) -> float:
+    """Sum over ``steps`` of each step's least time (``what``: Dagster's duration, or
+    ``cpu_s``: thread CPU time) over ``runs``."""
+    return sum(min(i[what][k] for _, i in runs) for k in steps)
+
+
+def part_best(runs: list[tuple[float, dict[str, Any]]], steps: list[str], key: str) -> float:
+    """Sum over ``steps`` of each step's least ``dslog/<key>`` over ``runs``."""
+    return sum(min(i["parts"].get(k, {}).get(key, 0.0) for _, i in runs) for k in steps)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=256, help="frame side in cells")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
+    cpu = _count_step_cpu()
     work = Path(tempfile.mkdtemp(prefix="dslog-bench-"))
     try:
         with dg.DagsterInstance.ephemeral() as instance:
@@ -114,6 +166,19 @@ def main(argv: list[str] | None = None) -> int:
             served_off = min(sum(i["step_s"][k] for k in served) for _, i in offs)
             served_lazy = min(sum(i["step_s"][k] for k in served) for _, i in lazies)
             lazy_s = min(w for w, _ in lazies)
+            best_on = per_step_best(seconds, served)
+            best_off = per_step_best(offs, served)
+            best_lazy = per_step_best(lazies, served)
+            cpus = {
+                name: per_step_best(runs, served, "cpu_s")
+                for name, runs in (("off", offs), ("on", seconds), ("lazy", lazies))
+                if cpu and all(k in i["cpu_s"] for _, i in runs for k in served)
+            }
+            parts = {
+                (name, key): part_best(runs, served, key)
+                for name, runs in (("on", seconds), ("lazy", lazies))
+                for key in ("capture_s", "write_s")
+            }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"hotspot job, {args.size}x{args.size} frame, best of {args.repeat} runs")
@@ -136,6 +201,36 @@ def main(argv: list[str] | None = None) -> int:
         )
         per_step = (served_on - served_off) / len(served) * 1000
         print(f"| overhead per served step | {per_step:.1f} ms | | |")
+        print(
+            f"| served steps, per-step best | {best_on:.3f} | {best_on / best_off:.2f} | "
+            f"untracked {best_off:.3f} s |"
+        )
+        print(
+            f"| same, `durable=False`, per-step best | {best_lazy:.3f} | "
+            f"{best_lazy / best_off:.2f} | |"
+        )
+        n = len(served)
+        ms = 1000 / n
+        print()
+        print("| one served step, mean of the per-step bests | ms |")
+        print("|---|---|")
+        print(f"| untracked step (Dagster, value file, user code) | {best_off * ms:.2f} |")
+        print(f"| tracked step | {best_on * ms:.2f} |")
+        print(
+            f"| - reuse lookup + user code (`dslog/capture_s`) | "
+            f"{parts[('on', 'capture_s')] * ms:.2f} |"
+        )
+        print(
+            f"| - lineage file (fsync) + metadata (`dslog/write_s`) | "
+            f"{parts[('on', 'write_s')] * ms:.2f} |"
+        )
+        print(f"| - same with `durable=False` | {parts[('lazy', 'write_s')] * ms:.2f} |")
+        print(f"| tracked step, `durable=False` | {best_lazy * ms:.2f} |")
+        if len(cpus) == 3:
+            print(
+                f"| thread CPU time: untracked / tracked / `durable=False` | "
+                f"{cpus['off'] * ms:.2f} / {cpus['on'] * ms:.2f} / {cpus['lazy'] * ms:.2f} |"
+            )
     print()
     print(
         f"reuse run: capture/reuse {info['capture_s']:.3f} s, lineage store writes "
@@ -147,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     goal = f"steps served from reuse views ≤ {GOAL:.2f}x the same steps untracked"
     if served:
         ratio = served_on / served_off
-        print(f"| {goal} | {ratio:.2f}x | {'PASS' if ratio <= GOAL else 'FAIL'} |")
+        best = best_on / best_off
+        verdict = "PASS" if best <= GOAL else "FAIL"
+        print(f"| {goal} | {best:.2f}x per-step best ({ratio:.2f}x best run) | {verdict} |")
     else:
         print(f"| {goal} | no step was served from a view | FAIL |")
     whole = f"whole job ≤ {GOAL:.2f}x untracked (data-dependent steps must capture)"

@@ -32,6 +32,7 @@ from dslog_dagster.core.storage import read_table as read_table
 from dslog_dagster.core.storage import write_table as write_table
 from dslog_dagster.core.store import ArrayRecord as ArrayRecord
 from dslog_dagster.core.store import LineageStore as LineageStore
+from dslog_dagster.core.store import NewArray as NewArray
 from dslog_dagster.core.store import OperationRecord as OperationRecord
 from dslog_dagster.core.views import GenTemplate as GenTemplate
 
@@ -46,6 +47,7 @@ __all__ = [
     "LineageRelation",
     "LineageStore",
     "LineageTable",
+    "NewArray",
     "OperationRecord",
     "ReusePolicy",
     "ViewInfo",

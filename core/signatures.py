@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from dslog_dagster import __version__ as dslog_version
 
@@ -128,12 +129,20 @@ def args_token(args: Mapping[str, Any], drop: frozenset[str] = frozenset()) -> s
 
 
 def content_hash(array: np.ndarray[Any, Any]) -> str:
-    """Digest of an array's dtype, shape and bytes (the input identity of :func:`base_sig`)."""
+    """Digest of an array's dtype, shape and bytes (the input identity of :func:`base_sig`).
+
+    XXH3-128, not a cryptographic hash: it runs at memory speed (~1.4 ms for a 2048 x 2048
+    float64 array, where BLAKE2b took ~17-45 ms and dominated a served "base" step). Inputs
+    are the pipeline's own data, not an adversary's, and 128 bits make an accidental
+    collision (the only way a base view could serve the wrong lineage) negligible. The
+    ``"x3:"`` prefix keeps these keys apart from the BLAKE2b keys of older stores, whose base
+    views are simply learnt again.
+    """
     a = np.ascontiguousarray(array)
-    m = hashlib.blake2b(digest_size=16)
+    m = xxhash.xxh3_128()
     m.update(f"{a.dtype.str}{a.shape}".encode())
     m.update(a.data.cast("B") if a.size else b"")
-    return m.hexdigest()
+    return "x3:" + m.hexdigest()
 
 
 # --------------------------------------------------------------------------- code identity

@@ -29,7 +29,20 @@ and retry. Compactions in one store take an advisory lock, so they do not duplic
 
 Array records are single JSON files published with ``os.link`` (fails if the name exists), so
 when two processes register the same ``(name, version)`` the first one wins and the second
-compares shapes. Every file name derived from a user-supplied name is a short slug of
+compares shapes.
+
+**One publish per step.** An operation may register its new output arrays with it (outputs
+given as :class:`NewArray`): the operation's segment, whose record already holds each output's
+full array record, is written and fsynced once, hard-linked into each output's array directory
+as ``<version>.op.parquet`` (the array record: readers take it from the segment's record), and
+renamed into ``operations/``; then the directories are fsynced. One flushed file instead of an
+array JSON plus a segment halves the flushes of a tracked step (the dominant cost of a step
+served from a reuse view). Nothing is ever visible before its bytes are flushed, so a crash
+leaves at most an array record whose operation never appeared (as between ``register_array``
+and ``register_operation``), never a torn file. When both a ``.json`` and an ``.op.parquet``
+record of one version exist (two processes raced), the JSON one is read. A compaction that
+packs the operation leaves the array's link (a hard link: the bytes stay until both are
+gone). Every file name derived from a user-supplied name is a short slug of
 ``[A-Za-z0-9_-]`` plus a hash of the name, so no name can escape the root.
 
 The DuckDB catalog (:mod:`dslog_dagster.core.catalog`) indexes the files for listing and SQL;
@@ -38,6 +51,7 @@ writers never depend on it.
 
 import contextlib
 import difflib
+import errno
 import hashlib
 import json
 import logging
@@ -45,6 +59,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -142,6 +157,22 @@ class ArrayRecord:
             array_id=str(d["array_id"]),
             created_at=datetime.fromisoformat(d["created_at"]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class NewArray:
+    """An output array to register together with its operation (one flushed file for both).
+
+    Pass it among ``outputs`` of :meth:`LineageStore.register_operation`; the arguments are
+    those of :meth:`LineageStore.register_array`. When ``(name, version)`` is already
+    registered, that record is used (shapes must agree), as ``register_array`` would.
+    """
+
+    name: str
+    shape: Sequence[int] | int
+    dtype: Any = "float64"
+    asset_key: str | Sequence[str] | None = None
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +378,29 @@ def _version_file_name(version: str | None) -> str:
     return "default.json" if version is None else f"{_slug(version)}-{_hash16(version)}.json"
 
 
+_LINK_SUFFIX = ".op.parquet"
+
+
+def _link_file_name(version: str | None) -> str:
+    """File name of an array record that is its operation's segment (see the docstring)."""
+    return _version_file_name(version)[: -len(".json")] + _LINK_SUFFIX
+
+
+def _record_files(names: Sequence[str]) -> list[str]:
+    """The array record files among directory entries ``names``, sorted; of a version with a
+    JSON and a segment record (a race of two writers) only the JSON one."""
+    json_stems = {n[: -len(".json")] for n in names if n.endswith(".json")}
+    out = []
+    for n in names:
+        if n.startswith("."):
+            continue
+        if n.endswith(".json") or (
+            n.endswith(_LINK_SUFFIX) and n[: -len(_LINK_SUFFIX)] not in json_stems
+        ):
+            out.append(n)
+    return sorted(out)
+
+
 def _array_id(name: str, version: str | None) -> str:
     return hashlib.sha256(json.dumps([name, version]).encode()).hexdigest()[:16]
 
@@ -368,6 +422,23 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _fsync_dirs(paths: Sequence[Path]) -> None:
+    """fsync several directories concurrently (each extra one in a short-lived thread).
+
+    A file system commits concurrent syncs together (ext4's journal groups them into one
+    commit), so a step's two directories cost about one flush instead of two. A thread per
+    call, not a pool: a pool's threads do not survive a fork.
+    """
+    unique = list(dict.fromkeys(paths))
+    threads = [threading.Thread(target=_fsync_dir, args=(p,)) for p in unique[1:]]
+    for t in threads:
+        t.start()
+    if unique:
+        _fsync_dir(unique[0])
+    for t in threads:
+        t.join()
 
 
 def _write_synced(path: Path, data: bytes, durable: bool = True) -> None:
@@ -579,20 +650,12 @@ class LineageStore:
             UnsupportedArrayError: ``shape`` or ``dtype`` is not understood.
             LineageStorageError: the record could not be written.
         """
-        name = _check_name(name, "Array name")
-        if version is not None:
-            version = _check_name(version, f"Version of array `{name}`")
-        shp = as_shape(shape, f"Array `{name}`")
-        try:
-            dt = np.dtype(dtype).name
-        except TypeError as e:
-            msg = f"Array `{name}` has dtype `{dtype!r}`, which NumPy does not understand."
-            raise UnsupportedArrayError(msg) from e
-        _, created = _now()
-        key = _normalise_asset_key(asset_key)
-        record = ArrayRecord(name, shp, dt, key, version, _array_id(name, version), created)
-        directory = self.arrays_dir / _array_dir_name(name)
-        final = directory / _version_file_name(version)
+        record = self._array_record(NewArray(name, shape, dtype, asset_key, version))
+        existing = self._existing_array(record)
+        if existing is not None:
+            return existing
+        directory = self.arrays_dir / _array_dir_name(record.name)
+        final = directory / _version_file_name(record.version)
         data = json.dumps(
             {"schema_version": STORE_SCHEMA_VERSION, **record.to_json()}, indent=1
         ).encode()
@@ -600,22 +663,56 @@ class LineageStore:
             directory.mkdir(parents=True, exist_ok=True)
             published = self._publish_once(final, data)
         except OSError as e:
-            msg = f"Could not write the record of array `{name}` to `{final}`: {e}"
+            msg = f"Could not write the record of array `{record.name}` to `{final}`: {e}"
             raise LineageStorageError(msg) from e
         if not published:
-            existing = self._load_array_file(final)
-            if existing.shape != shp:
-                vtxt = "the default version" if version is None else f"version `{version}`"
-                msg = (
-                    f"Array `{name}` ({vtxt}) is already registered with shape "
-                    f"{existing.shape}, not {shp}. Register the new data under a new `version`."
-                )
-                raise InvalidRelationError(msg)
+            existing = self._existing_array(record)
+            assert existing is not None  # publish_once failed because the file exists
             return existing
         self._arrays[str(final)] = record
         if self.index_on_write:
             self.catalog.index_array(record, self._rel(final))
         return record
+
+    def _array_record(self, spec: NewArray) -> ArrayRecord:
+        """The record ``register_array`` would write for ``spec`` (validated, not written)."""
+        name = _check_name(spec.name, "Array name")
+        version = spec.version
+        if version is not None:
+            version = _check_name(version, f"Version of array `{name}`")
+        shp = as_shape(spec.shape, f"Array `{name}`")
+        try:
+            dt = np.dtype(spec.dtype).name
+        except TypeError as e:
+            msg = f"Array `{name}` has dtype `{spec.dtype!r}`, which NumPy does not understand."
+            raise UnsupportedArrayError(msg) from e
+        _, created = _now()
+        key = _normalise_asset_key(spec.asset_key)
+        return ArrayRecord(name, shp, dt, key, version, _array_id(name, version), created)
+
+    def _existing_array(self, record: ArrayRecord) -> ArrayRecord | None:
+        """The stored record of ``record``'s ``(name, version)`` if any (JSON or segment
+        record); raises when its shape differs from ``record``'s."""
+        directory = self.arrays_dir / _array_dir_name(record.name)
+        existing = None
+        for fname in (_version_file_name(record.version), _link_file_name(record.version)):
+            try:
+                existing = self._load_array_file(directory / fname)
+            except FileNotFoundError:
+                continue
+            break
+        if existing is None:
+            return None
+        if existing.shape != record.shape:
+            v = record.version
+            vtxt = "the default version" if v is None else f"version `{v}`"
+            msg = (
+                f"Array `{record.name}` ({vtxt}) is already registered with shape "
+                f"{existing.shape}, not {record.shape}. Register the new data under a new "
+                "`version`."
+            )
+            raise InvalidRelationError(msg)
+        return existing
 
     def _publish_once(self, final: Path, data: bytes) -> bool:
         """Create ``final`` with ``data`` unless it exists; atomic and first-writer-wins."""
@@ -648,9 +745,31 @@ class LineageStore:
         rec = self._arrays.get(key)
         if rec is not None:
             return rec
-        rec = _load_record(path, "Array", ArrayRecord.from_json)
+        if path.name.endswith(_LINK_SUFFIX):
+            rec = self._load_array_link(path)
+        else:
+            rec = _load_record(path, "Array", ArrayRecord.from_json)
         self._arrays[key] = rec
         return rec
+
+    def _load_array_link(self, path: Path) -> ArrayRecord:
+        """The array record inside the operation segment linked at ``path``: the output
+        whose directory and version file names are ``path``'s."""
+        try:
+            with storage.Segment(path) as seg:
+                records = seg.records()
+        except FileNotFoundError:
+            raise
+        for _, text in records:
+            rec = self._parse_record(text, self._rel(path))
+            for out in rec.outputs:
+                if (
+                    _array_dir_name(out.name) == path.parent.name
+                    and _link_file_name(out.version) == path.name
+                ):
+                    return out
+        msg = f"Array record `{path}` is damaged: its operation lists no such output."
+        raise LineageStorageError(msg)
 
     def _array_files(self) -> Iterator[Path]:
         """Every array record file on disk (the truth the catalog indexes)."""
@@ -661,20 +780,17 @@ class LineageStore:
         for d in dirs:
             if d.name.startswith(".") or not d.is_dir(follow_symlinks=False):
                 continue
-            for f in sorted(os.listdir(d.path)):
-                if f.endswith(".json") and not f.startswith("."):
-                    yield Path(d.path) / f
+            for f in _record_files(os.listdir(d.path)):
+                yield Path(d.path) / f
 
     def _versions_of(self, name: str) -> list[ArrayRecord]:
         directory = self.arrays_dir / _array_dir_name(name)
         try:
-            files = sorted(f for f in os.listdir(directory) if f.endswith(".json"))
+            files = _record_files(os.listdir(directory))
         except FileNotFoundError:
             return []
         out = []
         for f in files:
-            if f.startswith("."):
-                continue
             rec = self._load_array_file(directory / f)
             if rec.name == name:
                 out.append(rec)
@@ -687,6 +803,17 @@ class LineageStore:
             LineageNotFoundError: no such array/version (the message lists close names).
         """
         name = _check_name(name, "Array name")
+        if version is not None:
+            # the version's two possible record files, not a listing of every version (an
+            # asset gains a version per run: a tracked step resolves its inputs this way)
+            directory = self.arrays_dir / _array_dir_name(name)
+            for fname in (_version_file_name(version), _link_file_name(version)):
+                try:
+                    rec = self._load_array_file(directory / fname)
+                except FileNotFoundError:
+                    continue
+                if rec.name == name and rec.version == version:
+                    return rec
         versions = self._versions_of(name)
         if version is not None:
             for rec in versions:
@@ -748,7 +875,7 @@ class LineageStore:
         self,
         op_name: str,
         inputs: "Sequence[str | ArrayRecord]",
-        outputs: "Sequence[str | ArrayRecord]",
+        outputs: "Sequence[str | ArrayRecord | NewArray]",
         lineage: Mapping[tuple[str, str], LineageRelation | LineageTable],
         args: Mapping[str, Any] | None = None,
         capture_method: str = "user",
@@ -763,7 +890,9 @@ class LineageStore:
         Args:
             op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
             inputs: input arrays, by name (latest version) or record.
-            outputs: output arrays, by name (latest version) or record.
+            outputs: output arrays, by name (latest version) or record; or a
+                :class:`NewArray` to register the array with the operation, in the same
+                flushed file (one flush instead of two: see the module docstring).
             lineage: ``{(output_name, input_name): relation_or_table}``; relations are
                 compressed here with :func:`compress`. Pairs not listed have no lineage.
             args: JSON-able arguments of the operation (kept for reuse signatures and audits).
@@ -783,11 +912,24 @@ class LineageStore:
         """
         op_name = _check_name(op_name, "Operation name")
         capture_method = _check_name(capture_method, f"Capture method of operation `{op_name}`")
-        if isinstance(inputs, str | ArrayRecord) or isinstance(outputs, str | ArrayRecord):
+        single = str | ArrayRecord | NewArray
+        if isinstance(inputs, single) or isinstance(outputs, single):
             msg = f"Operation `{op_name}`: `inputs` and `outputs` must be sequences of arrays."
             raise InvalidRelationError(msg)
         ins = tuple(self._resolve(a, "Input", op_name) for a in inputs)
-        outs = tuple(self._resolve(a, "Output", op_name) for a in outputs)
+        new_outs: list[ArrayRecord] = []
+
+        def output(a: "str | ArrayRecord | NewArray") -> ArrayRecord:
+            if not isinstance(a, NewArray):
+                return self._resolve(a, "Output", op_name)
+            rec = self._array_record(a)
+            existing = self._existing_array(rec)
+            if existing is not None:
+                return existing
+            new_outs.append(rec)
+            return rec
+
+        outs = tuple(output(a) for a in outputs)
         for role, recs in (("input", ins), ("output", outs)):
             names = [r.name for r in recs]
             dups = sorted({n for n in names if names.count(n) > 1})
@@ -883,14 +1025,76 @@ class LineageStore:
             [(op_id, json.dumps(record.to_json()), [b[3] for b in blobs])]
         )
 
-        # 2. write the segment under .staging, then publish it with one rename
-        self._publish_file(self.root / rel, segment, f"operation `{op_id}`", durable=self.durable)
+        # 2. write the segment under .staging, then publish it with one rename (and link it
+        # as the record of each new output array first: one flushed file for all of them)
+        if new_outs:
+            if not self._publish_with_arrays(self.root / rel, segment, new_outs, op_id):
+                # another writer registered an output meanwhile: its record stands
+                registered = [
+                    self.register_array(a.name, a.shape, a.dtype, a.asset_key, a.version)
+                    if isinstance(a, NewArray)
+                    else a
+                    for a in outputs
+                ]
+                return self.register_operation(
+                    op_name, inputs, registered, lineage, args, capture_method, timings
+                )
+        else:
+            self._publish_file(
+                self.root / rel, segment, f"operation `{op_id}`", durable=self.durable
+            )
         self._seg_ops[rel] = (op_id,)
         self._where[op_id] = rel
         self._ops[op_id] = record
         if self.index_on_write:
             self.catalog.index_operation(record)
         return record
+
+    def _publish_with_arrays(
+        self, final: Path, data: bytes, new_outs: Sequence[ArrayRecord], op_id: str
+    ) -> bool:
+        """Publish segment ``data`` at ``final`` and as the record of each array of
+        ``new_outs``: staging file, fsync, hard links into the array directories, rename,
+        fsync of the directories (see the module docstring).
+
+        Returns ``False`` (nothing of the operation visible; links already made stay valid
+        array records) when an output's record appeared meanwhile or the file system has no
+        hard links: the caller then registers the usual way.
+        """
+        durable = self.durable
+        tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
+        dirs: list[Path] = []
+        try:
+            self.staging_dir.mkdir(parents=True, exist_ok=True)
+            _write_synced(tmp, data, durable)
+            for rec in new_outs:
+                directory = self.arrays_dir / _array_dir_name(rec.name)
+                directory.mkdir(parents=True, exist_ok=True)
+                if (directory / _version_file_name(rec.version)).exists():
+                    return False
+                try:
+                    os.link(tmp, directory / _link_file_name(rec.version))
+                except FileExistsError:
+                    return False
+                except OSError as e:
+                    if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+                        return False  # no hard links here
+                    raise
+                dirs.append(directory)
+            os.rename(tmp, final)
+            if durable:
+                _fsync_dirs([final.parent, *dirs])
+        except OSError as e:
+            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
+            raise LineageStorageError(msg) from e
+        finally:
+            tmp.unlink(missing_ok=True)  # gone after the rename
+        for rec, d in zip(new_outs, dirs, strict=True):
+            path = d / _link_file_name(rec.version)
+            self._arrays[str(path)] = rec
+            if self.index_on_write:
+                self.catalog.index_array(rec, self._rel(path))
+        return True
 
     def _publish_file(self, final: Path, data: bytes, what: str, *, durable: bool = True) -> None:
         """Write ``data`` to ``final`` atomically: staging file, fsync, rename, fsync dir.

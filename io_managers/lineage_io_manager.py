@@ -28,8 +28,10 @@ The lineage store defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLo
 """
 
 import contextlib
+import json
 import logging
 import os
+import threading
 import time
 import urllib.parse
 import uuid
@@ -42,7 +44,7 @@ from pydantic import Field, PrivateAttr
 
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.store import ArrayRecord
+from dslog_dagster.core.store import ArrayRecord, NewArray
 from dslog_dagster.decorators import is_frame, op_array_name
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
@@ -127,10 +129,9 @@ class LineageWriter:
         name, asset_key = _output_array(context)
         t0 = time.perf_counter()
         store = self.settings.store(self.base_dir)
-        out_rec = store.register_array(
-            name, shape, dtype, asset_key=asset_key, version=context.run_id
-        )
+        out_spec = NewArray(name, shape, dtype, asset_key=asset_key, version=context.run_id)
         if pending.relations is None or not pending.inputs:
+            store.register_array(name, shape, dtype, asset_key=asset_key, version=context.run_id)
             write_s = time.perf_counter() - t0
             return m.LineageMetadata(
                 obtained=pending.obtained,
@@ -149,10 +150,11 @@ class LineageWriter:
             method = pending.capture_method
         elif pending.obtained not in ("captured",):
             method = f"reuse-{pending.obtained}"
+        # the output array is registered with its operation: one flushed file per step
         op = store.register_operation(
             pending.op_name,
             in_recs,
-            [out_rec],
+            [out_spec],
             lineage,
             args=pending.op_args,
             capture_method=method,
@@ -246,6 +248,9 @@ every pair); compressed tables are drawn by interval queries at any size."""
 
 # ------------------------------------------------------------------ DSLogIOManager
 
+_SETTINGS: dict[tuple[tuple[str, str | None], str], DSLogResource] = {}
+_SETTINGS_LOCK = threading.Lock()
+
 
 def _safe_part(text: str) -> str:
     """A path component that cannot escape its directory (partition keys may hold ``/``)."""
@@ -329,13 +334,26 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         key = (str(self._base()), os.environ.get("DSLOG_STORE"))
         cached = self._settings_cache.get(key)
         if cached is None:
-            # the lineage-writing settings; the resource's query settings stay at defaults
-            mine = type(self).model_fields
-            fields = {k: getattr(self, k) for k in DSLogResource.model_fields if k in mine}
-            unresolved = DSLogResource(**fields)
-            cached = DSLogResource(
-                **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
-            )
+            # the resource's fields this IO manager has (a resource field that only concerns
+            # queries, not storing, keeps the resource's default)
+            fields = {
+                k: getattr(self, k)
+                for k in DSLogResource.model_fields
+                if k in type(self).model_fields
+            }
+            # Dagster builds a new IO manager object for every run, so the settings are also
+            # kept process-wide, keyed by every field: two DSLogResource inits cost ~10 ms.
+            shared = (key, json.dumps(fields, sort_keys=True, default=str))
+            cached = _SETTINGS.get(shared)
+            if cached is None:
+                unresolved = DSLogResource(**fields)
+                cached = DSLogResource(
+                    **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
+                )
+                with _SETTINGS_LOCK:
+                    _SETTINGS[shared] = cached
+                    while len(_SETTINGS) > 64:
+                        _SETTINGS.pop(next(iter(_SETTINGS)))
             self._settings_cache[key] = cached
         return cached
 

@@ -38,6 +38,8 @@ plan), ``dagster/column_schema`` and ``dagster/row_count``; ``dslog/shape`` is
 """
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +50,7 @@ from pydantic import BaseModel, ConfigDict
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, prepare
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.storage import table_digest
 from dslog_dagster.pictures import cells_png, png_markdown
 
 __all__ = [
@@ -224,7 +227,62 @@ def lineage_markdown(
     """Markdown: which cells of each input feed a sample of ``k`` output cells (with PNGs).
 
     Also gives each input's coverage (the share of its cells that feed any output cell).
+
+    Cached when every input's lineage is a compressed table (a served reuse view hands the
+    same tables on every hit, and drawing cost about as much as the step itself): the key is
+    the output name and shape, ``k``, ``max_pictures`` and each input's name with the
+    :func:`~dslog_dagster.core.storage.table_digest` of its table, i.e. everything the
+    markdown is computed from, so a hit is exactly what a fresh render would give.
     """
+    key = _picture_key(output, out_shape, inputs, k, max_pictures)
+    if key is not None:
+        with _picture_lock:
+            hit = _pictures.get(key)
+            if hit is not None:
+                _pictures.move_to_end(key)
+                return hit
+    text = _render_markdown(output, out_shape, inputs, k, max_pictures)
+    if key is not None:
+        with _picture_lock:
+            _pictures[key] = text
+            while len(_pictures) > _PICTURE_CACHE_SIZE:
+                _pictures.popitem(last=False)
+    return text
+
+
+_PICTURE_CACHE_SIZE = 256
+_pictures: "OrderedDict[tuple[Any, ...], str]" = OrderedDict()
+_picture_lock = threading.Lock()
+
+
+def _picture_key(
+    output: str,
+    out_shape: Sequence[int],
+    inputs: Sequence[tuple[str, LineageRelation | LineageTable]],
+    k: int,
+    max_pictures: int,
+) -> tuple[Any, ...] | None:
+    """The cache key of a lineage picture, ``None`` when an input is an uncompressed relation
+    (a capture: drawn once, never served again, so not worth digesting)."""
+    if not all(isinstance(rel, LineageTable) for _, rel in inputs):
+        return None
+    digests = tuple((name, table_digest(rel)) for name, rel in inputs)  # type: ignore[arg-type]
+    return (output, tuple(int(d) for d in out_shape), int(k), int(max_pictures), digests)
+
+
+def clear_picture_cache() -> None:
+    """Forget every cached lineage picture (tests)."""
+    with _picture_lock:
+        _pictures.clear()
+
+
+def _render_markdown(
+    output: str,
+    out_shape: Sequence[int],
+    inputs: Sequence[tuple[str, LineageRelation | LineageTable]],
+    k: int,
+    max_pictures: int,
+) -> str:
     sample = sample_cells(out_shape, k)
     idx = ", ".join(
         str(tuple(int(i) for i in np.unravel_index(s, tuple(out_shape)))) if out_shape else "()"

@@ -446,3 +446,41 @@ def test_direct_invocation_runs_the_plain_function() -> None:
     assert out.dtype == np.int64
     assert out.tolist() == [3, 2, 1]
     assert double(np.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
+
+
+class SizeConfig(dg.Config):
+    n: int = 4
+
+
+@tracked_asset
+def square(config: SizeConfig) -> np.ndarray:
+    return np.arange(float(config.n * config.n)).reshape(config.n, config.n)
+
+
+@tracked_asset
+def below(square: np.ndarray) -> np.ndarray:
+    return square[1:] - square[:-1]
+
+
+def test_cached_pictures_of_served_steps_always_match_the_stored_lineage(
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
+) -> None:
+    """The picture of a served step comes from a cache keyed by the tables' digests: it must
+    be the fresh drawing of the lineage stored for that very materialization, also when the
+    shapes (and so the lineage) change between runs."""
+    m.clear_picture_cache()
+    log = DSLog(store_dir)
+    seen: dict[int, str] = {}
+    for n in (4, 4, 4, 6, 6, 4):
+        cfg = {"ops": {"square": {"config": {"n": n}}}}
+        res = dg.materialize(
+            [square, below], instance=instance, resources={"io_manager": io}, run_config=cfg
+        )
+        md = _md(res, "below")
+        op = log.store.get_operation(md[m.OP_ID])
+        stored = log.store.read_lineage(op, "below", "square")
+        fresh = m._render_markdown("below", (n - 1, n), [("square", stored.decompress())], 4, 4)
+        assert md[m.LINEAGE] == fresh
+        assert seen.setdefault(n, md[m.LINEAGE]) == md[m.LINEAGE]
+    assert md[m.OBTAINED] in ("base", "dim", "gen")  # the last runs were served
+    assert seen[4] != seen[6]
