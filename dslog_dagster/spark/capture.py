@@ -29,12 +29,18 @@ import numpy.typing as npt
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dslog_dagster.core.combine import concat_tables, product_table
+from dslog_dagster.core.combine import concat_tables, merge_tables, product_table
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
-from dslog_dagster.spark.lineage import RangesNotExact, row_tables, write_with_lineage
+from dslog_dagster.spark.lineage import (
+    RangesNotExact,
+    RowTables,
+    refetch_ids,
+    row_tables,
+    write_with_lineage,
+)
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 
@@ -81,7 +87,9 @@ class FrameCapture:
         timings: seconds for ``plan`` (input ids, user code building the plan), ``pass``
             (the Spark pass over the output: ``write`` — computing and staging its rows, or
             marking them for the cache — then ``lineage`` — row ids and row lineage
-            compressed per partition) and ``product`` (row × column lineage on the driver);
+            compressed per partition — then ``refetch`` — the ids of aggregated groups whose
+            range check failed, found by one join job) and ``product`` (row × column lineage
+            on the driver); ``refetched_rows`` (how many output rows that was, when any) and
             ``retried_with_lists`` when aggregations were run again with lists.
     """
 
@@ -441,7 +449,15 @@ def _capture_once(
             for key in groups:
                 needed.setdefault(key, i)
     keys = list(needed)
-    oks = [F.col(f"{slot_name(s)}.ok") for s in sorted(result._ranges)]
+    # range slots whose failed rows cannot be refetched (no RangeSource, or read as part of a
+    # list of several slots) must pass their check on every row, else the capture reruns
+    checked = sorted(
+        s
+        for s in result._ranges
+        if any(s in k for k in keys)
+        and (s not in ctx.range_src or any(s in k and len(k) > 1 for k in keys))
+    )
+    oks = [F.col(f"{slot_name(s)}.ok") for s in checked]
     groups = [
         (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows) for k in keys
     ]
@@ -449,7 +465,7 @@ def _capture_once(
     user_cols = [F.col(_quote(c)) for c in user_names]
     staged: StagedOutput | None = None
     path = ""
-    teed: tuple[list[int], list[LineageTable]] | None = None
+    teed: RowTables | None = None
     try:
         if _can_stage(result._df, user_names):
             # the pass writes the output once (rows, MID, slots); write_frame moves the files
@@ -469,7 +485,7 @@ def _capture_once(
                         [slot_name(k[0]) for k in keys],
                         [kind for _, kind, _ in groups],
                         [n for _, _, n in groups],
-                        [slot_name(s) for s in sorted(result._ranges)],
+                        [slot_name(s) for s in checked],
                     )
                 finally:
                     shutil.rmtree(side, ignore_errors=True)
@@ -479,7 +495,7 @@ def _capture_once(
         else:
             source = mark(result._df)
         t_write = time.perf_counter()
-        offsets, tables = teed if teed is not None else row_tables(source, groups, oks)
+        got = teed if teed is not None else row_tables(source, groups, oks)
     except RangesNotExact:
         if path:
             shutil.rmtree(path, ignore_errors=True)
@@ -487,6 +503,22 @@ def _capture_once(
         else:
             source.unpersist()
         raise _RangesFailed from None
+    offsets, tables = got.offsets, list(got.tables)
+    t_lineage = time.perf_counter()
+    for g, n_failed in enumerate(got.failed):
+        if n_failed:  # groups whose ids are not a range: join their keys with their input
+            src = ctx.range_src[keys[g][0]]
+            extra = refetch_ids(
+                source,
+                slot_name(keys[g][0]),
+                src.frame,
+                src.keys,
+                src.slot,
+                groups[g][2],
+                offsets,
+                n_failed,
+            )
+            tables[g] = merge_tables([tables[g], extra])
     row_table = dict(zip(keys, tables, strict=True))
     t_pass = time.perf_counter()
     n_out = offsets[-1]
@@ -548,7 +580,9 @@ def _capture_once(
             "plan_s": t1 - t0,
             "pass_s": t_pass - t1,
             "write_s": t_write - t1,
-            "lineage_s": t_pass - t_write,
+            "lineage_s": t_lineage - t_write,
+            "refetch_s": t_pass - t_lineage,
+            **({"refetched_rows": float(sum(got.failed))} if any(got.failed) else {}),
             "product_s": t2 - t_pass,
         },
         _cached=cached,

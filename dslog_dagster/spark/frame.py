@@ -61,11 +61,26 @@ class CaptureContext:
     counter: Iterable[int] = field(default_factory=itertools.count)
     flagged_ops: list[str] = field(default_factory=list)
     aggregate: Literal["ranges", "lists"] = "ranges"
+    # range slot -> where its ids come from: the aggregation's input frame, its group keys
+    # and the slot's column there (see TrackedGroupedData._range_agg: rows whose range check
+    # fails get their ids by joining that frame with their group key, not by a rerun)
+    range_src: dict[int, "RangeSource"] = field(default_factory=dict)
 
     def new_slot(self, input_index: int) -> int:
         sid = next(iter(self.counter))
         self.slot_input[sid] = input_index
         return sid
+
+
+@dataclass(frozen=True)
+class RangeSource:
+    """How to find the ids of a range slot's group again: the rows of ``frame`` (the
+    aggregation's input) whose group keys ``keys`` equal, null-safely, the ``k`` field of the
+    slot's struct (fields ``k0``, ``k1``...), in column ``slot`` of ``frame``."""
+
+    frame: DataFrame
+    keys: tuple[Column, ...]
+    slot: str
 
 
 def _quote(name: str) -> str:
@@ -534,6 +549,9 @@ class TrackedFrame:
         ]
         arrays = {ren.get(s, s) for s in other._arrays}
         ranges = {ren.get(s, s) for s in other._ranges}
+        for s, n in ren.items():
+            if s in self._ctx.range_src:
+                self._ctx.range_src[n] = self._ctx.range_src[s]
         return TrackedFrame(
             self._ctx, df, infos, arrays, other._sources, ranges=ranges, unique=other._unique
         )
@@ -867,8 +885,13 @@ class TrackedGroupedData:
           of the frame carry distinct tuples of slot values (``_unique``), so they are when
           every other slot holds one value on every row of the group (or none on all).
 
-        Where ``ok`` fails for some group (keys not clustered by row id), the capture reruns
-        with lists (``aggregate="lists"``); the result is exact either way.
+        The struct also holds the group's keys (field ``k``: ``k0``, ``k1``...), and the
+        context remembers this aggregation's input (:class:`RangeSource`): where ``ok`` fails
+        for some groups (keys not clustered by row id), the capture finds those groups' ids
+        by joining the input's ``(keys, id)`` with the failed rows' keys, in one more job
+        that moves ids, not the pipeline (:func:`~dslog_dagster.spark.lineage.refetch_ids`).
+        Keys Parquet cannot hold (``void``, intervals) get no ``k``; a failed check there makes
+        the capture rerun with lists (``aggregate="lists"``). The result is exact either way.
         """
         f = self._f
         slots = f._slots
@@ -880,6 +903,7 @@ class TrackedGroupedData:
         hi = {s: F.max(c) for s, c in cs.items()}
         n = {s: F.count(c) for s, c in cs.items()}
         n_all = F.count(F.lit(1))
+        keys = self._key_columns()
         constant = {s: (n[s] == 0) | ((lo[s] == hi[s]) & (n[s] == n_all)) for s in slots}
         aggs = []
         for s in slots:
@@ -888,13 +912,22 @@ class TrackedGroupedData:
             for t in slots:
                 if t != s:
                     span = span & constant[t]
-            aggs.append(
-                F.struct(lo[s].alias("lo"), hi[s].alias("hi"), (ok | span).alias("ok")).alias(
-                    slot_name(s)
-                )
-            )
+            fields = [lo[s].alias("lo"), hi[s].alias("hi"), (ok | span).alias("ok")]
+            if keys is not None:
+                fields.append(F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)]).alias("k"))
+                f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s))
+            aggs.append(F.struct(*fields).alias(slot_name(s)))
         res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
+
+    def _key_columns(self) -> list[Column] | None:
+        """The group keys as columns (a constant for a global aggregation), or None when
+        some key's type cannot be stored in the staged Parquet files (``void``, intervals)."""
+        keys = [k if isinstance(k, Column) else F.col(k) for k in self._keys] or [F.lit(0)]
+        types = self._f._df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)]).dtypes
+        if any("void" in t or "interval" in t for _, t in types):
+            return None
+        return keys
 
     def count(self) -> TrackedFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

@@ -23,11 +23,29 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
 
-__all__ = ["RangesNotExact", "compress_pairs", "row_tables", "shift_rows"]
+__all__ = [
+    "RangesNotExact",
+    "RowTables",
+    "compress_pairs",
+    "refetch_ids",
+    "row_tables",
+    "shift_rows",
+]
 
 
 class RangesNotExact(Exception):
     """Some row's range summary (``struct<lo, hi, ok>``) was not exact (``ok`` false)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RowTables:
+    """What a pass gives: partition offsets (the last entry is the row count), one merged
+    table per group, and per group the number of rows whose range check failed (their pairs
+    are not in the table; :func:`refetch_ids` finds them)."""
+
+    offsets: list[int]
+    tables: list[LineageTable]
+    failed: list[int]
 
 
 _BLOB_SCHEMA = "blob binary"
@@ -109,20 +127,27 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
     )
 
 
-def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(local row, input row) pairs of a ``struct<lo, hi, ok>`` column: ``lo..hi`` per row."""
+def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
+    """(local row, input row) pairs of a ``struct<lo, hi, ok, ...>`` column: ``lo..hi`` per
+    row whose ``ok`` holds, and the number of rows with ids whose ``ok`` fails (left out: their
+    ids are found by :func:`refetch_ids`)."""
     import pyarrow.compute as pc
 
     lo_a = pc.struct_field(col, "lo")
     hi_a = pc.struct_field(col, "hi")
-    keep = np.asarray(lo_a.is_valid().to_numpy(zero_copy_only=False))
+    valid = np.asarray(lo_a.is_valid().to_numpy(zero_copy_only=False))
+    ok = np.asarray(
+        pc.fill_null(pc.struct_field(col, "ok"), True).to_numpy(zero_copy_only=False), bool
+    )
+    keep = valid & ok
+    failed = int((valid & ~ok).sum())
     lo = lo_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
     hi = hi_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
     lengths = hi - lo + 1
     starts = np.cumsum(lengths) - lengths
     o = np.repeat(local[keep], lengths)
     r = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
-    return o, r
+    return o, r, failed
 
 
 def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # type: ignore[no-untyped-def]
@@ -169,8 +194,9 @@ def _compress_partition(
         bads.append(bad)
         for g, kind in enumerate(kinds if bad == 0 else []):
             col = t.column(f"g{g}").combine_chunks()
+            failed = 0
             if kind == "range":
-                o, r = _range_pairs(local, col)
+                o, r, failed = _range_pairs(local, col)
             elif kind == "list":
                 flat = col.flatten()
                 parents = pc.list_parent_indices(col).to_numpy()
@@ -186,7 +212,7 @@ def _compress_partition(
             counts.append(n_local)
             groups.append(g)
             blobs.append(table_to_blob(compress(rel, threads=1)))
-            bads.append(0)
+            bads.append(failed)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(pids, pa.int64()),
@@ -201,7 +227,7 @@ def _compress_partition(
 
 def row_tables(
     marked: DataFrame, groups: list[tuple[Column, str, int]], oks: Sequence[Column] = ()
-) -> tuple[list[int], list[LineageTable]]:
+) -> RowTables:
     """One pass over ``marked`` (persisted, or read back from the files it was written to,
     with ``MID``): rows per marked partition and the row lineage of every group, compressed
     per partition on the executors.
@@ -216,7 +242,8 @@ def row_tables(
 
     Returns:
         The partition offsets (dense id of each partition's first row; the last entry is the
-        row count) and one table ``(n_out,) ← (n_in,)`` per group, merged exactly.
+        row count), one table ``(n_out,) ← (n_in,)`` per group, merged exactly, and per
+        ``"range"`` group the rows whose own ``ok`` failed (not in its table).
 
     Raises:
         RangesNotExact: some row failed ``oks``.
@@ -229,32 +256,97 @@ def row_tables(
         cols.append(ok.alias("__ok"))
     fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups], bool(oks))
     got = marked.select(*cols).mapInArrow(
-        fn, "pid bigint, n bigint, g int, blob binary, bad bigint"
+        fn, _ROWS_SCHEMA
     )
     rows = [r.asDict() for r in got.collect()]
     return _assemble(rows, [n for _, _, n in groups])
 
 
-def _assemble(rows: list[dict[str, Any]], n_ins: list[int]) -> tuple[list[int], list[LineageTable]]:
+def _assemble(rows: list[dict[str, Any]], n_ins: list[int]) -> RowTables:
     """Offsets and merged tables from the per-partition rows of :func:`_compress_partition`."""
-    if any(int(r["bad"]) for r in rows):
+    if any(int(r["bad"]) for r in rows if r["g"] < 0):
         raise RangesNotExact
     counts: dict[int, int] = {}
     for r in rows:
         if r["g"] < 0:  # rows of a marked partition are numbered 0..n-1 without gaps
             counts[int(r["pid"])] = max(counts.get(int(r["pid"]), 0), int(r["n"]))
     offsets = partition_offsets(counts)
+    failed = [0] * len(n_ins)
+    for r in rows:
+        if r["g"] >= 0:
+            failed[r["g"]] += int(r["bad"])
+    return RowTables(offsets, _merge_pieces(rows, offsets, n_ins), failed)
+
+
+def _merge_pieces(
+    rows: list[dict[str, Any]], offsets: list[int], n_ins: list[int]
+) -> list[LineageTable]:
+    """Per group, the union of the partitions' tables moved to their dense rows."""
     n_out = offsets[-1]
     pieces: list[list[LineageTable]] = [[] for _ in n_ins]
     for r in rows:
         if r["g"] >= 0:
             t = table_from_blob(bytes(r["blob"]))
             pieces[r["g"]].append(shift_rows(t, offsets[int(r["pid"])], n_out))
-    tables = [
+    return [
         merge_tables(p) if p else LineageTable((n_out,), (n,), "provrc", 0, 0, *_empty_fields())
         for p, n in zip(pieces, n_ins, strict=True)
     ]
-    return offsets, tables
+
+
+def refetch_ids(
+    source: DataFrame,
+    slot: str,
+    frame: DataFrame,
+    keys: Sequence[Column],
+    frame_slot: str,
+    n_in: int,
+    offsets: list[int],
+    n_failed: int,
+) -> LineageTable:
+    """The row lineage of the rows of ``source`` whose range slot ``slot`` failed its check.
+
+    A failed row stands for a group of an aggregation whose ids are not one range; the
+    group's ids are those of the aggregation's input rows (``frame``, ids in ``frame_slot``)
+    whose keys equal, null-safely, the row's ``slot.k`` (as ``groupBy`` groups them). One job
+    joins the input's (keys, id) with the failed rows' (keys, ``MID``) — broadcast: they are
+    at most the output's rows, already aggregated — moves the (``MID``, id) pairs to one
+    partition per output partition and compresses them there; only tables reach the driver.
+    A join, not a rerun of the pipeline with ``collect_list``: ids are moved once, and
+    groups whose ids are a range keep their range.
+    """
+    ok = F.coalesce(F.col(f"{_q(slot)}.ok"), F.lit(True))
+    bad = source.where(F.col(f"{_q(slot)}.lo").isNotNull() & ~ok).select(
+        F.col(MID).alias("__o"),
+        *[F.col(f"{_q(slot)}.k.k{i}").alias(f"__b{i}") for i in range(len(keys))],
+    )
+    if n_failed <= _BROADCAST_ROWS:
+        bad = F.broadcast(bad)
+    ins = frame.select(
+        *[k.alias(f"__p{i}") for i, k in enumerate(keys)], F.col(_q(frame_slot)).alias("__r")
+    ).where(F.col("__r").isNotNull())
+    cond = F.col("__p0").eqNullSafe(F.col("__b0"))
+    for i in range(1, len(keys)):
+        cond = cond & F.col(f"__p{i}").eqNullSafe(F.col(f"__b{i}"))
+    n_parts = max(1, len(offsets) - 1)
+    pairs = (
+        ins.join(bad, cond, "inner")
+        .select(F.col("__o").alias(MID), F.col("__r").alias("g0"))
+        .repartition(n_parts, F.shiftright(F.col(MID), PART_BITS))
+    )
+    fn = _group_compressor(["scalar"], [n_in], False)
+    rows = [r.asDict() for r in pairs.mapInArrow(fn, _ROWS_SCHEMA).collect()]
+    return _merge_pieces(rows, offsets, [n_in])[0]
+
+
+_BROADCAST_ROWS = 5_000_000
+"""Failed rows up to this many are broadcast to the join of :func:`refetch_ids`."""
+
+_ROWS_SCHEMA = "pid bigint, n bigint, g int, blob binary, bad bigint"
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], side: str):  # type: ignore[no-untyped-def]
@@ -299,7 +391,7 @@ def write_with_lineage(
     kinds: list[str],
     n_ins: list[int],
     oks: list[str],
-) -> tuple[list[int], list[LineageTable]]:
+) -> RowTables:
     """Write ``out`` (with ``MID``) as Parquet at ``path`` and, in the same job, compress the
     row lineage of its slot columns per partition (one slot per group; side files in the
     driver-visible directory ``side``, so a local master only). Saves the job that reads the
