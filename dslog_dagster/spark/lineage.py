@@ -255,9 +255,7 @@ def row_tables(
             ok = ok & F.coalesce(c, F.lit(True))
         cols.append(ok.alias("__ok"))
     fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups], bool(oks))
-    got = marked.select(*cols).mapInArrow(
-        fn, _ROWS_SCHEMA
-    )
+    got = marked.select(*cols).mapInArrow(fn, _ROWS_SCHEMA)
     rows = [r.asDict() for r in got.collect()]
     return _assemble(rows, [n for _, _, n in groups])
 
