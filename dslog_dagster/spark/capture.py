@@ -237,7 +237,7 @@ class StagedOutput:
         """The output without and with ``ROW_ID``."""
         reader = spark.read if self.schema is None else spark.read.schema(self.schema)
         df = reader.parquet(self.path)
-        user = [F.col(_quote(c)) for c in self.columns]
+        user = [_quote(c) for c in self.columns]  # one JVM call each (F.col costs several)
         return df.select(*user), df.select(*user, dense_id(list(self.offsets)).alias(ROW_ID))
 
 
@@ -309,7 +309,7 @@ def _track_input(
     ided, n = prepared if prepared is not None else _prepare_input(df, cached, n_rows)
     sid = ctx.new_slot(index)
     user = [c for c in ided.columns if c != ROW_ID]
-    d = ided.select(*[F.col(f"`{c}`") for c in user], F.col(ROW_ID).alias(slot_name(sid)))
+    d = ided.select(*[_quote(c) for c in user], F.col(ROW_ID).alias(slot_name(sid)))
     infos: list[Any] = [ColumnLineage(frozenset({(sid, j)})) for j in range(len(user))]
     infos.append(slot_name(sid))
     return TrackedFrame(ctx, d, infos, (), (index,)), FrameInput("", tuple(user), n), slot_name(sid)
@@ -462,7 +462,6 @@ def _capture_once(
         (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows) for k in keys
     ]
     user_names = [c for c in result._df.columns if c not in slot_names]
-    user_cols = [F.col(_quote(c)) for c in user_names]
     staged: StagedOutput | None = None
     path = ""
     teed: RowTables | None = None
@@ -526,6 +525,7 @@ def _capture_once(
         staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, source.schema)
         frame, with_id = staged.frames(source.sparkSession)
     else:
+        user_cols = [_quote(c) for c in user_names]
         with_id = source.select(*user_cols, dense_id(offsets).alias(ROW_ID))
         frame = source.select(*user_cols)
         cached.append(RowIds(with_id, n_out, source))

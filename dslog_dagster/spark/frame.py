@@ -303,12 +303,14 @@ class TrackedFrame:
                 out.append(c)
         return out
 
-    def _project(self, op: str, fn: Callable[[DataFrame, list[Column]], DataFrame]) -> Any:
+    def _project(self, op: str, fn: Callable[[DataFrame, list[str]], DataFrame]) -> Any:
         """Run a projection-like ``fn(frame, slot columns)`` (select, withColumn, ...), with
         window functions; ``None`` when the projection is really a global aggregation."""
         if self._a2a:
             return _all_to_all(self._ctx, fn(self._df, []), self._sources)
-        slot_cols = [_col(n) for n in self._infos if isinstance(n, str)]
+        # slot columns by quoted name: select() resolves a name string in one JVM call, where
+        # each F.col costs several (round trips add up over a pipeline's plan)
+        slot_cols = [_quote(n) for n in self._infos if isinstance(n, str)]
         try:
             first = fn(self._df, slot_cols)
         except AnalysisException:
@@ -346,7 +348,7 @@ class TrackedFrame:
             mapping[key] = m
         if extra:
             df = df.select("*", *extra)
-        res = fn(df, [_col(n) for n in infos if isinstance(n, str)])
+        res = fn(df, [_quote(n) for n in infos if isinstance(n, str)])
         base = Base(df._jdf.queryExecution().analyzed(), infos)
 
         def rule(e: Any, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
@@ -896,27 +898,28 @@ class TrackedGroupedData:
         f = self._f
         slots = f._slots
         # one aggregation (Spark evaluates each distinct aggregate once; the struct and the
-        # check are expressions over them), so the plan costs no extra projection; each
-        # Column is built once (every construction is a call into the JVM)
-        cs = {s: _col(slot_name(s)) for s in slots}
-        lo = {s: F.min(c) for s, c in cs.items()}
-        hi = {s: F.max(c) for s, c in cs.items()}
-        n = {s: F.count(c) for s, c in cs.items()}
-        n_all = F.count(F.lit(1))
+        # check are expressions over them), so the plan costs no extra projection. The
+        # expressions are SQL text: one call into the JVM each, where building them from
+        # Column objects costs one per operator (~50 per slot)
+        lo = {s: f"min(`{slot_name(s)}`)" for s in slots}
+        hi = {s: f"max(`{slot_name(s)}`)" for s in slots}
+        n = {s: f"count(`{slot_name(s)}`)" for s in slots}
+        constant = {s: f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))" for s in slots}
         keys = self._key_columns()
-        constant = {s: (n[s] == 0) | ((lo[s] == hi[s]) & (n[s] == n_all)) for s in slots}
+        key_struct = (
+            F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)]) if keys is not None else None
+        )
         aggs = []
         for s in slots:
-            ok = (n[s] == 0) | (lo[s] == hi[s])
-            span = n[s] == hi[s] - lo[s] + 1
-            for t in slots:
-                if t != s:
-                    span = span & constant[t]
-            fields = [lo[s].alias("lo"), hi[s].alias("hi"), (ok | span).alias("ok")]
-            if keys is not None:
-                fields.append(F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)]).alias("k"))
+            span = " AND ".join(
+                [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
+            )
+            ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
+            c = F.expr(f"named_struct('lo', {lo[s]}, 'hi', {hi[s]}, 'ok', {ok})")
+            if key_struct is not None and keys is not None:
+                c = c.withField("k", key_struct)
                 f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s))
-            aggs.append(F.struct(*fields).alias(slot_name(s)))
+            aggs.append(c.alias(slot_name(s)))
         res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
 
