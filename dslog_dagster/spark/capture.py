@@ -340,12 +340,14 @@ def capture_frames(
     ``aggregate`` says how ``groupBy().agg`` carries row ids. ``"auto"`` (default) first
     summarises each group's ids as a range ``lo..hi`` with cheap hash aggregates, which is
     exact when a check in the same pass says so (see
-    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`); when some group's ids
-    are not one checked range (keys not clustered by row id), or a later step needs the ids
-    as lists (an aggregation or window over an aggregation), it runs ``func`` again with
-    lists and makes one more pass. ``"lists"`` collects the ids at once (``collect_list``),
-    the better choice when keys are known to be scattered. ``func`` may be called twice; it
-    only builds a plan. The lineage is the same in both modes; ``timings`` has
+    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`); the ids of groups that
+    fail the check (keys not clustered by row id) are found by one join of the aggregation's
+    input with those groups' keys (:func:`~dslog_dagster.spark.lineage.refetch_ids`;
+    ``timings["refetched_rows"]``). When a later step needs the ids as lists (an aggregation
+    or window over an aggregation), or a failed range cannot be refetched (see
+    :func:`_capture_once`), it runs ``func`` again with lists and makes one more pass.
+    ``"lists"`` collects the ids at once (``collect_list``). ``func`` may be called twice; it
+    only builds a plan. The lineage is the same in all cases; ``timings`` has
     ``retried_with_lists`` when the second run happened.
 
     Raises:

@@ -924,11 +924,15 @@ class TrackedGroupedData:
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
 
     def _key_columns(self) -> list[Column] | None:
-        """The group keys as columns (a constant for a global aggregation), or None when
-        some key's type cannot be stored in the staged Parquet files (``void``, intervals)."""
+        """The group keys as columns (a constant for a global aggregation), or None when the
+        groups cannot be found again by their keys: some key's type cannot be stored in the
+        staged Parquet files (``void``, intervals), or the keys or the frame they group are
+        not deterministic (``rand``, ``sample``: computing them again gives other rows)."""
         keys = [k if isinstance(k, Column) else F.col(k) for k in self._keys] or [F.lit(0)]
-        types = self._f._df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)]).dtypes
-        if any("void" in t or "interval" in t for _, t in types):
+        probe = self._f._df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)])
+        if any("void" in t or "interval" in t for _, t in probe.dtypes):
+            return None
+        if not probe._jdf.queryExecution().analyzed().deterministic():
             return None
         return keys
 

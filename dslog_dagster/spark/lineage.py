@@ -307,19 +307,18 @@ def refetch_ids(
     A failed row stands for a group of an aggregation whose ids are not one range; the
     group's ids are those of the aggregation's input rows (``frame``, ids in ``frame_slot``)
     whose keys equal, null-safely, the row's ``slot.k`` (as ``groupBy`` groups them). One job
-    joins the input's (keys, id) with the failed rows' (keys, ``MID``) — broadcast: they are
-    at most the output's rows, already aggregated — moves the (``MID``, id) pairs to one
-    partition per output partition and compresses them there; only tables reach the driver.
-    A join, not a rerun of the pipeline with ``collect_list``: ids are moved once, and
-    groups whose ids are a range keep their range.
+    joins the input's (keys, id) with the failed rows' (keys, ``MID``) — Spark picks the join
+    as for any other (the failed rows are at most the output's, so usually a broadcast) —
+    moves the (``MID``, id) pairs to one partition per output partition and compresses them
+    there; only tables reach the driver. A join, not a rerun of the pipeline with
+    ``collect_list``: ids are moved once, and groups whose ids are a range keep their range.
+    ``n_failed`` (the failed rows, counted by the pass) is for the caller's records.
     """
     ok = F.coalesce(F.col(f"{_q(slot)}.ok"), F.lit(True))
     bad = source.where(F.col(f"{_q(slot)}.lo").isNotNull() & ~ok).select(
         F.col(MID).alias("__o"),
         *[F.col(f"{_q(slot)}.k.k{i}").alias(f"__b{i}") for i in range(len(keys))],
     )
-    if n_failed <= _BROADCAST_ROWS:
-        bad = F.broadcast(bad)
     ins = frame.select(
         *[k.alias(f"__p{i}") for i, k in enumerate(keys)], F.col(_q(frame_slot)).alias("__r")
     ).where(F.col("__r").isNotNull())
@@ -336,9 +335,6 @@ def refetch_ids(
     rows = [r.asDict() for r in pairs.mapInArrow(fn, _ROWS_SCHEMA).collect()]
     return _merge_pieces(rows, offsets, [n_in])[0]
 
-
-_BROADCAST_ROWS = 5_000_000
-"""Failed rows up to this many are broadcast to the join of :func:`refetch_ids`."""
 
 _ROWS_SCHEMA = "pid bigint, n bigint, g int, blob binary, bad bigint"
 
