@@ -343,6 +343,21 @@ def _q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _lineage_batch(b: pa.RecordBatch, slots: list[str], oks: list[str]) -> pa.RecordBatch:
+    """The columns :func:`_compress_partition` reads (``MID``, ``g*``, ``__ok``) of a batch."""
+    import pyarrow.compute as pc
+
+    cols = [b.column(MID), *[b.column(s) for s in slots]]
+    names = [MID, *[f"g{g}" for g in range(len(slots))]]
+    if oks:
+        ok = pc.fill_null(pc.struct_field(b.column(oks[0]), "ok"), True)
+        for o in oks[1:]:
+            ok = pc.and_(ok, pc.fill_null(pc.struct_field(b.column(o), "ok"), True))
+        cols.append(ok)
+        names.append("__ok")
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
 def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], side: str):  # type: ignore[no-untyped-def]
     """Pass every batch through unchanged; at the end of the partition compress the row
     lineage of the slot columns (as :func:`row_tables` does) into a side file."""
@@ -350,21 +365,11 @@ def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], s
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import os
 
-        import pyarrow.compute as pc
-
         kept = []
         for b in batches:
             yield b
             if b.num_rows:
-                cols = [b.column(MID), *[b.column(s) for s in slots]]
-                names = [MID, *[f"g{g}" for g in range(len(slots))]]
-                if oks:
-                    ok = pc.fill_null(pc.struct_field(b.column(oks[0]), "ok"), True)
-                    for o in oks[1:]:
-                        ok = pc.and_(ok, pc.fill_null(pc.struct_field(b.column(o), "ok"), True))
-                    cols.append(ok)
-                    names.append("__ok")
-                kept.append(pa.RecordBatch.from_arrays(cols, names=names))
+                kept.append(_lineage_batch(b, slots, oks))
         if not kept:
             return
         res = _compress_partition(pa.Table.from_batches(kept), kinds, n_ins, bool(oks))
@@ -377,6 +382,40 @@ def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], s
     return run
 
 
+def _sink(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], path: str):  # type: ignore[no-untyped-def]
+    """Write the partition's rows as one Parquet file into ``path`` (pyarrow, in the worker)
+    and yield only its compressed row lineage: the rows cross from the JVM to the worker once,
+    where the pass-through of :func:`_tee` sends them back for Spark's writer."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+        import uuid
+
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        rows, kept = [], []
+        for b in batches:
+            if b.num_rows:
+                rows.append(b)
+                kept.append(_lineage_batch(b, slots, oks))
+        if not kept:
+            return
+        ctx = TaskContext.get()
+        name = f"part-{ctx.partitionId() if ctx is not None else 0:05d}.zstd.parquet"
+        tmp = os.path.join(path, f".{name}.{uuid.uuid4().hex}.tmp")
+        pq.write_table(pa.Table.from_batches(rows), tmp, compression="zstd")
+        os.replace(tmp, os.path.join(path, name))  # a retried task replaces its own file
+        yield _compress_partition(pa.Table.from_batches(kept), kinds, n_ins, bool(oks))
+
+    return run
+
+
+_NOT_FOR_PYARROW = ("interval", "variant", "void", "geometry", "geography", "time(")
+"""Type names whose Parquet form written by pyarrow Spark may not read back as the same type
+(those outputs go through Spark's own writer)."""
+
+
 def write_with_lineage(
     out: DataFrame,
     path: str,
@@ -387,15 +426,23 @@ def write_with_lineage(
     oks: list[str],
 ) -> RowTables:
     """Write ``out`` (with ``MID``) as Parquet at ``path`` and, in the same job, compress the
-    row lineage of its slot columns per partition (one slot per group; side files in the
-    driver-visible directory ``side``, so a local master only). Saves the job that reads the
-    slot columns back.
+    row lineage of its slot columns per partition (one slot per group; ``path`` and ``side``
+    are driver-visible directories, so a local master only). Saves the job that reads the
+    slot columns back. The worker writes each partition's file with pyarrow and returns only
+    the compressed tables (:func:`_sink`); outputs with types pyarrow may store differently
+    (:data:`_NOT_FOR_PYARROW`) pass through the worker to Spark's writer (:func:`_tee`).
 
     Raises:
         RangesNotExact: some row failed its range check (``oks``: range slot columns).
     """
     import os
 
+    if not any(t in out.schema.simpleString().lower() for t in _NOT_FOR_PYARROW):
+        sink = _sink(slots, kinds, n_ins, oks, path)
+        got = [r.asDict() for r in out.mapInArrow(sink, _ROWS_SCHEMA).collect()]
+        if not any(n.endswith(".parquet") for n in os.listdir(path)):  # no rows: one empty file
+            out.limit(0).write.mode("overwrite").option("compression", "zstd").parquet(path)
+        return _assemble(got, n_ins)
     os.makedirs(side, exist_ok=True)
     fn = _tee(slots, kinds, n_ins, oks, side)
     out.mapInArrow(fn, out.schema).write.mode("overwrite").option("compression", "zstd").parquet(
