@@ -237,8 +237,13 @@ class StagedOutput:
         """The output without and with ``ROW_ID``."""
         reader = spark.read if self.schema is None else spark.read.schema(self.schema)
         df = reader.parquet(self.path)
-        user = [_quote(c) for c in self.columns]  # one JVM call each (F.col costs several)
-        return df.select(*user), df.select(*user, dense_id(list(self.offsets)).alias(ROW_ID))
+        # drop the few hidden columns rather than select the many user ones: every column
+        # named costs JVM round trips
+        names = self.schema.names if self.schema is not None else df.columns
+        user = set(self.columns)
+        hidden = [c for c in names if c not in user]
+        with_id = df.withColumn(ROW_ID, dense_id(list(self.offsets)))
+        return df.drop(*hidden), with_id.drop(*hidden)
 
 
 def _quote(name: str) -> str:
@@ -308,10 +313,16 @@ def _track_input(
 ) -> tuple[TrackedFrame, FrameInput, str]:
     ided, n = prepared if prepared is not None else _prepare_input(df, cached, n_rows)
     sid = ctx.new_slot(index)
-    user = [c for c in ided.columns if c != ROW_ID]
-    d = ided.select(*[_quote(c) for c in user], F.col(ROW_ID).alias(slot_name(sid)))
-    infos: list[Any] = [ColumnLineage(frozenset({(sid, j)})) for j in range(len(user))]
-    infos.append(slot_name(sid))
+    names = ided.columns
+    user = [c for c in names if c != ROW_ID]
+    # the id column becomes the slot where it stands (one JVM call; a select naming every
+    # column costs round trips per column)
+    d = ided.withColumnRenamed(ROW_ID, slot_name(sid))
+    pos = iter(range(len(user)))
+    infos: list[Any] = [
+        slot_name(sid) if c == ROW_ID else ColumnLineage(frozenset({(sid, next(pos))}))
+        for c in names
+    ]
     return TrackedFrame(ctx, d, infos, (), (index,)), FrameInput("", tuple(user), n), slot_name(sid)
 
 
