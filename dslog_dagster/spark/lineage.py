@@ -322,9 +322,20 @@ def refetch_ids(
     ins = frame.select(
         *[k.alias(f"__p{i}") for i, k in enumerate(keys)], F.col(_q(frame_slot)).alias("__r")
     ).where(F.col("__r").isNotNull())
-    cond = F.col("__p0").eqNullSafe(F.col("__b0"))
+    same = F.col("__p0").eqNullSafe(F.col("__b0"))
     for i in range(1, len(keys)):
-        cond = cond & F.col(f"__p{i}").eqNullSafe(F.col(f"__b{i}"))
+        same = same & F.col(f"__p{i}").eqNullSafe(F.col(f"__b{i}"))
+    cond = same
+    k_type = source.schema[slot].dataType["k"].dataType
+    if all(_hashable(f.dataType.simpleString()) for f in k_type.fields):
+        # null-safe keys make Spark hash (coalesce(k), isnull(k)) rows; one bigint hash of the
+        # keys lets it use its fast long-keyed table, with the keys compared after the probe
+        # (`= true` keeps the comparison out of the join keys). Exact: equal keys have equal
+        # hashes, and a collision fails the comparison. Only types whose equal values hash
+        # equally (floats: -0.0 and 0.0 group together but hash apart)
+        ins = ins.withColumn("__h", F.xxhash64(*[f"__p{i}" for i in range(len(keys))]))
+        bad = bad.withColumn("__hb", F.xxhash64(*[f"__b{i}" for i in range(len(keys))]))
+        cond = (F.col("__h") == F.col("__hb")) & (same == F.lit(True))
     n_parts = max(1, len(offsets) - 1)
     pairs = (
         ins.join(bad, cond, "inner")
@@ -337,6 +348,14 @@ def refetch_ids(
 
 
 _ROWS_SCHEMA = "pid bigint, n bigint, g int, blob binary, bad bigint"
+
+_HASH_EXACT = ("bigint", "int", "smallint", "tinyint", "boolean", "date", "timestamp", "binary")
+
+
+def _hashable(t: str) -> bool:
+    """Whether equal values of type ``t`` (``simpleString``) hash equally with ``xxhash64``
+    (plain strings and decimals too; not floats, collated strings or nested types)."""
+    return t in _HASH_EXACT or t == "string" or t == "timestamp_ntz" or t.startswith("decimal(")
 
 
 def _q(name: str) -> str:
