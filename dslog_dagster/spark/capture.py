@@ -447,19 +447,19 @@ def _capture_once(
     for i, inp in enumerate(inputs):
         if result._a2a:
             continue
-        for mode in ("contrib", "consid"):
+        for which in ("contrib", "consid"):
             pairs: dict[tuple[int, int], set[int]] = {}
             for j, p in enumerate(user_pos):
                 lin = infos[p]
                 assert isinstance(lin, ColumnLineage)
-                for s, c in lin.contrib if mode == "contrib" else lin.full():
+                for s, c in lin.contrib if which == "contrib" else lin.full():
                     if ctx.slot_input[s] == i:
                         pairs.setdefault((j, c), set()).add(s)
-            groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+            by_slots: dict[tuple[int, ...], list[tuple[int, int]]] = {}
             for col_pair, ss in pairs.items():
-                groups.setdefault(tuple(sorted(ss)), []).append(col_pair)
-            plan[(inp.name, mode)] = sorted(groups.items())
-            for key in groups:
+                by_slots.setdefault(tuple(sorted(ss)), []).append(col_pair)
+            plan[(inp.name, which)] = sorted(by_slots.items())
+            for key in by_slots:
                 needed.setdefault(key, i)
     keys = list(needed)
     # range slots whose failed rows cannot be refetched (no RangeSource, or read as part of a
@@ -554,9 +554,9 @@ def _capture_once(
             )
             contributing[inp.name] = considered[inp.name] = full
             continue
-        for mode, dest in (("contrib", contributing), ("consid", considered)):
+        for which, dest in (("contrib", contributing), ("consid", considered)):
             parts = []
-            for key, jcs in plan[(inp.name, mode)]:
+            for key, jcs in plan[(inp.name, which)]:
                 jc: npt.NDArray[np.int64] = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
                 col_table = compress(
                     LineageRelation.from_columns(

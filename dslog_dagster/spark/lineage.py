@@ -10,12 +10,13 @@ frame whose partitions hold disjoint, contiguous ranges of output row ids (the d
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from dslog_dagster.core.combine import merge_tables
 from dslog_dagster.core.provrc import LineageTable
@@ -326,8 +327,8 @@ def refetch_ids(
     for i in range(1, len(keys)):
         same = same & F.col(f"__p{i}").eqNullSafe(F.col(f"__b{i}"))
     cond = same
-    k_type = source.schema[slot].dataType["k"].dataType
-    if all(_hashable(f.dataType.simpleString()) for f in k_type.fields):
+    k_type = cast(StructType, source.schema[slot].dataType)["k"].dataType
+    if all(_hashable(f.dataType.simpleString()) for f in cast(StructType, k_type).fields):
         # null-safe keys make Spark hash (coalesce(k), isnull(k)) rows; one bigint hash of the
         # keys lets it use its fast long-keyed table, with the keys compared after the probe
         # (`= true` keeps the comparison out of the join keys). Exact: equal keys have equal
