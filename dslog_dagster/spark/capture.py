@@ -29,12 +29,18 @@ import numpy.typing as npt
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dslog_dagster.core.combine import concat_tables, product_table
+from dslog_dagster.core.combine import concat_tables, merge_tables, product_table
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
-from dslog_dagster.spark.lineage import RangesNotExact, row_tables, write_with_lineage
+from dslog_dagster.spark.lineage import (
+    RangesNotExact,
+    RowTables,
+    refetch_ids,
+    row_tables,
+    write_with_lineage,
+)
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 
@@ -81,7 +87,9 @@ class FrameCapture:
         timings: seconds for ``plan`` (input ids, user code building the plan), ``pass``
             (the Spark pass over the output: ``write`` — computing and staging its rows, or
             marking them for the cache — then ``lineage`` — row ids and row lineage
-            compressed per partition) and ``product`` (row × column lineage on the driver);
+            compressed per partition — then ``refetch`` — the ids of aggregated groups whose
+            range check failed, found by one join job) and ``product`` (row × column lineage
+            on the driver); ``refetched_rows`` (how many output rows that was, when any) and
             ``retried_with_lists`` when aggregations were run again with lists.
     """
 
@@ -229,8 +237,13 @@ class StagedOutput:
         """The output without and with ``ROW_ID``."""
         reader = spark.read if self.schema is None else spark.read.schema(self.schema)
         df = reader.parquet(self.path)
-        user = [F.col(_quote(c)) for c in self.columns]
-        return df.select(*user), df.select(*user, dense_id(list(self.offsets)).alias(ROW_ID))
+        # drop the few hidden columns rather than select the many user ones: every column
+        # named costs JVM round trips
+        names = self.schema.names if self.schema is not None else df.columns
+        user = set(self.columns)
+        hidden = [c for c in names if c not in user]
+        with_id = df.withColumn(ROW_ID, dense_id(list(self.offsets)))
+        return df.drop(*hidden), with_id.drop(*hidden)
 
 
 def _quote(name: str) -> str:
@@ -300,10 +313,16 @@ def _track_input(
 ) -> tuple[TrackedFrame, FrameInput, str]:
     ided, n = prepared if prepared is not None else _prepare_input(df, cached, n_rows)
     sid = ctx.new_slot(index)
-    user = [c for c in ided.columns if c != ROW_ID]
-    d = ided.select(*[F.col(f"`{c}`") for c in user], F.col(ROW_ID).alias(slot_name(sid)))
-    infos: list[Any] = [ColumnLineage(frozenset({(sid, j)})) for j in range(len(user))]
-    infos.append(slot_name(sid))
+    names = ided.columns
+    user = [c for c in names if c != ROW_ID]
+    # the id column becomes the slot where it stands (one JVM call; a select naming every
+    # column costs round trips per column)
+    d = ided.withColumnRenamed(ROW_ID, slot_name(sid))
+    pos = iter(range(len(user)))
+    infos: list[Any] = [
+        slot_name(sid) if c == ROW_ID else ColumnLineage(frozenset({(sid, next(pos))}))
+        for c in names
+    ]
     return TrackedFrame(ctx, d, infos, (), (index,)), FrameInput("", tuple(user), n), slot_name(sid)
 
 
@@ -332,12 +351,14 @@ def capture_frames(
     ``aggregate`` says how ``groupBy().agg`` carries row ids. ``"auto"`` (default) first
     summarises each group's ids as a range ``lo..hi`` with cheap hash aggregates, which is
     exact when a check in the same pass says so (see
-    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`); when some group's ids
-    are not one checked range (keys not clustered by row id), or a later step needs the ids
-    as lists (an aggregation or window over an aggregation), it runs ``func`` again with
-    lists and makes one more pass. ``"lists"`` collects the ids at once (``collect_list``),
-    the better choice when keys are known to be scattered. ``func`` may be called twice; it
-    only builds a plan. The lineage is the same in both modes; ``timings`` has
+    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`); the ids of groups that
+    fail the check (keys not clustered by row id) are found by one join of the aggregation's
+    input with those groups' keys (:func:`~dslog_dagster.spark.lineage.refetch_ids`;
+    ``timings["refetched_rows"]``). When a later step needs the ids as lists (an aggregation
+    or window over an aggregation), or a failed range cannot be refetched (see
+    :func:`_capture_once`), it runs ``func`` again with lists and makes one more pass.
+    ``"lists"`` collects the ids at once (``collect_list``). ``func`` may be called twice; it
+    only builds a plan. The lineage is the same in all cases; ``timings`` has
     ``retried_with_lists`` when the second run happened.
 
     Raises:
@@ -426,30 +447,37 @@ def _capture_once(
     for i, inp in enumerate(inputs):
         if result._a2a:
             continue
-        for mode in ("contrib", "consid"):
+        for which in ("contrib", "consid"):
             pairs: dict[tuple[int, int], set[int]] = {}
             for j, p in enumerate(user_pos):
                 lin = infos[p]
                 assert isinstance(lin, ColumnLineage)
-                for s, c in lin.contrib if mode == "contrib" else lin.full():
+                for s, c in lin.contrib if which == "contrib" else lin.full():
                     if ctx.slot_input[s] == i:
                         pairs.setdefault((j, c), set()).add(s)
-            groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+            by_slots: dict[tuple[int, ...], list[tuple[int, int]]] = {}
             for col_pair, ss in pairs.items():
-                groups.setdefault(tuple(sorted(ss)), []).append(col_pair)
-            plan[(inp.name, mode)] = sorted(groups.items())
-            for key in groups:
+                by_slots.setdefault(tuple(sorted(ss)), []).append(col_pair)
+            plan[(inp.name, which)] = sorted(by_slots.items())
+            for key in by_slots:
                 needed.setdefault(key, i)
     keys = list(needed)
-    oks = [F.col(f"{slot_name(s)}.ok") for s in sorted(result._ranges)]
+    # range slots whose failed rows cannot be refetched (no RangeSource, or read as part of a
+    # list of several slots) must pass their check on every row, else the capture reruns
+    checked = sorted(
+        s
+        for s in result._ranges
+        if any(s in k for k in keys)
+        and (s not in ctx.range_src or any(s in k and len(k) > 1 for k in keys))
+    )
+    oks = [F.col(f"{slot_name(s)}.ok") for s in checked]
     groups = [
         (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows) for k in keys
     ]
     user_names = [c for c in result._df.columns if c not in slot_names]
-    user_cols = [F.col(_quote(c)) for c in user_names]
     staged: StagedOutput | None = None
     path = ""
-    teed: tuple[list[int], list[LineageTable]] | None = None
+    teed: RowTables | None = None
     try:
         if _can_stage(result._df, user_names):
             # the pass writes the output once (rows, MID, slots); write_frame moves the files
@@ -469,7 +497,7 @@ def _capture_once(
                         [slot_name(k[0]) for k in keys],
                         [kind for _, kind, _ in groups],
                         [n for _, _, n in groups],
-                        [slot_name(s) for s in sorted(result._ranges)],
+                        [slot_name(s) for s in checked],
                     )
                 finally:
                     shutil.rmtree(side, ignore_errors=True)
@@ -479,7 +507,7 @@ def _capture_once(
         else:
             source = mark(result._df)
         t_write = time.perf_counter()
-        offsets, tables = teed if teed is not None else row_tables(source, groups, oks)
+        got = teed if teed is not None else row_tables(source, groups, oks)
     except RangesNotExact:
         if path:
             shutil.rmtree(path, ignore_errors=True)
@@ -487,6 +515,22 @@ def _capture_once(
         else:
             source.unpersist()
         raise _RangesFailed from None
+    offsets, tables = got.offsets, list(got.tables)
+    t_lineage = time.perf_counter()
+    for g, n_failed in enumerate(got.failed):
+        if n_failed:  # groups whose ids are not a range: join their keys with their input
+            src = ctx.range_src[keys[g][0]]
+            extra = refetch_ids(
+                source,
+                slot_name(keys[g][0]),
+                src.frame,
+                src.keys,
+                src.slot,
+                groups[g][2],
+                offsets,
+                n_failed,
+            )
+            tables[g] = merge_tables([tables[g], extra])
     row_table = dict(zip(keys, tables, strict=True))
     t_pass = time.perf_counter()
     n_out = offsets[-1]
@@ -494,6 +538,7 @@ def _capture_once(
         staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, source.schema)
         frame, with_id = staged.frames(source.sparkSession)
     else:
+        user_cols = [_quote(c) for c in user_names]
         with_id = source.select(*user_cols, dense_id(offsets).alias(ROW_ID))
         frame = source.select(*user_cols)
         cached.append(RowIds(with_id, n_out, source))
@@ -509,9 +554,9 @@ def _capture_once(
             )
             contributing[inp.name] = considered[inp.name] = full
             continue
-        for mode, dest in (("contrib", contributing), ("consid", considered)):
+        for which, dest in (("contrib", contributing), ("consid", considered)):
             parts = []
-            for key, jcs in plan[(inp.name, mode)]:
+            for key, jcs in plan[(inp.name, which)]:
                 jc: npt.NDArray[np.int64] = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
                 col_table = compress(
                     LineageRelation.from_columns(
@@ -548,7 +593,9 @@ def _capture_once(
             "plan_s": t1 - t0,
             "pass_s": t_pass - t1,
             "write_s": t_write - t1,
-            "lineage_s": t_pass - t_write,
+            "lineage_s": t_lineage - t_write,
+            "refetch_s": t_pass - t_lineage,
+            **({"refetched_rows": float(sum(got.failed))} if any(got.failed) else {}),
             "product_s": t2 - t_pass,
         },
         _cached=cached,

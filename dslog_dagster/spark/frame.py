@@ -61,11 +61,26 @@ class CaptureContext:
     counter: Iterable[int] = field(default_factory=itertools.count)
     flagged_ops: list[str] = field(default_factory=list)
     aggregate: Literal["ranges", "lists"] = "ranges"
+    # range slot -> where its ids come from: the aggregation's input frame, its group keys
+    # and the slot's column there (see TrackedGroupedData._range_agg: rows whose range check
+    # fails get their ids by joining that frame with their group key, not by a rerun)
+    range_src: dict[int, "RangeSource"] = field(default_factory=dict)
 
     def new_slot(self, input_index: int) -> int:
         sid = next(iter(self.counter))
         self.slot_input[sid] = input_index
         return sid
+
+
+@dataclass(frozen=True)
+class RangeSource:
+    """How to find the ids of a range slot's group again: the rows of ``frame`` (the
+    aggregation's input) whose group keys ``keys`` equal, null-safely, the ``k`` field of the
+    slot's struct (fields ``k0``, ``k1``...), in column ``slot`` of ``frame``."""
+
+    frame: DataFrame
+    keys: tuple[Column, ...]
+    slot: str
 
 
 def _quote(name: str) -> str:
@@ -288,12 +303,14 @@ class TrackedFrame:
                 out.append(c)
         return out
 
-    def _project(self, op: str, fn: Callable[[DataFrame, list[Column]], DataFrame]) -> Any:
+    def _project(self, op: str, fn: Callable[[DataFrame, list[str]], DataFrame]) -> Any:
         """Run a projection-like ``fn(frame, slot columns)`` (select, withColumn, ...), with
         window functions; ``None`` when the projection is really a global aggregation."""
         if self._a2a:
             return _all_to_all(self._ctx, fn(self._df, []), self._sources)
-        slot_cols = [_col(n) for n in self._infos if isinstance(n, str)]
+        # slot columns by quoted name: select() resolves a name string in one JVM call, where
+        # each F.col costs several (round trips add up over a pipeline's plan)
+        slot_cols = [_quote(n) for n in self._infos if isinstance(n, str)]
         try:
             first = fn(self._df, slot_cols)
         except AnalysisException:
@@ -331,7 +348,7 @@ class TrackedFrame:
             mapping[key] = m
         if extra:
             df = df.select("*", *extra)
-        res = fn(df, [_col(n) for n in infos if isinstance(n, str)])
+        res = fn(df, [_quote(n) for n in infos if isinstance(n, str)])
         base = Base(df._jdf.queryExecution().analyzed(), infos)
 
         def rule(e: Any, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
@@ -534,6 +551,9 @@ class TrackedFrame:
         ]
         arrays = {ren.get(s, s) for s in other._arrays}
         ranges = {ren.get(s, s) for s in other._ranges}
+        for s, n in ren.items():
+            if s in self._ctx.range_src:
+                self._ctx.range_src[n] = self._ctx.range_src[s]
         return TrackedFrame(
             self._ctx, df, infos, arrays, other._sources, ranges=ranges, unique=other._unique
         )
@@ -867,34 +887,54 @@ class TrackedGroupedData:
           of the frame carry distinct tuples of slot values (``_unique``), so they are when
           every other slot holds one value on every row of the group (or none on all).
 
-        Where ``ok`` fails for some group (keys not clustered by row id), the capture reruns
-        with lists (``aggregate="lists"``); the result is exact either way.
+        The struct also holds the group's keys (field ``k``: ``k0``, ``k1``...), and the
+        context remembers this aggregation's input (:class:`RangeSource`): where ``ok`` fails
+        for some groups (keys not clustered by row id), the capture finds those groups' ids
+        by joining the input's ``(keys, id)`` with the failed rows' keys, in one more job
+        that moves ids, not the pipeline (:func:`~dslog_dagster.spark.lineage.refetch_ids`).
+        Keys Parquet cannot hold (``void``, intervals) get no ``k``; a failed check there makes
+        the capture rerun with lists (``aggregate="lists"``). The result is exact either way.
         """
         f = self._f
         slots = f._slots
         # one aggregation (Spark evaluates each distinct aggregate once; the struct and the
-        # check are expressions over them), so the plan costs no extra projection; each
-        # Column is built once (every construction is a call into the JVM)
-        cs = {s: _col(slot_name(s)) for s in slots}
-        lo = {s: F.min(c) for s, c in cs.items()}
-        hi = {s: F.max(c) for s, c in cs.items()}
-        n = {s: F.count(c) for s, c in cs.items()}
-        n_all = F.count(F.lit(1))
-        constant = {s: (n[s] == 0) | ((lo[s] == hi[s]) & (n[s] == n_all)) for s in slots}
+        # check are expressions over them), so the plan costs no extra projection. The
+        # expressions are SQL text: one call into the JVM each, where building them from
+        # Column objects costs one per operator (~50 per slot)
+        lo = {s: f"min(`{slot_name(s)}`)" for s in slots}
+        hi = {s: f"max(`{slot_name(s)}`)" for s in slots}
+        n = {s: f"count(`{slot_name(s)}`)" for s in slots}
+        constant = {s: f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))" for s in slots}
+        keys = self._key_columns()
+        key_struct = (
+            F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)]) if keys is not None else None
+        )
         aggs = []
         for s in slots:
-            ok = (n[s] == 0) | (lo[s] == hi[s])
-            span = n[s] == hi[s] - lo[s] + 1
-            for t in slots:
-                if t != s:
-                    span = span & constant[t]
-            aggs.append(
-                F.struct(lo[s].alias("lo"), hi[s].alias("hi"), (ok | span).alias("ok")).alias(
-                    slot_name(s)
-                )
+            span = " AND ".join(
+                [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
             )
+            ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
+            c = F.expr(f"named_struct('lo', {lo[s]}, 'hi', {hi[s]}, 'ok', {ok})")
+            if key_struct is not None and keys is not None:
+                c = c.withField("k", key_struct)
+                f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s))
+            aggs.append(c.alias(slot_name(s)))
         res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
+
+    def _key_columns(self) -> list[Column] | None:
+        """The group keys as columns (a constant for a global aggregation), or None when the
+        groups cannot be found again by their keys: some key's type cannot be stored in the
+        staged Parquet files (``void``, intervals), or the keys or the frame they group are
+        not deterministic (``rand``, ``sample``: computing them again gives other rows)."""
+        keys = [k if isinstance(k, Column) else F.col(k) for k in self._keys] or [F.lit(0)]
+        probe = self._f._df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)])
+        if any("void" in t or "interval" in t for _, t in probe.dtypes):
+            return None
+        if not probe._jdf.queryExecution().analyzed().deterministic():
+            return None
+        return keys
 
     def count(self) -> TrackedFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

@@ -10,12 +10,13 @@ frame whose partitions hold disjoint, contiguous ranges of output row ids (the d
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from dslog_dagster.core.combine import merge_tables
 from dslog_dagster.core.provrc import LineageTable
@@ -23,11 +24,29 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
 
-__all__ = ["RangesNotExact", "compress_pairs", "row_tables", "shift_rows"]
+__all__ = [
+    "RangesNotExact",
+    "RowTables",
+    "compress_pairs",
+    "refetch_ids",
+    "row_tables",
+    "shift_rows",
+]
 
 
 class RangesNotExact(Exception):
     """Some row's range summary (``struct<lo, hi, ok>``) was not exact (``ok`` false)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RowTables:
+    """What a pass gives: partition offsets (the last entry is the row count), one merged
+    table per group, and per group the number of rows whose range check failed (their pairs
+    are not in the table; :func:`refetch_ids` finds them)."""
+
+    offsets: list[int]
+    tables: list[LineageTable]
+    failed: list[int]
 
 
 _BLOB_SCHEMA = "blob binary"
@@ -109,20 +128,27 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
     )
 
 
-def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(local row, input row) pairs of a ``struct<lo, hi, ok>`` column: ``lo..hi`` per row."""
+def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
+    """(local row, input row) pairs of a ``struct<lo, hi, ok, ...>`` column: ``lo..hi`` per
+    row whose ``ok`` holds, and the number of rows with ids whose ``ok`` fails (left out: their
+    ids are found by :func:`refetch_ids`)."""
     import pyarrow.compute as pc
 
     lo_a = pc.struct_field(col, "lo")
     hi_a = pc.struct_field(col, "hi")
-    keep = np.asarray(lo_a.is_valid().to_numpy(zero_copy_only=False))
+    valid = np.asarray(lo_a.is_valid().to_numpy(zero_copy_only=False))
+    ok = np.asarray(
+        pc.fill_null(pc.struct_field(col, "ok"), True).to_numpy(zero_copy_only=False), bool
+    )
+    keep = valid & ok
+    failed = int((valid & ~ok).sum())
     lo = lo_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
     hi = hi_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
     lengths = hi - lo + 1
     starts = np.cumsum(lengths) - lengths
     o = np.repeat(local[keep], lengths)
     r = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
-    return o, r
+    return o, r, failed
 
 
 def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # type: ignore[no-untyped-def]
@@ -169,8 +195,9 @@ def _compress_partition(
         bads.append(bad)
         for g, kind in enumerate(kinds if bad == 0 else []):
             col = t.column(f"g{g}").combine_chunks()
+            failed = 0
             if kind == "range":
-                o, r = _range_pairs(local, col)
+                o, r, failed = _range_pairs(local, col)
             elif kind == "list":
                 flat = col.flatten()
                 parents = pc.list_parent_indices(col).to_numpy()
@@ -186,7 +213,7 @@ def _compress_partition(
             counts.append(n_local)
             groups.append(g)
             blobs.append(table_to_blob(compress(rel, threads=1)))
-            bads.append(0)
+            bads.append(failed)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(pids, pa.int64()),
@@ -201,7 +228,7 @@ def _compress_partition(
 
 def row_tables(
     marked: DataFrame, groups: list[tuple[Column, str, int]], oks: Sequence[Column] = ()
-) -> tuple[list[int], list[LineageTable]]:
+) -> RowTables:
     """One pass over ``marked`` (persisted, or read back from the files it was written to,
     with ``MID``): rows per marked partition and the row lineage of every group, compressed
     per partition on the executors.
@@ -216,7 +243,8 @@ def row_tables(
 
     Returns:
         The partition offsets (dense id of each partition's first row; the last entry is the
-        row count) and one table ``(n_out,) ← (n_in,)`` per group, merged exactly.
+        row count), one table ``(n_out,) ← (n_in,)`` per group, merged exactly, and per
+        ``"range"`` group the rows whose own ``ok`` failed (not in its table).
 
     Raises:
         RangesNotExact: some row failed ``oks``.
@@ -228,33 +256,126 @@ def row_tables(
             ok = ok & F.coalesce(c, F.lit(True))
         cols.append(ok.alias("__ok"))
     fn = _group_compressor([k for _, k, _ in groups], [n for _, _, n in groups], bool(oks))
-    got = marked.select(*cols).mapInArrow(
-        fn, "pid bigint, n bigint, g int, blob binary, bad bigint"
-    )
+    got = marked.select(*cols).mapInArrow(fn, _ROWS_SCHEMA)
     rows = [r.asDict() for r in got.collect()]
     return _assemble(rows, [n for _, _, n in groups])
 
 
-def _assemble(rows: list[dict[str, Any]], n_ins: list[int]) -> tuple[list[int], list[LineageTable]]:
+def _assemble(rows: list[dict[str, Any]], n_ins: list[int]) -> RowTables:
     """Offsets and merged tables from the per-partition rows of :func:`_compress_partition`."""
-    if any(int(r["bad"]) for r in rows):
+    if any(int(r["bad"]) for r in rows if r["g"] < 0):
         raise RangesNotExact
     counts: dict[int, int] = {}
     for r in rows:
         if r["g"] < 0:  # rows of a marked partition are numbered 0..n-1 without gaps
             counts[int(r["pid"])] = max(counts.get(int(r["pid"]), 0), int(r["n"]))
     offsets = partition_offsets(counts)
+    failed = [0] * len(n_ins)
+    for r in rows:
+        if r["g"] >= 0:
+            failed[r["g"]] += int(r["bad"])
+    return RowTables(offsets, _merge_pieces(rows, offsets, n_ins), failed)
+
+
+def _merge_pieces(
+    rows: list[dict[str, Any]], offsets: list[int], n_ins: list[int]
+) -> list[LineageTable]:
+    """Per group, the union of the partitions' tables moved to their dense rows."""
     n_out = offsets[-1]
     pieces: list[list[LineageTable]] = [[] for _ in n_ins]
     for r in rows:
         if r["g"] >= 0:
             t = table_from_blob(bytes(r["blob"]))
             pieces[r["g"]].append(shift_rows(t, offsets[int(r["pid"])], n_out))
-    tables = [
+    return [
         merge_tables(p) if p else LineageTable((n_out,), (n,), "provrc", 0, 0, *_empty_fields())
         for p, n in zip(pieces, n_ins, strict=True)
     ]
-    return offsets, tables
+
+
+def refetch_ids(
+    source: DataFrame,
+    slot: str,
+    frame: DataFrame,
+    keys: Sequence[Column],
+    frame_slot: str,
+    n_in: int,
+    offsets: list[int],
+    n_failed: int,
+) -> LineageTable:
+    """The row lineage of the rows of ``source`` whose range slot ``slot`` failed its check.
+
+    A failed row stands for a group of an aggregation whose ids are not one range; the
+    group's ids are those of the aggregation's input rows (``frame``, ids in ``frame_slot``)
+    whose keys equal, null-safely, the row's ``slot.k`` (as ``groupBy`` groups them). One job
+    joins the input's (keys, id) with the failed rows' (keys, ``MID``) — Spark picks the join
+    as for any other (the failed rows are at most the output's, so usually a broadcast) —
+    moves the (``MID``, id) pairs to one partition per output partition and compresses them
+    there; only tables reach the driver. A join, not a rerun of the pipeline with
+    ``collect_list``: ids are moved once, and groups whose ids are a range keep their range.
+    ``n_failed`` (the failed rows, counted by the pass) is for the caller's records.
+    """
+    ok = F.coalesce(F.col(f"{_q(slot)}.ok"), F.lit(True))
+    bad = source.where(F.col(f"{_q(slot)}.lo").isNotNull() & ~ok).select(
+        F.col(MID).alias("__o"),
+        *[F.col(f"{_q(slot)}.k.k{i}").alias(f"__b{i}") for i in range(len(keys))],
+    )
+    ins = frame.select(
+        *[k.alias(f"__p{i}") for i, k in enumerate(keys)], F.col(_q(frame_slot)).alias("__r")
+    ).where(F.col("__r").isNotNull())
+    same = F.col("__p0").eqNullSafe(F.col("__b0"))
+    for i in range(1, len(keys)):
+        same = same & F.col(f"__p{i}").eqNullSafe(F.col(f"__b{i}"))
+    cond = same
+    k_type = cast(StructType, source.schema[slot].dataType)["k"].dataType
+    if all(_hashable(f.dataType.simpleString()) for f in cast(StructType, k_type).fields):
+        # null-safe keys make Spark hash (coalesce(k), isnull(k)) rows; one bigint hash of the
+        # keys lets it use its fast long-keyed table, with the keys compared after the probe
+        # (`= true` keeps the comparison out of the join keys). Exact: equal keys have equal
+        # hashes, and a collision fails the comparison. Only types whose equal values hash
+        # equally (floats: -0.0 and 0.0 group together but hash apart)
+        ins = ins.withColumn("__h", F.xxhash64(*[f"__p{i}" for i in range(len(keys))]))
+        bad = bad.withColumn("__hb", F.xxhash64(*[f"__b{i}" for i in range(len(keys))]))
+        cond = (F.col("__h") == F.col("__hb")) & (same == F.lit(True))
+    n_parts = max(1, len(offsets) - 1)
+    pairs = (
+        ins.join(bad, cond, "inner")
+        .select(F.col("__o").alias(MID), F.col("__r").alias("g0"))
+        .repartition(n_parts, F.shiftright(F.col(MID), PART_BITS))
+    )
+    fn = _group_compressor(["scalar"], [n_in], False)
+    rows = [r.asDict() for r in pairs.mapInArrow(fn, _ROWS_SCHEMA).collect()]
+    return _merge_pieces(rows, offsets, [n_in])[0]
+
+
+_ROWS_SCHEMA = "pid bigint, n bigint, g int, blob binary, bad bigint"
+
+_HASH_EXACT = ("bigint", "int", "smallint", "tinyint", "boolean", "date", "timestamp", "binary")
+
+
+def _hashable(t: str) -> bool:
+    """Whether equal values of type ``t`` (``simpleString``) hash equally with ``xxhash64``
+    (plain strings and decimals too; not floats, collated strings or nested types)."""
+    return t in _HASH_EXACT or t == "string" or t == "timestamp_ntz" or t.startswith("decimal(")
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _lineage_batch(b: pa.RecordBatch, slots: list[str], oks: list[str]) -> pa.RecordBatch:
+    """The columns :func:`_compress_partition` reads (``MID``, ``g*``, ``__ok``) of a batch."""
+    import pyarrow.compute as pc
+
+    cols = [b.column(MID), *[b.column(s) for s in slots]]
+    names = [MID, *[f"g{g}" for g in range(len(slots))]]
+    if oks:
+        ok = pc.fill_null(pc.struct_field(b.column(oks[0]), "ok"), True)
+        for o in oks[1:]:
+            ok = pc.and_(ok, pc.fill_null(pc.struct_field(b.column(o), "ok"), True))
+        cols.append(ok)
+        names.append("__ok")
+    return pa.RecordBatch.from_arrays(cols, names=names)
 
 
 def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], side: str):  # type: ignore[no-untyped-def]
@@ -264,21 +385,11 @@ def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], s
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import os
 
-        import pyarrow.compute as pc
-
         kept = []
         for b in batches:
             yield b
             if b.num_rows:
-                cols = [b.column(MID), *[b.column(s) for s in slots]]
-                names = [MID, *[f"g{g}" for g in range(len(slots))]]
-                if oks:
-                    ok = pc.fill_null(pc.struct_field(b.column(oks[0]), "ok"), True)
-                    for o in oks[1:]:
-                        ok = pc.and_(ok, pc.fill_null(pc.struct_field(b.column(o), "ok"), True))
-                    cols.append(ok)
-                    names.append("__ok")
-                kept.append(pa.RecordBatch.from_arrays(cols, names=names))
+                kept.append(_lineage_batch(b, slots, oks))
         if not kept:
             return
         res = _compress_partition(pa.Table.from_batches(kept), kinds, n_ins, bool(oks))
@@ -291,6 +402,40 @@ def _tee(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], s
     return run
 
 
+def _sink(slots: list[str], kinds: list[str], n_ins: list[int], oks: list[str], path: str):  # type: ignore[no-untyped-def]
+    """Write the partition's rows as one Parquet file into ``path`` (pyarrow, in the worker)
+    and yield only its compressed row lineage: the rows cross from the JVM to the worker once,
+    where the pass-through of :func:`_tee` sends them back for Spark's writer."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+        import uuid
+
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        rows, kept = [], []
+        for b in batches:
+            if b.num_rows:
+                rows.append(b)
+                kept.append(_lineage_batch(b, slots, oks))
+        if not kept:
+            return
+        ctx = TaskContext.get()
+        name = f"part-{ctx.partitionId() if ctx is not None else 0:05d}.zstd.parquet"
+        tmp = os.path.join(path, f".{name}.{uuid.uuid4().hex}.tmp")
+        pq.write_table(pa.Table.from_batches(rows), tmp, compression="zstd")
+        os.replace(tmp, os.path.join(path, name))  # a retried task replaces its own file
+        yield _compress_partition(pa.Table.from_batches(kept), kinds, n_ins, bool(oks))
+
+    return run
+
+
+_NOT_FOR_PYARROW = ("interval", "variant", "void", "geometry", "geography", "time(")
+"""Type names whose Parquet form written by pyarrow Spark may not read back as the same type
+(those outputs go through Spark's own writer)."""
+
+
 def write_with_lineage(
     out: DataFrame,
     path: str,
@@ -299,17 +444,25 @@ def write_with_lineage(
     kinds: list[str],
     n_ins: list[int],
     oks: list[str],
-) -> tuple[list[int], list[LineageTable]]:
+) -> RowTables:
     """Write ``out`` (with ``MID``) as Parquet at ``path`` and, in the same job, compress the
-    row lineage of its slot columns per partition (one slot per group; side files in the
-    driver-visible directory ``side``, so a local master only). Saves the job that reads the
-    slot columns back.
+    row lineage of its slot columns per partition (one slot per group; ``path`` and ``side``
+    are driver-visible directories, so a local master only). Saves the job that reads the
+    slot columns back. The worker writes each partition's file with pyarrow and returns only
+    the compressed tables (:func:`_sink`); outputs with types pyarrow may store differently
+    (:data:`_NOT_FOR_PYARROW`) pass through the worker to Spark's writer (:func:`_tee`).
 
     Raises:
         RangesNotExact: some row failed its range check (``oks``: range slot columns).
     """
     import os
 
+    if not any(t in out.schema.simpleString().lower() for t in _NOT_FOR_PYARROW):
+        sink = _sink(slots, kinds, n_ins, oks, path)
+        got = [r.asDict() for r in out.mapInArrow(sink, _ROWS_SCHEMA).collect()]
+        if not any(n.endswith(".parquet") for n in os.listdir(path)):  # no rows: one empty file
+            out.limit(0).write.mode("overwrite").option("compression", "zstd").parquet(path)
+        return _assemble(got, n_ins)
     os.makedirs(side, exist_ok=True)
     fn = _tee(slots, kinds, n_ins, oks, side)
     out.mapInArrow(fn, out.schema).write.mode("overwrite").option("compression", "zstd").parquet(

@@ -50,13 +50,16 @@ def partition_offsets(counts: dict[int, int]) -> list[int]:
 
 
 def dense_id(offsets: list[int]) -> Column:
-    """The dense id ``offsets[partition] + index`` of a row of a :func:`mark` ed frame."""
+    """The dense id ``offsets[partition] + index`` of a row of a :func:`mark` ed frame (one SQL
+    expression: one call into the JVM, where building it from Columns costs one per literal)."""
     if len(offsets) <= 1:
         return F.lit(0).cast("bigint")
-    part = F.shiftright(F.col(MID), PART_BITS)
-    offset = F.element_at(F.array(*[F.lit(o) for o in offsets[:-1]]), (part + 1).cast("int"))
-    local = F.col(MID).bitwiseAND(F.lit((1 << PART_BITS) - 1))
-    return (offset + local).cast("bigint")
+    table = ", ".join(f"CAST({o} AS BIGINT)" for o in offsets[:-1])
+    mid = f"`{MID}`"
+    return F.expr(
+        f"CAST(element_at(array({table}), CAST(shiftright({mid}, {PART_BITS}) + 1 AS INT))"
+        f" + ({mid} & {(1 << PART_BITS) - 1}) AS BIGINT)"
+    )
 
 
 def dense_ids(marked: DataFrame, offsets: list[int], name: str = ROW_ID) -> DataFrame:

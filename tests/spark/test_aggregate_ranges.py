@@ -69,8 +69,10 @@ def test_join_groupby_matches_reference(case: str, request: Any, dims: Any) -> N
     facts = request.getfixturevalue(f"{case}_facts")
     data = SORTED if case == "sorted" else SCATTERED
     auto, _ = both(join_agg, {"f": facts, "d": dims})
-    # sorted keys: ranges are exact, one pass; scattered: checked, found inexact, rerun
-    assert ("retried_with_lists" in auto.timings) == (case == "scattered")
+    # sorted keys: ranges are exact, one pass; scattered: checked, found inexact, and the
+    # failed groups' ids joined from the aggregation's input (no rerun)
+    assert "retried_with_lists" not in auto.timings
+    assert auto.timings.get("refetched_rows", 0) == (4 if case == "scattered" else 0)
     groups = {k: [i for i, kk, _ in data if kk == k] for k in range(4)}
     src = {"k": ["k"], "t": ["v"], "n": ["k"]}
     assert_lineage(auto, "f", lambda r, c: [(i, s) for i in groups[r["k"]] for s in src[c]])
@@ -95,7 +97,9 @@ def test_repeated_rows_with_count_equal_to_span_fall_back(spark: Any) -> None:
     )
     right = frame(spark, [(0, "x"), (1, "x"), (2, "y")], "rid long, j string")
     cap, _ = both(lambda a, b: a.join(b, "j").groupBy("g").count(), {"a": left, "b": right})
-    assert "retried_with_lists" in cap.timings
+    # group A fails the check for both slots (a's ids repeat, b's vary with them): refetched
+    assert "retried_with_lists" not in cap.timings
+    assert cap.timings["refetched_rows"] == 2
     groups = {"A": [0, 2], "B": [1]}
     # count(*) is made by the group's rows: their key g, and j, which joined them
     src = {"g": ["g"], "count": ["g", "j"]}
@@ -157,3 +161,116 @@ def test_outer_join_nulls_and_union_of_aggregates(sorted_facts: Any, dims: Any) 
     assert "retried_with_lists" not in cap.timings
     rows = output_rows(cap)
     assert len(rows) == 8
+
+
+# groups 0 and 1 are ranges; 2 = {6, 8, 10} and 3 = {7, 9, 11} have count 3 < span 5
+MIXED = [(i, k, float(i)) for i, k in enumerate([0, 0, 0, 1, 1, 1, 2, 3, 2, 3, 2, 3])]
+
+
+def test_mixed_range_and_scattered_groups(spark: Any, dims: Any) -> None:
+    facts = frame(spark, MIXED, "id long, k long, v double")
+    cap, _ = both(join_agg, {"f": facts, "d": dims})
+    # only the two scattered groups are joined back; the others keep their ranges
+    assert "retried_with_lists" not in cap.timings
+    assert cap.timings["refetched_rows"] == 2
+    groups = {k: [i for i, kk, _ in MIXED if kk == k] for k in range(4)}
+    src = {"k": ["k"], "t": ["v"], "n": ["k"]}
+    assert_lineage(cap, "f", lambda r, c: [(i, s) for i in groups[r["k"]] for s in src[c]])
+
+
+def test_refetch_with_null_and_composite_keys_and_no_keys(spark: Any) -> None:
+    rows = [(i, None if i % 3 == 0 else i % 2, "x" if i < 5 else "y", float(i)) for i in range(10)]
+    x = frame(spark, rows, "id long, a long, b string, v double")
+
+    def composite(x: Any) -> Any:  # (a, b) with null a: nulls group together
+        return x.groupBy("a", "b").agg(F.sum("v").alias("s")).orderBy("a", "b")
+
+    cap, _ = both(composite, [x])
+    assert cap.timings.get("refetched_rows", 0) > 0
+    want: dict[Any, list[int]] = {}
+    for i, a, b, _ in rows:
+        want.setdefault((a, b), []).append(i)
+    assert_lineage(
+        cap, 0, lambda r, c: [(i, "v" if c == "s" else c) for i in want[(r["a"], r["b"])]]
+    )
+
+    def expression_key(x: Any) -> Any:  # a computed key; ids of each parity are scattered
+        return x.groupBy((F.col("id") % 2).alias("p")).agg(F.max("v").alias("m")).orderBy("p")
+
+    cap2, _ = both(expression_key, [x])
+    assert cap2.timings["refetched_rows"] == 2
+    parity = {p: [i for i, *_ in rows if i % 2 == p] for p in (0, 1)}
+    assert_lineage(cap2, 0, lambda r, c: [(i, "id" if c == "p" else "v") for i in parity[r["p"]]])
+
+    def no_keys(x: Any) -> Any:  # one group: the even rows
+        return x.filter(F.col("id") % 2 == 0).agg(F.sum("v").alias("s"))
+
+    cap3, _ = both(no_keys, [x])
+    assert cap3.timings["refetched_rows"] == 1
+    assert_lineage(cap3, 0, lambda r, c: [(i, "v") for i in parity[0]])
+
+
+def test_refetch_for_rows_repeated_after_the_aggregate_and_without_staging(
+    spark: Any, scattered_facts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two rows per key on the right: every group's output row appears twice
+    twice = frame(spark, [(i, i // 2) for i in range(8)], "rid long, key long")
+
+    def f(x: Any, t: Any) -> Any:
+        g = x.groupBy("k").agg(F.sum("v").alias("s"))
+        return g.join(t, g.k == t.key).select("k", "s", "rid").orderBy("rid")
+
+    groups = {k: [i for i, kk, _ in SCATTERED if kk == k] for k in range(4)}
+    src = {"k": "k", "s": "v"}
+    for staged in (True, False):
+        if not staged:  # the pass caches the output and compresses it read back
+            import dslog_dagster.spark.capture as capture_module
+
+            monkeypatch.setattr(capture_module, "_can_stage", lambda *a: False)
+        cap, lists = both(f, {"x": scattered_facts, "t": twice})
+        assert (cap._staged is not None) == staged
+        assert cap.timings["refetched_rows"] == 8  # 4 groups, each on two output rows
+        assert_lineage(
+            cap, "x", lambda r, c: [(i, src[c]) for i in groups[r["k"]]] if c in src else []
+        )
+        cap.release()
+        lists.release()
+
+
+def test_nondeterministic_keys_are_not_refetched(scattered_facts: Any) -> None:
+    # keys computed again would differ: the capture reruns with lists instead of joining
+    def f(x: Any) -> Any:
+        g = x.withColumn("r", (F.rand(7) * 2).cast("int") + F.col("k") * 0)
+        return g.groupBy("r").agg(F.sum("v").alias("s")).orderBy("r")
+
+    cap = capture_frames(f, [scattered_facts])
+    assert "refetched_rows" not in cap.timings
+    rows = output_rows(cap)
+    rel = cap.relation(0)
+    # every input row is in exactly one group; each group's lineage names its own rows
+    owners: dict[int, set[int]] = {}
+    for o, j, r, c in rel.pairs().tolist():
+        if cap.columns[j] == "s" and c == 2:  # s ← v (input column 2)
+            owners.setdefault(r, set()).add(o)
+    assert sorted(owners) == list(range(len(SCATTERED)))
+    assert all(len(v) == 1 for v in owners.values())
+    assert len(rows) == len({o for v in owners.values() for o in v})
+
+
+def test_refetch_float_keys_group_like_spark(spark: Any) -> None:
+    # -0.0 and 0.0 are one group (keys compared null-safely after Spark's normalisation, not
+    # by hash); nulls another
+    vals = [0.0, 2.5, -0.0, 1.5, 2.5, 0.0, None, 1.5, None]
+    x = frame(spark, [(i, v, float(i)) for i, v in enumerate(vals)], "id long, f double, v double")
+
+    def f(x: Any) -> Any:
+        return x.groupBy("f").agg(F.sum("v").alias("s")).orderBy("f")
+
+    cap, _ = both(f, [x])
+    assert cap.timings.get("refetched_rows", 0) > 0
+    assert len(output_rows(cap)) == 4  # null, 0.0, 1.5, 2.5
+
+    def members(key: Any) -> list[int]:
+        return [i for i, v in enumerate(vals) if (v is None) == (key is None) and v == key]
+
+    assert_lineage(cap, 0, lambda r, c: [(i, "v" if c == "s" else "f") for i in members(r["f"])])

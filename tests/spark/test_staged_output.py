@@ -81,3 +81,46 @@ def test_release_drops_staging_and_empty_output(spark: Any, tmp_path: Path) -> N
     assert os.path.isdir(staged)
     cap2.release()
     assert not os.path.exists(staged)
+
+
+def test_worker_written_files_keep_every_type(spark: Any, tmp_path: Path) -> None:
+    # the pass's worker writes the staged Parquet files with pyarrow: values of the common
+    # Spark types (nested ones too) must read back exactly as Spark computed them
+    src = spark.sql(
+        """
+        SELECT id, CAST(id AS INT) AS i, CAST(id AS SMALLINT) AS sm, CAST(id AS TINYINT) AS ti,
+               id * 1.5D AS d, CAST(id * 0.25 AS FLOAT) AS f, CAST(id AS DECIMAL(20, 3)) AS dec,
+               IF(id % 3 = 0, NULL, CONCAT('s', id)) AS s, id % 2 = 0 AS b,
+               CAST(CONCAT('b', id) AS BINARY) AS bin,
+               DATE_ADD(DATE'2024-02-27', CAST(id AS INT)) AS dt,
+               TIMESTAMP'2024-03-31 01:30:00' + MAKE_INTERVAL(0, 0, 0, 0, CAST(id AS INT)) AS ts,
+               TIMESTAMP_NTZ'2024-01-01 00:00:00' AS ntz,
+               NAMED_STRUCT('a', id, 'b', ARRAY(id, NULL)) AS st, MAP('k', id) AS m
+        FROM RANGE(12)
+        """
+    ).withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(lambda x: x.filter("id != 4"), [src], input_rows=[12])
+    assert cap._staged is not None
+    want = sorted(
+        (tuple(r) for r in src.drop(ROW_ID).filter("id != 4").collect()), key=lambda t: t[0]
+    )
+    assert sorted((tuple(r) for r in cap.frame.collect()), key=lambda t: t[0]) == want
+    # same types (files read back are nullable, whoever wrote them)
+    assert cap.frame.schema.simpleString() == src.drop(ROW_ID).schema.simpleString()
+    write_frame(cap, tmp_path / "typed.parquet")
+    back = read_frame(spark, tmp_path / "typed.parquet", row_id=True)
+    assert sorted((tuple(r) for r in back.drop(ROW_ID).collect()), key=lambda t: t[0]) == want
+
+
+def test_interval_output_goes_through_sparks_writer(spark: Any) -> None:
+    src = spark.sql("SELECT id, MAKE_DT_INTERVAL(0, 0, 0, id) AS dt FROM RANGE(6)")
+    src = src.withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(lambda x: x.filter("id > 1"), [src], input_rows=[6])
+    assert cap._staged is not None
+    want = sorted(tuple(r) for r in src.drop(ROW_ID).filter("id > 1").collect())
+    assert sorted(tuple(r) for r in cap.frame.collect()) == want
+    ids = {r[ROW_ID]: r["id"] for r in cap.frame_with_row_id.collect()}
+    assert sorted(ids.values()) == [2, 3, 4, 5]
+    # each output cell comes from the same cell of the input row with its id
+    pairs = {tuple(p) for p in cap.relation(0).pairs().tolist()}
+    assert pairs == {(o, j, i, j) for o, i in ids.items() for j in (0, 1)}
