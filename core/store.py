@@ -502,6 +502,43 @@ def _normalise_asset_key(asset_key: str | Sequence[str] | None) -> str | None:
 # --------------------------------------------------------------------------- the store
 
 
+STORE_ID_FILE = ".store-id"
+"""File in a store's root naming that store (random, written once): a directory deleted and
+made again at the same path is another store, which a cached handle must not serve."""
+
+
+def read_store_id(root: str | os.PathLike[str]) -> str | None:
+    """The id of the store at ``root``, ``None`` when there is none (yet)."""
+    try:
+        return (Path(root) / STORE_ID_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _claim_store_id(root: Path) -> str:
+    """The store's id, written first by whichever process creates the store (a hard link
+    publishes it only if no other process did)."""
+    found = read_store_id(root)
+    if found:
+        return found
+    tmp = root / f".store-id.{uuid.uuid4().hex}.tmp"
+    try:
+        tmp.write_text(uuid.uuid4().hex)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, root / STORE_ID_FILE)
+    except OSError as e:
+        msg = f"Could not write the store id in `{root}`: {e}"
+        raise LineageStorageError(msg) from e
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    found = read_store_id(root)
+    if not found:
+        msg = f"The lineage store at `{root}` has an empty `{STORE_ID_FILE}`; delete it."
+        raise LineageStorageError(msg)
+    return found
+
+
 class LineageStore:
     """Arrays, operations and their compressed lineage, in a directory.
 
@@ -555,6 +592,7 @@ class LineageStore:
         except OSError as e:
             msg = f"Could not create the lineage store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
+        self.store_id = _claim_store_id(self.root)
         self._ops: dict[str, OperationRecord] = {}
         # Where operations are: segment (root-relative path) -> its op ids, and op id ->
         # one segment holding it. Segments are immutable, so an entry only goes stale when

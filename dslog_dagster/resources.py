@@ -22,13 +22,13 @@ from pydantic import Field
 
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.reuse import ReusePolicy, ViewRegistry
-from dslog_dagster.core.store import LineageStore
+from dslog_dagster.core.store import LineageStore, read_store_id
 
 __all__ = ["DSLogResource", "open_store"]
 
 _stores: dict[tuple[Path, bool], LineageStore] = {}
 _sessions: dict[Path, DSLog] = {}
-_registries: dict[tuple[Path, ReusePolicy], ViewRegistry] = {}
+_registries: dict[tuple[Path, ReusePolicy], tuple[LineageStore, ViewRegistry]] = {}
 _stores_lock = threading.Lock()
 
 
@@ -41,7 +41,9 @@ def open_store(root: str | os.PathLike[str], *, durable: bool = True) -> Lineage
     path = Path(root).absolute()
     with _stores_lock:
         store = _stores.get((path, durable))
-        if store is None or not path.is_dir():
+        if store is None or read_store_id(path) != store.store_id:
+            # new, or the directory was deleted (and maybe made again) since: a handle on the
+            # old one would serve its cached records and views for files that are gone
             store = LineageStore(path, durable=durable)
             _stores[(path, durable)] = store
         return store
@@ -155,10 +157,10 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         store = self.store(default_base)
         policy = ReusePolicy(confirm_after=self.confirm_after, rate=self.verify_rate)
         with _stores_lock:
-            reg = _registries.get((store.root, policy))
-            if reg is None:
-                reg = _registries[(store.root, policy)] = ViewRegistry(store, policy)
-            return reg
+            held = _registries.get((store.root, policy))
+            if held is None or held[0] is not store:  # a recreated store learns afresh
+                held = _registries[(store.root, policy)] = (store, ViewRegistry(store, policy))
+            return held[1]
 
     def session(self, default_base: str | os.PathLike[str] | None = None) -> DSLog:
         """The process-wide :class:`~dslog_dagster.core.api.DSLog` session over the store.
