@@ -32,7 +32,7 @@ from pydantic import Field
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.cellspec import cells_from_spec
-from dslog_dagster.core.query import CellSet, Direction
+from dslog_dagster.core.query import CellSet, Direction, QueryEngine, check_engine
 from dslog_dagster.core.store import ArrayRecord
 from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, QueryError
 from dslog_dagster.naming import array_name
@@ -151,7 +151,7 @@ def run_lineage_query(
     log: DSLog,
     config: LineageQueryConfig,
     *,
-    engine: Literal["native", "spark"] = "native",
+    engine: QueryEngine = "native",
     spark: Any = None,
 ) -> LineageQueryResult:
     """Run ``config`` on the newest versions of its arrays in ``log``'s store.
@@ -175,20 +175,12 @@ def run_lineage_query(
     else:
         tried = ("forward", "backward")
     between = log.lineage_between
-    spark_engine = None
-    if engine == "spark":
-        from dslog_dagster.spark.query import SparkQueryEngine
-        from dslog_dagster.spark.session import get_session
+    on_spark = None
+    if check_engine(engine) == "spark":
+        from dslog_dagster.spark.query import spark_engine
 
-        if spark is None:
-            from pyspark.sql import SparkSession
-
-            spark = SparkSession.getActiveSession() or get_session()
-        spark_engine = SparkQueryEngine(spark, log)
-        between = spark_engine.lineage_between
-    elif engine != "native":
-        msg = f"Unknown query engine {engine!r}; use 'native' or 'spark'."
-        raise QueryError(msg)
+        on_spark = spark_engine(log, spark)
+        between = on_spark.lineage_between
     last: LineageNotFoundError | None = None
     try:
         for way in tried:
@@ -204,8 +196,8 @@ def run_lineage_query(
                 )
             return LineageQueryResult(config, start, cells, src, target, way)
     finally:
-        if spark_engine is not None:
-            spark_engine.close()
+        if on_spark is not None:
+            on_spark.close()
     if config.direction == "auto":
         msg = (
             f"No chain of operations links `{src_name}` and `{dst_name}` in either direction "

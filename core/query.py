@@ -43,8 +43,33 @@ from dslog_dagster.core.relation import I64, Shape, as_shape
 from dslog_dagster.errors import QueryError
 
 Direction = Literal["forward", "backward"]
+QueryEngine = Literal["native", "spark"]
+"""Where multi-hop queries run: ``native`` (in-situ C++ here) or ``spark`` (range joins in
+Spark SQL, :mod:`dslog_dagster.spark.query`)."""
 
-__all__ = ["CellSet", "Direction", "PreparedHop", "as_cells", "prepare", "query_path", "run_hops"]
+__all__ = [
+    "CellSet",
+    "Direction",
+    "PreparedHop",
+    "QueryEngine",
+    "as_cells",
+    "check_engine",
+    "prepare",
+    "query_path",
+    "run_hops",
+]
+
+
+def check_engine(engine: str) -> QueryEngine:
+    """``engine`` as a :data:`QueryEngine`.
+
+    Raises:
+        QueryError: it names no engine.
+    """
+    if engine not in ("native", "spark"):
+        msg = f"Unknown query engine {engine!r}; use 'native' or 'spark'."
+        raise QueryError(msg)
+    return engine  # type: ignore[return-value]
 
 
 def _boxes(k: int, d: int) -> I64:

@@ -93,10 +93,9 @@ def _query(args: argparse.Namespace) -> int:
         raise DSLogError(msg)
     direction = None if args.direction == "auto" else args.direction
     if args.engine == "spark":
-        from dslog_dagster.spark.query import SparkQueryEngine
-        from dslog_dagster.spark.session import get_session
+        from dslog_dagster.spark.query import spark_engine
 
-        engine = SparkQueryEngine(get_session("local[*]"), log)
+        engine = spark_engine(log)
         try:
             if args.between:
                 result = engine.lineage_between(names[0], names[1], cells, direction=direction)

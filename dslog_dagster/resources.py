@@ -21,6 +21,7 @@ import dagster as dg
 from pydantic import Field
 
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.query import QueryEngine
 from dslog_dagster.core.reuse import ReusePolicy, ViewRegistry
 from dslog_dagster.core.store import LineageStore, read_store_id
 
@@ -115,7 +116,7 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "writes atomic but leaves flushing to the OS, like the asset values' IO manager."
         ),
     )
-    query_engine: Literal["native", "spark"] = Field(
+    query_engine: QueryEngine = Field(
         default="native",
         description=(
             "Engine of the query assets: native (in-situ C++ on this machine) or spark (range "

@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -105,6 +106,29 @@ class LineageWriter:
         pending = pop_pending(context.run_id, context.step_key, context.name)
         arr = np.asarray(value)
         return self.write_pending(context, pending, arr.shape, arr.dtype)
+
+    def write_frame(
+        self,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        rows: int,
+        schema: Sequence[tuple[str, str]],
+    ) -> dict[str, Any]:
+        """:meth:`write_pending` for a stored DataFrame of ``rows`` rows and ``schema``
+        (visible columns and Spark types), plus the frame metadata Dagster shows: shape, row
+        count, column schema and column lineage."""
+        shape = (int(rows), len(schema))
+        md: dict[str, Any] = {
+            "dslog/shape": dg.MetadataValue.text(str(shape)),
+            "dagster/row_count": dg.MetadataValue.int(shape[0]),
+            m.COLUMN_SCHEMA: dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in schema]),
+        }
+        md |= self.write_pending(context, pending, shape, "float64")
+        if pending is not None and pending.column_lineage is not None:
+            md[m.COLUMN_LINEAGE] = m.column_lineage(
+                pending.column_lineage, pending.inputs, [n for n, _ in schema]
+            )
+        return md
 
     def write_pending(
         self,
@@ -423,20 +447,9 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         try:
             # a captured output is stored with the capture's row ids: the ones its lineage names
             info = store_frame(cap if cap is not None else obj, path)
-            md: dict[str, Any] = {
-                "path": dg.MetadataValue.path(str(path)),
-                "dslog/shape": dg.MetadataValue.text(str(info.shape)),
-                "dagster/row_count": dg.MetadataValue.int(info.rows),
-                m.COLUMN_SCHEMA: dg.TableSchema(
-                    columns=[dg.TableColumn(n, t) for n, t in info.schema]
-                ),
-            }
             writer = LineageWriter(self.dslog_settings(), self._base())
-            md |= writer.write_pending(context, pending, info.shape, "float64")
-            if pending is not None and pending.column_lineage is not None:
-                md[m.COLUMN_LINEAGE] = m.column_lineage(
-                    pending.column_lineage, pending.inputs, info.columns
-                )
+            md = {"path": dg.MetadataValue.path(str(path))}
+            md |= writer.write_frame(context, pending, info.rows, info.schema)
         finally:
             if cap is not None:
                 cap.release()
@@ -546,19 +559,12 @@ class _LineageIOManager(dg.IOManager):
                 numbered = with_row_id(obj)
                 stored, rows = numbered.frame, int(numbered.n)
             self.inner.handle_output(context, stored)
-            fields = [f for f in stored.schema.fields if f.name != ROW_ID]
-            md: dict[str, Any] = {
-                "dslog/shape": dg.MetadataValue.text(str((rows, len(fields)))),
-                "dagster/row_count": dg.MetadataValue.int(rows),
-                m.COLUMN_SCHEMA: dg.TableSchema(
-                    columns=[dg.TableColumn(f.name, f.dataType.simpleString()) for f in fields]
-                ),
-            }
-            md |= self.writer.write_pending(context, pending, (rows, len(fields)), "float64")
-            if pending.column_lineage is not None:
-                md[m.COLUMN_LINEAGE] = m.column_lineage(
-                    pending.column_lineage, pending.inputs, [f.name for f in fields]
-                )
+            schema = [
+                (f.name, f.dataType.simpleString())
+                for f in stored.schema.fields
+                if f.name != ROW_ID
+            ]
+            md = self.writer.write_frame(context, pending, rows, schema)
         finally:
             if cap is not None:
                 cap.release()

@@ -22,7 +22,7 @@ Select it with ``engine="spark"`` in :func:`run_query`.
 """
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -30,12 +30,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dslog_dagster.core.api import DSLog, Hop
-from dslog_dagster.core.query import CellSet, Direction, as_cells
+from dslog_dagster.core.query import CellSet, Direction, QueryEngine, as_cells, check_engine
 from dslog_dagster.errors import QueryError
 
-__all__ = ["Engine", "SparkQueryEngine", "run_query"]
+__all__ = ["Engine", "SparkQueryEngine", "run_query", "spark_engine"]
 
-Engine = Literal["native", "spark"]
+Engine: TypeAlias = QueryEngine
 
 _FIELDS = ("in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
 _ROWS_PER_PARTITION = 50_000
@@ -224,12 +224,21 @@ def run_query(
         engine: ``"native"`` (in-situ C++ on this machine) or ``"spark"``
             (:class:`SparkQueryEngine`; needs ``spark``).
     """
-    if engine == "native":
+    if check_engine(engine) == "native":
         return log.prov_query(path, cells)
-    if engine == "spark":
-        if spark is None:
-            msg = "engine='spark' needs a SparkSession (`spark=`)."
-            raise QueryError(msg)
-        return SparkQueryEngine(spark, log).prov_query(path, cells)
-    msg = f"Unknown query engine {engine!r}; use 'native' or 'spark'."
-    raise QueryError(msg)
+    if spark is None:
+        msg = "engine='spark' needs a SparkSession (`spark=`)."
+        raise QueryError(msg)
+    return SparkQueryEngine(spark, log).prov_query(path, cells)
+
+
+def spark_engine(log: DSLog, spark: Any = None) -> SparkQueryEngine:
+    """A :class:`SparkQueryEngine` on ``spark``, else on the running SparkSession, else on a
+    local one (what the query assets and ``dslog query --engine spark`` use)."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        from dslog_dagster.spark.session import get_session
+
+        spark = SparkSession.getActiveSession() or get_session()
+    return SparkQueryEngine(spark, log)

@@ -64,18 +64,12 @@ def test_new_output_is_one_file_linked_as_the_array_record(tmp_path: Path, durab
 
 
 def test_durable_publish_flushes_one_file_and_its_directories(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fsync_calls: list[int]
 ) -> None:
     store = LineageStore(tmp_path / "s")
     store.register_array("x", (3, 3), version="run0")
-    synced: list[int] = []
-    real = os.fsync
-
-    def counting(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", counting)
+    synced = fsync_calls
+    synced.clear()  # count the step's registration only
     store.register_operation(
         "neg", ["x"], [NewArray("y", (3, 3), version="r")], {("y", "x"): identity((3, 3))}
     )

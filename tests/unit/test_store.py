@@ -517,16 +517,9 @@ def test_errors_are_dslog_errors(store: LineageStore) -> None:
 
 @pytest.mark.parametrize("durable", [True, False])
 def test_durable_controls_fsync_not_atomicity(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: bool
+    tmp_path: Path, fsync_calls: list[int], durable: bool
 ) -> None:
-    synced: list[int] = []
-    real = os.fsync
-
-    def counting(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", counting)
+    synced = fsync_calls
     store = LineageStore(tmp_path / "s", durable=durable)
     _setup_xy(store)
     op = store.register_operation("neg", ["x"], ["y"], {("y", "x"): identity((3, 3))})
