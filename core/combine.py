@@ -9,7 +9,13 @@ on ProvRC rows:
 * :func:`product_table` — the cell lineage of a 2-D frame from a row table
   ``(out_row ← in_row)`` and a column table ``(out_col ← in_col)``: every pair of rows becomes
   one row over ``(out_row, out_col ← in_row, in_col)``;
-* :func:`concat_tables` — the union of tables that stand for disjoint sets of pairs.
+* :func:`concat_tables` — the union of tables that stand for disjoint sets of pairs;
+* :func:`union_tables` — the same when the tables' output ranges interleave (columnar tables
+  are re-sorted, so the result keeps the sorted form :meth:`LineageTable.decompress` promises);
+* :func:`factored_table` — a union of products kept as its factors: the row table is stored
+  once instead of once per column row, and queries run on the factors
+  (:func:`dslog_dagster.core.query.prepare`); the ProvRC rows of the product are formed only
+  when something reads them.
 
 A ProvRC row stands for ``{(b, a) : b ∈ out box, a_k satisfies its constraint given b}``; the
 constraints are point-wise in ``b``. So two rows that agree on every field except the interval
@@ -21,11 +27,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.core.relation import I64, Shape
+from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.relation import I64, LineageRelation, Shape
 from dslog_dagster.errors import InvalidRelationError
 
-__all__ = ["concat_tables", "merge_tables", "product_table", "singleton_rows"]
+__all__ = [
+    "concat_tables",
+    "factored_table",
+    "merge_tables",
+    "product_table",
+    "singleton_rows",
+    "union_tables",
+]
 
 _FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
 
@@ -127,6 +140,27 @@ def merge_tables(tables: Sequence[LineageTable], axis: int = 0) -> LineageTable:
     return LineageTable(osh, ish, "provrc", len(keep), t.n_pairs, *[out[f] for f in _FIELDS])
 
 
+def union_tables(tables: Sequence[LineageTable]) -> LineageTable:
+    """Union of tables whose pairs are disjoint but whose output ranges may interleave (e.g.
+    the rows of an aggregation whose ids were summarised as ranges, and the rows whose ids
+    were found by a join). :func:`merge_tables` would concatenate columnar tables in range
+    order, which is only sorted when the ranges are disjoint; here they are sorted again (and
+    compressed anew, which may find ProvRC rows across the pieces)."""
+    if not tables:
+        msg = "union_tables needs at least one table."
+        raise InvalidRelationError(msg)
+    osh, ish = _check_shapes(tables)
+    nonempty = [t for t in tables if t.rows]
+    if len(nonempty) <= 1:
+        return nonempty[0] if nonempty else tables[0]
+    if all(t.encoding == "columnar" for t in nonempty):
+        raw = np.hstack([t.raw for t in nonempty])
+        l = len(osh)
+        rel = LineageRelation(osh, ish, raw[:l], raw[l:], raw.shape[1])
+        return compress(rel)
+    return merge_tables(nonempty)
+
+
 def product_table(rows: LineageTable, cols: LineageTable) -> LineageTable:
     """Cell lineage of 2-D frames: ``rows`` is ``(n_out,) ← (n_in,)`` over row indices, ``cols``
     is ``(k_out,) ← (k_in,)`` over column indices; the result is ``(n_out, k_out) ← (n_in, k_in)``
@@ -166,3 +200,47 @@ def product_table(rows: LineageTable, cols: LineageTable) -> LineageTable:
         rows.n_pairs * cols.n_pairs,
         *[stack(a, b) for a, b in zip(row_fields, col_fields, strict=True)],
     )
+
+
+def factored_table(parts: Sequence[tuple[LineageTable, LineageTable]]) -> LineageTable:
+    """The union of ``product_table(rows, cols)`` over ``parts``, kept factored.
+
+    The parts must stand for disjoint sets of pairs (as for :func:`concat_tables`): a frame's
+    capture has one part per set of provenance slots, each with its own output columns. The
+    result is an ordinary ProvRC :class:`LineageTable` to every reader — equal to
+    ``concat_tables([product_table(r, c) for r, c in parts])`` — whose fields are formed on
+    first read; :func:`~dslog_dagster.core.storage.table_to_blob` stores the factors and
+    queries run on them, so a million-row frame's cell lineage is never multiplied out by
+    capture, storage or queries (only by code that reads the ProvRC rows).
+    """
+    if not parts:
+        msg = "factored_table needs at least one (row table, column table) part."
+        raise InvalidRelationError(msg)
+    for rows, cols in parts:
+        if rows.out_rank != 1 or rows.in_rank != 1 or cols.out_rank != 1 or cols.in_rank != 1:
+            msg = "factored_table takes pairs of 1-D ← 1-D tables (row and column lineage)."
+            raise InvalidRelationError(msg)
+    r0, c0 = parts[0]
+    out_shape = (r0.out_shape[0], c0.out_shape[0])
+    in_shape = (r0.in_shape[0], c0.in_shape[0])
+    for rows, cols in parts[1:]:
+        if (rows.out_shape[0], cols.out_shape[0]) != out_shape or (
+            rows.in_shape[0],
+            cols.in_shape[0],
+        ) != in_shape:
+            msg = "The parts of a factored table connect different shapes."
+            raise InvalidRelationError(msg)
+    table = object.__new__(LineageTable)
+    fields = {
+        "out_shape": out_shape,
+        "in_shape": in_shape,
+        "encoding": "provrc",
+        "rows": sum(r.rows * c.rows for r, c in parts),
+        "n_pairs": sum(r.n_pairs * c.n_pairs for r, c in parts),
+        "raw": np.zeros((0, 0), np.int64),
+        "encoded": {},
+        "_factors": tuple((r, c) for r, c in parts),
+    }
+    for k, v in fields.items():
+        object.__setattr__(table, k, v)
+    return table

@@ -54,6 +54,9 @@ def _empty(rows: int, cols: int = 0) -> I64:
     return np.zeros((rows, cols), dtype=np.int64)
 
 
+_LAZY_FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
+
+
 @dataclass(frozen=True, slots=True)
 class LineageTable:
     """A compressed lineage relation between one output and one input array.
@@ -79,6 +82,48 @@ class LineageTable:
     raw: I64 = field(default_factory=lambda: _empty(0))
     # Encoded file bytes per codec, filled lazily by dslog_dagster.core.storage.
     encoded: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    # A factored table (see :func:`factored_table`): the (row table, column table) parts whose
+    # products it stands for. Its ProvRC fields are left unset until first read.
+    _factors: "tuple[tuple[LineageTable, LineageTable], ...]" = field(
+        default=(), init=False, compare=False, repr=False
+    )
+
+    def __getattr__(self, name: str) -> I64:
+        # Reached only when a slot is unset: the ProvRC fields of a factored table, formed
+        # here on first read so every consumer sees an ordinary ProvRC table.
+        if name not in _LAZY_FIELDS:
+            raise AttributeError(name)
+        try:
+            factors = object.__getattribute__(self, "_factors")
+        except AttributeError:
+            factors = ()
+        if not factors:
+            raise AttributeError(name)
+        from dslog_dagster.core.combine import concat_tables, product_table
+
+        whole = concat_tables([product_table(r, c) for r, c in factors])
+        for f in _LAZY_FIELDS:
+            object.__setattr__(self, f, getattr(whole, f))
+        value: I64 = getattr(whole, name)
+        return value
+
+    @property
+    def stored_rows(self) -> int:
+        """Rows the table is stored as: its ProvRC or columnar rows, or for a factored table
+        the rows of its factors (``rows`` counts the ProvRC rows of the product)."""
+        if self._factors:
+            return sum(r.stored_rows + c.stored_rows for r, c in self._factors)
+        return self.rows
+
+    @property
+    def stored_encoding(self) -> str:
+        """``"factored"`` for a factored table, else :attr:`encoding`."""
+        return "factored" if self._factors else self.encoding
+
+    @property
+    def factors(self) -> "tuple[tuple[LineageTable, LineageTable], ...]":
+        """The (row table, column table) parts of a factored table (empty for any other)."""
+        return self._factors
 
     @property
     def out_rank(self) -> int:

@@ -433,11 +433,18 @@ def as_cells(shape: Sequence[int] | int, cells: object) -> CellSet:
 
 @dataclass(frozen=True, slots=True)
 class PreparedHop:
-    """A lineage table ready for repeated queries (input hulls and join order precomputed)."""
+    """A lineage table ready for repeated queries (input hulls and join order precomputed).
+
+    A factored table (a frame's cell lineage, row table × column table, see
+    :func:`~dslog_dagster.core.combine.factored_table`) is prepared as its factors
+    (``native`` is None): :func:`run_hops` queries the 1-D factors and multiplies the answers
+    as boxes, which is exact because every (row pair, column pair) combination is a pair.
+    """
 
     out_shape: Shape
     in_shape: Shape
-    native: _native.PreparedTable
+    native: _native.PreparedTable | None
+    factors: "tuple[tuple[PreparedHop, PreparedHop], ...]" = ()
 
     def run(self, cells: CellSet, direction: Direction) -> CellSet:
         """The cells on the other side of the table linked to ``cells``."""
@@ -446,6 +453,9 @@ class PreparedHop:
 
 def prepare(table: LineageTable) -> PreparedHop:
     """Prepare a table for queries: input hulls and per-axis row orders, computed once."""
+    if table.factors:
+        parts = tuple((prepare(r), prepare(c)) for r, c in table.factors)
+        return PreparedHop(table.out_shape, table.in_shape, None, parts)
     if table.encoding == "columnar" and table.out_rank + table.in_rank > 0:
         # Rows of single pairs, all absolute: exact, instant, and the scan join handles them
         # by binary search (re-running ProvRC would gain less than 2x: that's why it's columnar).
@@ -493,5 +503,57 @@ def run_hops(hops: Sequence[tuple[PreparedHop, Direction]], cells: CellSet) -> C
         shape = dst
     if not hops:
         return cells
-    lo, hi = _native.run_hops([h.native for h, _ in hops], forwards, cells.lo, cells.hi)
+    lo, hi = cells.lo, cells.hi
+    shape = cells.shape
+    run: list[tuple[_native.PreparedTable, bool]] = []  # consecutive native hops, one call
+    for (hop, _), fwd in zip(hops, forwards, strict=True):
+        if hop.native is not None:
+            run.append((hop.native, fwd))
+        else:
+            if run:
+                lo, hi = _native.run_hops([n for n, _ in run], [f for _, f in run], lo, hi)
+                run = []
+            lo, hi = _factored_hop(hop, fwd, lo, hi)
+        shape = hop.out_shape if fwd else hop.in_shape
+    if run:
+        lo, hi = _native.run_hops([n for n, _ in run], [f for _, f in run], lo, hi)
     return CellSet(shape, lo, hi)
+
+
+def _factored_hop(hop: PreparedHop, forward: bool, lo: I64, hi: I64) -> tuple[I64, I64]:
+    """One hop through a factored table: per part, the boxes of cells are grouped by their
+    column interval; each group's row intervals go through the row table in one native call,
+    the column interval through the column table, and the answer is every (row box, column
+    box) pair — exact, since the part holds every combination of a row pair and a column
+    pair. Returns normalised boxes of the other side."""
+    out_lo: list[I64] = []
+    out_hi: list[I64] = []
+    for rows, cols in hop.factors:
+        if not len(lo):
+            break
+        col_iv, group = np.unique(
+            np.stack([lo[:, 1], hi[:, 1]], axis=1), axis=0, return_inverse=True
+        )
+        group = group.reshape(-1)
+        order = np.argsort(group, kind="stable")
+        bounds = np.searchsorted(group[order], np.arange(len(col_iv) + 1))
+        for g, (c0, c1) in enumerate(col_iv):
+            sel = order[bounds[g] : bounds[g + 1]]
+            c_lo, c_hi = _native.run_hops(
+                [cols.native], [forward], np.array([[c0]], np.int64), np.array([[c1]], np.int64)
+            )
+            if not len(c_lo):
+                continue
+            q_lo, q_hi = _native.normalize_boxes(
+                np.ascontiguousarray(lo[sel, :1]), np.ascontiguousarray(hi[sel, :1])
+            )
+            r_lo, r_hi = _native.run_hops([rows.native], [forward], q_lo, q_hi)
+            if not len(r_lo):
+                continue
+            nr, nc = len(r_lo), len(c_lo)
+            out_lo.append(np.stack([np.repeat(r_lo[:, 0], nc), np.tile(c_lo[:, 0], nr)], axis=1))
+            out_hi.append(np.stack([np.repeat(r_hi[:, 0], nc), np.tile(c_hi[:, 0], nr)], axis=1))
+    if not out_lo:
+        return _boxes(0, 2), _boxes(0, 2)
+    nlo, nhi = _native.normalize_boxes(np.concatenate(out_lo), np.concatenate(out_hi))
+    return nlo, nhi

@@ -1,6 +1,6 @@
 """Lineage tables on disk: standalone table files, and the segments of a lineage store.
 
-**Segments** (format ``2-0-0``, used by :class:`~dslog_dagster.core.store.LineageStore`) hold
+**Segments** (format ``2-1-0``, used by :class:`~dslog_dagster.core.store.LineageStore`) hold
 the records and tables of one or many operations; see the section "segments" below.
 
 **Table files** (below; what :func:`write_table` writes) hold one table each, written atomically.
@@ -33,7 +33,7 @@ import xxhash
 
 from dslog_dagster.core.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.errors import LineageStorageError, SchemaVersionError
+from dslog_dagster.errors import InvalidRelationError, LineageStorageError, SchemaVersionError
 
 SCHEMA_VERSION = "1-0-0"
 Codec = Literal["zstd", "gzip", "snappy", "none"]
@@ -286,10 +286,16 @@ def read_table(path: str | os.PathLike[str]) -> LineageTable:
 #   the previous column, 3 width of column ``partner``, then followed by varint partner)
 #   [varint uncompressed length if compressed] payload
 #
+# A factored table (:func:`dslog_dagster.core.combine.factored_table`: a frame's cell lineage
+# as row table × column table) has flags bit 3 set and, after ``rows, n_pairs``, the byte
+# 0xFF (which a reader without factored tables rejects as an unknown column code instead of
+# misreading the rest), ``k`` and per part the varint length and blob of its row table, then
+# of its column table.
+#
 # A structured operation's table is one row, whose columns always get the default transforms:
 # its blob is a few dozen bytes.
 
-SEGMENT_SCHEMA_VERSION = "2-0-0"
+SEGMENT_SCHEMA_VERSION = "2-1-0"
 SEGMENT_KIND = "operations"
 SEGMENT_ROW_GROUP = 256
 """Operations per Parquet row group: a read decodes one group, not the whole pack."""
@@ -304,6 +310,8 @@ _SEGMENT_SCHEMA = pa.schema(
 _BLOB_ZSTD = 1
 _BLOB_COLUMNAR = 2
 _BLOB_DEFAULT_TRANSFORMS = 4
+_BLOB_FACTORED = 8
+_FACTORED_MARK = 0xFF
 _MIN_COMPRESS = 64  # payloads below this are stored raw: a zstd frame costs ~10 bytes
 
 
@@ -378,10 +386,35 @@ def table_digest(table: LineageTable) -> bytes:
     return digest
 
 
+def _head(flags: int, table: LineageTable) -> bytearray:
+    head = bytearray([flags])
+    for shape in (table.out_shape, table.in_shape):
+        _varint(head, len(shape))
+        for d in shape:
+            _varint(head, int(d))
+    _varint(head, int(table.rows))
+    _varint(head, int(table.n_pairs))
+    return head
+
+
+def _factored_blob(table: LineageTable) -> bytes:
+    """The blob of a factored table: its parts' blobs, never its multiplied-out rows."""
+    head = _head(_BLOB_FACTORED, table)
+    head.append(_FACTORED_MARK)
+    _varint(head, len(table.factors))
+    for part in table.factors:
+        for t in part:
+            b = table_to_blob(t)
+            _varint(head, len(b))
+            head += b
+    return bytes(head)
+
+
 def _table_to_blob(table: LineageTable) -> bytes:
+    if table.factors:
+        return _factored_blob(table)
     cols, transforms = _columns_of(table)
     payload, specs = encode(cols, transforms)
-    head = bytearray()
     flags = _BLOB_COLUMNAR if table.encoding == "columnar" else 0
     body: bytes = payload
     if len(payload) >= _MIN_COMPRESS:
@@ -390,13 +423,7 @@ def _table_to_blob(table: LineageTable) -> bytes:
         if len(packed) + 4 < len(payload):
             flags |= _BLOB_ZSTD
             body = packed
-    head.append(flags)
-    for shape in (table.out_shape, table.in_shape):
-        _varint(head, len(shape))
-        for d in shape:
-            _varint(head, int(d))
-    _varint(head, int(table.rows))
-    _varint(head, int(table.n_pairs))
+    head = _head(flags, table)
     nbytes = [spec.nbytes for spec in specs]
     l, m = table.out_rank, table.in_rank
     if specs == _default_specs(table.encoding == "columnar", l, m, nbytes):
@@ -435,6 +462,8 @@ def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
             shapes.append(tuple(dims))
         rows, pos = _read_varint(blob, pos)
         n_pairs, pos = _read_varint(blob, pos)
+        if flags & _BLOB_FACTORED:
+            return _factored_from_blob(blob, pos, shapes, rows, n_pairs, source)
         l, m = len(shapes[0]), len(shapes[1])
         columnar = bool(flags & _BLOB_COLUMNAR)
         ncols = l + m if columnar else 2 * l + 6 * m
@@ -472,9 +501,44 @@ def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
         return _table_from_columns(
             shapes[0], shapes[1], "columnar" if columnar else "provrc", rows, n_pairs, cols
         )
-    except (IndexError, ValueError, TypeError, pa.ArrowException) as e:
+    except (IndexError, ValueError, TypeError, InvalidRelationError, pa.ArrowException) as e:
         msg = f"A lineage table in `{source}` is damaged: {e}"
         raise LineageStorageError(msg) from e
+
+
+def _factored_from_blob(
+    blob: bytes, pos: int, shapes: list[tuple[int, ...]], rows: int, n_pairs: int, source: str
+) -> LineageTable:
+    from dslog_dagster.core.combine import factored_table
+
+    if blob[pos] != _FACTORED_MARK:
+        msg = "factored table without its mark"
+        raise ValueError(msg)
+    k, pos = _read_varint(blob, pos + 1)
+    parts = []
+    for _ in range(k):
+        pair = []
+        for _ in range(2):
+            n, pos = _read_varint(blob, pos)
+            if pos + n > len(blob):
+                msg = "truncated factor"
+                raise ValueError(msg)
+            pair.append(table_from_blob(blob[pos : pos + n], source))
+            pos += n
+        parts.append((pair[0], pair[1]))
+    if pos != len(blob):
+        msg = "trailing bytes after the factors"
+        raise ValueError(msg)
+    table = factored_table(parts)
+    if (table.out_shape, table.in_shape, table.rows, table.n_pairs) != (
+        shapes[0],
+        shapes[1],
+        rows,
+        n_pairs,
+    ):
+        msg = "factors disagree with the table's shapes or counts"
+        raise ValueError(msg)
+    return table
 
 
 def segment_to_bytes(

@@ -183,8 +183,9 @@ class TableRecord:
         op_id: the operation it belongs to.
         output: output array name.
         input: input array name.
-        encoding: ``"provrc"`` or ``"columnar"`` (the per-table choice of :func:`compress`).
-        rows: rows of the stored table.
+        encoding: ``"provrc"`` or ``"columnar"`` (the per-table choice of :func:`compress`),
+            or ``"factored"`` (a frame's row table × column table, stored as the two).
+        rows: rows of the stored table (of its factors, when factored).
         n_pairs: (output cell, input cell) pairs it stands for.
         stored_bytes: bytes of the table's blob in its segment (after its own compression;
             the segment adds a share of its footer and record).
@@ -1048,8 +1049,8 @@ class LineageStore:
                 op_id,
                 out_name,
                 in_name,
-                table.encoding,
-                int(table.rows),
+                table.stored_encoding,
+                int(table.stored_rows),
                 int(table.n_pairs),
                 len(data),
                 rel,

@@ -12,8 +12,9 @@ among the visible columns. For every input the capture returns the relation
 Cell lineage is row lineage × column lineage. Row lineage is carried by provenance slots
 (:mod:`dslog_dagster.spark.frame`) and compressed per partition on the executors
 (:mod:`dslog_dagster.spark.lineage`); column lineage (a few pairs) comes from the analyzed plan.
-The product is formed on ProvRC rows (:func:`~dslog_dagster.core.combine.product_table`), so no
-cell pair is ever materialised.
+The product is kept factored (:func:`~dslog_dagster.core.combine.factored_table`): stored as
+its row and column tables and queried on them, so neither a cell pair nor a product row is
+formed unless a reader asks for the table's ProvRC rows.
 """
 
 import atexit
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dslog_dagster.core.combine import concat_tables, merge_tables, product_table
+from dslog_dagster.core.combine import factored_table, union_tables
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
@@ -530,7 +531,7 @@ def _capture_once(
                 offsets,
                 n_failed,
             )
-            tables[g] = merge_tables([tables[g], extra])
+            tables[g] = union_tables([tables[g], extra])  # their rows interleave
     row_table = dict(zip(keys, tables, strict=True))
     t_pass = time.perf_counter()
     n_out = offsets[-1]
@@ -564,8 +565,10 @@ def _capture_once(
                     ),
                     fallback="never",
                 )
-                parts.append(product_table(row_table[key], col_table))
-            dest[inp.name] = concat_tables(parts) if parts else empty_table(out_shape, inp.shape)
+                parts.append((row_table[key], col_table))
+            # kept factored: the product of a million-row table by a few column rows would
+            # be formed, stored and queried as millions of rows per column row
+            dest[inp.name] = factored_table(parts) if parts else empty_table(out_shape, inp.shape)
     column_lineage: dict[str, dict[str, list[str]]] = {}
     for j, p in enumerate(user_pos):
         lin = infos[p]

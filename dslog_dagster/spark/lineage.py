@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from dslog_dagster.core.combine import merge_tables
+from dslog_dagster.core.combine import merge_tables, union_tables
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.storage import table_from_blob, table_to_blob
@@ -309,9 +309,10 @@ def refetch_ids(
     group's ids are those of the aggregation's input rows (``frame``, ids in ``frame_slot``)
     whose keys equal, null-safely, the row's ``slot.k`` (as ``groupBy`` groups them). One job
     joins the input's (keys, id) with the failed rows' (keys, ``MID``) — Spark picks the join
-    as for any other (the failed rows are at most the output's, so usually a broadcast) —
-    moves the (``MID``, id) pairs to one partition per output partition and compresses them
-    there; only tables reach the driver. A join, not a rerun of the pipeline with
+    as for any other (the failed rows are at most the output's, so usually a broadcast) — and
+    compresses the (``MID``, id) pairs in the join's partitions, per output partition; only
+    tables reach the driver, which unites them
+    (:func:`~dslog_dagster.core.combine.union_tables`). A join, not a rerun of the pipeline with
     ``collect_list``: ids are moved once, and groups whose ids are a range keep their range.
     ``n_failed`` (the failed rows, counted by the pass) is for the caller's records.
     """
@@ -337,15 +338,21 @@ def refetch_ids(
         ins = ins.withColumn("__h", F.xxhash64(*[f"__p{i}" for i in range(len(keys))]))
         bad = bad.withColumn("__hb", F.xxhash64(*[f"__b{i}" for i in range(len(keys))]))
         cond = (F.col("__h") == F.col("__hb")) & (same == F.lit(True))
-    n_parts = max(1, len(offsets) - 1)
-    pairs = (
-        ins.join(bad, cond, "inner")
-        .select(F.col("__o").alias(MID), F.col("__r").alias("g0"))
-        .repartition(n_parts, F.shiftright(F.col(MID), PART_BITS))
-    )
+    pairs = ins.join(bad, cond, "inner").select(F.col("__o").alias(MID), F.col("__r").alias("g0"))
     fn = _group_compressor(["scalar"], [n_in], False)
     rows = [r.asDict() for r in pairs.mapInArrow(fn, _ROWS_SCHEMA).collect()]
-    return _merge_pieces(rows, offsets, [n_in])[0]
+    # each partition of the join compresses its pairs per output partition; pieces of one
+    # output partition from several join partitions interleave, so they are united exactly
+    # (no shuffle to one partition per output partition: that cost more than the union)
+    n_out = offsets[-1]
+    pieces = [
+        shift_rows(table_from_blob(bytes(r["blob"])), offsets[int(r["pid"])], n_out)
+        for r in rows
+        if r["g"] >= 0
+    ]
+    if not pieces:
+        return LineageTable((n_out,), (n_in,), "provrc", 0, 0, *_empty_fields())
+    return union_tables(pieces)
 
 
 _ROWS_SCHEMA = "pid bigint, n bigint, g int, blob binary, bad bigint"
