@@ -516,17 +516,20 @@ def read_store_id(root: str | os.PathLike[str]) -> str | None:
         return None
 
 
-def _claim_store_id(root: Path) -> str:
+def _claim_store_id(root: Path, durable: bool = True) -> str:
     """The store's id, written first by whichever process creates the store (a hard link
-    publishes it only if no other process did)."""
+    publishes it only if no other process did). ``durable``: flushed with its directory, as
+    the store's records are (a crash must not leave an empty id after records it names)."""
     found = read_store_id(root)
     if found:
         return found
     tmp = root / f".store-id.{uuid.uuid4().hex}.tmp"
     try:
-        tmp.write_text(uuid.uuid4().hex)
+        _write_synced(tmp, uuid.uuid4().hex.encode(), durable)
         with contextlib.suppress(FileExistsError):
             os.link(tmp, root / STORE_ID_FILE)
+            if durable:
+                _fsync_dir(root)
     except OSError as e:
         msg = f"Could not write the store id in `{root}`: {e}"
         raise LineageStorageError(msg) from e
@@ -593,7 +596,7 @@ class LineageStore:
         except OSError as e:
             msg = f"Could not create the lineage store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
-        self.store_id = _claim_store_id(self.root)
+        self.store_id = _claim_store_id(self.root, self.durable)
         self._ops: dict[str, OperationRecord] = {}
         # Where operations are: segment (root-relative path) -> its op ids, and op id ->
         # one segment holding it. Segments are immutable, so an entry only goes stale when

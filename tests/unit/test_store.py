@@ -521,6 +521,10 @@ def test_durable_controls_fsync_not_atomicity(
 ) -> None:
     synced = fsync_calls
     store = LineageStore(tmp_path / "s", durable=durable)
+    assert len(synced) == (2 if durable else 0)  # the new store's id and its directory
+    synced.clear()
+    assert len(LineageStore(tmp_path / "s", durable=durable).store_id) == 32
+    assert not synced  # an existing id is read, not written
     _setup_xy(store)
     op = store.register_operation("neg", ["x"], ["y"], {("y", "x"): identity((3, 3))})
     # three array records and one operation file, each with its directory
