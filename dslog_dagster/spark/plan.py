@@ -102,6 +102,14 @@ def _ids(attrs: Any) -> list[int] | None:
     return ids if len(ids) == attrs.size() else None
 
 
+_ID_SUFFIX = re.compile(r"#\d+")
+
+
+def _names(plan: Any) -> str:
+    """A plan's output attributes as printed without their ids (names and types, in order)."""
+    return _ID_SUFFIX.sub("", str(plan.output().toString()))
+
+
 def refs_of(expr: Any) -> list[int]:
     """Expression ids of the attributes an expression references."""
     refs = expr.references()
@@ -194,7 +202,9 @@ class PlanWalker:
                 return b
         if self._semantic:
             for b in self.bases:
-                if node.sameResult(b.plan):
+                # the names must agree too: a self-join's right side (slots renamed, see
+                # TrackedFrame._fresh) computes the same result as the left side's base
+                if node.sameResult(b.plan) and _names(node) == _names(b.plan):
                     return b
         elif not seq(node.children()):
             raise _NoBase

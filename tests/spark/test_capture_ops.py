@@ -134,6 +134,32 @@ def test_self_join_keeps_sides_apart(people: Any) -> None:
     assert_lineage(cap, 0, rule)
 
 
+def test_aliased_self_join_keeps_sides_apart(people: Any) -> None:
+    """``p.alias("a").join(p.alias("b"), ...)``: the right side's slots are renamed, and the
+    plan walk must not take the renamed side for the left base (both compute the same
+    result); it did, and both sides' rows ended in one slot name (a duplicate column)."""
+
+    def f(p: Any) -> Any:
+        j = p.alias("a").join(p.alias("b"), F.col("a.g") == F.col("b.g"))
+        return j.select(F.col("a.id"), F.col("b.id").alias("id2"), F.col("b.v").alias("v2"))
+
+    for mode in ("auto", "lists"):
+        cap = capture_frames(f, [people], aggregate=mode)
+        assert cap.n_rows == 3 * 3 + 2 * 2 + 1
+        cols = {"id": ("id", "id"), "id2": ("id2", "id"), "v2": ("id2", "v")}
+
+        def rule(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+            side, source = cols[col]  # noqa: B023
+            return [(row[side], source)]
+
+        assert_lineage(cap, 0, rule)
+
+        def considered(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+            return [*rule(row, col), (row["id"], "g"), (row["id2"], "g")]
+
+        assert_lineage(cap, 0, considered, considered=True)
+
+
 def test_groupby_agg_collects_the_group(people: Any) -> None:
     def f(p: Any) -> Any:
         return p.groupBy("g").agg(
