@@ -462,18 +462,21 @@ def _capture_once(
             plan[(inp.name, which)] = sorted(by_slots.items())
             for key in by_slots:
                 needed.setdefault(key, i)
-    keys = list(needed)
-    # range slots whose failed rows cannot be refetched (no RangeSource, or read as part of a
-    # list of several slots) must pass their check on every row, else the capture reruns
-    checked = sorted(
-        s
-        for s in result._ranges
-        if any(s in k for k in keys)
-        and (s not in ctx.range_src or any(s in k and len(k) > 1 for k in keys))
-    )
+    # one group per slot: a cell whose rows come from several slots of one input (a
+    # self-join, a frame joined with its own aggregate) gets the exact union of their tables
+    # (:func:`_union_slots`), so every range slot can be refetched on its own
+    slot_input: dict[int, int] = {}
+    for k, i in needed.items():
+        for sl in k:
+            slot_input.setdefault(sl, i)
+    keys = [(sl,) for sl in sorted(slot_input)]
+    # range slots whose failed rows cannot be refetched (no RangeSource) must pass their
+    # check on every row, else the capture reruns
+    checked = sorted(s for s in result._ranges if s in slot_input and s not in ctx.range_src)
     oks = [F.col(f"{slot_name(s)}.ok") for s in checked]
     groups = [
-        (*_slot_column(k, result._arrays, result._ranges), inputs[needed[k]].n_rows) for k in keys
+        (*_slot_column(k[0], result._arrays, result._ranges), inputs[slot_input[k[0]]].n_rows)
+        for k in keys
     ]
     user_names = [c for c in result._df.columns if c not in slot_names]
     staged: StagedOutput | None = None
@@ -481,29 +484,24 @@ def _capture_once(
     teed: RowTables | None = None
     try:
         if _can_stage(result._df, user_names):
-            # the pass writes the output once (rows, MID, slots); write_frame moves the files
-            # into place. With one slot per group the same job compresses the row lineage
-            # (a pass-through mapInArrow); else it is compressed from the slot columns read
-            # back.
+            # the pass writes the output once (rows, MID, slots) and, in the same job,
+            # compresses the row lineage of every slot; write_frame moves the files into place
             path = tempfile.mkdtemp(prefix="dslog-capture-")
             _STAGING.add(path)
             out = result._df.withColumn(MID, F.monotonically_increasing_id())
-            if all(len(k) == 1 for k in keys):
-                side = tempfile.mkdtemp(prefix="dslog-lineage-")
-                try:
-                    teed = write_with_lineage(
-                        out,
-                        path,
-                        side,
-                        [slot_name(k[0]) for k in keys],
-                        [kind for _, kind, _ in groups],
-                        [n for _, _, n in groups],
-                        [slot_name(s) for s in checked],
-                    )
-                finally:
-                    shutil.rmtree(side, ignore_errors=True)
-            else:
-                out.write.mode("overwrite").option("compression", "zstd").parquet(path)
+            side = tempfile.mkdtemp(prefix="dslog-lineage-")
+            try:
+                teed = write_with_lineage(
+                    out,
+                    path,
+                    side,
+                    [slot_name(k[0]) for k in keys],
+                    [kind for _, kind, _ in groups],
+                    [n for _, _, n in groups],
+                    [slot_name(s) for s in checked],
+                )
+            finally:
+                shutil.rmtree(side, ignore_errors=True)
             source = out.sparkSession.read.schema(out.schema).parquet(path)  # no footer reads
         else:
             source = mark(result._df)
@@ -532,7 +530,8 @@ def _capture_once(
                 n_failed,
             )
             tables[g] = union_tables([tables[g], extra])  # their rows interleave
-    row_table = dict(zip(keys, tables, strict=True))
+    per_slot = {k[0]: t for k, t in zip(keys, tables, strict=True)}
+    row_table = {k: _union_slots([per_slot[sl] for sl in k]) for k in needed}
     t_pass = time.perf_counter()
     n_out = offsets[-1]
     if path:
@@ -606,26 +605,24 @@ def _capture_once(
     )
 
 
-def _slot_column(
-    slots: tuple[int, ...], arrays: frozenset[int], ranges: frozenset[int] = frozenset()
-) -> tuple[Any, str]:
-    """The input row ids of the union of ``slots`` and their kind: a bigint column for one
-    scalar slot (``"scalar"``), the ``struct<lo, hi, ok>`` of one range slot (``"range"``),
-    else an ``array<bigint>`` column (``"list"``; a range becomes ``sequence(lo, hi)``, exact
-    where ``ok``, which the pass checks for every row)."""
-    if len(slots) == 1 and slots[0] not in arrays:
-        kind = "range" if slots[0] in ranges else "scalar"
-        return F.col(slot_name(slots[0])), kind
-    empty = F.array().cast("array<bigint>")
+def _union_slots(tables: list[LineageTable]) -> LineageTable:
+    """The row lineage of a set of slots of one input: the union of their tables, which may
+    share pairs (both sides of a self-join can name the same input row), so it is formed on
+    the pairs and compressed again — driver work in the pairs of the few cells that read
+    several slots, where the alternative was running the pipeline again with lists."""
+    if len(tables) == 1:
+        return tables[0]
+    rels = [t.decompress() for t in tables]
+    outs = np.concatenate([r.out_cols for r in rels], axis=1)
+    ins = np.concatenate([r.in_cols for r in rels], axis=1)
+    rel = LineageRelation(rels[0].out_shape, rels[0].in_shape, outs, ins, outs.shape[1])
+    return compress(rel)
 
-    def as_list(s: int) -> Any:
-        c = F.col(slot_name(s))
-        if s in arrays:
-            return F.coalesce(c, empty)
-        if s in ranges:
-            lo, hi = F.col(f"{slot_name(s)}.lo"), F.col(f"{slot_name(s)}.hi")
-            return F.when(lo.isNull(), empty).otherwise(F.sequence(lo, hi))
-        return F.when(c.isNull(), empty).otherwise(F.array(c))
 
-    parts = [as_list(s) for s in slots]
-    return (F.concat(*parts) if len(parts) > 1 else parts[0]), "list"
+def _slot_column(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> tuple[Any, str]:
+    """The input row ids of one slot and their kind: a bigint column (``"scalar"``), the
+    ``struct<lo, hi, ok>`` of a range slot (``"range"``), or an ``array<bigint>`` column
+    (``"list"``)."""
+    if slot in arrays:
+        return F.coalesce(F.col(slot_name(slot)), F.array().cast("array<bigint>")), "list"
+    return F.col(slot_name(slot)), "range" if slot in ranges else "scalar"

@@ -319,3 +319,31 @@ def test_ranged_and_refetched_groups_interleave(spark: Any, tmp_path: Any) -> No
         for col in range(2):
             cells = CellSet.from_indices(auto.shape, [(o, col)])
             assert log.prov_query(["out", "f"], cells) == product.run(cells, "backward")
+
+
+def test_frame_joined_with_its_own_scattered_aggregate_is_refetched_not_rerun(
+    scattered_facts: Any,
+) -> None:
+    """``f.join(f.groupBy(k).agg(...), k)`` (normalise by the group total): a cell of the
+    joined total reads two slots of ``f`` — its own row and its group. Each slot is its own
+    group in the pass, the scattered aggregate's ids are refetched, and the cell gets the
+    exact union; the step function is not run again with lists (it was)."""
+
+    def fn(f: Any) -> Any:
+        totals = f.groupBy("k").agg(F.sum("v").alias("tot"))
+        return f.join(totals, "k").withColumn("share", F.col("v") / F.col("tot"))
+
+    auto, _ = both(fn, {"f": scattered_facts})
+    assert "retried_with_lists" not in auto.timings
+    assert auto.timings["refetched_rows"] > 0
+    groups = {k: [i for i, kk, _ in SCATTERED if kk == k] for k in range(4)}
+
+    def rule(r: dict[str, Any], c: str) -> list[tuple[int, str]]:
+        if c == "k":  # the using-join key: the left side's column
+            return [(r["id"], "k")]
+        if c in ("id", "v"):
+            return [(r["id"], c)]
+        group = [(i, "v") for i in groups[r["k"]]]
+        return group if c == "tot" else [(r["id"], "v"), *group]
+
+    assert_lineage(auto, "f", rule)
