@@ -259,3 +259,28 @@ def test_several_new_outputs_share_the_one_file(tmp_path: Path) -> None:
         assert fresh.get_array(name, "r") == next(o for o in op.outputs if o.name == name)
     hi = fresh.read_lineage(fresh.get_operation(op.op_id), "hi", "x").decompress()
     assert hi == LineageRelation.from_pairs((2,), (4,), [[0], [1]], [[2], [3]])
+
+
+def test_known_arrays_are_registered_again_without_reading_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracked step registers its inputs on every run; once a (name, version) is known to a
+    store handle (written, linked or read), registering it again touches no file, and a
+    different shape still fails."""
+    store = LineageStore(tmp_path / "s")
+    op = register_step(store)  # x@run0 written as JSON, y@run1 linked to the segment
+    fresh = LineageStore(tmp_path / "s")
+    read = fresh.register_array("x", (3, 3), version="run0")  # read from its file once
+
+    def no_files(*_: object) -> None:
+        msg = "a known array was looked up on disk"
+        raise AssertionError(msg)
+
+    for handle in (store, fresh):
+        monkeypatch.setattr(handle, "_load_array_file", no_files)
+    assert store.register_array("x", (3, 3), version="run0") == read
+    assert store.register_array("y", (3, 3), version="run1") == op.outputs[0]
+    assert fresh.register_array("x", (3, 3), version="run0") == read
+    for handle in (store, fresh):
+        with pytest.raises(InvalidRelationError, match="already registered with shape"):
+            handle.register_array("x", (4, 3), version="run0")
