@@ -153,9 +153,19 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         """The lineage store (opened once per process and directory)."""
         return open_store(self.resolve_store_dir(default_base), durable=self.durable)
 
-    def registry(self, default_base: str | os.PathLike[str] | None = None) -> "ViewRegistry":
-        """The process-wide reuse-view registry of the store (one per store directory)."""
-        store = self.store(default_base)
+    def registry(
+        self,
+        default_base: str | os.PathLike[str] | None = None,
+        *,
+        store: LineageStore | None = None,
+    ) -> "ViewRegistry":
+        """The process-wide reuse-view registry of the store (one per store directory).
+
+        ``store``: the handle :meth:`store` just returned, when the caller has it (opening
+        checks the store's id file, a noticeable part of a step served from a view).
+        """
+        if store is None:
+            store = self.store(default_base)
         policy = ReusePolicy(confirm_after=self.confirm_after, rate=self.verify_rate)
         with _stores_lock:
             held = _registries.get((store.root, policy))

@@ -152,7 +152,13 @@ class LineageWriter:
             ).to_metadata()
         name, asset_key = _output_array(context)
         t0 = time.perf_counter()
-        store = self.settings.store(self.base_dir)
+        store = pending.store
+        if (
+            store is None
+            or store.root != self.store_dir()
+            or store.durable != self.settings.durable
+        ):
+            store = self.settings.store(self.base_dir)
         out_spec = NewArray(name, shape, dtype, asset_key=asset_key, version=context.run_id)
         if pending.relations is None or not pending.inputs:
             store.register_array(name, shape, dtype, asset_key=asset_key, version=context.run_id)
