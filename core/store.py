@@ -693,7 +693,8 @@ class LineageStore:
             UnsupportedArrayError: ``shape`` or ``dtype`` is not understood.
             LineageStorageError: the record could not be written.
         """
-        known = self._array_keys.get((name, version)) if isinstance(name, str) else None
+        valid = isinstance(name, str) and (version is None or isinstance(version, str))
+        known = self._array_keys.get((name, version)) if valid else None
         if known is not None and known.shape == as_shape(shape, f"Array `{name}`"):
             return known  # a shape that differs takes the long way and raises there
         record = self._array_record(NewArray(name, shape, dtype, asset_key, version))
@@ -851,6 +852,10 @@ class LineageStore:
         Raises:
             LineageNotFoundError: no such array/version (the message lists close names).
         """
+        if version is not None and isinstance(name, str) and isinstance(version, str):
+            known = self._array_keys.get((name, version))
+            if known is not None:
+                return known
         name = _check_name(name, "Array name")
         if version is not None:
             # the version's two possible record files, not a listing of every version (an
@@ -862,6 +867,7 @@ class LineageStore:
                 except FileNotFoundError:
                     continue
                 if rec.name == name and rec.version == version:
+                    self._array_keys[(name, version)] = rec
                     return rec
         versions = self._versions_of(name)
         if version is not None:

@@ -264,9 +264,9 @@ def test_several_new_outputs_share_the_one_file(tmp_path: Path) -> None:
 def test_known_arrays_are_registered_again_without_reading_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tracked step registers its inputs on every run; once a (name, version) is known to a
-    store handle (written, linked or read), registering it again touches no file, and a
-    different shape still fails."""
+    """A tracked step registers (and resolves) its inputs on every run; once a (name, version)
+    is known to a store handle (written, linked or read), registering or getting it again
+    touches no file, and a different shape still fails."""
     store = LineageStore(tmp_path / "s")
     op = register_step(store)  # x@run0 written as JSON, y@run1 linked to the segment
     fresh = LineageStore(tmp_path / "s")
@@ -281,6 +281,8 @@ def test_known_arrays_are_registered_again_without_reading_files(
     assert store.register_array("x", (3, 3), version="run0") == read
     assert store.register_array("y", (3, 3), version="run1") == op.outputs[0]
     assert fresh.register_array("x", (3, 3), version="run0") == read
+    assert store.get_array("y", "run1") == op.outputs[0]
+    assert fresh.get_array("x", "run0") == read
     for handle in (store, fresh):
         with pytest.raises(InvalidRelationError, match="already registered with shape"):
             handle.register_array("x", (4, 3), version="run0")
