@@ -286,3 +286,26 @@ def test_known_arrays_are_registered_again_without_reading_files(
     for handle in (store, fresh):
         with pytest.raises(InvalidRelationError, match="already registered with shape"):
             handle.register_array("x", (4, 3), version="run0")
+
+
+def test_a_new_output_is_looked_up_without_opening_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registering a step's new output first looks for an existing record of its version; a
+    missing one must not cost a Parquet open (pyarrow's is ~0.2 ms of a served step)."""
+    store = LineageStore(tmp_path / "s")
+    register_step(store, version="run1")
+    opened: list[str] = []
+    real = store_module.storage.Segment
+
+    def counting(path: object) -> object:
+        opened.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(store_module.storage, "Segment", counting)
+    op = register_step(store, version="run2")
+    assert op.outputs[0].version == "run2"
+    assert opened == []
+    fresh = LineageStore(tmp_path / "s")  # an existing link record is still read
+    assert fresh.get_array("y", "run2") == op.outputs[0]
+    assert len(opened) == 1
