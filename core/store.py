@@ -508,11 +508,22 @@ made again at the same path is another store, which a cached handle must not ser
 
 
 def read_store_id(root: str | os.PathLike[str]) -> str | None:
-    """The id of the store at ``root``, ``None`` when there is none (yet)."""
+    """The id of the store at ``root``, ``None`` when there is none (yet).
+
+    Read with bare system calls: every tracked step checks it (``open_store``), and a text-mode
+    ``Path.read_text`` costs several times more.
+    """
     try:
-        return (Path(root) / STORE_ID_FILE).read_text().strip() or None
+        fd = os.open(os.path.join(root, STORE_ID_FILE), os.O_RDONLY)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").strip() or None
 
 
 def _claim_store_id(root: Path) -> str:
