@@ -582,7 +582,7 @@ class _Thrift:
         self.buf.append(delta << 4 | ttype)
         self.last = fid
 
-    def int(self, fid: int, value: int, ttype: int = _T_I32) -> "_Thrift":
+    def num(self, fid: int, value: int, ttype: int = _T_I32) -> "_Thrift":
         self._field(fid, ttype)
         self.buf += _zz(value)
         return self
@@ -631,12 +631,12 @@ def _schema_element(
 ) -> bytes:
     el = _Thrift()
     if ptype is not None:
-        el.int(1, ptype)
-    el.int(3, rep).binary(4, name)
+        el.num(1, ptype)
+    el.num(3, rep).binary(4, name)
     if children is not None:
-        el.int(5, children)
+        el.num(5, children)
     if converted is not None:
-        el.int(6, converted)
+        el.num(6, converted)
     if logical is not None:  # LogicalType union: the member ``logical`` (an empty struct)
         el.struct(10, _Thrift().struct(logical, _Thrift()))
     return el.end()
@@ -672,12 +672,12 @@ def _small_segment_bytes(op_id: bytes, rec: bytes, blobs: Sequence[bytes]) -> by
     for path, (data, count) in zip(_SMALL_PATHS, pages, strict=True):
         header = (
             _Thrift()
-            .int(1, 0)  # DATA_PAGE
-            .int(2, len(data))
-            .int(3, len(data))
+            .num(1, 0)  # DATA_PAGE
+            .num(2, len(data))
+            .num(3, len(data))
             .struct(
                 5,
-                _Thrift().int(1, count).int(2, _PLAIN).int(3, _RLE).int(4, _RLE),
+                _Thrift().num(1, count).num(2, _PLAIN).num(3, _RLE).num(4, _RLE),
             )
             .end()
         )
@@ -686,18 +686,18 @@ def _small_segment_bytes(op_id: bytes, rec: bytes, blobs: Sequence[bytes]) -> by
         size = len(header) + len(data)
         meta = (
             _Thrift()
-            .int(1, _BYTE_ARRAY)
+            .num(1, _BYTE_ARRAY)
             .list(2, _T_I32, [_zz(_RLE), _zz(_PLAIN)])
             .list(3, _T_BINARY, [_uvarint(len(p)) + p for p in path])
-            .int(4, 0)  # UNCOMPRESSED
-            .int(5, count, _T_I64)
-            .int(6, size, _T_I64)
-            .int(7, size, _T_I64)
-            .int(9, offset, _T_I64)
+            .num(4, 0)  # UNCOMPRESSED
+            .num(5, count, _T_I64)
+            .num(6, size, _T_I64)
+            .num(7, size, _T_I64)
+            .num(9, offset, _T_I64)
         )
-        chunks.append(_Thrift().int(2, 0, _T_I64).struct(3, meta).end())
+        chunks.append(_Thrift().num(2, 0, _T_I64).struct(3, meta).end())
     total = len(out) - 4
-    row_group = _Thrift().list(1, _T_STRUCT, chunks).int(2, total, _T_I64).int(3, 1, _T_I64)
+    row_group = _Thrift().list(1, _T_STRUCT, chunks).num(2, total, _T_I64).num(3, 1, _T_I64)
     kv = [
         _Thrift().binary(1, k.encode()).binary(2, v.encode()).end()
         for k, v in (
@@ -707,9 +707,9 @@ def _small_segment_bytes(op_id: bytes, rec: bytes, blobs: Sequence[bytes]) -> by
     ]
     footer = (
         _Thrift()
-        .int(1, 2)
+        .num(1, 2)
         .list(2, _T_STRUCT, _SMALL_SCHEMA)
-        .int(3, 1, _T_I64)
+        .num(3, 1, _T_I64)
         .list(4, _T_STRUCT, [row_group.end()])
         .list(5, _T_STRUCT, kv)
         .binary(6, b"dslog-dagster segment writer")

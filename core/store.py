@@ -550,6 +550,39 @@ def _claim_store_id(root: Path) -> str:
     return found
 
 
+@dataclass(eq=False)
+class PreparedOperation:
+    """An operation whose segment is written and flushed under the store's ``.staging/`` but
+    not yet visible (:meth:`LineageStore.prepare_operation`). Call exactly one of
+    :meth:`commit` and :meth:`abort`; an abandoned one (a crashed process) is a staging file
+    that the store removes once it is an hour old.
+
+    Attributes:
+        record: the operation record :meth:`commit` stores (unless another writer registered
+            one of its new outputs meanwhile: then it registers again and returns that).
+    """
+
+    store: "LineageStore"
+    tmp: Path
+    rel: str
+    record: OperationRecord
+    new_outs: tuple[ArrayRecord, ...]
+    retry: tuple[Any, ...]
+
+    def commit(self) -> OperationRecord:
+        """Publish the operation: links, one rename, and (durable stores) the directories'
+        fsync. Returns the stored record.
+
+        Raises:
+            LineageStorageError: it could not be published (nothing of it is visible).
+        """
+        return self.store._commit(self)
+
+    def abort(self) -> None:
+        """Drop the staged segment: the operation is never published."""
+        self.tmp.unlink(missing_ok=True)
+
+
 class LineageStore:
     """Arrays, operations and their compressed lineage, in a directory.
 
@@ -953,8 +986,8 @@ class LineageStore:
         """Register one execution of an operation with its lineage, atomically.
 
         Everything is validated, compressed and encoded in memory before anything is written;
-        the operation directory then appears in one rename, so a failure leaves nothing
-        visible.
+        the operation's segment then appears in one rename, so a failure leaves nothing
+        visible. (:meth:`prepare_operation` then :meth:`PreparedOperation.commit`.)
 
         Args:
             op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
@@ -978,6 +1011,51 @@ class LineageStore:
                 the registered arrays, bad names/args/timings.
             LineageNotFoundError: an input/output array is not registered.
             LineageStorageError: the operation could not be written (nothing is left behind).
+        """
+        return self.prepare_operation(
+            op_name, inputs, outputs, lineage, args, capture_method, timings
+        ).commit()
+
+    def prepare_operation(
+        self,
+        op_name: str,
+        inputs: "Sequence[str | ArrayRecord]",
+        outputs: "Sequence[str | ArrayRecord | NewArray]",
+        lineage: Mapping[tuple[str, str], LineageRelation | LineageTable],
+        args: Mapping[str, Any] | None = None,
+        capture_method: str = "user",
+        timings: Mapping[str, float] | None = None,
+    ) -> "PreparedOperation":
+        """The first half of :meth:`register_operation`: validate, compress and encode
+        everything, and write and flush the operation's segment under ``.staging/``, where no
+        reader looks. Nothing is visible until :meth:`PreparedOperation.commit` publishes it
+        (or :meth:`PreparedOperation.abort` drops it).
+
+        So a writer can flush the segment while it does other work (the IO manager stores the
+        asset's value meanwhile) and publish it only after that succeeded.
+
+        Args:
+            op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
+            inputs: input arrays, by name (latest version) or record.
+            outputs: output arrays, by name (latest version) or record; or a
+                :class:`NewArray` to register the array with the operation, in the same
+                flushed file (one flush instead of two: see the module docstring).
+            lineage: ``{(output_name, input_name): relation_or_table}``; relations are
+                compressed here with :func:`compress`. Pairs not listed have no lineage.
+            args: JSON-able arguments of the operation (kept for reuse signatures and audits).
+            capture_method: how the lineage was obtained (``"user"``, ``"annotator"``,
+                ``"spark"``, ``"all-to-all"``, ...).
+            timings: seconds spent in capture steps. ``compress_s`` and ``encode_s`` are
+                measured here and added to any value passed in under those keys.
+
+        Returns:
+            The :class:`PreparedOperation` (its ``record`` is what ``commit`` stores).
+
+        Raises:
+            InvalidRelationError: unknown output/input in ``lineage``, shapes that do not match
+                the registered arrays, bad names/args/timings.
+            LineageNotFoundError: an input/output array is not registered.
+            LineageStorageError: the segment could not be written (nothing is left behind).
         """
         op_name = _check_name(op_name, "Operation name")
         capture_method = _check_name(capture_method, f"Capture method of operation `{op_name}`")
@@ -1094,11 +1172,30 @@ class LineageStore:
             [(op_id, json.dumps(record.to_json()), [b[3] for b in blobs])]
         )
 
-        # 2. write the segment under .staging, then publish it with one rename (and link it
-        # as the record of each new output array first: one flushed file for all of them)
-        if new_outs:
-            if not self._publish_with_arrays(self.root / rel, segment, new_outs, op_id):
+        # 2. write and flush the segment under .staging; commit() publishes it with one
+        # rename (linking it first as the record of each new output array: one flushed file)
+        tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
+        try:
+            self.staging_dir.mkdir(parents=True, exist_ok=True)
+            _write_synced(tmp, segment, self.durable)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
+            raise LineageStorageError(msg) from e
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings)
+        return PreparedOperation(self, tmp, rel, record, tuple(new_outs), retry)
+
+    def _commit(self, prepared: "PreparedOperation") -> OperationRecord:
+        """Publish a prepared operation (see :meth:`PreparedOperation.commit`)."""
+        record, rel, tmp = prepared.record, prepared.rel, prepared.tmp
+        op_id = record.op_id
+        if prepared.new_outs:
+            if not self._publish_with_arrays(self.root / rel, tmp, prepared.new_outs, op_id):
                 # another writer registered an output meanwhile: its record stands
+                op_name, inputs, outputs, lineage, args, capture_method, timings = prepared.retry
                 registered = [
                     self.register_array(a.name, a.shape, a.dtype, a.asset_key, a.version)
                     if isinstance(a, NewArray)
@@ -1109,9 +1206,7 @@ class LineageStore:
                     op_name, inputs, registered, lineage, args, capture_method, timings
                 )
         else:
-            self._publish_file(
-                self.root / rel, segment, f"operation `{op_id}`", durable=self.durable
-            )
+            self._publish_staged(tmp, self.root / rel, f"operation `{op_id}`")
         self._seg_ops[rel] = (op_id,)
         self._where[op_id] = rel
         self._ops[op_id] = record
@@ -1120,22 +1215,19 @@ class LineageStore:
         return record
 
     def _publish_with_arrays(
-        self, final: Path, data: bytes, new_outs: Sequence[ArrayRecord], op_id: str
+        self, final: Path, tmp: Path, new_outs: Sequence[ArrayRecord], op_id: str
     ) -> bool:
-        """Publish segment ``data`` at ``final`` and as the record of each array of
-        ``new_outs``: staging file, fsync, hard links into the array directories, rename,
-        fsync of the directories (see the module docstring).
+        """Publish the flushed staging file ``tmp`` at ``final`` and as the record of each
+        array of ``new_outs``: hard links into the array directories, rename, fsync of the
+        directories (see the module docstring). ``tmp`` is gone afterwards.
 
         Returns ``False`` (nothing of the operation visible; links already made stay valid
         array records) when an output's record appeared meanwhile or the file system has no
         hard links: the caller then registers the usual way.
         """
         durable = self.durable
-        tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
         dirs: list[Path] = []
         try:
-            self.staging_dir.mkdir(parents=True, exist_ok=True)
-            _write_synced(tmp, data, durable)
             for rec in new_outs:
                 directory = self.arrays_dir / _array_dir_name(rec.name)
                 directory.mkdir(parents=True, exist_ok=True)
@@ -1165,6 +1257,18 @@ class LineageStore:
             if self.index_on_write:
                 self.catalog.index_array(rec, self._rel(path))
         return True
+
+    def _publish_staged(self, tmp: Path, final: Path, what: str) -> None:
+        """Rename the flushed staging file ``tmp`` to ``final`` and flush the directory."""
+        try:
+            os.rename(tmp, final)
+            if self.durable:
+                _fsync_dir(final.parent)
+        except OSError as e:
+            msg = f"Could not write {what} to the store at `{self.root}`: {e}"
+            raise LineageStorageError(msg) from e
+        finally:
+            tmp.unlink(missing_ok=True)  # gone after the rename
 
     def _publish_file(self, final: Path, data: bytes, what: str, *, durable: bool = True) -> None:
         """Write ``data`` to ``final`` atomically: staging file, fsync, rename, fsync dir.

@@ -316,7 +316,7 @@ def test_lineage_write_failure_fails_the_step(
         msg = "disk full while writing lineage"
         raise LineageStorageError(msg)
 
-    monkeypatch.setattr(LineageStore, "register_operation", boom)
+    monkeypatch.setattr(LineageStore, "prepare_operation", boom)
     res = dg.materialize(
         PIPELINE,
         instance=inst,
