@@ -42,7 +42,12 @@ leaves at most an array record whose operation never appeared (as between ``regi
 and ``register_operation``), never a torn file. When both a ``.json`` and an ``.op.parquet``
 record of one version exist (two processes raced), the JSON one is read. A compaction that
 packs the operation leaves the array's link (a hard link: the bytes stay until both are
-gone). Every file name derived from a user-supplied name is a short slug of
+gone). A writer may split a registration (:meth:`LineageStore.prepare_operation`:
+validate, encode, write and flush the staging file; :meth:`PreparedOperation.commit`: links,
+rename, directory flushes), so the flush overlaps other work (the IO manager stores the
+asset's value meanwhile) and nothing is published until that work succeeded.
+
+Every file name derived from a user-supplied name is a short slug of
 ``[A-Za-z0-9_-]`` plus a hash of the name, so no name can escape the root.
 
 The DuckDB catalog (:mod:`dslog_dagster.core.catalog`) indexes the files for listing and SQL;

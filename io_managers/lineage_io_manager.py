@@ -1,9 +1,12 @@
 """``DSLogIOManager`` (NumPy arrays, Spark DataFrames + lineage) and ``with_lineage``.
 
-Both write a tracked step's lineage into the lineage store *after* the value is stored: the
+Both publish a tracked step's lineage in the lineage store *after* the value is stored: the
 output's array version (name :func:`~dslog_dagster.naming.array_name`, version = run id), the
 upstream array versions it read, and one operation ``output <- inputs`` with its compressed
-tables. Any failure there raises, so the step fails loudly instead of leaving a gap.
+tables. The operation's segment is staged and flushed in a thread while the value is written
+(:meth:`LineageWriter.start`), published once the value is stored, and dropped when storing
+the value failed. Any failure writing lineage raises, so the step fails loudly instead of
+leaving a gap; with ``durable=True`` the lineage is flushed before the step succeeds.
 
 Array files of :class:`DSLogIOManager` (``base_dir`` defaults to the instance's storage
 directory):
