@@ -28,9 +28,10 @@ key                        value
 ``dslog/write_s``          seconds spent compressing and registering lineage in the store
 ``dslog/capture_share``    ``(capture_s + write_s) / seconds from compute start to lineage
                            stored``
-``dslog/lineage``          markdown: the record (array and version, operation, inputs and
-                           their versions, policy and mode, store directory), then per input a
-                           table and a PNG of the input cells feeding a sample of output cells
+``dslog/record``           markdown: what the store recorded (array and version, operation,
+                           inputs and their versions, policy and mode, store directory)
+``dslog/lineage``          markdown: per input, a table and a PNG of the input cells feeding a
+                           sample of output cells
 ``dslog/flagged``          ``True`` when an all-to-all relation stands in for lost lineage
                            (only then), with ``dslog/flag_reason``
 ``dslog/status``           a sentence, when there is something to say (e.g. source arrays)
@@ -77,6 +78,7 @@ __all__ = [
     "POLICY",
     "RAW_BYTES",
     "RAW_ROWS",
+    "RECORD",
     "SIGNATURE",
     "STATUS",
     "STORED_BYTES",
@@ -105,6 +107,7 @@ CAPTURE_S = "dslog/capture_s"
 WRITE_S = "dslog/write_s"
 CAPTURE_SHARE = "dslog/capture_share"
 LINEAGE = "dslog/lineage"
+RECORD = "dslog/record"
 COLUMN_LINEAGE = "dagster/column_lineage"
 COLUMN_SCHEMA = "dagster/column_schema"
 
@@ -141,8 +144,8 @@ class LineageMetadata(BaseModel):
 
         An output recorded in the store gets few entries (each costs Dagster ~35 us to
         serialize, store and read back, twice: in the materialization and the handled-output
-        event): the issue's figures as numbers, the operation id, and one markdown entry with
-        the record (array, version, operation, inputs, policy, store) and the picture. An
+        event): the issue's figures as numbers, the operation id, the record (array,
+        version, operation, inputs, policy, store) as one markdown entry and the picture. An
         output with nothing recorded (``off``, ``none``) says why: policy, mode and status.
         """
         if self.array is None:
@@ -184,15 +187,16 @@ class LineageMetadata(BaseModel):
         if self.step_s is not None and self.step_s > 0 and self.capture_s is not None:
             share = (self.capture_s + (self.write_s or 0.0)) / self.step_s
             md[CAPTURE_SHARE] = dg.MetadataValue.float(min(1.0, share))
-        text = self.record_markdown()
+        md[RECORD] = dg.MetadataValue.md(self.record_markdown())
         if self.lineage_md:
-            text = f"{text}\n\n{self.lineage_md}"
-        md[LINEAGE] = dg.MetadataValue.md(text)
+            md[LINEAGE] = dg.MetadataValue.md(self.lineage_md)
         return md
 
     def record_markdown(self) -> str:
-        """The head of ``dslog/lineage``: what the store recorded, for a reader of the UI
-        (programs read it from the store by ``dslog/op_id``)."""
+        """``dslog/record``: what the store recorded, for a reader of the UI (programs read it
+        from the store by ``dslog/op_id``). Its own entry, not the head of ``dslog/lineage``:
+        the UI shows markdown under 1000 characters inline, longer markdown behind a link,
+        and the picture should stay in view."""
         head = f"**Stored** `{self.array}` version `{self.version}`"
         if self.op_name is not None:
             head += f" by operation `{self.op_name}` (`{self.op_id}`)"

@@ -89,9 +89,9 @@ def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
     rec = _recorded(store_dir, md)
     assert rec["version"] == r2.run_id
     assert rec["inputs"] == {"src": r2.run_id}
-    # the UI shows the record at the head of the lineage markdown
-    assert f"`colsum` version `{r2.run_id}` by operation `colsum@v1`" in md[m.LINEAGE]
-    assert f"`src`: `src` version `{r2.run_id}`" in md[m.LINEAGE]
+    # the UI shows the record as markdown
+    assert f"`colsum` version `{r2.run_id}` by operation `colsum@v1`" in md[m.RECORD]
+    assert f"`src`: `src` version `{r2.run_id}`" in md[m.RECORD]
     assert md[m.RAW_ROWS] == 12
     assert md[m.STORED_ROWS] >= 1
     assert md[m.COMPRESSION_RATIO] == pytest.approx(md[m.RAW_BYTES] / md[m.STORED_BYTES])
@@ -119,8 +119,7 @@ def test_repeated_runs_take_lineage_from_reuse_views_equal_to_capture(
     for _ in range(4):
         res = dg.materialize([src, colsum, rev], instance=instance, resources={"io_manager": io})
         obtained.append({n: _md(res, n)[m.OBTAINED] for n in ("colsum", "rev")})
-        # the picture follows the record (version and operation id differ per run)
-        pictures.append(_md(res, "colsum")[m.LINEAGE].partition("\n\n")[2])
+        pictures.append(_md(res, "colsum")[m.LINEAGE])
     assert obtained[0] == {"colsum": "captured", "rev": "captured"}
     assert obtained[-1]["colsum"] in ("base", "dim", "gen")
     assert obtained[-1]["rev"] in ("base", "dim", "gen")
@@ -436,7 +435,7 @@ def test_with_lineage_wraps_an_existing_io_manager(
     res = dg.materialize([src, colsum, rev], instance=instance, resources={"io_manager": io})
     md = _md(res, "rev")
     store = tmp_path / "fs" / ".dslog"
-    assert f"store `{store}`" in md[m.LINEAGE]
+    assert f"store `{store}`" in md[m.RECORD]
     assert _recorded(store, md)["array"] == "rev"  # the operation is in that store
     assert (tmp_path / "fs" / "rev").exists()  # the inner IO manager stored the value
     assert _cells(DSLog(store), ["rev", "colsum", "src"], [0]) == {(r, 3) for r in range(3)}
@@ -499,9 +498,8 @@ def test_cached_pictures_of_served_steps_always_match_the_stored_lineage(
         op = log.store.get_operation(md[m.OP_ID])
         stored = log.store.read_lineage(op, "below", "square")
         fresh = m._render_markdown("below", (n - 1, n), [("square", stored.decompress())], 4, 4)
-        record, _, picture = md[m.LINEAGE].partition("\n\n")
-        assert f"`below` version `{res.run_id}`" in record
-        assert picture == fresh
-        assert seen.setdefault(n, picture) == picture
+        assert f"`below` version `{res.run_id}`" in md[m.RECORD]
+        assert md[m.LINEAGE] == fresh
+        assert seen.setdefault(n, md[m.LINEAGE]) == md[m.LINEAGE]
     assert md[m.OBTAINED] in ("base", "dim", "gen")  # the last runs were served
     assert seen[4] != seen[6]

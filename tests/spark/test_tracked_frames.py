@@ -380,7 +380,7 @@ def test_policies_off_all_to_all_reuse_only_and_strict(spark: Any, base: Any) ->
     assert sorted(res.output_for_node("v_off").tolist()) == [[float(i)] for i in range(8)]
     # considered (PROVision): each kept id cell <- its id cell and the v cell the filter read
     considered = _md(res, "kept_considered")
-    assert "mode `considered`" in considered[m.LINEAGE]
+    assert "mode `considered`" in considered[m.RECORD]
     ppl = _stored(spark, root / "people.parquet")
     log = DSLog(root / ".dslog")
     want = {(r[ROW_ID], c) for r in ppl if r["v"] > 1.5 for c in (0, 2)}
