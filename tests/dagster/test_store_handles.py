@@ -93,3 +93,18 @@ def test_the_writer_takes_the_steps_store_handle_only_for_its_own_store(
     monkeypatch.setattr(DSLogResource, "store", no_open)
     op_id = write(writer, "r3", handle)
     assert handle.get_operation(op_id).outputs[0].version == "r3"
+
+
+def test_durable_and_lazy_handles_of_one_store_share_its_reuse_registry(tmp_path: Path) -> None:
+    """Views belong to the store, not to a handle: alternating IO managers with and without
+    fsync (the overhead bench does) must not rebuild the registry and its caches each time."""
+    root = tmp_path / "store"
+    durable = DSLogResource(store_dir=str(root))
+    lazy = DSLogResource(store_dir=str(root), durable=False)
+    assert durable.store() is not lazy.store()  # two handles: one fsyncs, one does not
+    registry = durable.registry()
+    assert lazy.registry() is registry
+    assert durable.registry() is registry
+    shutil.rmtree(root)
+    root.mkdir()  # another store at the same path learns afresh
+    assert lazy.registry() is not registry
