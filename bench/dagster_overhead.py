@@ -22,7 +22,9 @@ Both apply the same estimator to tracked and untracked runs; the per-step best i
 noisy one on a shared machine, where one slow step spoils a whole run. A breakdown of one
 served step follows: the untracked step, the tracked one, and the parts of it the plugin
 measures itself (``dslog/capture_s``: reuse lookup and the user function; ``dslog/write_s``:
-the one flushed lineage file and the metadata; the rest is Dagster's and the value's).
+the one flushed lineage file, its publish and the metadata — the file is staged and flushed in
+a thread while the value is written, so part of it overlaps the value's write; the rest is
+Dagster's and the value's).
 
 Goal (issue 6): ≤ 1.05x untracked when lineage comes from reuse views (the served steps).
 

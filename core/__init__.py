@@ -34,6 +34,7 @@ from dslog_dagster.core.store import ArrayRecord as ArrayRecord
 from dslog_dagster.core.store import LineageStore as LineageStore
 from dslog_dagster.core.store import NewArray as NewArray
 from dslog_dagster.core.store import OperationRecord as OperationRecord
+from dslog_dagster.core.store import PreparedOperation as PreparedOperation
 from dslog_dagster.core.views import GenTemplate as GenTemplate
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "LineageTable",
     "NewArray",
     "OperationRecord",
+    "PreparedOperation",
     "ReusePolicy",
     "ViewInfo",
     "ViewRegistry",

@@ -42,7 +42,12 @@ leaves at most an array record whose operation never appeared (as between ``regi
 and ``register_operation``), never a torn file. When both a ``.json`` and an ``.op.parquet``
 record of one version exist (two processes raced), the JSON one is read. A compaction that
 packs the operation leaves the array's link (a hard link: the bytes stay until both are
-gone). Every file name derived from a user-supplied name is a short slug of
+gone). A writer may split a registration (:meth:`LineageStore.prepare_operation`:
+validate, encode, write and flush the staging file; :meth:`PreparedOperation.commit`: links,
+rename, directory flushes), so the flush overlaps other work (the IO manager stores the
+asset's value meanwhile) and nothing is published until that work succeeded.
+
+Every file name derived from a user-supplied name is a short slug of
 ``[A-Za-z0-9_-]`` plus a hash of the name, so no name can escape the root.
 
 The DuckDB catalog (:mod:`dslog_dagster.core.catalog`) indexes the files for listing and SQL;
@@ -509,11 +514,22 @@ made again at the same path is another store, which a cached handle must not ser
 
 
 def read_store_id(root: str | os.PathLike[str]) -> str | None:
-    """The id of the store at ``root``, ``None`` when there is none (yet)."""
+    """The id of the store at ``root``, ``None`` when there is none (yet).
+
+    Read with bare system calls: every tracked step checks it (``open_store``), and a text-mode
+    ``Path.read_text`` costs several times more.
+    """
     try:
-        return (Path(root) / STORE_ID_FILE).read_text().strip() or None
+        fd = os.open(os.path.join(root, STORE_ID_FILE), os.O_RDONLY)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").strip() or None
 
 
 def _claim_store_id(root: Path, durable: bool = True) -> str:
@@ -541,6 +557,39 @@ def _claim_store_id(root: Path, durable: bool = True) -> str:
         msg = f"The lineage store at `{root}` has an empty `{STORE_ID_FILE}`; delete it."
         raise LineageStorageError(msg)
     return found
+
+
+@dataclass(eq=False)
+class PreparedOperation:
+    """An operation whose segment is written and flushed under the store's ``.staging/`` but
+    not yet visible (:meth:`LineageStore.prepare_operation`). Call exactly one of
+    :meth:`commit` and :meth:`abort`; an abandoned one (a crashed process) is a staging file
+    that the store removes once it is an hour old.
+
+    Attributes:
+        record: the operation record :meth:`commit` stores (unless another writer registered
+            one of its new outputs meanwhile: then it registers again and returns that).
+    """
+
+    store: "LineageStore"
+    tmp: Path
+    rel: str
+    record: OperationRecord
+    new_outs: tuple[ArrayRecord, ...]
+    retry: tuple[Any, ...]
+
+    def commit(self) -> OperationRecord:
+        """Publish the operation: links, one rename, and (durable stores) the directories'
+        fsync. Returns the stored record.
+
+        Raises:
+            LineageStorageError: it could not be published (nothing of it is visible).
+        """
+        return self.store._commit(self)
+
+    def abort(self) -> None:
+        """Drop the staged segment: the operation is never published."""
+        self.tmp.unlink(missing_ok=True)
 
 
 class LineageStore:
@@ -604,6 +653,11 @@ class LineageStore:
         self._seg_ops: dict[str, tuple[str, ...]] = {}
         self._where: dict[str, str] = {}
         self._arrays: dict[str, ArrayRecord] = {}
+        # (name, version) -> its record, once found or written: a tracked step registers its
+        # inputs again on every run, and building their file paths (two SHA-256 and a slug
+        # each) and records cost a few hundred microseconds of a step served from a view.
+        # Records are immutable once visible, so an entry never goes stale.
+        self._array_keys: dict[tuple[str, str | None], ArrayRecord] = {}
         self.catalog = LineageCatalog(self, lock_timeout=lock_timeout, index_timeout=index_timeout)
         self.clean_staging()
 
@@ -692,6 +746,10 @@ class LineageStore:
             UnsupportedArrayError: ``shape`` or ``dtype`` is not understood.
             LineageStorageError: the record could not be written.
         """
+        valid = isinstance(name, str) and (version is None or isinstance(version, str))
+        known = self._array_keys.get((name, version)) if valid else None
+        if known is not None and known.shape == as_shape(shape, f"Array `{name}`"):
+            return known  # a shape that differs takes the long way and raises there
         record = self._array_record(NewArray(name, shape, dtype, asset_key, version))
         existing = self._existing_array(record)
         if existing is not None:
@@ -712,6 +770,7 @@ class LineageStore:
             assert existing is not None  # publish_once failed because the file exists
             return existing
         self._arrays[str(final)] = record
+        self._array_keys[(record.name, record.version)] = record
         if self.index_on_write:
             self.catalog.index_array(record, self._rel(final))
         return record
@@ -735,16 +794,18 @@ class LineageStore:
     def _existing_array(self, record: ArrayRecord) -> ArrayRecord | None:
         """The stored record of ``record``'s ``(name, version)`` if any (JSON or segment
         record); raises when its shape differs from ``record``'s."""
-        directory = self.arrays_dir / _array_dir_name(record.name)
-        existing = None
-        for fname in (_version_file_name(record.version), _link_file_name(record.version)):
-            try:
-                existing = self._load_array_file(directory / fname)
-            except FileNotFoundError:
-                continue
-            break
+        existing = self._array_keys.get((record.name, record.version))
         if existing is None:
-            return None
+            directory = self.arrays_dir / _array_dir_name(record.name)
+            for fname in (_version_file_name(record.version), _link_file_name(record.version)):
+                try:
+                    existing = self._load_array_file(directory / fname)
+                except FileNotFoundError:
+                    continue
+                break
+            if existing is None:
+                return None
+            self._array_keys[(record.name, record.version)] = existing
         if existing.shape != record.shape:
             v = record.version
             vtxt = "the default version" if v is None else f"version `{v}`"
@@ -797,6 +858,9 @@ class LineageStore:
     def _load_array_link(self, path: Path) -> ArrayRecord:
         """The array record inside the operation segment linked at ``path``: the output
         whose directory and version file names are ``path``'s."""
+        # A missing record is the common case (every new output is looked up before it is
+        # registered): a stat says so in microseconds, pyarrow's open in ~0.2 ms.
+        os.stat(path)
         try:
             with storage.Segment(path) as seg:
                 records = seg.records()
@@ -844,6 +908,10 @@ class LineageStore:
         Raises:
             LineageNotFoundError: no such array/version (the message lists close names).
         """
+        if version is not None and isinstance(name, str) and isinstance(version, str):
+            known = self._array_keys.get((name, version))
+            if known is not None:
+                return known
         name = _check_name(name, "Array name")
         if version is not None:
             # the version's two possible record files, not a listing of every version (an
@@ -855,6 +923,7 @@ class LineageStore:
                 except FileNotFoundError:
                     continue
                 if rec.name == name and rec.version == version:
+                    self._array_keys[(name, version)] = rec
                     return rec
         versions = self._versions_of(name)
         if version is not None:
@@ -926,8 +995,8 @@ class LineageStore:
         """Register one execution of an operation with its lineage, atomically.
 
         Everything is validated, compressed and encoded in memory before anything is written;
-        the operation directory then appears in one rename, so a failure leaves nothing
-        visible.
+        the operation's segment then appears in one rename, so a failure leaves nothing
+        visible. (:meth:`prepare_operation` then :meth:`PreparedOperation.commit`.)
 
         Args:
             op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
@@ -951,6 +1020,51 @@ class LineageStore:
                 the registered arrays, bad names/args/timings.
             LineageNotFoundError: an input/output array is not registered.
             LineageStorageError: the operation could not be written (nothing is left behind).
+        """
+        return self.prepare_operation(
+            op_name, inputs, outputs, lineage, args, capture_method, timings
+        ).commit()
+
+    def prepare_operation(
+        self,
+        op_name: str,
+        inputs: "Sequence[str | ArrayRecord]",
+        outputs: "Sequence[str | ArrayRecord | NewArray]",
+        lineage: Mapping[tuple[str, str], LineageRelation | LineageTable],
+        args: Mapping[str, Any] | None = None,
+        capture_method: str = "user",
+        timings: Mapping[str, float] | None = None,
+    ) -> "PreparedOperation":
+        """The first half of :meth:`register_operation`: validate, compress and encode
+        everything, and write and flush the operation's segment under ``.staging/``, where no
+        reader looks. Nothing is visible until :meth:`PreparedOperation.commit` publishes it
+        (or :meth:`PreparedOperation.abort` drops it).
+
+        So a writer can flush the segment while it does other work (the IO manager stores the
+        asset's value meanwhile) and publish it only after that succeeded.
+
+        Args:
+            op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
+            inputs: input arrays, by name (latest version) or record.
+            outputs: output arrays, by name (latest version) or record; or a
+                :class:`NewArray` to register the array with the operation, in the same
+                flushed file (one flush instead of two: see the module docstring).
+            lineage: ``{(output_name, input_name): relation_or_table}``; relations are
+                compressed here with :func:`compress`. Pairs not listed have no lineage.
+            args: JSON-able arguments of the operation (kept for reuse signatures and audits).
+            capture_method: how the lineage was obtained (``"user"``, ``"annotator"``,
+                ``"spark"``, ``"all-to-all"``, ...).
+            timings: seconds spent in capture steps. ``compress_s`` and ``encode_s`` are
+                measured here and added to any value passed in under those keys.
+
+        Returns:
+            The :class:`PreparedOperation` (its ``record`` is what ``commit`` stores).
+
+        Raises:
+            InvalidRelationError: unknown output/input in ``lineage``, shapes that do not match
+                the registered arrays, bad names/args/timings.
+            LineageNotFoundError: an input/output array is not registered.
+            LineageStorageError: the segment could not be written (nothing is left behind).
         """
         op_name = _check_name(op_name, "Operation name")
         capture_method = _check_name(capture_method, f"Capture method of operation `{op_name}`")
@@ -1067,11 +1181,30 @@ class LineageStore:
             [(op_id, json.dumps(record.to_json()), [b[3] for b in blobs])]
         )
 
-        # 2. write the segment under .staging, then publish it with one rename (and link it
-        # as the record of each new output array first: one flushed file for all of them)
-        if new_outs:
-            if not self._publish_with_arrays(self.root / rel, segment, new_outs, op_id):
+        # 2. write and flush the segment under .staging; commit() publishes it with one
+        # rename (linking it first as the record of each new output array: one flushed file)
+        tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
+        try:
+            self.staging_dir.mkdir(parents=True, exist_ok=True)
+            _write_synced(tmp, segment, self.durable)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
+            raise LineageStorageError(msg) from e
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings)
+        return PreparedOperation(self, tmp, rel, record, tuple(new_outs), retry)
+
+    def _commit(self, prepared: "PreparedOperation") -> OperationRecord:
+        """Publish a prepared operation (see :meth:`PreparedOperation.commit`)."""
+        record, rel, tmp = prepared.record, prepared.rel, prepared.tmp
+        op_id = record.op_id
+        if prepared.new_outs:
+            if not self._publish_with_arrays(self.root / rel, tmp, prepared.new_outs, op_id):
                 # another writer registered an output meanwhile: its record stands
+                op_name, inputs, outputs, lineage, args, capture_method, timings = prepared.retry
                 registered = [
                     self.register_array(a.name, a.shape, a.dtype, a.asset_key, a.version)
                     if isinstance(a, NewArray)
@@ -1082,9 +1215,7 @@ class LineageStore:
                     op_name, inputs, registered, lineage, args, capture_method, timings
                 )
         else:
-            self._publish_file(
-                self.root / rel, segment, f"operation `{op_id}`", durable=self.durable
-            )
+            self._publish_staged(tmp, self.root / rel, f"operation `{op_id}`")
         self._seg_ops[rel] = (op_id,)
         self._where[op_id] = rel
         self._ops[op_id] = record
@@ -1093,22 +1224,19 @@ class LineageStore:
         return record
 
     def _publish_with_arrays(
-        self, final: Path, data: bytes, new_outs: Sequence[ArrayRecord], op_id: str
+        self, final: Path, tmp: Path, new_outs: Sequence[ArrayRecord], op_id: str
     ) -> bool:
-        """Publish segment ``data`` at ``final`` and as the record of each array of
-        ``new_outs``: staging file, fsync, hard links into the array directories, rename,
-        fsync of the directories (see the module docstring).
+        """Publish the flushed staging file ``tmp`` at ``final`` and as the record of each
+        array of ``new_outs``: hard links into the array directories, rename, fsync of the
+        directories (see the module docstring). ``tmp`` is gone afterwards.
 
         Returns ``False`` (nothing of the operation visible; links already made stay valid
         array records) when an output's record appeared meanwhile or the file system has no
         hard links: the caller then registers the usual way.
         """
         durable = self.durable
-        tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
         dirs: list[Path] = []
         try:
-            self.staging_dir.mkdir(parents=True, exist_ok=True)
-            _write_synced(tmp, data, durable)
             for rec in new_outs:
                 directory = self.arrays_dir / _array_dir_name(rec.name)
                 directory.mkdir(parents=True, exist_ok=True)
@@ -1134,9 +1262,22 @@ class LineageStore:
         for rec, d in zip(new_outs, dirs, strict=True):
             path = d / _link_file_name(rec.version)
             self._arrays[str(path)] = rec
+            self._array_keys[(rec.name, rec.version)] = rec
             if self.index_on_write:
                 self.catalog.index_array(rec, self._rel(path))
         return True
+
+    def _publish_staged(self, tmp: Path, final: Path, what: str) -> None:
+        """Rename the flushed staging file ``tmp`` to ``final`` and flush the directory."""
+        try:
+            os.rename(tmp, final)
+            if self.durable:
+                _fsync_dir(final.parent)
+        except OSError as e:
+            msg = f"Could not write {what} to the store at `{self.root}`: {e}"
+            raise LineageStorageError(msg) from e
+        finally:
+            tmp.unlink(missing_ok=True)  # gone after the rename
 
     def _publish_file(self, final: Path, data: bytes, what: str, *, durable: bool = True) -> None:
         """Write ``data`` to ``final`` atomically: staging file, fsync, rename, fsync dir.

@@ -522,12 +522,13 @@ def _run(
         return tuple(vals)
 
     first_op, code_version = _op_identity(ctx, all_outputs[0], opts.op_code_version)
-    registry, identity, sig_args = None, "", {}
+    registry, identity, sig_args, store = None, "", {}, None
     if settings.reuse:
         try:
             identity = f"{first_op}|{code_version}|{code_identity(fn)}"
             sig_args = {"op_args": op_args, **{f"input:{n}": kwargs[n] for n in untracked_args}}
-            registry = settings.registry()
+            store = settings.store()
+            registry = settings.registry(store=store)
         except Unsignable:
             registry = None  # a function whose code identity cannot be hashed is never reused
     result, seconds = obtain_lineage(
@@ -568,6 +569,7 @@ def _run(
             capture_s=seconds,
             started=started,
             annotation_bytes=result.annotation_bytes,
+            store=store,
         )
         stash_pending(run_id, step_key, out_name, pending)
     return holder["rebuild"](list(result.value))

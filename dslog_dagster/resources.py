@@ -29,7 +29,9 @@ __all__ = ["DSLogResource", "open_store"]
 
 _stores: dict[tuple[Path, bool], LineageStore] = {}
 _sessions: dict[Path, DSLog] = {}
-_registries: dict[tuple[Path, ReusePolicy], tuple[LineageStore, ViewRegistry]] = {}
+# (root, policy) -> (store id, registry): shared by every handle of one store (durable or
+# not), renewed when the directory is another store (deleted and made again)
+_registries: dict[tuple[Path, ReusePolicy], tuple[str, ViewRegistry]] = {}
 _stores_lock = threading.Lock()
 
 
@@ -153,14 +155,28 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         """The lineage store (opened once per process and directory)."""
         return open_store(self.resolve_store_dir(default_base), durable=self.durable)
 
-    def registry(self, default_base: str | os.PathLike[str] | None = None) -> "ViewRegistry":
-        """The process-wide reuse-view registry of the store (one per store directory)."""
-        store = self.store(default_base)
+    def registry(
+        self,
+        default_base: str | os.PathLike[str] | None = None,
+        *,
+        store: LineageStore | None = None,
+    ) -> "ViewRegistry":
+        """The process-wide reuse-view registry of the store (one per store directory).
+
+        ``store``: the handle :meth:`store` just returned, when the caller has it (opening
+        checks the store's id file, a noticeable part of a step served from a view).
+        """
+        if store is None:
+            store = self.store(default_base)
         policy = ReusePolicy(confirm_after=self.confirm_after, rate=self.verify_rate)
         with _stores_lock:
             held = _registries.get((store.root, policy))
-            if held is None or held[0] is not store:  # a recreated store learns afresh
-                held = _registries[(store.root, policy)] = (store, ViewRegistry(store, policy))
+            # A recreated store (another id) learns afresh; the durable and non-durable
+            # handles of one store share its registry (views are the store's, not a handle's:
+            # alternating handles used to rebuild the registry, and its caches, on every run).
+            if held is None or held[0] != store.store_id:
+                registry = ViewRegistry(store, policy)
+                held = _registries[(store.root, policy)] = (store.store_id, registry)
             return held[1]
 
     def session(self, default_base: str | os.PathLike[str] | None = None) -> DSLog:

@@ -83,7 +83,10 @@ class PendingLineage:
     ``None`` when no lineage was obtained (see ``status``). Spark steps hand tables too, and
     for a DataFrame output the ``frame`` capture whose row ids the lineage names (the IO manager
     must store exactly those rows), its ``column_lineage`` (``{output column: {input arg:
-    [input columns]}}``) and the store's ``capture_method``.
+    [input columns]}}``) and the store's ``capture_method``. ``store`` is the
+    :class:`~dslog_dagster.core.LineageStore` handle the step opened (for its reuse registry),
+    which the IO manager writes with when it is the handle of its own store directory, instead
+    of opening it again (opening re-reads the store's id file).
     """
 
     op_name: str
@@ -103,6 +106,7 @@ class PendingLineage:
     frame: Any = None
     column_lineage: dict[str, dict[str, list[str]]] | None = None
     capture_method: str | None = None
+    store: Any = None
 
 
 # ------------------------------------------------------------------ obtaining lineage

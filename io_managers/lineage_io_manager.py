@@ -1,9 +1,12 @@
 """``DSLogIOManager`` (NumPy arrays, Spark DataFrames + lineage) and ``with_lineage``.
 
-Both write a tracked step's lineage into the lineage store *after* the value is stored: the
+Both publish a tracked step's lineage in the lineage store *after* the value is stored: the
 output's array version (name :func:`~dslog_dagster.naming.array_name`, version = run id), the
 upstream array versions it read, and one operation ``output <- inputs`` with its compressed
-tables. Any failure there raises, so the step fails loudly instead of leaving a gap.
+tables. The operation's segment is staged and flushed in a thread while the value is written
+(:meth:`LineageWriter.start`), published once the value is stored, and dropped when storing
+the value failed. Any failure writing lineage raises, so the step fails loudly instead of
+leaving a gap; with ``durable=True`` the lineage is flushed before the step succeeds.
 
 Array files of :class:`DSLogIOManager` (``base_dir`` defaults to the instance's storage
 directory):
@@ -45,7 +48,7 @@ from pydantic import Field, PrivateAttr
 
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.store import ArrayRecord, NewArray
+from dslog_dagster.core.store import ArrayRecord, LineageStore, NewArray, PreparedOperation
 from dslog_dagster.decorators import is_frame, op_array_name
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
@@ -58,7 +61,7 @@ from dslog_dagster.tracking import (
     stash_frame_input,
 )
 
-__all__ = ["DSLogIOManager", "LineageWriter", "with_lineage"]
+__all__ = ["DSLogIOManager", "LineageJob", "LineageWriter", "with_lineage"]
 
 _log = logging.getLogger(__name__)
 
@@ -141,95 +144,54 @@ class LineageWriter:
 
         A DataFrame output is the array ``(rows, columns)`` (see :mod:`dslog_dagster.spark`).
         """
-        if pending is None:
-            return {m.STATUS: dg.MetadataValue.text("Not a tracked step: no lineage recorded.")}
-        if pending.obtained in ("off", "none"):
-            return m.LineageMetadata(
-                obtained=pending.obtained,
-                policy=pending.policy,
-                mode=pending.mode,
-                status=pending.status,
-            ).to_metadata()
-        name, asset_key = _output_array(context)
-        t0 = time.perf_counter()
-        store = self.settings.store(self.base_dir)
-        out_spec = NewArray(name, shape, dtype, asset_key=asset_key, version=context.run_id)
-        if pending.relations is None or not pending.inputs:
-            store.register_array(name, shape, dtype, asset_key=asset_key, version=context.run_id)
-            write_s = time.perf_counter() - t0
-            return m.LineageMetadata(
-                obtained=pending.obtained,
-                policy=pending.policy,
-                mode=pending.mode,
-                status=pending.status,
-                array=name,
-                version=context.run_id,
-                store=str(store.root),
-                write_s=write_s,
-                step_s=time.perf_counter() - pending.started,
-            ).to_metadata()
-        in_recs, lineage = self._inputs(store, pending, name, shape)
-        method = "all-to-all" if pending.flagged else "annotator"
-        if pending.capture_method is not None:
-            method = pending.capture_method
-        elif pending.obtained not in ("captured",):
-            method = f"reuse-{pending.obtained}"
-        # the output array is registered with its operation: one flushed file per step
-        op = store.register_operation(
-            pending.op_name,
-            in_recs,
-            [out_spec],
-            lineage,
-            args=pending.op_args,
-            capture_method=method,
-            timings={"capture_s": pending.capture_s},
-        )
-        write_s = time.perf_counter() - t0
-        raw_bytes = sum(
-            t.n_pairs * (len(rel.out_shape) + len(rel.in_shape)) * 8
-            for t, rel in zip(op.tables, lineage.values(), strict=True)
-        )
-        picture = None
+        return self.start(context, pending, shape, dtype).finish()
+
+    def start(
+        self,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        shape: tuple[int, ...],
+        dtype: Any,
+        *,
+        background: bool = False,
+    ) -> "LineageJob":
+        """Begin registering ``pending``; :meth:`LineageJob.finish` completes it.
+
+        With ``background``, the part that makes nothing visible (input array records, the
+        operation's segment written and flushed under the store's staging directory) runs in
+        a thread while the caller stores the value; ``finish`` then publishes the operation
+        (rename, directory flushes) only after the value is stored, and ``abort`` drops it
+        when storing failed. The lineage is durable when ``finish`` returns, as before: the
+        thread only overlaps the segment's flush with the value's write.
+        """
+        job = LineageJob(self, context, pending, shape, dtype)
+        job.begin(background)
+        return job
+
+    @staticmethod
+    def _picture(
+        context: dg.OutputContext,
+        settings: DSLogResource,
+        name: str,
+        shape: tuple[int, ...],
+        lineage: dict[tuple[str, str], LineageRelation | LineageTable],
+    ) -> str | None:
         drawable = all(
             isinstance(rel, LineageTable) or rel.n <= _PICTURE_PAIRS for rel in lineage.values()
         )
-        if self.settings.picture and drawable:
-            try:
-                picture = m.lineage_markdown(
-                    name,
-                    shape,
-                    [(k[1], rel) for k, rel in lineage.items()],
-                    self.settings.picture_cells,
-                )
-            except Exception as e:  # a picture is a nicety; never fail the step for it
-                context.log.warning(f"dslog: could not draw the lineage picture of `{name}`: {e}")
-        return m.LineageMetadata(
-            obtained=pending.obtained,
-            policy=pending.policy,
-            mode=pending.mode,
-            signature=pending.signature,
-            flagged=pending.flagged,
-            flag_reason=pending.reason,
-            status=pending.status,
-            array=name,
-            version=context.run_id,
-            op_id=op.op_id,
-            op_name=op.op_name,
-            store=str(store.root),
-            inputs=m.inputs_json(pending.inputs),
-            raw_rows=sum(t.n_pairs for t in op.tables),
-            raw_bytes=raw_bytes,
-            stored_rows=sum(t.rows for t in op.tables),
-            stored_bytes=sum(t.stored_bytes for t in op.tables),
-            capture_s=pending.capture_s,
-            write_s=write_s,
-            step_s=time.perf_counter() - pending.started,
-            lineage_md=picture,
-        ).to_metadata()
+        if not (settings.picture and drawable):
+            return None
+        try:
+            return m.lineage_markdown(
+                name, shape, [(k[1], rel) for k, rel in lineage.items()], settings.picture_cells
+            )
+        except Exception as e:  # a picture is a nicety; never fail the step for it
+            context.log.warning(f"dslog: could not draw the lineage picture of `{name}`: {e}")
+            return None
 
     @staticmethod
     def _inputs(
-        store: Any, pending: PendingLineage, out_name: str, out_shape: tuple[int, ...]
+        store: Any, pending: PendingLineage, out_name: str
     ) -> tuple[list[ArrayRecord], dict[tuple[str, str], LineageRelation | LineageTable]]:
         """Register the input array versions; merge inputs that are the same array version."""
         assert pending.relations is not None
@@ -260,9 +222,189 @@ class LineageWriter:
                 "keyed by array name, so this cannot be stored."
             )
             raise LineageStorageError(msg)
-        del out_shape
         lineage = {(out_name, k[0]): rel for k, rel in rels.items()}
         return list(recs.values()), lineage
+
+
+class LineageJob:
+    """The registration of one output's lineage, begun by :meth:`LineageWriter.start`.
+
+    ``begin`` resolves everything that needs the Dagster context (array name, version, store)
+    in the caller's thread and then prepares the operation (input records, staged segment),
+    in a thread when asked. ``finish`` publishes it and returns the ``dslog/...`` metadata;
+    ``abort`` drops a prepared operation (nothing of it becomes visible).
+    """
+
+    def __init__(
+        self,
+        writer: LineageWriter,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        shape: tuple[int, ...],
+        dtype: Any,
+    ) -> None:
+        self.writer, self.context, self.pending = writer, context, pending
+        self.shape, self.dtype = shape, dtype
+        self.done: dict[str, Any] | None = None
+        self.prepared: PreparedOperation | None = None
+        self.failure: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self.seconds = 0.0
+        self.name = ""
+        self.version: str | None = None
+        self.store: LineageStore | None = None
+        self.out_spec: NewArray | None = None
+        self.lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
+
+    def begin(self, background: bool) -> None:
+        pending, context = self.pending, self.context
+        if pending is None:
+            self.done = {
+                m.STATUS: dg.MetadataValue.text("Not a tracked step: no lineage recorded.")
+            }
+            return
+        if pending.obtained in ("off", "none"):
+            self.done = m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy,
+                mode=pending.mode,
+                status=pending.status,
+            ).to_metadata()
+            return
+        t0 = time.perf_counter()
+        self.name, asset_key = _output_array(context)
+        self.version = context.run_id
+        writer = self.writer
+        store = pending.store
+        if (
+            store is None
+            or store.root != writer.store_dir()
+            or store.durable != writer.settings.durable
+        ):
+            store = writer.settings.store(writer.base_dir)
+        self.store = store
+        self.out_spec = NewArray(
+            self.name, self.shape, self.dtype, asset_key=asset_key, version=self.version
+        )
+        self.seconds += time.perf_counter() - t0
+        if pending.relations is None or not pending.inputs:
+            return  # a source: only its array version, registered in finish
+        if background:
+            self.thread = threading.Thread(target=self._prepare, name="dslog-lineage", daemon=True)
+            self.thread.start()
+        else:
+            self._prepare()
+
+    def _prepare(self) -> None:
+        """Input records and the staged segment (nothing visible); touches no Dagster object."""
+        t0 = time.perf_counter()
+        pending = self.pending
+        assert pending is not None
+        store, spec = self.store, self.out_spec
+        assert store is not None
+        assert spec is not None
+        try:
+            in_recs, self.lineage = LineageWriter._inputs(store, pending, self.name)
+            method = "all-to-all" if pending.flagged else "annotator"
+            if pending.capture_method is not None:
+                method = pending.capture_method
+            elif pending.obtained not in ("captured",):
+                method = f"reuse-{pending.obtained}"
+            # the output array is registered with its operation: one flushed file per step
+            self.prepared = store.prepare_operation(
+                pending.op_name,
+                in_recs,
+                [spec],
+                self.lineage,
+                args=pending.op_args,
+                capture_method=method,
+                timings={"capture_s": pending.capture_s},
+            )
+        except BaseException as e:  # re-raised by finish() in the step's thread
+            self.failure = e
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+    def abort(self) -> None:
+        """Storing the value failed: publish nothing."""
+        self._join()
+        if self.prepared is not None:
+            self.prepared.abort()
+            self.prepared = None
+
+    def finish(self) -> dict[str, Any]:
+        """Publish the operation (durable when this returns) and build its metadata.
+
+        Raises:
+            LineageStorageError, InvalidRelationError, ...: the lineage could not be stored
+                (the step must fail: a silent gap in provenance is a bug).
+        """
+        if self.done is not None:
+            return self.done
+        self._join()
+        if self.failure is not None:
+            raise self.failure
+        pending = self.pending
+        assert pending is not None
+        t0 = time.perf_counter()
+        store, spec = self.store, self.out_spec
+        assert store is not None
+        assert spec is not None
+        if self.prepared is None:  # a source step: only the array version
+            store.register_array(
+                spec.name, spec.shape, spec.dtype, asset_key=spec.asset_key, version=spec.version
+            )
+            write_s = self.seconds + time.perf_counter() - t0
+            return m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy,
+                mode=pending.mode,
+                status=pending.status,
+                array=self.name,
+                version=self.version,
+                store=str(store.root),
+                write_s=write_s,
+                step_s=time.perf_counter() - pending.started,
+            ).to_metadata()
+        op = self.prepared.commit()
+        self.prepared = None
+        write_s = self.seconds + time.perf_counter() - t0
+        lineage = self.lineage
+        raw_bytes = sum(
+            t.n_pairs * (len(rel.out_shape) + len(rel.in_shape)) * 8
+            for t, rel in zip(op.tables, lineage.values(), strict=True)
+        )
+        picture = LineageWriter._picture(
+            self.context, self.writer.settings, self.name, self.shape, lineage
+        )
+        return m.LineageMetadata(
+            obtained=pending.obtained,
+            policy=pending.policy,
+            mode=pending.mode,
+            signature=pending.signature,
+            flagged=pending.flagged,
+            flag_reason=pending.reason,
+            status=pending.status,
+            array=self.name,
+            version=self.version,
+            op_id=op.op_id,
+            op_name=op.op_name,
+            store=str(store.root),
+            inputs=m.inputs_json(pending.inputs),
+            raw_rows=sum(t.n_pairs for t in op.tables),
+            raw_bytes=raw_bytes,
+            stored_rows=sum(t.rows for t in op.tables),
+            stored_bytes=sum(t.stored_bytes for t in op.tables),
+            capture_s=pending.capture_s,
+            write_s=write_s,
+            step_s=time.perf_counter() - pending.started,
+            lineage_md=picture,
+        ).to_metadata()
 
 
 _PICTURE_PAIRS = 2_000_000
@@ -421,20 +563,29 @@ class DSLogIOManager(dg.ConfigurableIOManager):
             )
             raise UnsupportedArrayError(msg)
         path = self._output_path(context, ".npy")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        pending = pop_pending(context.run_id, context.step_key, context.name)
+        writer = LineageWriter(self.dslog_settings(), self._base())
+        # the lineage's segment is staged and flushed while the value is written; it is
+        # published (and its directories flushed) only once the value is stored
+        job = writer.start(context, pending, arr.shape, arr.dtype, background=True)
         try:
-            with tmp.open("wb") as f:
-                np.save(f, arr, allow_pickle=False)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+            try:
+                with tmp.open("wb") as f:
+                    np.save(f, arr, allow_pickle=False)
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+        except BaseException:
+            job.abort()
+            raise
         md = {
             "path": dg.MetadataValue.path(str(path)),
             "dslog/shape": dg.MetadataValue.text(str(arr.shape)),
         }
-        md |= LineageWriter(self.dslog_settings(), self._base()).write(context, obj)
+        md |= job.finish()
         context.add_output_metadata(md)
 
     def _handle_frame(self, context: dg.OutputContext, obj: Any) -> None:
@@ -531,8 +682,20 @@ class _LineageIOManager(dg.IOManager):
         if is_frame(obj):
             self._handle_frame(context, obj)
             return
-        self.inner.handle_output(context, obj)
-        context.add_output_metadata(self.writer.write(context, obj))
+        pending = pop_pending(context.run_id, context.step_key, context.name)
+        shape: tuple[int, ...] = ()
+        dtype: Any = "float64"
+        if pending is not None and pending.obtained not in ("off", "none"):
+            arr = np.asarray(obj)
+            shape, dtype = arr.shape, arr.dtype
+        # staged while the inner IO manager stores the value, published once it did
+        job = self.writer.start(context, pending, shape, dtype, background=True)
+        try:
+            self.inner.handle_output(context, obj)
+        except BaseException:
+            job.abort()
+            raise
+        context.add_output_metadata(job.finish())
 
     def _handle_frame(self, context: dg.OutputContext, obj: Any) -> None:
         """Hand the inner IO manager the frame *with* its row-id column, then add lineage.

@@ -2,34 +2,44 @@
 
 Every key is a constant here so the query assets, checks and tests use the same strings.
 
+An output whose lineage (or array version) is recorded in the store gets these entries, few on
+purpose: Dagster serializes, stores and reads back every entry of every materialization (twice:
+in the materialization and the handled-output event), ~35 us per entry on the bench machine,
+which was a tenth of a step served from a reuse view with the 22 entries of earlier versions.
+
 =========================  =====================================================================
 key                        value
 =========================  =====================================================================
 ``dslog/obtained``         how lineage was obtained: ``captured`` (annotator), ``base``/``dim``/
                            ``gen`` (a reuse view), ``source`` (no tracked
-                           inputs: only the array version is registered), ``none`` (reuse_only
-                           without a view: nothing recorded), ``off`` (policy off)
-``dslog/signature``        the reuse signature the lineage came from (``none`` for captures)
-``dslog/policy``           capture policy in effect; ``dslog/mode``: contributing / considered
-``dslog/flagged``          True when an all-to-all relation stands in for lost lineage
-``dslog/flag_reason``      why (only when flagged)
-``dslog/status``           a sentence when no lineage was recorded, saying why
-``dslog/array``            the store's array name; ``dslog/version``: its version (the run id)
-``dslog/op_id``            the registered operation; ``dslog/op_name``: its name
-``dslog/store``            the store directory
-``dslog/inputs``           JSON: parameter -> ``{array, version}`` of each tracked input
+                           inputs: only the array version is registered)
+``dslog/signature``        the reuse signature the lineage came from (``none`` for captures
+                           that fed no view)
+``dslog/op_id``            the registered operation: everything else the store recorded (array
+                           name and version, operation name, inputs and their versions,
+                           arguments) is ``LineageStore.get_operation(op_id)``
 ``dslog/raw_rows``         (output cell, input cell) pairs, summed over inputs
 ``dslog/raw_bytes``        those pairs as int64 columns (``pairs * (l + m) * 8``)
 ``dslog/stored_rows``      rows of the stored tables (ProvRC rows, or raw rows when columnar)
 ``dslog/stored_bytes``     bytes of the stored table blobs
 ``dslog/compression_ratio`` ``raw_bytes / stored_bytes``
-``dslog/capture_s``        seconds of the annotated run of the step (includes the user code)
+``dslog/capture_s``        seconds of the annotated run of the step, or of the reuse lookup and
+                           the plain run when a view served it (includes the user code)
 ``dslog/write_s``          seconds spent compressing and registering lineage in the store
-``dslog/step_s``           seconds from compute start to lineage stored
-``dslog/capture_share``    ``(capture_s + write_s) / step_s``
+``dslog/capture_share``    ``(capture_s + write_s) / seconds from compute start to lineage
+                           stored``
+``dslog/record``           markdown: what the store recorded (array and version, operation,
+                           inputs and their versions, policy and mode, store directory)
 ``dslog/lineage``          markdown: per input, a table and a PNG of the input cells feeding a
                            sample of output cells
+``dslog/flagged``          ``True`` when an all-to-all relation stands in for lost lineage
+                           (only then), with ``dslog/flag_reason``
+``dslog/status``           a sentence, when there is something to say (e.g. source arrays)
 =========================  =====================================================================
+
+An output with nothing recorded (``dslog/obtained`` ``off``: policy off; ``none``: reuse_only
+without a view) gets ``dslog/obtained``, ``dslog/signature`` (``none``), ``dslog/policy``,
+``dslog/mode``, ``dslog/flagged`` and ``dslog/status`` saying why.
 
 DataFrame assets (Spark steps) also get Dagster's own keys: ``dagster/column_lineage`` (per
 output column, the upstream asset columns its values came from, from the capture's analyzed
@@ -54,7 +64,6 @@ from dslog_dagster.core.storage import table_digest
 from dslog_dagster.pictures import cells_png, png_markdown
 
 __all__ = [
-    "ARRAY",
     "CAPTURE_S",
     "CAPTURE_SHARE",
     "COLUMN_LINEAGE",
@@ -62,22 +71,18 @@ __all__ = [
     "COMPRESSION_RATIO",
     "FLAGGED",
     "FLAG_REASON",
-    "INPUTS",
     "LINEAGE",
     "MODE",
     "OBTAINED",
     "OP_ID",
-    "OP_NAME",
     "POLICY",
     "RAW_BYTES",
     "RAW_ROWS",
+    "RECORD",
     "SIGNATURE",
     "STATUS",
-    "STEP_S",
-    "STORE",
     "STORED_BYTES",
     "STORED_ROWS",
-    "VERSION",
     "WRITE_S",
     "LineageMetadata",
     "column_lineage",
@@ -92,12 +97,7 @@ MODE = "dslog/mode"
 FLAGGED = "dslog/flagged"
 FLAG_REASON = "dslog/flag_reason"
 STATUS = "dslog/status"
-ARRAY = "dslog/array"
-VERSION = "dslog/version"
 OP_ID = "dslog/op_id"
-OP_NAME = "dslog/op_name"
-STORE = "dslog/store"
-INPUTS = "dslog/inputs"
 RAW_ROWS = "dslog/raw_rows"
 RAW_BYTES = "dslog/raw_bytes"
 STORED_ROWS = "dslog/stored_rows"
@@ -105,9 +105,9 @@ STORED_BYTES = "dslog/stored_bytes"
 COMPRESSION_RATIO = "dslog/compression_ratio"
 CAPTURE_S = "dslog/capture_s"
 WRITE_S = "dslog/write_s"
-STEP_S = "dslog/step_s"
 CAPTURE_SHARE = "dslog/capture_share"
 LINEAGE = "dslog/lineage"
+RECORD = "dslog/record"
 COLUMN_LINEAGE = "dagster/column_lineage"
 COLUMN_SCHEMA = "dagster/column_schema"
 
@@ -140,27 +140,37 @@ class LineageMetadata(BaseModel):
     lineage_md: str | None = None
 
     def to_metadata(self) -> dict[str, Any]:
-        """Dagster metadata values (int/float values get Plots in the UI)."""
-        md: dict[str, Any] = {
+        """Dagster metadata values (int/float values get Plots in the UI).
+
+        An output recorded in the store gets few entries (each costs Dagster ~35 us to
+        serialize, store and read back, twice: in the materialization and the handled-output
+        event): the issue's figures as numbers, the operation id, the record (array,
+        version, operation, inputs, policy, store) as one markdown entry and the picture. An
+        output with nothing recorded (``off``, ``none``) says why: policy, mode and status.
+        """
+        if self.array is None:
+            md: dict[str, Any] = {
+                OBTAINED: dg.MetadataValue.text(self.obtained),
+                SIGNATURE: dg.MetadataValue.text(self.signature or "none"),
+                POLICY: dg.MetadataValue.text(self.policy),
+                MODE: dg.MetadataValue.text(self.mode),
+                FLAGGED: dg.MetadataValue.bool(self.flagged),
+            }
+            if self.status:
+                md[STATUS] = dg.MetadataValue.text(self.status)
+            return md
+        md = {
             OBTAINED: dg.MetadataValue.text(self.obtained),
             SIGNATURE: dg.MetadataValue.text(self.signature or "none"),
-            POLICY: dg.MetadataValue.text(self.policy),
-            MODE: dg.MetadataValue.text(self.mode),
-            FLAGGED: dg.MetadataValue.bool(self.flagged),
         }
-        if self.flag_reason:
-            md[FLAG_REASON] = dg.MetadataValue.text(self.flag_reason)
+        if self.flagged:
+            md[FLAGGED] = dg.MetadataValue.bool(True)
+            if self.flag_reason:
+                md[FLAG_REASON] = dg.MetadataValue.text(self.flag_reason)
         if self.status:
             md[STATUS] = dg.MetadataValue.text(self.status)
-        for key, val in ((ARRAY, self.array), (VERSION, self.version), (OP_ID, self.op_id)):
-            if val is not None:
-                md[key] = dg.MetadataValue.text(val)
-        if self.op_name is not None:
-            md[OP_NAME] = dg.MetadataValue.text(self.op_name)
-        if self.store is not None:
-            md[STORE] = dg.MetadataValue.path(self.store)
-        if self.inputs is not None:
-            md[INPUTS] = dg.MetadataValue.json(self.inputs)
+        if self.op_id is not None:
+            md[OP_ID] = dg.MetadataValue.text(self.op_id)
         for key, num in (
             (RAW_ROWS, self.raw_rows),
             (RAW_BYTES, self.raw_bytes),
@@ -174,14 +184,32 @@ class LineageMetadata(BaseModel):
         for key, sec in ((CAPTURE_S, self.capture_s), (WRITE_S, self.write_s)):
             if sec is not None:
                 md[key] = dg.MetadataValue.float(float(sec))
-        if self.step_s is not None:
-            md[STEP_S] = dg.MetadataValue.float(float(self.step_s))
-            if self.step_s > 0 and self.capture_s is not None:
-                share = (self.capture_s + (self.write_s or 0.0)) / self.step_s
-                md[CAPTURE_SHARE] = dg.MetadataValue.float(min(1.0, share))
+        if self.step_s is not None and self.step_s > 0 and self.capture_s is not None:
+            share = (self.capture_s + (self.write_s or 0.0)) / self.step_s
+            md[CAPTURE_SHARE] = dg.MetadataValue.float(min(1.0, share))
+        md[RECORD] = dg.MetadataValue.md(self.record_markdown())
         if self.lineage_md:
             md[LINEAGE] = dg.MetadataValue.md(self.lineage_md)
         return md
+
+    def record_markdown(self) -> str:
+        """``dslog/record``: what the store recorded, for a reader of the UI (programs read it
+        from the store by ``dslog/op_id``). Its own entry, not the head of ``dslog/lineage``:
+        the UI shows markdown under 1000 characters inline, longer markdown behind a link,
+        and the picture should stay in view."""
+        head = f"**Stored** `{self.array}` version `{self.version}`"
+        if self.op_name is not None:
+            head += f" by operation `{self.op_name}` (`{self.op_id}`)"
+        lines = [
+            head + f"; policy `{self.policy}`, mode `{self.mode}`; store `{self.store}`",
+        ]
+        if self.inputs:
+            ins = ", ".join(
+                f"`{arg}`: `{ref['array']}` version `{ref['version']}`"
+                for arg, ref in self.inputs.items()
+            )
+            lines.append(f"**Inputs** {ins}")
+        return "  \n".join(lines)
 
 
 def sample_cells(shape: Sequence[int], k: int) -> np.ndarray:

@@ -51,7 +51,13 @@ PAGES = [
     (
         "smoothed",
         "events",
-        ["dslog/lineage", "dslog/obtained", "dslog/compression_ratio", "dslog/capture_s"],
+        [
+            "dslog/lineage",
+            "dslog/record",
+            "dslog/obtained",
+            "dslog/compression_ratio",
+            "dslog/capture_s",
+        ],
         True,
     ),
     (

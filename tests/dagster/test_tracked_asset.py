@@ -49,6 +49,20 @@ def _md(res: dg.ExecuteInProcessResult, node: str, key: str | None = None) -> di
     return {k: v.value for k, v in mats[0].metadata.items()}
 
 
+def _recorded(store_dir: str | Path, md: dict[str, Any]) -> dict[str, Any]:
+    """What the store recorded for a materialization: its operation, found by ``dslog/op_id``
+    (the metadata carries the id; the array, version, operation name and inputs are read from
+    the store, the one source of truth)."""
+    op = DSLog(store_dir).store.get_operation(md[m.OP_ID])
+    (out,) = op.outputs
+    return {
+        "array": out.name,
+        "version": out.version,
+        "op_name": op.op_name,
+        "inputs": {a.name: a.version for a in op.inputs},
+    }
+
+
 def _cells(log: DSLog, path: list[str], cells: object) -> set[tuple[int, ...]]:
     return {tuple(r) for r in log.prov_query(path, cells).to_indices().tolist()}
 
@@ -72,12 +86,16 @@ def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
     r1, r2 = runs
     md = _md(r2, "colsum")
     assert md[m.OBTAINED] == "captured"
-    assert md[m.VERSION] == r2.run_id
-    assert md[m.INPUTS] == {"src": {"array": "src", "version": r2.run_id}}
+    rec = _recorded(store_dir, md)
+    assert rec["version"] == r2.run_id
+    assert rec["inputs"] == {"src": r2.run_id}
+    # the UI shows the record as markdown
+    assert f"`colsum` version `{r2.run_id}` by operation `colsum@v1`" in md[m.RECORD]
+    assert f"`src`: `src` version `{r2.run_id}`" in md[m.RECORD]
     assert md[m.RAW_ROWS] == 12
     assert md[m.STORED_ROWS] >= 1
     assert md[m.COMPRESSION_RATIO] == pytest.approx(md[m.RAW_BYTES] / md[m.STORED_BYTES])
-    assert md[m.OP_NAME] == "colsum@v1"
+    assert rec["op_name"] == "colsum@v1"
     assert md[m.SIGNATURE] not in ("", "none")  # the reuse key this capture fed
     assert "data:image/png;base64," in md[m.LINEAGE]
     assert 0 < md[m.CAPTURE_SHARE] <= 1
@@ -106,6 +124,7 @@ def test_repeated_runs_take_lineage_from_reuse_views_equal_to_capture(
     assert obtained[-1]["colsum"] in ("base", "dim", "gen")
     assert obtained[-1]["rev"] in ("base", "dim", "gen")
     # the served view's tables draw the same picture as the captured relation
+    assert "data:image/png;base64," in pictures[0]
     assert pictures[-1] == pictures[0]
     # a served view stores exactly the lineage a capture stored
     log = DSLog(store_dir)
@@ -134,14 +153,15 @@ def test_reuse_only_serves_confirmed_views_and_records_nothing_without_one(
 
 
 def test_cross_run_upstream_resolves_to_the_producing_run(
-    instance: dg.DagsterInstance, io: DSLogIOManager
+    instance: dg.DagsterInstance, io: DSLogIOManager, store_dir: Path
 ) -> None:
     r1 = dg.materialize([src, colsum], instance=instance, resources={"io_manager": io})
     r2 = dg.materialize(
         [src, colsum], selection=[colsum], instance=instance, resources={"io_manager": io}
     )
-    assert _md(r2, "colsum")[m.INPUTS]["src"]["version"] == r1.run_id
-    assert _md(r2, "colsum")[m.VERSION] == r2.run_id
+    rec = _recorded(store_dir, _md(r2, "colsum"))
+    assert rec["inputs"] == {"src": r1.run_id}
+    assert rec["version"] == r2.run_id
 
 
 # ------------------------------------------------------------------ partitions
@@ -172,11 +192,9 @@ def test_partitions_named_per_partition_with_unpartitioned_upstream(
             resources={"io_manager": io},
         )
         md = _md(res, "pscaled")
-        assert md[m.ARRAY] == f"pscaled[{pk}]"
-        assert md[m.INPUTS] == {
-            "praw": {"array": f"praw[{pk}]", "version": res.run_id},
-            "src": {"array": "src", "version": r0.run_id},
-        }
+        rec = _recorded(store_dir, md)
+        assert rec["array"] == f"pscaled[{pk}]"
+        assert rec["inputs"] == {f"praw[{pk}]": res.run_id, "src": r0.run_id}
     log = DSLog(store_dir)
     ops = log.store.operations("pscaled")
     assert sorted(op.args["partition_key"] for op in ops) == ["a", "b"]
@@ -207,7 +225,7 @@ def test_multi_asset_and_generator_with_check(
 ) -> None:
     res = dg.materialize([src, halves, shifted], instance=instance, resources={"io_manager": io})
     assert res.output_for_node("halves", "hi").tolist() == [3.0, 7.0, 11.0]
-    assert _md(res, "halves", "lo")[m.OP_NAME] == "lo@2"
+    assert _recorded(store_dir, _md(res, "halves", "lo"))["op_name"] == "lo@2"
     assert _md(res, "halves", "hi")[m.RAW_ROWS] == 3
     assert res.get_asset_check_evaluations()[0].passed
     log = DSLog(store_dir)
@@ -406,9 +424,7 @@ def test_unsupported_input_is_an_error_unless_declared_untracked(
     assert UnsupportedArrayError.__name__ in err
     assert "untracked_inputs={'listy'}" in err
     res = dg.materialize([src, listy, uses_list_untracked], instance=instance, resources=resources)
-    assert _md(res, "uses_list_untracked")[m.INPUTS] == {
-        "src": {"array": "src", "version": res.run_id}
-    }
+    assert _recorded(store_dir, _md(res, "uses_list_untracked"))["inputs"] == {"src": res.run_id}
     assert _cells(DSLog(store_dir), ["uses_list_untracked", "src"], [(2, 2)]) == {(2, 2)}
 
 
@@ -418,9 +434,11 @@ def test_with_lineage_wraps_an_existing_io_manager(
     io = with_lineage(dg.FilesystemIOManager(base_dir=str(tmp_path / "fs")))
     res = dg.materialize([src, colsum, rev], instance=instance, resources={"io_manager": io})
     md = _md(res, "rev")
-    assert md[m.STORE] == str(tmp_path / "fs" / ".dslog")
+    store = tmp_path / "fs" / ".dslog"
+    assert f"store `{store}`" in md[m.RECORD]
+    assert _recorded(store, md)["array"] == "rev"  # the operation is in that store
     assert (tmp_path / "fs" / "rev").exists()  # the inner IO manager stored the value
-    assert _cells(DSLog(md[m.STORE]), ["rev", "colsum", "src"], [0]) == {(r, 3) for r in range(3)}
+    assert _cells(DSLog(store), ["rev", "colsum", "src"], [0]) == {(r, 3) for r in range(3)}
 
 
 def test_plain_io_manager_tracks_nothing_and_says_so(
@@ -480,6 +498,7 @@ def test_cached_pictures_of_served_steps_always_match_the_stored_lineage(
         op = log.store.get_operation(md[m.OP_ID])
         stored = log.store.read_lineage(op, "below", "square")
         fresh = m._render_markdown("below", (n - 1, n), [("square", stored.decompress())], 4, 4)
+        assert f"`below` version `{res.run_id}`" in md[m.RECORD]
         assert md[m.LINEAGE] == fresh
         assert seen.setdefault(n, md[m.LINEAGE]) == md[m.LINEAGE]
     assert md[m.OBTAINED] in ("base", "dim", "gen")  # the last runs were served

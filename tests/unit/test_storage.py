@@ -9,8 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dslog_dagster.core import LineageRelation, compress, read_table, write_table
+from dslog_dagster.core import LineageRelation, compress, read_table, storage, write_table
 from dslog_dagster.core.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.storage import SCHEMA_VERSION, table_from_bytes, table_to_bytes
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
@@ -117,3 +119,61 @@ def test_byte_plane_encoding_roundtrips_extremes() -> None:
     back = decode(payload, [ColumnSpec.from_token(s.to_token()) for s in specs], 500)
     for a, b in zip(cols, back, strict=True):
         assert np.array_equal(a, b)
+
+
+# ------------------------------------------------------------------ one-operation segments
+
+_segment_entry = st.tuples(
+    st.text(min_size=1, max_size=60),
+    st.text(max_size=3000),
+    st.lists(st.binary(max_size=400), max_size=20),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(entry=_segment_entry)
+def test_one_operation_segments_read_like_pyarrows(entry: tuple[str, str, list[bytes]]) -> None:
+    """The hand-written one-operation segment (every registration writes one) is the Parquet
+    file pyarrow would write: same schema, values, footer metadata; Segment reads it."""
+    ours = storage.segment_to_bytes([entry])
+    theirs = storage._arrow_segment_bytes([entry], "none")
+    assert ours != theirs  # really the other writer (pyarrow's carries its own created_by)
+    mine, ref = (pq.ParquetFile(pa.BufferReader(b)) for b in (ours, theirs))
+    assert mine.schema_arrow == ref.schema_arrow
+    assert mine.schema.to_arrow_schema() == ref.schema.to_arrow_schema()
+    assert mine.metadata.metadata == ref.metadata.metadata
+    assert (mine.metadata.num_rows, mine.metadata.num_row_groups) == (1, 1)
+    assert mine.read().to_pylist() == ref.read().to_pylist()
+    assert mine.read().to_pylist() == [{"op": entry[0], "rec": entry[1], "data": entry[2]}]
+    for k in range(3):  # column statistics-free chunks of consistent sizes
+        col = mine.metadata.row_group(0).column(k)
+        assert col.compression == "UNCOMPRESSED"
+        assert col.num_values == (max(1, len(entry[2])) if k == 2 else 1)
+
+
+def test_segment_readers_take_one_operation_segments(tmp_path: Path) -> None:
+    """Segment (the store's reader) and a pyarrow pack of several written entries agree."""
+    entries = [("a" * 48, '{"op": 1}', [b"x", b""]), ("b" * 48, "{}", [])]
+    paths = []
+    for k, e in enumerate(entries):
+        path = tmp_path / f"{k}.parquet"
+        path.write_bytes(storage.segment_to_bytes([e]))
+        paths.append(path)
+    pack = tmp_path / "pack.parquet"
+    pack.write_bytes(storage.segment_to_bytes(entries))  # two entries: pyarrow's writer
+    for path, e in zip(paths, entries, strict=True):
+        with storage.Segment(path) as seg:
+            assert seg.op_ids == [e[0]]
+            assert seg.record(e[0]) == e[1]
+            assert [seg.blob(e[0], k) for k in range(len(e[2]))] == e[2]
+            assert seg.entries() == [(e[0], e[1], e[2])]
+    with storage.Segment(pack) as seg:
+        assert seg.entries() == [(o, r, list(b)) for o, r, b in entries]
+
+
+def test_big_records_and_many_operations_go_through_pyarrow() -> None:
+    big = ("c" * 48, json.dumps({"k": "v" * storage.SMALL_SEGMENT_RECORD}), [b"t"])
+    data = storage.segment_to_bytes([big])
+    assert b"parquet-cpp-arrow" in data  # pyarrow's writer, zstd-compressed record
+    assert len(data) < storage.SMALL_SEGMENT_RECORD
+    assert pq.read_table(pa.BufferReader(data)).to_pylist()[0]["rec"] == big[1]

@@ -1,0 +1,150 @@
+"""How the IO manager publishes a tracked step's lineage: staged (and flushed) while the value
+is stored, published only after the value is stored, durable before the step succeeds, and
+nothing visible when either half fails."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from dslog_dagster import DSLogIOManager, tracked_asset
+from dslog_dagster.core import store as store_module
+from dslog_dagster.core.api import DSLog
+from dslog_dagster.errors import LineageStorageError
+from dslog_dagster.io_managers import lineage_io_manager as lio
+from dslog_dagster.io_managers import metadata as m
+
+
+@tracked_asset
+def base() -> np.ndarray:
+    return np.arange(20.0).reshape(4, 5)
+
+
+@tracked_asset
+def shifted(base: np.ndarray) -> np.ndarray:
+    return base[:, 1:] + 1.0
+
+
+def _ops_of(store_dir: str, name: str) -> list[Any]:
+    return [op for op in DSLog(store_dir).store.operations() if op.outputs[0].name == name]
+
+
+def _staged(store_dir: str) -> list[str]:
+    staging = Path(store_dir) / ".staging"
+    return sorted(os.listdir(staging)) if staging.exists() else []
+
+
+def test_served_step_is_published_after_its_value_and_flushed_before_success(
+    instance: dg.DagsterInstance,
+    io: DSLogIOManager,
+    store_dir: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for _ in range(4):  # captures confirm a view; then the step is served
+        res = dg.materialize([base, shifted], instance=instance, resources={"io_manager": io})
+    md = {k: v.value for k, v in res.asset_materializations_for_node("shifted")[0].metadata.items()}
+    assert md[m.OBTAINED] in ("base", "dim", "gen")
+    # the next served run, with every publishing system call logged in order
+    events: list[tuple[str, str]] = []
+    real = {n: getattr(os, n) for n in ("fsync", "replace", "rename", "link")}
+
+    def logged(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = real[name](*args, **kwargs)
+            target = args[0] if name == "fsync" else args[1]
+            if name == "fsync":
+                target = os.readlink(f"/proc/self/fd/{target}")
+            events.append((name, str(target)))
+            return out
+
+        return call
+
+    for name in real:
+        monkeypatch.setattr(os, name, logged(name))
+    res = dg.materialize([base, shifted], instance=instance, resources={"io_manager": io})
+    for name, fn in real.items():
+        monkeypatch.setattr(os, name, fn)
+    md = {k: v.value for k, v in res.asset_materializations_for_node("shifted")[0].metadata.items()}
+    assert md[m.OBTAINED] in ("base", "dim", "gen")
+    op = DSLog(store_dir).store.get_operation(md[m.OP_ID])
+    assert op.outputs[0].version == res.run_id
+    segment = str(Path(store_dir, "operations", f"{op.op_id}.parquet"))
+    array_dir = str(Path(store_dir, "arrays", store_module._array_dir_name("shifted")))
+    value = next(
+        i for i, (n, t) in enumerate(events) if n == "replace" and t.endswith("shifted.npy")
+    )
+    published = events.index(("rename", segment))
+    assert value < published  # nothing of the lineage is visible before the value is stored
+    staged = next(i for i, (n, t) in enumerate(events) if n == "rename" and t == segment)
+    # the segment was flushed under .staging before it was published ...
+    flushed = [t for n, t in events[:staged] if n == "fsync" and "/.staging/" in t]
+    assert flushed
+    # ... and both directories it appears in were flushed after (before the step succeeded)
+    after = {t for n, t in events[published:] if n == "fsync"}
+    assert {str(Path(store_dir, "operations")), array_dir} <= after
+    assert ("link", str(Path(array_dir, store_module._link_file_name(res.run_id)))) in events
+    assert _staged(store_dir) == []
+
+
+def test_a_value_that_cannot_be_stored_publishes_no_lineage(
+    instance: dg.DagsterInstance,
+    io: DSLogIOManager,
+    store_dir: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dg.materialize([base, shifted], instance=instance, resources={"io_manager": io})
+    real_save = np.save
+
+    def failing(f: Any, arr: np.ndarray, **kwargs: Any) -> None:
+        if arr.shape == (4, 4):  # the value of `shifted`
+            msg = "disk full"
+            raise OSError(msg)
+        real_save(f, arr, **kwargs)
+
+    monkeypatch.setattr(lio.np, "save", failing)
+    res = dg.materialize(
+        [base, shifted], instance=instance, resources={"io_manager": io}, raise_on_error=False
+    )
+    assert not res.success
+    assert "disk full" in str(res.get_step_failure_events()[0].step_failure_data.error)
+    # the staged segment was dropped: no operation, no array version of the failed run
+    assert res.run_id not in [op.outputs[0].version for op in _ops_of(store_dir, "shifted")]
+    versions = {(a.name, a.version) for a in DSLog(store_dir).store.arrays()}
+    assert ("base", res.run_id) in versions  # the upstream step of the run was stored
+    assert ("shifted", res.run_id) not in versions
+    assert _staged(store_dir) == []
+
+
+def test_a_failure_staging_the_lineage_fails_the_step_loudly(
+    instance: dg.DagsterInstance,
+    io: DSLogIOManager,
+    store_dir: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dg.materialize([base], instance=instance, resources={"io_manager": io})
+    real_write = store_module._write_synced
+
+    def failing(path: Path, data: bytes, durable: bool = True) -> None:
+        if "/.staging/" in str(path):  # the operation's segment (staged in the thread)
+            msg = "no space left on device"
+            raise OSError(msg)
+        real_write(path, data, durable)
+
+    monkeypatch.setattr(store_module, "_write_synced", failing)
+    res = dg.materialize(
+        [base, shifted],
+        selection=[shifted],
+        instance=instance,
+        resources={"io_manager": io},
+        raise_on_error=False,
+    )
+    assert not res.success
+    err = str(res.get_step_failure_events()[0].step_failure_data.error)
+    assert LineageStorageError.__name__ in err
+    assert "no space left on device" in err
+    assert res.get_asset_materialization_events() == []
+    assert _ops_of(store_dir, "shifted") == []
+    assert _staged(store_dir) == []
