@@ -531,6 +531,9 @@ def _factored_hop(hop: PreparedHop, forward: bool, lo: I64, hi: I64) -> tuple[I6
     for rows, cols in hop.factors:
         if not len(lo):
             break
+        # factors are 1-D ProvRC or columnar tables, prepared natively (never factored)
+        assert rows.native is not None
+        assert cols.native is not None
         col_iv, group = np.unique(
             np.stack([lo[:, 1], hi[:, 1]], axis=1), axis=0, return_inverse=True
         )
