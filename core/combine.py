@@ -140,12 +140,16 @@ def merge_tables(tables: Sequence[LineageTable], axis: int = 0) -> LineageTable:
     return LineageTable(osh, ish, "provrc", len(keep), t.n_pairs, *[out[f] for f in _FIELDS])
 
 
-def union_tables(tables: Sequence[LineageTable]) -> LineageTable:
-    """Union of tables whose pairs are disjoint but whose output ranges may interleave (e.g.
-    the rows of an aggregation whose ids were summarised as ranges, and the rows whose ids
-    were found by a join). :func:`merge_tables` would concatenate columnar tables in range
-    order, which is only sorted when the ranges are disjoint; here they are sorted again (and
-    compressed anew, which may find ProvRC rows across the pieces)."""
+def union_tables(tables: Sequence[LineageTable], *, disjoint: bool = True) -> LineageTable:
+    """Union of tables whose output ranges may interleave (e.g. the rows of an aggregation
+    whose ids were summarised as ranges, and the rows whose ids were found by a join).
+
+    :func:`merge_tables` would concatenate columnar tables in range order, which is only
+    sorted when the ranges are disjoint; here they are sorted again (and compressed anew,
+    which may find ProvRC rows across the pieces). With ``disjoint=False`` the tables may
+    also share pairs (both sides of a self-join can name the same input row): the union is
+    then formed on the pairs and compressed again, which costs work in the pairs.
+    """
     if not tables:
         msg = "union_tables needs at least one table."
         raise InvalidRelationError(msg)
@@ -153,12 +157,12 @@ def union_tables(tables: Sequence[LineageTable]) -> LineageTable:
     nonempty = [t for t in tables if t.rows]
     if len(nonempty) <= 1:
         return nonempty[0] if nonempty else tables[0]
-    if all(t.encoding == "columnar" for t in nonempty):
-        raw = np.hstack([t.raw for t in nonempty])
-        l = len(osh)
-        rel = LineageRelation(osh, ish, raw[:l], raw[l:], raw.shape[1])
-        return compress(rel)
-    return merge_tables(nonempty)
+    if disjoint and not all(t.encoding == "columnar" for t in nonempty):
+        return merge_tables(nonempty)
+    rels = [t.decompress() for t in nonempty]  # a columnar table's pairs as they are stored
+    outs = np.concatenate([r.out_cols for r in rels], axis=1)
+    ins = np.concatenate([r.in_cols for r in rels], axis=1)
+    return compress(LineageRelation(osh, ish, outs, ins, outs.shape[1]))
 
 
 def product_table(rows: LineageTable, cols: LineageTable) -> LineageTable:

@@ -992,34 +992,16 @@ class LineageStore:
         capture_method: str = "user",
         timings: Mapping[str, float] | None = None,
     ) -> OperationRecord:
-        """Register one execution of an operation with its lineage, atomically.
+        """Register one execution of an operation with its lineage, atomically:
+        :meth:`prepare_operation` (the arguments and errors are documented there), then
+        :meth:`PreparedOperation.commit`.
 
         Everything is validated, compressed and encoded in memory before anything is written;
         the operation's segment then appears in one rename, so a failure leaves nothing
-        visible. (:meth:`prepare_operation` then :meth:`PreparedOperation.commit`.)
-
-        Args:
-            op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
-            inputs: input arrays, by name (latest version) or record.
-            outputs: output arrays, by name (latest version) or record; or a
-                :class:`NewArray` to register the array with the operation, in the same
-                flushed file (one flush instead of two: see the module docstring).
-            lineage: ``{(output_name, input_name): relation_or_table}``; relations are
-                compressed here with :func:`compress`. Pairs not listed have no lineage.
-            args: JSON-able arguments of the operation (kept for reuse signatures and audits).
-            capture_method: how the lineage was obtained (``"user"``, ``"annotator"``,
-                ``"spark"``, ``"all-to-all"``, ...).
-            timings: seconds spent in capture steps. ``compress_s`` and ``encode_s`` are
-                measured here and added to any value passed in under those keys.
+        visible.
 
         Returns:
             The stored :class:`OperationRecord`.
-
-        Raises:
-            InvalidRelationError: unknown output/input in ``lineage``, shapes that do not match
-                the registered arrays, bad names/args/timings.
-            LineageNotFoundError: an input/output array is not registered.
-            LineageStorageError: the operation could not be written (nothing is left behind).
         """
         return self.prepare_operation(
             op_name, inputs, outputs, lineage, args, capture_method, timings

@@ -464,7 +464,7 @@ def _capture_once(
                 needed.setdefault(key, i)
     # one group per slot: a cell whose rows come from several slots of one input (a
     # self-join, a frame joined with its own aggregate) gets the exact union of their tables
-    # (:func:`_union_slots`), so every range slot can be refetched on its own
+    # (union_tables with shared pairs), so every range slot can be refetched on its own
     slot_input: dict[int, int] = {}
     for k, i in needed.items():
         for sl in k:
@@ -531,7 +531,7 @@ def _capture_once(
             )
             tables[g] = union_tables([tables[g], extra])  # their rows interleave
     per_slot = {k[0]: t for k, t in zip(keys, tables, strict=True)}
-    row_table = {k: _union_slots([per_slot[sl] for sl in k]) for k in needed}
+    row_table = {k: union_tables([per_slot[sl] for sl in k], disjoint=False) for k in needed}
     t_pass = time.perf_counter()
     n_out = offsets[-1]
     if path:
@@ -603,20 +603,6 @@ def _capture_once(
         _cached=cached,
         _staged=staged,
     )
-
-
-def _union_slots(tables: list[LineageTable]) -> LineageTable:
-    """The row lineage of a set of slots of one input: the union of their tables, which may
-    share pairs (both sides of a self-join can name the same input row), so it is formed on
-    the pairs and compressed again — driver work in the pairs of the few cells that read
-    several slots, where the alternative was running the pipeline again with lists."""
-    if len(tables) == 1:
-        return tables[0]
-    rels = [t.decompress() for t in tables]
-    outs = np.concatenate([r.out_cols for r in rels], axis=1)
-    ins = np.concatenate([r.in_cols for r in rels], axis=1)
-    rel = LineageRelation(rels[0].out_shape, rels[0].in_shape, outs, ins, outs.shape[1])
-    return compress(rel)
 
 
 def _slot_column(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> tuple[Any, str]:

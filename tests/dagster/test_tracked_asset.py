@@ -6,6 +6,7 @@ from typing import Any
 import dagster as dg
 import numpy as np
 import pytest
+from recorded import recorded
 
 from dslog_dagster import (
     DSLogIOManager,
@@ -49,20 +50,6 @@ def _md(res: dg.ExecuteInProcessResult, node: str, key: str | None = None) -> di
     return {k: v.value for k, v in mats[0].metadata.items()}
 
 
-def _recorded(store_dir: str | Path, md: dict[str, Any]) -> dict[str, Any]:
-    """What the store recorded for a materialization: its operation, found by ``dslog/op_id``
-    (the metadata carries the id; the array, version, operation name and inputs are read from
-    the store, the one source of truth)."""
-    op = DSLog(store_dir).store.get_operation(md[m.OP_ID])
-    (out,) = op.outputs
-    return {
-        "array": out.name,
-        "version": out.version,
-        "op_name": op.op_name,
-        "inputs": {a.name: a.version for a in op.inputs},
-    }
-
-
 def _cells(log: DSLog, path: list[str], cells: object) -> set[tuple[int, ...]]:
     return {tuple(r) for r in log.prov_query(path, cells).to_indices().tolist()}
 
@@ -86,7 +73,7 @@ def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
     r1, r2 = runs
     md = _md(r2, "colsum")
     assert md[m.OBTAINED] == "captured"
-    rec = _recorded(store_dir, md)
+    rec = recorded(store_dir, md)
     assert rec["version"] == r2.run_id
     assert rec["inputs"] == {"src": r2.run_id}
     # the UI shows the record as markdown
@@ -159,7 +146,7 @@ def test_cross_run_upstream_resolves_to_the_producing_run(
     r2 = dg.materialize(
         [src, colsum], selection=[colsum], instance=instance, resources={"io_manager": io}
     )
-    rec = _recorded(store_dir, _md(r2, "colsum"))
+    rec = recorded(store_dir, _md(r2, "colsum"))
     assert rec["inputs"] == {"src": r1.run_id}
     assert rec["version"] == r2.run_id
 
@@ -192,7 +179,7 @@ def test_partitions_named_per_partition_with_unpartitioned_upstream(
             resources={"io_manager": io},
         )
         md = _md(res, "pscaled")
-        rec = _recorded(store_dir, md)
+        rec = recorded(store_dir, md)
         assert rec["array"] == f"pscaled[{pk}]"
         assert rec["inputs"] == {f"praw[{pk}]": res.run_id, "src": r0.run_id}
     log = DSLog(store_dir)
@@ -225,7 +212,7 @@ def test_multi_asset_and_generator_with_check(
 ) -> None:
     res = dg.materialize([src, halves, shifted], instance=instance, resources={"io_manager": io})
     assert res.output_for_node("halves", "hi").tolist() == [3.0, 7.0, 11.0]
-    assert _recorded(store_dir, _md(res, "halves", "lo"))["op_name"] == "lo@2"
+    assert recorded(store_dir, _md(res, "halves", "lo"))["op_name"] == "lo@2"
     assert _md(res, "halves", "hi")[m.RAW_ROWS] == 3
     assert res.get_asset_check_evaluations()[0].passed
     log = DSLog(store_dir)
@@ -424,7 +411,7 @@ def test_unsupported_input_is_an_error_unless_declared_untracked(
     assert UnsupportedArrayError.__name__ in err
     assert "untracked_inputs={'listy'}" in err
     res = dg.materialize([src, listy, uses_list_untracked], instance=instance, resources=resources)
-    assert _recorded(store_dir, _md(res, "uses_list_untracked"))["inputs"] == {"src": res.run_id}
+    assert recorded(store_dir, _md(res, "uses_list_untracked"))["inputs"] == {"src": res.run_id}
     assert _cells(DSLog(store_dir), ["uses_list_untracked", "src"], [(2, 2)]) == {(2, 2)}
 
 
@@ -436,7 +423,7 @@ def test_with_lineage_wraps_an_existing_io_manager(
     md = _md(res, "rev")
     store = tmp_path / "fs" / ".dslog"
     assert f"store `{store}`" in md[m.RECORD]
-    assert _recorded(store, md)["array"] == "rev"  # the operation is in that store
+    assert recorded(store, md)["array"] == "rev"  # the operation is in that store
     assert (tmp_path / "fs" / "rev").exists()  # the inner IO manager stored the value
     assert _cells(DSLog(store), ["rev", "colsum", "src"], [0]) == {(r, 3) for r in range(3)}
 

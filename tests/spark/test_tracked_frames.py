@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from recorded import recorded
 
 from dslog_dagster import (
     DSLogIOManager,
@@ -94,18 +95,6 @@ def _cells(log: DSLog, path: list[str], cells: object) -> set[tuple[int, ...]]:
     return {tuple(r) for r in log.prov_query(path, cells).to_indices().tolist()}
 
 
-def _recorded(store_dir: str | Path, md: dict[str, Any]) -> dict[str, Any]:
-    """The store's record of a materialization's operation (found by ``dslog/op_id``)."""
-    op = DSLog(store_dir).store.get_operation(md[m.OP_ID])
-    (out,) = op.outputs
-    return {
-        "array": out.name,
-        "version": out.version,
-        "op_name": op.op_name,
-        "inputs": {a.name: a.version for a in op.inputs},
-    }
-
-
 def _stored(spark: Any, path: Path) -> list[Any]:
     """Rows of a stored frame in row-id order."""
     return sorted(read_frame(spark, path, row_id=True).collect(), key=lambda r: r[ROW_ID])
@@ -138,7 +127,7 @@ def test_frames_stored_with_ids_and_lineage_metadata(spark: Any, base: Any) -> N
     assert md[m.OBTAINED] == "captured"
     assert md["dslog/shape"] == "(6, 5)"
     assert md["dagster/row_count"] == 6
-    assert _recorded(root / ".dslog", md)["inputs"] == {"people": res.run_id, "cities": res.run_id}
+    assert recorded(root / ".dslog", md)["inputs"] == {"people": res.run_id, "cities": res.run_id}
     assert md[m.RAW_ROWS] == 6 * 5  # every cell <- one input cell
     assert md[m.STORED_BYTES] < md[m.RAW_BYTES]
     assert md[m.COMPRESSION_RATIO] == md[m.RAW_BYTES] / md[m.STORED_BYTES]
@@ -201,7 +190,7 @@ def test_query_across_spark_and_numpy_equals_brute_force(spark: Any, base: Any) 
 
 def test_multi_asset_outputs_each_get_their_lineage(spark: Any, base: Any) -> None:
     root, _inst, res = base
-    assert _recorded(root / ".dslog", _md(res, "split", "high"))["op_name"] == "high"
+    assert recorded(root / ".dslog", _md(res, "split", "high"))["op_name"] == "high"
     log = DSLog(root / ".dslog")
     jrows = _stored(spark, root / "joined.parquet")
     high = _stored(spark, root / "high.parquet")
@@ -229,7 +218,7 @@ def test_second_run_reads_upstream_versions_of_the_first(spark: Any, base: Any) 
     )
     assert res.success
     md = _md(res, "joined")
-    rec = _recorded(root / ".dslog", md)
+    rec = recorded(root / ".dslog", md)
     assert rec["version"] == res.run_id
     assert rec["inputs"]["people"] == first.run_id  # materialized by the first run
     store = DSLog(root / ".dslog").store
@@ -269,7 +258,7 @@ def test_partitions_are_arrays_of_their_own(spark: Any, tmp_path: Path) -> None:
             assert res.success
             runs[pk] = res
     md = _md(runs["p2"], "big_events")
-    rec = _recorded(tmp_path / ".dslog", md)
+    rec = recorded(tmp_path / ".dslog", md)
     assert rec["array"] == "big_events[p2]"
     assert rec["inputs"] == {"events[p2]": runs["p2"].run_id}
     for pk in ("p1", "p2"):

@@ -117,3 +117,26 @@ def test_union_of_interleaved_tables_is_exact_and_sorted(seed: int, n_pieces: in
     if got.encoding == "columnar":
         order = np.lexsort(got.raw[::-1])
         assert np.array_equal(order, np.arange(got.rows))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1), kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=2)
+)
+def test_union_of_tables_sharing_pairs_is_exact(seed: int, kinds: list[str]) -> None:
+    """``disjoint=False`` (the slots of a self-join may name the same input row): shared
+    pairs are counted once."""
+    rng = np.random.default_rng(seed)
+    osh, ish = (int(rng.integers(1, 30)),), (int(rng.integers(1, 30)),)
+    a = relation_between(rng, osh, ish, kinds).unique()
+    b = relation_between(rng, osh, ish, kinds).unique()
+    both = LineageRelation(
+        osh,
+        ish,
+        np.concatenate([a.out_cols, b.out_cols], axis=1),
+        np.concatenate([a.in_cols, b.in_cols], axis=1),
+        a.n + b.n,
+    ).unique()
+    got = union_tables([compress(a), compress(b), compress(a)], disjoint=False)
+    assert got.decompress() == both
+    assert got.n_pairs == both.n
