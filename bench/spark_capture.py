@@ -67,6 +67,9 @@ def make_data(spark: Any, rows: int, group: int, sorted_keys: bool, seed: int = 
     if sorted_keys:
         f = spark.createDataFrame(facts.to_pandas())
     d = spark.createDataFrame(dims.to_pandas())
+    # in memory, with plans that are scans as the IO manager's Parquet inputs are: a plan
+    # holding a 10^6-row local relation made every analysis slow, tracked and untracked
+    f, d = f.localCheckpoint(), d.localCheckpoint()
     # stored assets carry their row ids (here: the fact id and the key)
     f = f.withColumn(ROW_ID, F.col("id")).cache()
     d = d.withColumn(ROW_ID, F.col("key")).cache()

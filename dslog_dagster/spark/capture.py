@@ -18,6 +18,7 @@ formed unless a reader asks for the table's ProvRC rows.
 """
 
 import atexit
+import logging
 import shutil
 import tempfile
 import time
@@ -35,6 +36,7 @@ from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
+from dslog_dagster.spark.idtap import TapFailed, tap_ready, tapped_ids
 from dslog_dagster.spark.lineage import (
     RangesNotExact,
     RowTables,
@@ -46,6 +48,8 @@ from dslog_dagster.spark.plan import ColumnLineage, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 
 __all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
+
+log = logging.getLogger(__name__)
 
 OnUnknown = Literal["raise", "all_to_all"]
 Aggregate = Literal["auto", "lists"]
@@ -419,7 +423,31 @@ def _capture_once(
     t0: float,
 ) -> FrameCapture:
     """One run of ``func`` and one pass over its output (see :func:`capture_frames`)."""
-    ctx = CaptureContext(on_unknown=on_unknown, aggregate=mode)
+    tap_root = None
+    if mode == "ranges" and prepared and tap_ready(prepared[0][0].sparkSession):
+        tap_root = tempfile.mkdtemp(prefix="dslog-tap-")
+    try:
+        return _run_once(
+            func, frames, named, prepared, cached, on_unknown, mode, kwargs, t0, tap_root
+        )
+    finally:
+        if tap_root is not None:
+            shutil.rmtree(tap_root, ignore_errors=True)
+
+
+def _run_once(
+    func: Callable[..., Any],
+    frames: Mapping[str, DataFrame] | Sequence[DataFrame],
+    named: list[tuple[str, DataFrame]],
+    prepared: list[tuple[DataFrame, int]],
+    cached: list[RowIds],
+    on_unknown: OnUnknown,
+    mode: Literal["ranges", "lists"],
+    kwargs: Mapping[str, Any],
+    t0: float,
+    tap_root: str | None,
+) -> FrameCapture:
+    ctx = CaptureContext(on_unknown=on_unknown, aggregate=mode, tap_root=tap_root)
     tracked: list[TrackedFrame] = []
     inputs: list[FrameInput] = []
     for i, ((name, df), prep) in enumerate(zip(named, prepared, strict=True)):
@@ -516,9 +544,28 @@ def _capture_once(
         raise _RangesFailed from None
     offsets, tables = got.offsets, list(got.tables)
     t_lineage = time.perf_counter()
+    tapped = 0
     for g, n_failed in enumerate(got.failed):
-        if n_failed:  # groups whose ids are not a range: join their keys with their input
-            src = ctx.range_src[keys[g][0]]
+        if not n_failed:
+            continue
+        # groups whose ids are not a range: match them with the ids the tap recorded, or
+        # join their keys with their input
+        src = ctx.range_src[keys[g][0]]
+        extra = None
+        if src.tap is not None and path:
+            try:
+                extra = tapped_ids(
+                    src.tap,
+                    path,
+                    slot_name(keys[g][0]),
+                    groups[g][2],
+                    offsets,
+                    n_failed,
+                )
+                tapped += n_failed
+            except TapFailed as e:
+                log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
+        if extra is None:
             extra = refetch_ids(
                 source,
                 slot_name(keys[g][0]),
@@ -529,7 +576,7 @@ def _capture_once(
                 offsets,
                 n_failed,
             )
-            tables[g] = union_tables([tables[g], extra])  # their rows interleave
+        tables[g] = union_tables([tables[g], extra])  # their rows interleave
     per_slot = {k[0]: t for k, t in zip(keys, tables, strict=True)}
     row_table = {k: union_tables([per_slot[sl] for sl in k], disjoint=False) for k in needed}
     t_pass = time.perf_counter()
@@ -598,6 +645,7 @@ def _capture_once(
             "lineage_s": t_lineage - t_write,
             "refetch_s": t_pass - t_lineage,
             **({"refetched_rows": float(sum(got.failed))} if any(got.failed) else {}),
+            **({"tapped_rows": float(tapped)} if tapped else {}),
             "product_s": t2 - t_pass,
         },
         _cached=cached,

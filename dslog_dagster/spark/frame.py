@@ -23,6 +23,7 @@ a flagged all-to-all relation.
 """
 
 import itertools
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +33,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.spark.idtap import INTEGRAL, tap_column
 from dslog_dagster.spark.plan import (
     Base,
     ColumnLineage,
@@ -65,6 +67,9 @@ class CaptureContext:
     # and the slot's column there (see TrackedGroupedData._range_agg: rows whose range check
     # fails get their ids by joining that frame with their group key, not by a rerun)
     range_src: dict[int, "RangeSource"] = field(default_factory=dict)
+    # directory under which range slots with one integral key record their group's ids as
+    # the aggregation's map side streams them (see dslog_dagster.spark.idtap); None: no tap
+    tap_root: str | None = None
 
     def new_slot(self, input_index: int) -> int:
         sid = next(iter(self.counter))
@@ -81,6 +86,7 @@ class RangeSource:
     frame: DataFrame
     keys: tuple[Column, ...]
     slot: str
+    tap: str | None = None  # the slot's tap directory (dslog_dagster.spark.idtap), if tapped
 
 
 def _quote(name: str) -> str:
@@ -874,7 +880,7 @@ class TrackedGroupedData:
         return f._finish(res, "groupBy.agg", arrays=set(f._slots))
 
     def _range_agg(self, cols: list[Column]) -> TrackedFrame:
-        """The aggregation with each slot summarised as ``struct<lo, hi, ok>``.
+        """The aggregation with each slot summarised as ``struct<lo, hi, ok, n>``.
 
         ``min``/``max``/``count`` are ordinary hash aggregates, where ``collect_list`` forces
         Spark's object aggregation and moves every id through the shuffle (about 1.7× the
@@ -887,13 +893,19 @@ class TrackedGroupedData:
           of the frame carry distinct tuples of slot values (``_unique``), so they are when
           every other slot holds one value on every row of the group (or none on all).
 
-        The struct also holds the group's keys (field ``k``: ``k0``, ``k1``...), and the
-        context remembers this aggregation's input (:class:`RangeSource`): where ``ok`` fails
-        for some groups (keys not clustered by row id), the capture finds those groups' ids
-        by joining the input's ``(keys, id)`` with the failed rows' keys, in one more job
-        that moves ids, not the pipeline (:func:`~dslog_dagster.spark.lineage.refetch_ids`).
-        Keys Parquet cannot hold (``void``, intervals) get no ``k``; a failed check there makes
-        the capture rerun with lists (``aggregate="lists"``). The result is exact either way.
+        The struct also holds the group's keys (field ``k``: ``k0``, ``k1``...) and id count
+        ``n``, and the context remembers this aggregation's input (:class:`RangeSource`):
+        where ``ok`` fails for some groups (keys not clustered by row id), the capture finds
+        those groups' ids again. With one integral key and the id tap in the session, the
+        slot's ids pass through :func:`~dslog_dagster.spark.idtap.tap_column` under the
+        aggregation, which records ``(key, id)`` as the map side streams the rows, and the
+        capture matches them with the failed groups
+        (:func:`~dslog_dagster.spark.idtap.tapped_ids`); otherwise (or when the tapped rows do
+        not add up to ``n``) it joins the input's ``(keys, id)`` with the failed rows' keys,
+        in one more job that moves ids, not the pipeline
+        (:func:`~dslog_dagster.spark.lineage.refetch_ids`). Keys Parquet cannot hold
+        (``void``, intervals) get no ``k``; a failed check there makes the capture rerun
+        with lists (``aggregate="lists"``). The result is exact either way.
         """
         f = self._f
         slots = f._slots
@@ -905,9 +917,16 @@ class TrackedGroupedData:
         hi = {s: f"max(`{slot_name(s)}`)" for s in slots}
         n = {s: f"count(`{slot_name(s)}`)" for s in slots}
         constant = {s: f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))" for s in slots}
-        keys = self._key_columns()
+        keys, key_types = self._key_columns()
         key_struct = (
             F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)]) if keys is not None else None
+        )
+        df = f._df
+        tapped = (
+            keys is not None
+            and f._ctx.tap_root is not None
+            and len(keys) == 1
+            and key_types[0] in INTEGRAL
         )
         aggs = []
         for s in slots:
@@ -915,26 +934,35 @@ class TrackedGroupedData:
                 [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
             )
             ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
-            c = F.expr(f"named_struct('lo', {lo[s]}, 'hi', {hi[s]}, 'ok', {ok})")
+            # n: the group's ids with repeats, which the id tap's rows must add up to
+            c = F.expr(f"named_struct('lo', {lo[s]}, 'hi', {hi[s]}, 'ok', {ok}, 'n', {n[s]})")
             if key_struct is not None and keys is not None:
                 c = c.withField("k", key_struct)
-                f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s))
+                tap = None
+                if tapped:
+                    assert f._ctx.tap_root is not None
+                    tap = os.path.join(f._ctx.tap_root, f"{slot_name(s)}-{len(f._ctx.range_src)}")
+                    os.makedirs(tap)
+                    df = df.withColumn(slot_name(s), tap_column(tap, keys[0], _col(slot_name(s))))
+                f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s), tap)
             aggs.append(c.alias(slot_name(s)))
-        res = f._df.groupBy(*self._keys).agg(*cols, *aggs)
+        res = df.groupBy(*self._keys).agg(*cols, *aggs)
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
 
-    def _key_columns(self) -> list[Column] | None:
-        """The group keys as columns (a constant for a global aggregation), or None when the
-        groups cannot be found again by their keys: some key's type cannot be stored in the
-        staged Parquet files (``void``, intervals), or the keys or the frame they group are
-        not deterministic (``rand``, ``sample``: computing them again gives other rows)."""
+    def _key_columns(self) -> tuple[list[Column] | None, list[str]]:
+        """The group keys as columns (a constant for a global aggregation) and their types,
+        or None when the groups cannot be found again by their keys: some key's type cannot
+        be stored in the staged Parquet files (``void``, intervals), or the keys or the frame
+        they group are not deterministic (``rand``, ``sample``: computing them again gives
+        other rows)."""
         keys = [k if isinstance(k, Column) else F.col(k) for k in self._keys] or [F.lit(0)]
         probe = self._f._df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)])
-        if any("void" in t or "interval" in t for _, t in probe.dtypes):
-            return None
+        types = [t for _, t in probe.dtypes]
+        if any("void" in t or "interval" in t for t in types):
+            return None, types
         if not probe._jdf.queryExecution().analyzed().deterministic():
-            return None
-        return keys
+            return None, types
+        return keys, types
 
     def count(self) -> TrackedFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

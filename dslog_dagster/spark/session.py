@@ -55,6 +55,8 @@ def get_session(
     master: str = "local[*]",
     conf: Mapping[str, str] | None = None,
     app_name: str = "dslog-dagster",
+    *,
+    id_tap: bool = True,
 ) -> Any:  # a pyspark.sql.SparkSession (pyspark is imported lazily)
     """The process's SparkSession, created on first use with ``master`` and ``conf``.
 
@@ -62,6 +64,10 @@ def get_session(
     active SparkContext per JVM). Runtime SQL options the caller passes in ``conf`` are applied
     to it; :data:`DEFAULT_CONF` is not, so a session the user configured (say with 200 shuffle
     partitions) keeps its settings when a resource with default config attaches to it.
+
+    A new session gets the capture's id tap on its class path (``spark.jars``, after the
+    caller's; see :mod:`dslog_dagster.spark.idtap`) unless ``id_tap`` is false or no JDK can
+    compile it: aggregations with shuffled keys are then captured with a slower join.
 
     Raises:
         SparkUnavailableError: Java is missing or the JVM did not start.
@@ -80,6 +86,12 @@ def get_session(
             if k.startswith("spark.sql."):
                 active.conf.set(k, v)
         return active
+    if id_tap:
+        from dslog_dagster.spark.idtap import tap_jar
+
+        jar = tap_jar()
+        if jar is not None:
+            merged["spark.jars"] = ",".join(filter(None, [merged.get("spark.jars"), str(jar)]))
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in merged.items():
         builder = builder.config(k, v)
