@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", type=int, default=10, help="fact rows per key")
     ap.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--reps", type=int, default=3, help="timed repetitions (best kept)")
+    ap.add_argument("--reps", type=int, default=5, help="timed repetitions (best kept)")
     args = ap.parse_args(argv)
     rows = 400 if args.quick else args.rows
     if args.quick:

@@ -36,7 +36,7 @@ from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
-from dslog_dagster.spark.idtap import TapFailed, tap_ready, tapped_ids
+from dslog_dagster.spark.idtap import TapFailed, tap_ready, tapped_ids, tapping
 from dslog_dagster.spark.lineage import (
     RangesNotExact,
     RowTables,
@@ -519,15 +519,16 @@ def _run_once(
             out = result._df.withColumn(MID, F.monotonically_increasing_id())
             side = tempfile.mkdtemp(prefix="dslog-lineage-")
             try:
-                teed = write_with_lineage(
-                    out,
-                    path,
-                    side,
-                    [slot_name(k[0]) for k in keys],
-                    [kind for _, kind, _ in groups],
-                    [n for _, _, n in groups],
-                    [slot_name(s) for s in checked],
-                )
+                with tapping(out.sparkSession, ctx.tap_dirs):
+                    teed = write_with_lineage(
+                        out,
+                        path,
+                        side,
+                        [slot_name(k[0]) for k in keys],
+                        [kind for _, kind, _ in groups],
+                        [n for _, _, n in groups],
+                        [slot_name(s) for s in checked],
+                    )
             finally:
                 shutil.rmtree(side, ignore_errors=True)
             source = out.sparkSession.read.schema(out.schema).parquet(path)  # no footer reads

@@ -70,6 +70,8 @@ class CaptureContext:
     # directory under which range slots with one integral key record their group's ids as
     # the aggregation's map side streams them (see dslog_dagster.spark.idtap); None: no tap
     tap_root: str | None = None
+    # the tapped slots' directories; a slot's token is its index (see idtap.tap_column)
+    tap_dirs: list[str] = field(default_factory=list)
 
     def new_slot(self, input_index: int) -> int:
         sid = next(iter(self.counter))
@@ -929,6 +931,7 @@ class TrackedGroupedData:
             and key_types[0] in INTEGRAL
         )
         aggs = []
+        taps: dict[str, Column] = {}
         for s in slots:
             span = " AND ".join(
                 [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
@@ -941,11 +944,15 @@ class TrackedGroupedData:
                 tap = None
                 if tapped:
                     assert f._ctx.tap_root is not None
-                    tap = os.path.join(f._ctx.tap_root, f"{slot_name(s)}-{len(f._ctx.range_src)}")
+                    token = len(f._ctx.tap_dirs)
+                    tap = os.path.join(f._ctx.tap_root, f"t{token}")
                     os.makedirs(tap)
-                    df = df.withColumn(slot_name(s), tap_column(tap, keys[0], _col(slot_name(s))))
+                    f._ctx.tap_dirs.append(tap)
+                    taps[slot_name(s)] = tap_column(token, keys[0], _col(slot_name(s)))
                 f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s), tap)
             aggs.append(c.alias(slot_name(s)))
+        if taps:  # one projection (one analysis) for all of them
+            df = df.withColumns(taps)
         res = df.groupBy(*self._keys).agg(*cols, *aggs)
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
 

@@ -7,14 +7,14 @@ have to be found again. Joining the aggregation's input with the failed groups' 
 a second computation of that input, a join and a JVM → Python transfer of every id — about
 as much as the step itself at 10^6 rows.
 
-The tap avoids all three. ``tap(dir, key, id)`` is a small JVM function
-(``jvm/IdTap.java``; a nondeterministic Spark SQL UDF, so the optimizer neither drops,
-duplicates nor moves it) placed under the aggregation: it returns ``id`` and remembers
-``(key, id)`` for the running task, which writes them to one binary file per map partition
-when it succeeds. The capture then reads the files (on the driver's disk: a local master's
-executors run in the driver's JVM), matches their keys with the failed groups' keys and
-compresses the pairs (:func:`tapped_ids`). This is Titian's capture at the stage boundary,
-made exact, checked and persisted:
+The tap avoids all three. ``tap(token, key, id)`` is a small JVM function
+(``jvm/IdTap.java``; a nondeterministic Spark SQL function that compiles to a static call,
+so the optimizer neither drops, duplicates nor moves it) placed under the aggregation: it
+returns ``id`` and remembers ``(key, id)`` for the running task, which writes them to one
+binary file per map partition when it succeeds. The capture then reads the files (on the
+driver's disk: a local master's executors run in the driver's JVM), matches their keys with
+the failed groups' keys and compresses the pairs (:func:`tapped_ids`). This is Titian's
+capture at the stage boundary, made exact, checked and persisted:
 
 * only for a local master (the files are on the driver's disk) and one integral group key
   (compared as ``bigint``: equal keys, equal groups; a null key is its own group);
@@ -30,6 +30,8 @@ get_session` puts it on the session's class path. Without ``javac``, or in a ses
 elsewhere, the capture uses the join.
 """
 
+import contextlib
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -38,6 +40,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -60,6 +63,7 @@ __all__ = [
     "tap_jar",
     "tap_ready",
     "tapped_ids",
+    "tapping",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,7 +79,14 @@ INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 MAX_GROUPS = 20_000_000
 """Failed groups above this are found by the join: every tap task holds their keys."""
 
-_SPARK_JARS = ("spark-core_", "spark-sql-api_", "spark-sql_", "spark-catalyst_", "scala-")
+_SPARK_JARS = (
+    "spark-core_",
+    "spark-sql-api_",
+    "spark-sql_",
+    "spark-catalyst_",
+    "spark-common-utils_",
+    "scala-",
+)
 
 
 class TapFailed(Exception):
@@ -161,9 +172,31 @@ _REGISTERED: set[tuple[int, str]] = set()
 """Sessions (by SparkContext and JVM session object) with :data:`FUNCTION` registered."""
 
 
-def tap_column(directory: str, key: Column, ids: Column) -> Column:
-    """``ids``, recording ``(key, id)`` per row into ``directory`` (see the module)."""
-    return F.call_udf(FUNCTION, F.lit(directory), key.cast("bigint"), ids)
+def tap_column(token: int, key: Column, ids: Column) -> Column:
+    """``ids``, recording ``(key, id)`` per row into the directory of ``token`` in the jobs
+    run inside :func:`tapping` (see the module)."""
+    k = key.cast("bigint")
+    return F.call_function(FUNCTION, F.lit(token), F.coalesce(k, F.lit(0)), k.isNull(), ids)
+
+
+PROPERTY = "dslog.idtap."
+"""Prefix of the local properties naming the tokens' directories (``IdTap.PROPERTY``)."""
+
+
+@contextlib.contextmanager
+def tapping(spark: SparkSession, directories: Sequence[str]) -> Iterator[None]:
+    """Within the block, jobs this thread starts record token ``i``'s rows into
+    ``directories[i]``. Spark local properties are per driver thread and travel with the
+    thread's jobs to their tasks, so concurrent captures in one process keep their taps
+    apart, and the token, not the directory, is what the generated code holds."""
+    sc = spark.sparkContext
+    for i, d in enumerate(directories):
+        sc.setLocalProperty(f"{PROPERTY}{i}", d)
+    try:
+        yield
+    finally:
+        for i in range(len(directories)):
+            sc.setLocalProperty(f"{PROPERTY}{i}", None)  # type: ignore[arg-type]
 
 
 def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -178,31 +211,58 @@ def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return keys, np.where(null, ~ids, ids), null
 
 
-def _failed_groups(staged: str, slot: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """The groups whose range check failed, from the staged output: their keys (sorted),
-    ``MID`` and id counts in that order, and the ``MID`` and count of the null-key group
-    (-1, 0 when there is none)."""
+@dataclasses.dataclass(frozen=True)
+class _FailedGroups:
+    """The groups whose range check failed, read from the staged output: distinct non-null
+    keys (sorted; group ``g``), then the null-key group (``g = len(keys)``, when present);
+    per group its ids' count ``n`` and its output rows ``rows[start[g] : start[g] + count[g]]``
+    (``MID``; a group is on several rows when a step after the aggregation repeated it)."""
+
+    keys: np.ndarray
+    has_null: bool
+    n: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    rows: np.ndarray
+
+    @property
+    def groups(self) -> int:
+        return self.keys.size + int(self.has_null)
+
+
+def _failed_groups(staged: str, slot: str) -> tuple[_FailedGroups, int]:
+    """:class:`_FailedGroups` of ``slot`` in the staged output, and how many output rows they
+    are on.
+
+    Raises:
+        TapFailed: two rows of one group disagree on its count (not one aggregation's group).
+    """
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     t = pq.read_table(staged, columns=[MID, slot])
     s = t.column(slot).combine_chunks()
-    lo = pc.struct_field(s, "lo")
     ok = pc.fill_null(pc.struct_field(s, "ok"), True)
-    bad = pc.and_(lo.is_valid(), pc.invert(ok))
+    bad = pc.and_(pc.struct_field(s, "lo").is_valid(), pc.invert(ok))
     mids = t.column(MID).combine_chunks().filter(bad).to_numpy().astype(np.int64)
     key = pc.struct_field(pc.struct_field(s, "k"), "k0").filter(bad)
     n = pc.struct_field(s, "n").filter(bad).to_numpy(zero_copy_only=False).astype(np.int64)
     is_null = np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool)
     keys = pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
-    null_mid, null_n = -1, 0
-    if is_null.any():
-        i = int(np.flatnonzero(is_null)[0])
-        null_mid, null_n = int(mids[i]), int(n[i])
-    keep = ~is_null
-    keys, mids, n = keys[keep], mids[keep], n[keep]
-    order = np.argsort(keys, kind="stable")
-    return keys[order], mids[order], n[order], null_mid, null_n
+    # rows ordered by group: non-null keys ascending, then the null key
+    order = np.lexsort((keys, is_null))
+    keys, n, mids, is_null = keys[order], n[order], mids[order], is_null[order]
+    first = np.ones(keys.size, bool)
+    first[1:] = (keys[1:] != keys[:-1]) | (is_null[1:] != is_null[:-1])
+    start = np.flatnonzero(first)
+    count = np.diff(np.append(start, keys.size))
+    if not np.array_equal(np.repeat(n[start], count), n):
+        msg = "rows of one group disagree on its count"
+        raise TapFailed(msg)
+    has_null = bool(is_null.any())
+    distinct = keys[start[:-1] if has_null else start]
+    groups = _FailedGroups(distinct, has_null, n[start], start, count, mids)
+    return groups, int(mids.size)
 
 
 class _KeyIndex:
@@ -264,37 +324,36 @@ def tapped_ids(
     if n_failed > MAX_GROUPS:
         msg = f"{n_failed} failed groups (more than {MAX_GROUPS})"
         raise TapFailed(msg)
-    keys, mids, expected, null_mid, null_n = _failed_groups(staged, slot)
-    if expected.size + (1 if null_mid >= 0 else 0) != n_failed:
-        msg = f"{expected.size} failed groups in the staged output, {n_failed} counted"
+    fg, n_rows = _failed_groups(staged, slot)
+    if n_rows != n_failed:
+        msg = f"{n_rows} failed rows in the staged output, {n_failed} counted"
         raise TapFailed(msg)
     # MID = partition << PART_BITS | index: the dense output row is the partition's offset
     # plus the index
     starts = np.asarray(offsets, np.int64)
-    dense = starts[mids >> PART_BITS] + (mids & ((1 << PART_BITS) - 1))
-    null_o = -1
-    if null_mid >= 0:
-        null_o = int(starts[null_mid >> PART_BITS] + (null_mid & ((1 << PART_BITS) - 1)))
-    index = _KeyIndex(keys)
+    dense = starts[fg.rows >> PART_BITS] + (fg.rows & ((1 << PART_BITS) - 1))
+    single = bool((fg.count == 1).all())
+    index = _KeyIndex(fg.keys)
 
-    def one(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    def one(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k, r, null = read_tap(path)
-        pos = index(k[~null])
+        pos = index(k)
+        pos[null] = fg.keys.size if fg.has_null else -1
         hit = pos >= 0
-        o, ids = dense[pos[hit]], r[~null][hit]
-        counts = np.bincount(pos[hit], minlength=keys.size)
-        n_null = 0
-        if null_mid >= 0 and null.any():
-            n_null = int(null.sum())
-            o = np.concatenate([o, np.full(n_null, null_o, np.int64)])
-            ids = np.concatenate([ids, r[null]])
-        return o, ids, counts, n_null
+        pos, ids = pos[hit], r[hit]
+        counts = np.bincount(pos, minlength=fg.groups)
+        if single:
+            return dense[fg.start[pos]], ids, counts
+        reps = fg.count[pos]  # a group on several output rows: a pair for each
+        total = int(reps.sum())
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+        return dense[np.repeat(fg.start[pos], reps) + within], np.repeat(ids, reps), counts
 
     workers = max(1, min(len(names), threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
         got = list(pool.map(one, [os.path.join(directory, n) for n in names]))
-    counts = np.sum([g[2] for g in got], axis=0) if got else np.zeros(0, np.int64)
-    if not np.array_equal(counts, expected) or sum(g[3] for g in got) != null_n:
+    counts = np.sum([g[2] for g in got], axis=0)
+    if not np.array_equal(counts, fg.n):
         msg = "tapped rows do not match the groups' counts"
         raise TapFailed(msg)
     o = np.concatenate([g[0] for g in got])

@@ -1,0 +1,273 @@
+"""The id tap: groups whose ids are not a range get them from the tapped map side, exactly.
+
+Each capture is checked against a brute-force reference and against the same capture with
+the tap off (the join path), and the tap's own checks are exercised: a file that does not
+add up to the groups' counts, files from two stages, a truncated file — each makes the
+capture fall back to the join with the same lineage. The file-level functions are checked
+on hand-made files.
+"""
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from frame_reference import assert_lineage
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+
+import dslog_dagster.spark.capture as capture_module
+import dslog_dagster.spark.idtap as idtap
+from dslog_dagster.spark import ROW_ID, capture_frames
+from dslog_dagster.spark.rowid import MID, PART_BITS
+
+RNG = np.random.default_rng(7)
+# 60 rows, keys 0..9 scattered over the ids, and a few null keys
+KEYS = [None if i % 13 == 0 else int(k) for i, k in enumerate(RNG.integers(0, 10, 60))]
+ROWS = [(i, KEYS[i], float(i)) for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def facts(spark: Any) -> Any:
+    df = spark.createDataFrame(ROWS, "id long, k long, v double").repartition(3, "id")
+    return df.withColumn(ROW_ID, F.col("id"))
+
+
+def by_key(x: Any) -> Any:
+    return x.groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n")).orderBy("k")
+
+
+def groups() -> dict[Any, list[int]]:
+    g: dict[Any, list[int]] = {}
+    for i, k, _ in ROWS:
+        g.setdefault(k, []).append(i)
+    return g
+
+
+def check_reference(cap: Any) -> None:
+    want = groups()
+    src = {"k": "k", "s": "v", "n": "k"}
+    assert_lineage(cap, 0, lambda r, c: [(i, src[c]) for i in want[r["k"]]])
+
+
+def same_lineage(a: Any, b: Any) -> None:
+    for considered in (False, True):
+        assert a.relation(0, considered=considered) == b.relation(0, considered=considered)
+
+
+def test_the_session_has_the_tap(spark: Any) -> None:
+    jar = idtap.tap_jar()
+    assert jar is not None
+    assert jar.exists()
+    assert str(jar) in spark.conf.get("spark.jars", "")
+    assert idtap.tap_ready(spark)
+
+
+def test_scattered_groups_come_from_the_tap(facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tapped = capture_frames(by_key, [facts])
+    n_groups = len(groups())
+    # every group (the null key one too) failed its range and was matched with the tap
+    assert tapped.timings["refetched_rows"] == n_groups
+    assert tapped.timings["tapped_rows"] == n_groups
+    assert "retried_with_lists" not in tapped.timings
+    check_reference(tapped)
+    monkeypatch.setattr(capture_module, "tap_ready", lambda spark: False)
+    joined = capture_frames(by_key, [facts])
+    assert "tapped_rows" not in joined.timings
+    assert joined.timings["refetched_rows"] == n_groups
+    same_lineage(tapped, joined)
+    lists = capture_frames(by_key, [facts], aggregate="lists")
+    same_lineage(tapped, lists)
+
+
+def test_a_group_repeated_after_the_aggregation_gets_all_its_rows(spark: Any, facts: Any) -> None:
+    twice = spark.createDataFrame([(i, i // 2) for i in range(20)], "rid long, key long")
+    twice = twice.withColumn(ROW_ID, F.col("rid"))
+
+    def f(x: Any, t: Any) -> Any:
+        g = x.groupBy("k").agg(F.sum("v").alias("s"))
+        return g.join(t, g.k == t.key).select("k", "s", "rid").orderBy("rid")
+
+    cap = capture_frames(f, {"x": facts, "t": twice})
+    assert cap.timings["tapped_rows"] == 20  # 10 groups, each on two output rows
+    want = groups()
+    src = {"k": "k", "s": "v"}
+    assert_lineage(cap, "x", lambda r, c: [(i, src[c]) for i in want[r["k"]]] if c in src else [])
+
+
+@pytest.mark.parametrize("damage", ["drop_a_row", "two_stages", "truncate"])
+def test_a_tap_that_does_not_add_up_falls_back_to_the_join(
+    facts: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    real = idtap.tapped_ids
+
+    def damaged(directory: str, *args: Any, **kwargs: Any) -> Any:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".bin"))
+        path = os.path.join(directory, names[0])
+        a = np.fromfile(path, "<i8")
+        n = int(a[0])
+        if damage == "drop_a_row":  # a row lost: its group's count does not match
+            keys, ids = a[1 : 1 + n], a[1 + n :]
+            np.concatenate([[n - 1], keys[:-1], ids[:-1]]).astype("<i8").tofile(path)
+        elif damage == "two_stages":  # the map side ran in two stages
+            os.rename(path, os.path.join(directory, "tap-999999-0.bin"))
+        else:
+            a[:-1].tofile(path)
+        return real(directory, *args, **kwargs)
+
+    monkeypatch.setattr(capture_module, "tapped_ids", damaged)
+    with caplog.at_level(logging.INFO, logger="dslog_dagster.spark.capture"):
+        cap = capture_frames(by_key, [facts])
+    assert "tapped_rows" not in cap.timings
+    assert cap.timings["refetched_rows"] == len(groups())
+    assert "joining instead" in caplog.text
+    check_reference(cap)
+
+
+@pytest.mark.parametrize("keys", [["g"], ["g", "h"]])
+def test_string_keys_and_two_keys_use_the_join(spark: Any, keys: list[str]) -> None:
+    rows = [(i, f"g{(i * 7) % 4}", i % 2, float(i)) for i in range(16)]
+    x = spark.createDataFrame(rows, "id long, g string, h long, v double")
+    x = x.withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(lambda x: x.groupBy(*keys).agg(F.sum("v").alias("s")), [x])
+    assert "tapped_rows" not in cap.timings
+    assert cap.timings["refetched_rows"] > 0
+    want: dict[Any, list[int]] = {}
+    for i, g, h, _ in rows:
+        want.setdefault(tuple([g, h][: len(keys)]), []).append(i)
+    assert_lineage(
+        cap, 0, lambda r, c: [(i, "v" if c == "s" else c) for i in want[tuple(r[k] for k in keys)]]
+    )
+
+
+def test_a_global_aggregation_is_tapped(facts: Any) -> None:
+    cap = capture_frames(
+        lambda x: x.filter(F.col("id") % 3 == 0).agg(F.sum("v").alias("s")), [facts]
+    )
+    assert cap.timings["tapped_rows"] == 1
+    assert_lineage(cap, 0, lambda r, c: [(i, "v") for i in range(0, 60, 3)])
+
+
+def test_concurrent_captures_keep_their_taps_apart(spark: Any, facts: Any) -> None:
+    other = [(i, (i * 5) % 7, float(i)) for i in range(40)]
+    y = spark.createDataFrame(other, "id long, k long, v double").repartition(2, "id")
+    y = y.withColumn(ROW_ID, F.col("id"))
+    got: dict[str, Any] = {}
+
+    def run(name: str, frame: Any) -> None:
+        got[name] = capture_frames(by_key, [frame])
+
+    threads = [threading.Thread(target=run, args=a) for a in (("x", facts), ("y", y))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got["x"].timings["tapped_rows"] == len(groups())
+    check_reference(got["x"])
+    assert got["y"].timings["tapped_rows"] == 7
+    want = {k: [i for i, kk, _ in other if kk == k] for k in range(7)}
+    src = {"k": "k", "s": "v", "n": "k"}
+    assert_lineage(got["y"], 0, lambda r, c: [(i, src[c]) for i in want[r["k"]]])
+
+
+# ---------------------------------------------------------------------- file level
+
+
+def write_tap(path: Path, keys: list[int | None], ids: list[int]) -> None:
+    k = np.asarray([0 if x is None else x for x in keys], np.int64)
+    i = np.asarray([~v if x is None else v for x, v in zip(keys, ids, strict=True)], np.int64)
+    np.concatenate([[len(keys)], k, i]).astype("<i8").tofile(path)
+
+
+def write_staged(path: Path, rows: list[tuple[int, int | None, int, bool]]) -> None:
+    """Staged output rows: (MID, key, n, ok) of one range slot ``s``."""
+    s = pa.array(
+        [{"lo": 0, "hi": 0, "ok": ok, "n": n, "k": {"k0": k}} for _, k, n, ok in rows],
+        pa.struct(
+            [
+                ("lo", pa.int64()),
+                ("hi", pa.int64()),
+                ("ok", pa.bool_()),
+                ("n", pa.int64()),
+                ("k", pa.struct([("k0", pa.int64())])),
+            ]
+        ),
+    )
+    path.mkdir()
+    t = pa.table({MID: pa.array([m for m, *_ in rows], pa.int64()), "s": s})
+    pq.write_table(t, path / "part-00000.parquet")
+
+
+def test_tapped_ids_on_hand_made_files(tmp_path: Path) -> None:
+    # output: partition 0 has rows 0..1, partition 1 rows 0..2 -> dense rows 0..4
+    offsets = [0, 2, 5]
+    mid = [0, 1, (1 << PART_BITS) | 0, (1 << PART_BITS) | 1, (1 << PART_BITS) | 2]
+    # rows: key 5 (failed, n=3), key 9 (ok), null key (failed, n=1), key 5 again, key 2
+    staged = tmp_path / "staged"
+    write_staged(
+        staged,
+        [
+            (mid[0], 5, 3, False),
+            (mid[1], 9, 2, True),
+            (mid[2], None, 1, False),
+            (mid[3], 5, 3, False),
+            (mid[4], 2, 1, False),
+        ],
+    )
+    taps = tmp_path / "taps"
+    taps.mkdir()
+    write_tap(taps / "tap-4-0.bin", [5, 9, None, 5], [10, 11, 12, 13])
+    write_tap(taps / "tap-4-1.bin", [5, 2, 9], [14, 15, 16])
+    table = idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
+    rel = table.decompress()
+    got = set(zip(rel.out_cols[0].tolist(), rel.in_cols[0].tolist(), strict=True))
+    # key 5 is on dense rows 0 and 3; the null key on row 2; key 2 on row 4; key 9 passed
+    want = {(o, r) for o in (0, 3) for r in (10, 13, 14)} | {(2, 12), (4, 15)}
+    assert got == want
+    # the failed rows counted by the pass must be the staged ones
+    with pytest.raises(idtap.TapFailed):
+        idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 3)
+    # a group whose tapped rows fall short of its count
+    write_tap(taps / "tap-4-1.bin", [2, 9], [15, 16])
+    with pytest.raises(idtap.TapFailed, match="counts"):
+        idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
+
+
+def test_a_truncated_tap_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tap-1-0.bin"
+    write_tap(path, [1, 2], [3, 4])
+    np.fromfile(path, "<i8")[:-1].tofile(path)
+    with pytest.raises(idtap.TapFailed, match="truncated"):
+        idtap.read_tap(str(path))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(-(2**40), 2**40), min_size=0, max_size=40, unique=True),
+    st.lists(st.integers(-(2**40), 2**40), max_size=60),
+    st.booleans(),
+)
+def test_key_index_finds_exactly_the_keys(keys: list[int], probes: list[int], dense: bool) -> None:
+    if dense:  # the direct table's range
+        keys = sorted({k % 50 for k in keys})
+        probes = [p % 70 - 10 for p in probes]
+    k = np.asarray(sorted(keys), np.int64)
+    pos = idtap._KeyIndex(k)(np.asarray(probes, np.int64))
+    where = {v: i for i, v in enumerate(k.tolist())}
+    assert pos.tolist() == [where.get(p, -1) for p in probes]
+
+
+def test_no_jdk_means_no_tap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(idtap, "_javac", lambda: None)
+    idtap.tap_jar.cache_clear()
+    try:
+        assert idtap.tap_jar() is None
+    finally:
+        idtap.tap_jar.cache_clear()
