@@ -38,5 +38,8 @@ else
   if [ "${jv:-0}" -lt 17 ] 2>/dev/null; then
     say "warning: java is version ${jv}; the Spark parts need Java 17 or newer."
   fi
+  if ! command -v javac >/dev/null 2>&1 && ! [ -x "${JAVA_HOME:-/nonexistent}/bin/javac" ]; then
+    say "warning: no 'javac' (a JDK). Spark aggregations with shuffled keys then find their row ids by a slower join, and the id-tap tests fail; install e.g. 'apt-get install openjdk-17-jdk-headless'."
+  fi
 fi
 exit $fail
