@@ -200,15 +200,27 @@ def tapping(spark: SparkSession, directories: Sequence[str]) -> Iterator[None]:
 
 
 def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One tap file: keys, ids and whether the key was null (``~id`` stored)."""
+    """One tap file (chunks of ``int64 n, keys[n], ids[n]``): keys, ids and whether the key
+    was null (``~id`` stored).
+
+    Raises:
+        TapFailed: the file is truncated.
+    """
     a = np.fromfile(path, dtype="<i8")
-    n = int(a[0]) if a.size else 0
-    if a.size != 1 + 2 * n:
-        msg = f"Tap file {path} is truncated ({a.size} values for {n} pairs)."
-        raise TapFailed(msg)
-    keys, ids = a[1 : 1 + n], a[1 + n :]
-    null = ids < 0
-    return keys, np.where(null, ~ids, ids), null
+    keys, ids = [], []
+    at = 0
+    while at < a.size:
+        n = int(a[at])
+        if n < 0 or at + 1 + 2 * n > a.size:
+            msg = f"Tap file {path} is truncated (a chunk of {n} pairs at value {at})."
+            raise TapFailed(msg)
+        keys.append(a[at + 1 : at + 1 + n])
+        ids.append(a[at + 1 + n : at + 1 + 2 * n])
+        at += 1 + 2 * n
+    k = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    i = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    null = i < 0
+    return k, np.where(null, ~i, i), null
 
 
 @dataclasses.dataclass(frozen=True)

@@ -86,6 +86,34 @@ def test_scattered_groups_come_from_the_tap(facts: Any, monkeypatch: pytest.Monk
     same_lineage(tapped, lists)
 
 
+def test_a_task_spills_its_pairs_in_chunks(
+    spark: Any, facts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    real = idtap.tapped_ids
+
+    def chunk_sizes(directory: str, *args: Any, **kwargs: Any) -> Any:
+        for name in os.listdir(directory):
+            a, at = np.fromfile(os.path.join(directory, name), "<i8"), 0
+            while at < a.size:
+                sizes.append(int(a[at]))
+                at += 1 + 2 * int(a[at])
+        return real(directory, *args, **kwargs)
+
+    monkeypatch.setattr(capture_module, "tapped_ids", chunk_sizes)
+    # chunks of 3 pairs: every task appends several chunks to its file before publishing it
+    spark.sparkContext.setLocalProperty(f"{idtap.PROPERTY}chunk", "3")
+    try:
+        cap = capture_frames(by_key, [facts])
+    finally:
+        spark.sparkContext.setLocalProperty(f"{idtap.PROPERTY}chunk", None)
+    assert cap.timings["tapped_rows"] == len(groups())
+    assert sum(sizes) == len(ROWS)
+    assert max(sizes) == 3
+    assert len(sizes) >= len(ROWS) // 3
+    check_reference(cap)
+
+
 def test_a_group_repeated_after_the_aggregation_gets_all_its_rows(spark: Any, facts: Any) -> None:
     twice = spark.createDataFrame([(i, i // 2) for i in range(20)], "rid long, key long")
     twice = twice.withColumn(ROW_ID, F.col("rid"))
@@ -239,10 +267,15 @@ def test_tapped_ids_on_hand_made_files(tmp_path: Path) -> None:
         idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
 
 
-def test_a_truncated_tap_file_is_refused(tmp_path: Path) -> None:
+def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     path = tmp_path / "tap-1-0.bin"
-    write_tap(path, [1, 2], [3, 4])
-    np.fromfile(path, "<i8")[:-1].tofile(path)
+    chunks = [np.asarray([2, 7, 8, 30, ~40], "<i8"), np.asarray([1, 9, 50], "<i8")]
+    np.concatenate(chunks).tofile(path)
+    keys, ids, null = idtap.read_tap(str(path))
+    assert keys.tolist() == [7, 8, 9]
+    assert ids.tolist() == [30, 40, 50]
+    assert null.tolist() == [False, True, False]
+    np.concatenate(chunks)[:-1].tofile(path)  # the last chunk cut short
     with pytest.raises(idtap.TapFailed, match="truncated"):
         idtap.read_tap(str(path))
 

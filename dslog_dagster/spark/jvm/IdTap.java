@@ -4,16 +4,18 @@
  * A nondeterministic SQL function tap(token, key, key_is_null, id) that returns id and, on the
  * executor, remembers (key, id) for the running task. It is registered in the session's
  * function registry as a StaticInvoke of record(): the stage's generated code calls the
- * static method with primitive arguments (no boxing, no type converters, ~5 ns a row, where
- * a Java UDF cost ~75 ns); a null id returns null without a call. The token names a directory through the job's
- * local property "dslog.idtap.<token>" (set by the capture's thread on the driver): a
- * constant token keeps the stage's generated code the same from one capture to the next, so
- * Spark's code cache serves it, and converting a directory string per row is avoided. When
- * the task succeeds its pairs are written to <dir>/tap-<stage>-<partition>.bin (published by
- * an atomic rename, so a retried or speculative attempt replaces its partition's file and a
- * failed attempt leaves none); a task without the property records nothing:
+ * static method with primitive arguments (no boxing, no type converters; a Java UDF cost
+ * ~15x more per row); a null id returns null without a call.
  *
- *   int64 n | int64 keys[n] | int64 ids[n]        (little endian)
+ * The token names a directory through the job's local property "dslog.idtap.<token>" (set by
+ * the capture's thread on the driver): a constant token keeps the stage's generated code the
+ * same from one capture to the next, so Spark's code cache serves it. A task without the
+ * property records nothing. When the task succeeds its pairs are in
+ * <dir>/tap-<stage>-<partition>.bin, published by an atomic rename (a retried or speculative
+ * attempt replaces its partition's file; a failed attempt leaves none). The file is a
+ * sequence of chunks of at most CHUNK pairs, so a task's memory stays bounded:
+ *
+ *   ( int64 n | int64 keys[n] | int64 ids[n] )*      (little endian)
  *
  * where a row whose key is null stores ~id (ids are dense row ids, never negative).
  *
@@ -67,7 +69,10 @@ public final class IdTap {
    * compile every stage again).
    */
   public static void register(org.apache.spark.sql.classic.SparkSession spark, String name) {
-    spark.sessionState().functionRegistry().createOrReplaceTempFunction(name, new Builder(), "java_udf");
+    spark
+        .sessionState()
+        .functionRegistry()
+        .createOrReplaceTempFunction(name, new Builder(), "java_udf");
   }
 
   private static final class Builder extends AbstractFunction1<Seq<Expression>, Expression> {
@@ -87,19 +92,103 @@ public final class IdTap {
     }
   }
 
+  /**
+   * Pairs kept in memory per tap and task before they are appended to the file (16 MB);
+   * the local property "dslog.idtap.chunk" sets another size.
+   */
+  static final int CHUNK = 1 << 20;
+
+  /**
+   * One tap's pairs in one task attempt: up to CHUNK in memory, earlier chunks appended to
+   * the attempt's temporary file, so a task's memory stays bounded however many rows it has.
+   */
   private static final class Buf {
-    long[] keys = new long[1 << 12];
-    long[] ids = new long[1 << 12];
+    final Path tmp;
+    final Path done;
+    final int chunk;
+    long[] keys;
+    long[] ids;
     int n;
+    FileChannel ch;
+    boolean broken;
+
+    Buf(String dir, TaskContext c) {
+      String base = "tap-" + c.stageId() + "-" + c.partitionId();
+      this.tmp = Paths.get(dir, "." + base + "-" + c.taskAttemptId() + ".tmp");
+      this.done = Paths.get(dir, base + ".bin");
+      String size = c.getLocalProperty(PROPERTY + "chunk");
+      this.chunk = size == null ? CHUNK : Math.max(1, Integer.parseInt(size));
+      this.keys = new long[Math.min(4096, chunk)];
+      this.ids = new long[keys.length];
+    }
 
     void add(long key, long id) {
       if (n == keys.length) {
-        keys = Arrays.copyOf(keys, n * 2);
-        ids = Arrays.copyOf(ids, n * 2);
+        if (n >= chunk) {
+          spill();
+        } else {
+          int grown = (int) Math.min((long) chunk, 2L * n);
+          keys = Arrays.copyOf(keys, grown);
+          ids = Arrays.copyOf(ids, grown);
+        }
       }
       keys[n] = key;
       ids[n] = id;
       n++;
+    }
+
+    /** Appends the chunk (int64 n, keys[n], ids[n]; little endian) to the temporary file. */
+    void spill() {
+      if (!broken) {
+        try {
+          if (ch == null) {
+            ch =
+                FileChannel.open(
+                    tmp,
+                    StandardOpenOption.CREATE,
+                    StandardOpenOption.WRITE,
+                    StandardOpenOption.TRUNCATE_EXISTING);
+          }
+          ByteBuffer bb = ByteBuffer.allocate(8 * (1 + 2 * n)).order(ByteOrder.LITTLE_ENDIAN);
+          bb.putLong(n);
+          bb.asLongBuffer().put(keys, 0, n);
+          bb.position(8 + 8 * n);
+          bb.asLongBuffer().put(ids, 0, n);
+          bb.position(0);
+          while (bb.hasRemaining()) {
+            ch.write(bb);
+          }
+        } catch (IOException e) {
+          // the capture sees the missing file (its counts do not match) and finds the ids by
+          // a join instead; failing the user's task for it would lose more than it saves
+          broken = true;
+        }
+      }
+      n = 0;
+    }
+
+    /** Publishes the file (success) or removes it (failure). */
+    void finish(boolean ok) {
+      if (ok && n > 0) {
+        spill();
+      }
+      try {
+        if (ch != null) {
+          ch.close();
+        }
+        if (ok && !broken && ch != null) {
+          Files.move(
+              tmp, done, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+        } else {
+          Files.deleteIfExists(tmp);
+        }
+      } catch (IOException e) {
+        try {
+          Files.deleteIfExists(tmp);
+        } catch (IOException ignored) {
+          // nothing left to do: the capture's counts will not match
+        }
+      }
     }
   }
 
@@ -135,7 +224,7 @@ public final class IdTap {
     }
     if (!t.resolved[i]) {
       String dir = ctx.getLocalProperty(PROPERTY + i);
-      t.byToken[i] = dir == null ? null : t.bufs.computeIfAbsent(dir, d -> new Buf());
+      t.byToken[i] = dir == null ? null : t.bufs.computeIfAbsent(dir, d -> new Buf(d, ctx));
       t.resolved[i] = true;
     }
     Buf b = t.byToken[i];
@@ -158,48 +247,11 @@ public final class IdTap {
           if (TASK.get() == t) {
             TASK.remove();
           }
-          if (!c.isFailed()) {
-            for (Map.Entry<String, Buf> e : t.bufs.entrySet()) {
-              write(c, e.getKey(), e.getValue());
-            }
+          boolean ok = !c.isFailed();
+          for (Buf b : t.bufs.values()) {
+            b.finish(ok);
           }
         });
     return t;
-  }
-
-  private static void write(TaskContext c, String dir, Buf b) {
-    String base = "tap-" + c.stageId() + "-" + c.partitionId();
-    Path tmp = Paths.get(dir, "." + base + "-" + c.taskAttemptId() + ".tmp");
-    ByteBuffer bb = ByteBuffer.allocate(8 * (1 + 2 * b.n)).order(ByteOrder.LITTLE_ENDIAN);
-    bb.putLong(b.n);
-    bb.asLongBuffer().put(b.keys, 0, b.n);
-    bb.position(8 + 8 * b.n);
-    bb.asLongBuffer().put(b.ids, 0, b.n);
-    bb.position(0);
-    try {
-      try (FileChannel ch =
-          FileChannel.open(
-              tmp,
-              StandardOpenOption.CREATE,
-              StandardOpenOption.WRITE,
-              StandardOpenOption.TRUNCATE_EXISTING)) {
-        while (bb.hasRemaining()) {
-          ch.write(bb);
-        }
-      }
-      Files.move(
-          tmp,
-          Paths.get(dir, base + ".bin"),
-          StandardCopyOption.REPLACE_EXISTING,
-          StandardCopyOption.ATOMIC_MOVE);
-    } catch (IOException e) {
-      // the capture sees the missing file (its counts do not match) and finds the ids by a
-      // join instead; failing the user's task for it would lose more than it saves
-      try {
-        Files.deleteIfExists(tmp);
-      } catch (IOException ignored) {
-        // nothing left to do
-      }
-    }
   }
 }
