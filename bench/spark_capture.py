@@ -11,8 +11,13 @@ PASS/FAIL per goal (issue 7):
 * **backward query** — 10^4 output rows back to the fact table: the native in-situ query on
   the store vs DuckDB over the raw pairs in Parquet.
 
-Times are the best of ``--reps`` alternating runs (JIT warm-up and a shared machine make single
-runs noisy). Usage: ``.venv/bin/python bench/spark_capture.py [--rows 1000000] [--quick]``.
+Both pipelines read the same in-memory inputs, checkpointed so that their plans are scans
+(as the IO manager's Parquet inputs are; a plan holding a 10^6-row local relation made every
+analysis slow and flattered the ratio). With shuffled keys every group fails its range check
+and gets its ids from the id tap (``capture phases`` show ``tapped_rows``; ``refetch_s`` is
+the tap's matching). Times are the best of ``--reps`` alternating runs (JIT warm-up and a
+shared machine make single runs noisy). Usage:
+``.venv/bin/python bench/spark_capture.py [--rows 1000000] [--reps 5] [--quick]``.
 """
 
 import argparse
