@@ -71,13 +71,11 @@ log = logging.getLogger(__name__)
 FUNCTION = "__dslog_id_tap"
 """The tap's name in a session's function registry."""
 
-CLASS = "dslog.spark.IdTap"
-
 INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 """Key types the tap compares exactly as ``bigint``."""
 
 MAX_GROUPS = 20_000_000
-"""Failed groups above this are found by the join: every tap task holds their keys."""
+"""Failed groups above this are found by the join (matching holds their keys in memory)."""
 
 _SPARK_JARS = (
     "spark-core_",

@@ -114,6 +114,24 @@ def test_a_task_spills_its_pairs_in_chunks(
     check_reference(cap)
 
 
+def test_the_tap_runs_without_generated_code(spark: Any, facts: Any) -> None:
+    # interpreted expressions find record() by reflection: its signature must match
+    conf = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        cap = capture_frames(by_key, [facts])
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+    assert cap.timings["tapped_rows"] == len(groups())
+    check_reference(cap)
+
+
 def test_a_group_repeated_after_the_aggregation_gets_all_its_rows(spark: Any, facts: Any) -> None:
     twice = spark.createDataFrame([(i, i // 2) for i in range(20)], "rid long, key long")
     twice = twice.withColumn(ROW_ID, F.col("rid"))
