@@ -18,11 +18,12 @@ formed unless a reader asks for the table's ProvRC rows.
 """
 
 import atexit
+import contextlib
 import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -398,7 +399,10 @@ def capture_frames(
     retried: list[str] = []
     for mode in modes:
         try:
-            cap = _capture_once(func, frames, named, prepared, cached, on_unknown, mode, kwargs, t0)
+            with _tap_root(mode, prepared) as root:
+                cap = _capture_once(
+                    func, frames, named, prepared, cached, on_unknown, mode, kwargs, t0, root
+                )
         except (NeedLists, _RangesFailed) as e:
             if mode == modes[-1]:  # pragma: no cover (lists mode never signals)
                 raise
@@ -411,31 +415,21 @@ def capture_frames(
     raise AssertionError(msg)  # pragma: no cover
 
 
-def _capture_once(
-    func: Callable[..., Any],
-    frames: Mapping[str, DataFrame] | Sequence[DataFrame],
-    named: list[tuple[str, DataFrame]],
-    prepared: list[tuple[DataFrame, int]],
-    cached: list[RowIds],
-    on_unknown: OnUnknown,
-    mode: Literal["ranges", "lists"],
-    kwargs: Mapping[str, Any],
-    t0: float,
-) -> FrameCapture:
-    """One run of ``func`` and one pass over its output (see :func:`capture_frames`)."""
-    tap_root = None
-    if mode == "ranges" and prepared and tap_ready(prepared[0][0].sparkSession):
-        tap_root = tempfile.mkdtemp(prefix="dslog-tap-")
+@contextlib.contextmanager
+def _tap_root(mode: str, prepared: list[tuple[DataFrame, int]]) -> Iterator[str | None]:
+    """A directory for the id taps of one run (removed after it), or None: lists mode, or a
+    session without the tap."""
+    if mode != "ranges" or not prepared or not tap_ready(prepared[0][0].sparkSession):
+        yield None
+        return
+    root = tempfile.mkdtemp(prefix="dslog-tap-")
     try:
-        return _run_once(
-            func, frames, named, prepared, cached, on_unknown, mode, kwargs, t0, tap_root
-        )
+        yield root
     finally:
-        if tap_root is not None:
-            shutil.rmtree(tap_root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def _run_once(
+def _capture_once(
     func: Callable[..., Any],
     frames: Mapping[str, DataFrame] | Sequence[DataFrame],
     named: list[tuple[str, DataFrame]],
@@ -447,6 +441,9 @@ def _run_once(
     t0: float,
     tap_root: str | None,
 ) -> FrameCapture:
+    """One run of ``func`` and one pass over its output (see :func:`capture_frames`);
+    aggregations record their ids under ``tap_root`` (:mod:`~dslog_dagster.spark.idtap`;
+    None: no tap)."""
     ctx = CaptureContext(on_unknown=on_unknown, aggregate=mode, tap_root=tap_root)
     tracked: list[TrackedFrame] = []
     inputs: list[FrameInput] = []

@@ -52,11 +52,13 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.spark.lineage import range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
 
 __all__ = [
     "FUNCTION",
     "INTEGRAL",
+    "PROPERTY",
     "TapFailed",
     "read_tap",
     "tap_column",
@@ -240,9 +242,8 @@ class _FailedGroups:
         return self.keys.size + int(self.has_null)
 
 
-def _failed_groups(staged: str, slot: str) -> tuple[_FailedGroups, int]:
-    """:class:`_FailedGroups` of ``slot`` in the staged output, and how many output rows they
-    are on.
+def _failed_groups(staged: str, slot: str) -> _FailedGroups:
+    """:class:`_FailedGroups` of ``slot`` in the staged output.
 
     Raises:
         TapFailed: two rows of one group disagree on its count (not one aggregation's group).
@@ -252,8 +253,8 @@ def _failed_groups(staged: str, slot: str) -> tuple[_FailedGroups, int]:
 
     t = pq.read_table(staged, columns=[MID, slot])
     s = t.column(slot).combine_chunks()
-    ok = pc.fill_null(pc.struct_field(s, "ok"), True)
-    bad = pc.and_(pc.struct_field(s, "lo").is_valid(), pc.invert(ok))
+    valid, ok = range_rows(s)
+    bad = pa.array(valid & ~ok)
     mids = t.column(MID).combine_chunks().filter(bad).to_numpy().astype(np.int64)
     key = pc.struct_field(pc.struct_field(s, "k"), "k0").filter(bad)
     n = pc.struct_field(s, "n").filter(bad).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -271,8 +272,7 @@ def _failed_groups(staged: str, slot: str) -> tuple[_FailedGroups, int]:
         raise TapFailed(msg)
     has_null = bool(is_null.any())
     distinct = keys[start[:-1] if has_null else start]
-    groups = _FailedGroups(distinct, has_null, n[start], start, count, mids)
-    return groups, int(mids.size)
+    return _FailedGroups(distinct, has_null, n[start], start, count, mids)
 
 
 class _KeyIndex:
@@ -334,9 +334,9 @@ def tapped_ids(
     if n_failed > MAX_GROUPS:
         msg = f"{n_failed} failed groups (more than {MAX_GROUPS})"
         raise TapFailed(msg)
-    fg, n_rows = _failed_groups(staged, slot)
-    if n_rows != n_failed:
-        msg = f"{n_rows} failed rows in the staged output, {n_failed} counted"
+    fg = _failed_groups(staged, slot)
+    if fg.rows.size != n_failed:
+        msg = f"{fg.rows.size} failed rows in the staged output, {n_failed} counted"
         raise TapFailed(msg)
     # MID = partition << PART_BITS | index: the dense output row is the partition's offset
     # plus the index

@@ -28,6 +28,7 @@ __all__ = [
     "RangesNotExact",
     "RowTables",
     "compress_pairs",
+    "range_rows",
     "refetch_ids",
     "row_tables",
     "shift_rows",
@@ -128,6 +129,19 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
     )
 
 
+def range_rows(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a ``struct<lo, hi, ok, ...>`` column: whether it has ids (``lo`` set) and
+    whether their range is exact (``ok``, null counting as true). Rows with ids whose range
+    is not exact are the ones whose ids are found again."""
+    import pyarrow.compute as pc
+
+    valid = np.asarray(pc.struct_field(col, "lo").is_valid().to_numpy(zero_copy_only=False))
+    ok = np.asarray(
+        pc.fill_null(pc.struct_field(col, "ok"), True).to_numpy(zero_copy_only=False), bool
+    )
+    return valid, ok
+
+
 def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
     """(local row, input row) pairs of a ``struct<lo, hi, ok, ...>`` column: ``lo..hi`` per
     row whose ``ok`` holds, and the number of rows with ids whose ``ok`` fails (left out: their
@@ -136,10 +150,7 @@ def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarr
 
     lo_a = pc.struct_field(col, "lo")
     hi_a = pc.struct_field(col, "hi")
-    valid = np.asarray(lo_a.is_valid().to_numpy(zero_copy_only=False))
-    ok = np.asarray(
-        pc.fill_null(pc.struct_field(col, "ok"), True).to_numpy(zero_copy_only=False), bool
-    )
+    valid, ok = range_rows(col)
     keep = valid & ok
     failed = int((valid & ~ok).sum())
     lo = lo_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
