@@ -18,11 +18,17 @@ capture at the stage boundary, made exact, checked and persisted:
 
 * only for a local master (the files are on the driver's disk) and one integral group key
   (compared as ``bigint``: equal keys, equal groups; a null key is its own group);
-* every failed group must receive exactly as many tapped rows as its ``count(id)`` in the
-  aggregation, and all files must come from one stage (a retried task replaces its
-  partition's file; a map stage skipped or run twice would not match); otherwise the capture
-  falls back to the join (:func:`~dslog_dagster.spark.lineage.refetch_ids`), which is always
-  exact.
+* the files are matched one stage at a time (a retried task replaces its partition's file):
+  every failed group must receive exactly as many tapped rows from the stage as its
+  ``count(id)`` in the aggregation. A stage that ran the tap on only some partitions, or a
+  file lost, does not match. When no stage matches, the capture falls back to the join
+  (:func:`~dslog_dagster.spark.lineage.refetch_ids`), which is always exact.
+
+  Several stages appear when Spark computes the aggregation's input twice: an ``orderBy``
+  above an aggregation that needs no shuffle of its own (its input already partitioned by the
+  keys, say by a sort-merge join) samples its input in a job of its own, which runs the map
+  side once more. The input is deterministic (the capture checks it), so every complete stage
+  records the same pairs and any one that matches is exact.
 
 The JVM class is compiled once per machine and PySpark version with ``javac`` (a JDK; ~2 s)
 and cached under ``$XDG_CACHE_HOME/dslog-dagster/jvm``; :func:`~dslog_dagster.spark.session.
@@ -321,15 +327,16 @@ def tapped_ids(
     worker is started for it.
 
     Raises:
-        TapFailed: the files do not account for the failed groups exactly (a map stage
-            skipped, run twice or a file missing): the caller uses the join instead.
+        TapFailed: no stage's files account for the failed groups exactly (a map stage
+            skipped or run on some partitions only, a file missing): the caller uses the
+            join instead.
     """
-    names = sorted(n for n in os.listdir(directory) if n.endswith(".bin"))
-    if not names:
+    stages: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".bin"):
+            stages.setdefault(name.split("-")[1], []).append(name)
+    if not stages:
         msg = "no tap files"
-        raise TapFailed(msg)
-    if len({n.split("-")[1] for n in names}) != 1:
-        msg = "tap files from more than one stage"
         raise TapFailed(msg)
     if n_failed > MAX_GROUPS:
         msg = f"{n_failed} failed groups (more than {MAX_GROUPS})"
@@ -359,13 +366,18 @@ def tapped_ids(
         within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
         return dense[np.repeat(fg.start[pos], reps) + within], np.repeat(ids, reps), counts
 
-    workers = max(1, min(len(names), threads or os.cpu_count() or 1))
+    workers = max(1, min(max(map(len, stages.values())), threads or os.cpu_count() or 1))
+    # the stage with the most files first (a complete one), the latest among equals
+    order = sorted(stages, key=lambda st: (len(stages[st]), int(st)), reverse=True)
     with ThreadPoolExecutor(workers) as pool:
-        got = list(pool.map(one, [os.path.join(directory, n) for n in names]))
-    counts = np.sum([g[2] for g in got], axis=0)
-    if not np.array_equal(counts, fg.n):
-        msg = "tapped rows do not match the groups' counts"
-        raise TapFailed(msg)
+        for stage in order:
+            got = list(pool.map(one, [os.path.join(directory, n) for n in stages[stage]]))
+            counts = np.sum([g[2] for g in got], axis=0)
+            if np.array_equal(counts, fg.n):
+                break
+        else:
+            msg = f"tapped rows do not match the groups' counts in any of {len(stages)} stage(s)"
+            raise TapFailed(msg)
     o = np.concatenate([g[0] for g in got])
     r = np.concatenate([g[1] for g in got])
     # a row repeated in the aggregation's input gives one pair twice: compress takes sets

@@ -2,8 +2,9 @@
 
 Each capture is checked against a brute-force reference and against the same capture with
 the tap off (the join path), and the tap's own checks are exercised: a file that does not
-add up to the groups' counts, files from two stages, a truncated file — each makes the
-capture fall back to the join with the same lineage. The file-level functions are checked
+add up to the groups' counts (in any stage), a truncated file — each makes the capture fall
+back to the join with the same lineage — and a map side Spark runs twice (an ``orderBy``
+sampling its input) is matched on one complete stage. The file-level functions are checked
 on hand-made files.
 """
 
@@ -147,6 +148,37 @@ def test_a_group_repeated_after_the_aggregation_gets_all_its_rows(spark: Any, fa
     assert_lineage(cap, "x", lambda r, c: [(i, src[c]) for i in want[r["k"]]] if c in src else [])
 
 
+def test_a_map_side_run_twice_is_matched_on_one_stage(
+    spark: Any, facts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a sort-merge join leaves its output partitioned by the key, so the aggregation needs no
+    # shuffle of its own and the orderBy's sampling job runs the tapped map side again
+    dims = spark.createDataFrame([(k, 10 * k) for k in range(10)], "key long, w long")
+    dims = dims.withColumn(ROW_ID, F.col("key"))
+    seen: list[set[str]] = []
+    real = idtap.tapped_ids
+
+    def stages(directory: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append({n.split("-")[1] for n in os.listdir(directory) if n.endswith(".bin")})
+        return real(directory, *args, **kwargs)
+
+    def f(x: Any, d: Any) -> Any:
+        j = x.join(d, x.k == d.key)
+        return j.groupBy("k").agg(F.sum("v").alias("s")).orderBy("k")
+
+    monkeypatch.setattr(capture_module, "tapped_ids", stages)
+    before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        cap = capture_frames(f, {"x": facts, "d": dims})
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
+    assert len(seen[0]) == 2
+    keyed = {k: ids for k, ids in groups().items() if k is not None}
+    assert cap.timings["tapped_rows"] == len(keyed)
+    assert_lineage(cap, "x", lambda r, c: [(i, "v" if c == "s" else c) for i in keyed[r["k"]]])
+
+
 @pytest.mark.parametrize("damage", ["drop_a_row", "two_stages", "truncate"])
 def test_a_tap_that_does_not_add_up_falls_back_to_the_join(
     facts: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage: str
@@ -161,7 +193,7 @@ def test_a_tap_that_does_not_add_up_falls_back_to_the_join(
         if damage == "drop_a_row":  # a row lost: its group's count does not match
             keys, ids = a[1 : 1 + n], a[1 + n :]
             np.concatenate([[n - 1], keys[:-1], ids[:-1]]).astype("<i8").tofile(path)
-        elif damage == "two_stages":  # the map side ran in two stages
+        elif damage == "two_stages":  # one file in another stage: neither is complete
             os.rename(path, os.path.join(directory, "tap-999999-0.bin"))
         else:
             a[:-1].tofile(path)
@@ -279,9 +311,18 @@ def test_tapped_ids_on_hand_made_files(tmp_path: Path) -> None:
     # the failed rows counted by the pass must be the staged ones
     with pytest.raises(idtap.TapFailed):
         idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 3)
-    # a group whose tapped rows fall short of its count
+    # the same pairs again from a later stage, and a stage that ran on one partition only:
+    # the complete stages give the same table; the partial one is never used
+    write_tap(taps / "tap-7-0.bin", [5, 9, None, 5], [10, 11, 12, 13])
+    write_tap(taps / "tap-7-1.bin", [5, 2, 9], [14, 15, 16])
+    write_tap(taps / "tap-9-1.bin", [5, 2, 9], [14, 15, 16])
+    again = idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
+    assert again.decompress() == rel
+    for name in ("tap-7-0.bin", "tap-7-1.bin"):
+        (taps / name).unlink()
+    # a group whose tapped rows fall short of its count, in every stage
     write_tap(taps / "tap-4-1.bin", [2, 9], [15, 16])
-    with pytest.raises(idtap.TapFailed, match="counts"):
+    with pytest.raises(idtap.TapFailed, match="counts in any of 2 stage"):
         idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
 
 
