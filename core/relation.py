@@ -55,6 +55,16 @@ def _as_index_column(col: Any, name: str) -> I64:
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
+def _stacked(cols: list[I64], count: int, copy: bool) -> I64:
+    """The ``(len(cols), count)`` matrix of one side's columns (a view of a lone column when
+    ``copy`` is off)."""
+    if not cols:
+        return np.zeros((0, count), np.int64)
+    if len(cols) == 1 and not copy:
+        return cols[0].reshape(1, -1)
+    return np.stack(cols)
+
+
 def _check_bounds(cols: I64, shape: Shape, side: str) -> None:
     for d, extent in enumerate(shape):
         col = cols[d]
@@ -97,6 +107,7 @@ class LineageRelation:
         in_cols: Sequence[Any],
         *,
         n: int | None = None,
+        copy: bool = True,
     ) -> "LineageRelation":
         """Build from one index column per axis (outputs, then inputs).
 
@@ -106,6 +117,9 @@ class LineageRelation:
             out_cols: ``len(out_shape)`` integer columns of equal length.
             in_cols: ``len(in_shape)`` integer columns of that same length.
             n: number of pairs; only needed when both arrays are 0-d (no columns at all).
+            copy: ``False`` lets a side with one contiguous ``int64`` column keep it as a view
+                instead of copying it into the relation (for relations of 10^7 pairs and
+                more, built to be compressed at once); the caller must not change it after.
 
         Raises:
             UnsupportedArrayError: non-integer or non-1-D columns.
@@ -141,8 +155,8 @@ class LineageRelation:
             if count < 0:
                 msg = f"`n={n}` must be non-negative."
                 raise InvalidRelationError(msg)
-        out_arr = np.stack(oc) if oc else np.zeros((0, count), np.int64)
-        in_arr = np.stack(ic) if ic else np.zeros((0, count), np.int64)
+        out_arr = _stacked(oc, count, copy)
+        in_arr = _stacked(ic, count, copy)
         _check_bounds(out_arr, osh, "output")
         _check_bounds(in_arr, ish, "input")
         if count and (0 in osh or 0 in ish):

@@ -123,6 +123,22 @@ def test_bad_relations_are_rejected_clearly(kwargs, error, fragment) -> None:
     assert isinstance(info.value, DSLogError)
 
 
+def test_from_columns_without_copy_shares_lone_columns_and_still_checks_them() -> None:
+    o = np.array([0, 1, 1], np.int64)
+    r = np.array([2, 0, 3], np.int64)
+    shared = LineageRelation.from_columns((2,), (4,), [o], [r], copy=False)
+    copied = LineageRelation.from_columns((2,), (4,), [o], [r])
+    assert shared == copied
+    assert np.shares_memory(shared.out_cols, o)
+    assert np.shares_memory(shared.in_cols, r)
+    assert not np.shares_memory(copied.out_cols, o)
+    # a rank-2 side is stacked either way; bounds are checked either way
+    two = LineageRelation.from_columns((2, 2), (4,), [o, o], [r], copy=False)
+    assert not np.shares_memory(two.out_cols, o)
+    with pytest.raises(InvalidRelationError, match="outside"):
+        LineageRelation.from_columns((2,), (3,), [o], [r], copy=False)
+
+
 def test_negative_shape_and_wrong_type_are_rejected() -> None:
     with pytest.raises(InvalidRelationError, match="negative"):
         LineageRelation.from_columns((-1,), (4,), [[0]], [[0]])
