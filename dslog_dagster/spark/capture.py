@@ -559,6 +559,7 @@ def _capture_once(
                     groups[g][2],
                     offsets,
                     n_failed,
+                    hashed=src.hashed,
                 )
                 tapped += n_failed
             except TapFailed as e:

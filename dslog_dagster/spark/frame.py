@@ -33,7 +33,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import UnsupportedFrameOperationError
-from dslog_dagster.spark.idtap import INTEGRAL, tap_column
+from dslog_dagster.spark.idtap import tap_column, tap_key
 from dslog_dagster.spark.plan import (
     Base,
     ColumnLineage,
@@ -67,7 +67,7 @@ class CaptureContext:
     # and the slot's column there (see TrackedGroupedData._range_agg: rows whose range check
     # fails get their ids by joining that frame with their group key, not by a rerun)
     range_src: dict[int, "RangeSource"] = field(default_factory=dict)
-    # directory under which range slots with one integral key record their group's ids as
+    # directory under which range slots with tappable keys record their group's ids as
     # the aggregation's map side streams them (see dslog_dagster.spark.idtap); None: no tap
     tap_root: str | None = None
     # the tapped slots' directories; a slot's token is its index (see idtap.tap_column)
@@ -89,6 +89,7 @@ class RangeSource:
     keys: tuple[Column, ...]
     slot: str
     tap: str | None = None  # the slot's tap directory (dslog_dagster.spark.idtap), if tapped
+    hashed: bool = False  # the tap recorded the keys' hash (struct field ``h``), not the key
 
 
 def _quote(name: str) -> str:
@@ -898,13 +899,14 @@ class TrackedGroupedData:
         The struct also holds the group's keys (field ``k``: ``k0``, ``k1``...) and id count
         ``n``, and the context remembers this aggregation's input (:class:`RangeSource`):
         where ``ok`` fails for some groups (keys not clustered by row id), the capture finds
-        those groups' ids again. With one integral key and the id tap in the session, the
-        slot's ids pass through :func:`~dslog_dagster.spark.idtap.tap_column` under the
-        aggregation, which records ``(key, id)`` as the map side streams the rows, and the
-        capture matches them with the failed groups
-        (:func:`~dslog_dagster.spark.idtap.tapped_ids`); otherwise (or when the tapped rows do
-        not add up to ``n``) it joins the input's ``(keys, id)`` with the failed rows' keys,
-        in one more job that moves ids, not the pipeline
+        those groups' ids again. With the id tap in the session, the slot's ids pass through
+        :func:`~dslog_dagster.spark.idtap.tap_column` under the aggregation, which records
+        ``(key, id)`` as the map side streams the rows — the one integral key, or the keys'
+        hash (:func:`~dslog_dagster.spark.idtap.tap_key`; the struct then holds the groups'
+        hashes too, field ``h``) — and the capture matches them with the failed groups
+        (:func:`~dslog_dagster.spark.idtap.tapped_ids`); otherwise (keys that may hash
+        apart, or tapped rows that do not add up to ``n``) it joins the input's ``(keys, id)``
+        with the failed rows' keys, in one more job that moves ids, not the pipeline
         (:func:`~dslog_dagster.spark.lineage.refetch_ids`). Keys Parquet cannot hold
         (``void``, intervals) get no ``k``; a failed check there makes the capture rerun
         with lists (``aggregate="lists"``). The result is exact either way.
@@ -924,12 +926,7 @@ class TrackedGroupedData:
             F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)]) if keys is not None else None
         )
         df = f._df
-        tapped = (
-            keys is not None
-            and f._ctx.tap_root is not None
-            and len(keys) == 1
-            and key_types[0] in INTEGRAL
-        )
+        tapped = tap_key(keys, key_types) if keys is not None and f._ctx.tap_root else None
         aggs = []
         taps: dict[str, Column] = {}
         for s in slots:
@@ -942,14 +939,18 @@ class TrackedGroupedData:
             if key_struct is not None and keys is not None:
                 c = c.withField("k", key_struct)
                 tap = None
-                if tapped:
+                if tapped is not None:
                     assert f._ctx.tap_root is not None
                     token = len(f._ctx.tap_dirs)
                     tap = os.path.join(f._ctx.tap_root, f"t{token}")
                     os.makedirs(tap)
                     f._ctx.tap_dirs.append(tap)
-                    taps[slot_name(s)] = tap_column(token, keys[0], _col(slot_name(s)))
-                f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s), tap)
+                    taps[slot_name(s)] = tap_column(token, tapped[0], _col(slot_name(s)))
+                    if tapped[1]:  # the groups' hashes, to match the tapped ones with
+                        c = c.withField("h", tapped[0])
+                f._ctx.range_src[s] = RangeSource(
+                    f._df, tuple(keys), slot_name(s), tap, tapped is not None and tapped[1]
+                )
             aggs.append(c.alias(slot_name(s)))
         if taps:  # one projection (one analysis) for all of them
             df = df.withColumns(taps)

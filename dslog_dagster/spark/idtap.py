@@ -16,8 +16,13 @@ driver's disk: a local master's executors run in the driver's JVM), matches thei
 the failed groups' keys and compresses the pairs (:func:`tapped_ids`). This is Titian's
 capture at the stage boundary, made exact, checked and persisted:
 
-* only for a local master (the files are on the driver's disk) and one integral group key
-  (compared as ``bigint``: equal keys, equal groups; a null key is its own group);
+* only for a local master (the files are on the driver's disk). One integral group key is
+  recorded as it is (compared as ``bigint``: equal keys, equal groups; a null key is its own
+  group). Other keys — strings, decimals, dates, several keys — are recorded as
+  ``xxhash64`` of the keys, which the aggregation also puts in the summary (field ``h``);
+  two groups with one hash get each other's rows, so their counts (below) do not match and
+  the capture falls back: a collision costs time, never exactness. Keys whose equal values
+  may hash apart (floats, collated strings, nested types) are not tapped;
 * the files are matched one stage at a time (a retried task replaces its partition's file):
   every failed group must receive exactly as many tapped rows from the stage as its
   ``count(id)`` in the aggregation. A stage that ran the tap on only some partitions, or a
@@ -58,7 +63,7 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.spark.lineage import range_rows
+from dslog_dagster.spark.lineage import hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
 
 __all__ = [
@@ -69,6 +74,7 @@ __all__ = [
     "read_tap",
     "tap_column",
     "tap_jar",
+    "tap_key",
     "tap_ready",
     "tapped_ids",
     "tapping",
@@ -178,6 +184,17 @@ _REGISTERED: set[tuple[int, str]] = set()
 """Sessions (by SparkContext and JVM session object) with :data:`FUNCTION` registered."""
 
 
+def tap_key(keys: Sequence[Column], types: Sequence[str]) -> tuple[Column, bool] | None:
+    """The ``bigint`` the tap records for the group keys ``keys`` (``simpleString`` types
+    ``types``) and whether it is their hash, or None when they are not tapped: one integral
+    key as it is, else ``xxhash64`` of keys whose equal values hash equally (see module)."""
+    if len(keys) == 1 and types[0] in INTEGRAL:
+        return keys[0], False
+    if keys and all(hashable(t) for t in types):
+        return F.xxhash64(*keys), True
+    return None
+
+
 def tap_column(token: int, key: Column, ids: Column) -> Column:
     """``ids``, recording ``(key, id)`` per row into the directory of ``token`` in the jobs
     run inside :func:`tapping` (see the module)."""
@@ -248,8 +265,9 @@ class _FailedGroups:
         return self.keys.size + int(self.has_null)
 
 
-def _failed_groups(staged: str, slot: str) -> _FailedGroups:
-    """:class:`_FailedGroups` of ``slot`` in the staged output.
+def _failed_groups(staged: str, slot: str, hashed: bool = False) -> _FailedGroups:
+    """:class:`_FailedGroups` of ``slot`` in the staged output, keyed by the group's one
+    integral key (``k.k0``) or, ``hashed``, by the hash of its keys (``h``).
 
     Raises:
         TapFailed: two rows of one group disagree on its count (not one aggregation's group).
@@ -262,7 +280,9 @@ def _failed_groups(staged: str, slot: str) -> _FailedGroups:
     valid, ok = range_rows(s)
     bad = pa.array(valid & ~ok)
     mids = t.column(MID).combine_chunks().filter(bad).to_numpy().astype(np.int64)
-    key = pc.struct_field(pc.struct_field(s, "k"), "k0").filter(bad)
+    key = (
+        pc.struct_field(s, "h") if hashed else pc.struct_field(pc.struct_field(s, "k"), "k0")
+    ).filter(bad)
     n = pc.struct_field(s, "n").filter(bad).to_numpy(zero_copy_only=False).astype(np.int64)
     is_null = np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool)
     keys = pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
@@ -316,6 +336,7 @@ def tapped_ids(
     offsets: list[int],
     n_failed: int,
     threads: int | None = None,
+    hashed: bool = False,
 ) -> LineageTable:
     """The row lineage of the rows of the staged output (``staged``) whose range slot
     ``slot`` failed its check, from the tap files in ``directory``.
@@ -341,7 +362,7 @@ def tapped_ids(
     if n_failed > MAX_GROUPS:
         msg = f"{n_failed} failed groups (more than {MAX_GROUPS})"
         raise TapFailed(msg)
-    fg = _failed_groups(staged, slot)
+    fg = _failed_groups(staged, slot, hashed)
     if fg.rows.size != n_failed:
         msg = f"{fg.rows.size} failed rows in the staged output, {n_failed} counted"
         raise TapFailed(msg)

@@ -28,6 +28,7 @@ __all__ = [
     "RangesNotExact",
     "RowTables",
     "compress_pairs",
+    "hashable",
     "range_rows",
     "refetch_ids",
     "row_tables",
@@ -340,7 +341,7 @@ def refetch_ids(
         same = same & F.col(f"__p{i}").eqNullSafe(F.col(f"__b{i}"))
     cond = same
     k_type = cast(StructType, source.schema[slot].dataType)["k"].dataType
-    if all(_hashable(f.dataType.simpleString()) for f in cast(StructType, k_type).fields):
+    if all(hashable(f.dataType.simpleString()) for f in cast(StructType, k_type).fields):
         # null-safe keys make Spark hash (coalesce(k), isnull(k)) rows; one bigint hash of the
         # keys lets it use its fast long-keyed table, with the keys compared after the probe
         # (`= true` keeps the comparison out of the join keys). Exact: equal keys have equal
@@ -371,7 +372,7 @@ _ROWS_SCHEMA = "pid bigint, n bigint, g int, blob binary, bad bigint"
 _HASH_EXACT = ("bigint", "int", "smallint", "tinyint", "boolean", "date", "timestamp", "binary")
 
 
-def _hashable(t: str) -> bool:
+def hashable(t: str) -> bool:
     """Whether equal values of type ``t`` (``simpleString``) hash equally with ``xxhash64``
     (plain strings and decimals too; not floats, collated strings or nested types)."""
     return t in _HASH_EXACT or t == "string" or t == "timestamp_ntz" or t.startswith("decimal(")

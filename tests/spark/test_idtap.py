@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import dslog_dagster.spark.capture as capture_module
+import dslog_dagster.spark.frame as frame_module
 import dslog_dagster.spark.idtap as idtap
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.rowid import MID, PART_BITS
@@ -208,20 +209,66 @@ def test_a_tap_that_does_not_add_up_falls_back_to_the_join(
     check_reference(cap)
 
 
-@pytest.mark.parametrize("keys", [["g"], ["g", "h"]])
-def test_string_keys_and_two_keys_use_the_join(spark: Any, keys: list[str]) -> None:
-    rows = [(i, f"g{(i * 7) % 4}", i % 2, float(i)) for i in range(16)]
-    x = spark.createDataFrame(rows, "id long, g string, h long, v double")
-    x = x.withColumn(ROW_ID, F.col("id"))
-    cap = capture_frames(lambda x: x.groupBy(*keys).agg(F.sum("v").alias("s")), [x])
-    assert "tapped_rows" not in cap.timings
-    assert cap.timings["refetched_rows"] > 0
+MIXED = [
+    (i, None if i % 11 == 3 else f"g{(i * 7) % 4}", None if i % 9 == 2 else i % 2, float(i))
+    for i in range(40)
+]
+
+
+def mixed_frame(spark: Any) -> Any:
+    x = spark.createDataFrame(MIXED, "id long, g string, h long, v double").repartition(2, "id")
+    return x.withColumn(ROW_ID, F.col("id"))
+
+
+def assert_groups(cap: Any, keys: list[str]) -> None:
     want: dict[Any, list[int]] = {}
-    for i, g, h, _ in rows:
-        want.setdefault(tuple([g, h][: len(keys)]), []).append(i)
+    for i, g, h, _ in MIXED:
+        want.setdefault(tuple({"g": g, "h": h}[k] for k in keys), []).append(i)
     assert_lineage(
         cap, 0, lambda r, c: [(i, "v" if c == "s" else c) for i in want[tuple(r[k] for k in keys)]]
     )
+
+
+@pytest.mark.parametrize("keys", [["g"], ["g", "h"], ["h", "g"]])
+def test_string_keys_and_two_keys_are_tapped_by_their_hash(spark: Any, keys: list[str]) -> None:
+    x = mixed_frame(spark)
+    by = lambda x: x.groupBy(*keys).agg(F.sum("v").alias("s")).orderBy(*keys)  # noqa: E731
+    cap = capture_frames(by, [x])
+    # the groups whose ids are scattered (null keys in some) all came from the tap
+    assert cap.timings["tapped_rows"] == cap.timings["refetched_rows"] >= cap.n_rows // 2
+    assert_groups(cap, keys)
+    same_lineage(cap, capture_frames(by, [x], aggregate="lists"))
+
+
+def test_groups_whose_hashes_collide_fall_back_to_the_join(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a "hash" with two values: the groups sharing one get each other's tapped rows
+    monkeypatch.setattr(
+        frame_module,
+        "tap_key",
+        lambda keys, types: (F.length(F.coalesce(keys[0], F.lit(""))) % 2, True),
+    )
+    with caplog.at_level(logging.INFO, logger="dslog_dagster.spark.capture"):
+        cap = capture_frames(
+            lambda x: x.groupBy("g").agg(F.sum("v").alias("s")), [mixed_frame(spark)]
+        )
+    assert "tapped_rows" not in cap.timings
+    assert cap.timings["refetched_rows"] == cap.n_rows
+    # (found as groups of one hash with different counts, or counts not adding up)
+    assert "joining instead" in caplog.text
+    assert_groups(cap, ["g"])
+
+
+def test_float_keys_are_not_tapped(spark: Any) -> None:
+    # -0.0 and 0.0 group together but hash apart: such keys use the join
+    rows = [(i, [0.0, -0.0, 1.5][i % 3], float(i)) for i in range(12)]
+    x = spark.createDataFrame(rows, "id long, f double, v double").withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(lambda x: x.groupBy("f").agg(F.sum("v").alias("s")), [x])
+    assert "tapped_rows" not in cap.timings
+    assert cap.timings["refetched_rows"] == 2
+    want = {0.0: [i for i in range(12) if i % 3 != 2], 1.5: [i for i in range(12) if i % 3 == 2]}
+    assert_lineage(cap, 0, lambda r, c: [(i, "v" if c == "s" else c) for i in want[r["f"]]])
 
 
 def test_a_global_aggregation_is_tapped(facts: Any) -> None:
@@ -324,6 +371,39 @@ def test_tapped_ids_on_hand_made_files(tmp_path: Path) -> None:
     write_tap(taps / "tap-4-1.bin", [2, 9], [15, 16])
     with pytest.raises(idtap.TapFailed, match="counts in any of 2 stage"):
         idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
+
+
+def test_hashed_keys_match_by_hash_and_a_collision_never_passes(tmp_path: Path) -> None:
+    # string groups "a", "b", "c" (ids scattered), recorded by made-up hashes
+    fields = [("lo", pa.int64()), ("hi", pa.int64()), ("ok", pa.bool_()), ("n", pa.int64())]
+    fields += [("k", pa.struct([("k0", pa.string())])), ("h", pa.int64())]
+
+    def staged(path: Path, hashes: list[int]) -> None:
+        s = pa.array(
+            [
+                {"lo": 0, "hi": 9, "ok": False, "n": 2, "k": {"k0": k}, "h": h}
+                for k, h in zip("abc", hashes, strict=True)
+            ],
+            pa.struct(fields),
+        )
+        path.mkdir()
+        pq.write_table(pa.table({MID: pa.array([0, 1, 2], pa.int64()), "s": s}), path / "p.parquet")
+
+    taps = tmp_path / "taps"
+    taps.mkdir()
+    staged(tmp_path / "ok", [-5, 2**62, 77])
+    write_tap(taps / "tap-3-0.bin", [-5, 77, 2**62], [0, 4, 1])
+    write_tap(taps / "tap-3-1.bin", [77, 2**62, -5], [3, 9, 6])
+    rel = idtap.tapped_ids(str(taps), str(tmp_path / "ok"), "s", 10, [0, 3], 3, hashed=True)
+    pairs = rel.decompress()
+    got = set(zip(pairs.out_cols[0].tolist(), pairs.in_cols[0].tolist(), strict=True))
+    assert got == {(0, 0), (0, 6), (1, 1), (1, 9), (2, 4), (2, 3)}
+    # "a" and "c" share a hash (and a count): each would get the other's rows
+    staged(tmp_path / "collide", [-5, 2**62, -5])
+    write_tap(taps / "tap-3-0.bin", [-5, -5, 2**62], [0, 4, 1])
+    write_tap(taps / "tap-3-1.bin", [-5, 2**62, -5], [3, 9, 6])
+    with pytest.raises(idtap.TapFailed, match="counts"):
+        idtap.tapped_ids(str(taps), str(tmp_path / "collide"), "s", 10, [0, 3], 3, hashed=True)
 
 
 def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
