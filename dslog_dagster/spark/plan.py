@@ -133,6 +133,23 @@ def output_of(plan: Any) -> list[tuple[str, int]]:
     return [(a.name(), a.exprId().id()) for a in seq(plan.output())]
 
 
+def _named_ids(plan: Any) -> tuple[list[str], list[int]]:
+    """Names and expression ids of a plan's output attributes, in order, from one printed
+    list: once the ids found match ``size()``, each id ends one attribute, so the text
+    between them is the names (else read attribute by attribute)."""
+    out = plan.output()
+    text = str(out.toString())
+    found = list(_ID_AT_END.finditer(text))
+    if len(found) != out.size():
+        pairs = [(str(a.name()), int(a.exprId().id())) for a in seq(out)]
+        return [n for n, _ in pairs], [i for _, i in pairs]
+    names, at = [], text.index("(") + 1
+    for m in found:
+        names.append(text[at : m.start()])
+        at = m.end() + 2  # ", "
+    return names, [int(m.group(1)) for m in found]
+
+
 @dataclass
 class Base:
     """An input plan of an operation and what each of its output positions is."""
@@ -221,9 +238,20 @@ class PlanWalker:
             return self._walk(children[0])
         if name == "Project":
             child = self._walk(children[0])
-            exprs = seq(node.projectList())
-            ids = output_ids(node)  # a Project's output is its list's attributes, in order
-            return {i: self._expr_info(e, child) for i, e in zip(ids, exprs, strict=True)}
+            # a Project's output is its list's attributes, in order. An attribute of the
+            # child passes through: an expression id names one value in a plan, so it keeps
+            # its lineage, and only the new columns' expressions are read from the JVM
+            exprs = node.projectList()
+            names, ids = _named_ids(node)
+            out: dict[int, Info] = {}
+            for j, (n, i) in enumerate(zip(names, ids, strict=True)):
+                if i in child:
+                    out[i] = child[i]
+                elif is_slot(n):
+                    out[i] = n
+                else:
+                    out[i] = self._lin(refs_of(exprs.apply(j)), child)
+            return out
         if name == "Filter":
             child = self._walk(children[0])
             cond = self._lin(refs_of(node.condition()), child).full()
@@ -249,10 +277,11 @@ class PlanWalker:
             keys = union_all(self._lin(refs_of(g), child) for g in seq(node.groupingExpressions()))
             everything = union_all(v for v in child.values() if not isinstance(v, str))
             out = {}
-            for e in seq(node.aggregateExpressions()):
-                eid = e.exprId().id()
-                if _is_slot_expr(e, child):
-                    out[eid] = e.name()
+            # an Aggregate's output is its aggregate expressions' attributes, in order
+            names, ids = _named_ids(node)
+            for e, n, eid in zip(seq(node.aggregateExpressions()), names, ids, strict=True):
+                if is_slot(n):
+                    out[eid] = n
                     continue
                 refs = refs_of(e)
                 lin = self._lin(refs, child)
@@ -287,13 +316,3 @@ class PlanWalker:
         return UnsupportedFrameOperationError(
             msg + " Correlated subqueries and outer references are not supported."
         )
-
-    def _expr_info(self, e: Any, child: Mapping[int, Info]) -> Info:
-        if _is_slot_expr(e, child):
-            return str(e.name())
-        return self._lin(refs_of(e), child)
-
-
-def _is_slot_expr(e: Any, child: Mapping[int, Info]) -> bool:
-    """A provenance slot (passed through, renamed or aggregated): slots are named as such."""
-    return is_slot(str(e.name()))

@@ -54,6 +54,24 @@ def test_projection_ops_keep_rows_and_map_columns(people: Any) -> None:
     assert cap.frame.columns == list(cap.columns)  # no hidden columns for the user
 
 
+@pytest.mark.parametrize("odd", ["x#3, y", "n#12L", "a, b", "(c)"])
+def test_column_names_that_look_like_printed_attributes(people: Any, odd: str) -> None:
+    # the plan walk reads attribute names and ids from their printed list; a name that
+    # prints like an attribute (or a list separator) must not shift them
+    def f(p: Any) -> Any:
+        x = p.withColumnRenamed("g", odd).withColumn("vw", F.col("v") + F.col("w"))
+        x = x.select("id", odd, "vw", (F.col("w") * 2).alias(odd + "2"))
+        return x.groupBy(odd).agg(F.sum("vw").alias(odd + "s"), F.max(odd + "2").alias("m"))
+
+    cap = capture_frames(f, [people])
+    assert cap.columns == (odd, odd + "s", "m")
+    groups: dict[str, list[int]] = {}
+    for i, g, *_ in PEOPLE:
+        groups.setdefault(g, []).append(i)
+    src = {odd: ["g"], odd + "s": ["v", "w"], "m": ["w"]}
+    assert_lineage(cap, 0, lambda r, c: [(i, x) for i in groups[r[odd]] for x in src[c]])
+
+
 def test_filter_records_predicate_columns_as_considered(people: Any) -> None:
     cap = capture_frames(lambda p: p.filter(F.col("w") > 15).where("v IS NOT NULL"), [people])
     assert sorted(r["id"] for r in output_rows(cap)) == [3, 4, 5]
