@@ -25,7 +25,7 @@ def spark() -> Iterator[Any]:
 
     session = get_session(
         "local[2]",
-        {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+        {"spark.sql.shuffle.partitions": "2"},
         "dslog-tests",
     )
     session.sparkContext.setLogLevel("ERROR")

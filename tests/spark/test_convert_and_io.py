@@ -1,6 +1,7 @@
 """Row ids, Parquet frame IO, the Spark resource, and conversions that keep lineage — one
 query path across a Spark step and a NumPy step."""
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,14 @@ def test_resource_reuses_the_session(spark: Any) -> None:
     res = SparkSessionResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
     assert res.get_session() is spark
     assert res.spark_session is spark
+
+
+def test_a_new_session_keeps_sparks_default_parallelism(spark: Any) -> None:
+    # the master's cores: more made the last stage of small jobs run in waves
+    master = spark.sparkContext.master  # local[2] here, or local[*] if a test started it
+    cores = master[len("local[") : -1]
+    want = os.cpu_count() if cores == "*" else int(cores)
+    assert spark.sparkContext.defaultParallelism == want
 
 
 def test_attaching_to_a_running_session_keeps_its_settings(spark: Any) -> None:
