@@ -45,7 +45,9 @@ packs the operation leaves the array's link (a hard link: the bytes stay until b
 gone). A writer may split a registration (:meth:`LineageStore.prepare_operation`:
 validate, encode, write and flush the staging file; :meth:`PreparedOperation.commit`: links,
 rename, directory flushes), so the flush overlaps other work (the IO manager stores the
-asset's value meanwhile) and nothing is published until that work succeeded.
+asset's value meanwhile) and nothing is published until that work succeeded;
+:meth:`PreparedOperation.publish` and :meth:`PreparedOperation.flushed` split the commit too,
+so the directories are flushed in a worker while the IO manager builds the step's metadata.
 
 Every file name derived from a user-supplied name is a short slug of
 ``[A-Za-z0-9_-]`` plus a hash of the name, so no name can escape the root.
@@ -64,10 +66,10 @@ import math
 import os
 import re
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,7 +78,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from dslog_dagster.core import storage
+from dslog_dagster.core import background, storage
 from dslog_dagster.core.catalog import LineageCatalog
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
@@ -431,20 +433,15 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _fsync_dirs(paths: Sequence[Path]) -> None:
-    """fsync several directories concurrently (each extra one in a short-lived thread).
+    """fsync several directories, one after the other, in the calling thread.
 
-    A file system commits concurrent syncs together (ext4's journal groups them into one
-    commit), so a step's two directories cost about one flush instead of two. A thread per
-    call, not a pool: a pool's threads do not survive a fork.
+    Changes made before the first flush share one journal commit (ext4 groups a transaction's
+    metadata), so the first fsync makes the others' renames and links durable too and the
+    later ones return at once: no thread is needed to overlap them. Callers that want the
+    flush off their own thread run this in :mod:`~dslog_dagster.core.background`.
     """
-    unique = list(dict.fromkeys(paths))
-    threads = [threading.Thread(target=_fsync_dir, args=(p,)) for p in unique[1:]]
-    for t in threads:
-        t.start()
-    if unique:
-        _fsync_dir(unique[0])
-    for t in threads:
-        t.join()
+    for p in dict.fromkeys(paths):
+        _fsync_dir(p)
 
 
 def _write_synced(path: Path, data: bytes, durable: bool = True) -> None:
@@ -578,14 +575,44 @@ class PreparedOperation:
     new_outs: tuple[ArrayRecord, ...]
     retry: tuple[Any, ...]
 
+    flush: "Future[None] | None" = None
+
     def commit(self) -> OperationRecord:
         """Publish the operation: links, one rename, and (durable stores) the directories'
-        fsync. Returns the stored record.
+        fsync. Returns the stored record, durable when this returns.
 
         Raises:
             LineageStorageError: it could not be published (nothing of it is visible).
         """
-        return self.store._commit(self)
+        record = self.publish()
+        self.flushed()
+        return record
+
+    def publish(self) -> OperationRecord:
+        """Make the operation visible (links, one rename) and start flushing its directories
+        in a worker thread (durable stores), so the caller can do other work meanwhile; call
+        :meth:`flushed` before relying on durability (the IO manager builds the step's
+        metadata in between). Returns the stored record.
+
+        Raises:
+            LineageStorageError: it could not be published (nothing of it is visible).
+        """
+        return self.store._commit(self, background=True)
+
+    def flushed(self) -> None:
+        """Block until a :meth:`publish` is on disk (a no-op for stores that do not fsync).
+
+        Raises:
+            LineageStorageError: the directories could not be flushed.
+        """
+        flush, self.flush = self.flush, None
+        if flush is None:
+            return
+        try:
+            flush.result()
+        except Exception as e:
+            msg = f"Could not flush operation `{self.record.op_id}` in `{self.store.root}`: {e}"
+            raise LineageStorageError(msg) from e
 
     def abort(self) -> None:
         """Drop the staged segment: the operation is never published."""
@@ -1179,12 +1206,15 @@ class LineageStore:
         retry = (op_name, inputs, outputs, lineage, args, capture_method, timings)
         return PreparedOperation(self, tmp, rel, record, tuple(new_outs), retry)
 
-    def _commit(self, prepared: "PreparedOperation") -> OperationRecord:
-        """Publish a prepared operation (see :meth:`PreparedOperation.commit`)."""
+    def _commit(self, prepared: "PreparedOperation", background: bool = False) -> OperationRecord:
+        """Publish a prepared operation (see :meth:`PreparedOperation.commit`); with
+        ``background`` its directories are flushed in a worker (``prepared.flush``)."""
         record, rel, tmp = prepared.record, prepared.rel, prepared.tmp
         op_id = record.op_id
         if prepared.new_outs:
-            if not self._publish_with_arrays(self.root / rel, tmp, prepared.new_outs, op_id):
+            if not self._publish_with_arrays(
+                self.root / rel, tmp, prepared.new_outs, op_id, prepared if background else None
+            ):
                 # another writer registered an output meanwhile: its record stands
                 op_name, inputs, outputs, lineage, args, capture_method, timings = prepared.retry
                 registered = [
@@ -1206,7 +1236,12 @@ class LineageStore:
         return record
 
     def _publish_with_arrays(
-        self, final: Path, tmp: Path, new_outs: Sequence[ArrayRecord], op_id: str
+        self,
+        final: Path,
+        tmp: Path,
+        new_outs: Sequence[ArrayRecord],
+        op_id: str,
+        flush_to: "PreparedOperation | None" = None,
     ) -> bool:
         """Publish the flushed staging file ``tmp`` at ``final`` and as the record of each
         array of ``new_outs``: hard links into the array directories, rename, fsync of the
@@ -1234,7 +1269,9 @@ class LineageStore:
                     raise
                 dirs.append(directory)
             os.rename(tmp, final)
-            if durable:
+            if durable and flush_to is not None:
+                flush_to.flush = background.submit(_fsync_dirs, [final.parent, *dirs])
+            elif durable:
                 _fsync_dirs([final.parent, *dirs])
         except OSError as e:
             msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
