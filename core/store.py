@@ -685,6 +685,8 @@ class LineageStore:
         # each) and records cost a few hundred microseconds of a step served from a view.
         # Records are immutable once visible, so an entry never goes stale.
         self._array_keys: dict[tuple[str, str | None], ArrayRecord] = {}
+        # array directories known to exist (see _link_into)
+        self._array_dirs: set[str] = set()
         self.catalog = LineageCatalog(self, lock_timeout=lock_timeout, index_timeout=index_timeout)
         self.clean_staging()
 
@@ -1253,14 +1255,14 @@ class LineageStore:
         """
         durable = self.durable
         dirs: list[Path] = []
+        renamed = False
         try:
             for rec in new_outs:
                 directory = self.arrays_dir / _array_dir_name(rec.name)
-                directory.mkdir(parents=True, exist_ok=True)
                 if (directory / _version_file_name(rec.version)).exists():
                     return False
                 try:
-                    os.link(tmp, directory / _link_file_name(rec.version))
+                    self._link_into(tmp, directory, _link_file_name(rec.version))
                 except FileExistsError:
                     return False
                 except OSError as e:
@@ -1269,6 +1271,7 @@ class LineageStore:
                     raise
                 dirs.append(directory)
             os.rename(tmp, final)
+            renamed = True
             if durable and flush_to is not None:
                 flush_to.flush = background.submit(_fsync_dirs, [final.parent, *dirs])
             elif durable:
@@ -1277,7 +1280,8 @@ class LineageStore:
             msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
         finally:
-            tmp.unlink(missing_ok=True)  # gone after the rename
+            if not renamed:  # after the rename it is gone: no system call to learn that
+                tmp.unlink(missing_ok=True)
         for rec, d in zip(new_outs, dirs, strict=True):
             path = d / _link_file_name(rec.version)
             self._arrays[str(path)] = rec
@@ -1285,6 +1289,26 @@ class LineageStore:
             if self.index_on_write:
                 self.catalog.index_array(rec, self._rel(path))
         return True
+
+    def _link_into(self, tmp: Path, directory: Path, name: str) -> None:
+        """Hard-link ``tmp`` as ``directory / name``, making the directory when it is missing.
+
+        The directories an array's versions are linked into are remembered per handle, so a
+        step served from a view (a new version of the same array on every run) links without
+        a ``mkdir`` first; a directory removed meanwhile makes the link fail with
+        ``FileNotFoundError``, and it is made again then.
+        """
+        key = str(directory)
+        if key not in self._array_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(tmp, directory / name)
+        except FileNotFoundError:
+            if key not in self._array_dirs:
+                raise  # the directory was just made: the staged file itself is missing
+            directory.mkdir(parents=True, exist_ok=True)
+            os.link(tmp, directory / name)
+        self._array_dirs.add(key)
 
     def _publish_staged(self, tmp: Path, final: Path, what: str) -> None:
         """Rename the flushed staging file ``tmp`` to ``final`` and flush the directory."""
