@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["WORKERS", "submit"]
+__all__ = ["WORKERS", "in_worker", "submit"]
 
 _R = TypeVar("_R")
 
@@ -27,6 +27,16 @@ WORKERS = 2
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pid = -1
+_local = threading.local()
+
+
+def _mark_worker() -> None:
+    _local.worker = True
+
+
+def in_worker() -> bool:
+    """Is the calling thread one of the pool's workers? (Then it must not wait on the pool.)"""
+    return bool(getattr(_local, "worker", False))
 
 
 def _reset_after_fork() -> None:
@@ -49,7 +59,9 @@ def submit(fn: Callable[..., _R], *args: Any) -> "Future[_R]":
     if pool is None or _pid != os.getpid():
         with _lock:
             if _pool is None or _pid != os.getpid():
-                _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="dslog-io")
+                _pool = ThreadPoolExecutor(
+                    max_workers=WORKERS, thread_name_prefix="dslog-io", initializer=_mark_worker
+                )
                 _pid = os.getpid()
             pool = _pool
     return pool.submit(fn, *args)

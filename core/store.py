@@ -433,15 +433,31 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _fsync_dirs(paths: Sequence[Path]) -> None:
-    """fsync several directories, one after the other, in the calling thread.
+    """fsync several directories concurrently (the first in the calling thread, the others in
+    :mod:`~dslog_dagster.core.background` workers).
 
-    Changes made before the first flush share one journal commit (ext4 groups a transaction's
-    metadata), so the first fsync makes the others' renames and links durable too and the
-    later ones return at once: no thread is needed to overlap them. Callers that want the
-    flush off their own thread run this in :mod:`~dslog_dagster.core.background`.
+    A file system commits concurrent syncs together (ext4's journal groups them into one
+    commit, and their cache flushes merge), so a step's two directories cost about one flush
+    instead of two: one after the other, the second fsync costs a device flush of its own
+    even when the first already committed its change (measured here: about as much as the
+    first). From a worker thread they run one after the other (a worker must not wait on
+    the pool it belongs to).
     """
-    for p in dict.fromkeys(paths):
-        _fsync_dir(p)
+    unique = list(dict.fromkeys(paths))
+    if background.in_worker():
+        for p in unique:
+            _fsync_dir(p)
+        return
+    others = [background.submit(_fsync_dir, p) for p in unique[1:]]
+    if unique:
+        _fsync_dir(unique[0])
+    for f in others:
+        f.result()
+
+
+def _flush_dirs_aside(paths: Sequence[Path]) -> "list[Future[None]]":
+    """Start fsyncing ``paths`` in workers, each in its own (see :func:`_fsync_dirs`)."""
+    return [background.submit(_fsync_dir, p) for p in dict.fromkeys(paths)]
 
 
 def _write_synced(path: Path, data: bytes, durable: bool = True) -> None:
@@ -575,7 +591,7 @@ class PreparedOperation:
     new_outs: tuple[ArrayRecord, ...]
     retry: tuple[Any, ...]
 
-    flush: "Future[None] | None" = None
+    flush: "list[Future[None]] | None" = None
 
     def commit(self) -> OperationRecord:
         """Publish the operation: links, one rename, and (durable stores) the directories'
@@ -606,10 +622,11 @@ class PreparedOperation:
             LineageStorageError: the directories could not be flushed.
         """
         flush, self.flush = self.flush, None
-        if flush is None:
+        if not flush:
             return
         try:
-            flush.result()
+            for f in flush:
+                f.result()
         except Exception as e:
             msg = f"Could not flush operation `{self.record.op_id}` in `{self.store.root}`: {e}"
             raise LineageStorageError(msg) from e
@@ -1273,7 +1290,7 @@ class LineageStore:
             os.rename(tmp, final)
             renamed = True
             if durable and flush_to is not None:
-                flush_to.flush = background.submit(_fsync_dirs, [final.parent, *dirs])
+                flush_to.flush = _flush_dirs_aside([final.parent, *dirs])
             elif durable:
                 _fsync_dirs([final.parent, *dirs])
         except OSError as e:

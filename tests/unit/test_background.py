@@ -5,10 +5,12 @@ do not exist in the child, so reusing its pool would hang the first flush)."""
 import multiprocessing
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
 from dslog_dagster.core import background
+from dslog_dagster.core import store as store_module
 
 
 def test_result_and_error_come_back() -> None:
@@ -44,3 +46,24 @@ def test_a_forked_child_gets_its_own_workers() -> None:
     proc.join(30)
     assert proc.exitcode == 0
     assert background.submit(os.getpid).result() == os.getpid()  # the parent's still works
+
+
+def test_directory_flushes_from_a_worker_never_wait_on_the_pool(
+    tmp_path: "os.PathLike[str]",
+) -> None:
+    """``_fsync_dirs`` hands extra directories to the pool, except from a worker: with every
+    other worker busy, waiting on the pool there would never end."""
+    assert not background.in_worker()
+    assert background.submit(background.in_worker).result(timeout=30)
+    release = threading.Event()
+    busy = [background.submit(release.wait, 60) for _ in range(background.WORKERS - 1)]
+    dirs = [Path(tmp_path) / n for n in "abc"]
+    for d in dirs:
+        d.mkdir()
+    try:
+        background.submit(store_module._fsync_dirs, dirs).result(timeout=30)
+    finally:
+        release.set()
+    for b in busy:
+        assert b.result(timeout=30)
+    store_module._fsync_dirs(dirs)  # from outside the pool: the extra ones go to workers
