@@ -45,7 +45,9 @@ packs the operation leaves the array's link (a hard link: the bytes stay until b
 gone). A writer may split a registration (:meth:`LineageStore.prepare_operation`:
 validate, encode, write and flush the staging file; :meth:`PreparedOperation.commit`: links,
 rename, directory flushes), so the flush overlaps other work (the IO manager stores the
-asset's value meanwhile) and nothing is published until that work succeeded.
+asset's value meanwhile) and nothing is published until that work succeeded;
+:meth:`PreparedOperation.publish` and :meth:`PreparedOperation.flushed` split the commit too,
+so the directories are flushed in a worker while the IO manager builds the step's metadata.
 
 Every file name derived from a user-supplied name is a short slug of
 ``[A-Za-z0-9_-]`` plus a hash of the name, so no name can escape the root.
@@ -64,10 +66,10 @@ import math
 import os
 import re
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,7 +78,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from dslog_dagster.core import storage
+from dslog_dagster.core import background, storage
 from dslog_dagster.core.catalog import LineageCatalog
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
@@ -431,20 +433,31 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _fsync_dirs(paths: Sequence[Path]) -> None:
-    """fsync several directories concurrently (each extra one in a short-lived thread).
+    """fsync several directories concurrently (the first in the calling thread, the others in
+    :mod:`~dslog_dagster.core.background` workers).
 
     A file system commits concurrent syncs together (ext4's journal groups them into one
-    commit), so a step's two directories cost about one flush instead of two. A thread per
-    call, not a pool: a pool's threads do not survive a fork.
+    commit, and their cache flushes merge), so a step's two directories cost about one flush
+    instead of two: one after the other, the second fsync costs a device flush of its own
+    even when the first already committed its change (measured here: about as much as the
+    first). From a worker thread they run one after the other (a worker must not wait on
+    the pool it belongs to).
     """
     unique = list(dict.fromkeys(paths))
-    threads = [threading.Thread(target=_fsync_dir, args=(p,)) for p in unique[1:]]
-    for t in threads:
-        t.start()
+    if background.in_worker():
+        for p in unique:
+            _fsync_dir(p)
+        return
+    others = [background.submit(_fsync_dir, p) for p in unique[1:]]
     if unique:
         _fsync_dir(unique[0])
-    for t in threads:
-        t.join()
+    for f in others:
+        f.result()
+
+
+def _flush_dirs_aside(paths: Sequence[Path]) -> "list[Future[None]]":
+    """Start fsyncing ``paths`` in workers, each in its own (see :func:`_fsync_dirs`)."""
+    return [background.submit(_fsync_dir, p) for p in dict.fromkeys(paths)]
 
 
 def _write_synced(path: Path, data: bytes, durable: bool = True) -> None:
@@ -578,14 +591,45 @@ class PreparedOperation:
     new_outs: tuple[ArrayRecord, ...]
     retry: tuple[Any, ...]
 
+    flush: "list[Future[None]] | None" = None
+
     def commit(self) -> OperationRecord:
         """Publish the operation: links, one rename, and (durable stores) the directories'
-        fsync. Returns the stored record.
+        fsync. Returns the stored record, durable when this returns.
 
         Raises:
             LineageStorageError: it could not be published (nothing of it is visible).
         """
-        return self.store._commit(self)
+        record = self.publish()
+        self.flushed()
+        return record
+
+    def publish(self) -> OperationRecord:
+        """Make the operation visible (links, one rename) and start flushing its directories
+        in a worker thread (durable stores), so the caller can do other work meanwhile; call
+        :meth:`flushed` before relying on durability (the IO manager builds the step's
+        metadata in between). Returns the stored record.
+
+        Raises:
+            LineageStorageError: it could not be published (nothing of it is visible).
+        """
+        return self.store._commit(self, background=True)
+
+    def flushed(self) -> None:
+        """Block until a :meth:`publish` is on disk (a no-op for stores that do not fsync).
+
+        Raises:
+            LineageStorageError: the directories could not be flushed.
+        """
+        flush, self.flush = self.flush, None
+        if not flush:
+            return
+        try:
+            for f in flush:
+                f.result()
+        except Exception as e:
+            msg = f"Could not flush operation `{self.record.op_id}` in `{self.store.root}`: {e}"
+            raise LineageStorageError(msg) from e
 
     def abort(self) -> None:
         """Drop the staged segment: the operation is never published."""
@@ -658,6 +702,8 @@ class LineageStore:
         # each) and records cost a few hundred microseconds of a step served from a view.
         # Records are immutable once visible, so an entry never goes stale.
         self._array_keys: dict[tuple[str, str | None], ArrayRecord] = {}
+        # array directories known to exist (see _link_into)
+        self._array_dirs: set[str] = set()
         self.catalog = LineageCatalog(self, lock_timeout=lock_timeout, index_timeout=index_timeout)
         self.clean_staging()
 
@@ -1179,12 +1225,15 @@ class LineageStore:
         retry = (op_name, inputs, outputs, lineage, args, capture_method, timings)
         return PreparedOperation(self, tmp, rel, record, tuple(new_outs), retry)
 
-    def _commit(self, prepared: "PreparedOperation") -> OperationRecord:
-        """Publish a prepared operation (see :meth:`PreparedOperation.commit`)."""
+    def _commit(self, prepared: "PreparedOperation", background: bool = False) -> OperationRecord:
+        """Publish a prepared operation (see :meth:`PreparedOperation.commit`); with
+        ``background`` its directories are flushed in a worker (``prepared.flush``)."""
         record, rel, tmp = prepared.record, prepared.rel, prepared.tmp
         op_id = record.op_id
         if prepared.new_outs:
-            if not self._publish_with_arrays(self.root / rel, tmp, prepared.new_outs, op_id):
+            if not self._publish_with_arrays(
+                self.root / rel, tmp, prepared.new_outs, op_id, prepared if background else None
+            ):
                 # another writer registered an output meanwhile: its record stands
                 op_name, inputs, outputs, lineage, args, capture_method, timings = prepared.retry
                 registered = [
@@ -1206,7 +1255,12 @@ class LineageStore:
         return record
 
     def _publish_with_arrays(
-        self, final: Path, tmp: Path, new_outs: Sequence[ArrayRecord], op_id: str
+        self,
+        final: Path,
+        tmp: Path,
+        new_outs: Sequence[ArrayRecord],
+        op_id: str,
+        flush_to: "PreparedOperation | None" = None,
     ) -> bool:
         """Publish the flushed staging file ``tmp`` at ``final`` and as the record of each
         array of ``new_outs``: hard links into the array directories, rename, fsync of the
@@ -1218,14 +1272,14 @@ class LineageStore:
         """
         durable = self.durable
         dirs: list[Path] = []
+        renamed = False
         try:
             for rec in new_outs:
                 directory = self.arrays_dir / _array_dir_name(rec.name)
-                directory.mkdir(parents=True, exist_ok=True)
                 if (directory / _version_file_name(rec.version)).exists():
                     return False
                 try:
-                    os.link(tmp, directory / _link_file_name(rec.version))
+                    self._link_into(tmp, directory, _link_file_name(rec.version))
                 except FileExistsError:
                     return False
                 except OSError as e:
@@ -1234,13 +1288,17 @@ class LineageStore:
                     raise
                 dirs.append(directory)
             os.rename(tmp, final)
-            if durable:
+            renamed = True
+            if durable and flush_to is not None:
+                flush_to.flush = _flush_dirs_aside([final.parent, *dirs])
+            elif durable:
                 _fsync_dirs([final.parent, *dirs])
         except OSError as e:
             msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
         finally:
-            tmp.unlink(missing_ok=True)  # gone after the rename
+            if not renamed:  # after the rename it is gone: no system call to learn that
+                tmp.unlink(missing_ok=True)
         for rec, d in zip(new_outs, dirs, strict=True):
             path = d / _link_file_name(rec.version)
             self._arrays[str(path)] = rec
@@ -1248,6 +1306,26 @@ class LineageStore:
             if self.index_on_write:
                 self.catalog.index_array(rec, self._rel(path))
         return True
+
+    def _link_into(self, tmp: Path, directory: Path, name: str) -> None:
+        """Hard-link ``tmp`` as ``directory / name``, making the directory when it is missing.
+
+        The directories an array's versions are linked into are remembered per handle, so a
+        step served from a view (a new version of the same array on every run) links without
+        a ``mkdir`` first; a directory removed meanwhile makes the link fail with
+        ``FileNotFoundError``, and it is made again then.
+        """
+        key = str(directory)
+        if key not in self._array_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(tmp, directory / name)
+        except FileNotFoundError:
+            if key not in self._array_dirs:
+                raise  # the directory was just made: the staged file itself is missing
+            directory.mkdir(parents=True, exist_ok=True)
+            os.link(tmp, directory / name)
+        self._array_dirs.add(key)
 
     def _publish_staged(self, tmp: Path, final: Path, what: str) -> None:
         """Rename the flushed staging file ``tmp`` to ``final`` and flush the directory."""

@@ -3,7 +3,7 @@
 Both publish a tracked step's lineage in the lineage store *after* the value is stored: the
 output's array version (name :func:`~dslog_dagster.naming.array_name`, version = run id), the
 upstream array versions it read, and one operation ``output <- inputs`` with its compressed
-tables. The operation's segment is staged and flushed in a thread while the value is written
+tables. The operation's segment is staged and flushed in a worker thread while the value is written
 (:meth:`LineageWriter.start`), published once the value is stored, and dropped when storing
 the value failed. Any failure writing lineage raises, so the step fails loudly instead of
 leaving a gap; with ``durable=True`` the lineage is flushed before the step succeeds.
@@ -39,6 +39,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,9 +47,15 @@ import dagster as dg
 import numpy as np
 from pydantic import Field, PrivateAttr
 
+from dslog_dagster.core import background as background_tasks
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.store import ArrayRecord, LineageStore, NewArray, PreparedOperation
+from dslog_dagster.core.store import (
+    ArrayRecord,
+    LineageStore,
+    NewArray,
+    PreparedOperation,
+)
 from dslog_dagster.decorators import is_frame, op_array_name
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
@@ -159,10 +166,11 @@ class LineageWriter:
 
         With ``background``, the part that makes nothing visible (input array records, the
         operation's segment written and flushed under the store's staging directory) runs in
-        a thread while the caller stores the value; ``finish`` then publishes the operation
-        (rename, directory flushes) only after the value is stored, and ``abort`` drops it
-        when storing failed. The lineage is durable when ``finish`` returns, as before: the
-        thread only overlaps the segment's flush with the value's write.
+        a worker thread (:mod:`~dslog_dagster.core.background`) while the caller stores the
+        value; ``finish`` then publishes the operation (rename; the directory flushes run in
+        the worker while the metadata is built) only after the value is stored, and ``abort``
+        drops it when storing failed. The lineage is durable when ``finish`` returns, as
+        before: the worker only overlaps the flushes with the value's write and the metadata.
         """
         job = LineageJob(self, context, pending, shape, dtype)
         job.begin(background)
@@ -231,7 +239,7 @@ class LineageJob:
 
     ``begin`` resolves everything that needs the Dagster context (array name, version, store)
     in the caller's thread and then prepares the operation (input records, staged segment),
-    in a thread when asked. ``finish`` publishes it and returns the ``dslog/...`` metadata;
+    in a worker thread when asked. ``finish`` publishes it and returns the ``dslog/...`` metadata;
     ``abort`` drops a prepared operation (nothing of it becomes visible).
     """
 
@@ -248,7 +256,7 @@ class LineageJob:
         self.done: dict[str, Any] | None = None
         self.prepared: PreparedOperation | None = None
         self.failure: BaseException | None = None
-        self.thread: threading.Thread | None = None
+        self.task: Future[None] | None = None
         self.seconds = 0.0
         self.name = ""
         self.version: str | None = None
@@ -290,8 +298,8 @@ class LineageJob:
         if pending.relations is None or not pending.inputs:
             return  # a source: only its array version, registered in finish
         if background:
-            self.thread = threading.Thread(target=self._prepare, name="dslog-lineage", daemon=True)
-            self.thread.start()
+            # a worker that already runs: starting a thread per step cost more than the flush
+            self.task = background_tasks.submit(self._prepare)
         else:
             self._prepare()
 
@@ -326,9 +334,9 @@ class LineageJob:
             self.seconds += time.perf_counter() - t0
 
     def _join(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
+        if self.task is not None:
+            task, self.task = self.task, None
+            task.result()  # _prepare keeps its own failures in self.failure
 
     def abort(self) -> None:
         """Storing the value failed: publish nothing."""
@@ -371,17 +379,23 @@ class LineageJob:
                 write_s=write_s,
                 step_s=time.perf_counter() - pending.started,
             ).to_metadata()
-        op = self.prepared.commit()
-        self.prepared = None
+        prepared, self.prepared = self.prepared, None
+        # Visible now; its directories are flushed in a worker while the picture and the
+        # figures are made, and finish() returns only once they are on disk.
+        op = prepared.publish()
+        try:
+            lineage = self.lineage
+            raw_bytes = sum(
+                t.n_pairs * (len(rel.out_shape) + len(rel.in_shape)) * 8
+                for t, rel in zip(op.tables, lineage.values(), strict=True)
+            )
+            picture = LineageWriter._picture(
+                self.context, self.writer.settings, self.name, self.shape, lineage
+            )
+            inputs = m.inputs_json(pending.inputs)
+        finally:
+            prepared.flushed()
         write_s = self.seconds + time.perf_counter() - t0
-        lineage = self.lineage
-        raw_bytes = sum(
-            t.n_pairs * (len(rel.out_shape) + len(rel.in_shape)) * 8
-            for t, rel in zip(op.tables, lineage.values(), strict=True)
-        )
-        picture = LineageWriter._picture(
-            self.context, self.writer.settings, self.name, self.shape, lineage
-        )
         return m.LineageMetadata(
             obtained=pending.obtained,
             policy=pending.policy,
@@ -395,7 +409,7 @@ class LineageJob:
             op_id=op.op_id,
             op_name=op.op_name,
             store=str(store.root),
-            inputs=m.inputs_json(pending.inputs),
+            inputs=inputs,
             raw_rows=sum(t.n_pairs for t in op.tables),
             raw_bytes=raw_bytes,
             stored_rows=sum(t.rows for t in op.tables),

@@ -3,6 +3,8 @@ is stored, published only after the value is stored, durable before the step suc
 nothing visible when either half fails."""
 
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,73 @@ def test_a_failure_staging_the_lineage_fails_the_step_loudly(
     assert res.get_asset_materialization_events() == []
     assert _ops_of(store_dir, "shifted") == []
     assert _staged(store_dir) == []
+
+
+def test_the_directory_flush_runs_aside_but_ends_before_the_output_is_handled(
+    instance: dg.DagsterInstance,
+    io: DSLogIOManager,
+    store_dir: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The directories are flushed in a worker while the metadata is built; a slow flush
+    must still be over when ``handle_output`` returns (Dagster then reports success)."""
+    for _ in range(4):  # served from a view from here on
+        dg.materialize([base, shifted], instance=instance, resources={"io_manager": io})
+    real_flush = store_module._fsync_dir
+    flushes: list[tuple[str, bool]] = []  # (thread, finished)
+    ops_flushed_by: list[str] = []
+
+    def slow_flush(path: Any) -> None:
+        flushes.append((threading.current_thread().name, False))
+        if Path(path) == Path(store_dir, "operations"):
+            ops_flushed_by.append(threading.current_thread().name)
+        time.sleep(0.2)  # slower than building the metadata: a missing wait would show
+        real_flush(path)
+        flushes.append((threading.current_thread().name, True))
+
+    monkeypatch.setattr(store_module, "_fsync_dir", slow_flush)
+    handled: list[bool] = []
+    real_handle = DSLogIOManager.handle_output
+
+    def handle(self: DSLogIOManager, context: dg.OutputContext, obj: Any) -> None:
+        real_handle(self, context, obj)
+        if context.step_key == "shifted":
+            # the directories (operations/ and the array's) were flushed, and every flush
+            # that began is over
+            begun = sum(1 for _, done in flushes if not done)
+            handled.append(begun >= 2 and begun == sum(1 for _, done in flushes if done))
+
+    monkeypatch.setattr(DSLogIOManager, "handle_output", handle)
+    res = dg.materialize([base, shifted], instance=instance, resources={"io_manager": io})
+    md = {k: v.value for k, v in res.asset_materializations_for_node("shifted")[0].metadata.items()}
+    assert md[m.OBTAINED] in ("base", "dim", "gen")
+    assert handled == [True]
+    assert len(ops_flushed_by) == 1
+    assert ops_flushed_by[0].startswith("dslog-io")  # aside, not in the step's thread
+
+
+def test_a_failing_directory_flush_fails_the_step_loudly(
+    instance: dg.DagsterInstance,
+    io: DSLogIOManager,
+    store_dir: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dg.materialize([base], instance=instance, resources={"io_manager": io})
+
+    def failing(path: Any) -> None:
+        msg = "I/O error flushing the directory"
+        raise OSError(msg)
+
+    monkeypatch.setattr(store_module, "_fsync_dir", failing)
+    res = dg.materialize(
+        [base, shifted],
+        selection=[shifted],
+        instance=instance,
+        resources={"io_manager": io},
+        raise_on_error=False,
+    )
+    assert not res.success
+    err = str(res.get_step_failure_events()[0].step_failure_data.error)
+    assert LineageStorageError.__name__ in err
+    assert "I/O error flushing the directory" in err
+    assert res.get_asset_materialization_events() == []

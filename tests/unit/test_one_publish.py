@@ -309,3 +309,21 @@ def test_a_new_output_is_looked_up_without_opening_segments(
     fresh = LineageStore(tmp_path / "s")  # an existing link record is still read
     assert fresh.get_array("y", "run2") == op.outputs[0]
     assert len(opened) == 1
+
+
+def test_an_array_directory_removed_between_steps_is_made_again(tmp_path: Path) -> None:
+    """The handle remembers the array directories it linked into (no mkdir per served step);
+    a directory removed behind its back is made again, and nothing is left in staging."""
+    store = LineageStore(tmp_path / "s")
+    register_step(store, version="run1")
+    ydir = store.arrays_dir / store_module._array_dir_name("y")
+    for f in os.listdir(ydir):
+        os.unlink(ydir / f)
+    ydir.rmdir()
+    op = store.register_operation(
+        "neg", [store.get_array("x", "run0")], [NewArray("y", (3, 3), version="run2")],
+        {("y", "x"): identity((3, 3))},
+    )  # fmt: skip
+    assert array_files(store, "y") == [store_module._link_file_name("run2")]
+    assert LineageStore(tmp_path / "s").get_array("y", "run2") == op.outputs[0]
+    assert not list(store.staging_dir.iterdir())
