@@ -3,15 +3,17 @@
 Starting the JVM costs about 8 s on a small machine, so the session is created once and reused
 by every caller in the process (``getOrCreate``). The defaults keep Spark off the network: no
 UI (no Jetty port), driver host and bind address on ``127.0.0.1``, and few shuffle partitions
-because lineage capture runs many small jobs. The default parallelism is Spark's own (a local
-master's cores): a fixed larger number made adaptive execution keep more partitions than
-cores after a shuffle, so the last stage of a small job ran in two waves of tasks (at 10^6
-rows, ~0.1 s of a ~0.8 s capture), and a fixed smaller one would idle a bigger machine.
+(twice a local master's cores) because lineage capture runs many small jobs. The default
+parallelism is Spark's own (a local master's cores): a fixed larger number made adaptive
+execution keep more partitions than cores after a shuffle, so the last stage of a small job
+ran in two waves of tasks (at 10^6 rows, ~0.1 s of a ~0.8 s capture), and a fixed smaller
+one would idle a bigger machine.
 Python workers run the interpreter of the driver, so the executors can import
 ``dslog_dagster`` (its native ProvRC kernels compress row lineage where the data is).
 """
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -19,18 +21,40 @@ from typing import Any
 
 from dslog_dagster.errors import SparkUnavailableError
 
-__all__ = ["DEFAULT_CONF", "get_session", "require_java"]
+__all__ = ["DEFAULT_CONF", "get_session", "require_java", "shuffle_partitions"]
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    "spark.sql.shuffle.partitions": "4",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
 }
-"""Spark conf every session gets unless the caller overrides a key."""
+"""Spark conf every session gets unless the caller overrides a key (and
+``spark.sql.shuffle.partitions``, see :func:`shuffle_partitions`)."""
+
+
+def _cores() -> int:
+    """The cores this process may run on (as ``local[*]`` counts them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def shuffle_partitions(master: str) -> int:
+    """Shuffle partitions for a new session: twice a local master's cores (``local``: 1,
+    ``local[N]``, ``local[N,F]``, ``local[*]``: the machine's), else 4. Few, because
+    lineage capture runs many small jobs and adaptive execution only merges partitions;
+    scaled with the cores, because a fixed number left a bigger machine's cores idle in
+    every shuffle."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if m is None:
+        return 4
+    cores = m.group(1)
+    n = _cores() if cores == "*" else int(cores or 1)
+    return 2 * max(1, n)
 
 
 def require_java() -> str:
@@ -81,7 +105,11 @@ def get_session(
     from pyspark.sql import SparkSession
 
     asked = {str(k): str(v) for k, v in (conf or {}).items()}
-    merged = {**DEFAULT_CONF, **asked}
+    merged = {
+        **DEFAULT_CONF,
+        "spark.sql.shuffle.partitions": str(shuffle_partitions(master)),
+        **asked,
+    }
     active = SparkSession.getActiveSession()
     if active is not None:
         for k, v in asked.items():

@@ -57,6 +57,17 @@ def test_a_new_session_keeps_sparks_default_parallelism(spark: Any) -> None:
     assert spark.sparkContext.defaultParallelism == want
 
 
+@pytest.mark.parametrize(
+    ("master", "want"),
+    [("local", 2), ("local[3]", 6), ("local[4, 2]", 8), ("local[*]", None), ("spark://h:7077", 4)],
+)
+def test_shuffle_partitions_scale_with_a_local_masters_cores(master: str, want: int | None) -> None:
+    from dslog_dagster.spark.session import shuffle_partitions
+
+    cores = len(os.sched_getaffinity(0))
+    assert shuffle_partitions(master) == (2 * cores if want is None else want)
+
+
 def test_attaching_to_a_running_session_keeps_its_settings(spark: Any) -> None:
     """A resource with default config must not reset what the session's owner set (our
     defaults apply to sessions we start); options the caller passes explicitly do apply."""
