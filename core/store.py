@@ -448,7 +448,7 @@ def _fsync_dirs(paths: Sequence[Path]) -> None:
         for p in unique:
             _fsync_dir(p)
         return
-    others = [background.submit(_fsync_dir, p) for p in unique[1:]]
+    others = _flush_dirs_aside(unique[1:])
     if unique:
         _fsync_dir(unique[0])
     for f in others:

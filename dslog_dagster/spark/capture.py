@@ -239,14 +239,9 @@ class StagedOutput:
     owned: bool  # a staging directory of the capture (deleted by ``release``)
     schema: Any = None  # the files' StructType (saves reading footers to infer it)
 
-    def frames(self, spark: Any, files: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
-        """The output without and with ``ROW_ID`` (``files``: the staged files as already
-        read, which saves listing them again)."""
-        if files is not None:
-            df = files
-        else:
-            reader = spark.read if self.schema is None else spark.read.schema(self.schema)
-            df = reader.parquet(self.path)
+    def frames(self, df: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """The output without and with ``ROW_ID``, from the staged files as read (``df``:
+        the pass reads them once, for refetching too)."""
         # drop the few hidden columns rather than select the many user ones: every column
         # named costs JVM round trips
         names = self.schema.names if self.schema is not None else df.columns
@@ -586,7 +581,7 @@ def _capture_once(
     n_out = offsets[-1]
     if path:
         staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, source.schema)
-        frame, with_id = staged.frames(source.sparkSession, source)
+        frame, with_id = staged.frames(source)
     else:
         user_cols = [_quote(c) for c in user_names]
         with_id = source.select(*user_cols, dense_id(offsets).alias(ROW_ID))

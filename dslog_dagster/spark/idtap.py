@@ -47,7 +47,6 @@ import functools
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 import zipfile
@@ -65,6 +64,7 @@ from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.lineage import hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
+from dslog_dagster.spark.session import java_tool
 
 __all__ = [
     "FUNCTION",
@@ -110,13 +110,6 @@ def _cache_dir() -> Path:
     return Path(base) / "dslog-dagster" / "jvm"
 
 
-def _javac() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(os.path.join(home, "bin", "javac"), os.X_OK):
-        return os.path.join(home, "bin", "javac")
-    return shutil.which("javac")
-
-
 @functools.cache
 def tap_jar() -> Path | None:
     """The tap's jar, compiled on first use (cached per source and PySpark version), or
@@ -128,7 +121,7 @@ def tap_jar() -> Path | None:
     jar = _cache_dir() / f"dslog-idtap-{digest}.jar"
     if jar.exists():
         return jar
-    javac = _javac()
+    javac = java_tool("javac")
     if javac is None:
         log.info(
             "No `javac` (a JDK) found: aggregations with shuffled keys find their ids by a "

@@ -121,27 +121,24 @@ def refs_of(expr: Any) -> list[int]:
 
 def output_ids(plan: Any) -> list[int]:
     """Expression ids of a plan's output attributes, in order."""
-    out = plan.output()
-    fast = _ids(out)
-    if fast is not None:
-        return fast
-    return [a.exprId().id() for a in seq(out)]
+    return _named_ids(plan)[1]
 
 
 def output_of(plan: Any) -> list[tuple[str, int]]:
-    """``(name, exprId)`` of a plan's output attributes, in order."""
-    return [(a.name(), a.exprId().id()) for a in seq(plan.output())]
+    """``(name, exprId)`` of a plan's output attributes, in order, read attribute by
+    attribute (two JVM calls each)."""
+    return [(str(a.name()), int(a.exprId().id())) for a in seq(plan.output())]
 
 
 def _named_ids(plan: Any) -> tuple[list[str], list[int]]:
     """Names and expression ids of a plan's output attributes, in order, from one printed
     list: once the ids found match ``size()``, each id ends one attribute, so the text
-    between them is the names (else read attribute by attribute)."""
+    between them is the names (else :func:`output_of`)."""
     out = plan.output()
     text = str(out.toString())
     found = list(_ID_AT_END.finditer(text))
     if len(found) != out.size():
-        pairs = [(str(a.name()), int(a.exprId().id())) for a in seq(out)]
+        pairs = output_of(plan)
         return [n for n, _ in pairs], [i for _, i in pairs]
     names, at = [], text.index("(") + 1
     for m in found:

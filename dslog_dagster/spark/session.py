@@ -7,9 +7,9 @@ UI (no Jetty port), driver host and bind address on ``127.0.0.1``, and few shuff
 parallelism is Spark's own (a local master's cores): a fixed larger number made adaptive
 execution keep more partitions than cores after a shuffle, so the last stage of a small job
 ran in two waves of tasks (at 10^6 rows, ~0.1 s of a ~0.8 s capture), and a fixed smaller
-one would idle a bigger machine.
-Python workers run the interpreter of the driver, so the executors can import
-``dslog_dagster`` (its native ProvRC kernels compress row lineage where the data is).
+one would idle a bigger machine. Python workers run the interpreter of the driver, so the
+executors can import ``dslog_dagster`` (its native ProvRC kernels compress row lineage where
+the data is).
 """
 
 import os
@@ -21,7 +21,7 @@ from typing import Any
 
 from dslog_dagster.errors import SparkUnavailableError
 
-__all__ = ["DEFAULT_CONF", "get_session", "require_java", "shuffle_partitions"]
+__all__ = ["DEFAULT_CONF", "get_session", "java_tool", "require_java", "shuffle_partitions"]
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -57,16 +57,22 @@ def shuffle_partitions(master: str) -> int:
     return 2 * max(1, n)
 
 
+def java_tool(name: str) -> str | None:
+    """A JDK/JRE executable (``java``, ``javac``) as Spark finds Java: under ``JAVA_HOME``,
+    else on ``PATH``; None when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", name), os.X_OK):
+        return os.path.join(home, "bin", name)
+    return shutil.which(name)
+
+
 def require_java() -> str:
     """The ``java`` executable Spark will use.
 
     Raises:
         SparkUnavailableError: no Java runtime is installed or on ``PATH``.
     """
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
-        return os.path.join(home, "bin", "java")
-    java = shutil.which("java")
+    java = java_tool("java")
     if java is None:
         msg = (
             "Spark needs a Java runtime (Java 17), but `java` is not on PATH and JAVA_HOME is "

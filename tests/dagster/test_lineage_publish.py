@@ -39,6 +39,25 @@ def _staged(store_dir: str) -> list[str]:
     return sorted(os.listdir(staging)) if staging.exists() else []
 
 
+def _shifted_fails_on_lineage(
+    instance: dg.DagsterInstance, io: DSLogIOManager, message: str
+) -> None:
+    """Materializing ``shifted`` alone fails loudly with a ``LineageStorageError`` carrying
+    ``message`` and records no materialization."""
+    res = dg.materialize(
+        [base, shifted],
+        selection=[shifted],
+        instance=instance,
+        resources={"io_manager": io},
+        raise_on_error=False,
+    )
+    assert not res.success
+    err = str(res.get_step_failure_events()[0].step_failure_data.error)
+    assert LineageStorageError.__name__ in err
+    assert message in err
+    assert res.get_asset_materialization_events() == []
+
+
 def test_served_step_is_published_after_its_value_and_flushed_before_success(
     instance: dg.DagsterInstance,
     io: DSLogIOManager,
@@ -136,18 +155,7 @@ def test_a_failure_staging_the_lineage_fails_the_step_loudly(
         real_write(path, data, durable)
 
     monkeypatch.setattr(store_module, "_write_synced", failing)
-    res = dg.materialize(
-        [base, shifted],
-        selection=[shifted],
-        instance=instance,
-        resources={"io_manager": io},
-        raise_on_error=False,
-    )
-    assert not res.success
-    err = str(res.get_step_failure_events()[0].step_failure_data.error)
-    assert LineageStorageError.__name__ in err
-    assert "no space left on device" in err
-    assert res.get_asset_materialization_events() == []
+    _shifted_fails_on_lineage(instance, io, "no space left on device")
     assert _ops_of(store_dir, "shifted") == []
     assert _staged(store_dir) == []
 
@@ -208,15 +216,4 @@ def test_a_failing_directory_flush_fails_the_step_loudly(
         raise OSError(msg)
 
     monkeypatch.setattr(store_module, "_fsync_dir", failing)
-    res = dg.materialize(
-        [base, shifted],
-        selection=[shifted],
-        instance=instance,
-        resources={"io_manager": io},
-        raise_on_error=False,
-    )
-    assert not res.success
-    err = str(res.get_step_failure_events()[0].step_failure_data.error)
-    assert LineageStorageError.__name__ in err
-    assert "I/O error flushing the directory" in err
-    assert res.get_asset_materialization_events() == []
+    _shifted_fails_on_lineage(instance, io, "I/O error flushing the directory")

@@ -437,7 +437,7 @@ def test_key_index_finds_exactly_the_keys(keys: list[int], probes: list[int], de
 
 def test_no_jdk_means_no_tap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(idtap, "_javac", lambda: None)
+    monkeypatch.setattr(idtap, "java_tool", lambda name: None)
     idtap.tap_jar.cache_clear()
     try:
         assert idtap.tap_jar() is None
