@@ -132,7 +132,10 @@ def _move_staged(cap: Any, target: str) -> FrameInfo:
     except OSError as e:
         msg = f"Could not store the DataFrame at `{target}`: {e}"
         raise LineageStorageError(msg) from e
-    schema = tuple((f.name, f.dataType.simpleString()) for f in cap.frame.schema.fields)
+    # the files' schema (the capture's frames are made only when used)
+    user = set(staged.columns)
+    fields = staged.schema.fields if staged.schema is not None else cap.frame.schema.fields
+    schema = tuple((f.name, f.dataType.simpleString()) for f in fields if f.name in user)
     return FrameInfo(target, int(cap.n_rows), schema)
 
 

@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -80,7 +81,10 @@ class FrameCapture:
     Attributes:
         frame: the output as an ordinary DataFrame (only the user's columns). Its rows are
             the ones the capture's pass wrote to staging files (local master) or cached, so it
-            always shows the rows the lineage describes.
+            always shows the rows the lineage describes. Made on first use (reading the
+            staging files costs a file listing and a few plan analyses, ~50 ms, which storing
+            the capture with ``write_frame`` does not need); after ``release`` of a staged
+            capture it is gone.
         frame_with_row_id: the same rows plus the dense row-id column ``ROW_ID`` (what the IO
             manager stores, see :func:`dslog_dagster.io_managers.spark_frames.write_frame`).
         columns: the output's columns; ``shape == (n_rows, len(columns))``.
@@ -99,8 +103,6 @@ class FrameCapture:
             ``retried_with_lists`` when aggregations were run again with lists.
     """
 
-    frame: DataFrame
-    frame_with_row_id: DataFrame
     columns: tuple[str, ...]
     n_rows: int
     inputs: tuple[FrameInput, ...]
@@ -112,10 +114,32 @@ class FrameCapture:
     timings: dict[str, float] = field(default_factory=dict)
     _cached: list[RowIds] = field(default_factory=list, repr=False)
     _staged: "StagedOutput | None" = field(default=None, repr=False)
+    _frames: Callable[[], tuple[DataFrame, DataFrame]] | None = field(default=None, repr=False)
+    _made: tuple[DataFrame, DataFrame] | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.n_rows, len(self.columns))
+
+    def _output(self) -> tuple[DataFrame, DataFrame]:
+        if self._made is None:
+            if self._frames is None:
+                msg = (
+                    "This capture was released, and its staged rows with it; read the stored "
+                    "frame instead (read_frame / the IO manager), or use `frame` before "
+                    "`release()`."
+                )
+                raise InvalidRelationError(msg)
+            self._made = self._frames()
+        return self._made
+
+    @property
+    def frame(self) -> DataFrame:
+        return self._output()[0]
+
+    @property
+    def frame_with_row_id(self) -> DataFrame:
+        return self._output()[1]
 
     def _input_name(self, input: int | str) -> str:
         if isinstance(input, int):
@@ -208,6 +232,8 @@ class FrameCapture:
             shutil.rmtree(self._staged.path, ignore_errors=True)
             _STAGING.discard(self._staged.path)
             self._staged = None
+            self._frames = None
+            self._made = None
 
 
 _STAGING: set[str] = set()
@@ -239,9 +265,10 @@ class StagedOutput:
     owned: bool  # a staging directory of the capture (deleted by ``release``)
     schema: Any = None  # the files' StructType (saves reading footers to infer it)
 
-    def frames(self, df: DataFrame) -> tuple[DataFrame, DataFrame]:
-        """The output without and with ``ROW_ID``, from the staged files as read (``df``:
-        the pass reads them once, for refetching too)."""
+    def frames(self, read: Callable[[], DataFrame]) -> tuple[DataFrame, DataFrame]:
+        """The output without and with ``ROW_ID``, from the staged files as ``read()`` gives
+        them (the pass reads them at most once, for refetching too)."""
+        df = read()
         # drop the few hidden columns rather than select the many user ones: every column
         # named costs JVM round trips
         names = self.schema.names if self.schema is not None else df.columns
@@ -527,17 +554,21 @@ def _capture_once(
                     )
             finally:
                 shutil.rmtree(side, ignore_errors=True)
-            source = out.sparkSession.read.schema(out.schema).parquet(path)  # no footer reads
+            schema = out.schema
+            # read back only when needed (refetching by a join, the capture's frames): a file
+            # listing and an analysis the usual store-and-go use does not pay
+            source = _Once(partial(out.sparkSession.read.schema(schema).parquet, path))
         else:
-            source = mark(result._df)
+            marked = mark(result._df)
+            source = _Once(lambda: marked)
         t_write = time.perf_counter()
-        got = teed if teed is not None else row_tables(source, groups, oks)
+        got = teed if teed is not None else row_tables(source(), groups, oks)
     except RangesNotExact:
         if path:
             shutil.rmtree(path, ignore_errors=True)
             _STAGING.discard(path)
         else:
-            source.unpersist()
+            source().unpersist()
         raise _RangesFailed from None
     offsets, tables = got.offsets, list(got.tables)
     t_lineage = time.perf_counter()
@@ -565,7 +596,7 @@ def _capture_once(
                 log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
         if extra is None:
             extra = refetch_ids(
-                source,
+                source(),
                 slot_name(keys[g][0]),
                 src.frame,
                 src.keys,
@@ -579,14 +610,16 @@ def _capture_once(
     row_table = {k: union_tables([per_slot[sl] for sl in k], disjoint=False) for k in needed}
     t_pass = time.perf_counter()
     n_out = offsets[-1]
+    make_frames: Callable[[], tuple[DataFrame, DataFrame]]
     if path:
-        staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, source.schema)
-        frame, with_id = staged.frames(source)
+        staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, schema)
+        make_frames = partial(staged.frames, source)
     else:
         user_cols = [_quote(c) for c in user_names]
-        with_id = source.select(*user_cols, dense_id(offsets).alias(ROW_ID))
-        frame = source.select(*user_cols)
-        cached.append(RowIds(with_id, n_out, source))
+        with_id = marked.select(*user_cols, dense_id(offsets).alias(ROW_ID))
+        frame = marked.select(*user_cols)
+        cached.append(RowIds(with_id, n_out, marked))
+        make_frames = _Once(lambda: (frame, with_id))
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
     out_shape = (n_out, len(columns))
@@ -626,8 +659,6 @@ def _capture_once(
         column_lineage[columns[j]] = {k: sorted(v) for k, v in deps.items()}
     t2 = time.perf_counter()
     return FrameCapture(
-        frame=frame,
-        frame_with_row_id=with_id,
         columns=columns,
         n_rows=n_out,
         inputs=tuple(inputs),
@@ -648,7 +679,21 @@ def _capture_once(
         },
         _cached=cached,
         _staged=staged,
+        _frames=make_frames,
     )
+
+
+class _Once:
+    """A value made on its first call and kept (e.g. the staged output read back)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make: Callable[[], Any] | None = make
+        self._value: Any = None
+
+    def __call__(self) -> Any:
+        if self._make is not None:
+            self._value, self._make = self._make(), None
+        return self._value
 
 
 def _slot_column(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> tuple[Any, str]:

@@ -26,7 +26,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Window
@@ -702,6 +702,16 @@ def _all_to_all(ctx: CaptureContext, df: DataFrame, sources: Iterable[int]) -> T
     return TrackedFrame(ctx, df, [ColumnLineage() for _ in names], (), sources, all_to_all=True)
 
 
+def _plain_name(key: Any, known: Mapping[str, str]) -> bool:
+    """Whether a group key is a column name that resolves to exactly that column of a frame
+    with columns ``known`` (name → type): no dots or backticks (struct fields, quoting), and
+    no other column equal to it ignoring case (Spark resolves names case-insensitively)."""
+    if not isinstance(key, str) or key not in known or "." in key or "`" in key:
+        return False
+    low = key.lower()
+    return sum(1 for n in known if n.lower() == low) == 1
+
+
 def _nodes_above(plan: Any, base_df: DataFrame) -> dict[str, list[Any]]:
     """Plan nodes between ``plan`` and the plan of ``base_df``, by node name."""
     base = base_df._jdf.queryExecution().analyzed()
@@ -964,11 +974,20 @@ class TrackedGroupedData:
         they group are not deterministic (``rand``, ``sample``: computing them again gives
         other rows)."""
         keys = [k if isinstance(k, Column) else F.col(k) for k in self._keys] or [F.lit(0)]
-        probe = self._f._df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)])
-        types = [t for _, t in probe.dtypes]
+        df = self._f._df
+        known = dict(df.dtypes)
+        if self._keys and all(_plain_name(k, known) for k in self._keys):
+            # columns by name (the usual groupBy("key")): their types are the frame's and
+            # they are as deterministic as the frame, so no probe plan is analysed
+            types = [known[cast(str, k)] for k in self._keys]
+            plan = df._jdf.queryExecution().analyzed()
+        else:
+            probe = df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)])
+            types = [t for _, t in probe.dtypes]
+            plan = probe._jdf.queryExecution().analyzed()
         if any("void" in t or "interval" in t for t in types):
             return None, types
-        if not probe._jdf.queryExecution().analyzed().deterministic():
+        if not plan.deterministic():
             return None, types
         return keys, types
 

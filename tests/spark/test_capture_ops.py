@@ -202,6 +202,21 @@ def test_groupby_agg_collects_the_group(people: Any) -> None:
     )
 
 
+@pytest.mark.parametrize("key", ["g", "G", "s.g", "`g`"])
+def test_group_keys_named_every_way(people: Any, key: str) -> None:
+    # a plain column name takes its type from the frame; a name in another case, a struct
+    # field and a quoted name are resolved by Spark (a probe plan). Group "a" holds rows
+    # 0, 1, 5: not a range, so its ids are found again by those keys
+    def f(p: Any) -> Any:
+        p = p.withColumn("s", F.struct(F.col("g").alias("g")))
+        return p.groupBy(key).agg(F.sum("v").alias("sv"))
+
+    cap = capture_frames(f, [people])
+    groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
+    name = cap.columns[0]
+    assert_lineage(cap, 0, lambda r, c: [(i, "v" if c == "sv" else "g") for i in groups[r[name]]])
+
+
 def test_global_aggregate_and_shortcuts(people: Any) -> None:
     cap = capture_frames(
         lambda p: p.select(F.sum("w").alias("t"), F.count("*").alias("n")), [people]

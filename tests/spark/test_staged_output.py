@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
+from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.io_managers.spark_frames import read_frame, write_frame
 from dslog_dagster.spark import ROW_ID, capture_frames
 
@@ -124,3 +126,25 @@ def test_interval_output_goes_through_sparks_writer(spark: Any) -> None:
     # each output cell comes from the same cell of the input row with its id
     pairs = {tuple(p) for p in cap.relation(0).pairs().tolist()}
     assert pairs == {(o, j, i, j) for o, i in ids.items() for j in (0, 1)}
+
+
+def test_frames_are_made_on_first_use_and_gone_after_release(spark: Any, tmp_path: Path) -> None:
+    src = spark.range(0, 30, numPartitions=2).withColumn("k", F.col("id") % 4)
+    src = src.withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(
+        lambda x: x.groupBy("k").agg(F.count("id").alias("n")), [src], input_rows=[30]
+    )
+    assert cap._made is None  # nothing read back by the capture itself
+    # storing needs no frame either: the schema comes from the staged files
+    info = write_frame(cap, tmp_path / "out.parquet")
+    assert info.schema == (("k", "bigint"), ("n", "bigint"))
+    assert cap._made is None
+    frame = cap.frame
+    assert cap.frame is frame  # made once
+    assert cap.frame_with_row_id is cap.frame_with_row_id
+    assert sorted(r["n"] for r in frame.collect()) == [7, 7, 8, 8]
+    cap.release()
+    with pytest.raises(InvalidRelationError, match="released"):
+        _ = cap.frame
+    # the stored copy is unaffected
+    assert read_frame(spark, tmp_path / "out.parquet").count() == 4
