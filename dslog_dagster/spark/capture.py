@@ -535,25 +535,21 @@ def _capture_once(
     teed: RowTables | None = None
     try:
         if _can_stage(result._df, user_names):
-            # the pass writes the output once (rows, MID, slots) and, in the same job,
-            # compresses the row lineage of every slot; write_frame moves the files into place
+            # the pass writes the output once (rows, MID, slots) with Spark's writer and
+            # compresses the row lineage of every slot from those files; write_frame moves
+            # them into place
             path = tempfile.mkdtemp(prefix="dslog-capture-")
             _STAGING.add(path)
             out = result._df.withColumn(MID, F.monotonically_increasing_id())
-            side = tempfile.mkdtemp(prefix="dslog-lineage-")
-            try:
-                with tapping(out.sparkSession, ctx.tap_dirs):
-                    teed = write_with_lineage(
-                        out,
-                        path,
-                        side,
-                        [slot_name(k[0]) for k in keys],
-                        [kind for _, kind, _ in groups],
-                        [n for _, _, n in groups],
-                        [slot_name(s) for s in checked],
-                    )
-            finally:
-                shutil.rmtree(side, ignore_errors=True)
+            with tapping(out.sparkSession, ctx.tap_dirs):
+                teed = write_with_lineage(
+                    out,
+                    path,
+                    [slot_name(k[0]) for k in keys],
+                    [kind for _, kind, _ in groups],
+                    [n for _, _, n in groups],
+                    [slot_name(s) for s in checked],
+                )
             schema = out.schema
             # read back only when needed (refetching by a join, the capture's frames): a file
             # listing and an analysis the usual store-and-go use does not pay

@@ -268,7 +268,8 @@ def _failed_groups(staged: str, slot: str, hashed: bool = False) -> _FailedGroup
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    t = pq.read_table(staged, columns=[MID, slot])
+    # Spark's files: INT96 timestamps (in a key struct) read as microseconds, never overflow
+    t = pq.read_table(staged, columns=[MID, slot], coerce_int96_timestamp_unit="us")
     s = t.column(slot).combine_chunks()
     valid, ok = range_rows(s)
     bad = pa.array(valid & ~ok)

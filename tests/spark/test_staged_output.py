@@ -85,9 +85,9 @@ def test_release_drops_staging_and_empty_output(spark: Any, tmp_path: Path) -> N
     assert not os.path.exists(staged)
 
 
-def test_worker_written_files_keep_every_type(spark: Any, tmp_path: Path) -> None:
-    # the pass's worker writes the staged Parquet files with pyarrow: values of the common
-    # Spark types (nested ones too) must read back exactly as Spark computed them
+def test_staged_files_keep_every_type(spark: Any, tmp_path: Path) -> None:
+    # the pass stages the output's files and the stored frame is those files: values of the
+    # common Spark types (nested ones too) must read back exactly as Spark computed them
     src = spark.sql(
         """
         SELECT id, CAST(id AS INT) AS i, CAST(id AS SMALLINT) AS sm, CAST(id AS TINYINT) AS ti,
@@ -114,7 +114,7 @@ def test_worker_written_files_keep_every_type(spark: Any, tmp_path: Path) -> Non
     assert sorted((tuple(r) for r in back.drop(ROW_ID).collect()), key=lambda t: t[0]) == want
 
 
-def test_interval_output_goes_through_sparks_writer(spark: Any) -> None:
+def test_interval_output_is_staged(spark: Any) -> None:
     src = spark.sql("SELECT id, MAKE_DT_INTERVAL(0, 0, 0, id) AS dt FROM RANGE(6)")
     src = src.withColumn(ROW_ID, F.col("id"))
     cap = capture_frames(lambda x: x.filter("id > 1"), [src], input_rows=[6])
@@ -148,3 +148,23 @@ def test_frames_are_made_on_first_use_and_gone_after_release(spark: Any, tmp_pat
         _ = cap.frame
     # the stored copy is unaffected
     assert read_frame(spark, tmp_path / "out.parquet").count() == 4
+
+
+def test_far_timestamps_as_group_keys(spark: Any) -> None:
+    # the staged files are Spark's (timestamps may be INT96); reading their slot columns
+    # back, keys beyond pyarrow's nanosecond range must not fail. Ids 0..5 alternate between
+    # two keys, so the groups are not ranges and are found again by their keys
+    src = spark.sql(
+        """
+        SELECT id, IF(id % 2 = 0, TIMESTAMP'9999-12-31 23:59:59', TIMESTAMP'1000-01-01 00:00:00')
+               AS t, id * 1.0D AS v
+        FROM RANGE(6)
+        """
+    ).withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(lambda x: x.groupBy("t").agg(F.sum("v").alias("s")), [src], input_rows=[6])
+    rows = {r[ROW_ID]: r["t"].year for r in cap.frame_with_row_id.collect()}
+    groups = {9999: {0, 2, 4}, 1000: {1, 3, 5}}
+    got: dict[int, set[int]] = {}
+    for o, _, i, _ in cap.relation(0).pairs().tolist():
+        got.setdefault(rows[o], set()).add(i)
+    assert got == groups
