@@ -524,11 +524,8 @@ def _capture_once(
     # range slots whose failed rows cannot be refetched (no RangeSource) must pass their
     # check on every row, else the capture reruns
     checked = sorted(s for s in result._ranges if s in slot_input and s not in ctx.range_src)
-    oks = [F.col(f"{slot_name(s)}.ok") for s in checked]
-    groups = [
-        (*_slot_column(k[0], result._arrays, result._ranges), inputs[slot_input[k[0]]].n_rows)
-        for k in keys
-    ]
+    kinds = [_slot_kind(k[0], result._arrays, result._ranges) for k in keys]
+    n_ins = [inputs[slot_input[k[0]]].n_rows for k in keys]
     user_names = [c for c in result._df.columns if c not in slot_names]
     staged: StagedOutput | None = None
     path = ""
@@ -546,8 +543,8 @@ def _capture_once(
                     out,
                     path,
                     [slot_name(k[0]) for k in keys],
-                    [kind for _, kind, _ in groups],
-                    [n for _, _, n in groups],
+                    kinds,
+                    n_ins,
                     [slot_name(s) for s in checked],
                 )
             schema = out.schema
@@ -558,7 +555,15 @@ def _capture_once(
             marked = mark(result._df)
             source = _Once(lambda: marked)
         t_write = time.perf_counter()
-        got = teed if teed is not None else row_tables(source(), groups, oks)
+        if teed is not None:
+            got = teed
+        else:
+            groups = [
+                (_slot_column(k[0], kind), kind, n)
+                for k, kind, n in zip(keys, kinds, n_ins, strict=True)
+            ]
+            oks = [F.col(f"{slot_name(s)}.ok") for s in checked]
+            got = row_tables(source(), groups, oks)
     except RangesNotExact:
         if path:
             shutil.rmtree(path, ignore_errors=True)
@@ -582,7 +587,7 @@ def _capture_once(
                     src.tap,
                     path,
                     slot_name(keys[g][0]),
-                    groups[g][2],
+                    n_ins[g],
                     offsets,
                     n_failed,
                     hashed=src.hashed,
@@ -597,7 +602,7 @@ def _capture_once(
                 src.frame,
                 src.keys,
                 src.slot,
-                groups[g][2],
+                n_ins[g],
                 offsets,
                 n_failed,
             )
@@ -692,10 +697,18 @@ class _Once:
         return self._value
 
 
-def _slot_column(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> tuple[Any, str]:
-    """The input row ids of one slot and their kind: a bigint column (``"scalar"``), the
-    ``struct<lo, hi, ok>`` of a range slot (``"range"``), or an ``array<bigint>`` column
+def _slot_kind(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> str:
+    """How a slot holds its input row ids: a bigint column (``"scalar"``), the
+    ``struct<lo, hi, ok, ...>`` of a range slot (``"range"``), or an ``array<bigint>`` column
     (``"list"``)."""
     if slot in arrays:
-        return F.coalesce(F.col(slot_name(slot)), F.array().cast("array<bigint>")), "list"
-    return F.col(slot_name(slot)), "range" if slot in ranges else "scalar"
+        return "list"
+    return "range" if slot in ranges else "scalar"
+
+
+def _slot_column(slot: int, kind: str) -> Any:
+    """The column of a slot's ids as :func:`~dslog_dagster.spark.lineage.row_tables` reads it
+    (a missing list is an empty one)."""
+    if kind == "list":
+        return F.coalesce(F.col(slot_name(slot)), F.array().cast("array<bigint>"))
+    return F.col(slot_name(slot))

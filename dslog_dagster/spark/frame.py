@@ -33,7 +33,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import UnsupportedFrameOperationError
-from dslog_dagster.spark.idtap import tap_column, tap_key
+from dslog_dagster.spark.idtap import tap_column, tap_key, tap_key_sql, tap_sql
 from dslog_dagster.spark.plan import (
     Base,
     ColumnLineage,
@@ -96,6 +96,16 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def analyzed(df: DataFrame) -> Any:
+    """The analyzed logical plan of ``df`` (a JVM object), kept on the DataFrame: a frame is
+    immutable, and each plan walk asks for its operands' plans (two JVM round trips each)."""
+    plan = df.__dict__.get("_dslog_analyzed")
+    if plan is None:
+        plan = df._jdf.queryExecution().analyzed()
+        df.__dict__["_dslog_analyzed"] = plan
+    return plan
+
+
 def _col(name: str) -> Column:
     return F.col(_quote(name))
 
@@ -156,9 +166,7 @@ class TrackedFrame:
 
     def _base(self, df: DataFrame | None = None, infos: Sequence[Info] | None = None) -> Base:
         d = self._df if df is None else df
-        return Base(
-            d._jdf.queryExecution().analyzed(), list(self._infos if infos is None else infos)
-        )
+        return Base(analyzed(d), list(self._infos if infos is None else infos))
 
     def _new(
         self,
@@ -204,7 +212,7 @@ class TrackedFrame:
         unique: bool | None = None,
     ) -> "TrackedFrame":
         walker = PlanWalker(bases or [self._base()], op, window_rule)
-        infos = walker.resolve(res._jdf.queryExecution().analyzed())
+        infos = walker.resolve(analyzed(res))
         keeps = self._unique if unique is None else unique
         return self._new(res, infos, arrays, sources, ranges, keeps and not walker.generated)
 
@@ -326,10 +334,10 @@ class TrackedFrame:
             # e.g. a global aggregate in select(): the slot columns are not grouped
             visible = self._visible_df()
             probe = fn(visible, [])
-            if "Aggregate" in _nodes_above(probe._jdf.queryExecution().analyzed(), visible):
+            if "Aggregate" in _nodes_above(analyzed(probe), visible):
                 return None  # caller turns it into a global aggregation
             raise
-        nodes = _nodes_above(first._jdf.queryExecution().analyzed(), self._df)
+        nodes = _nodes_above(analyzed(first), self._df)
         if "Window" not in nodes:
             return self._finish(first, op)
         self._need_lists()
@@ -358,7 +366,7 @@ class TrackedFrame:
         if extra:
             df = df.select("*", *extra)
         res = fn(df, [_quote(n) for n in infos if isinstance(n, str)])
-        base = Base(df._jdf.queryExecution().analyzed(), infos)
+        base = Base(analyzed(df), infos)
 
         def rule(e: Any, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
             wk = _window_key(e, op)
@@ -594,7 +602,7 @@ class TrackedFrame:
                 aggs.append((F.flatten(c) if s in other._arrays else c).alias(slot_name(s)))
             matches = left.join(other._df, on, "inner").groupBy(_UID).agg(*aggs)
             res = left.join(matches, _UID, "inner").drop(_UID)
-            lbase = Base(left._jdf.queryExecution().analyzed(), [*self._infos, ColumnLineage()])
+            lbase = Base(analyzed(left), [*self._infos, ColumnLineage()])
             return self._finish(
                 res, "join(semi)", [lbase, other._base()], None, arrays | set(other._slots), sources
             )
@@ -714,7 +722,7 @@ def _plain_name(key: Any, known: Mapping[str, str]) -> bool:
 
 def _nodes_above(plan: Any, base_df: DataFrame) -> dict[str, list[Any]]:
     """Plan nodes between ``plan`` and the plan of ``base_df``, by node name."""
-    base = base_df._jdf.queryExecution().analyzed()
+    base = analyzed(base_df)
     for semantic in (False, True):  # cheap object equality first, canonical plans if needed
         out: dict[str, list[Any]] = {}
         met = False
@@ -931,12 +939,27 @@ class TrackedGroupedData:
         hi = {s: f"max(`{slot_name(s)}`)" for s in slots}
         n = {s: f"count(`{slot_name(s)}`)" for s in slots}
         constant = {s: f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))" for s in slots}
-        keys, key_types = self._key_columns()
+        # keys that are plain column names (``names``) go into the SQL text too (the struct
+        # and the tap then cost one JVM call each); other key expressions are Columns
+        keys, key_types, names = self._key_columns()
         key_struct = (
-            F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)]) if keys is not None else None
+            F.struct(*[k.alias(f"k{i}") for i, k in enumerate(keys)])
+            if keys is not None and names is None
+            else None
         )
         df = f._df
-        tapped = tap_key(keys, key_types) if keys is not None and f._ctx.tap_root else None
+        tapping = keys is not None and f._ctx.tap_root is not None
+        tapped = tap_key(keys, key_types) if tapping and names is None and keys else None
+        tapped_sql = tap_key_sql(names, key_types) if tapping and names is not None else None
+        hashed = (tapped is not None and tapped[1]) or (tapped_sql is not None and tapped_sql[1])
+        k_sql = (
+            ", 'k', named_struct("
+            + ", ".join(f"'k{i}', {_quote(nm)}" for i, nm in enumerate(names))
+            + ")"
+            + (f", 'h', {tapped_sql[0]}" if tapped_sql is not None and tapped_sql[1] else "")
+            if names is not None
+            else ""
+        )
         aggs = []
         taps: dict[str, Column] = {}
         for s in slots:
@@ -945,51 +968,59 @@ class TrackedGroupedData:
             )
             ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
             # n: the group's ids with repeats, which the id tap's rows must add up to
-            c = F.expr(f"named_struct('lo', {lo[s]}, 'hi', {hi[s]}, 'ok', {ok}, 'n', {n[s]})")
-            if key_struct is not None and keys is not None:
-                c = c.withField("k", key_struct)
+            c = F.expr(
+                f"named_struct('lo', {lo[s]}, 'hi', {hi[s]}, 'ok', {ok}, 'n', {n[s]}{k_sql})"
+            )
+            if keys is not None:
+                if key_struct is not None:
+                    c = c.withField("k", key_struct)
                 tap = None
-                if tapped is not None:
+                if tapped is not None or tapped_sql is not None:
                     assert f._ctx.tap_root is not None
                     token = len(f._ctx.tap_dirs)
                     tap = os.path.join(f._ctx.tap_root, f"t{token}")
                     os.makedirs(tap)
                     f._ctx.tap_dirs.append(tap)
-                    taps[slot_name(s)] = tap_column(token, tapped[0], _col(slot_name(s)))
-                    if tapped[1]:  # the groups' hashes, to match the tapped ones with
-                        c = c.withField("h", tapped[0])
-                f._ctx.range_src[s] = RangeSource(
-                    f._df, tuple(keys), slot_name(s), tap, tapped is not None and tapped[1]
-                )
+                    if tapped_sql is not None:
+                        sql = tap_sql(token, tapped_sql[0], _quote(slot_name(s)))
+                        taps[slot_name(s)] = F.expr(sql)
+                    else:
+                        assert tapped is not None
+                        taps[slot_name(s)] = tap_column(token, tapped[0], _col(slot_name(s)))
+                        if tapped[1]:  # the groups' hashes, to match the tapped ones with
+                            c = c.withField("h", tapped[0])
+                f._ctx.range_src[s] = RangeSource(f._df, tuple(keys), slot_name(s), tap, hashed)
             aggs.append(c.alias(slot_name(s)))
         if taps:  # one projection (one analysis) for all of them
             df = df.withColumns(taps)
         res = df.groupBy(*self._keys).agg(*cols, *aggs)
         return f._finish(res, "groupBy.agg", arrays=(), ranges=set(slots))
 
-    def _key_columns(self) -> tuple[list[Column] | None, list[str]]:
-        """The group keys as columns (a constant for a global aggregation) and their types,
-        or None when the groups cannot be found again by their keys: some key's type cannot
-        be stored in the staged Parquet files (``void``, intervals), or the keys or the frame
-        they group are not deterministic (``rand``, ``sample``: computing them again gives
-        other rows)."""
+    def _key_columns(self) -> tuple[list[Column] | None, list[str], list[str] | None]:
+        """The group keys as columns (a constant for a global aggregation), their types and,
+        when they are all plain column names, those names; the columns are None when the
+        groups cannot be found again by their keys: some key's type cannot be stored in the
+        staged Parquet files (``void``, intervals), or the keys or the frame they group are
+        not deterministic (``rand``, ``sample``: computing them again gives other rows)."""
         keys = [k if isinstance(k, Column) else F.col(k) for k in self._keys] or [F.lit(0)]
         df = self._f._df
         known = dict(df.dtypes)
+        names: list[str] | None = None
         if self._keys and all(_plain_name(k, known) for k in self._keys):
             # columns by name (the usual groupBy("key")): their types are the frame's and
             # they are as deterministic as the frame, so no probe plan is analysed
-            types = [known[cast(str, k)] for k in self._keys]
-            plan = df._jdf.queryExecution().analyzed()
+            names = [cast(str, k) for k in self._keys]
+            types = [known[k] for k in names]
+            plan = analyzed(df)
         else:
             probe = df.select(*[k.alias(f"k{i}") for i, k in enumerate(keys)])
             types = [t for _, t in probe.dtypes]
-            plan = probe._jdf.queryExecution().analyzed()
+            plan = analyzed(probe)
         if any("void" in t or "interval" in t for t in types):
-            return None, types
+            return None, types, None
         if not plan.deterministic():
-            return None, types
-        return keys, types
+            return None, types, None
+        return keys, types, names
 
     def count(self) -> TrackedFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))
@@ -1035,13 +1066,9 @@ class TrackedGroupedData:
         nk = len(user.columns) - len(values) * len(cols)
         # column lineage of each aggregate, from the un-pivoted aggregation's plan
         plain = f._df.groupBy(*self._keys).agg(*cols)
-        plan_infos = PlanWalker([f._base()], "pivot").resolve(
-            plain._jdf.queryExecution().analyzed()
-        )
+        plan_infos = PlanWalker([f._base()], "pivot").resolve(analyzed(plain))
         key_infos, agg_infos = plan_infos[:nk], plan_infos[nk:]
-        p_lin = PlanWalker([f._base()], "pivot").resolve(
-            f._df.select(p)._jdf.queryExecution().analyzed()
-        )[0]
+        p_lin = PlanWalker([f._base()], "pivot").resolve(analyzed(f._df.select(p)))[0]
         assert isinstance(p_lin, ColumnLineage)
         by_value: list[dict[int, int]] = []
         slot_aggs = []

@@ -75,7 +75,9 @@ __all__ = [
     "tap_column",
     "tap_jar",
     "tap_key",
+    "tap_key_sql",
     "tap_ready",
+    "tap_sql",
     "tapped_ids",
     "tapping",
 ]
@@ -186,6 +188,23 @@ def tap_key(keys: Sequence[Column], types: Sequence[str]) -> tuple[Column, bool]
     if keys and all(hashable(t) for t in types):
         return F.xxhash64(*keys), True
     return None
+
+
+def tap_key_sql(names: Sequence[str], types: Sequence[str]) -> tuple[str, bool] | None:
+    """:func:`tap_key` for keys that are plain column names, as SQL text (one JVM call to
+    use, where the Column form costs one per operator)."""
+    quoted = ["`" + n.replace("`", "``") + "`" for n in names]
+    if len(quoted) == 1 and types[0] in INTEGRAL:
+        return quoted[0], False
+    if quoted and all(hashable(t) for t in types):
+        return f"xxhash64({', '.join(quoted)})", True
+    return None
+
+
+def tap_sql(token: int, key: str, ids: str) -> str:
+    """:func:`tap_column` as SQL text, for a key and ids given as SQL text."""
+    k = f"CAST({key} AS BIGINT)"
+    return f"{FUNCTION}({token}, coalesce({k}, 0L), isnull({k}), {ids})"
 
 
 def tap_column(token: int, key: Column, ids: Column) -> Column:

@@ -240,18 +240,26 @@ def test_string_keys_and_two_keys_are_tapped_by_their_hash(spark: Any, keys: lis
     same_lineage(cap, capture_frames(by, [x], aggregate="lists"))
 
 
+@pytest.mark.parametrize("by_name", [True, False])
 def test_groups_whose_hashes_collide_fall_back_to_the_join(
-    spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, by_name: bool
 ) -> None:
-    # a "hash" with two values: the groups sharing one get each other's tapped rows
+    # a "hash" with two values: the groups sharing one get each other's tapped rows. Keys
+    # by column name are hashed in SQL text, other key expressions as Columns
+    monkeypatch.setattr(
+        frame_module,
+        "tap_key_sql",
+        lambda names, types: (f"length(coalesce(`{names[0]}`, '')) % 2", True),
+    )
     monkeypatch.setattr(
         frame_module,
         "tap_key",
         lambda keys, types: (F.length(F.coalesce(keys[0], F.lit(""))) % 2, True),
     )
+    key = "g" if by_name else F.col("g")
     with caplog.at_level(logging.INFO, logger="dslog_dagster.spark.capture"):
         cap = capture_frames(
-            lambda x: x.groupBy("g").agg(F.sum("v").alias("s")), [mixed_frame(spark)]
+            lambda x: x.groupBy(key).agg(F.sum("v").alias("s")), [mixed_frame(spark)]
         )
     assert "tapped_rows" not in cap.timings
     assert cap.timings["refetched_rows"] == cap.n_rows
