@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,7 @@ from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperation
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame
 from dslog_dagster.spark.idtap import TapFailed, tap_ready, tapped_ids, tapping
 from dslog_dagster.spark.lineage import (
+    RangeColumns,
     RangesNotExact,
     RowTables,
     refetch_ids,
@@ -526,6 +527,12 @@ def _capture_once(
     checked = sorted(s for s in result._ranges if s in slot_input and s not in ctx.range_src)
     kinds = [_slot_kind(k[0], result._arrays, result._ranges) for k in keys]
     n_ins = [inputs[slot_input[k[0]]].n_rows for k in keys]
+    # per group: the slot's column, or a range slot's summary columns
+    id_columns: list[str | RangeColumns] = [
+        _range_columns(ctx, k[0]) if kind == "range" else slot_name(k[0])
+        for k, kind in zip(keys, kinds, strict=True)
+    ]
+    ok_names = [_range_columns(ctx, s).ok for s in checked]
     user_names = [c for c in result._df.columns if c not in slot_names]
     staged: StagedOutput | None = None
     path = ""
@@ -539,14 +546,7 @@ def _capture_once(
             _STAGING.add(path)
             out = result._df.withColumn(MID, F.monotonically_increasing_id())
             with tapping(out.sparkSession, ctx.tap_dirs):
-                teed = write_with_lineage(
-                    out,
-                    path,
-                    [slot_name(k[0]) for k in keys],
-                    kinds,
-                    n_ins,
-                    [slot_name(s) for s in checked],
-                )
+                teed = write_with_lineage(out, path, id_columns, kinds, n_ins, ok_names)
             schema = out.schema
             # read back only when needed (refetching by a join, the capture's frames): a file
             # listing and an analysis the usual store-and-go use does not pay
@@ -559,11 +559,10 @@ def _capture_once(
             got = teed
         else:
             groups = [
-                (_slot_column(k[0], kind), kind, n)
-                for k, kind, n in zip(keys, kinds, n_ins, strict=True)
+                (_slot_column(c, kind), kind, n)
+                for c, kind, n in zip(id_columns, kinds, n_ins, strict=True)
             ]
-            oks = [F.col(f"{slot_name(s)}.ok") for s in checked]
-            got = row_tables(source(), groups, oks)
+            got = row_tables(source(), groups, [F.col(_quote(o)) for o in ok_names])
     except RangesNotExact:
         if path:
             shutil.rmtree(path, ignore_errors=True)
@@ -586,7 +585,7 @@ def _capture_once(
                 extra = tapped_ids(
                     src.tap,
                     path,
-                    slot_name(keys[g][0]),
+                    cast(RangeColumns, id_columns[g]),
                     n_ins[g],
                     offsets,
                     n_failed,
@@ -598,7 +597,7 @@ def _capture_once(
         if extra is None:
             extra = refetch_ids(
                 source(),
-                slot_name(keys[g][0]),
+                cast(RangeColumns, id_columns[g]),
                 src.frame,
                 src.keys,
                 src.slot,
@@ -706,9 +705,28 @@ def _slot_kind(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> str
     return "range" if slot in ranges else "scalar"
 
 
-def _slot_column(slot: int, kind: str) -> Any:
+def _range_columns(ctx: CaptureContext, slot: int) -> RangeColumns:
+    """The output columns of range slot ``slot``'s summary (see :class:`RangeFields`)."""
+    f = ctx.range_fields[slot]
+    return RangeColumns(
+        slot_name(slot),
+        slot_name(f.hi),
+        slot_name(f.ok),
+        slot_name(f.n),
+        tuple(slot_name(k) for k in f.keys),
+        None if f.hash is None else slot_name(f.hash),
+    )
+
+
+def _slot_column(slot: str | RangeColumns, kind: str) -> Any:
     """The column of a slot's ids as :func:`~dslog_dagster.spark.lineage.row_tables` reads it
-    (a missing list is an empty one)."""
+    (a missing list is an empty one; a range as ``struct<lo, hi, ok>``)."""
+    if isinstance(slot, RangeColumns):
+        return F.struct(
+            F.col(_quote(slot.lo)).alias("lo"),
+            F.col(_quote(slot.hi)).alias("hi"),
+            F.col(_quote(slot.ok)).alias("ok"),
+        )
     if kind == "list":
-        return F.coalesce(F.col(slot_name(slot)), F.array().cast("array<bigint>"))
-    return F.col(slot_name(slot))
+        return F.coalesce(F.col(_quote(slot)), F.array().cast("array<bigint>"))
+    return F.col(_quote(slot))

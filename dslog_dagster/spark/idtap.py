@@ -62,7 +62,7 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.spark.lineage import hashable, range_rows
+from dslog_dagster.spark.lineage import RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.session import java_tool
 
@@ -277,9 +277,9 @@ class _FailedGroups:
         return self.keys.size + int(self.has_null)
 
 
-def _failed_groups(staged: str, slot: str, hashed: bool = False) -> _FailedGroups:
-    """:class:`_FailedGroups` of ``slot`` in the staged output, keyed by the group's one
-    integral key (``k.k0``) or, ``hashed``, by the hash of its keys (``h``).
+def _failed_groups(staged: str, slot: RangeColumns, hashed: bool = False) -> _FailedGroups:
+    """:class:`_FailedGroups` of the range slot with summary columns ``slot`` in the staged
+    output, keyed by the group's one integral key or, ``hashed``, by the hash of its keys.
 
     Raises:
         TapFailed: two rows of one group disagree on its count (not one aggregation's group).
@@ -287,16 +287,22 @@ def _failed_groups(staged: str, slot: str, hashed: bool = False) -> _FailedGroup
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    # Spark's files: INT96 timestamps (in a key struct) read as microseconds, never overflow
-    t = pq.read_table(staged, columns=[MID, slot], coerce_int96_timestamp_unit="us")
-    s = t.column(slot).combine_chunks()
-    valid, ok = range_rows(s)
+    key_col = slot.hash if hashed else slot.keys[0] if slot.keys else None
+    if key_col is None:
+        msg = "the slot's group keys are not in the output"
+        raise TapFailed(msg)
+    columns = list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col]))
+    # Spark's files: INT96 timestamps (a key column) read as microseconds, never overflow
+    t = pq.read_table(staged, columns=columns, coerce_int96_timestamp_unit="us")
+
+    def col(name: str) -> pa.Array:
+        return t.column(name).combine_chunks()
+
+    valid, ok = range_rows(col(slot.lo), col(slot.ok))
     bad = pa.array(valid & ~ok)
-    mids = t.column(MID).combine_chunks().filter(bad).to_numpy().astype(np.int64)
-    key = (
-        pc.struct_field(s, "h") if hashed else pc.struct_field(pc.struct_field(s, "k"), "k0")
-    ).filter(bad)
-    n = pc.struct_field(s, "n").filter(bad).to_numpy(zero_copy_only=False).astype(np.int64)
+    mids = col(MID).filter(bad).to_numpy().astype(np.int64)
+    key = col(key_col).filter(bad)
+    n = col(slot.n).filter(bad).to_numpy(zero_copy_only=False).astype(np.int64)
     is_null = np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool)
     keys = pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
     # rows ordered by group: non-null keys ascending, then the null key
@@ -344,7 +350,7 @@ class _KeyIndex:
 def tapped_ids(
     directory: str,
     staged: str,
-    slot: str,
+    slot: RangeColumns,
     n_in: int,
     offsets: list[int],
     n_failed: int,
@@ -352,7 +358,7 @@ def tapped_ids(
     hashed: bool = False,
 ) -> LineageTable:
     """The row lineage of the rows of the staged output (``staged``) whose range slot
-    ``slot`` failed its check, from the tap files in ``directory``.
+    (summary columns ``slot``) failed its check, from the tap files in ``directory``.
 
     The tap runs with a local master only, so its files, like the staged output, are on this
     machine's disk, where the executors ran: they are read here, one file per thread (the

@@ -13,13 +13,12 @@ union is exact.
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from dslog_dagster.core.combine import merge_tables, union_tables
 from dslog_dagster.core.provrc import LineageTable
@@ -28,11 +27,13 @@ from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
 
 __all__ = [
+    "RangeColumns",
     "RangesNotExact",
     "RowTables",
     "compress_pairs",
     "hashable",
     "range_rows",
+    "range_struct",
     "refetch_ids",
     "row_tables",
     "shift_rows",
@@ -133,17 +134,35 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
     )
 
 
-def range_rows(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of a ``struct<lo, hi, ok, ...>`` column: whether it has ids (``lo`` set) and
-    whether their range is exact (``ok``, null counting as true). Rows with ids whose range
-    is not exact are the ones whose ids are found again."""
+@dataclasses.dataclass(frozen=True)
+class RangeColumns:
+    """The output columns of a range slot's summary (see
+    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`): ``lo`` (the slot's own
+    column), ``hi``, ``ok``, the id count ``n``, and its aggregation's group keys and their
+    hash (empty / None when the keys are not stored)."""
+
+    lo: str
+    hi: str
+    ok: str
+    n: str
+    keys: tuple[str, ...] = ()
+    hash: str | None = None
+
+
+def range_struct(lo: pa.Array, hi: pa.Array, ok: pa.Array) -> pa.StructArray:
+    """The ``struct<lo, hi, ok>`` :func:`_compress_partition` reads for a range group."""
+    return pa.StructArray.from_arrays([lo, hi, ok], names=["lo", "hi", "ok"])
+
+
+def range_rows(lo: pa.Array, ok: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a range slot: whether it has ids (``lo`` set) and whether their range is
+    exact (``ok``, null counting as true). Rows with ids whose range is not exact are the
+    ones whose ids are found again."""
     import pyarrow.compute as pc
 
-    valid = np.asarray(pc.struct_field(col, "lo").is_valid().to_numpy(zero_copy_only=False))
-    ok = np.asarray(
-        pc.fill_null(pc.struct_field(col, "ok"), True).to_numpy(zero_copy_only=False), bool
-    )
-    return valid, ok
+    valid = np.asarray(lo.is_valid().to_numpy(zero_copy_only=False))
+    ok_a = np.asarray(pc.fill_null(ok, True).to_numpy(zero_copy_only=False), bool)
+    return valid, ok_a
 
 
 def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
@@ -154,7 +173,7 @@ def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarr
 
     lo_a = pc.struct_field(col, "lo")
     hi_a = pc.struct_field(col, "hi")
-    valid, ok = range_rows(col)
+    valid, ok = range_rows(lo_a, pc.struct_field(col, "ok"))
     keep = valid & ok
     failed = int((valid & ~ok).sum())
     lo = lo_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
@@ -310,7 +329,7 @@ def _merge_pieces(
 
 def refetch_ids(
     source: DataFrame,
-    slot: str,
+    slot: RangeColumns,
     frame: DataFrame,
     keys: Sequence[Column],
     frame_slot: str,
@@ -318,11 +337,13 @@ def refetch_ids(
     offsets: list[int],
     n_failed: int,
 ) -> LineageTable:
-    """The row lineage of the rows of ``source`` whose range slot ``slot`` failed its check.
+    """The row lineage of the rows of ``source`` whose range slot (summary columns ``slot``)
+    failed its check.
 
     A failed row stands for a group of an aggregation whose ids are not one range; the
     group's ids are those of the aggregation's input rows (``frame``, ids in ``frame_slot``)
-    whose keys equal, null-safely, the row's ``slot.k`` (as ``groupBy`` groups them). One job
+    whose keys equal, null-safely, the row's group keys (``slot.keys``, as ``groupBy`` groups
+    them). One job
     joins the input's (keys, id) with the failed rows' (keys, ``MID``) — Spark picks the join
     as for any other (the failed rows are at most the output's, so usually a broadcast) — and
     compresses the (``MID``, id) pairs in the join's partitions, per output partition; only
@@ -331,10 +352,9 @@ def refetch_ids(
     ``collect_list``: ids are moved once, and groups whose ids are a range keep their range.
     ``n_failed`` (the failed rows, counted by the pass) is for the caller's records.
     """
-    ok = F.coalesce(F.col(f"{_q(slot)}.ok"), F.lit(True))
-    bad = source.where(F.col(f"{_q(slot)}.lo").isNotNull() & ~ok).select(
-        F.col(MID).alias("__o"),
-        *[F.col(f"{_q(slot)}.k.k{i}").alias(f"__b{i}") for i in range(len(keys))],
+    ok = F.coalesce(F.col(_q(slot.ok)), F.lit(True))
+    bad = source.where(F.col(_q(slot.lo)).isNotNull() & ~ok).select(
+        F.col(MID).alias("__o"), *[F.col(_q(k)).alias(f"__b{i}") for i, k in enumerate(slot.keys)]
     )
     ins = frame.select(
         *[k.alias(f"__p{i}") for i, k in enumerate(keys)], F.col(_q(frame_slot)).alias("__r")
@@ -343,8 +363,7 @@ def refetch_ids(
     for i in range(1, len(keys)):
         same = same & F.col(f"__p{i}").eqNullSafe(F.col(f"__b{i}"))
     cond = same
-    k_type = cast(StructType, source.schema[slot].dataType)["k"].dataType
-    if all(hashable(f.dataType.simpleString()) for f in cast(StructType, k_type).fields):
+    if all(hashable(source.schema[k].dataType.simpleString()) for k in slot.keys):
         # null-safe keys make Spark hash (coalesce(k), isnull(k)) rows; one bigint hash of the
         # keys lets it use its fast long-keyed table, with the keys compared after the probe
         # (`= true` keeps the comparison out of the join keys). Exact: equal keys have equal
@@ -385,35 +404,46 @@ def _q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _lineage_table(t: pa.Table, slots: list[str], oks: list[str]) -> pa.Table:
+def _lineage_table(
+    t: pa.Table, groups: Sequence[str | RangeColumns], oks: Sequence[str]
+) -> pa.Table:
     """The columns :func:`_compress_partition` reads (``MID``, ``g*``, ``__ok``) of the rows
-    ``t`` read back from one staged file."""
+    ``t`` read back from one staged file (a range group's summary as ``struct<lo, hi, ok>``)."""
     import pyarrow.compute as pc
 
-    cols = [t.column(MID), *[t.column(s) for s in slots]]
-    names = [MID, *[f"g{g}" for g in range(len(slots))]]
+    def col(name: str) -> pa.Array:
+        return t.column(name).combine_chunks()
+
+    cols: list[pa.Array] = [col(MID)]
+    for g in groups:
+        cols.append(col(g) if isinstance(g, str) else range_struct(col(g.lo), col(g.hi), col(g.ok)))
+    names = [MID, *[f"g{g}" for g in range(len(groups))]]
     if oks:
-        ok = pc.fill_null(pc.struct_field(t.column(oks[0]).combine_chunks(), "ok"), True)
+        ok = pc.fill_null(col(oks[0]), True)
         for o in oks[1:]:
-            more = pc.fill_null(pc.struct_field(t.column(o).combine_chunks(), "ok"), True)
-            ok = pc.and_(ok, more)
+            ok = pc.and_(ok, pc.fill_null(col(o), True))
         cols.append(ok)
         names.append("__ok")
     return pa.Table.from_arrays(cols, names=names)
 
 
+def _group_columns(g: str | RangeColumns) -> list[str]:
+    return [g] if isinstance(g, str) else [g.lo, g.hi, g.ok]
+
+
 def write_with_lineage(
     out: DataFrame,
     path: str,
-    slots: list[str],
+    groups: Sequence[str | RangeColumns],
     kinds: list[str],
     n_ins: list[int],
-    oks: list[str],
+    oks: Sequence[str],
     threads: int | None = None,
 ) -> RowTables:
     """Write ``out`` (with ``MID``) as Parquet at ``path`` with Spark's own writer, then
-    compress the row lineage of its slot columns (one slot per group) from the files written,
-    one file — one task's partition — per thread.
+    compress the row lineage of its slot columns (per group: a slot's column, or a range
+    slot's summary columns) from the files written, one file — one task's partition — per
+    thread.
 
     For a local master only: ``path`` is on this machine's disk, where the executors ran (as
     the id tap's files, :mod:`~dslog_dagster.spark.idtap`). Each thread reads only the
@@ -425,7 +455,8 @@ def write_with_lineage(
     :func:`row_tables` (``mapInArrow`` on the executors, over the persisted output).
 
     Raises:
-        RangesNotExact: some row failed its range check (``oks``: range slot columns).
+        RangesNotExact: some row failed its range check (``oks``: the ``ok`` columns of range
+            slots that must hold on every row).
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -439,16 +470,16 @@ def write_with_lineage(
     if not files:  # no rows in any partition: one empty file keeps the schema
         out.limit(0).write.mode("overwrite").option("compression", "zstd").parquet(path)
         return _assemble([], n_ins)
-    columns = list(dict.fromkeys([MID, *slots, *oks]))
+    columns = list(dict.fromkeys([MID, *[c for g in groups for c in _group_columns(g)], *oks]))
 
     def one(name: str) -> list[dict[str, Any]]:
-        # INT96 timestamps (Spark's option, e.g. in a key struct) as microseconds: no overflow
+        # INT96 timestamps (Spark's option, e.g. in a key column) as microseconds: no overflow
         t = pq.read_table(
             os.path.join(path, name), columns=columns, coerce_int96_timestamp_unit="us"
         )
         if not t.num_rows:
             return []
-        table = _lineage_table(t, slots, oks)
+        table = _lineage_table(t, groups, oks)
         got: list[dict[str, Any]] = _compress_partition(table, kinds, n_ins, bool(oks)).to_pylist()
         return got
 

@@ -370,3 +370,42 @@ def test_frame_joined_with_its_own_scattered_aggregate_is_refetched_not_rerun(
         return group if c == "tot" else [(r["id"], "v"), *group]
 
     assert_lineage(auto, "f", rule)
+
+
+@pytest.mark.parametrize("combine", ["union", "join"])
+def test_two_aggregations_of_one_input_keep_their_own_groups(spark: Any, combine: str) -> None:
+    # both aggregations summarise the same input slot; each one's scattered groups must be
+    # found again in its own input (the filtered one leaves rows out)
+    x = frame(spark, MIXED, "id long, k long, v double")
+
+    def f(x: Any) -> Any:
+        a = x.filter("v > 6").groupBy("k").agg(F.sum("v").alias("s"))
+        b = x.groupBy("k").agg(F.count("*").alias("s"))
+        if combine == "union":
+            return a.union(b)
+        return a.join(b.withColumnRenamed("s", "t"), "k")
+
+    cap, _ = both(f, [x])
+    assert "retried_with_lists" not in cap.timings
+    assert cap.timings.get("refetched_rows", 0) > 0
+    rows = output_rows(cap)
+    kept = {k: [i for i, kk, v in MIXED if kk == k and v > 6] for k in range(4)}
+    every = {k: [i for i, kk, _ in MIXED if kk == k] for k in range(4)}
+    if combine == "union":
+        # rows 0..(len(a) - 1) come from a; the rest from b
+        n_a = sum(1 for ids in kept.values() if ids)
+        first = {r[ROW_ID]: r[ROW_ID] < n_a for r in rows}
+
+        def rule(r: Any, c: str) -> list[tuple[int, str]]:
+            ids = kept[r["k"]] if first[r[ROW_ID]] else every[r["k"]]
+            return [(i, "k" if c == "k" else ("v" if first[r[ROW_ID]] else "k")) for i in ids]
+
+        assert_lineage(cap, 0, rule)
+    else:
+        src = {"k": ["k"], "s": ["v"], "t": ["k"]}
+
+        def rule2(r: Any, c: str) -> list[tuple[int, str]]:
+            ids = kept[r["k"]] if c == "s" else every[r["k"]] if c == "t" else kept[r["k"]]
+            return [(i, s) for i in ids for s in src[c]]
+
+        assert_lineage(cap, 0, rule2)

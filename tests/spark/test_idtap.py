@@ -27,6 +27,7 @@ import dslog_dagster.spark.capture as capture_module
 import dslog_dagster.spark.frame as frame_module
 import dslog_dagster.spark.idtap as idtap
 from dslog_dagster.spark import ROW_ID, capture_frames
+from dslog_dagster.spark.lineage import RangeColumns
 from dslog_dagster.spark.rowid import MID, PART_BITS
 
 RNG = np.random.default_rng(7)
@@ -318,22 +319,23 @@ def write_tap(path: Path, keys: list[int | None], ids: list[int]) -> None:
     np.concatenate([[len(keys)], k, i]).astype("<i8").tofile(path)
 
 
+SLOT = RangeColumns("s", "s_hi", "s_ok", "s_n", ("s_k0",), "s_h")
+"""The summary columns of the range slot ``s`` in the hand-made staged files."""
+
+
 def write_staged(path: Path, rows: list[tuple[int, int | None, int, bool]]) -> None:
     """Staged output rows: (MID, key, n, ok) of one range slot ``s``."""
-    s = pa.array(
-        [{"lo": 0, "hi": 0, "ok": ok, "n": n, "k": {"k0": k}} for _, k, n, ok in rows],
-        pa.struct(
-            [
-                ("lo", pa.int64()),
-                ("hi", pa.int64()),
-                ("ok", pa.bool_()),
-                ("n", pa.int64()),
-                ("k", pa.struct([("k0", pa.int64())])),
-            ]
-        ),
-    )
     path.mkdir()
-    t = pa.table({MID: pa.array([m for m, *_ in rows], pa.int64()), "s": s})
+    t = pa.table(
+        {
+            MID: pa.array([m for m, *_ in rows], pa.int64()),
+            "s": pa.array([0] * len(rows), pa.int64()),
+            "s_hi": pa.array([0] * len(rows), pa.int64()),
+            "s_ok": pa.array([ok for *_, ok in rows], pa.bool_()),
+            "s_n": pa.array([n for _, _, n, _ in rows], pa.int64()),
+            "s_k0": pa.array([k for _, k, _, _ in rows], pa.int64()),
+        }
+    )
     pq.write_table(t, path / "part-00000.parquet")
 
 
@@ -357,7 +359,7 @@ def test_tapped_ids_on_hand_made_files(tmp_path: Path) -> None:
     taps.mkdir()
     write_tap(taps / "tap-4-0.bin", [5, 9, None, 5], [10, 11, 12, 13])
     write_tap(taps / "tap-4-1.bin", [5, 2, 9], [14, 15, 16])
-    table = idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
+    table = idtap.tapped_ids(str(taps), str(staged), SLOT, 20, offsets, 4)
     rel = table.decompress()
     got = set(zip(rel.out_cols[0].tolist(), rel.in_cols[0].tolist(), strict=True))
     # key 5 is on dense rows 0 and 3; the null key on row 2; key 2 on row 4; key 9 passed
@@ -365,44 +367,45 @@ def test_tapped_ids_on_hand_made_files(tmp_path: Path) -> None:
     assert got == want
     # the failed rows counted by the pass must be the staged ones
     with pytest.raises(idtap.TapFailed):
-        idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 3)
+        idtap.tapped_ids(str(taps), str(staged), SLOT, 20, offsets, 3)
     # the same pairs again from a later stage, and a stage that ran on one partition only:
     # the complete stages give the same table; the partial one is never used
     write_tap(taps / "tap-7-0.bin", [5, 9, None, 5], [10, 11, 12, 13])
     write_tap(taps / "tap-7-1.bin", [5, 2, 9], [14, 15, 16])
     write_tap(taps / "tap-9-1.bin", [5, 2, 9], [14, 15, 16])
-    again = idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
+    again = idtap.tapped_ids(str(taps), str(staged), SLOT, 20, offsets, 4)
     assert again.decompress() == rel
     for name in ("tap-7-0.bin", "tap-7-1.bin"):
         (taps / name).unlink()
     # a group whose tapped rows fall short of its count, in every stage
     write_tap(taps / "tap-4-1.bin", [2, 9], [15, 16])
     with pytest.raises(idtap.TapFailed, match="counts in any of 2 stage"):
-        idtap.tapped_ids(str(taps), str(staged), "s", 20, offsets, 4)
+        idtap.tapped_ids(str(taps), str(staged), SLOT, 20, offsets, 4)
 
 
 def test_hashed_keys_match_by_hash_and_a_collision_never_passes(tmp_path: Path) -> None:
     # string groups "a", "b", "c" (ids scattered), recorded by made-up hashes
-    fields = [("lo", pa.int64()), ("hi", pa.int64()), ("ok", pa.bool_()), ("n", pa.int64())]
-    fields += [("k", pa.struct([("k0", pa.string())])), ("h", pa.int64())]
-
     def staged(path: Path, hashes: list[int]) -> None:
-        s = pa.array(
-            [
-                {"lo": 0, "hi": 9, "ok": False, "n": 2, "k": {"k0": k}, "h": h}
-                for k, h in zip("abc", hashes, strict=True)
-            ],
-            pa.struct(fields),
+        t = pa.table(
+            {
+                MID: pa.array([0, 1, 2], pa.int64()),
+                "s": pa.array([0, 0, 0], pa.int64()),
+                "s_hi": pa.array([9, 9, 9], pa.int64()),
+                "s_ok": pa.array([False] * 3),
+                "s_n": pa.array([2, 2, 2], pa.int64()),
+                "s_k0": pa.array(list("abc")),
+                "s_h": pa.array(hashes, pa.int64()),
+            }
         )
         path.mkdir()
-        pq.write_table(pa.table({MID: pa.array([0, 1, 2], pa.int64()), "s": s}), path / "p.parquet")
+        pq.write_table(t, path / "p.parquet")
 
     taps = tmp_path / "taps"
     taps.mkdir()
     staged(tmp_path / "ok", [-5, 2**62, 77])
     write_tap(taps / "tap-3-0.bin", [-5, 77, 2**62], [0, 4, 1])
     write_tap(taps / "tap-3-1.bin", [77, 2**62, -5], [3, 9, 6])
-    rel = idtap.tapped_ids(str(taps), str(tmp_path / "ok"), "s", 10, [0, 3], 3, hashed=True)
+    rel = idtap.tapped_ids(str(taps), str(tmp_path / "ok"), SLOT, 10, [0, 3], 3, hashed=True)
     pairs = rel.decompress()
     got = set(zip(pairs.out_cols[0].tolist(), pairs.in_cols[0].tolist(), strict=True))
     assert got == {(0, 0), (0, 6), (1, 1), (1, 9), (2, 4), (2, 3)}
@@ -411,7 +414,7 @@ def test_hashed_keys_match_by_hash_and_a_collision_never_passes(tmp_path: Path) 
     write_tap(taps / "tap-3-0.bin", [-5, -5, 2**62], [0, 4, 1])
     write_tap(taps / "tap-3-1.bin", [-5, 2**62, -5], [3, 9, 6])
     with pytest.raises(idtap.TapFailed, match="counts"):
-        idtap.tapped_ids(str(taps), str(tmp_path / "collide"), "s", 10, [0, 3], 3, hashed=True)
+        idtap.tapped_ids(str(taps), str(tmp_path / "collide"), SLOT, 10, [0, 3], 3, hashed=True)
 
 
 def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
