@@ -698,7 +698,7 @@ class _Once:
 
 def _slot_kind(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> str:
     """How a slot holds its input row ids: a bigint column (``"scalar"``), the
-    ``struct<lo, hi, ok, ...>`` of a range slot (``"range"``), or an ``array<bigint>`` column
+    ``lo`` of a range slot (``"range"``, see :func:`_range_columns`), or an ``array<bigint>`` column
     (``"list"``)."""
     if slot in arrays:
         return "list"

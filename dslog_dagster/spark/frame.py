@@ -106,14 +106,14 @@ class RangeFields:
 @dataclass(frozen=True)
 class RangeSource:
     """How to find the ids of a range slot's group again: the rows of ``frame`` (the
-    aggregation's input) whose group keys ``keys`` equal, null-safely, the ``k`` field of the
-    slot's struct (fields ``k0``, ``k1``...), in column ``slot`` of ``frame``."""
+    aggregation's input) whose group keys ``keys`` equal, null-safely, the group keys the
+    aggregation output (:attr:`RangeFields.keys`), in column ``slot`` of ``frame``."""
 
     frame: DataFrame
     keys: tuple[Column, ...]
     slot: str
     tap: str | None = None  # the slot's tap directory (dslog_dagster.spark.idtap), if tapped
-    hashed: bool = False  # the tap recorded the keys' hash (struct field ``h``), not the key
+    hashed: bool = False  # the tap recorded the keys' hash (RangeFields.hash), not the key
 
 
 def _quote(name: str) -> str:
@@ -169,7 +169,8 @@ class TrackedFrame:
         self._arrays = frozenset(arrays)
         self._sources = frozenset(sources)
         self._a2a = all_to_all
-        # range slots: struct<lo, hi, ok> per row (ids lo..hi, exact where ok), see agg()
+        # range slots: lo per row, with hi, ok, n in slots of their own (RangeFields; ids
+        # lo..hi, exact where ok), see TrackedGroupedData._range_agg
         self._ranges = frozenset(ranges)
         # no two rows carry the same tuple of scalar slot values (true for inputs; kept by
         # row-preserving steps, joins and unions; lost by explode)

@@ -19,7 +19,7 @@ capture at the stage boundary, made exact, checked and persisted:
 * only for a local master (the files are on the driver's disk). One integral group key is
   recorded as it is (compared as ``bigint``: equal keys, equal groups; a null key is its own
   group). Other keys — strings, decimals, dates, several keys — are recorded as
-  ``xxhash64`` of the keys, which the aggregation also puts in the summary (field ``h``);
+  ``xxhash64`` of the keys, which the aggregation also outputs (a slot of its own);
   two groups with one hash get each other's rows, so their counts (below) do not match and
   the capture falls back: a collision costs time, never exactness. Keys whose equal values
   may hash apart (floats, collated strings, nested types) are not tapped;

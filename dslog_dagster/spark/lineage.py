@@ -41,7 +41,7 @@ __all__ = [
 
 
 class RangesNotExact(Exception):
-    """Some row's range summary (``struct<lo, hi, ok>``) was not exact (``ok`` false)."""
+    """Some row's range summary (``lo..hi``) was not exact (``ok`` false)."""
 
 
 @dataclasses.dataclass(frozen=True)
