@@ -235,8 +235,9 @@ def tapping(spark: SparkSession, directories: Sequence[str]) -> Iterator[None]:
 
 
 def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One tap file (chunks of ``int64 n, keys[n], ids[n]``): keys, ids and whether the key
-    was null (``~id`` stored).
+    """One tap file (chunks of ``int64 n, keys[n], ids[n], int64 m, run keys[m], first
+    ids[m], lengths[m]``; a run stands for rows ``first .. first + length - 1`` of one key):
+    keys, ids and whether the key was null (``~id`` stored).
 
     Raises:
         TapFailed: the file is truncated.
@@ -244,14 +245,31 @@ def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     a = np.fromfile(path, dtype="<i8")
     keys, ids = [], []
     at = 0
+
     while at < a.size:
         n = int(a[at])
-        if n < 0 or at + 1 + 2 * n > a.size:
+        if n < 0 or at + 2 + 2 * n > a.size:
             msg = f"Tap file {path} is truncated (a chunk of {n} pairs at value {at})."
             raise TapFailed(msg)
         keys.append(a[at + 1 : at + 1 + n])
         ids.append(a[at + 1 + n : at + 1 + 2 * n])
         at += 1 + 2 * n
+        m = int(a[at])
+        if m < 0 or at + 1 + 3 * m > a.size:
+            msg = f"Tap file {path} is truncated (a chunk of {m} runs at value {at})."
+            raise TapFailed(msg)
+        rkeys = a[at + 1 : at + 1 + m]
+        first = a[at + 1 + m : at + 1 + 2 * m]
+        lens = a[at + 1 + 2 * m : at + 1 + 3 * m]
+        if m:
+            if (lens < 1).any():
+                msg = f"Tap file {path} has a run of no rows."
+                raise TapFailed(msg)
+            total = int(lens.sum())
+            keys.append(np.repeat(rkeys, lens))
+            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+            ids.append(np.repeat(first, lens) + within)
+        at += 1 + 3 * m
     k = np.concatenate(keys) if keys else np.zeros(0, np.int64)
     i = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     null = i < 0

@@ -92,15 +92,18 @@ def test_scattered_groups_come_from_the_tap(facts: Any, monkeypatch: pytest.Monk
 def test_a_task_spills_its_pairs_in_chunks(
     spark: Any, facts: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sizes: list[int] = []
+    sizes: list[tuple[int, int, int]] = []  # per chunk: pairs, runs, rows
     real = idtap.tapped_ids
 
     def chunk_sizes(directory: str, *args: Any, **kwargs: Any) -> Any:
         for name in os.listdir(directory):
             a, at = np.fromfile(os.path.join(directory, name), "<i8"), 0
             while at < a.size:
-                sizes.append(int(a[at]))
-                at += 1 + 2 * int(a[at])
+                n = int(a[at])
+                m = int(a[at + 1 + 2 * n])
+                runs = a[at + 2 + 2 * n + 2 * m : at + 2 + 2 * n + 3 * m]
+                sizes.append((n, m, n + int(runs.sum())))
+                at += 2 + 2 * n + 3 * m
         return real(directory, *args, **kwargs)
 
     monkeypatch.setattr(capture_module, "tapped_ids", chunk_sizes)
@@ -111,9 +114,9 @@ def test_a_task_spills_its_pairs_in_chunks(
     finally:
         spark.sparkContext.setLocalProperty(f"{idtap.PROPERTY}chunk", None)
     assert cap.timings["tapped_rows"] == len(groups())
-    assert sum(sizes) == len(ROWS)
-    assert max(sizes) == 3
-    assert len(sizes) >= len(ROWS) // 3
+    assert sum(rows for *_, rows in sizes) == len(ROWS)
+    assert max(max(n, m) for n, m, _ in sizes) == 3
+    assert len(sizes) >= len(ROWS) // 6
     check_reference(cap)
 
 
@@ -313,10 +316,15 @@ def test_concurrent_captures_keep_their_taps_apart(spark: Any, facts: Any) -> No
 # ---------------------------------------------------------------------- file level
 
 
-def write_tap(path: Path, keys: list[int | None], ids: list[int]) -> None:
+def write_tap(
+    path: Path, keys: list[int | None], ids: list[int], runs: list[tuple[int, int, int]] = ()
+) -> None:
+    """A tap file of one chunk: pairs (key, id) and runs (key, first id, length)."""
     k = np.asarray([0 if x is None else x for x in keys], np.int64)
     i = np.asarray([~v if x is None else v for x, v in zip(keys, ids, strict=True)], np.int64)
-    np.concatenate([[len(keys)], k, i]).astype("<i8").tofile(path)
+    r = np.asarray(runs, np.int64).reshape(-1, 3)
+    parts = [[len(keys)], k, i, [len(r)], r[:, 0], r[:, 1], r[:, 2]]
+    np.concatenate(parts).astype("<i8").tofile(path)
 
 
 SLOT = RangeColumns("s", "s_hi", "s_ok", "s_n", ("s_k0",), "s_h")
@@ -419,14 +427,23 @@ def test_hashed_keys_match_by_hash_and_a_collision_never_passes(tmp_path: Path) 
 
 def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     path = tmp_path / "tap-1-0.bin"
-    chunks = [np.asarray([2, 7, 8, 30, ~40], "<i8"), np.asarray([1, 9, 50], "<i8")]
+    # chunk 1: pairs (7, 30), (null, 40) and a run of key 4 over ids 60..62; chunk 2: one
+    # pair (9, 50) and no run
+    chunks = [
+        np.asarray([2, 7, 8, 30, ~40, 1, 4, 60, 3], "<i8"),
+        np.asarray([1, 9, 50, 0], "<i8"),
+    ]
     np.concatenate(chunks).tofile(path)
     keys, ids, null = idtap.read_tap(str(path))
-    assert keys.tolist() == [7, 8, 9]
-    assert ids.tolist() == [30, 40, 50]
-    assert null.tolist() == [False, True, False]
-    np.concatenate(chunks)[:-1].tofile(path)  # the last chunk cut short
-    with pytest.raises(idtap.TapFailed, match="truncated"):
+    assert keys.tolist() == [7, 8, 4, 4, 4, 9]
+    assert ids.tolist() == [30, 40, 60, 61, 62, 50]
+    assert null.tolist() == [False, True, False, False, False, False]
+    for cut in (1, 3):  # the last chunk's runs, or its pairs, cut short
+        np.concatenate(chunks)[:-cut].tofile(path)
+        with pytest.raises(idtap.TapFailed, match="truncated"):
+            idtap.read_tap(str(path))
+    np.asarray([0, 1, 4, 60, 0], "<i8").tofile(path)  # a run of no rows
+    with pytest.raises(idtap.TapFailed, match="no rows"):
         idtap.read_tap(str(path))
 
 
@@ -454,3 +471,18 @@ def test_no_jdk_means_no_tap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
         assert idtap.tap_jar() is None
     finally:
         idtap.tap_jar.cache_clear()
+
+
+def test_runs_of_consecutive_ids_are_recorded_once_and_read_back(spark: Any) -> None:
+    # group 1: ids 0..5 and 12 (a run and a pair), group 2: 6..11 and 13..15 (two runs), so
+    # both fail their range check and are read back from runs; group 3 (16..19) stays a range
+    keys = [1] * 6 + [2] * 6 + [1] + [2] * 3 + [3] * 4
+    rows = [(i, k, float(i)) for i, k in enumerate(keys)]
+    x = spark.createDataFrame(rows, "id long, k long, v double").coalesce(1)
+    x = x.withColumn(ROW_ID, F.col("id"))
+    cap = capture_frames(lambda f: f.groupBy("k").agg(F.sum("v").alias("s")), [x])
+    assert cap.timings["tapped_rows"] == 2
+    want: dict[int, list[int]] = {}
+    for i, k, _ in rows:
+        want.setdefault(k, []).append(i)
+    assert_lineage(cap, 0, lambda r, c: [(i, "v" if c == "s" else "k") for i in want[r["k"]]])
