@@ -295,7 +295,10 @@ public final class IdTap {
     }
     if (!t.resolved[i]) {
       String dir = ctx.getLocalProperty(PROPERTY + i);
-      t.byToken[i] = dir == null ? null : t.bufs.computeIfAbsent(dir, d -> new Buf(d, ctx));
+      t.byToken[i] =
+          dir == null || recordedBefore(dir, ctx)
+              ? null
+              : t.bufs.computeIfAbsent(dir, d -> new Buf(d, ctx));
       t.resolved[i] = true;
     }
     Buf b = t.byToken[i];
@@ -308,6 +311,28 @@ public final class IdTap {
       b.add(key, id);
     }
     return id;
+  }
+
+  /**
+   * Whether an earlier stage already published this partition's file in dir: Spark runs a map
+   * side twice when an orderBy samples it in a job of its own, and the second run would only
+   * write the same pairs again (the capture matches one stage's files; the first one is
+   * complete when its job ran every partition, and if not, no stage matches and the capture
+   * joins instead, so skipping never costs exactness).
+   */
+  private static boolean recordedBefore(String dir, TaskContext ctx) {
+    String own = "tap-" + ctx.stageId() + "-" + ctx.partitionId() + ".bin";
+    try (java.nio.file.DirectoryStream<Path> files =
+        Files.newDirectoryStream(Paths.get(dir), "tap-*-" + ctx.partitionId() + ".bin")) {
+      for (Path f : files) {
+        if (!f.getFileName().toString().equals(own)) {
+          return true;
+        }
+      }
+    } catch (IOException e) {
+      return false;
+    }
+    return false;
   }
 
   private static Task start(TaskContext ctx, long attempt) {
