@@ -409,3 +409,24 @@ def test_two_aggregations_of_one_input_keep_their_own_groups(spark: Any, combine
             return [(i, s) for i in ids for s in src[c]]
 
         assert_lineage(cap, 0, rule2)
+
+
+def test_an_aggregate_joined_with_itself(scattered_facts: Any) -> None:
+    # both sides carry the same range slots and summary columns: the right side's are renamed
+    # (with their fields) and each side's scattered groups are found again on their own
+    def fn(f: Any) -> Any:
+        a = f.groupBy("k").agg(F.sum("v").alias("s"))
+        b = a.withColumnRenamed("s", "t").withColumn("k2", (F.col("k") + 1) % 4).drop("k")
+        return a.join(b, a.k == b.k2)
+
+    auto, _ = both(fn, {"f": scattered_facts})
+    assert "retried_with_lists" not in auto.timings
+    assert auto.timings["refetched_rows"] > 0
+    groups = {k: [i for i, kk, _ in SCATTERED if kk == k] for k in range(4)}
+
+    def rule(r: dict[str, Any], c: str) -> list[tuple[int, str]]:
+        if c in ("k", "s"):
+            return [(i, "k" if c == "k" else "v") for i in groups[r["k"]]]
+        return [(i, "k" if c == "k2" else "v") for i in groups[(r["k2"] - 1) % 4]]
+
+    assert_lineage(auto, "f", rule)
