@@ -613,7 +613,7 @@ class PreparedOperation:
         Raises:
             LineageStorageError: it could not be published (nothing of it is visible).
         """
-        return self.store._commit(self, background=True)
+        return self.store._commit(self, aside=True)
 
     def flushed(self) -> None:
         """Block until a :meth:`publish` is on disk (a no-op for stores that do not fsync).
@@ -1225,14 +1225,14 @@ class LineageStore:
         retry = (op_name, inputs, outputs, lineage, args, capture_method, timings)
         return PreparedOperation(self, tmp, rel, record, tuple(new_outs), retry)
 
-    def _commit(self, prepared: "PreparedOperation", background: bool = False) -> OperationRecord:
-        """Publish a prepared operation (see :meth:`PreparedOperation.commit`); with
-        ``background`` its directories are flushed in a worker (``prepared.flush``)."""
+    def _commit(self, prepared: "PreparedOperation", aside: bool = False) -> OperationRecord:
+        """Publish a prepared operation (see :meth:`PreparedOperation.commit`); ``aside``: its
+        directories are flushed in a worker (``prepared.flush``)."""
         record, rel, tmp = prepared.record, prepared.rel, prepared.tmp
         op_id = record.op_id
         if prepared.new_outs:
             if not self._publish_with_arrays(
-                self.root / rel, tmp, prepared.new_outs, op_id, prepared if background else None
+                self.root / rel, tmp, prepared.new_outs, op_id, prepared if aside else None
             ):
                 # another writer registered an output meanwhile: its record stands
                 op_name, inputs, outputs, lineage, args, capture_method, timings = prepared.retry

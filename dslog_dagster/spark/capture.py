@@ -610,16 +610,16 @@ def _capture_once(
     row_table = {k: union_tables([per_slot[sl] for sl in k], disjoint=False) for k in needed}
     t_pass = time.perf_counter()
     n_out = offsets[-1]
-    make_frames: Callable[[], tuple[DataFrame, DataFrame]]
+    make_frames: Callable[[], tuple[DataFrame, DataFrame]] | None = None
+    made: tuple[DataFrame, DataFrame] | None = None
     if path:
         staged = StagedOutput(path, tuple(offsets), tuple(user_names), True, schema)
         make_frames = partial(staged.frames, source)
     else:
         user_cols = [_quote(c) for c in user_names]
         with_id = marked.select(*user_cols, dense_id(offsets).alias(ROW_ID))
-        frame = marked.select(*user_cols)
+        made = (marked.select(*user_cols), with_id)
         cached.append(RowIds(with_id, n_out, marked))
-        make_frames = _Once(lambda: (frame, with_id))
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
     out_shape = (n_out, len(columns))
@@ -680,6 +680,7 @@ def _capture_once(
         _cached=cached,
         _staged=staged,
         _frames=make_frames,
+        _made=made,
     )
 
 

@@ -179,26 +179,35 @@ _REGISTERED: set[tuple[int, str]] = set()
 """Sessions (by SparkContext and JVM session object) with :data:`FUNCTION` registered."""
 
 
+def _hashed(types: Sequence[str]) -> bool | None:
+    """Whether the tap records the hash of group keys of ``simpleString`` types ``types``
+    (False: the one integral key as it is), or None when they are not tapped: keys whose
+    equal values may hash apart (see module)."""
+    if len(types) == 1 and types[0] in INTEGRAL:
+        return False
+    if types and all(hashable(t) for t in types):
+        return True
+    return None
+
+
 def tap_key(keys: Sequence[Column], types: Sequence[str]) -> tuple[Column, bool] | None:
     """The ``bigint`` the tap records for the group keys ``keys`` (``simpleString`` types
     ``types``) and whether it is their hash, or None when they are not tapped: one integral
     key as it is, else ``xxhash64`` of keys whose equal values hash equally (see module)."""
-    if len(keys) == 1 and types[0] in INTEGRAL:
-        return keys[0], False
-    if keys and all(hashable(t) for t in types):
-        return F.xxhash64(*keys), True
-    return None
+    hashed = _hashed(types)
+    if hashed is None:
+        return None
+    return (F.xxhash64(*keys), True) if hashed else (keys[0], False)
 
 
 def tap_key_sql(names: Sequence[str], types: Sequence[str]) -> tuple[str, bool] | None:
     """:func:`tap_key` for keys that are plain column names, as SQL text (one JVM call to
     use, where the Column form costs one per operator)."""
+    hashed = _hashed(types)
+    if hashed is None:
+        return None
     quoted = ["`" + n.replace("`", "``") + "`" for n in names]
-    if len(quoted) == 1 and types[0] in INTEGRAL:
-        return quoted[0], False
-    if quoted and all(hashable(t) for t in types):
-        return f"xxhash64({', '.join(quoted)})", True
-    return None
+    return (f"xxhash64({', '.join(quoted)})", True) if hashed else (quoted[0], False)
 
 
 def tap_sql(token: int, key: str, ids: str) -> str:
@@ -305,13 +314,12 @@ def _failed_groups(staged: str, slot: RangeColumns, hashed: bool = False) -> _Fa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    # the recorded key: the keys' hash, or the one integral key (see tap_key)
     key_col = slot.hash if hashed else slot.keys[0] if slot.keys else None
     if key_col is None:
         msg = "the slot's group keys are not in the output"
         raise TapFailed(msg)
-    columns = list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col]))
-    # Spark's files: INT96 timestamps (a key column) read as microseconds, never overflow
-    t = pq.read_table(staged, columns=columns, coerce_int96_timestamp_unit="us")
+    t = pq.read_table(staged, columns=list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col])))
 
     def col(name: str) -> pa.Array:
         return t.column(name).combine_chunks()

@@ -33,7 +33,6 @@ __all__ = [
     "compress_pairs",
     "hashable",
     "range_rows",
-    "range_struct",
     "refetch_ids",
     "row_tables",
     "shift_rows",
@@ -149,7 +148,7 @@ class RangeColumns:
     hash: str | None = None
 
 
-def range_struct(lo: pa.Array, hi: pa.Array, ok: pa.Array) -> pa.StructArray:
+def _range_struct(lo: pa.Array, hi: pa.Array, ok: pa.Array) -> pa.StructArray:
     """The ``struct<lo, hi, ok>`` :func:`_compress_partition` reads for a range group."""
     return pa.StructArray.from_arrays([lo, hi, ok], names=["lo", "hi", "ok"])
 
@@ -416,7 +415,10 @@ def _lineage_table(
 
     cols: list[pa.Array] = [col(MID)]
     for g in groups:
-        cols.append(col(g) if isinstance(g, str) else range_struct(col(g.lo), col(g.hi), col(g.ok)))
+        if isinstance(g, str):
+            cols.append(col(g))
+        else:
+            cols.append(_range_struct(col(g.lo), col(g.hi), col(g.ok)))
     names = [MID, *[f"g{g}" for g in range(len(groups))]]
     if oks:
         ok = pc.fill_null(col(oks[0]), True)
@@ -463,20 +465,15 @@ def write_with_lineage(
 
     import pyarrow.parquet as pq
 
+    # (an output without rows still gets one file: Spark's writer keeps the schema)
     out.write.mode("overwrite").option("compression", "zstd").parquet(path)
     files = sorted(
         n for n in os.listdir(path) if n.endswith(".parquet") and not n.startswith((".", "_"))
     )
-    if not files:  # no rows in any partition: one empty file keeps the schema
-        out.limit(0).write.mode("overwrite").option("compression", "zstd").parquet(path)
-        return _assemble([], n_ins)
     columns = list(dict.fromkeys([MID, *[c for g in groups for c in _group_columns(g)], *oks]))
 
     def one(name: str) -> list[dict[str, Any]]:
-        # INT96 timestamps (Spark's option, e.g. in a key column) as microseconds: no overflow
-        t = pq.read_table(
-            os.path.join(path, name), columns=columns, coerce_int96_timestamp_unit="us"
-        )
+        t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints and booleans
         if not t.num_rows:
             return []
         table = _lineage_table(t, groups, oks)

@@ -151,9 +151,9 @@ def test_frames_are_made_on_first_use_and_gone_after_release(spark: Any, tmp_pat
 
 
 def test_far_timestamps_as_group_keys(spark: Any) -> None:
-    # the staged files are Spark's (timestamps may be INT96); reading their slot columns
-    # back, keys beyond pyarrow's nanosecond range must not fail. Ids 0..5 alternate between
-    # two keys, so the groups are not ranges and are found again by their keys
+    # timestamp keys beyond pyarrow's nanosecond range (the staged files are Spark's; only
+    # their bigint and boolean lineage columns are read back, and the tap records the keys'
+    # hash). Ids 0..5 alternate between two keys, so the groups are found again by their keys
     src = spark.sql(
         """
         SELECT id, IF(id % 2 = 0, TIMESTAMP'9999-12-31 23:59:59', TIMESTAMP'1000-01-01 00:00:00')

@@ -161,15 +161,11 @@ public final class IdTap {
       if (curLen == 1) {
         pair(curKey, curFirst);
       } else if (curLen > 1) {
-        if (m == runKeys.length) {
-          if (m >= chunk) {
-            spill();
-          } else {
-            int grown = (int) Math.min((long) chunk, 2L * m);
-            runKeys = Arrays.copyOf(runKeys, grown);
-            runFirst = Arrays.copyOf(runFirst, grown);
-            runLen = Arrays.copyOf(runLen, grown);
-          }
+        int room = room(m, runKeys.length);
+        if (room != runKeys.length) {
+          runKeys = Arrays.copyOf(runKeys, room);
+          runFirst = Arrays.copyOf(runFirst, room);
+          runLen = Arrays.copyOf(runLen, room);
         }
         runKeys[m] = curKey;
         runFirst[m] = curFirst;
@@ -180,18 +176,30 @@ public final class IdTap {
     }
 
     void pair(long key, long id) {
-      if (n == keys.length) {
-        if (n >= chunk) {
-          spill();
-        } else {
-          int grown = (int) Math.min((long) chunk, 2L * n);
-          keys = Arrays.copyOf(keys, grown);
-          ids = Arrays.copyOf(ids, grown);
-        }
+      int room = room(n, keys.length);
+      if (room != keys.length) {
+        keys = Arrays.copyOf(keys, room);
+        ids = Arrays.copyOf(ids, room);
       }
       keys[n] = key;
       ids[n] = id;
       n++;
+    }
+
+    /**
+     * The array length that holds one more entry after {@code used} in arrays of
+     * {@code length}: the same while there is room; doubled up to the chunk size; at the chunk
+     * size the chunk is spilled first (which empties pairs and runs alike).
+     */
+    int room(int used, int length) {
+      if (used < length) {
+        return length;
+      }
+      if (used >= chunk) {
+        spill();
+        return length;
+      }
+      return (int) Math.min((long) chunk, 2L * used);
     }
 
     /** Appends the chunk (int64 n, keys[n], ids[n], int64 m, run keys[m], first ids[m],
