@@ -164,11 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--reps", type=int, default=9, help="timed repetitions (best kept)")
+    ap.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf"
+    )
     args = ap.parse_args(argv)
     rows = 400 if args.quick else args.rows
     if args.quick:
         args.reps = 1
     conf = {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "4g"}
+    conf.update(kv.split("=", 1) for kv in args.conf)
     spark = get_session(args.master, {} if args.quick else conf)
     spark.sparkContext.setLogLevel("ERROR")
     tmp = Path(tempfile.mkdtemp(prefix="dslog-spark-bench-"))
