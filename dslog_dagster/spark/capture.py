@@ -49,6 +49,7 @@ from dslog_dagster.spark.lineage import (
 )
 from dslog_dagster.spark.plan import ColumnLineage, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
+from dslog_dagster.spark.summaries import SummariesMissing
 
 __all__ = ["FrameCapture", "FrameInput", "capture_frames", "empty_table", "full_table"]
 
@@ -60,6 +61,11 @@ Aggregate = Literal["auto", "lists"]
 
 class _RangesFailed(Exception):
     """Some group's range summary was not exact; the capture reruns with lists."""
+
+
+class _SummariesFailed(Exception):
+    """Recorded range summaries did not give every row's group one summary (see
+    :mod:`~dslog_dagster.spark.summaries`); the capture reruns carrying them as columns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,26 +426,41 @@ def capture_frames(
         if input_rows is not None:
             known = input_rows[name] if isinstance(input_rows, Mapping) else input_rows[i]
         prepared.append(_prepare_input(df, cached, known))
-    modes: list[Literal["ranges", "lists"]] = (
-        ["ranges", "lists"] if aggregate == "auto" else ["lists"]
-    )
+    mode: Literal["ranges", "lists"] = "ranges" if aggregate == "auto" else "lists"
+    record = True  # tapped aggregations record their summaries (spark.summaries)
     retried: list[str] = []
-    for mode in modes:
+    while True:
         try:
             with _tap_root(mode, prepared) as root:
                 cap = _capture_once(
-                    func, frames, named, prepared, cached, on_unknown, mode, kwargs, t0, root
+                    func,
+                    frames,
+                    named,
+                    prepared,
+                    cached,
+                    on_unknown,
+                    mode,
+                    kwargs,
+                    t0,
+                    root,
+                    record,
                 )
+        except _SummariesFailed as e:
+            log.info("Recorded range summaries not used (%s); carrying them instead.", e)
+            retried.append(type(e).__name__)
+            record = False
+            continue
         except (NeedLists, _RangesFailed) as e:
-            if mode == modes[-1]:  # pragma: no cover (lists mode never signals)
+            if mode == "lists":  # pragma: no cover (lists mode never signals)
                 raise
             retried.append(type(e).__name__)
+            mode = "lists"
             continue
-        if retried:
+        if mode == "lists" and retried:
             cap.timings["retried_with_lists"] = 1.0
+        if "_SummariesFailed" in retried:
+            cap.timings["retried_carrying_summaries"] = 1.0
         return cap
-    msg = "capture_frames: no aggregation mode left to try."  # pragma: no cover
-    raise AssertionError(msg)  # pragma: no cover
 
 
 @contextlib.contextmanager
@@ -467,11 +488,14 @@ def _capture_once(
     kwargs: Mapping[str, Any],
     t0: float,
     tap_root: str | None,
+    record: bool = True,
 ) -> FrameCapture:
     """One run of ``func`` and one pass over its output (see :func:`capture_frames`);
     aggregations record their ids under ``tap_root`` (:mod:`~dslog_dagster.spark.idtap`;
     None: no tap)."""
-    ctx = CaptureContext(on_unknown=on_unknown, aggregate=mode, tap_root=tap_root)
+    ctx = CaptureContext(
+        on_unknown=on_unknown, aggregate=mode, tap_root=tap_root, record_summaries=record
+    )
     tracked: list[TrackedFrame] = []
     inputs: list[FrameInput] = []
     for i, ((name, df), prep) in enumerate(zip(named, prepared, strict=True)):
@@ -532,11 +556,12 @@ def _capture_once(
         _range_columns(ctx, k[0]) if kind == "range" else slot_name(k[0])
         for k, kind in zip(keys, kinds, strict=True)
     ]
-    ok_names = [_range_columns(ctx, s).ok for s in checked]
+    ok_names = [cast(str, _range_columns(ctx, s).ok) for s in checked]
     user_names = [c for c in result._df.columns if c not in slot_names]
     staged: StagedOutput | None = None
     path = ""
     teed: RowTables | None = None
+    source: Callable[[], Any] | None = None
     try:
         if _can_stage(result._df, user_names):
             # the pass writes the output once (rows, MID, slots) with Spark's writer and
@@ -552,6 +577,10 @@ def _capture_once(
             # listing and an analysis the usual store-and-go use does not pay
             source = _Once(partial(out.sparkSession.read.schema(schema).parquet, path))
         else:
+            if any(isinstance(c, RangeColumns) and c.summary is not None for c in id_columns):
+                # the executors compress from columns: the summaries must be carried
+                msg = "the output is not staged (column names Parquet cannot hold)"
+                raise SummariesMissing(msg)
             marked = mark(result._df)
             source = _Once(lambda: marked)
         t_write = time.perf_counter()
@@ -564,48 +593,19 @@ def _capture_once(
             ]
             got = row_tables(source(), groups, [F.col(_quote(o)) for o in ok_names])
     except RangesNotExact:
-        if path:
-            shutil.rmtree(path, ignore_errors=True)
-            _STAGING.discard(path)
-        else:
-            source().unpersist()
+        _discard(path, source)
         raise _RangesFailed from None
+    except SummariesMissing as e:
+        _discard(path, source)
+        raise _SummariesFailed(str(e)) from None
     offsets, tables = got.offsets, list(got.tables)
     t_lineage = time.perf_counter()
-    tapped = 0
-    for g, n_failed in enumerate(got.failed):
-        if not n_failed:
-            continue
-        # groups whose ids are not a range: match them with the ids the tap recorded, or
-        # join their keys with their input
-        src = ctx.range_src[keys[g][0]]
-        extra = None
-        if src.tap is not None and path:
-            try:
-                extra = tapped_ids(
-                    src.tap,
-                    path,
-                    cast(RangeColumns, id_columns[g]),
-                    n_ins[g],
-                    offsets,
-                    n_failed,
-                    hashed=src.hashed,
-                )
-                tapped += n_failed
-            except TapFailed as e:
-                log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
-        if extra is None:
-            extra = refetch_ids(
-                source(),
-                cast(RangeColumns, id_columns[g]),
-                src.frame,
-                src.keys,
-                src.slot,
-                n_ins[g],
-                offsets,
-                n_failed,
-            )
-        tables[g] = union_tables([tables[g], extra])  # their rows interleave
+    try:
+        assert source is not None
+        tapped = _found_again(ctx, got, keys, id_columns, n_ins, offsets, tables, path, source)
+    except SummariesMissing as e:
+        _discard(path, source)
+        raise _SummariesFailed(str(e)) from None
     per_slot = {k[0]: t for k, t in zip(keys, tables, strict=True)}
     row_table = {k: union_tables([per_slot[sl] for sl in k], disjoint=False) for k in needed}
     t_pass = time.perf_counter()
@@ -684,6 +684,70 @@ def _capture_once(
     )
 
 
+def _discard(path: str, source: Callable[[], Any] | None) -> None:
+    """Drops a pass's output before the capture runs again."""
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+        _STAGING.discard(path)
+    elif source is not None:
+        source().unpersist()
+
+
+def _found_again(
+    ctx: CaptureContext,
+    got: RowTables,
+    keys: list[tuple[int, ...]],
+    id_columns: list[str | RangeColumns],
+    n_ins: list[int],
+    offsets: list[int],
+    tables: list[LineageTable],
+    path: str,
+    source: Callable[[], Any],
+) -> int:
+    """Adds to ``tables`` the ids of the groups whose range check failed: matched with the
+    ids the tap recorded, or found by joining their keys with their input. Returns the rows
+    the tap served.
+
+    Raises:
+        SummariesMissing: a slot with recorded summaries would need the join.
+    """
+    tapped = 0
+    for g, n_failed in enumerate(got.failed):
+        if not n_failed:
+            continue
+        # groups whose ids are not a range: match them with the ids the tap recorded, or
+        # join their keys with their input
+        src = ctx.range_src[keys[g][0]]
+        extra = None
+        if src.tap is not None and path:
+            try:
+                extra = tapped_ids(
+                    src.tap,
+                    path,
+                    cast(RangeColumns, id_columns[g]),
+                    n_ins[g],
+                    offsets,
+                    n_failed,
+                    hashed=src.hashed,
+                )
+                tapped += n_failed
+            except TapFailed as e:
+                log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
+        if extra is None:
+            extra = refetch_ids(
+                source(),
+                cast(RangeColumns, id_columns[g]),
+                src.frame,
+                src.keys,
+                src.slot,
+                n_ins[g],
+                offsets,
+                n_failed,
+            )
+        tables[g] = union_tables([tables[g], extra])  # their rows interleave
+    return tapped
+
+
 class _Once:
     """A value made on its first call and kept (e.g. the staged output read back)."""
 
@@ -709,13 +773,18 @@ def _slot_kind(slot: int, arrays: frozenset[int], ranges: frozenset[int]) -> str
 def _range_columns(ctx: CaptureContext, slot: int) -> RangeColumns:
     """The output columns of range slot ``slot``'s summary (see :class:`RangeFields`)."""
     f = ctx.range_fields[slot]
+
+    def name(s: int | None) -> str | None:
+        return None if s is None else slot_name(s)
+
     return RangeColumns(
         slot_name(slot),
-        slot_name(f.hi),
-        slot_name(f.ok),
-        slot_name(f.n),
+        name(f.hi),
+        name(f.ok),
+        name(f.n),
         tuple(slot_name(k) for k in f.keys),
-        None if f.hash is None else slot_name(f.hash),
+        name(f.hash),
+        f.summary,
     )
 
 
@@ -723,6 +792,8 @@ def _slot_column(slot: str | RangeColumns, kind: str) -> Any:
     """The column of a slot's ids as :func:`~dslog_dagster.spark.lineage.row_tables` reads it
     (a missing list is an empty one; a range as ``struct<lo, hi, ok>``)."""
     if isinstance(slot, RangeColumns):
+        assert slot.hi is not None
+        assert slot.ok is not None
         return F.struct(
             F.col(_quote(slot.lo)).alias("lo"),
             F.col(_quote(slot.hi)).alias("hi"),

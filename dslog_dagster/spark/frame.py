@@ -33,7 +33,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import UnsupportedFrameOperationError
-from dslog_dagster.spark.idtap import tap_column, tap_key, tap_key_sql, tap_sql
+from dslog_dagster.spark.idtap import (
+    summary_column,
+    summary_sql,
+    tap_column,
+    tap_key,
+    tap_key_sql,
+    tap_sql,
+)
 from dslog_dagster.spark.plan import (
     Base,
     ColumnLineage,
@@ -74,6 +81,9 @@ class CaptureContext:
     tap_root: str | None = None
     # the tapped slots' directories; a slot's token is its index (see idtap.tap_column)
     tap_dirs: list[str] = field(default_factory=list)
+    # tapped aggregations record their range summaries' hi, ok and n per group instead of
+    # carrying them as columns (see dslog_dagster.spark.summaries)
+    record_summaries: bool = True
 
     def new_slot(self, input_index: int) -> int:
         sid = next(iter(self.counter))
@@ -85,21 +95,28 @@ class CaptureContext:
 class RangeFields:
     """Where a range slot's summary lives besides its own column (``lo``): the slots holding
     its ``hi``, ``ok`` and ``n``, and the aggregation's group keys and their hash (shared by
-    the slots of one aggregation; none when the keys cannot be stored)."""
+    the slots of one aggregation; none when the keys cannot be stored). With ``summary`` (a
+    directory) there are no ``hi``, ``ok`` and ``n`` slots: the aggregation recorded them
+    there per group (:mod:`~dslog_dagster.spark.summaries`)."""
 
-    hi: int
-    ok: int
-    n: int
+    hi: int | None
+    ok: int | None
+    n: int | None
     keys: tuple[int, ...] = ()
     hash: int | None = None
+    summary: str | None = None
 
     def remap(self, ren: Mapping[int, int]) -> "RangeFields":
+        def m(s: int | None) -> int | None:
+            return None if s is None else ren.get(s, s)
+
         return RangeFields(
-            ren.get(self.hi, self.hi),
-            ren.get(self.ok, self.ok),
-            ren.get(self.n, self.n),
+            m(self.hi),
+            m(self.ok),
+            m(self.n),
             tuple(ren.get(k, k) for k in self.keys),
-            None if self.hash is None else ren.get(self.hash, self.hash),
+            m(self.hash),
+            self.summary,
         )
 
 
@@ -1001,23 +1018,43 @@ class TrackedGroupedData:
         # each range is a new slot: the context keeps a range slot's fields and input by its
         # id, and two aggregations of one input (unioned, joined) must not share them
         new = {s: ctx.new_slot(ctx.slot_input[s]) for s in slots}
+        # with the tap, each group's hi, ok and n are recorded where the aggregation finishes
+        # it, and only lo (and the keys) travel with the rows (see spark.summaries)
+        record = ctx.record_summaries and (tapped is not None or tapped_sql is not None)
         for s in slots:
             span = " AND ".join(
                 [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
             )
             ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
             own = ctx.slot_input[s]
-            fields = RangeFields(
-                ctx.new_slot(own), ctx.new_slot(own), ctx.new_slot(own), key_slots, hash_slot
-            )
+            if record:
+                token = len(ctx.tap_dirs)
+                assert ctx.tap_root is not None
+                summary = os.path.join(ctx.tap_root, f"s{token}")
+                os.makedirs(summary)
+                ctx.tap_dirs.append(summary)
+                fields = RangeFields(None, None, None, key_slots, hash_slot, summary)
+                if tapped_sql is not None:
+                    rec = F.expr(summary_sql(token, tapped_sql[0], lo[s], hi[s], ok, n[s]))
+                else:
+                    assert tapped is not None
+                    rec = summary_column(token, tapped[0], lo[s], hi[s], ok, n[s])
+                aggs.append(rec.alias(slot_name(new[s])))
+            else:
+                fields = RangeFields(
+                    ctx.new_slot(own), ctx.new_slot(own), ctx.new_slot(own), key_slots, hash_slot
+                )
+                assert fields.hi is not None
+                assert fields.ok is not None
+                assert fields.n is not None
+                # n: the group's ids with repeats, which the id tap's rows must add up to
+                aggs += [
+                    F.expr(lo[s]).alias(slot_name(new[s])),
+                    F.expr(hi[s]).alias(slot_name(fields.hi)),
+                    F.expr(ok).alias(slot_name(fields.ok)),
+                    F.expr(n[s]).alias(slot_name(fields.n)),
+                ]
             ctx.range_fields[new[s]] = fields
-            # n: the group's ids with repeats, which the id tap's rows must add up to
-            aggs += [
-                F.expr(lo[s]).alias(slot_name(new[s])),
-                F.expr(hi[s]).alias(slot_name(fields.hi)),
-                F.expr(ok).alias(slot_name(fields.ok)),
-                F.expr(n[s]).alias(slot_name(fields.n)),
-            ]
             if keys is not None:
                 tap = None
                 if tapped is not None or tapped_sql is not None:

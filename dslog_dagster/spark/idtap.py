@@ -62,16 +62,20 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.spark.lineage import RangeColumns, hashable, range_rows
+from dslog_dagster.spark.lineage import RangeColumns, hashable, range_rows, recorded_fields
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.session import java_tool
+from dslog_dagster.spark.summaries import read_summaries
 
 __all__ = [
     "FUNCTION",
     "INTEGRAL",
     "PROPERTY",
+    "SUMMARY",
     "TapFailed",
     "read_tap",
+    "summary_column",
+    "summary_sql",
     "tap_column",
     "tap_jar",
     "tap_key",
@@ -216,6 +220,25 @@ def tap_sql(token: int, key: str, ids: str) -> str:
     return f"{FUNCTION}({token}, coalesce({k}, 0L), isnull({k}), {ids})"
 
 
+SUMMARY = FUNCTION + "_sum"
+"""The summary recorder's name in a session's function registry (see
+:mod:`~dslog_dagster.spark.summaries`)."""
+
+
+def summary_sql(token: int, key: str, lo: str, hi: str, ok: str, n: str) -> str:
+    """``lo``, recording the group's ``(key, lo, hi, ok, n)`` into the directory of
+    ``token`` (SQL text over an aggregation's keys and aggregate functions)."""
+    k = f"CAST({key} AS BIGINT)"
+    return f"{SUMMARY}({token}, coalesce({k}, 0L), isnull({k}), {lo}, {hi}, {ok}, {n})"
+
+
+def summary_column(token: int, key: Column, lo: str, hi: str, ok: str, n: str) -> Column:
+    """:func:`summary_sql` for a key given as a Column."""
+    k = key.cast("bigint")
+    parts = [F.expr(x) for x in (lo, hi, ok, n)]
+    return F.call_function(SUMMARY, F.lit(token), F.coalesce(k, F.lit(0)), k.isNull(), *parts)
+
+
 def tap_column(token: int, key: Column, ids: Column) -> Column:
     """``ids``, recording ``(key, id)`` per row into the directory of ``token`` in the jobs
     run inside :func:`tapping` (see the module)."""
@@ -319,16 +342,27 @@ def _failed_groups(staged: str, slot: RangeColumns, hashed: bool = False) -> _Fa
     if key_col is None:
         msg = "the slot's group keys are not in the output"
         raise TapFailed(msg)
-    t = pq.read_table(staged, columns=list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col])))
+    if slot.summary is not None:
+        t = pq.read_table(staged, columns=list(dict.fromkeys([MID, slot.lo, key_col])))
+        _, ok_arr, n_all = recorded_fields(t, slot, read_summaries(slot.summary))
+        valid, ok = range_rows(t.column(slot.lo).combine_chunks(), ok_arr)
+    else:
+        assert slot.ok is not None
+        assert slot.n is not None
+        t = pq.read_table(
+            staged, columns=list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col]))
+        )
+        lo, ok_col = t.column(slot.lo).combine_chunks(), t.column(slot.ok).combine_chunks()
+        valid, ok = range_rows(lo, ok_col)
+        n_all = t.column(slot.n).combine_chunks().to_numpy(zero_copy_only=False)
 
     def col(name: str) -> pa.Array:
         return t.column(name).combine_chunks()
 
-    valid, ok = range_rows(col(slot.lo), col(slot.ok))
-    bad = pa.array(valid & ~ok)
-    mids = col(MID).filter(bad).to_numpy().astype(np.int64)
-    key = col(key_col).filter(bad)
-    n = col(slot.n).filter(bad).to_numpy(zero_copy_only=False).astype(np.int64)
+    bad = valid & ~ok
+    mids = col(MID).filter(pa.array(bad)).to_numpy().astype(np.int64)
+    key = col(key_col).filter(pa.array(bad))
+    n = np.asarray(n_all)[bad].astype(np.int64)
     is_null = np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool)
     keys = pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
     # rows ordered by group: non-null keys ascending, then the null key

@@ -12,7 +12,7 @@ union is exact.
 """
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
+from dslog_dagster.spark.summaries import GroupSummaries, SummariesMissing, read_summaries
 
 __all__ = [
     "RangeColumns",
@@ -138,14 +139,32 @@ class RangeColumns:
     """The output columns of a range slot's summary (see
     :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`): ``lo`` (the slot's own
     column), ``hi``, ``ok``, the id count ``n``, and its aggregation's group keys and their
-    hash (empty / None when the keys are not stored)."""
+    hash (empty / None when the keys are not stored). With ``summary`` (a directory), ``hi``,
+    ``ok`` and ``n`` are not columns: the aggregation recorded them there per group, found by
+    the group's key (:mod:`~dslog_dagster.spark.summaries`)."""
 
     lo: str
-    hi: str
-    ok: str
-    n: str
+    hi: str | None
+    ok: str | None
+    n: str | None
     keys: tuple[str, ...] = ()
     hash: str | None = None
+    summary: str | None = None
+
+    @property
+    def key(self) -> str | None:
+        """The column holding the key the tap and the summaries record: the keys' hash, or
+        the one integral key."""
+        return self.hash if self.hash is not None else self.keys[0] if self.keys else None
+
+    def columns(self) -> list[str]:
+        """The columns the summary is read from."""
+        if self.summary is not None:
+            assert self.key is not None
+            return [self.lo, self.key]
+        assert self.hi is not None
+        assert self.ok is not None
+        return [self.lo, self.hi, self.ok]
 
 
 def _range_struct(lo: pa.Array, hi: pa.Array, ok: pa.Array) -> pa.StructArray:
@@ -351,6 +370,10 @@ def refetch_ids(
     ``collect_list``: ids are moved once, and groups whose ids are a range keep their range.
     ``n_failed`` (the failed rows, counted by the pass) is for the caller's records.
     """
+    if slot.ok is None:
+        # recorded summaries (no ok column): the capture runs again with them carried
+        msg = "finding failed groups by a join needs their summaries as columns"
+        raise SummariesMissing(msg)
     ok = F.coalesce(F.col(_q(slot.ok)), F.lit(True))
     bad = source.where(F.col(_q(slot.lo)).isNotNull() & ~ok).select(
         F.col(MID).alias("__o"), *[F.col(_q(k)).alias(f"__b{i}") for i, k in enumerate(slot.keys)]
@@ -403,11 +426,45 @@ def _q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def recorded_fields(
+    t: pa.Table, slot: RangeColumns, summaries: GroupSummaries
+) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """``hi``, ``ok`` and ``n`` of the rows ``t`` (with ``slot.lo`` and ``slot.key``) of a
+    range slot whose summaries were recorded, looked up by each row's group key (rows
+    without ids: null ``hi`` and ``ok``, ``n`` 0).
+
+    Raises:
+        SummariesMissing: a row's group has no summary, or not the row's ``lo``.
+    """
+    import pyarrow.compute as pc
+
+    assert slot.key is not None
+    lo = t.column(slot.lo).combine_chunks()
+    key = t.column(slot.key).combine_chunks()
+    has = np.asarray(lo.is_valid().to_numpy(zero_copy_only=False), bool)
+    null = np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool)[has]
+    keys = pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)[has]
+    at = summaries.lookup(keys, null)
+    if not np.array_equal(summaries.lo[at], lo.to_numpy(zero_copy_only=False)[has]):
+        msg = "a row's lo differs from its group's recorded summary"
+        raise SummariesMissing(msg)
+    hi = np.zeros(len(lo), np.int64)
+    ok = np.zeros(len(lo), bool)
+    n = np.zeros(len(lo), np.int64)
+    hi[has], ok[has], n[has] = summaries.hi[at], summaries.ok[at], summaries.n[at]
+    mask = ~has
+    return pa.array(hi, mask=mask), pa.array(ok, mask=mask), n
+
+
 def _lineage_table(
-    t: pa.Table, groups: Sequence[str | RangeColumns], oks: Sequence[str]
+    t: pa.Table,
+    groups: Sequence[str | RangeColumns],
+    oks: Sequence[str],
+    summaries: Mapping[str, GroupSummaries] | None = None,
 ) -> pa.Table:
     """The columns :func:`_compress_partition` reads (``MID``, ``g*``, ``__ok``) of the rows
-    ``t`` read back from one staged file (a range group's summary as ``struct<lo, hi, ok>``)."""
+    ``t`` read back from one staged file (a range group's summary as ``struct<lo, hi, ok>``;
+    recorded summaries, by directory, in ``summaries``)."""
     import pyarrow.compute as pc
 
     def col(name: str) -> pa.Array:
@@ -417,7 +474,13 @@ def _lineage_table(
     for g in groups:
         if isinstance(g, str):
             cols.append(col(g))
+        elif g.summary is not None:
+            assert summaries is not None
+            hi, ok, _ = recorded_fields(t, g, summaries[g.summary])
+            cols.append(_range_struct(col(g.lo), hi, ok))
         else:
+            assert g.hi is not None
+            assert g.ok is not None
             cols.append(_range_struct(col(g.lo), col(g.hi), col(g.ok)))
     names = [MID, *[f"g{g}" for g in range(len(groups))]]
     if oks:
@@ -430,7 +493,7 @@ def _lineage_table(
 
 
 def _group_columns(g: str | RangeColumns) -> list[str]:
-    return [g] if isinstance(g, str) else [g.lo, g.hi, g.ok]
+    return [g] if isinstance(g, str) else g.columns()
 
 
 def write_with_lineage(
@@ -456,9 +519,13 @@ def write_with_lineage(
     rows (that last stage took 1.6 s, Spark's writer 0.5 s). Other masters use
     :func:`row_tables` (``mapInArrow`` on the executors, over the persisted output).
 
+    Range slots whose summaries the aggregation recorded (``RangeColumns.summary``) are
+    looked up by group key (:mod:`~dslog_dagster.spark.summaries`).
+
     Raises:
         RangesNotExact: some row failed its range check (``oks``: the ``ok`` columns of range
             slots that must hold on every row).
+        SummariesMissing: a row's group has no recorded summary.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -471,12 +538,17 @@ def write_with_lineage(
         n for n in os.listdir(path) if n.endswith(".parquet") and not n.startswith((".", "_"))
     )
     columns = list(dict.fromkeys([MID, *[c for g in groups for c in _group_columns(g)], *oks]))
+    summaries = {
+        g.summary: read_summaries(g.summary)
+        for g in groups
+        if isinstance(g, RangeColumns) and g.summary is not None
+    }
 
     def one(name: str) -> list[dict[str, Any]]:
         t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints and booleans
         if not t.num_rows:
             return []
-        table = _lineage_table(t, groups, oks)
+        table = _lineage_table(t, groups, oks, summaries)
         got: list[dict[str, Any]] = _compress_partition(table, kinds, n_ins, bool(oks)).to_pylist()
         return got
 

@@ -23,6 +23,16 @@
  * one key with consecutive ids (rows clustered by id, where the capture never reads the
  * file, cost a run per group instead of a pair per row).
  *
+ * A second function, summary(token, key, key_is_null, lo, hi, ok, n), returns lo and records a
+ * group's range summary once per group where the aggregation finishes it (it is placed over
+ * the aggregate functions), so the summary's hi, ok and n need not travel with the rows to the
+ * output: the capture looks them up by the group key. Its files are
+ * <dir>/sum-<stage>-<partition>.bin, published like the tap's, of chunks
+ *
+ *   ( int64 c | int64 keys[c] | int64 lo[c] | int64 hi[c] | int64 n[c] | int64 flags[c] )*
+ *
+ * with flags bit 0 = key is null (key stored as 0), bit 1 = ok.
+ *
  * Placed under an aggregation, it records which input rows fell into which group as the rows
  * stream through the map side of the shuffle, where the rows already are: the capture then
  * finds the ids of groups whose range summary failed without computing the aggregation's
@@ -77,6 +87,36 @@ public final class IdTap {
         .sessionState()
         .functionRegistry()
         .createOrReplaceTempFunction(name, new Builder(), "java_udf");
+    spark
+        .sessionState()
+        .functionRegistry()
+        .createOrReplaceTempFunction(name + "_sum", new SummaryBuilder(), "java_udf");
+  }
+
+  private static final class SummaryBuilder
+      extends AbstractFunction1<Seq<Expression>, Expression> {
+    @Override
+    public Expression apply(Seq<Expression> args) {
+      if (args.size() != 7) {
+        throw new IllegalArgumentException(
+            "dslog summary takes (token int, key bigint, key_is_null boolean, lo bigint, "
+                + "hi bigint, ok boolean, n bigint)");
+      }
+      java.util.List<AbstractDataType> types =
+          Arrays.asList(
+              DataTypes.IntegerType,
+              DataTypes.LongType,
+              DataTypes.BooleanType,
+              DataTypes.LongType,
+              DataTypes.LongType,
+              DataTypes.BooleanType,
+              DataTypes.LongType);
+      Seq<AbstractDataType> inputTypes = CollectionConverters.asScala(types).toList();
+      // null-propagating: a group without ids of the slot (lo null) returns null unrecorded
+      return new StaticInvoke(
+          IdTap.class, DataTypes.LongType, "summary", args, inputTypes, true, true, false,
+          Option.empty());
+    }
   }
 
   private static final class Builder extends AbstractFunction1<Seq<Expression>, Expression> {
@@ -106,7 +146,121 @@ public final class IdTap {
    * One tap's pairs in one task attempt: up to CHUNK in memory, earlier chunks appended to
    * the attempt's temporary file, so a task's memory stays bounded however many rows it has.
    */
-  private static final class Buf {
+  /** A task attempt's records for one directory, published when the task ends. */
+  private interface Sink {
+    void finish(boolean ok);
+  }
+
+  /** The temporary and final paths of a task attempt's file with prefix kind. */
+  private static Path[] paths(String dir, TaskContext c, String kind) {
+    String base = kind + "-" + c.stageId() + "-" + c.partitionId();
+    return new Path[] {
+      Paths.get(dir, "." + base + "-" + c.taskAttemptId() + ".tmp"), Paths.get(dir, base + ".bin")
+    };
+  }
+
+  /** Moves a finished file into place (ok) or removes it. */
+  private static void publish(FileChannel ch, Path tmp, Path done, boolean ok) {
+    try {
+      if (ch != null) {
+        ch.close();
+      }
+      if (ok && ch != null) {
+        Files.move(tmp, done, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+      } else {
+        Files.deleteIfExists(tmp);
+      }
+    } catch (IOException e) {
+      try {
+        Files.deleteIfExists(tmp);
+      } catch (IOException ignored) {
+        // nothing left to do: the capture finds the file missing
+      }
+    }
+  }
+
+  /** Appends bb (from position 0) to the channel, opened on first use. */
+  private static FileChannel append(FileChannel ch, Path tmp, ByteBuffer bb) throws IOException {
+    if (ch == null) {
+      ch =
+          FileChannel.open(
+              tmp,
+              StandardOpenOption.CREATE,
+              StandardOpenOption.WRITE,
+              StandardOpenOption.TRUNCATE_EXISTING);
+    }
+    bb.position(0);
+    while (bb.hasRemaining()) {
+      ch.write(bb);
+    }
+    return ch;
+  }
+
+  /** One summary directory's groups in one task attempt (see summary()). */
+  private static final class SumBuf implements Sink {
+    final Path tmp;
+    final Path done;
+    final int chunk;
+    long[][] cols; // keys, lo, hi, n, flags
+    int c;
+    FileChannel ch;
+    boolean broken;
+
+    SumBuf(String dir, TaskContext ctx) {
+      Path[] p = paths(dir, ctx, "sum");
+      this.tmp = p[0];
+      this.done = p[1];
+      String size = ctx.getLocalProperty(PROPERTY + "chunk");
+      this.chunk = size == null ? CHUNK : Math.max(1, Integer.parseInt(size));
+      this.cols = new long[5][Math.min(256, chunk)];
+    }
+
+    void add(long key, long lo, long hi, long n, long flags) {
+      if (c == cols[0].length) {
+        if (c >= chunk) {
+          spill();
+        } else {
+          int room = (int) Math.min((long) chunk, 2L * c);
+          for (int i = 0; i < cols.length; i++) {
+            cols[i] = Arrays.copyOf(cols[i], room);
+          }
+        }
+      }
+      cols[0][c] = key;
+      cols[1][c] = lo;
+      cols[2][c] = hi;
+      cols[3][c] = n;
+      cols[4][c] = flags;
+      c++;
+    }
+
+    void spill() {
+      if (!broken) {
+        try {
+          ByteBuffer bb = ByteBuffer.allocate(8 * (1 + 5 * c)).order(ByteOrder.LITTLE_ENDIAN);
+          bb.putLong(c);
+          for (int i = 0; i < cols.length; i++) {
+            bb.position(8 + 8 * i * c);
+            bb.asLongBuffer().put(cols[i], 0, c);
+          }
+          ch = append(ch, tmp, bb);
+        } catch (IOException e) {
+          broken = true; // the capture finds groups missing and captures without summaries
+        }
+      }
+      c = 0;
+    }
+
+    @Override
+    public void finish(boolean ok) {
+      if (ok && c > 0) {
+        spill();
+      }
+      publish(ch, tmp, done, ok && !broken);
+    }
+  }
+
+  private static final class Buf implements Sink {
     final Path tmp;
     final Path done;
     final int chunk;
@@ -127,9 +281,9 @@ public final class IdTap {
     boolean broken;
 
     Buf(String dir, TaskContext c) {
-      String base = "tap-" + c.stageId() + "-" + c.partitionId();
-      this.tmp = Paths.get(dir, "." + base + "-" + c.taskAttemptId() + ".tmp");
-      this.done = Paths.get(dir, base + ".bin");
+      Path[] p = paths(dir, c, "tap");
+      this.tmp = p[0];
+      this.done = p[1];
       String size = c.getLocalProperty(PROPERTY + "chunk");
       this.chunk = size == null ? CHUNK : Math.max(1, Integer.parseInt(size));
       this.keys = new long[Math.min(4096, chunk)];
@@ -207,14 +361,6 @@ public final class IdTap {
     void spill() {
       if (!broken) {
         try {
-          if (ch == null) {
-            ch =
-                FileChannel.open(
-                    tmp,
-                    StandardOpenOption.CREATE,
-                    StandardOpenOption.WRITE,
-                    StandardOpenOption.TRUNCATE_EXISTING);
-          }
           ByteBuffer bb =
               ByteBuffer.allocate(8 * (2 + 2 * n + 3 * m)).order(ByteOrder.LITTLE_ENDIAN);
           bb.putLong(n);
@@ -229,10 +375,7 @@ public final class IdTap {
           bb.asLongBuffer().put(runFirst, 0, m);
           bb.position(at + 16 * m);
           bb.asLongBuffer().put(runLen, 0, m);
-          bb.position(0);
-          while (bb.hasRemaining()) {
-            ch.write(bb);
-          }
+          ch = append(ch, tmp, bb);
         } catch (IOException e) {
           // the capture sees the missing file (its counts do not match) and finds the ids by
           // a join instead; failing the user's task for it would lose more than it saves
@@ -244,37 +387,22 @@ public final class IdTap {
     }
 
     /** Publishes the file (success) or removes it (failure). */
-    void finish(boolean ok) {
+    @Override
+    public void finish(boolean ok) {
       if (ok) {
         close();
       }
       if (ok && (n > 0 || m > 0)) {
         spill();
       }
-      try {
-        if (ch != null) {
-          ch.close();
-        }
-        if (ok && !broken && ch != null) {
-          Files.move(
-              tmp, done, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-        } else {
-          Files.deleteIfExists(tmp);
-        }
-      } catch (IOException e) {
-        try {
-          Files.deleteIfExists(tmp);
-        } catch (IOException ignored) {
-          // nothing left to do: the capture's counts will not match
-        }
-      }
+      publish(ch, tmp, done, ok && !broken);
     }
   }
 
   private static final class Task {
     final long attempt;
-    final HashMap<String, Buf> bufs = new HashMap<>();
-    Buf[] byToken = new Buf[4];
+    final HashMap<String, Sink> bufs = new HashMap<>();
+    Sink[] byToken = new Sink[4];
     boolean[] resolved = new boolean[4];
 
     Task(long attempt) {
@@ -284,12 +412,37 @@ public final class IdTap {
 
   /** Records (key, id) for the running task under token's directory; returns id. */
   public static long record(int token, long key, boolean keyIsNull, long id) {
-    if (token < 0) {
+    Buf b = (Buf) sink(token, "tap");
+    if (b == null) {
       return id;
+    }
+    if (keyIsNull) {
+      b.add(0L, ~id);
+    } else {
+      b.add(key, id);
+    }
+    return id;
+  }
+
+  /** Records a group's range summary under token's directory; returns lo. */
+  public static long summary(
+      int token, long key, boolean keyIsNull, long lo, long hi, boolean ok, long n) {
+    SumBuf b = (SumBuf) sink(token, "sum");
+    if (b != null) {
+      b.add(keyIsNull ? 0L : key, lo, hi, n, (keyIsNull ? 1L : 0L) | (ok ? 2L : 0L));
+    }
+    return lo;
+  }
+
+  /** The running task attempt's sink for token (of kind "tap" or "sum"), or null: no task,
+   * no directory for the token in this job, or a partition an earlier stage recorded. */
+  private static Sink sink(int token, String kind) {
+    if (token < 0) {
+      return null;
     }
     TaskContext ctx = TaskContext.get();
     if (ctx == null) { // evaluated outside a task (never in a capture's pass): nothing to keep
-      return id;
+      return null;
     }
     Task t = TASK.get();
     if (t == null || t.attempt != ctx.taskAttemptId()) {
@@ -304,21 +457,13 @@ public final class IdTap {
     if (!t.resolved[i]) {
       String dir = ctx.getLocalProperty(PROPERTY + i);
       t.byToken[i] =
-          dir == null || recordedBefore(dir, ctx)
+          dir == null || recordedBefore(dir, ctx, kind)
               ? null
-              : t.bufs.computeIfAbsent(dir, d -> new Buf(d, ctx));
+              : t.bufs.computeIfAbsent(
+                  dir, d -> kind.equals("sum") ? new SumBuf(d, ctx) : new Buf(d, ctx));
       t.resolved[i] = true;
     }
-    Buf b = t.byToken[i];
-    if (b == null) {
-      return id;
-    }
-    if (keyIsNull) {
-      b.add(0L, ~id);
-    } else {
-      b.add(key, id);
-    }
-    return id;
+    return t.byToken[i];
   }
 
   /**
@@ -328,10 +473,10 @@ public final class IdTap {
    * complete when its job ran every partition, and if not, no stage matches and the capture
    * joins instead, so skipping never costs exactness).
    */
-  private static boolean recordedBefore(String dir, TaskContext ctx) {
-    String own = "tap-" + ctx.stageId() + "-" + ctx.partitionId() + ".bin";
+  private static boolean recordedBefore(String dir, TaskContext ctx, String kind) {
+    String own = kind + "-" + ctx.stageId() + "-" + ctx.partitionId() + ".bin";
     try (java.nio.file.DirectoryStream<Path> files =
-        Files.newDirectoryStream(Paths.get(dir), "tap-*-" + ctx.partitionId() + ".bin")) {
+        Files.newDirectoryStream(Paths.get(dir), kind + "-*-" + ctx.partitionId() + ".bin")) {
       for (Path f : files) {
         if (!f.getFileName().toString().equals(own)) {
           return true;
@@ -352,7 +497,7 @@ public final class IdTap {
             TASK.remove();
           }
           boolean ok = !c.isFailed();
-          for (Buf b : t.bufs.values()) {
+          for (Sink b : t.bufs.values()) {
             b.finish(ok);
           }
         });

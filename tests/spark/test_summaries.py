@@ -1,0 +1,192 @@
+"""Range summaries recorded where the aggregation finishes its groups (spark.summaries).
+
+With the id tap in the session, a tapped aggregation keeps only ``lo`` and its keys in the
+rows; ``hi``, ``ok`` and ``n`` are recorded per group and looked up by key when the capture
+reads its output back. These tests check that the carried columns are really gone, that the
+lineage equals the one with the summaries carried, with lists and with the reference, and
+that every doubt (a missing file, a truncated one, two summaries for one key) makes the
+capture run again carrying the summaries instead of guessing.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from frame_reference import assert_lineage
+from pyspark.sql import functions as F
+
+import dslog_dagster.spark.capture as capture_module
+import dslog_dagster.spark.idtap as idtap
+import dslog_dagster.spark.lineage as lineage_module
+from dslog_dagster.spark import ROW_ID, capture_frames
+from dslog_dagster.spark.plan import SLOT_PREFIX
+from dslog_dagster.spark.summaries import SummariesMissing, read_summaries
+
+RNG = np.random.default_rng(11)
+# 80 rows: keys 0..11, half of them clustered by id (exact ranges), half scattered, and a
+# null key
+KEYS = [
+    None if i % 17 == 5 else (i // 8 if i < 40 else int(RNG.integers(5, 12))) for i in range(80)
+]
+ROWS = [(i, KEYS[i], float(i)) for i in range(80)]
+
+
+@pytest.fixture(scope="module")
+def facts(spark: Any) -> Any:
+    df = spark.createDataFrame(ROWS, "id long, k long, v double").repartition(3, "id")
+    return df.withColumn(ROW_ID, F.col("id"))
+
+
+def by_key(x: Any) -> Any:
+    return x.groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n")).orderBy("k")
+
+
+def check_reference(cap: Any) -> None:
+    want: dict[Any, list[int]] = {}
+    for i, k, _ in ROWS:
+        want.setdefault(k, []).append(i)
+    src = {"k": "k", "s": "v", "n": "k"}
+    assert_lineage(cap, 0, lambda r, c: [(i, src[c]) for i in want[r["k"]]])
+
+
+def same_lineage(a: Any, b: Any) -> None:
+    for considered in (False, True):
+        assert a.relation(0, considered=considered) == b.relation(0, considered=considered)
+
+
+def hidden_columns(cap: Any) -> list[str]:
+    assert cap._staged is not None
+    schema = pq.read_schema(
+        next(
+            os.path.join(cap._staged.path, n)
+            for n in os.listdir(cap._staged.path)
+            if n.endswith(".parquet")
+        )
+    )
+    return [n for n in schema.names if n.startswith(SLOT_PREFIX)]
+
+
+def test_only_lo_and_the_key_travel_with_the_rows(
+    facts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cap = capture_frames(by_key, [facts])
+    assert "retried_carrying_summaries" not in cap.timings
+    assert cap.timings["tapped_rows"] > 0  # the scattered groups came from the tap
+    # the range slot's lo and the group key: hi, ok and n were recorded, not written
+    assert len(hidden_columns(cap)) == 2
+    check_reference(cap)
+    same_lineage(cap, capture_frames(by_key, [facts], aggregate="lists"))
+    # without the tap (no recorder) they are carried: lo, hi, ok, n and the key
+    monkeypatch.setattr(capture_module, "tap_ready", lambda spark: False)
+    carried = capture_frames(by_key, [facts])
+    assert len(hidden_columns(carried)) == 5
+    same_lineage(cap, carried)
+
+
+def test_summaries_spill_in_chunks_and_read_back(spark: Any, facts: Any) -> None:
+    seen: list[int] = []
+    real = lineage_module.read_summaries
+
+    def chunks(directory: str) -> Any:
+        for name in os.listdir(directory):
+            a, at = np.fromfile(os.path.join(directory, name), "<i8"), 0
+            while at < a.size:
+                seen.append(int(a[at]))
+                at += 1 + 5 * int(a[at])
+        return real(directory)
+
+    spark.sparkContext.setLocalProperty(f"{idtap.PROPERTY}chunk", "2")
+    try:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(lineage_module, "read_summaries", chunks)
+            cap = capture_frames(by_key, [facts])
+    finally:
+        spark.sparkContext.setLocalProperty(f"{idtap.PROPERTY}chunk", None)
+    assert "retried_carrying_summaries" not in cap.timings
+    assert max(seen) == 2
+    # every group once, whatever stage ran it (the orderBy samples the aggregation)
+    assert sum(seen) == len(set(KEYS))
+    check_reference(cap)
+
+
+@pytest.mark.parametrize("damage", ["remove_a_file", "truncate", "two_summaries"])
+def test_doubtful_summaries_make_the_capture_carry_them(
+    facts: Any, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    real = lineage_module.read_summaries
+
+    def damaged(directory: str) -> Any:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".bin"))
+        path = os.path.join(directory, names[-1])
+        if damage == "remove_a_file":  # its groups have no summary
+            os.remove(path)
+        elif damage == "truncate":
+            np.fromfile(path, "<i8")[:-1].tofile(path)
+        else:  # another group recorded under a key present (as two colliding hashes would)
+            a = np.fromfile(path, "<i8")
+            c = int(a[0])
+            a[1 + 2 * c] += 1  # one group's hi, as a second record of the key
+            np.concatenate([np.fromfile(path, "<i8"), a]).tofile(path)
+        return real(directory)
+
+    monkeypatch.setattr(lineage_module, "read_summaries", damaged)
+    cap = capture_frames(by_key, [facts])
+    assert cap.timings["retried_carrying_summaries"] == 1.0
+    check_reference(cap)
+
+
+def test_an_aggregation_unioned_and_joined_with_itself(facts: Any) -> None:
+    def step(x: Any) -> Any:
+        g = x.groupBy("k").agg(F.sum("v").alias("s"))
+        both = g.unionByName(x.select("k", F.col("v").alias("s")))
+        return both.join(g.withColumnRenamed("s", "t"), "k", "left")
+
+    cap = capture_frames(step, [facts])
+    assert "retried_carrying_summaries" not in cap.timings
+    same_lineage(cap, capture_frames(step, [facts], aggregate="lists"))
+
+
+def write_summaries(path: Path, rows: list[tuple[int | None, int, int, bool, int]]) -> None:
+    """A summary file of one chunk: (key, lo, hi, ok, n) per group."""
+    keys = [0 if k is None else k for k, *_ in rows]
+    flags = [(1 if k is None else 0) | (2 if ok else 0) for k, _, _, ok, _ in rows]
+    cols = [keys, [r[1] for r in rows], [r[2] for r in rows], [r[4] for r in rows], flags]
+    np.concatenate([[len(rows)], *cols]).astype("<i8").tofile(path)
+
+
+def test_read_summaries_on_hand_made_files(tmp_path: Path) -> None:
+    write_summaries(tmp_path / "sum-3-0.bin", [(7, 0, 4, True, 5), (None, 9, 9, True, 2)])
+    write_summaries(tmp_path / "sum-3-1.bin", [(-2, 5, 8, False, 3)])
+    # the same group again from a stage that ran twice
+    write_summaries(tmp_path / "sum-5-1.bin", [(-2, 5, 8, False, 3)])
+    s = read_summaries(str(tmp_path))
+    assert s.keys.tolist() == [-2, 7, 0]
+    assert s.null.tolist() == [False, False, True]
+    at = s.lookup(np.array([7, 0, -2, 7]), np.array([False, True, False, False]))
+    assert s.hi[at].tolist() == [4, 9, 8, 4]
+    assert s.ok[at].tolist() == [True, True, False, True]
+    assert s.n[at].tolist() == [5, 2, 3, 5]
+    with pytest.raises(SummariesMissing, match="no recorded summary"):
+        s.lookup(np.array([3]), np.array([False]))
+    # one key, two different summaries: two groups whose keys hash alike
+    write_summaries(tmp_path / "sum-5-0.bin", [(7, 0, 3, True, 4)])
+    with pytest.raises(SummariesMissing, match="hash alike"):
+        read_summaries(str(tmp_path))
+    (tmp_path / "sum-5-0.bin").unlink()
+    np.fromfile(tmp_path / "sum-3-0.bin", "<i8")[:-2].tofile(tmp_path / "sum-3-0.bin")
+    with pytest.raises(SummariesMissing, match="truncated"):
+        read_summaries(str(tmp_path))
+
+
+def test_a_missing_null_group_is_refused(tmp_path: Path) -> None:
+    write_summaries(tmp_path / "sum-1-0.bin", [(4, 0, 0, True, 1)])
+    s = read_summaries(str(tmp_path))
+    with pytest.raises(SummariesMissing, match="null group key"):
+        s.lookup(np.array([0]), np.array([True]))
+    empty = tmp_path / "none"
+    empty.mkdir()
+    with pytest.raises(SummariesMissing):
+        read_summaries(str(empty)).lookup(np.array([4]), np.array([False]))
