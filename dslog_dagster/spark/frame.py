@@ -966,6 +966,10 @@ class TrackedGroupedData:
         structs cost the shuffle, the sort and the Parquet writer after the aggregation about
         0.05 s more at 10^6 input rows (a tenth of the plain pipeline). Being slots, the
         columns travel with the rows through every later step and stay hidden from user code.
+        Where the id tap runs (``ctx.record_summaries``), ``hi``, ``ok`` and ``n`` are not
+        columns at all: ``lo`` is computed through the JVM's summary recorder, which records
+        the group's whole summary by its key where the aggregation finishes the group
+        (:mod:`~dslog_dagster.spark.summaries`; ``RangeFields.summary``).
 
         The aggregation also outputs its group keys once (slots ``keys``) and ``n`` is the
         group's id count; the context remembers the aggregation's input

@@ -65,7 +65,7 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.lineage import RangeColumns, hashable, range_rows, recorded_fields
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.session import java_tool
-from dslog_dagster.spark.summaries import read_summaries
+from dslog_dagster.spark.summaries import KeyIndex, read_summaries
 
 __all__ = [
     "FUNCTION",
@@ -380,33 +380,6 @@ def _failed_groups(staged: str, slot: RangeColumns, hashed: bool = False) -> _Fa
     return _FailedGroups(distinct, has_null, n[start], start, count, mids)
 
 
-class _KeyIndex:
-    """Position of each key among sorted, distinct keys (-1 when absent): a direct table when
-    the keys are dense enough (group keys are often ids), else a binary search."""
-
-    def __init__(self, keys: np.ndarray) -> None:
-        self.keys = keys
-        self.lo = int(keys[0]) if keys.size else 0
-        span = int(keys[-1]) - self.lo + 1 if keys.size else 0
-        self.table: np.ndarray | None = None
-        if keys.size and span <= 8 * keys.size + 4096:
-            self.table = np.full(span, -1, np.int64)
-            self.table[keys - self.lo] = np.arange(keys.size, dtype=np.int64)
-
-    def __call__(self, k: np.ndarray) -> np.ndarray:
-        if not self.keys.size:
-            return np.full(k.shape, -1, np.int64)
-        if self.table is not None:
-            off = k - self.lo
-            inside = (off >= 0) & (off < self.table.size)
-            pos = np.full(k.shape, -1, np.int64)
-            pos[inside] = self.table[off[inside]]
-            return pos
-        pos = np.searchsorted(self.keys, k)
-        pos[pos >= self.keys.size] = 0
-        return np.where(self.keys[pos] == k, pos, -1)
-
-
 def tapped_ids(
     directory: str,
     staged: str,
@@ -450,7 +423,7 @@ def tapped_ids(
     starts = np.asarray(offsets, np.int64)
     dense = starts[fg.rows >> PART_BITS] + (fg.rows & ((1 << PART_BITS) - 1))
     single = bool((fg.count == 1).all())
-    index = _KeyIndex(fg.keys)
+    index = KeyIndex(fg.keys)
 
     def one(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k, r, null = read_tap(path)

@@ -538,21 +538,26 @@ def write_with_lineage(
         n for n in os.listdir(path) if n.endswith(".parquet") and not n.startswith((".", "_"))
     )
     columns = list(dict.fromkeys([MID, *[c for g in groups for c in _group_columns(g)], *oks]))
-    summaries = {
-        g.summary: read_summaries(g.summary)
-        for g in groups
-        if isinstance(g, RangeColumns) and g.summary is not None
-    }
-
-    def one(name: str) -> list[dict[str, Any]]:
-        t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints and booleans
-        if not t.num_rows:
-            return []
-        table = _lineage_table(t, groups, oks, summaries)
-        got: list[dict[str, Any]] = _compress_partition(table, kinds, n_ins, bool(oks)).to_pylist()
-        return got
-
-    workers = max(1, min(len(files), threads or os.cpu_count() or 1))
+    dirs = list(
+        dict.fromkeys(
+            g.summary for g in groups if isinstance(g, RangeColumns) and g.summary is not None
+        )
+    )
+    workers = max(1, min(len(files) + len(dirs), threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
+        # the summaries are read while the first files are (numpy releases the GIL)
+        pending = {d: pool.submit(read_summaries, d) for d in dirs}
+
+        def one(name: str) -> list[dict[str, Any]]:
+            t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints, booleans
+            if not t.num_rows:
+                return []
+            summaries = {d: f.result() for d, f in pending.items()}
+            table = _lineage_table(t, groups, oks, summaries)
+            got: list[dict[str, Any]] = _compress_partition(
+                table, kinds, n_ins, bool(oks)
+            ).to_pylist()
+            return got
+
         rows = [r for got in pool.map(one, files) for r in got]
     return _assemble(rows, n_ins)

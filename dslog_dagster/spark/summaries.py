@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GroupSummaries", "SummariesMissing", "read_summaries"]
+__all__ = ["GroupSummaries", "KeyIndex", "SummariesMissing", "read_summaries"]
 
 
 class SummariesMissing(Exception):
@@ -52,45 +52,91 @@ def _read_file(path: str) -> list[np.ndarray]:
     return [np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols]
 
 
+class KeyIndex:
+    """Position of each key among distinct keys (-1 when absent): a direct table when the keys
+    are dense enough (group keys are often ids), else a binary search over them sorted."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = keys
+        self.lo = int(keys.min()) if keys.size else 0
+        span = int(keys.max()) - self.lo + 1 if keys.size else 0
+        self.table: np.ndarray | None = None
+        self.order: np.ndarray | None = None
+        if keys.size and span <= 8 * keys.size + 4096:
+            self.table = np.full(span, -1, np.int64)
+            self.table[keys - self.lo] = np.arange(keys.size, dtype=np.int64)
+        elif keys.size:
+            self.order = np.argsort(keys, kind="stable")
+            self.sorted = keys[self.order]
+
+    def __call__(self, k: np.ndarray) -> np.ndarray:
+        if not self.keys.size:
+            return np.full(k.shape, -1, np.int64)
+        if self.table is not None:
+            off = k - self.lo
+            inside = (off >= 0) & (off < self.table.size)
+            pos = np.full(k.shape, -1, np.int64)
+            pos[inside] = self.table[off[inside]]
+            return pos
+        assert self.order is not None
+        at = np.searchsorted(self.sorted, k)
+        at[at >= self.sorted.size] = 0
+        return np.where(self.sorted[at] == k, self.order[at], -1)
+
+
 @dataclass(frozen=True)
 class GroupSummaries:
-    """The distinct recorded summaries of one range slot, sorted by (key is null, key)."""
+    """The distinct recorded summaries of one range slot (one per group, in no order): the
+    non-null keys found through ``index``, the null-key group at row ``null_row`` (-1: none)."""
 
     keys: np.ndarray  # int64; 0 for the null key
-    null: np.ndarray  # bool
     lo: np.ndarray
     hi: np.ndarray
     ok: np.ndarray  # bool
     n: np.ndarray
+    index: KeyIndex
+    null_row: int
 
     def lookup(self, key: np.ndarray, null: np.ndarray) -> np.ndarray:
-        """Index of each row's group (``key``, ``null`` per row, for rows with ids).
+        """Row of each row's group (``key``, ``null`` per row, for rows with ids).
 
         Raises:
             SummariesMissing: some row's group was not recorded.
         """
-        # sorted by (null, key): null-key groups (key 0) come after all others
-        probe = np.where(null, 0, key)
-        pos = np.zeros(probe.shape, np.int64)
-        n_plain = int((~self.null).sum())
-        plain = ~null
-        if plain.any():
-            p = np.searchsorted(self.keys[:n_plain], probe[plain])
-            p[p >= n_plain] = max(n_plain - 1, 0)
-            if n_plain == 0 or not np.array_equal(self.keys[p], probe[plain]):
-                msg = "a row's group key has no recorded summary"
-                raise SummariesMissing(msg)
-            pos[plain] = p
+        pos = self.index(np.where(null, self.index.lo, key))
         if null.any():
-            if n_plain == self.keys.size:
+            if self.null_row < 0:
                 msg = "the null group key has no recorded summary"
                 raise SummariesMissing(msg)
-            pos[null] = n_plain
+            pos[null] = self.null_row
+        if (pos < 0).any():
+            msg = "a row's group key has no recorded summary"
+            raise SummariesMissing(msg)
         return pos
 
 
+def _distinct(keys: np.ndarray, fields: list[np.ndarray]) -> tuple[np.ndarray, KeyIndex]:
+    """Rows to keep so that each key is kept once, and the index of the kept keys.
+
+    Raises:
+        SummariesMissing: one key with two different summaries.
+    """
+    index = KeyIndex(keys)
+    pos = index(keys)  # a repeated key maps to one of its rows
+    again = pos != np.arange(keys.size)
+    if not again.any():
+        return np.arange(keys.size), index
+    first = pos[again]
+    if not all(np.array_equal(f[again], f[first]) for f in fields):
+        msg = "two groups' keys hash alike (one key, two summaries)"
+        raise SummariesMissing(msg)
+    keep = np.flatnonzero(~again)
+    return keep, KeyIndex(keys[keep])
+
+
 def read_summaries(directory: str) -> GroupSummaries:
-    """All summaries recorded in ``directory``, one per group.
+    """All summaries recorded in ``directory``, one per group (a stage run twice records
+    the same groups twice).
 
     Raises:
         SummariesMissing: a file is truncated, or one key was recorded with two different
@@ -103,19 +149,20 @@ def read_summaries(directory: str) -> GroupSummaries:
     else:
         keys = lo = hi = n = flags = np.zeros(0, np.int64)
     null = (flags & 1).astype(bool)
-    keys = np.where(null, 0, keys)
-    ok = (flags & 2).astype(bool)
-    # sorted by (null, key); a key recorded twice must carry one summary
-    order = np.lexsort((keys, null))
-    keys, null, lo, hi, ok, n = (a[order] for a in (keys, null, lo, hi, ok, n))
-    again = np.zeros(keys.size, bool)
-    again[1:] = (keys[1:] == keys[:-1]) & (null[1:] == null[:-1])
-    if again.any():
-        prev = np.flatnonzero(again) - 1
-        cur = np.flatnonzero(again)
-        if not all(np.array_equal(a[cur], a[prev]) for a in (lo, hi, ok, n)):
-            msg = "two groups' keys hash alike (one key, two summaries)"
-            raise SummariesMissing(msg)
-        keep = ~again
-        keys, null, lo, hi, ok, n = (a[keep] for a in (keys, null, lo, hi, ok, n))
-    return GroupSummaries(keys=keys, null=null, lo=lo, hi=hi, ok=ok, n=n)
+    fields = [lo, hi, n, flags]
+    plain = np.flatnonzero(~null)
+    keep, index = _distinct(keys[plain], [f[plain] for f in fields])
+    rows = plain[keep]
+    null_rows = np.flatnonzero(null)
+    if null_rows.size:
+        same, _ = _distinct(np.zeros(null_rows.size, np.int64), [f[null_rows] for f in fields])
+        rows = np.append(rows, null_rows[same[0]])
+    return GroupSummaries(
+        keys=np.where(null[rows], 0, keys[rows]),
+        lo=lo[rows],
+        hi=hi[rows],
+        ok=(flags[rows] & 2).astype(bool),
+        n=n[rows],
+        index=index,
+        null_row=rows.size - 1 if null_rows.size else -1,
+    )

@@ -29,6 +29,7 @@ import dslog_dagster.spark.idtap as idtap
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.lineage import RangeColumns
 from dslog_dagster.spark.rowid import MID, PART_BITS
+from dslog_dagster.spark.summaries import KeyIndex
 
 RNG = np.random.default_rng(7)
 # 60 rows, keys 0..9 scattered over the ids, and a few null keys
@@ -453,13 +454,17 @@ def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     st.lists(st.integers(-(2**40), 2**40), min_size=0, max_size=40, unique=True),
     st.lists(st.integers(-(2**40), 2**40), max_size=60),
     st.booleans(),
+    st.booleans(),
 )
-def test_key_index_finds_exactly_the_keys(keys: list[int], probes: list[int], dense: bool) -> None:
+def test_key_index_finds_exactly_the_keys(
+    keys: list[int], probes: list[int], dense: bool, ordered: bool
+) -> None:
     if dense:  # the direct table's range
-        keys = sorted({k % 50 for k in keys})
+        keys = list(dict.fromkeys(k % 50 for k in keys))
         probes = [p % 70 - 10 for p in probes]
-    k = np.asarray(sorted(keys), np.int64)
-    pos = idtap._KeyIndex(k)(np.asarray(probes, np.int64))
+    # distinct keys in any order: positions are into the keys as given
+    k = np.asarray(sorted(keys) if ordered else keys, np.int64)
+    pos = KeyIndex(k)(np.asarray(probes, np.int64))
     where = {v: i for i, v in enumerate(k.tolist())}
     assert pos.tolist() == [where.get(p, -1) for p in probes]
 

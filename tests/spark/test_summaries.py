@@ -159,12 +159,11 @@ def write_summaries(path: Path, rows: list[tuple[int | None, int, int, bool, int
 
 def test_read_summaries_on_hand_made_files(tmp_path: Path) -> None:
     write_summaries(tmp_path / "sum-3-0.bin", [(7, 0, 4, True, 5), (None, 9, 9, True, 2)])
-    write_summaries(tmp_path / "sum-3-1.bin", [(-2, 5, 8, False, 3)])
+    write_summaries(tmp_path / "sum-3-1.bin", [(-2, 5, 8, False, 3), (2**40, 1, 1, True, 1)])
     # the same group again from a stage that ran twice
     write_summaries(tmp_path / "sum-5-1.bin", [(-2, 5, 8, False, 3)])
     s = read_summaries(str(tmp_path))
-    assert s.keys.tolist() == [-2, 7, 0]
-    assert s.null.tolist() == [False, False, True]
+    assert s.keys.size == 4  # the group recorded twice is kept once
     at = s.lookup(np.array([7, 0, -2, 7]), np.array([False, True, False, False]))
     assert s.hi[at].tolist() == [4, 9, 8, 4]
     assert s.ok[at].tolist() == [True, True, False, True]
@@ -176,6 +175,11 @@ def test_read_summaries_on_hand_made_files(tmp_path: Path) -> None:
     with pytest.raises(SummariesMissing, match="hash alike"):
         read_summaries(str(tmp_path))
     (tmp_path / "sum-5-0.bin").unlink()
+    # the null-key group with two different summaries, likewise
+    write_summaries(tmp_path / "sum-6-0.bin", [(None, 9, 10, True, 2)])
+    with pytest.raises(SummariesMissing, match="hash alike"):
+        read_summaries(str(tmp_path))
+    (tmp_path / "sum-6-0.bin").unlink()
     np.fromfile(tmp_path / "sum-3-0.bin", "<i8")[:-2].tofile(tmp_path / "sum-3-0.bin")
     with pytest.raises(SummariesMissing, match="truncated"):
         read_summaries(str(tmp_path))
