@@ -285,7 +285,11 @@ class TrackedFrame:
 
     @property
     def columns(self) -> list[str]:
-        return list(self._visible_df().columns)
+        # the visible positions of the frame's own columns: no plan for a projection (an
+        # analysis in the JVM, as _visible_df would cost)
+        return [
+            c for c, i in zip(self._df.columns, self._infos, strict=True) if not isinstance(i, str)
+        ]
 
     @property
     def dtypes(self) -> list[tuple[str, str]]:
