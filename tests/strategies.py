@@ -105,3 +105,62 @@ def relation_between(
     if l + m == 0:
         return LineageRelation.from_columns((), (), [], [], n=int(len(sel) > 0))
     return LineageRelation.from_columns(osh, ish, list(o[:, sel]), list(i[:, sel]))
+
+
+@st.composite
+def interval_lineage(
+    draw: Any, *, repeats: bool = False
+) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """``(n_out, n_in, out_rows, lo, hi)``: one input interval per output row, as an
+    aggregation's range summaries give them.
+
+    Built from blocks: runs whose ``lo`` advances by a step (positive, negative or zero) every
+    ``q`` rows, entered at any phase, with one width, and blocks of random intervals of
+    random widths; gaps between blocks leave output rows without ids, and the rows may come
+    in any order. With ``repeats`` some output rows get a second interval.
+    """
+    blocks = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["run", "random"]),
+                st.integers(1, 12),  # rows
+                st.integers(-4, 4),  # step
+                st.integers(1, 3),  # q
+                st.integers(0, 2),  # phase within the first period
+                st.integers(0, 4),  # width
+                st.integers(0, 2),  # gap before the block
+            ),
+            max_size=6,
+        )
+    )
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rows, los, widths = [], [], []
+    at = 0
+    for kind, k, step, q, phase, width, gap in blocks:
+        at += gap
+        rows.append(np.arange(at, at + k))
+        at += k
+        if kind == "run":
+            los.append(int(rng.integers(0, 40)) + step * ((np.arange(k) + phase % q) // q))
+            widths.append(np.full(k, width))
+        else:
+            los.append(rng.integers(0, 40, k))
+            widths.append(rng.integers(0, 5, k))
+    out_rows = np.concatenate(rows or [np.zeros(0)]).astype(np.int64)
+    lo = np.concatenate(los or [np.zeros(0)]).astype(np.int64)
+    hi = lo + np.concatenate(widths or [np.zeros(0)]).astype(np.int64)
+    if len(lo):
+        hi -= lo.min()
+        lo -= lo.min()
+    if repeats and len(out_rows):
+        again = rng.integers(0, len(out_rows), draw(st.integers(1, 5)))
+        extra_lo = rng.integers(0, 40, len(again))
+        out_rows = np.concatenate([out_rows, out_rows[again]])
+        lo = np.concatenate([lo, extra_lo])
+        hi = np.concatenate([hi, extra_lo + rng.integers(0, 5, len(again))])
+    if draw(st.booleans()):
+        order = rng.permutation(len(out_rows))
+        out_rows, lo, hi = out_rows[order], lo[order], hi[order]
+    n_out = (int(out_rows.max()) + 1 if len(out_rows) else 1) + draw(st.integers(0, 2))
+    n_in = (int(hi.max()) + 1 if len(hi) else 1) + draw(st.integers(0, 2))
+    return n_out, n_in, out_rows, lo, hi

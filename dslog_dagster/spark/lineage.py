@@ -183,10 +183,12 @@ def range_rows(lo: pa.Array, ok: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return valid, ok_a
 
 
-def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
-    """(local row, input row) pairs of a ``struct<lo, hi, ok, ...>`` column: ``lo..hi`` per
-    row whose ``ok`` holds, and the number of rows with ids whose ``ok`` fails (left out: their
-    ids are found by :func:`refetch_ids`)."""
+def _range_intervals(
+    local: np.ndarray, col: pa.Array
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Local rows and their input intervals ``lo..hi`` of a ``struct<lo, hi, ok, ...>`` column,
+    for the rows whose ``ok`` holds, and the number of rows with ids whose ``ok`` fails (left
+    out: their ids are found by :func:`refetch_ids`)."""
     import pyarrow.compute as pc
 
     lo_a = pc.struct_field(col, "lo")
@@ -196,11 +198,7 @@ def _range_pairs(local: np.ndarray, col: pa.Array) -> tuple[np.ndarray, np.ndarr
     failed = int((valid & ~ok).sum())
     lo = lo_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
     hi = hi_a.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
-    lengths = hi - lo + 1
-    starts = np.cumsum(lengths) - lengths
-    o = np.repeat(local[keep], lengths)
-    r = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
-    return o, r, failed
+    return local[keep], lo, hi, failed
 
 
 def _group_compressor(kinds: list[str], n_ins: list[int], check_ok: bool):  # type: ignore[no-untyped-def]
@@ -223,7 +221,7 @@ def _compress_partition(
     """The rows of :func:`_group_compressor` for one partition's ``MID``, ``g*``, ``__ok``."""
     import pyarrow.compute as pc
 
-    from dslog_dagster.core.provrc import compress
+    from dslog_dagster.core.provrc import compress, compress_ranges
 
     mids = whole.column(MID).to_numpy()
     bad = 0
@@ -249,22 +247,27 @@ def _compress_partition(
             col = t.column(f"g{g}").combine_chunks()
             failed = 0
             if kind == "range":
-                o, r, failed = _range_pairs(local, col)
-            elif kind == "list":
-                flat = col.flatten()
-                parents = pc.list_parent_indices(col).to_numpy()
-                values = flat.to_numpy(zero_copy_only=False)
-                keep = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False))
-                o, r = local[parents][keep], values[keep].astype(np.int64)
+                # the intervals go to ProvRC as they are, no pairs spelled out (the rows of a
+                # marked partition are distinct; repeated ones would be united exactly)
+                rows, lo, hi, failed = _range_intervals(local, col)
+                table = compress_ranges((n_local,), (n_ins[g],), rows, lo, hi, threads=1)
             else:
-                keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
-                o = local[keep]
-                r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
-            rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
+                if kind == "list":
+                    flat = col.flatten()
+                    parents = pc.list_parent_indices(col).to_numpy()
+                    values = flat.to_numpy(zero_copy_only=False)
+                    keep = ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False))
+                    o, r = local[parents][keep], values[keep].astype(np.int64)
+                else:
+                    keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+                    o = local[keep]
+                    r = col.to_numpy(zero_copy_only=False)[keep].astype(np.int64)
+                rel = LineageRelation.from_columns((n_local,), (n_ins[g],), [o], [r])
+                table = compress(rel, threads=1)
             pids.append(int(pid))
             counts.append(n_local)
             groups.append(g)
-            blobs.append(table_to_blob(compress(rel, threads=1)))
+            blobs.append(table_to_blob(table))
             bads.append(failed)
     return pa.RecordBatch.from_arrays(
         [
