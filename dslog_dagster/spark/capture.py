@@ -348,9 +348,11 @@ def _track_input(
     df: DataFrame,
     cached: list[RowIds],
     n_rows: int | None,
-    prepared: tuple[DataFrame, int] | None = None,
+    prepared: tuple[DataFrame, int, bool] | None = None,
 ) -> tuple[TrackedFrame, FrameInput, str]:
-    ided, n = prepared if prepared is not None else _prepare_input(df, cached, n_rows)
+    if prepared is None:
+        prepared = (*_prepare_input(df, cached, n_rows), _dense_ids(df, n_rows))
+    ided, n, dense = prepared
     sid = ctx.new_slot(index)
     names = ided.columns
     user = [c for c in names if c != ROW_ID]
@@ -362,7 +364,14 @@ def _track_input(
         slot_name(sid) if c == ROW_ID else ColumnLineage(frozenset({(sid, next(pos))}))
         for c in names
     ]
-    return TrackedFrame(ctx, d, infos, (), (index,)), FrameInput("", tuple(user), n), slot_name(sid)
+    frame = TrackedFrame(ctx, d, infos, (), (index,), dense=(sid,) if dense else ())
+    return frame, FrameInput("", tuple(user), n), slot_name(sid)
+
+
+def _dense_ids(df: DataFrame, n_rows: int | None) -> bool:
+    """Whether the input's row ids are never null: ids the capture numbers, or a stored
+    frame's (the caller knows its rows, as the IO manager does)."""
+    return ROW_ID not in df.columns or n_rows is not None
 
 
 def capture_frames(
@@ -385,7 +394,8 @@ def capture_frames(
 
     ``input_rows`` (by input name, or in order) gives the row counts of inputs that carry
     ``ROW_ID`` when the caller knows them (the IO manager does: ``FrameInfo.rows``), which
-    saves one counting job per input.
+    saves one counting job per input. It also vouches that those ids are never null (as in
+    every frame dslog stores), which lets aggregations count ids with one ``count(1)``.
 
     ``aggregate`` says how ``groupBy().agg`` carries row ids. ``"auto"`` (default) first
     summarises each group's ids as a range ``lo..hi`` with cheap hash aggregates, which is
@@ -417,7 +427,7 @@ def capture_frames(
         if isinstance(frames, Mapping)
         else [(f"input{i}", f) for i, f in enumerate(frames)]
     )
-    prepared: list[tuple[DataFrame, int]] = []
+    prepared: list[tuple[DataFrame, int, bool]] = []
     for i, (name, df) in enumerate(named):
         if not isinstance(df, DataFrame):
             msg = f"Input `{name}` is a `{type(df).__name__}`, not a Spark DataFrame."
@@ -425,7 +435,7 @@ def capture_frames(
         known = None
         if input_rows is not None:
             known = input_rows[name] if isinstance(input_rows, Mapping) else input_rows[i]
-        prepared.append(_prepare_input(df, cached, known))
+        prepared.append((*_prepare_input(df, cached, known), _dense_ids(df, known)))
     mode: Literal["ranges", "lists"] = "ranges" if aggregate == "auto" else "lists"
     record = True  # tapped aggregations record their summaries (spark.summaries)
     retried: list[str] = []
@@ -464,7 +474,7 @@ def capture_frames(
 
 
 @contextlib.contextmanager
-def _tap_root(mode: str, prepared: list[tuple[DataFrame, int]]) -> Iterator[str | None]:
+def _tap_root(mode: str, prepared: list[tuple[DataFrame, int, bool]]) -> Iterator[str | None]:
     """A directory for the id taps of one run (removed after it), or None: lists mode, or a
     session without the tap."""
     if mode != "ranges" or not prepared or not tap_ready(prepared[0][0].sparkSession):
@@ -481,7 +491,7 @@ def _capture_once(
     func: Callable[..., Any],
     frames: Mapping[str, DataFrame] | Sequence[DataFrame],
     named: list[tuple[str, DataFrame]],
-    prepared: list[tuple[DataFrame, int]],
+    prepared: list[tuple[DataFrame, int, bool]],
     cached: list[RowIds],
     on_unknown: OnUnknown,
     mode: Literal["ranges", "lists"],

@@ -179,6 +179,7 @@ class TrackedFrame:
         all_to_all: bool = False,
         ranges: Iterable[int] = (),
         unique: bool = True,
+        dense: Iterable[int] = (),
     ) -> None:
         self._ctx = ctx
         self._df = df
@@ -192,6 +193,10 @@ class TrackedFrame:
         # no two rows carry the same tuple of scalar slot values (true for inputs; kept by
         # row-preserving steps, joins and unions; lost by explode)
         self._unique = unique
+        # scalar slots no row holds null in: input ids dslog numbered or stored (never null),
+        # kept by steps that keep rows or add columns, lost by outer joins and unions. Their
+        # id counts are count(1), one aggregate buffer for all (see _range_agg)
+        self._dense = frozenset(dense)
 
     # ------------------------------------------------------------------ state
 
@@ -218,6 +223,7 @@ class TrackedFrame:
         sources: Iterable[int] | None = None,
         ranges: Iterable[int] | None = None,
         unique: bool | None = None,
+        dense: Iterable[int] | None = None,
     ) -> "TrackedFrame":
         present = {slot_id(i) for i in infos if isinstance(i, str)}
         # pairs naming slots the frame no longer has (e.g. the right side of an anti join)
@@ -240,6 +246,7 @@ class TrackedFrame:
             self._sources if sources is None else sources,
             ranges=rng & present,
             unique=self._unique if unique is None else unique,
+            dense=(self._dense if dense is None else frozenset(dense)) & present - arr,
         )
 
     def _finish(
@@ -253,13 +260,14 @@ class TrackedFrame:
         ranges: Iterable[int] | None = None,
         unique: bool | None = None,
         remap: Mapping[int, int] | None = None,
+        dense: Iterable[int] | None = None,
     ) -> "TrackedFrame":
         walker = PlanWalker(bases or [self._base()], op, window_rule)
         infos = walker.resolve(analyzed(res))
         if remap:  # slots the step replaced with new ones (see TrackedGroupedData._range_agg)
             infos = [i if isinstance(i, str) else i.remap(remap) for i in infos]
         keeps = self._unique if unique is None else unique
-        return self._new(res, infos, arrays, sources, ranges, keeps and not walker.generated)
+        return self._new(res, infos, arrays, sources, ranges, keeps and not walker.generated, dense)
 
     def _need_lists(self, *frames: "TrackedFrame") -> None:
         """Signal the capture to rerun with list slots when a step meets a range slot."""
@@ -622,8 +630,16 @@ class TrackedFrame:
                 self._ctx.range_src[n] = self._ctx.range_src[s]
             if s in self._ctx.range_fields:
                 self._ctx.range_fields[n] = self._ctx.range_fields[s].remap(ren)
+        dense = {ren.get(s, s) for s in other._dense}
         return TrackedFrame(
-            self._ctx, df, infos, arrays, other._sources, ranges=ranges, unique=other._unique
+            self._ctx,
+            df,
+            infos,
+            arrays,
+            other._sources,
+            ranges=ranges,
+            unique=other._unique,
+            dense=dense,
         )
 
     def join(self, other: "TrackedFrame", on: Any = None, how: str | None = None) -> Any:
@@ -658,7 +674,15 @@ class TrackedFrame:
                 res, "join(semi)", [lbase, other._base()], None, arrays | set(other._slots), sources
             )
         res = self._df.join(other._df, on, how) if how is not None else self._df.join(other._df, on)
-        return self._finish(res, f"join({how_n})", bases, None, arrays, sources, ranges, unique)
+        # an outer join's optional side holds null slots on the rows it did not match
+        keep_left = how_n not in ("right", "rightouter", "full", "outer", "fullouter")
+        keep_right = how_n not in ("left", "leftouter", "full", "outer", "fullouter")
+        dense = (self._dense if keep_left else frozenset()) | (
+            other._dense if keep_right else frozenset()
+        )
+        return self._finish(
+            res, f"join({how_n})", bases, None, arrays, sources, ranges, unique, dense=dense
+        )
 
     def crossJoin(self, other: "TrackedFrame") -> Any:
         return self.join(other, how="cross")
@@ -701,7 +725,10 @@ class TrackedFrame:
             for p, q in zip(a_pos, b_pos, strict=True)
         ]
         infos += [slot_name(s) for s in [*a_slots, *b_slots]]
-        return self._new(res, infos, self._arrays | other._arrays, sources, ranges, unique)
+        # each side's slots are null on the other side's rows
+        return self._new(
+            res, infos, self._arrays | other._arrays, sources, ranges, unique, dense=()
+        )
 
     unionAll = union
 
@@ -999,8 +1026,15 @@ class TrackedGroupedData:
         # one per operator
         lo = {s: f"min(`{slot_name(s)}`)" for s in slots}
         hi = {s: f"max(`{slot_name(s)}`)" for s in slots}
-        n = {s: f"count(`{slot_name(s)}`)" for s in slots}
-        constant = {s: f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))" for s in slots}
+        # a slot without nulls counts its ids as count(1): one buffer for all of them (and
+        # the user's count(*)), and it is constant on a group when lo = hi
+        n = {s: "count(1)" if s in f._dense else f"count(`{slot_name(s)}`)" for s in slots}
+        constant = {
+            s: f"({lo[s]} = {hi[s]})"
+            if s in f._dense
+            else f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))"
+            for s in slots
+        }
         # keys that are plain column names (``names``) go into the SQL text too (one JVM call
         # each); other key expressions are Columns
         keys, key_types, names = self._key_columns()
@@ -1081,7 +1115,14 @@ class TrackedGroupedData:
         if taps:  # one projection (one analysis) for all of them
             df = df.withColumns(taps)
         res = df.groupBy(*self._keys).agg(*cols, *aggs)
-        return f._finish(res, "groupBy.agg", arrays=(), ranges=set(new.values()), remap=new)
+        return f._finish(
+            res,
+            "groupBy.agg",
+            arrays=(),
+            ranges=set(new.values()),
+            remap=new,
+            dense={new[s] for s in slots if s in f._dense},
+        )
 
     def _key_columns(self) -> tuple[list[Column] | None, list[str], list[str] | None]:
         """The group keys as columns (a constant for a global aggregation), their types and,

@@ -194,3 +194,62 @@ def test_a_missing_null_group_is_refused(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(SummariesMissing):
         read_summaries(str(empty)).lookup(np.array([4]), np.array([False]))
+
+
+def aggregate_text(step: Any, frames: list[Any], **kw: Any) -> tuple[Any, str]:
+    """The capture of ``step`` and the analyzed plan of its tracked output."""
+    seen: list[Any] = []
+
+    def run(*xs: Any) -> Any:
+        out = step(*xs)
+        seen.append(out)
+        return out
+
+    cap = capture_frames(run, frames, **kw)
+    return cap, str(seen[-1]._df._jdf.queryExecution().analyzed().toString())
+
+
+def test_ids_without_nulls_are_counted_once(spark: Any, facts: Any) -> None:
+    # ids dslog numbered (no ROW_ID) or stored (input_rows given) are never null: one count(1)
+    plain = facts.drop(ROW_ID).cache()  # numbered by the capture in its (cached) order
+    cap, text = aggregate_text(by_key, [plain])
+    assert f"count({SLOT_PREFIX}" not in text
+    same_lineage(cap, capture_frames(by_key, [plain], aggregate="lists"))
+    plain.unpersist()
+    cap, text = aggregate_text(by_key, [facts], input_rows=[len(ROWS)])
+    assert f"count({SLOT_PREFIX}" not in text
+    check_reference(cap)
+    # a frame's own ROW_ID, not vouched for, is counted as it is
+    _, text = aggregate_text(by_key, [facts])
+    assert f"count({SLOT_PREFIX}" in text
+
+
+DIMS = [(k, f"d{k}") for k in range(0, 12, 2)]
+
+
+@pytest.mark.parametrize("how", ["left", "right", "full", "union"])
+def test_slots_an_outer_join_or_a_union_may_leave_null_are_counted(
+    spark: Any, facts: Any, how: str
+) -> None:
+    dims = spark.createDataFrame(DIMS, "k long, name string").withColumn(ROW_ID, F.col("k") / 2)
+    dims = dims.withColumn(ROW_ID, F.col(ROW_ID).cast("long"))
+
+    def step(x: Any, d: Any) -> Any:
+        if how == "union":
+            both = x.select("k", F.col("v").cast("string").alias("name")).unionByName(d)
+        else:
+            both = x.join(d, "k", how)
+        return both.groupBy("k").agg(F.count("name").alias("c")).orderBy("k")
+
+    frames = [facts, dims]
+    rows = [len(ROWS), len(DIMS)]
+    cap, text = aggregate_text(step, frames, input_rows=rows)
+    assert "retried_with_lists" not in cap.timings
+    # the optional side's slots (both sides' for full joins and unions) count their ids
+    assert f"count({SLOT_PREFIX}" in text
+    lists = capture_frames(step, frames, input_rows=rows, aggregate="lists")
+    for i in (0, 1):
+        for considered in (False, True):
+            assert cap.relation(i, considered=considered) == lists.relation(
+                i, considered=considered
+            )
