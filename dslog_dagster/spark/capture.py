@@ -739,6 +739,7 @@ def _found_again(
                     offsets,
                     n_failed,
                     hashed=src.hashed,
+                    rows=got.failed_rows[g] if got.failed_rows else None,
                 )
                 tapped += n_failed
             except TapFailed as e:

@@ -62,7 +62,13 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.spark.lineage import RangeColumns, hashable, range_rows, recorded_fields
+from dslog_dagster.spark.lineage import (
+    FailedRows,
+    RangeColumns,
+    hashable,
+    range_rows,
+    recorded_fields,
+)
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.session import java_tool
 from dslog_dagster.spark.summaries import KeyIndex, read_summaries
@@ -327,13 +333,8 @@ class _FailedGroups:
         return self.keys.size + int(self.has_null)
 
 
-def _failed_groups(staged: str, slot: RangeColumns, hashed: bool = False) -> _FailedGroups:
-    """:class:`_FailedGroups` of the range slot with summary columns ``slot`` in the staged
-    output, keyed by the group's one integral key or, ``hashed``, by the hash of its keys.
-
-    Raises:
-        TapFailed: two rows of one group disagree on its count (not one aggregation's group).
-    """
+def _read_failed(staged: str, slot: RangeColumns, hashed: bool) -> FailedRows:
+    """The failed rows of a range slot, read from the staged output."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -344,27 +345,38 @@ def _failed_groups(staged: str, slot: RangeColumns, hashed: bool = False) -> _Fa
         raise TapFailed(msg)
     if slot.summary is not None:
         t = pq.read_table(staged, columns=list(dict.fromkeys([MID, slot.lo, key_col])))
-        _, ok_arr, n_all = recorded_fields(t, slot, read_summaries(slot.summary))
-        valid, ok = range_rows(t.column(slot.lo).combine_chunks(), ok_arr)
-    else:
-        assert slot.ok is not None
-        assert slot.n is not None
-        t = pq.read_table(
-            staged, columns=list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col]))
-        )
-        lo, ok_col = t.column(slot.lo).combine_chunks(), t.column(slot.ok).combine_chunks()
-        valid, ok = range_rows(lo, ok_col)
-        n_all = t.column(slot.n).combine_chunks().to_numpy(zero_copy_only=False)
+        return recorded_fields(t, slot, read_summaries(slot.summary))[3]
+    assert slot.ok is not None
+    assert slot.n is not None
+    t = pq.read_table(staged, columns=list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col])))
 
     def col(name: str) -> pa.Array:
         return t.column(name).combine_chunks()
 
+    valid, ok = range_rows(col(slot.lo), col(slot.ok))
     bad = valid & ~ok
-    mids = col(MID).filter(pa.array(bad)).to_numpy().astype(np.int64)
     key = col(key_col).filter(pa.array(bad))
-    n = np.asarray(n_all)[bad].astype(np.int64)
-    is_null = np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool)
-    keys = pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+    return FailedRows(
+        col(MID).filter(pa.array(bad)).to_numpy().astype(np.int64),
+        pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False),
+        np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool),
+        col(slot.n).to_numpy(zero_copy_only=False)[bad].astype(np.int64),
+    )
+
+
+def _failed_groups(
+    staged: str, slot: RangeColumns, hashed: bool = False, rows: FailedRows | None = None
+) -> _FailedGroups:
+    """:class:`_FailedGroups` of the range slot with summary columns ``slot`` in the staged
+    output, keyed by the group's one integral key or, ``hashed``, by the hash of its keys
+    (``rows``: the failed rows as the pass's read-back met them, else read here).
+
+    Raises:
+        TapFailed: two rows of one group disagree on its count (not one aggregation's group).
+    """
+    if rows is None:
+        rows = _read_failed(staged, slot, hashed)
+    keys, n, mids, is_null = rows.key, rows.n, rows.mid, rows.null
     # rows ordered by group: non-null keys ascending, then the null key
     order = np.lexsort((keys, is_null))
     keys, n, mids, is_null = keys[order], n[order], mids[order], is_null[order]
@@ -389,6 +401,7 @@ def tapped_ids(
     n_failed: int,
     threads: int | None = None,
     hashed: bool = False,
+    rows: FailedRows | None = None,
 ) -> LineageTable:
     """The row lineage of the rows of the staged output (``staged``) whose range slot
     (summary columns ``slot``) failed its check, from the tap files in ``directory``.
@@ -403,6 +416,9 @@ def tapped_ids(
         TapFailed: no stage's files account for the failed groups exactly (a map stage
             skipped or run on some partitions only, a file missing): the caller uses the
             join instead.
+
+    ``rows`` are the failed rows when the pass already met them (recorded summaries), which
+    saves reading the staged output again.
     """
     stages: dict[str, list[str]] = {}
     for name in sorted(os.listdir(directory)):
@@ -414,7 +430,7 @@ def tapped_ids(
     if n_failed > MAX_GROUPS:
         msg = f"{n_failed} failed groups (more than {MAX_GROUPS})"
         raise TapFailed(msg)
-    fg = _failed_groups(staged, slot, hashed)
+    fg = _failed_groups(staged, slot, hashed, rows)
     if fg.rows.size != n_failed:
         msg = f"{fg.rows.size} failed rows in the staged output, {n_failed} counted"
         raise TapFailed(msg)

@@ -53,6 +53,26 @@ class RowTables:
     offsets: list[int]
     tables: list[LineageTable]
     failed: list[int]
+    # per group, the failed rows of a range slot with recorded summaries, as the read-back
+    # met them (the id tap matches them without reading the output again); None: not kept
+    failed_rows: list["FailedRows | None"] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedRows:
+    """Rows of one range slot whose check failed: their ``MID``, the key the tap records
+    (the keys' hash or the one integral key; 0 where ``null``) and the group's id count."""
+
+    mid: np.ndarray
+    key: np.ndarray
+    null: np.ndarray
+    n: np.ndarray
+
+    @staticmethod
+    def concat(parts: "Sequence[FailedRows]") -> "FailedRows":
+        return FailedRows(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("mid", "key", "null", "n"))
+        )
 
 
 _BLOB_SCHEMA = "blob binary"
@@ -431,10 +451,11 @@ def _q(name: str) -> str:
 
 def recorded_fields(
     t: pa.Table, slot: RangeColumns, summaries: GroupSummaries
-) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """``hi``, ``ok`` and ``n`` of the rows ``t`` (with ``slot.lo`` and ``slot.key``) of a
-    range slot whose summaries were recorded, looked up by each row's group key (rows
-    without ids: null ``hi`` and ``ok``, ``n`` 0).
+) -> tuple[pa.Array, pa.Array, np.ndarray, FailedRows]:
+    """``hi``, ``ok`` and ``n`` of the rows ``t`` (with ``MID``, ``slot.lo`` and
+    ``slot.key``) of a range slot whose summaries were recorded, looked up by each row's
+    group key (rows without ids: null ``hi`` and ``ok``, ``n`` 0), and the rows whose check
+    failed.
 
     Raises:
         SummariesMissing: a row's group has no summary, or not the row's ``lo``.
@@ -455,8 +476,11 @@ def recorded_fields(
     ok = np.zeros(len(lo), bool)
     n = np.zeros(len(lo), np.int64)
     hi[has], ok[has], n[has] = summaries.hi[at], summaries.ok[at], summaries.n[at]
+    bad = ~summaries.ok[at]
+    mids = t.column(MID).combine_chunks().to_numpy(zero_copy_only=False)[has][bad]
+    failed = FailedRows(mids.astype(np.int64), keys[bad], null[bad], summaries.n[at][bad])
     mask = ~has
-    return pa.array(hi, mask=mask), pa.array(ok, mask=mask), n
+    return pa.array(hi, mask=mask), pa.array(ok, mask=mask), n, failed
 
 
 def _lineage_table(
@@ -464,22 +488,26 @@ def _lineage_table(
     groups: Sequence[str | RangeColumns],
     oks: Sequence[str],
     summaries: Mapping[str, GroupSummaries] | None = None,
+    failed: dict[int, FailedRows] | None = None,
 ) -> pa.Table:
     """The columns :func:`_compress_partition` reads (``MID``, ``g*``, ``__ok``) of the rows
     ``t`` read back from one staged file (a range group's summary as ``struct<lo, hi, ok>``;
-    recorded summaries, by directory, in ``summaries``)."""
+    recorded summaries, by directory, in ``summaries``; their failed rows into ``failed``,
+    by group)."""
     import pyarrow.compute as pc
 
     def col(name: str) -> pa.Array:
         return t.column(name).combine_chunks()
 
     cols: list[pa.Array] = [col(MID)]
-    for g in groups:
+    for i, g in enumerate(groups):
         if isinstance(g, str):
             cols.append(col(g))
         elif g.summary is not None:
             assert summaries is not None
-            hi, ok, _ = recorded_fields(t, g, summaries[g.summary])
+            hi, ok, _, bad = recorded_fields(t, g, summaries[g.summary])
+            if failed is not None:
+                failed[i] = bad
             cols.append(_range_struct(col(g.lo), hi, ok))
         else:
             assert g.hi is not None
@@ -551,16 +579,23 @@ def write_with_lineage(
         # the summaries are read while the first files are (numpy releases the GIL)
         pending = {d: pool.submit(read_summaries, d) for d in dirs}
 
-        def one(name: str) -> list[dict[str, Any]]:
+        def one(name: str) -> tuple[list[dict[str, Any]], dict[int, FailedRows]]:
             t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints, booleans
+            bad: dict[int, FailedRows] = {}
             if not t.num_rows:
-                return []
+                return [], bad
             summaries = {d: f.result() for d, f in pending.items()}
-            table = _lineage_table(t, groups, oks, summaries)
+            table = _lineage_table(t, groups, oks, summaries, bad)
             got: list[dict[str, Any]] = _compress_partition(
                 table, kinds, n_ins, bool(oks)
             ).to_pylist()
-            return got
+            return got, bad
 
-        rows = [r for got in pool.map(one, files) for r in got]
-    return _assemble(rows, n_ins)
+        done = list(pool.map(one, files))
+    rows = [r for got, _ in done for r in got]
+    failed_rows: list[FailedRows | None] = [
+        FailedRows.concat(parts) if (parts := [b[g] for _, b in done if g in b]) else None
+        for g in range(len(groups))
+    ]
+    out = _assemble(rows, n_ins)
+    return dataclasses.replace(out, failed_rows=failed_rows)
