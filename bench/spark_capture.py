@@ -20,7 +20,8 @@ shared machine make single runs noisy). Nine by default: adaptive execution merg
 shuffle partitions of either pipeline into 2 or 3 tasks depending on map output sizes and the
 ``orderBy`` sample, so a run's time is bimodal (untracked with shuffled keys: 0.50 or 0.74 s
 at 10^6 rows), and five runs often missed the fast mode of one of the two. Usage:
-``.venv/bin/python bench/spark_capture.py [--rows 1000000] [--reps 9] [--quick]``.
+``.venv/bin/python bench/spark_capture.py [--rows 1000000] [--reps 9] [--quick]
+[--conf KEY=VALUE ...]`` (extra Spark conf, for both pipelines alike).
 """
 
 import argparse
