@@ -456,6 +456,8 @@ def capture_frames(
                     record,
                 )
         except _SummariesFailed as e:
+            if not record:  # pragma: no cover (only recorded summaries signal it)
+                raise
             log.info("Recorded range summaries not used (%s); carrying them instead.", e)
             retried.append(type(e).__name__)
             record = False
@@ -706,7 +708,7 @@ def _discard(path: str, source: Callable[[], Any] | None) -> None:
 def _found_again(
     ctx: CaptureContext,
     got: RowTables,
-    keys: list[tuple[int, ...]],
+    keys: Sequence[tuple[int, ...]],
     id_columns: list[str | RangeColumns],
     n_ins: list[int],
     offsets: list[int],

@@ -597,5 +597,4 @@ def write_with_lineage(
         FailedRows.concat(parts) if (parts := [b[g] for _, b in done if g in b]) else None
         for g in range(len(groups))
     ]
-    out = _assemble(rows, n_ins)
-    return dataclasses.replace(out, failed_rows=failed_rows)
+    return dataclasses.replace(_assemble(rows, n_ins), failed_rows=failed_rows)
