@@ -408,7 +408,10 @@ def capture_frames(
     :func:`_capture_once`), it runs ``func`` again with lists and makes one more pass.
     ``"lists"`` collects the ids at once (``collect_list``). ``func`` may be called twice; it
     only builds a plan. The lineage is the same in all cases; ``timings`` has
-    ``retried_with_lists`` when the second run happened.
+    ``retried_with_lists`` when the second run happened. With the id tap, an aggregation's
+    summaries are recorded rather than carried (:mod:`~dslog_dagster.spark.summaries`); when
+    they do not account for every row, ``func`` runs once more carrying them
+    (``retried_carrying_summaries``).
 
     Raises:
         UnsupportedFrameOperationError: ``func`` used an operation without a lineage rule

@@ -62,16 +62,10 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core.provrc import LineageTable, compress
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.spark.lineage import (
-    FailedRows,
-    RangeColumns,
-    hashable,
-    range_rows,
-    recorded_fields,
-)
+from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.session import java_tool
-from dslog_dagster.spark.summaries import KeyIndex, read_summaries
+from dslog_dagster.spark.summaries import KeyIndex
 
 __all__ = [
     "FUNCTION",
@@ -343,9 +337,9 @@ def _read_failed(staged: str, slot: RangeColumns, hashed: bool) -> FailedRows:
     if key_col is None:
         msg = "the slot's group keys are not in the output"
         raise TapFailed(msg)
-    if slot.summary is not None:
-        t = pq.read_table(staged, columns=list(dict.fromkeys([MID, slot.lo, key_col])))
-        return recorded_fields(t, slot, read_summaries(slot.summary))[3]
+    if slot.summary is not None:  # the pass hands these over (RowTables.failed_rows)
+        msg = "the failed rows of a slot with recorded summaries come from the pass"
+        raise TapFailed(msg)
     assert slot.ok is not None
     assert slot.n is not None
     t = pq.read_table(staged, columns=list(dict.fromkeys([MID, slot.lo, slot.ok, slot.n, key_col])))

@@ -451,11 +451,10 @@ def _q(name: str) -> str:
 
 def recorded_fields(
     t: pa.Table, slot: RangeColumns, summaries: GroupSummaries
-) -> tuple[pa.Array, pa.Array, np.ndarray, FailedRows]:
-    """``hi``, ``ok`` and ``n`` of the rows ``t`` (with ``MID``, ``slot.lo`` and
-    ``slot.key``) of a range slot whose summaries were recorded, looked up by each row's
-    group key (rows without ids: null ``hi`` and ``ok``, ``n`` 0), and the rows whose check
-    failed.
+) -> tuple[pa.Array, pa.Array, FailedRows]:
+    """``hi`` and ``ok`` of the rows ``t`` (with ``MID``, ``slot.lo`` and ``slot.key``) of a
+    range slot whose summaries were recorded, looked up by each row's group key (null on rows
+    without ids), and the rows whose check failed, with their groups' id counts.
 
     Raises:
         SummariesMissing: a row's group has no summary, or not the row's ``lo``.
@@ -474,13 +473,12 @@ def recorded_fields(
         raise SummariesMissing(msg)
     hi = np.zeros(len(lo), np.int64)
     ok = np.zeros(len(lo), bool)
-    n = np.zeros(len(lo), np.int64)
-    hi[has], ok[has], n[has] = summaries.hi[at], summaries.ok[at], summaries.n[at]
+    hi[has], ok[has] = summaries.hi[at], summaries.ok[at]
     bad = ~summaries.ok[at]
     mids = t.column(MID).combine_chunks().to_numpy(zero_copy_only=False)[has][bad]
     failed = FailedRows(mids.astype(np.int64), keys[bad], null[bad], summaries.n[at][bad])
     mask = ~has
-    return pa.array(hi, mask=mask), pa.array(ok, mask=mask), n, failed
+    return pa.array(hi, mask=mask), pa.array(ok, mask=mask), failed
 
 
 def _lineage_table(
@@ -505,7 +503,7 @@ def _lineage_table(
             cols.append(col(g))
         elif g.summary is not None:
             assert summaries is not None
-            hi, ok, _, bad = recorded_fields(t, g, summaries[g.summary])
+            hi, ok, bad = recorded_fields(t, g, summaries[g.summary])
             if failed is not None:
                 failed[i] = bad
             cols.append(_range_struct(col(g.lo), hi, ok))
