@@ -4,8 +4,11 @@ Lineage names the rows of a DataFrame asset by position, so an asset is stored w
 row-id column. :func:`with_row_id` numbers the rows in their current partition order:
 ``monotonically_increasing_id`` gives ``(partition << 33) + index``; one small job counts the
 rows per partition (a few integers reach the driver), and the dense id is the partition's
-offset plus the index. The frame is persisted first, so the numbering and every later use of
-the frame see the same rows in the same order.
+offset plus the index. The numbered rows are kept first (a local checkpoint, memory and
+disk), so the numbering and every later use of the frame see the same rows in the same
+order; and the frame's plan is a scan of them, which Spark counts as deterministic (a
+persisted frame keeps ``monotonically_increasing_id`` in its plan, and the capture finds an
+aggregation's scattered groups again only over deterministic plans).
 """
 
 import itertools
@@ -26,15 +29,21 @@ PART_BITS = 33
 
 @dataclass(frozen=True)
 class RowIds:
-    """A frame with dense row ids, its row count, and the cache that keeps the ids stable."""
+    """A frame with dense row ids, its row count, and the kept rows that keep the ids stable
+    (persisted, or ``checkpointed``)."""
 
     frame: DataFrame
     n: int
     cached: DataFrame
+    checkpointed: bool = False
 
     def release(self) -> None:
-        """Drop the cached rows (the ids of a recomputed frame could differ)."""
-        self.cached.unpersist()
+        """Drop the kept rows (the ids of a recomputed frame could differ)."""
+        if self.checkpointed:
+            # a local checkpoint is not in the cache manager: its blocks belong to its RDD
+            self.cached._jdf.queryExecution().analyzed().rdd().unpersist(False)
+        else:
+            self.cached.unpersist()
 
 
 def mark(df: DataFrame) -> DataFrame:
@@ -70,10 +79,11 @@ def dense_ids(marked: DataFrame, offsets: list[int], name: str = ROW_ID) -> Data
 def with_row_id(df: DataFrame, name: str = ROW_ID) -> RowIds:
     """``df`` with a dense row-id column ``name`` appended, and its row count.
 
-    The rows are cached (memory and disk) so the ids stay stable until :meth:`RowIds.release`.
+    The rows are kept (a local checkpoint, memory and disk) so the ids stay stable until
+    :meth:`RowIds.release`, and the frame's plan is deterministic (a scan of them).
     """
-    marked = mark(df)
+    marked = df.withColumn(MID, F.monotonically_increasing_id()).localCheckpoint(eager=True)
     part = F.shiftright(F.col(MID), PART_BITS)
     counts = {int(r[0]): int(r[1]) for r in marked.groupBy(part.alias("p")).count().collect()}
     offsets = partition_offsets(counts)
-    return RowIds(dense_ids(marked, offsets, name), offsets[-1], marked)
+    return RowIds(dense_ids(marked, offsets, name), offsets[-1], marked, checkpointed=True)

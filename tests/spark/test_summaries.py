@@ -211,8 +211,7 @@ def aggregate_text(step: Any, frames: list[Any], **kw: Any) -> tuple[Any, str]:
 
 def test_ids_without_nulls_are_counted_once(spark: Any, facts: Any) -> None:
     # ids dslog numbered (no ROW_ID) or stored (input_rows given) are never null: one count(1)
-    # numbered by the capture in its order: groups of consecutive rows, whose ranges hold (a
-    # numbered frame's plan is not deterministic, so scattered groups would rerun with lists)
+    # numbered by the capture in its order (groups of consecutive rows)
     rows = [(i, i // 8, float(i)) for i in range(80)]
     plain = spark.createDataFrame(rows, "id long, k long, v double").coalesce(1)
     cap, text = aggregate_text(by_key, [plain])
@@ -258,3 +257,25 @@ def test_slots_an_outer_join_or_a_union_may_leave_null_are_counted(
             assert cap.relation(i, considered=considered) == lists.relation(
                 i, considered=considered
             )
+
+
+def test_a_numbered_input_keeps_its_scattered_groups_in_ranges(spark: Any) -> None:
+    # a frame without ids is numbered by the capture; its plan is a scan of the kept rows,
+    # deterministic, so scattered groups come from the tap instead of a rerun with lists
+    from dslog_dagster.spark.rowid import with_row_id
+
+    rows = [(i, KEYS[i], float(i)) for i in range(80)]
+    plain = spark.createDataFrame(rows, "id long, k long, v double").repartition(3, "id")
+    plain = plain.sortWithinPartitions("id")  # one numbering for both captures
+    cap = capture_frames(by_key, [plain])
+    assert "retried_with_lists" not in cap.timings
+    assert cap.timings["tapped_rows"] > 0
+    same_lineage(cap, capture_frames(by_key, [plain], aggregate="lists"))
+    # the kept rows are released
+    sc = spark.sparkContext._jsc.sc()
+    before = len(sc.getRDDStorageInfo())
+    ids = with_row_id(plain)
+    assert ids.frame._jdf.queryExecution().analyzed().deterministic()
+    assert len(sc.getRDDStorageInfo()) == before + 1
+    ids.release()
+    assert len(sc.getRDDStorageInfo()) == before
