@@ -85,6 +85,16 @@ class CaptureContext:
     # carrying them as columns (see dslog_dagster.spark.summaries)
     record_summaries: bool = True
 
+    def new_tap_dir(self, kind: str) -> tuple[int, str]:
+        """A token and its directory under ``tap_root`` for one JVM recorder (``"t"``: an id
+        tap, ``"s"``: range summaries); jobs of the capture's pass name it by the token."""
+        assert self.tap_root is not None
+        token = len(self.tap_dirs)
+        path = os.path.join(self.tap_root, f"{kind}{token}")
+        os.makedirs(path)
+        self.tap_dirs.append(path)
+        return token, path
+
     def new_slot(self, input_index: int) -> int:
         sid = next(iter(self.counter))
         self.slot_input[sid] = input_index
@@ -1068,13 +1078,8 @@ class TrackedGroupedData:
                 [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
             )
             ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
-            own = ctx.slot_input[s]
             if record:
-                token = len(ctx.tap_dirs)
-                assert ctx.tap_root is not None
-                summary = os.path.join(ctx.tap_root, f"s{token}")
-                os.makedirs(summary)
-                ctx.tap_dirs.append(summary)
+                token, summary = ctx.new_tap_dir("s")
                 fields = RangeFields(None, None, None, key_slots, hash_slot, summary)
                 if tapped_sql is not None:
                     rec = F.expr(summary_sql(token, tapped_sql[0], lo[s], hi[s], ok, n[s]))
@@ -1083,6 +1088,7 @@ class TrackedGroupedData:
                     rec = summary_column(token, tapped[0], lo[s], hi[s], ok, n[s])
                 aggs.append(rec.alias(slot_name(new[s])))
             else:
+                own = ctx.slot_input[s]
                 fields = RangeFields(
                     ctx.new_slot(own), ctx.new_slot(own), ctx.new_slot(own), key_slots, hash_slot
                 )
@@ -1100,11 +1106,7 @@ class TrackedGroupedData:
             if keys is not None:
                 tap = None
                 if tapped is not None or tapped_sql is not None:
-                    assert ctx.tap_root is not None
-                    token = len(ctx.tap_dirs)
-                    tap = os.path.join(ctx.tap_root, f"t{token}")
-                    os.makedirs(tap)
-                    ctx.tap_dirs.append(tap)
+                    token, tap = ctx.new_tap_dir("t")
                     if tapped_sql is not None:
                         sql = tap_sql(token, tapped_sql[0], _quote(slot_name(s)))
                         taps[slot_name(s)] = F.expr(sql)

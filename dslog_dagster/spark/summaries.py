@@ -61,7 +61,9 @@ class KeyIndex:
         self.lo = int(keys.min()) if keys.size else 0
         span = int(keys.max()) - self.lo + 1 if keys.size else 0
         self.table: np.ndarray | None = None
-        self.order: np.ndarray | None = None
+        # else: the keys' order and the keys in it, for the search
+        self.order = np.zeros(0, np.int64)
+        self.sorted = keys
         if keys.size and span <= 8 * keys.size + 4096:
             self.table = np.full(span, -1, np.int64)
             self.table[keys - self.lo] = np.arange(keys.size, dtype=np.int64)
@@ -78,7 +80,6 @@ class KeyIndex:
             pos = np.full(k.shape, -1, np.int64)
             pos[inside] = self.table[off[inside]]
             return pos
-        assert self.order is not None
         at = np.searchsorted(self.sorted, k)
         at[at >= self.sorted.size] = 0
         return np.where(self.sorted[at] == k, self.order[at], -1)

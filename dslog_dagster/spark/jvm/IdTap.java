@@ -137,93 +137,119 @@ public final class IdTap {
   }
 
   /**
-   * Pairs kept in memory per tap and task before they are appended to the file (16 MB);
-   * the local property "dslog.idtap.chunk" sets another size.
+   * Records (pairs, runs, summaries) kept in memory per directory and task before they are
+   * appended to the file; the local property "dslog.idtap.chunk" sets another size.
    */
   static final int CHUNK = 1 << 20;
 
   /**
-   * One tap's pairs in one task attempt: up to CHUNK in memory, earlier chunks appended to
-   * the attempt's temporary file, so a task's memory stays bounded however many rows it has.
+   * A task attempt's records for one directory: buffered up to the chunk size, appended to the
+   * attempt's temporary file chunk by chunk (so a task's memory stays bounded), and published
+   * by an atomic rename when the task succeeds (a retried or speculative attempt replaces its
+   * partition's file; a failed attempt leaves none).
    */
-  /** A task attempt's records for one directory, published when the task ends. */
-  private interface Sink {
-    void finish(boolean ok);
-  }
-
-  /** The temporary and final paths of a task attempt's file with prefix kind. */
-  private static Path[] paths(String dir, TaskContext c, String kind) {
-    String base = kind + "-" + c.stageId() + "-" + c.partitionId();
-    return new Path[] {
-      Paths.get(dir, "." + base + "-" + c.taskAttemptId() + ".tmp"), Paths.get(dir, base + ".bin")
-    };
-  }
-
-  /** Moves a finished file into place (ok) or removes it. */
-  private static void publish(FileChannel ch, Path tmp, Path done, boolean ok) {
-    try {
-      if (ch != null) {
-        ch.close();
-      }
-      if (ok && ch != null) {
-        Files.move(tmp, done, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-      } else {
-        Files.deleteIfExists(tmp);
-      }
-    } catch (IOException e) {
-      try {
-        Files.deleteIfExists(tmp);
-      } catch (IOException ignored) {
-        // nothing left to do: the capture finds the file missing
-      }
-    }
-  }
-
-  /** Appends bb (from position 0) to the channel, opened on first use. */
-  private static FileChannel append(FileChannel ch, Path tmp, ByteBuffer bb) throws IOException {
-    if (ch == null) {
-      ch =
-          FileChannel.open(
-              tmp,
-              StandardOpenOption.CREATE,
-              StandardOpenOption.WRITE,
-              StandardOpenOption.TRUNCATE_EXISTING);
-    }
-    bb.position(0);
-    while (bb.hasRemaining()) {
-      ch.write(bb);
-    }
-    return ch;
-  }
-
-  /** One summary directory's groups in one task attempt (see summary()). */
-  private static final class SumBuf implements Sink {
+  private abstract static class Sink {
     final Path tmp;
     final Path done;
     final int chunk;
+    private FileChannel ch;
+    private boolean broken;
+
+    Sink(String dir, TaskContext c, String kind) {
+      String base = kind + "-" + c.stageId() + "-" + c.partitionId();
+      this.tmp = Paths.get(dir, "." + base + "-" + c.taskAttemptId() + ".tmp");
+      this.done = Paths.get(dir, base + ".bin");
+      String size = c.getLocalProperty(PROPERTY + "chunk");
+      this.chunk = size == null ? CHUNK : Math.max(1, Integer.parseInt(size));
+    }
+
+    /** Appends the buffered records to the file and empties the buffers. */
+    abstract void spill();
+
+    /** Writes whatever is still buffered (at the end of a successful task). */
+    abstract void flush();
+
+    /**
+     * The array length that holds one more entry after {@code used} in arrays of
+     * {@code length}: the same while there is room; doubled up to the chunk size; at the chunk
+     * size the chunk is spilled first (which empties every buffer of the sink).
+     */
+    final int room(int used, int length) {
+      if (used < length) {
+        return length;
+      }
+      if (used >= chunk) {
+        spill();
+        return length;
+      }
+      return (int) Math.min((long) chunk, 2L * used);
+    }
+
+    /** Appends bb (from position 0) to the temporary file, opened on first use. */
+    final void write(ByteBuffer bb) {
+      if (broken) {
+        return;
+      }
+      try {
+        if (ch == null) {
+          ch =
+              FileChannel.open(
+                  tmp,
+                  StandardOpenOption.CREATE,
+                  StandardOpenOption.WRITE,
+                  StandardOpenOption.TRUNCATE_EXISTING);
+        }
+        bb.position(0);
+        while (bb.hasRemaining()) {
+          ch.write(bb);
+        }
+      } catch (IOException e) {
+        // the capture finds the file missing (counts that do not match, groups without a
+        // summary) and falls back; failing the user's task for it would lose more than it saves
+        broken = true;
+      }
+    }
+
+    /** Publishes the file (success) or removes it (failure). */
+    final void finish(boolean ok) {
+      if (ok) {
+        flush();
+      }
+      try {
+        if (ch != null) {
+          ch.close();
+        }
+        if (ok && !broken && ch != null) {
+          Files.move(
+              tmp, done, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+        } else {
+          Files.deleteIfExists(tmp);
+        }
+      } catch (IOException e) {
+        try {
+          Files.deleteIfExists(tmp);
+        } catch (IOException ignored) {
+          // nothing left to do: the capture finds the file missing
+        }
+      }
+    }
+  }
+
+  /** One summary directory's groups in one task attempt (see summary()). */
+  private static final class SumBuf extends Sink {
     long[][] cols; // keys, lo, hi, n, flags
     int c;
-    FileChannel ch;
-    boolean broken;
 
     SumBuf(String dir, TaskContext ctx) {
-      Path[] p = paths(dir, ctx, "sum");
-      this.tmp = p[0];
-      this.done = p[1];
-      String size = ctx.getLocalProperty(PROPERTY + "chunk");
-      this.chunk = size == null ? CHUNK : Math.max(1, Integer.parseInt(size));
+      super(dir, ctx, "sum");
       this.cols = new long[5][Math.min(256, chunk)];
     }
 
     void add(long key, long lo, long hi, long n, long flags) {
-      if (c == cols[0].length) {
-        if (c >= chunk) {
-          spill();
-        } else {
-          int room = (int) Math.min((long) chunk, 2L * c);
-          for (int i = 0; i < cols.length; i++) {
-            cols[i] = Arrays.copyOf(cols[i], room);
-          }
+      int room = room(c, cols[0].length);
+      if (room != cols[0].length) {
+        for (int i = 0; i < cols.length; i++) {
+          cols[i] = Arrays.copyOf(cols[i], room);
         }
       }
       cols[0][c] = key;
@@ -234,36 +260,29 @@ public final class IdTap {
       c++;
     }
 
+    /** Appends the chunk (int64 c, then each column's c values; little endian). */
+    @Override
     void spill() {
-      if (!broken) {
-        try {
-          ByteBuffer bb = ByteBuffer.allocate(8 * (1 + 5 * c)).order(ByteOrder.LITTLE_ENDIAN);
-          bb.putLong(c);
-          for (int i = 0; i < cols.length; i++) {
-            bb.position(8 + 8 * i * c);
-            bb.asLongBuffer().put(cols[i], 0, c);
-          }
-          ch = append(ch, tmp, bb);
-        } catch (IOException e) {
-          broken = true; // the capture finds groups missing and captures without summaries
-        }
+      ByteBuffer bb = ByteBuffer.allocate(8 * (1 + 5 * c)).order(ByteOrder.LITTLE_ENDIAN);
+      bb.putLong(c);
+      for (int i = 0; i < cols.length; i++) {
+        bb.position(8 + 8 * i * c);
+        bb.asLongBuffer().put(cols[i], 0, c);
       }
+      write(bb);
       c = 0;
     }
 
     @Override
-    public void finish(boolean ok) {
-      if (ok && c > 0) {
+    void flush() {
+      if (c > 0) {
         spill();
       }
-      publish(ch, tmp, done, ok && !broken);
     }
   }
 
-  private static final class Buf implements Sink {
-    final Path tmp;
-    final Path done;
-    final int chunk;
+  /** One tap directory's (key, id) pairs and runs in one task attempt (see record()). */
+  private static final class Buf extends Sink {
     long[] keys;
     long[] ids;
     int n;
@@ -277,15 +296,9 @@ public final class IdTap {
     long curKey;
     long curFirst;
     long curLen;
-    FileChannel ch;
-    boolean broken;
 
     Buf(String dir, TaskContext c) {
-      Path[] p = paths(dir, c, "tap");
-      this.tmp = p[0];
-      this.done = p[1];
-      String size = c.getLocalProperty(PROPERTY + "chunk");
-      this.chunk = size == null ? CHUNK : Math.max(1, Integer.parseInt(size));
+      super(dir, c, "tap");
       this.keys = new long[Math.min(4096, chunk)];
       this.ids = new long[keys.length];
       this.runKeys = new long[Math.min(1024, chunk)];
@@ -340,62 +353,34 @@ public final class IdTap {
       n++;
     }
 
-    /**
-     * The array length that holds one more entry after {@code used} in arrays of
-     * {@code length}: the same while there is room; doubled up to the chunk size; at the chunk
-     * size the chunk is spilled first (which empties pairs and runs alike).
-     */
-    int room(int used, int length) {
-      if (used < length) {
-        return length;
-      }
-      if (used >= chunk) {
-        spill();
-        return length;
-      }
-      return (int) Math.min((long) chunk, 2L * used);
-    }
-
     /** Appends the chunk (int64 n, keys[n], ids[n], int64 m, run keys[m], first ids[m],
-     * lengths[m]; little endian) to the temporary file. */
+     * lengths[m]; little endian). */
+    @Override
     void spill() {
-      if (!broken) {
-        try {
-          ByteBuffer bb =
-              ByteBuffer.allocate(8 * (2 + 2 * n + 3 * m)).order(ByteOrder.LITTLE_ENDIAN);
-          bb.putLong(n);
-          bb.asLongBuffer().put(keys, 0, n);
-          bb.position(8 + 8 * n);
-          bb.asLongBuffer().put(ids, 0, n);
-          bb.position(8 + 16 * n);
-          bb.putLong(m);
-          int at = 16 + 16 * n;
-          bb.asLongBuffer().put(runKeys, 0, m);
-          bb.position(at + 8 * m);
-          bb.asLongBuffer().put(runFirst, 0, m);
-          bb.position(at + 16 * m);
-          bb.asLongBuffer().put(runLen, 0, m);
-          ch = append(ch, tmp, bb);
-        } catch (IOException e) {
-          // the capture sees the missing file (its counts do not match) and finds the ids by
-          // a join instead; failing the user's task for it would lose more than it saves
-          broken = true;
-        }
-      }
+      ByteBuffer bb = ByteBuffer.allocate(8 * (2 + 2 * n + 3 * m)).order(ByteOrder.LITTLE_ENDIAN);
+      bb.putLong(n);
+      bb.asLongBuffer().put(keys, 0, n);
+      bb.position(8 + 8 * n);
+      bb.asLongBuffer().put(ids, 0, n);
+      bb.position(8 + 16 * n);
+      bb.putLong(m);
+      int at = 16 + 16 * n;
+      bb.asLongBuffer().put(runKeys, 0, m);
+      bb.position(at + 8 * m);
+      bb.asLongBuffer().put(runFirst, 0, m);
+      bb.position(at + 16 * m);
+      bb.asLongBuffer().put(runLen, 0, m);
+      write(bb);
       n = 0;
       m = 0;
     }
 
-    /** Publishes the file (success) or removes it (failure). */
     @Override
-    public void finish(boolean ok) {
-      if (ok) {
-        close();
-      }
-      if (ok && (n > 0 || m > 0)) {
+    void flush() {
+      close();
+      if (n > 0 || m > 0) {
         spill();
       }
-      publish(ch, tmp, done, ok && !broken);
     }
   }
 
