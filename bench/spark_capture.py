@@ -13,9 +13,10 @@ PASS/FAIL per goal (issue 7):
 
 Both pipelines read the same in-memory inputs, checkpointed so that their plans are scans
 (as the IO manager's Parquet inputs are; a plan holding a 10^6-row local relation made every
-analysis slow and flattered the ratio). With shuffled keys every group fails its range check
-and gets its ids from the id tap (``capture phases`` show ``tapped_rows``; ``refetch_s`` is
-the tap's matching). Times are the best of ``--reps`` alternating runs (JIT warm-up and a
+analysis slow and flattered the ratio). With the id tap (a local master) every group gets its
+ids from the tap, both slots: one run per group when keys are sorted, a pair per row when
+shuffled (``capture phases`` show ``tapped_rows``; ``refetch_s`` is the tap's matching). Times
+are the best of ``--reps`` alternating runs (JIT warm-up and a
 shared machine make single runs noisy). Nine by default: adaptive execution merges the
 shuffle partitions of either pipeline into 2 or 3 tasks depending on map output sizes and the
 ``orderBy`` sample, so a run's time is bimodal (untracked with shuffled keys: 0.50 or 0.74 s

@@ -81,8 +81,9 @@ class CaptureContext:
     tap_root: str | None = None
     # the tapped slots' directories; a slot's token is its index (see idtap.tap_column)
     tap_dirs: list[str] = field(default_factory=list)
-    # tapped aggregations record their range summaries' hi, ok and n per group instead of
-    # carrying them as columns (see dslog_dagster.spark.summaries)
+    # tapped aggregations take every group's ids from the tap and record each group's id
+    # count, computing no range (see dslog_dagster.spark.summaries); False: ranges carried as
+    # columns (the rerun when the recorded summaries or the tap cannot be used)
     record_summaries: bool = True
 
     def new_tap_dir(self, kind: str) -> tuple[int, str]:
@@ -1007,9 +1008,12 @@ class TrackedGroupedData:
         structs cost the shuffle, the sort and the Parquet writer after the aggregation about
         0.05 s more at 10^6 input rows (a tenth of the plain pipeline). Being slots, the
         columns travel with the rows through every later step and stay hidden from user code.
-        Where the id tap runs (``ctx.record_summaries``), ``hi``, ``ok`` and ``n`` are not
-        columns at all: ``lo`` is computed through the JVM's summary recorder, which records
-        the group's whole summary by its key where the aggregation finishes the group
+        Where the id tap runs (``ctx.record_summaries``), there is no range at all: the tap
+        records every id of the group, the aggregation only counts them (no ``min``/``max``
+        buffers through the partial aggregation's shuffle) and the slot's column is a
+        constant (``lo`` = 0, null without ids) computed through the JVM's summary recorder,
+        which records the group's count by its key where the aggregation finishes the group,
+        with ``ok`` false, so every group's ids come from the tap
         (:mod:`~dslog_dagster.spark.summaries`; ``RangeFields.summary``).
 
         The aggregation also outputs its group keys once (slots ``keys``) and ``n`` is the
@@ -1036,15 +1040,6 @@ class TrackedGroupedData:
         # one per operator
         lo = {s: f"min(`{slot_name(s)}`)" for s in slots}
         hi = {s: f"max(`{slot_name(s)}`)" for s in slots}
-        # a slot without nulls counts its ids as count(1): one buffer for all of them (and
-        # the user's count(*)), and it is constant on a group when lo = hi
-        n = {s: "count(1)" if s in f._dense else f"count(`{slot_name(s)}`)" for s in slots}
-        constant = {
-            s: f"({lo[s]} = {hi[s]})"
-            if s in f._dense
-            else f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))"
-            for s in slots
-        }
         # keys that are plain column names (``names``) go into the SQL text too (one JVM call
         # each); other key expressions are Columns
         keys, key_types, names = self._key_columns()
@@ -1053,6 +1048,24 @@ class TrackedGroupedData:
         tapped = tap_key(keys, key_types) if tapping and names is None and keys else None
         tapped_sql = tap_key_sql(names, key_types) if tapping and names is not None else None
         hashed = (tapped is not None and tapped[1]) or (tapped_sql is not None and tapped_sql[1])
+        # with the tap, every id of a group is recorded as the map side streams it and the
+        # aggregation only counts them (see ``record`` below)
+        record = ctx.record_summaries and (tapped is not None or tapped_sql is not None)
+        # a slot without nulls counts its ids as count(1): one buffer for all of them (and
+        # the user's count(*)), and it is constant on a group when lo = hi. Tapped, the count
+        # must name the slots' columns, which the tap computes: a column no aggregate reads
+        # is pruned with its tap. greatest() evaluates all of them (never null: no slot is)
+        dense = [f"`{slot_name(s)}`" for s in slots if s in f._dense]
+        one = "count(1)"
+        if record and dense:
+            one = f"count(greatest({', '.join(dense)}))" if len(dense) > 1 else f"count({dense[0]})"
+        n = {s: one if s in f._dense else f"count(`{slot_name(s)}`)" for s in slots}
+        constant = {
+            s: f"({lo[s]} = {hi[s]})"
+            if s in f._dense
+            else f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))"
+            for s in slots
+        }
         aggs: list[Column] = []
         key_slots: tuple[int, ...] = ()
         hash_slot: int | None = None
@@ -1070,22 +1083,24 @@ class TrackedGroupedData:
         # each range is a new slot: the context keeps a range slot's fields and input by its
         # id, and two aggregations of one input (unioned, joined) must not share them
         new = {s: ctx.new_slot(ctx.slot_input[s]) for s in slots}
-        # with the tap, each group's hi, ok and n are recorded where the aggregation finishes
-        # it, and only lo (and the keys) travel with the rows (see spark.summaries)
-        record = ctx.record_summaries and (tapped is not None or tapped_sql is not None)
         for s in slots:
             span = " AND ".join(
                 [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
             )
             ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
             if record:
+                # the tap records every id of the group, so the aggregation only counts them
+                # (which the tapped rows must add up to): no min/max buffers, which the
+                # partial aggregation would shuffle for every group. lo is 0 (null: no ids)
+                # and ok false, so every group's ids come from the tap
                 token, summary = ctx.new_tap_dir("s")
                 fields = RangeFields(None, None, None, key_slots, hash_slot, summary)
+                tap_lo = f"IF({n[s]} = 0, NULL, 0L)"
                 if tapped_sql is not None:
-                    rec = F.expr(summary_sql(token, tapped_sql[0], lo[s], hi[s], ok, n[s]))
+                    rec = F.expr(summary_sql(token, tapped_sql[0], tap_lo, "0L", "false", n[s]))
                 else:
                     assert tapped is not None
-                    rec = summary_column(token, tapped[0], lo[s], hi[s], ok, n[s])
+                    rec = summary_column(token, tapped[0], tap_lo, "0L", "false", n[s])
                 aggs.append(rec.alias(slot_name(new[s])))
             else:
                 own = ctx.slot_input[s]

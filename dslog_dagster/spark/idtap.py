@@ -7,14 +7,18 @@ have to be found again. Joining the aggregation's input with the failed groups' 
 a second computation of that input, a join and a JVM → Python transfer of every id — about
 as much as the step itself at 10^6 rows.
 
-The tap avoids all three. ``tap(token, key, id)`` is a small JVM function
+The tap avoids all three, and where it runs the aggregation computes no range at all: every
+group's ids come from the tap, and the aggregation only counts them (see
+:mod:`~dslog_dagster.spark.summaries`). ``tap(token, key, id)`` is a small JVM function
 (``jvm/IdTap.java``; a nondeterministic Spark SQL function that compiles to a static call,
 so the optimizer neither drops, duplicates nor moves it) placed under the aggregation: it
 returns ``id`` and remembers ``(key, id)`` for the running task, which writes them to one
 binary file per map partition when it succeeds. The capture then reads the files (on the
 driver's disk: a local master's executors run in the driver's JVM), matches their keys with
-the failed groups' keys and compresses the pairs (:func:`tapped_ids`). This is Titian's
-capture at the stage boundary, made exact, checked and persisted:
+the failed groups' keys and compresses their ids (:func:`tapped_ids`: rows of one key with
+consecutive ids, or one id repeated, are recorded as runs, and a group tapped as one
+interval reaches ProvRC as that interval). This is Titian's capture at the stage boundary,
+made exact, checked and persisted:
 
 * only for a local master (the files are on the driver's disk). One integral group key is
   recorded as it is (compared as ``bigint``: equal keys, equal groups; a null key is its own
@@ -60,7 +64,8 @@ import pyarrow as pa
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.combine import union_tables
+from dslog_dagster.core.provrc import LineageTable, compress, compress_ranges
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
@@ -266,18 +271,41 @@ def tapping(spark: SparkSession, directories: Sequence[str]) -> Iterator[None]:
             sc.setLocalProperty(f"{PROPERTY}{i}", None)  # type: ignore[arg-type]
 
 
-def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@dataclasses.dataclass(frozen=True)
+class TapRecords:
+    """The rows one tap file records, as the task wrote them: single rows (``keys``, ``ids``,
+    ``null``: the key was null) and runs of rows of one non-null key (``run_keys``,
+    ``run_first``, ``run_len``): ids ``first .. first + len - 1`` when ``len > 0``, the id
+    ``first`` repeated ``-len`` times when ``len < 0``."""
+
+    keys: np.ndarray
+    ids: np.ndarray
+    null: np.ndarray
+    run_keys: np.ndarray
+    run_first: np.ndarray
+    run_len: np.ndarray
+
+    @property
+    def run_rows(self) -> np.ndarray:
+        """The rows each run stands for."""
+        return np.abs(self.run_len)
+
+    @property
+    def run_last(self) -> np.ndarray:
+        """The last id of each run (its only id when the run repeats one)."""
+        return np.where(self.run_len > 0, self.run_first + self.run_len - 1, self.run_first)
+
+
+def read_tap_records(path: str) -> TapRecords:
     """One tap file (chunks of ``int64 n, keys[n], ids[n], int64 m, run keys[m], first
-    ids[m], lengths[m]``; a run stands for rows ``first .. first + length - 1`` of one key):
-    keys, ids and whether the key was null (``~id`` stored).
+    ids[m], lengths[m]``; see ``jvm/IdTap.java``), runs kept as runs.
 
     Raises:
-        TapFailed: the file is truncated.
+        TapFailed: the file is truncated or holds a run of no rows.
     """
     a = np.fromfile(path, dtype="<i8")
-    keys, ids = [], []
+    keys, ids, rkeys, first, lens = [], [], [], [], []
     at = 0
-
     while at < a.size:
         n = int(a[at])
         if n < 0 or at + 2 + 2 * n > a.size:
@@ -290,22 +318,38 @@ def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if m < 0 or at + 1 + 3 * m > a.size:
             msg = f"Tap file {path} is truncated (a chunk of {m} runs at value {at})."
             raise TapFailed(msg)
-        rkeys = a[at + 1 : at + 1 + m]
-        first = a[at + 1 + m : at + 1 + 2 * m]
-        lens = a[at + 1 + 2 * m : at + 1 + 3 * m]
-        if m:
-            if (lens < 1).any():
-                msg = f"Tap file {path} has a run of no rows."
-                raise TapFailed(msg)
-            total = int(lens.sum())
-            keys.append(np.repeat(rkeys, lens))
-            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
-            ids.append(np.repeat(first, lens) + within)
+        rkeys.append(a[at + 1 : at + 1 + m])
+        first.append(a[at + 1 + m : at + 1 + 2 * m])
+        lens.append(a[at + 1 + 2 * m : at + 1 + 3 * m])
         at += 1 + 3 * m
-    k = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-    i = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    i, run_len = cat(ids), cat(lens)
+    if (run_len == 0).any():
+        msg = f"Tap file {path} has a run of no rows."
+        raise TapFailed(msg)
     null = i < 0
-    return k, np.where(null, ~i, i), null
+    return TapRecords(cat(keys), np.where(null, ~i, i), null, cat(rkeys), cat(first), run_len)
+
+
+def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One tap file's rows one by one (runs spelled out): keys, ids and whether the key was
+    null (see :func:`read_tap_records`).
+
+    Raises:
+        TapFailed: the file is truncated.
+    """
+    t = read_tap_records(path)
+    reps = t.run_rows
+    total = int(reps.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+    step = np.repeat((t.run_len > 0).astype(np.int64), reps)
+    run_ids = np.repeat(t.run_first, reps) + within * step
+    keys = np.concatenate([t.keys, np.repeat(t.run_keys, reps)])
+    ids = np.concatenate([t.ids, run_ids])
+    return keys, ids, np.concatenate([t.null, np.zeros(total, bool)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,22 +476,29 @@ def tapped_ids(
     # plus the index
     starts = np.asarray(offsets, np.int64)
     dense = starts[fg.rows >> PART_BITS] + (fg.rows & ((1 << PART_BITS) - 1))
-    single = bool((fg.count == 1).all())
     index = KeyIndex(fg.keys)
+    null_group = fg.keys.size if fg.has_null else -1
 
-    def one(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        k, r, null = read_tap(path)
-        pos = index(k)
-        pos[null] = fg.keys.size if fg.has_null else -1
+    def one(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The file's intervals of ids (group, first, last) and its rows per group."""
+        t = read_tap_records(path)
+        pos = index(t.keys)
+        pos[t.null] = null_group
         hit = pos >= 0
-        pos, ids = pos[hit], r[hit]
-        counts = np.bincount(pos, minlength=fg.groups)
-        if single:
-            return dense[fg.start[pos]], ids, counts
-        reps = fg.count[pos]  # a group on several output rows: a pair for each
-        total = int(reps.sum())
-        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
-        return dense[np.repeat(fg.start[pos], reps) + within], np.repeat(ids, reps), counts
+        rpos = index(t.run_keys)
+        rhit = rpos >= 0
+        counts = np.bincount(pos[hit], minlength=fg.groups)
+        if rhit.any():
+            runs = np.bincount(rpos[rhit], weights=t.run_rows[rhit], minlength=fg.groups)
+            counts = counts + runs.astype(np.int64)
+        ids = t.ids[hit]
+        group = np.concatenate([pos[hit], rpos[rhit]])
+        return (
+            group,
+            np.concatenate([ids, t.run_first[rhit]]),
+            np.concatenate([ids, t.run_last[rhit]]),
+            counts,
+        )
 
     workers = max(1, min(max(map(len, stages.values())), threads or os.cpu_count() or 1))
     # the stage with the most files first (a complete one), the latest among equals
@@ -455,15 +506,81 @@ def tapped_ids(
     with ThreadPoolExecutor(workers) as pool:
         for stage in order:
             got = list(pool.map(one, [os.path.join(directory, n) for n in stages[stage]]))
-            counts = np.sum([g[2] for g in got], axis=0)
+            counts = np.sum([g[3] for g in got], axis=0)
             if np.array_equal(counts, fg.n):
                 break
         else:
             msg = f"tapped rows do not match the groups' counts in any of {len(stages)} stage(s)"
             raise TapFailed(msg)
-    o = np.concatenate([g[0] for g in got])
-    r = np.concatenate([g[1] for g in got])
-    del got  # at 10^7 pairs every copy is ~0.1 s and 80 MB: the relation takes o and r as they are
-    # a row repeated in the aggregation's input gives one pair twice: compress takes sets
-    rel = LineageRelation.from_columns((offsets[-1],), (n_in,), [o], [r], copy=False)
-    return compress(rel, threads=workers)
+    group, lo, hi = (np.concatenate([g[i] for g in got]) for i in range(3))
+    del got  # at 10^7 rows every copy is ~0.1 s and 80 MB
+    return _interval_table(fg, dense, group, lo, hi, offsets[-1], n_in, workers)
+
+
+def _interval_table(
+    fg: _FailedGroups,
+    dense: np.ndarray,
+    group: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    n_out: int,
+    n_in: int,
+    threads: int,
+) -> LineageTable:
+    """The lineage of the failed groups' output rows from their tapped intervals of ids
+    (``group``, ``lo``, ``hi``, in no order; a single row is an interval of one id).
+
+    A group whose intervals are all one interval (its rows streamed clustered by id: a run;
+    or one joined row repeated for each of its matches, wherever they streamed) goes to
+    ProvRC as that interval (:func:`~dslog_dagster.core.provrc.compress_ranges`, no pairs
+    spelled out); the other groups' intervals are spelled out as pairs and compressed
+    (repeats are united: lineage is a set). A group on several output rows (a step after the
+    aggregation repeated it) gives its ids to each of them.
+    """
+    g_all = fg.groups
+    lo_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
+    lo_max = np.full(g_all, -1, np.int64)
+    hi_min = lo_min.copy()
+    hi_max = lo_max.copy()
+    np.minimum.at(lo_min, group, lo)
+    np.maximum.at(lo_max, group, lo)
+    np.minimum.at(hi_min, group, hi)
+    np.maximum.at(hi_max, group, hi)
+    same = (lo_max >= 0) & (lo_min == lo_max) & (hi_min == hi_max)
+    tables = []
+    one = np.flatnonzero(same)
+    if one.size:
+        rows, at = _group_rows(fg, dense, one)
+        tables.append(
+            compress_ranges(
+                (n_out,), (n_in,), rows, lo_min[one][at], hi_max[one][at], threads=threads
+            )
+        )
+    many = ~same[group]
+    if many.any():
+        g, r = group[many], lo[many]
+        width = hi[many] - r + 1
+        if (width > 1).any():  # runs: spelled out
+            total = int(width.sum())
+            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(width) - width, width)
+            g, r = np.repeat(g, width), np.repeat(r, width) + within
+        rows, at = _group_rows(fg, dense, g)
+        # a row repeated in the aggregation's input gives one pair twice: compress takes sets
+        rel = LineageRelation.from_columns((n_out,), (n_in,), [rows], [r[at]], copy=False)
+        tables.append(compress(rel, threads=threads))
+    if not tables:  # no group has ids
+        return compress_ranges((n_out,), (n_in,), one, one, one)
+    return union_tables(tables)
+
+
+def _group_rows(
+    fg: _FailedGroups, dense: np.ndarray, g: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The dense output rows of groups ``g`` (a group on several rows: one entry per row) and
+    for each, its index in ``g``."""
+    if (fg.count == 1).all():
+        return dense[fg.start[g]], np.arange(g.size)
+    reps = fg.count[g]
+    total = int(reps.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+    return dense[np.repeat(fg.start[g], reps) + within], np.repeat(np.arange(g.size), reps)

@@ -8,12 +8,18 @@ of a capture at 10^6 rows (in plain PySpark, the bench pipeline with them carrie
 the plain one, with one column in their place 1.19×).
 
 With the id tap's class in the session (a local master; :mod:`~dslog_dagster.spark.idtap`),
-the aggregation instead computes ``lo`` as ``summary(token, key, key_is_null, lo, hi, ok, n)``:
-a nondeterministic JVM function over the aggregate functions that returns ``lo`` and records
-the group's summary, keyed by the group's one integral key or the hash of its keys, into
-files ``sum-<stage>-<partition>.bin`` of the token's directory (format in ``IdTap.java``).
-The rows keep ``lo`` and the group key (which the aggregation outputs anyway, for the tap);
-the capture reads the rest back here and looks each row's group up by its key.
+the tap records every id of each group, so the aggregation computes no range at all: ``min``
+and ``max`` buffers would cross the partial aggregation's shuffle, which scattered keys barely
+reduce. It counts the group's ids ``n`` (which the tapped rows must add up to) and computes
+the slot's column as ``summary(token, key, key_is_null, lo, hi, ok, n)`` with ``lo`` = 0
+(null when the group has no ids of the slot), ``hi`` = 0 and ``ok`` false: a nondeterministic
+JVM function over the aggregate functions that returns ``lo`` and records the group's
+summary, keyed by the group's one integral key or the hash of its keys, into files
+``sum-<stage>-<partition>.bin`` of the token's directory (format in ``IdTap.java``). The rows
+keep the constant and the group key (which the aggregation outputs anyway, for the tap); the
+capture reads the summaries back here and looks each row's group up by its key: every group
+then fails its (absent) range check and gets its ids from the tap
+(:func:`~dslog_dagster.spark.idtap.tapped_ids`).
 
 The lookup is exact or it fails, never a guess:
 

@@ -6,8 +6,15 @@ collects. Each case checks the ranges path against a brute-force reference (ids 
 by hand) and against the lists path, and whether the fallback ran — including the traps where
 a range would be wrong: a join that repeats rows so a group's ids have duplicates *and* gaps
 with ``count == hi - lo + 1``, explode, and aggregations over aggregations.
+
+Where the id tap runs (a local master), a tapped aggregation takes every group's ids from the
+tap and computes no ranges (``tests/spark/test_idtap.py``), so the captures here run without
+the tap, as on a cluster; :func:`both` also runs each case with the tap and checks that it
+gives the same lineage.
 """
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,6 +27,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from strategies import interval_lineage
 
+import dslog_dagster.spark.capture as capture_module
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark import ROW_ID, capture_frames
@@ -52,14 +60,44 @@ def dims(spark: Any) -> Any:
     return frame(spark, DIMS, "key long, w double")
 
 
-def both(fn: Any, frames: Any) -> tuple[Any, Any]:
-    """The capture in auto mode and in lists mode; their relations must be equal.
+_TAP_READY = capture_module.tap_ready
 
-    The two runs have different plans, so an output without an order (a join after a
-    shuffle) may number its rows differently: distinct rows are matched by their values and
-    the lists capture's relations renumbered before comparing."""
+
+@pytest.fixture(autouse=True)
+def no_tap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranges, not the tap (see the module docstring)."""
+    monkeypatch.setattr(capture_module, "tap_ready", lambda spark: False)
+
+
+@contextlib.contextmanager
+def tap_on() -> Iterator[None]:
+    off = capture_module.tap_ready
+    capture_module.tap_ready = _TAP_READY
+    try:
+        yield
+    finally:
+        capture_module.tap_ready = off
+
+
+def both(fn: Any, frames: Any) -> tuple[Any, Any]:
+    """The capture in auto mode and in lists mode; their relations must be equal, and those
+    of the capture with the tap (returned: the one without).
+
+    The runs have different plans, so an output without an order (a join after a shuffle)
+    may number its rows differently: distinct rows are matched by their values and the lists
+    capture's relations renumbered before comparing."""
     auto = capture_frames(fn, frames)
+    with tap_on():
+        tapped = capture_frames(fn, frames)
     lists = capture_frames(fn, frames, aggregate="lists")
+    same_lineage(auto, lists)
+    same_lineage(tapped, lists)
+    assert "retried_with_lists" not in lists.timings
+    return auto, lists
+
+
+def same_lineage(auto: Any, lists: Any) -> None:
+    """``auto``'s relations equal ``lists``' (rows matched by value, see :func:`both`)."""
     assert auto.columns == lists.columns
 
     def values(cap: Any) -> list[tuple[Any, ...]]:
@@ -84,8 +122,6 @@ def both(fn: Any, frames: Any) -> tuple[Any, Any]:
                 got.out_cols.shape[1],
             )
             assert auto.relation(inp.name, considered=considered) == moved
-    assert "retried_with_lists" not in lists.timings
-    return auto, lists
 
 
 def join_agg(f: Any, d: Any) -> Any:

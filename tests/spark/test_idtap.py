@@ -103,7 +103,7 @@ def test_a_task_spills_its_pairs_in_chunks(
                 n = int(a[at])
                 m = int(a[at + 1 + 2 * n])
                 runs = a[at + 2 + 2 * n + 2 * m : at + 2 + 2 * n + 3 * m]
-                sizes.append((n, m, n + int(runs.sum())))
+                sizes.append((n, m, n + int(np.abs(runs).sum())))
                 at += 2 + 2 * n + 3 * m
         return real(directory, *args, **kwargs)
 
@@ -182,7 +182,8 @@ def test_a_map_side_run_twice_is_recorded_once(
     # the second run finds the first one's files and records nothing again
     assert len(seen[0]) == 1
     keyed = {k: ids for k, ids in groups().items() if k is not None}
-    assert cap.timings["tapped_rows"] == len(keyed)
+    # every group of both slots (x's and d's rows) from the tap
+    assert cap.timings["tapped_rows"] == 2 * len(keyed)
     assert_lineage(cap, "x", lambda r, c: [(i, "v" if c == "s" else c) for i in keyed[r["k"]]])
 
 
@@ -430,16 +431,28 @@ def test_hashed_keys_match_by_hash_and_a_collision_never_passes(tmp_path: Path) 
 def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     path = tmp_path / "tap-1-0.bin"
     # chunk 1: pairs (7, 30), (null, 40) and a run of key 4 over ids 60..62; chunk 2: one
-    # pair (9, 50) and no run
+    # pair (9, 50) and a run of key 6 repeating id 70 twice (a negative length)
     chunks = [
         np.asarray([2, 7, 8, 30, ~40, 1, 4, 60, 3], "<i8"),
-        np.asarray([1, 9, 50, 0], "<i8"),
+        np.asarray([1, 9, 50, 1, 6, 70, -2], "<i8"),
     ]
     np.concatenate(chunks).tofile(path)
-    keys, ids, null = idtap.read_tap(str(path))
-    assert keys.tolist() == [7, 8, 4, 4, 4, 9]
-    assert ids.tolist() == [30, 40, 60, 61, 62, 50]
-    assert null.tolist() == [False, True, False, False, False, False]
+    rec = idtap.read_tap_records(str(path))
+    assert (rec.keys.tolist(), rec.ids.tolist(), rec.null.tolist()) == (
+        [7, 8, 9],
+        [30, 40, 50],
+        [False, True, False],
+    )
+    assert (rec.run_keys.tolist(), rec.run_first.tolist(), rec.run_len.tolist()) == (
+        [4, 6],
+        [60, 70],
+        [3, -2],
+    )
+    assert (rec.run_rows.tolist(), rec.run_last.tolist()) == ([3, 2], [62, 70])
+    keys, ids, null = idtap.read_tap(str(path))  # pairs first, then the runs spelled out
+    assert keys.tolist() == [7, 8, 9, 4, 4, 4, 6, 6]
+    assert ids.tolist() == [30, 40, 50, 60, 61, 62, 70, 70]
+    assert null.tolist() == [False, True, False, False, False, False, False, False]
     for cut in (1, 3):  # the last chunk's runs, or its pairs, cut short
         np.concatenate(chunks)[:-cut].tofile(path)
         with pytest.raises(idtap.TapFailed, match="truncated"):
@@ -481,14 +494,90 @@ def test_no_jdk_means_no_tap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 
 def test_runs_of_consecutive_ids_are_recorded_once_and_read_back(spark: Any) -> None:
     # group 1: ids 0..5 and 12 (a run and a pair), group 2: 6..11 and 13..15 (two runs), so
-    # both fail their range check and are read back from runs; group 3 (16..19) stays a range
+    # their pairs are spelled out; group 3 (16..19) is one run, given to ProvRC as an interval
     keys = [1] * 6 + [2] * 6 + [1] + [2] * 3 + [3] * 4
     rows = [(i, k, float(i)) for i, k in enumerate(keys)]
     x = spark.createDataFrame(rows, "id long, k long, v double").coalesce(1)
     x = x.withColumn(ROW_ID, F.col("id"))
     cap = capture_frames(lambda f: f.groupBy("k").agg(F.sum("v").alias("s")), [x])
-    assert cap.timings["tapped_rows"] == 2
+    assert cap.timings["tapped_rows"] == 3  # every group: the aggregation computed no range
     want: dict[int, list[int]] = {}
     for i, k, _ in rows:
         want.setdefault(k, []).append(i)
     assert_lineage(cap, 0, lambda r, c: [(i, "v" if c == "s" else "k") for i in want[r["k"]]])
+
+
+def test_tapped_runs_become_intervals_or_pairs(tmp_path: Path) -> None:
+    # dense rows 0..4 of one partition: key 5 (ids 10..12 as a run and 20 repeated: two
+    # intervals, spelled out), key 9 (one run 30..32), key 2 (id 40 repeated 4 times: one
+    # interval of one id), key 7 on rows 3 and 4 (one run 50..51, given to both rows)
+    staged = tmp_path / "staged"
+    write_staged(
+        staged,
+        [(0, 5, 5, False), (1, 9, 3, False), (2, 2, 4, False), (3, 7, 2, False), (4, 7, 2, False)],
+    )
+    taps = tmp_path / "taps"
+    taps.mkdir()
+    write_tap(taps / "tap-2-0.bin", [], [], [(5, 10, 3), (9, 30, 3), (2, 40, -4)])
+    write_tap(taps / "tap-2-1.bin", [], [], [(5, 20, -2), (7, 50, 2)])
+    table = idtap.tapped_ids(str(taps), str(staged), SLOT, 60, [0, 5], 5)
+    rel = table.decompress()
+    got = set(zip(rel.out_cols[0].tolist(), rel.in_cols[0].tolist(), strict=True))
+    want = {(0, r) for r in (10, 11, 12, 20)} | {(1, r) for r in (30, 31, 32)}
+    want |= {(2, 40)} | {(o, r) for o in (3, 4) for r in (50, 51)}
+    assert got == want
+    assert rel.n == len(want)  # the repeats are united
+    # a run that stands for more rows than the group has: the counts do not match
+    write_tap(taps / "tap-2-1.bin", [], [], [(5, 20, -3), (7, 50, 2)])
+    with pytest.raises(idtap.TapFailed, match="counts"):
+        idtap.tapped_ids(str(taps), str(staged), SLOT, 60, [0, 5], 5)
+
+
+def test_clustered_rows_and_repeated_joined_rows_are_tapped_as_runs(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # facts sorted by key (ids of a group consecutive); each dims row joins the 4 facts of
+    # its key, so its id repeats 4 times in a row under the aggregation
+    facts = spark.createDataFrame(
+        [(i, i // 4, float(i)) for i in range(40)], "id long, k long, v double"
+    )
+    facts = facts.coalesce(1).withColumn(ROW_ID, F.col("id"))
+    dims = spark.createDataFrame([(k, 2.0 * k) for k in range(10)], "key long, w double")
+    dims = dims.withColumn(ROW_ID, F.col("key"))
+    files: list[idtap.TapRecords] = []
+    real = idtap.tapped_ids
+
+    def keep(directory: str, *args: Any, **kwargs: Any) -> Any:
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".bin"):
+                files.append(idtap.read_tap_records(os.path.join(directory, name)))
+        return real(directory, *args, **kwargs)
+
+    def f(x: Any, d: Any) -> Any:
+        j = x.join(d, x.k == d.key).withColumn("x", F.col("v") * F.col("w"))
+        return j.groupBy("k").agg(F.sum("x").alias("t")).orderBy("k")
+
+    monkeypatch.setattr(capture_module, "tapped_ids", keep)
+    cap = capture_frames(f, {"x": facts, "d": dims})
+    assert cap.timings["tapped_rows"] == 20  # 10 groups, both slots
+    # each dims row repeats once per match, consecutively whichever join Spark picks: one
+    # run of one id per group; the facts' clustered ids are runs too (one per group when the
+    # join streams them in id order), the rest single rows
+    lens = np.concatenate([t.run_len for t in files])
+    assert sorted(lens[lens < 0].tolist()) == [-4] * 10
+    assert sum(t.keys.size for t in files) + int(np.abs(lens).sum()) == 80
+    lists = capture_frames(f, {"x": facts, "d": dims}, aggregate="lists")
+    for name in ("x", "d"):
+        for considered in (False, True):
+            assert cap.relation(name, considered=considered) == lists.relation(
+                name, considered=considered
+            )
+    assert_lineage(
+        cap,
+        "x",
+        lambda r, c: (
+            [(i, "v") for i in range(4 * r["k"], 4 * r["k"] + 4)]
+            if c == "t"
+            else [(i, "k") for i in range(4 * r["k"], 4 * r["k"] + 4)]
+        ),
+    )

@@ -196,8 +196,11 @@ def test_a_missing_null_group_is_refused(tmp_path: Path) -> None:
         read_summaries(str(empty)).lookup(np.array([4]), np.array([False]))
 
 
-def aggregate_text(step: Any, frames: list[Any], **kw: Any) -> tuple[Any, str]:
-    """The capture of ``step`` and the analyzed plan of its tracked output."""
+def aggregate_text(
+    step: Any, frames: list[Any], plan: str = "analyzed", **kw: Any
+) -> tuple[Any, str]:
+    """The capture of ``step`` and the ``analyzed`` (or ``executed``) plan of its tracked
+    output."""
     seen: list[Any] = []
 
     def run(*xs: Any) -> Any:
@@ -206,11 +209,16 @@ def aggregate_text(step: Any, frames: list[Any], **kw: Any) -> tuple[Any, str]:
         return out
 
     cap = capture_frames(run, frames, **kw)
-    return cap, str(seen[-1]._df._jdf.queryExecution().analyzed().toString())
+    qe = seen[-1]._df._jdf.queryExecution()
+    return cap, str((qe.analyzed() if plan == "analyzed" else qe.executedPlan()).toString())
 
 
-def test_ids_without_nulls_are_counted_once(spark: Any, facts: Any) -> None:
-    # ids dslog numbered (no ROW_ID) or stored (input_rows given) are never null: one count(1)
+def test_ids_without_nulls_are_counted_once(
+    spark: Any, facts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # without the tap (ranges, as on a cluster): ids dslog numbered (no ROW_ID) or stored
+    # (input_rows given) are never null: one count(1)
+    monkeypatch.setattr(capture_module, "tap_ready", lambda spark: False)
     # numbered by the capture in its order (groups of consecutive rows)
     rows = [(i, i // 8, float(i)) for i in range(80)]
     plain = spark.createDataFrame(rows, "id long, k long, v double").coalesce(1)
@@ -226,6 +234,43 @@ def test_ids_without_nulls_are_counted_once(spark: Any, facts: Any) -> None:
     cap, text = aggregate_text(by_key, [facts])
     assert "retried_with_lists" not in cap.timings
     assert f"count({SLOT_PREFIX}" in text
+
+
+def test_tapped_ids_without_nulls_are_counted_once(spark: Any, facts: Any) -> None:
+    # with the tap, the count reads the slots' columns (an unread column would be pruned
+    # with its tap): one count over all of them when none can be null, else one per slot
+    dims = spark.createDataFrame([(k, 2.0 * k) for k in range(12)], "k long, w double")
+    dims = dims.withColumn(ROW_ID, F.col("k"))
+
+    def step(x: Any, d: Any) -> Any:
+        return by_key(x.join(d, "k").withColumn("v", F.col("v") * F.col("w")))
+
+    frames = [facts, dims]
+
+    def functions(text: str) -> list[str]:
+        """Each physical aggregation's functions (Spark evaluates an aggregate used twice
+        once)."""
+        return [
+            line.split("functions=[", 1)[1] for line in text.splitlines() if "functions=[" in line
+        ]
+
+    vouched, text = aggregate_text(step, frames, input_rows=[len(ROWS), 12], plan="executed")
+    aggs = functions(text)
+    assert aggs
+    assert all(f.count("count(greatest(") == 1 and f"count({SLOT_PREFIX}" not in f for f in aggs)
+    own, text = aggregate_text(step, frames, plan="executed")
+    aggs = functions(text)
+    assert aggs
+    assert all("greatest(" not in f and f.count(f"count({SLOT_PREFIX}") == 2 for f in aggs)
+    lists = capture_frames(step, frames, aggregate="lists")
+    for cap in (vouched, own):
+        assert cap.timings["tapped_rows"] == 2 * cap.n_rows  # every group, both slots
+        assert "retried_carrying_summaries" not in cap.timings
+        for i in (0, 1):
+            for considered in (False, True):
+                assert cap.relation(i, considered=considered) == lists.relation(
+                    i, considered=considered
+                )
 
 
 DIMS = [(k, f"d{k}") for k in range(0, 12, 2)]

@@ -19,14 +19,17 @@
  *     | int64 len[m] )*      (little endian)
  *
  * where a row whose key is null stores ~id (ids are dense row ids, never negative), and run
- * j stands for the rows (rkeys[j], first[j] + i) for i in [0, len[j]): consecutive rows of
- * one key with consecutive ids (rows clustered by id, where the capture never reads the
- * file, cost a run per group instead of a pair per row).
+ * j stands for the rows (rkeys[j], first[j] + i) for i in [0, len[j]) when len[j] > 0, or
+ * (rkeys[j], first[j]) repeated -len[j] times when len[j] < 0: consecutive rows of one key
+ * with consecutive ids (rows clustered by id) or with one id (a row of the other side of a
+ * join, repeated for each of its matches) cost a run per group instead of a pair per row.
  *
  * A second function, summary(token, key, key_is_null, lo, hi, ok, n), returns lo and records a
- * group's range summary once per group where the aggregation finishes it (it is placed over
- * the aggregate functions), so the summary's hi, ok and n need not travel with the rows to the
- * output: the capture looks them up by the group key. Its files are
+ * group's summary once per group where the aggregation finishes it (it is placed over the
+ * aggregate functions), so the summary need not travel with the rows to the output: the
+ * capture looks it up by the group key. (Where the tap runs, the capture passes lo = hi = 0
+ * and ok = false, computing no range: the group's ids come from the tap and its count n is
+ * what the tapped rows must add up to.) Its files are
  * <dir>/sum-<stage>-<partition>.bin, published like the tap's, of chunks
  *
  *   ( int64 c | int64 keys[c] | int64 lo[c] | int64 hi[c] | int64 n[c] | int64 flags[c] )*
@@ -286,9 +289,10 @@ public final class IdTap {
     long[] keys;
     long[] ids;
     int n;
-    // runs of rows with one key and consecutive ids (key, first id, length >= 2): rows sorted
-    // by id within their groups (the common, clustered case) cost 24 bytes per group, not
-    // 16 per row
+    // runs of rows with one key and consecutive ids (key, first id, length >= 2) or one id
+    // (key, id, -length): rows sorted by id within their groups (the common, clustered case),
+    // and a joined row repeated for each of its matches, cost 24 bytes per group, not 16 per
+    // row
     long[] runKeys;
     long[] runFirst;
     long[] runLen;
@@ -296,6 +300,7 @@ public final class IdTap {
     long curKey;
     long curFirst;
     long curLen;
+    long curStep; // 1: consecutive ids, 0: one id (fixed by the run's second row)
 
     Buf(String dir, TaskContext c) {
       super(dir, c, "tap");
@@ -309,9 +314,16 @@ public final class IdTap {
     /** Records one row: extends the open run, or closes it and opens another. A row with a
      * null key (id stored as ~id) is never part of a run. */
     void add(long key, long id) {
-      if (curLen > 0 && id >= 0 && key == curKey && id == curFirst + curLen) {
-        curLen++;
-        return;
+      if (curLen > 0 && id >= 0 && key == curKey) {
+        if (curLen == 1 && (id == curFirst + 1 || id == curFirst)) {
+          curStep = id - curFirst;
+          curLen = 2;
+          return;
+        }
+        if (curLen > 1 && id == curFirst + curStep * curLen) {
+          curLen++;
+          return;
+        }
       }
       close();
       if (id < 0) {
@@ -336,7 +348,7 @@ public final class IdTap {
         }
         runKeys[m] = curKey;
         runFirst[m] = curFirst;
-        runLen[m] = curLen;
+        runLen[m] = curStep == 1 ? curLen : -curLen;
         m++;
       }
       curLen = 0;
