@@ -538,35 +538,41 @@ def _interval_table(
     aggregation repeated it) gives its ids to each of them.
     """
     g_all = fg.groups
+    single = not (hi != lo).any()  # no runs of several ids: every interval is one id
     lo_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
     lo_max = np.full(g_all, -1, np.int64)
-    hi_min = lo_min.copy()
-    hi_max = lo_max.copy()
     np.minimum.at(lo_min, group, lo)
     np.maximum.at(lo_max, group, lo)
-    np.minimum.at(hi_min, group, hi)
-    np.maximum.at(hi_max, group, hi)
-    same = (lo_max >= 0) & (lo_min == lo_max) & (hi_min == hi_max)
+    same = (lo_max >= 0) & (lo_min == lo_max)
+    if single:
+        hi_max = lo_max
+    else:
+        hi_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
+        hi_max = np.full(g_all, -1, np.int64)
+        np.minimum.at(hi_min, group, hi)
+        np.maximum.at(hi_max, group, hi)
+        same &= hi_min == hi_max
     tables = []
     one = np.flatnonzero(same)
     if one.size:
         rows, at = _group_rows(fg, dense, one)
-        tables.append(
-            compress_ranges(
-                (n_out,), (n_in,), rows, lo_min[one][at], hi_max[one][at], threads=threads
-            )
-        )
+        lo1, hi1 = lo_min[one], hi_max[one]
+        if at is not None:
+            lo1, hi1 = lo1[at], hi1[at]
+        tables.append(compress_ranges((n_out,), (n_in,), rows, lo1, hi1, threads=threads))
     many = ~same[group]
     if many.any():
-        g, r = group[many], lo[many]
-        width = hi[many] - r + 1
-        if (width > 1).any():  # runs: spelled out
+        g, r = (group, lo) if not one.size else (group[many], lo[many])
+        if not single:  # runs: spelled out
+            width = (hi if not one.size else hi[many]) - r + 1
             total = int(width.sum())
             within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(width) - width, width)
             g, r = np.repeat(g, width), np.repeat(r, width) + within
         rows, at = _group_rows(fg, dense, g)
+        if at is not None:
+            r = r[at]
         # a row repeated in the aggregation's input gives one pair twice: compress takes sets
-        rel = LineageRelation.from_columns((n_out,), (n_in,), [rows], [r[at]], copy=False)
+        rel = LineageRelation.from_columns((n_out,), (n_in,), [rows], [r], copy=False)
         tables.append(compress(rel, threads=threads))
     if not tables:  # no group has ids
         return compress_ranges((n_out,), (n_in,), one, one, one)
@@ -575,11 +581,12 @@ def _interval_table(
 
 def _group_rows(
     fg: _FailedGroups, dense: np.ndarray, g: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The dense output rows of groups ``g`` (a group on several rows: one entry per row) and
-    for each, its index in ``g``."""
+    for each, its index in ``g`` (None when every group is on one row: entry ``i`` is
+    ``g[i]``'s)."""
     if (fg.count == 1).all():
-        return dense[fg.start[g]], np.arange(g.size)
+        return dense[fg.start][g], None
     reps = fg.count[g]
     total = int(reps.sum())
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
