@@ -143,7 +143,7 @@ public final class IdTap {
    * Records (pairs, runs, summaries) kept in memory per directory and task before they are
    * appended to the file; the local property "dslog.idtap.chunk" sets another size.
    */
-  static final int CHUNK = 1 << 20;
+  static final int CHUNK = 1 << 16;
 
   /**
    * A task attempt's records for one directory: buffered up to the chunk size, appended to the
@@ -186,6 +186,19 @@ public final class IdTap {
         return length;
       }
       return (int) Math.min((long) chunk, 2L * used);
+    }
+
+    private ByteBuffer out;
+
+    /** A little-endian buffer of at least {@code bytes}, reused from spill to spill (a new
+     * zeroed one per spill cost as much as the copy into it). */
+    final ByteBuffer buffer(int bytes) {
+      if (out == null || out.capacity() < bytes) {
+        out = ByteBuffer.allocate(bytes).order(ByteOrder.LITTLE_ENDIAN);
+      }
+      out.clear();
+      out.limit(bytes);
+      return out;
     }
 
     /** Appends bb (from position 0) to the temporary file, opened on first use. */
@@ -266,7 +279,7 @@ public final class IdTap {
     /** Appends the chunk (int64 c, then each column's c values; little endian). */
     @Override
     void spill() {
-      ByteBuffer bb = ByteBuffer.allocate(8 * (1 + 5 * c)).order(ByteOrder.LITTLE_ENDIAN);
+      ByteBuffer bb = buffer(8 * (1 + 5 * c));
       bb.putLong(c);
       for (int i = 0; i < cols.length; i++) {
         bb.position(8 + 8 * i * c);
@@ -304,7 +317,7 @@ public final class IdTap {
 
     Buf(String dir, TaskContext c) {
       super(dir, c, "tap");
-      this.keys = new long[Math.min(4096, chunk)];
+      this.keys = new long[Math.min(1 << 14, chunk)];
       this.ids = new long[keys.length];
       this.runKeys = new long[Math.min(1024, chunk)];
       this.runFirst = new long[runKeys.length];
@@ -369,7 +382,7 @@ public final class IdTap {
      * lengths[m]; little endian). */
     @Override
     void spill() {
-      ByteBuffer bb = ByteBuffer.allocate(8 * (2 + 2 * n + 3 * m)).order(ByteOrder.LITTLE_ENDIAN);
+      ByteBuffer bb = buffer(8 * (2 + 2 * n + 3 * m));
       bb.putLong(n);
       bb.asLongBuffer().put(keys, 0, n);
       bb.position(8 + 8 * n);
