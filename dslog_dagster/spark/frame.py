@@ -46,6 +46,7 @@ from dslog_dagster.spark.plan import (
     ColumnLineage,
     Info,
     PlanWalker,
+    WindowWithoutRule,
     refs_of,
     seq,
     slot_id,
@@ -405,10 +406,12 @@ class TrackedFrame:
             if "Aggregate" in _nodes_above(analyzed(probe), visible):
                 return None  # caller turns it into a global aggregation
             raise
-        nodes = _nodes_above(analyzed(first), self._df)
-        if "Window" not in nodes:
+        try:
             return self._finish(first, op)
+        except WindowWithoutRule:
+            pass
         self._need_lists()
+        nodes = _nodes_above(analyzed(first), self._df)
         windows: dict[tuple[Any, ...], _WindowKey] = {}
         for node in nodes.get("Window", []):
             for e in seq(node.windowExpressions()):

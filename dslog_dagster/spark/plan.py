@@ -20,7 +20,15 @@ from typing import Any
 
 from dslog_dagster.errors import UnsupportedFrameOperationError
 
-__all__ = ["SLOT_PREFIX", "ColumnLineage", "PlanWalker", "is_slot", "slot_id", "slot_name"]
+__all__ = [
+    "SLOT_PREFIX",
+    "ColumnLineage",
+    "PlanWalker",
+    "WindowWithoutRule",
+    "is_slot",
+    "slot_id",
+    "slot_name",
+]
 
 SLOT_PREFIX = "__dslog_s"
 
@@ -175,6 +183,13 @@ _PASS_THROUGH = {
 }
 
 
+class WindowWithoutRule(UnsupportedFrameOperationError):
+    """A walker without a window rule met a ``Window`` node: a projection with window
+    functions, which :meth:`~dslog_dagster.spark.frame.TrackedFrame._project` walks again with
+    its rule (found this way, a projection without windows costs no separate walk to look
+    for them)."""
+
+
 class PlanWalker:
     """Maps the output attributes of an analyzed plan to :data:`Info` through the nodes an
     operation stacked on one or more known base plans."""
@@ -263,7 +278,8 @@ class PlanWalker:
             return out
         if name == "Window":
             if self.window_rule is None:
-                raise self._unsupported(name)
+                err = self._unsupported(name)
+                raise WindowWithoutRule(*err.args)
             child = self._walk(children[0])
             out = dict(child)
             for e in seq(node.windowExpressions()):
