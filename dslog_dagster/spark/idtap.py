@@ -288,7 +288,8 @@ class TapRecords:
     @property
     def run_rows(self) -> np.ndarray:
         """The rows each run stands for."""
-        return np.abs(self.run_len)
+        rows: np.ndarray = np.abs(self.run_len)
+        return rows
 
     @property
     def run_last(self) -> np.ndarray:
