@@ -416,9 +416,11 @@ def _failed_groups(
     if rows is None:
         rows = _read_failed(staged, slot, hashed)
     keys, n, mids, is_null = rows.key, rows.n, rows.mid, rows.null
-    # rows ordered by group: non-null keys ascending, then the null key
-    order = np.lexsort((keys, is_null))
-    keys, n, mids, is_null = keys[order], n[order], mids[order], is_null[order]
+    # rows ordered by group: non-null keys ascending, then the null key (often already so:
+    # an orderBy of the keys after the aggregation)
+    if is_null.any() or (keys[1:] < keys[:-1]).any():
+        order = np.lexsort((keys, is_null))
+        keys, n, mids, is_null = keys[order], n[order], mids[order], is_null[order]
     first = np.ones(keys.size, bool)
     first[1:] = (keys[1:] != keys[:-1]) | (is_null[1:] != is_null[:-1])
     start = np.flatnonzero(first)

@@ -82,6 +82,9 @@ class KeyIndex:
             return np.full(k.shape, -1, np.int64)
         if self.table is not None:
             off = k - self.lo
+            if not off.size or (int(off.min()) >= 0 and int(off.max()) < self.table.size):
+                hit: np.ndarray = self.table[off]  # every probe inside the table: one gather
+                return hit
             inside = (off >= 0) & (off < self.table.size)
             pos = np.full(k.shape, -1, np.int64)
             pos[inside] = self.table[off[inside]]
