@@ -1087,10 +1087,6 @@ class TrackedGroupedData:
         # id, and two aggregations of one input (unioned, joined) must not share them
         new = {s: ctx.new_slot(ctx.slot_input[s]) for s in slots}
         for s in slots:
-            span = " AND ".join(
-                [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
-            )
-            ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
             if record:
                 # the tap records every id of the group, so the aggregation only counts them
                 # (which the tapped rows must add up to): no min/max buffers, which the
@@ -1106,6 +1102,10 @@ class TrackedGroupedData:
                     rec = summary_column(token, tapped[0], tap_lo, "0L", "false", n[s])
                 aggs.append(rec.alias(slot_name(new[s])))
             else:
+                span = " AND ".join(
+                    [f"{n[s]} = {hi[s]} - {lo[s]} + 1"] + [constant[t] for t in slots if t != s]
+                )
+                ok = f"({n[s]} = 0 OR {lo[s]} = {hi[s]} OR ({span}))"
                 own = ctx.slot_input[s]
                 fields = RangeFields(
                     ctx.new_slot(own), ctx.new_slot(own), ctx.new_slot(own), key_slots, hash_slot

@@ -78,7 +78,8 @@ __all__ = [
     "PROPERTY",
     "SUMMARY",
     "TapFailed",
-    "read_tap",
+    "TapRecords",
+    "read_tap_records",
     "summary_column",
     "summary_sql",
     "tap_column",
@@ -333,24 +334,6 @@ def read_tap_records(path: str) -> TapRecords:
         raise TapFailed(msg)
     null = i < 0
     return TapRecords(cat(keys), np.where(null, ~i, i), null, cat(rkeys), cat(first), run_len)
-
-
-def read_tap(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One tap file's rows one by one (runs spelled out): keys, ids and whether the key was
-    null (see :func:`read_tap_records`).
-
-    Raises:
-        TapFailed: the file is truncated.
-    """
-    t = read_tap_records(path)
-    reps = t.run_rows
-    total = int(reps.sum())
-    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
-    step = np.repeat((t.run_len > 0).astype(np.int64), reps)
-    run_ids = np.repeat(t.run_first, reps) + within * step
-    keys = np.concatenate([t.keys, np.repeat(t.run_keys, reps)])
-    ids = np.concatenate([t.ids, run_ids])
-    return keys, ids, np.concatenate([t.null, np.zeros(total, bool)])
 
 
 @dataclasses.dataclass(frozen=True)
