@@ -70,7 +70,7 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.session import java_tool
-from dslog_dagster.spark.summaries import KeyIndex
+from dslog_dagster.spark.summaries import KeyIndex, read_chunks
 
 __all__ = [
     "FUNCTION",
@@ -305,35 +305,12 @@ def read_tap_records(path: str) -> TapRecords:
     Raises:
         TapFailed: the file is truncated or holds a run of no rows.
     """
-    a = np.fromfile(path, dtype="<i8")
-    keys, ids, rkeys, first, lens = [], [], [], [], []
-    at = 0
-    while at < a.size:
-        n = int(a[at])
-        if n < 0 or at + 2 + 2 * n > a.size:
-            msg = f"Tap file {path} is truncated (a chunk of {n} pairs at value {at})."
-            raise TapFailed(msg)
-        keys.append(a[at + 1 : at + 1 + n])
-        ids.append(a[at + 1 + n : at + 1 + 2 * n])
-        at += 1 + 2 * n
-        m = int(a[at])
-        if m < 0 or at + 1 + 3 * m > a.size:
-            msg = f"Tap file {path} is truncated (a chunk of {m} runs at value {at})."
-            raise TapFailed(msg)
-        rkeys.append(a[at + 1 : at + 1 + m])
-        first.append(a[at + 1 + m : at + 1 + 2 * m])
-        lens.append(a[at + 1 + 2 * m : at + 1 + 3 * m])
-        at += 1 + 3 * m
-
-    def cat(parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-    i, run_len = cat(ids), cat(lens)
+    keys, raw, run_keys, first, run_len = read_chunks(path, (2, 3), "Tap", TapFailed)
     if (run_len == 0).any():
         msg = f"Tap file {path} has a run of no rows."
         raise TapFailed(msg)
-    null = i < 0
-    return TapRecords(cat(keys), np.where(null, ~i, i), null, cat(rkeys), cat(first), run_len)
+    null = raw < 0  # a null key's row stores ~id
+    return TapRecords(keys, np.where(null, ~raw, raw), null, run_keys, first, run_len)
 
 
 @dataclasses.dataclass(frozen=True)

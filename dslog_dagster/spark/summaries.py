@@ -31,30 +31,43 @@ The lookup is exact or it fails, never a guess:
 """
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GroupSummaries", "KeyIndex", "SummariesMissing", "read_summaries"]
+__all__ = ["GroupSummaries", "KeyIndex", "SummariesMissing", "read_chunks", "read_summaries"]
 
 
 class SummariesMissing(Exception):
     """The recorded summaries do not give every row's group exactly one summary."""
 
 
-def _read_file(path: str) -> list[np.ndarray]:
-    """One summary file: columns keys, lo, hi, n, flags (chunks concatenated)."""
+def read_chunks(
+    path: str, widths: Sequence[int], what: str, error: type[Exception]
+) -> list[np.ndarray]:
+    """The columns of a JVM recorder's file (``jvm/IdTap.java``): chunks, each a section per
+    entry ``w`` of ``widths`` (``int64 c``, then ``w`` columns of ``c`` values); per column,
+    its values from every chunk, in order.
+
+    Raises:
+        error: the file is truncated (a task that did not finish publishes no file, so a
+            short one is damage).
+    """
     a = np.fromfile(path, dtype="<i8")
-    cols: list[list[np.ndarray]] = [[] for _ in range(5)]
+    cols: list[list[np.ndarray]] = [[] for _ in range(sum(widths))]
     at = 0
     while at < a.size:
-        c = int(a[at])
-        if c < 0 or at + 1 + 5 * c > a.size:
-            msg = f"summary file {path} is truncated (a chunk of {c} groups at value {at})"
-            raise SummariesMissing(msg)
-        for i in range(5):
-            cols[i].append(a[at + 1 + i * c : at + 1 + (i + 1) * c])
-        at += 1 + 5 * c
+        col = 0
+        for w in widths:
+            c = int(a[at]) if at < a.size else -1
+            if c < 0 or at + 1 + w * c > a.size:
+                msg = f"{what} file {path} is truncated (a section of {c} records at value {at})."
+                raise error(msg)
+            for i in range(w):
+                cols[col + i].append(a[at + 1 + i * c : at + 1 + (i + 1) * c])
+            col += w
+            at += 1 + w * c
     return [np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols]
 
 
@@ -153,7 +166,9 @@ def read_summaries(directory: str) -> GroupSummaries:
             summaries (two groups whose keys hash alike).
     """
     names = sorted(n for n in os.listdir(directory) if n.startswith("sum-") and n.endswith(".bin"))
-    parts = [_read_file(os.path.join(directory, n)) for n in names]
+    parts = [
+        read_chunks(os.path.join(directory, n), (5,), "Summary", SummariesMissing) for n in names
+    ]
     if parts:
         keys, lo, hi, n, flags = (np.concatenate([p[i] for p in parts]) for i in range(5))
     else:
