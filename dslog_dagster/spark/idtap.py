@@ -442,9 +442,8 @@ def tapped_ids(
     index = KeyIndex(fg.keys)
     null_group = fg.keys.size if fg.has_null else -1
 
-    def one(path: str) -> tuple[np.ndarray, ...]:
-        """The file's single rows (group, id) and runs (group, first id, last id) of the
-        failed groups, and its rows per group."""
+    def one(path: str) -> _TappedFile:
+        """The file's records of the failed groups, and its rows per group."""
         t = read_tap_records(path)
         pos = index(t.keys)
         if t.null.any():
@@ -460,7 +459,7 @@ def tapped_ids(
         if rhit.any():
             rows = np.bincount(rpos[rhit], weights=t.run_rows[rhit], minlength=fg.groups)
             counts = counts + rows.astype(np.int64)
-        return pos, ids, rpos[rhit], t.run_first[rhit], t.run_last[rhit], counts
+        return _TappedFile(pos, ids, rpos[rhit], t.run_first[rhit], t.run_last[rhit], counts)
 
     workers = max(1, min(max(map(len, stages.values())), threads or os.cpu_count() or 1))
     # the stage with the most files first (a complete one), the latest among equals
@@ -468,59 +467,69 @@ def tapped_ids(
     with ThreadPoolExecutor(workers) as pool:
         for stage in order:
             got = list(pool.map(one, [os.path.join(directory, n) for n in stages[stage]]))
-            counts = np.sum([g[5] for g in got], axis=0)
+            counts = np.sum([f.counts for f in got], axis=0)
             if np.array_equal(counts, fg.n):
                 break
         else:
             msg = f"tapped rows do not match the groups' counts in any of {len(stages)} stage(s)"
             raise TapFailed(msg)
-    group, lo = (np.concatenate([g[i] for g in got]) for i in range(2))
-    hi = lo  # single rows: intervals of one id
-    if any(g[2].size for g in got):
-        group, lo, hi = (
-            np.concatenate([group, *[g[2] for g in got]]),
-            np.concatenate([lo, *[g[3] for g in got]]),
-            np.concatenate([lo, *[g[4] for g in got]]),
-        )
-    del got  # at 10^7 rows every copy is ~0.1 s and 80 MB
-    return _interval_table(fg, dense, group, lo, hi, offsets[-1], n_in, workers)
+        return _interval_table(fg, dense, got, offsets[-1], n_in, workers, pool)
+
+
+@dataclasses.dataclass(frozen=True)
+class _TappedFile:
+    """The failed groups' records of one tap file: single rows (``group``, ``ids``), runs
+    (``run_group``, ``run_first``, ``run_last``: one id repeated when first == last), and
+    the rows each group received (runs count as the rows they stand for)."""
+
+    group: np.ndarray
+    ids: np.ndarray
+    run_group: np.ndarray
+    run_first: np.ndarray
+    run_last: np.ndarray
+    counts: np.ndarray
 
 
 def _interval_table(
     fg: _FailedGroups,
     dense: np.ndarray,
-    group: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
+    files: list[_TappedFile],
     n_out: int,
     n_in: int,
     threads: int,
+    pool: ThreadPoolExecutor,
 ) -> LineageTable:
     """The lineage of the failed groups' output rows from their tapped intervals of ids
-    (``group``, ``lo``, ``hi``, in no order; a single row is an interval of one id).
+    (single rows are intervals of one id).
 
-    A group whose intervals are all one interval (its rows streamed clustered by id: a run;
-    or one joined row repeated for each of its matches, wherever they streamed) goes to
-    ProvRC as that interval (:func:`~dslog_dagster.core.provrc.compress_ranges`, no pairs
-    spelled out); the other groups' intervals are spelled out as pairs and compressed
-    (repeats are united: lineage is a set). A group on several output rows (a step after the
-    aggregation repeated it) gives its ids to each of them.
+    A group whose intervals all start at one id, or all end at one (its rows streamed
+    clustered by id: a run; or one joined row repeated for each of its matches, wherever they
+    streamed), unites into one interval and goes to ProvRC as that interval
+    (:func:`~dslog_dagster.core.provrc.compress_ranges`, no pairs spelled out); the other
+    groups' single rows and runs are spelled out as pairs and compressed (repeats are
+    united: lineage is a set). A group on several output rows (a step after the aggregation
+    repeated it) gives its ids to each of them.
+
+    The files are never concatenated: at 10^7 tapped rows every full-size copy is ~0.1 s of
+    fresh pages. Each file's pairs are written, in the pool's threads, straight into their
+    slice of the one pair array ProvRC compresses.
     """
     g_all = fg.groups
-    single = hi is lo or not (hi != lo).any()  # every interval is one id
     lo_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
-    lo_max = np.full(g_all, -1, np.int64)
-    np.minimum.at(lo_min, group, lo)
-    np.maximum.at(lo_max, group, lo)
-    same = (lo_max >= 0) & (lo_min == lo_max)
-    if single:
-        hi_max = lo_max
-    else:
-        hi_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
-        hi_max = np.full(g_all, -1, np.int64)
-        np.minimum.at(hi_min, group, hi)
-        np.maximum.at(hi_max, group, hi)
-        same &= hi_min == hi_max
+    lo_max = np.full(g_all, -1, np.int64)  # ids are >= 0: -1 = the group has no records
+    for f in files:  # single rows: lo = hi = id
+        np.minimum.at(lo_min, f.group, f.ids)
+        np.maximum.at(lo_max, f.group, f.ids)
+    hi_min, hi_max = lo_min, lo_max
+    if any(f.run_group.size for f in files):
+        hi_min, hi_max = lo_min.copy(), lo_max.copy()
+        for f in files:
+            np.minimum.at(lo_min, f.run_group, f.run_first)
+            np.maximum.at(lo_max, f.run_group, f.run_first)
+            np.minimum.at(hi_min, f.run_group, f.run_last)
+            np.maximum.at(hi_max, f.run_group, f.run_last)
+    # intervals that all start at one id, or all end at one, unite into [lo_min, hi_max]
+    same = (lo_max >= 0) & ((lo_min == lo_max) | (hi_min == hi_max))
     tables = []
     one = np.flatnonzero(same)
     if one.size:
@@ -529,23 +538,67 @@ def _interval_table(
         if at is not None:
             lo1, hi1 = lo1[at], hi1[at]
         tables.append(compress_ranges((n_out,), (n_in,), rows, lo1, hi1, threads=threads))
-    many = ~same[group]
-    if many.any():
-        g, r = (group, lo) if not one.size else (group[many], lo[many])
-        if not single:  # runs: spelled out
-            width = (hi if not one.size else hi[many]) - r + 1
-            total = int(width.sum())
-            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(width) - width, width)
-            g, r = np.repeat(g, width), np.repeat(r, width) + within
-        rows, at = _group_rows(fg, dense, g)
-        if at is not None:
-            r = r[at]
+    spell = (lo_max >= 0) & ~same
+    if spell.any():
+        many = None if not one.size else spell  # None: every group with records
+
+        def spelled(f: _TappedFile) -> tuple[np.ndarray, np.ndarray]:
+            """The file's (group, id) pairs of the groups spelled out."""
+            g, ids = f.group, f.ids
+            if many is not None:
+                keep = many[g]
+                g, ids = g[keep], ids[keep]
+            if f.run_group.size:
+                rg, first, last = f.run_group, f.run_first, f.run_last
+                if many is not None:
+                    keep = many[rg]
+                    rg, first, last = rg[keep], first[keep], last[keep]
+                width = last - first + 1  # a repeated id: one pair (lineage is a set)
+                within = np.arange(int(width.sum()), dtype=np.int64)
+                within -= np.repeat(np.cumsum(width) - width, width)
+                g = np.concatenate([g, np.repeat(rg, width)])
+                ids = np.concatenate([ids, np.repeat(first, width) + within])
+            return g, ids
+
+        parts = list(pool.map(spelled, files)) if len(files) > 1 else [spelled(files[0])]
+        out_rows, in_rows = _pair_rows(fg, dense, parts, pool)
         # a row repeated in the aggregation's input gives one pair twice: compress takes sets
-        rel = LineageRelation.from_columns((n_out,), (n_in,), [rows], [r], copy=False)
+        rel = LineageRelation.from_columns((n_out,), (n_in,), [out_rows], [in_rows], copy=False)
         tables.append(compress(rel, threads=threads))
     if not tables:  # no group has ids
         return compress_ranges((n_out,), (n_in,), one, one, one)
     return union_tables(tables)
+
+
+def _pair_rows(
+    fg: _FailedGroups,
+    dense: np.ndarray,
+    parts: list[tuple[np.ndarray, np.ndarray]],
+    pool: ThreadPoolExecutor,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (output row, input row) pairs of the (group, id) pairs ``parts``, each part
+    written by a thread of ``pool`` into its slice of the result."""
+    if not (fg.count == 1).all():  # a group on several rows: rare, one entry per row
+        spelled = [_group_rows(fg, dense, g) for g, _ in parts]
+        rows = np.concatenate([r for r, _ in spelled])
+        ids = np.concatenate(
+            [i if at is None else i[at] for (_, i), (_, at) in zip(parts, spelled, strict=True)]
+        )
+        return rows, ids
+    row_of = dense[fg.start]  # each group's one output row
+    sizes = [g.size for g, _ in parts]
+    ends = np.cumsum(sizes)
+    rows = np.empty(int(ends[-1]) if sizes else 0, np.int64)
+    ids = np.empty_like(rows)
+
+    def fill(k: int) -> None:
+        g, i = parts[k]
+        a = int(ends[k]) - sizes[k]
+        np.take(row_of, g, out=rows[a : a + sizes[k]])
+        ids[a : a + sizes[k]] = i
+
+    list(pool.map(fill, range(len(parts))))
+    return rows, ids
 
 
 def _group_rows(

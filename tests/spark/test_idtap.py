@@ -544,6 +544,75 @@ def test_tapped_runs_become_intervals_or_pairs(tmp_path: Path) -> None:
         idtap.tapped_ids(str(taps), str(staged), SLOT, 60, [0, 5], 5)
 
 
+# a group's records: a single row (id), a run of consecutive ids (first, length) or one id
+# repeated (id, -times)
+RECORD = st.one_of(
+    st.tuples(st.integers(0, 40)),
+    st.tuples(st.integers(0, 40), st.integers(1, 5)),
+    st.tuples(st.integers(0, 40), st.integers(-4, -1)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.lists(RECORD, min_size=1, max_size=6), min_size=1, max_size=6),
+    st.lists(st.integers(1, 2), min_size=6, max_size=6),
+    st.lists(st.integers(0, 2), min_size=40, max_size=40),
+    st.booleans(),
+)
+def test_tapped_ids_equal_the_spelled_out_records(
+    tmp_path_factory: pytest.TempPathFactory,
+    records: list[list[tuple[int, ...]]],
+    rows_per_group: list[int],
+    file_of: list[int],
+    passed_group: bool,
+) -> None:
+    # groups 0..G-1 (keys 3g + 1; the last one null when it has single rows only), each on
+    # one or two output rows, their records spread over up to three files of one stage; a
+    # group that passed its range check has records the matching must ignore
+    tmp = tmp_path_factory.mktemp("tap")
+    null = all(len(r) == 1 for r in records[-1])
+    key = [None if null and g == len(records) - 1 else 3 * g + 1 for g in range(len(records))]
+    want: dict[int, set[int]] = {}
+    staged: list[tuple[int, int | None, int, bool]] = []
+    files: dict[int, tuple[list[int | None], list[int], list[tuple[int, int, int]]]] = {}
+    k = 0
+    for g, recs in enumerate(records):
+        ids: set[int] = set()
+        n = 0
+        for rec in recs:
+            keys, singles, runs = files.setdefault(file_of[k % 40], ([], [], []))
+            k += 1
+            if len(rec) == 1:
+                keys.append(key[g])
+                singles.append(rec[0])
+                ids.add(rec[0])
+                n += 1
+            else:
+                first, length = rec
+                runs.append((key[g], first, length))
+                ids |= set(range(first, first + length)) if length > 0 else {first}
+                n += abs(length)
+        for _ in range(rows_per_group[g]):
+            want[len(staged)] = ids
+            staged.append((len(staged), key[g], n, False))
+    if passed_group:  # key 2: not failed, yet tapped
+        staged.append((len(staged), 2, 2, True))
+        files.setdefault(0, ([], [], []))[0].extend([2, 2])
+        files[0][1].extend([5, 9])
+    write_staged(tmp / "staged", staged)
+    (tmp / "taps").mkdir()
+    for f, (keys, singles, runs) in files.items():
+        write_tap(tmp / "taps" / f"tap-3-{f}.bin", keys, singles, runs)
+    failed = sum(1 for *_, ok in staged if not ok)
+    n_out = len(staged)
+    table = idtap.tapped_ids(str(tmp / "taps"), str(tmp / "staged"), SLOT, 50, [0, n_out], failed)
+    rel = table.decompress()
+    got = set(zip(rel.out_cols[0].tolist(), rel.in_cols[0].tolist(), strict=True))
+    assert got == {(o, i) for o, ids in want.items() for i in ids}
+    assert rel.n == len(got)
+
+
 def test_clustered_rows_and_repeated_joined_rows_are_tapped_as_runs(
     spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
