@@ -55,7 +55,6 @@ import subprocess
 import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -64,6 +63,7 @@ import pyarrow as pa
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
+from dslog_dagster.core import background
 from dslog_dagster.core.combine import union_tables
 from dslog_dagster.core.provrc import LineageTable, compress, compress_ranges
 from dslog_dagster.core.relation import LineageRelation
@@ -464,16 +464,15 @@ def tapped_ids(
     workers = max(1, min(max(map(len, stages.values())), threads or os.cpu_count() or 1))
     # the stage with the most files first (a complete one), the latest among equals
     order = sorted(stages, key=lambda st: (len(stages[st]), int(st)), reverse=True)
-    with ThreadPoolExecutor(workers) as pool:
-        for stage in order:
-            got = list(pool.map(one, [os.path.join(directory, n) for n in stages[stage]]))
-            counts = np.sum([f.counts for f in got], axis=0)
-            if np.array_equal(counts, fg.n):
-                break
-        else:
-            msg = f"tapped rows do not match the groups' counts in any of {len(stages)} stage(s)"
-            raise TapFailed(msg)
-        return _interval_table(fg, dense, got, offsets[-1], n_in, workers, pool)
+    for stage in order:
+        got = background.map_all(one, [os.path.join(directory, n) for n in stages[stage]])
+        counts = np.sum([f.counts for f in got], axis=0)
+        if np.array_equal(counts, fg.n):
+            break
+    else:
+        msg = f"tapped rows do not match the groups' counts in any of {len(stages)} stage(s)"
+        raise TapFailed(msg)
+    return _interval_table(fg, dense, got, offsets[-1], n_in, workers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,7 +496,6 @@ def _interval_table(
     n_out: int,
     n_in: int,
     threads: int,
-    pool: ThreadPoolExecutor,
 ) -> LineageTable:
     """The lineage of the failed groups' output rows from their tapped intervals of ids
     (single rows are intervals of one id).
@@ -511,8 +509,8 @@ def _interval_table(
     repeated it) gives its ids to each of them.
 
     The files are never concatenated: at 10^7 tapped rows every full-size copy is ~0.1 s of
-    fresh pages. Each file's pairs are written, in the pool's threads, straight into their
-    slice of the one pair array ProvRC compresses.
+    fresh pages. Each file's pairs are written, in the process's worker threads, straight
+    into their slice of the one pair array ProvRC compresses.
     """
     g_all = fg.groups
     lo_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
@@ -560,8 +558,8 @@ def _interval_table(
                 ids = np.concatenate([ids, np.repeat(first, width) + within])
             return g, ids
 
-        parts = list(pool.map(spelled, files)) if len(files) > 1 else [spelled(files[0])]
-        out_rows, in_rows = _pair_rows(fg, dense, parts, pool)
+        parts = background.map_all(spelled, files)
+        out_rows, in_rows = _pair_rows(fg, dense, parts)
         # a row repeated in the aggregation's input gives one pair twice: compress takes sets
         rel = LineageRelation.from_columns((n_out,), (n_in,), [out_rows], [in_rows], copy=False)
         tables.append(compress(rel, threads=threads))
@@ -574,10 +572,10 @@ def _pair_rows(
     fg: _FailedGroups,
     dense: np.ndarray,
     parts: list[tuple[np.ndarray, np.ndarray]],
-    pool: ThreadPoolExecutor,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The (output row, input row) pairs of the (group, id) pairs ``parts``, each part
-    written by a thread of ``pool`` into its slice of the result."""
+    written by a worker (:func:`~dslog_dagster.core.background.map_all`) into its slice of
+    the result."""
     if not (fg.count == 1).all():  # a group on several rows: rare, one entry per row
         spelled = [_group_rows(fg, dense, g) for g, _ in parts]
         rows = np.concatenate([r for r, _ in spelled])
@@ -597,7 +595,7 @@ def _pair_rows(
         np.take(row_of, g, out=rows[a : a + sizes[k]])
         ids[a : a + sizes[k]] = i
 
-    list(pool.map(fill, range(len(parts))))
+    background.map_all(fill, range(len(parts)))
     return rows, ids
 
 

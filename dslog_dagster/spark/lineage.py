@@ -532,12 +532,11 @@ def write_with_lineage(
     kinds: list[str],
     n_ins: list[int],
     oks: Sequence[str],
-    threads: int | None = None,
 ) -> RowTables:
     """Write ``out`` (with ``MID``) as Parquet at ``path`` with Spark's own writer, then
     compress the row lineage of its slot columns (per group: a slot's column, or a range
     slot's summary columns) from the files written, one file — one task's partition — per
-    thread.
+    worker thread (:func:`~dslog_dagster.core.background.map_all`).
 
     For a local master only: ``path`` is on this machine's disk, where the executors ran (as
     the id tap's files, :mod:`~dslog_dagster.spark.idtap`). Each thread reads only the
@@ -557,9 +556,11 @@ def write_with_lineage(
         SummariesMissing: a row's group has no recorded summary.
     """
     import os
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, wait
 
     import pyarrow.parquet as pq
+
+    from dslog_dagster.core import background
 
     # (an output without rows still gets one file: Spark's writer keeps the schema)
     out.write.mode("overwrite").option("compression", "zstd").parquet(path)
@@ -572,24 +573,29 @@ def write_with_lineage(
             g.summary for g in groups if isinstance(g, RangeColumns) and g.summary is not None
         )
     )
-    workers = max(1, min(len(files) + len(dirs), threads or os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        # the summaries are read while the first files are (numpy releases the GIL)
-        pending = {d: pool.submit(read_summaries, d) for d in dirs}
+    # the summaries are read while the first files are (numpy releases the GIL): submitted
+    # first, so the files' tasks may wait on them (see core.background); a worker calling
+    # this reads them itself
+    pending: dict[str, Any] = (
+        {d: read_summaries(d) for d in dirs}
+        if background.in_worker()
+        else {d: background.submit(read_summaries, d) for d in dirs}
+    )
 
-        def one(name: str) -> tuple[list[dict[str, Any]], dict[int, FailedRows]]:
-            t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints, booleans
-            bad: dict[int, FailedRows] = {}
-            if not t.num_rows:
-                return [], bad
-            summaries = {d: f.result() for d, f in pending.items()}
-            table = _lineage_table(t, groups, oks, summaries, bad)
-            got: list[dict[str, Any]] = _compress_partition(
-                table, kinds, n_ins, bool(oks)
-            ).to_pylist()
-            return got, bad
+    def one(name: str) -> tuple[list[dict[str, Any]], dict[int, FailedRows]]:
+        t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints, booleans
+        bad: dict[int, FailedRows] = {}
+        if not t.num_rows:
+            return [], bad
+        summaries = {d: f.result() if isinstance(f, Future) else f for d, f in pending.items()}
+        table = _lineage_table(t, groups, oks, summaries, bad)
+        got: list[dict[str, Any]] = _compress_partition(table, kinds, n_ins, bool(oks)).to_pylist()
+        return got, bad
 
-        done = list(pool.map(one, files))
+    try:
+        done = background.map_all(one, files)
+    finally:  # nothing left running on the staged files when this returns or raises
+        wait([f for f in pending.values() if isinstance(f, Future)])
     rows = [r for got, _ in done for r in got]
     failed_rows: list[FailedRows | None] = [
         FailedRows.concat(parts) if (parts := [b[g] for _, b in done if g in b]) else None

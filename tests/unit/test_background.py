@@ -67,3 +67,38 @@ def test_directory_flushes_from_a_worker_never_wait_on_the_pool(
     for b in busy:
         assert b.result(timeout=30)
     store_module._fsync_dirs(dirs)  # from outside the pool: the extra ones go to workers
+
+
+def test_map_all_keeps_order_and_waits_for_every_call_before_raising() -> None:
+    assert background.map_all(lambda x: x * x, range(7)) == [x * x for x in range(7)]
+    assert background.map_all(lambda x: x, []) == []
+    finished: list[int] = []
+    slow = threading.Event()
+
+    def work(x: int) -> int:
+        if x == 0:
+            msg = "first item failed"
+            raise ValueError(msg)
+        slow.wait(0.2)  # still running when the first item has failed
+        finished.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="first item failed"):
+        background.map_all(work, [0, 1, 2])
+    assert sorted(finished) == [1, 2]  # nothing left running on the caller's data
+
+
+def test_map_all_from_a_worker_runs_inline() -> None:
+    # every worker busy: a worker waiting on the pool for its own items would never return
+    release = threading.Event()
+    busy = [background.submit(release.wait, 60) for _ in range(background.WORKERS - 1)]
+    try:
+        got = background.submit(
+            background.map_all, lambda _: threading.current_thread().name, [1, 2, 3]
+        ).result(timeout=30)
+    finally:
+        release.set()
+    assert len(set(got)) == 1  # one thread ran all three
+    assert got[0].startswith("dslog-io")
+    for b in busy:
+        assert b.result(timeout=30)
