@@ -491,8 +491,12 @@ def _tap_root(mode: str, prepared: list[tuple[DataFrame, int, bool]]) -> Iterato
         yield root
     finally:
         # a worker removes the files (unlinking a capture's dozen files took ~4 ms of it);
-        # the pool's threads finish their tasks before the interpreter exits
-        background.submit(shutil.rmtree, root, True)
+        # the pool's threads finish their tasks before the interpreter exits, and once it is
+        # exiting (no new tasks) they are removed here
+        try:
+            background.submit(shutil.rmtree, root, True)
+        except RuntimeError:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _capture_once(

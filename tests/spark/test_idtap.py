@@ -10,7 +10,10 @@ on hand-made files.
 
 import logging
 import os
+import tempfile
 import threading
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +328,37 @@ def test_concurrent_captures_keep_their_taps_apart(spark: Any, facts: Any) -> No
     want = {k: [i for i, kk, _ in other if kk == k] for k in range(7)}
     src = {"k": "k", "s": "v", "n": "k"}
     assert_lineage(got["y"], 0, lambda r, c: [(i, src[c]) for i in want[r["k"]]])
+
+
+@pytest.mark.parametrize("exiting", [False, True])
+def test_the_tap_directory_is_removed_after_the_capture(
+    facts: Any, monkeypatch: pytest.MonkeyPatch, exiting: bool
+) -> None:
+    # a worker removes it; while the interpreter exits (the pool takes no new tasks), the
+    # capture's own thread does
+    made: list[str] = []
+    real = tempfile.mkdtemp
+
+    def spy(*args: Any, **kwargs: Any) -> str:
+        path = real(*args, **kwargs)
+        if kwargs.get("prefix") == "dslog-tap-":
+            made.append(path)
+        return path
+
+    def refused(*args: Any) -> Any:
+        msg = "cannot schedule new futures after interpreter shutdown"
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", spy)
+    if exiting:  # (the read-back's workers still run: they are other modules')
+        monkeypatch.setattr(capture_module, "background", types.SimpleNamespace(submit=refused))
+    cap = capture_frames(by_key, [facts])
+    assert cap.timings["tapped_rows"] == len(groups())
+    assert len(made) == 1
+    deadline = time.monotonic() + 30
+    while os.path.exists(made[0]) and time.monotonic() < deadline and not exiting:
+        time.sleep(0.01)
+    assert not os.path.exists(made[0])
 
 
 # ---------------------------------------------------------------------- file level
