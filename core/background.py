@@ -76,13 +76,17 @@ def submit(fn: Callable[..., _R], *args: Any) -> "Future[_R]":
 
 
 def map_all(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
-    """``[fn(x) for x in items]``, the items spread over the pool's workers (numpy, pyarrow and
-    the native kernels release the GIL). Returns only once every call has ended, so a failure
-    (re-raised here, the first in ``items`` order) never leaves calls running on data the
-    caller is about to remove. Runs inline for one item, or when called from a worker (which
-    must not wait on the pool)."""
+    """``[fn(x) for x in items]``: the first item in the calling thread (which would otherwise
+    only wait), the others in the pool's workers (numpy, pyarrow, the native kernels and
+    fsync release the GIL). Returns only once every call has ended, so a failure (re-raised
+    here, the first in ``items`` order) never leaves calls running on data the caller is
+    about to remove. Called from a worker, which must not wait on the pool, it runs them all
+    itself, one after the other."""
     if len(items) <= 1 or in_worker():
         return [fn(x) for x in items]
-    futures = [submit(fn, x) for x in items]
-    wait(futures)
-    return [f.result() for f in futures]
+    futures = [submit(fn, x) for x in items[1:]]
+    try:
+        first = fn(items[0])
+    finally:
+        wait(futures)
+    return [first, *(f.result() for f in futures)]

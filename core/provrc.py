@@ -500,14 +500,20 @@ def compress(
     return table
 
 
+def expand_ranges(keys: I64, lo: I64, hi: I64) -> tuple[I64, I64]:
+    """The intervals ``keys[i] ← lo[i]..hi[i]`` (``lo <= hi``) spelled out, in order: each
+    key repeated once per value, and the values."""
+    lengths = hi - lo + 1
+    starts = np.cumsum(lengths) - lengths
+    values = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
+    return np.repeat(keys, lengths), values
+
+
 def _expand_ranges(
     out_shape: Shape, in_shape: Shape, out_rows: I64, lo: I64, hi: I64
 ) -> LineageRelation:
     """The (output row, input row) pairs ``out_rows[i] ← lo[i]..hi[i]``, spelled out."""
-    lengths = hi - lo + 1
-    starts = np.cumsum(lengths) - lengths
-    o = np.repeat(out_rows, lengths)
-    a = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
+    o, a = expand_ranges(out_rows, lo, hi)
     return LineageRelation.from_columns(out_shape, in_shape, [o], [a], copy=False)
 
 

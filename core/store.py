@@ -433,8 +433,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _fsync_dirs(paths: Sequence[Path]) -> None:
-    """fsync several directories concurrently (the first in the calling thread, the others in
-    :mod:`~dslog_dagster.core.background` workers).
+    """fsync several directories concurrently: the first in the calling thread, the others in
+    workers (:func:`~dslog_dagster.core.background.map_all`).
 
     A file system commits concurrent syncs together (ext4's journal groups them into one
     commit, and their cache flushes merge), so a step's two directories cost about one flush
@@ -443,16 +443,7 @@ def _fsync_dirs(paths: Sequence[Path]) -> None:
     first). From a worker thread they run one after the other (a worker must not wait on
     the pool it belongs to).
     """
-    unique = list(dict.fromkeys(paths))
-    if background.in_worker():
-        for p in unique:
-            _fsync_dir(p)
-        return
-    others = _flush_dirs_aside(unique[1:])
-    if unique:
-        _fsync_dir(unique[0])
-    for f in others:
-        f.result()
+    background.map_all(_fsync_dir, list(dict.fromkeys(paths)))
 
 
 def _flush_dirs_aside(paths: Sequence[Path]) -> "list[Future[None]]":

@@ -1063,11 +1063,13 @@ class TrackedGroupedData:
         if record and dense:
             one = f"count(greatest({', '.join(dense)}))" if len(dense) > 1 else f"count({dense[0]})"
         n = {s: one if s in f._dense else f"count(`{slot_name(s)}`)" for s in slots}
+        # (ranges only) whether slot s holds one value on every row of the group
         constant = {
             s: f"({lo[s]} = {hi[s]})"
             if s in f._dense
             else f"({n[s]} = 0 OR ({lo[s]} = {hi[s]} AND {n[s]} = count(1)))"
             for s in slots
+            if not record
         }
         aggs: list[Column] = []
         key_slots: tuple[int, ...] = ()

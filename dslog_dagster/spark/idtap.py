@@ -65,7 +65,7 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core import background
 from dslog_dagster.core.combine import union_tables
-from dslog_dagster.core.provrc import LineageTable, compress, compress_ranges
+from dslog_dagster.core.provrc import LineageTable, compress, compress_ranges, expand_ranges
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
@@ -551,11 +551,9 @@ def _interval_table(
                 if many is not None:
                     keep = many[rg]
                     rg, first, last = rg[keep], first[keep], last[keep]
-                width = last - first + 1  # a repeated id: one pair (lineage is a set)
-                within = np.arange(int(width.sum()), dtype=np.int64)
-                within -= np.repeat(np.cumsum(width) - width, width)
-                g = np.concatenate([g, np.repeat(rg, width)])
-                ids = np.concatenate([ids, np.repeat(first, width) + within])
+                # a repeated id (first == last): one pair (lineage is a set)
+                run_g, run_ids = expand_ranges(rg, first, last)
+                g, ids = np.concatenate([g, run_g]), np.concatenate([ids, run_ids])
             return g, ids
 
         parts = background.map_all(spelled, files)
@@ -607,7 +605,6 @@ def _group_rows(
     ``g[i]``'s)."""
     if (fg.count == 1).all():
         return dense[fg.start][g], None
-    reps = fg.count[g]
-    total = int(reps.sum())
-    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
-    return dense[np.repeat(fg.start[g], reps) + within], np.repeat(np.arange(g.size), reps)
+    first = fg.start[g]
+    at, pos = expand_ranges(np.arange(g.size), first, first + fg.count[g] - 1)
+    return dense[pos], at

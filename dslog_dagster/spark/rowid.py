@@ -46,10 +46,15 @@ class RowIds:
             self.cached.unpersist()
 
 
+def _numbered(df: DataFrame) -> DataFrame:
+    """``df`` with ``monotonically_increasing_id`` in column ``MID`` (``(partition << 33) +
+    index in partition``)."""
+    return df.withColumn(MID, F.monotonically_increasing_id())
+
+
 def mark(df: DataFrame) -> DataFrame:
-    """``df`` persisted with ``monotonically_increasing_id`` in column ``MID``
-    (``(partition << 33) + index in partition``)."""
-    return df.withColumn(MID, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    """``df`` persisted with ``monotonically_increasing_id`` in column ``MID``."""
+    return _numbered(df).persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def partition_offsets(counts: dict[int, int]) -> list[int]:
@@ -82,7 +87,7 @@ def with_row_id(df: DataFrame, name: str = ROW_ID) -> RowIds:
     The rows are kept (a local checkpoint, memory and disk) so the ids stay stable until
     :meth:`RowIds.release`, and the frame's plan is deterministic (a scan of them).
     """
-    marked = df.withColumn(MID, F.monotonically_increasing_id()).localCheckpoint(eager=True)
+    marked = _numbered(df).localCheckpoint(eager=True)
     part = F.shiftright(F.col(MID), PART_BITS)
     counts = {int(r[0]): int(r[1]) for r in marked.groupBy(part.alias("p")).count().collect()}
     offsets = partition_offsets(counts)

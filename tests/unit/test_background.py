@@ -72,6 +72,10 @@ def test_directory_flushes_from_a_worker_never_wait_on_the_pool(
 def test_map_all_keeps_order_and_waits_for_every_call_before_raising() -> None:
     assert background.map_all(lambda x: x * x, range(7)) == [x * x for x in range(7)]
     assert background.map_all(lambda x: x, []) == []
+    # the first item in the calling thread (it would only wait), the others in workers
+    names = background.map_all(lambda _: threading.current_thread().name, range(3))
+    assert names[0] == threading.current_thread().name
+    assert all(n.startswith("dslog-io") for n in names[1:])
     finished: list[int] = []
     slow = threading.Event()
 
