@@ -14,7 +14,20 @@ executor, one embedded instance), each timed as the best of ``--repeat`` runs af
   from Dagster's own step durations, against the same steps untracked.
 
 The reuse runs are also timed with ``durable=False`` (lineage published atomically but not
-fsynced), alternating with the untracked and durable runs, to show what the flushes cost.
+fsynced), alternating with the untracked and durable runs, to show what the flushes cost, and
+with two ablations of the served steps (``durable=False`` runs whose IO manager is patched
+for outputs served from views), to show where the rest goes:
+
+* **metadata only** — nothing is written to the lineage store; the IO manager hands Dagster
+  the very ``dslog/*`` metadata the last tracked run recorded for that output (figures, record,
+  picture): the cost of Dagster serializing and storing the metadata the issue asks for;
+* **lookup only** — nothing written and one ``dslog/obtained`` entry: what is left is the
+  decorator, the reuse lookup and the user function.
+
+``--instance persistent`` runs everything on a Dagster instance on disk (a temporary
+``DAGSTER_HOME``: SQLite event log, every event a committed transaction), as ``dagster dev``
+does; the default is the in-memory instance of ``execute_in_process``, where Dagster's own
+cost per step is least and the plugin's share largest.
 
 Served steps are compared two ways: the best run (the least total of the served steps' times
 over the repeats) and the per-step best (each step's least time over the repeats, summed).
@@ -49,6 +62,7 @@ from hotspots.definitions import make_defs  # noqa: E402
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 GOAL = 1.05
+SERVED = ("base", "dim", "gen")
 
 
 def run_config(size: int) -> dict[str, Any]:
@@ -106,11 +120,59 @@ def timed(
     for ev in res.get_step_success_events():
         info["step_s"][ev.step_key] = ev.event_specific_data.duration_ms / 1000.0
     info["cpu_s"] = dict(_STEP_CPU)
+    info["md"] = {
+        (ev.step_key, ev.asset_key.to_user_string()): dict(ev.materialization.metadata)
+        for ev in res.get_asset_materialization_events()
+    }
     info["obtained"] = ",".join(sorted(set(info["by_step"].values())))
     return wall, info
 
 
-SERVED = ("base", "dim", "gen")
+_ABLATION: dict[str, Any] = {"kind": None, "replay": {}}
+"""Which ablation the patched IO manager applies to served outputs (None: none), and the
+metadata to replay, by (step key, asset key), taken from the last tracked run."""
+
+
+def _patch_served_outputs() -> None:
+    """Let :data:`_ABLATION` cut the lineage write of outputs served from views. Patches
+    ``LineageJob.begin``, where the IO manager starts registering an output's lineage: with
+    an ablation on, a served output registers nothing and its metadata is set right away."""
+    from dslog_dagster.io_managers import lineage_io_manager as lim
+    from dslog_dagster.io_managers import metadata as m
+
+    begin = lim.LineageJob.begin
+
+    def ablated(job: Any, background: bool) -> None:
+        kind, pending = _ABLATION["kind"], job.pending
+        if kind is None or pending is None or pending.obtained not in SERVED:
+            begin(job, background)
+            return
+        if kind == "lookup":
+            job.done = {m.OBTAINED: dg.MetadataValue.text(pending.obtained)}
+            return
+        ctx = job.context
+        key = (ctx.step_key, ctx.asset_key.to_user_string() if ctx.has_asset_key else "")
+        md = _ABLATION["replay"].get(key)
+        if md is None:
+            msg = f"no metadata of the last tracked run to replay for {key}"
+            raise RuntimeError(msg)
+        job.done = {k: v for k, v in md.items() if k.startswith("dslog/") and k != "dslog/shape"}
+
+    lim.LineageJob.begin = ablated  # type: ignore[method-assign]
+
+
+def _check_ablation(kind: str, info: dict[str, Any], replay: dict[Any, Any]) -> None:
+    """Fail unless the ablated run's served outputs registered nothing: metadata-only
+    outputs carry the replayed operation ids (a write would make new ones), lookup-only
+    outputs none."""
+    for key, md in info["md"].items():
+        if str(md["dslog/obtained"].value) not in SERVED:
+            continue
+        op_id = md.get("dslog/op_id")
+        want = replay[key].get("dslog/op_id") if kind == "metadata" else None
+        if (op_id and op_id.value) != (want and want.value):
+            msg = f"the {kind}-only ablation did not take effect for {key}"
+            raise RuntimeError(msg)
 
 
 def per_step_best(
@@ -130,11 +192,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=256, help="frame side in cells")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--instance",
+        choices=("ephemeral", "persistent"),
+        default="ephemeral",
+        help="Dagster instance: in memory (execute_in_process's default) or on disk "
+        "(SQLite in a temporary DAGSTER_HOME, as `dagster dev`)",
+    )
     args = parser.parse_args(argv)
     cpu = _count_step_cpu()
+    _patch_served_outputs()
     work = Path(tempfile.mkdtemp(prefix="dslog-bench-"))
     try:
-        with dg.DagsterInstance.ephemeral() as instance:
+        if args.instance == "persistent":
+            (work / "home").mkdir()
+            opened = dg.DagsterInstance.local_temp(str(work / "home"))
+        else:
+            opened = dg.DagsterInstance.ephemeral()
+        with opened as instance:
             off = make_defs(str(work / "off"), policy="off").resolve_job_def("hotspot_job")
             on_dir = work / "on"
             on = make_defs(str(on_dir), policy="capture").resolve_job_def("hotspot_job")
@@ -153,11 +228,19 @@ def main(argv: list[str] | None = None) -> int:
             lazy = make_defs(str(on_dir), policy="capture", durable=False).resolve_job_def(
                 "hotspot_job"
             )
-            seconds, lazies = [], []
+            seconds, lazies, md_only, lookup_only = [], [], [], []
             for _ in range(args.repeat):  # alternate: the machine's load drifts
                 offs.append(timed(off, instance, args.size))
                 seconds.append(timed(on, instance, args.size))
                 lazies.append(timed(lazy, instance, args.size))
+                _ABLATION["replay"] = replay = seconds[-1][1]["md"]
+                for kind, runs in (("metadata", md_only), ("lookup", lookup_only)):
+                    _ABLATION["kind"] = kind
+                    try:
+                        runs.append(timed(lazy, instance, args.size))
+                    finally:
+                        _ABLATION["kind"] = None
+                    _check_ablation(kind, runs[-1][1], replay)
             untracked = min(w for w, _ in offs)
             first = min(w for w, _ in firsts)
             first_info = min(firsts, key=lambda x: x[0])[1]
@@ -171,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             best_on = per_step_best(seconds, served)
             best_off = per_step_best(offs, served)
             best_lazy = per_step_best(lazies, served)
+            best_md = per_step_best(md_only, served)
+            best_lookup = per_step_best(lookup_only, served)
             cpus = {
                 name: per_step_best(runs, served, "cpu_s")
                 for name, runs in (("off", offs), ("on", seconds), ("lazy", lazies))
@@ -183,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"hotspot job, {args.size}x{args.size} frame, best of {args.repeat} runs")
+    print(
+        f"hotspot job, {args.size}x{args.size} frame, best of {args.repeat} runs, "
+        f"{args.instance} Dagster instance"
+    )
     print()
     print("| run | seconds | ratio vs untracked | lineage obtained |")
     print("|---|---|---|---|")
@@ -210,6 +298,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| same, `durable=False`, per-step best | {best_lazy:.3f} | "
             f"{best_lazy / best_off:.2f} | |"
+        )
+        print(
+            f"| ablation: metadata only (same `dslog/*` metadata, no lineage written) | "
+            f"{best_md:.3f} | {best_md / best_off:.2f} | per-step best |"
+        )
+        print(
+            f"| ablation: lookup only (no lineage written, one metadata entry) | "
+            f"{best_lookup:.3f} | {best_lookup / best_off:.2f} | per-step best |"
         )
         n = len(served)
         ms = 1000 / n
