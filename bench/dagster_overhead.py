@@ -98,8 +98,9 @@ def _count_step_cpu() -> bool:
 def timed(
     job: dg.JobDefinition, instance: dg.DagsterInstance, size: int
 ) -> tuple[float, dict[str, Any]]:
-    """Seconds of one run, the summed dslog/* timings, how each step obtained lineage, and
-    Dagster's duration (and thread CPU time, when measured) of each step."""
+    """Seconds of one run, the summed dslog/* timings, how each step obtained lineage, each
+    output's metadata, and Dagster's duration (and thread CPU time, when measured) of each
+    step."""
     _STEP_CPU.clear()
     t0 = time.perf_counter()
     res = job.execute_in_process(instance=instance, run_config=run_config(size))
@@ -109,8 +110,10 @@ def timed(
         raise RuntimeError(msg)
     info: dict[str, Any] = {"capture_s": 0.0, "write_s": 0.0, "by_step": {}, "step_s": {}}
     info["parts"] = {}  # step -> {"capture_s": ..., "write_s": ...}
+    info["md"] = {}  # (step, asset key) -> metadata (the ablations replay it)
     for ev in res.get_asset_materialization_events():
         md = ev.materialization.metadata
+        info["md"][(ev.step_key, ev.asset_key.to_user_string())] = dict(md)
         for k in ("capture_s", "write_s"):
             if f"dslog/{k}" in md:
                 info[k] += float(md[f"dslog/{k}"].value)
@@ -120,10 +123,6 @@ def timed(
     for ev in res.get_step_success_events():
         info["step_s"][ev.step_key] = ev.event_specific_data.duration_ms / 1000.0
     info["cpu_s"] = dict(_STEP_CPU)
-    info["md"] = {
-        (ev.step_key, ev.asset_key.to_user_string()): dict(ev.materialization.metadata)
-        for ev in res.get_asset_materialization_events()
-    }
     info["obtained"] = ",".join(sorted(set(info["by_step"].values())))
     return wall, info
 
