@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.dslog-installed
 
-.PHONY: demo ui test test-all lint fmt cpp-test bench dev prereqs clean browser-prereqs
+.PHONY: demo ui test test-all lint typecheck fmt cpp-test bench dev prereqs clean browser-prereqs
 
 prereqs:
 	@tools/check-prereqs.sh $(PYTHON)
@@ -47,7 +47,13 @@ test-all: $(STAMP) browser-prereqs
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy core dslog_dagster
+	$(MAKE) --no-print-directory typecheck
+
+# mypy --strict over the package as installed (core/, io_managers/, assets/ under dslog_dagster),
+# laid out by tools/package_tree.py so every dslog_dagster.* name resolves.
+typecheck: $(STAMP)
+	@$(PY) tools/package_tree.py build/pkgtree >/dev/null
+	cd build/pkgtree && MYPYPATH=. $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml -p dslog_dagster
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
