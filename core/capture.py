@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster import _annotator
+from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.relation import LineageRelation, Shape
 from dslog_dagster.errors import (
     CaptureError,

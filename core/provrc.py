@@ -39,7 +39,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster import _native
+from dslog_dagster.core.native import kernels as _native
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, _as_index_column, as_shape
 from dslog_dagster.errors import CompressionError, InvalidRelationError
 

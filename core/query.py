@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dslog_dagster import _native
+from dslog_dagster.core.native import kernels as _native
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import I64, Shape, as_shape
 from dslog_dagster.errors import QueryError

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster import _native
+from dslog_dagster.core.native import kernels as _native
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 Shape = tuple[int, ...]

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster import _annotator
 from dslog_dagster.core.capture import TRACKED_FLOAT, _check_output, _outputs
+from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.views import TableKey
 

@@ -47,8 +47,8 @@ from typing import Any, TypeVar, overload
 import dagster as dg
 import numpy as np
 
-from dslog_dagster import _annotator
 from dslog_dagster.core.capture import TRACKED_FLOAT
+from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.signatures import Unsignable, code_identity
 from dslog_dagster.errors import DSLogError, UnsupportedArrayError
 from dslog_dagster.naming import array_name

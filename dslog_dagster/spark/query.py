@@ -73,7 +73,7 @@ def _decoder(l: int, m: int):  # type: ignore[no-untyped-def]
 
 def _hopper(l: int, m: int, forward: bool, d_src: int, d_dst: int):  # type: ignore[no-untyped-def]
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from dslog_dagster import _native
+        from dslog_dagster.core.native import kernels as _native
 
         parts = [b for b in batches if b.num_rows]
         if not parts:
