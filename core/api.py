@@ -365,7 +365,7 @@ class DSLog:
                 if capture is not None and hit.needs_check:
                     actual = _as_tables(self._declared_lineage(op_name, ins, outs, capture))
                 if reuse.settle_declared(hit, actual):
-                    lineage = {
+                    lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {
                         (outs[o].name, ins[i].name): t
                         for (w, o, i), t in hit.tables.items()
                         if w == 0

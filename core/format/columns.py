@@ -81,19 +81,11 @@ def table_from_columns(
     if len(cols) != 2 * l + 6 * m:
         msg = f"{len(cols)} columns for a rank {l} <- rank {m} ProvRC table"
         raise ValueError(msg)
-    out = [cols[2 * j] for j in range(l)], [cols[2 * j + 1] for j in range(l)]
-    fields: dict[str, np.ndarray] = {}
-    for i, name in enumerate(INPUT_FIELDS):
-        vals = [cols[2 * l + 6 * k + i] for k in range(m)]
-        fields[name] = np.stack(vals) if vals else np.zeros((0, rows), np.int64)
     empty = np.zeros((0, rows), np.int64)
-    return LineageTable(
-        out_shape,
-        in_shape,
-        "provrc",
-        rows,
-        n_pairs,
-        np.stack(out[0]) if l else empty,
-        np.stack(out[1]) if l else empty,
-        **fields,
-    )
+    out_lo = np.stack([cols[2 * j] for j in range(l)]) if l else empty
+    out_hi = np.stack([cols[2 * j + 1] for j in range(l)]) if l else empty
+    inputs = []
+    for i in range(len(INPUT_FIELDS)):
+        vals = [cols[2 * l + 6 * k + i] for k in range(m)]
+        inputs.append(np.stack(vals) if vals else np.zeros((0, rows), np.int64))
+    return LineageTable.from_fields(out_shape, in_shape, rows, n_pairs, [out_lo, out_hi, *inputs])

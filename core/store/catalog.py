@@ -40,8 +40,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -51,6 +50,9 @@ from dslog_dagster.core.store.layout import StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
 from dslog_dagster.errors import DSLogError, LineageStorageError, QueryError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 

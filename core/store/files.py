@@ -17,12 +17,15 @@ import shutil
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dslog_dagster.core import background
 from dslog_dagster.core.store.layout import STORE_ID_FILE
 from dslog_dagster.errors import LineageStorageError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 STAGING_MAX_AGE_S = 3600.0
 """Staging directories older than this are leftovers of crashed writers and are removed."""

@@ -47,10 +47,9 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +89,9 @@ from dslog_dagster.errors import (
     LineageNotFoundError,
     LineageStorageError,
 )
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 logger = logging.getLogger(__name__)
 
