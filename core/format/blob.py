@@ -76,8 +76,9 @@ _DIGEST = "segment-blob-digest"
 def table_to_blob(table: LineageTable) -> bytes:
     """The self-describing blob of ``table`` inside a segment file.
 
-    Cached on the table (like :func:`table_to_bytes`): a served reuse view hands the store the
-    same table objects on every hit, and encoding them again cost more than the step.
+    Cached on the table (like :func:`~dslog_dagster.core.format.table_file.table_to_bytes`):
+    a served reuse view hands the store the same table objects on every hit, and encoding them
+    again cost more than the step.
     """
     cached: bytes | None = table.encoded.get(_BLOB)
     if cached is not None:

@@ -75,7 +75,7 @@ def _write_parquet(payload: bytes, meta: dict[str, str], sink: Any, codec: Codec
 def table_to_bytes(table: LineageTable, codec: Codec = "zstd") -> bytes:
     """The bytes of the lineage file for ``table`` (what :func:`write_table` stores).
 
-    Cached on the table: :func:`~dslog_dagster.core.provrc.compress` sizes its candidates
+    Cached on the table: :func:`~dslog_dagster.core.compression.compress` sizes its candidates
     with this, and the store then writes the winner without encoding it again.
     """
     cached: bytes | None = table.encoded.get(codec)
