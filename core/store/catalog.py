@@ -390,6 +390,10 @@ class LineageCatalog:
                         recs = operations.records_in(rel)
                     except FileNotFoundError:
                         vanished = True  # packed away since the listing: list again below
+                        # Operations moved into it above must follow it into its pack: marked
+                        # indexed (it is gone, so no operation can hide behind it), it is seen
+                        # to vanish by the next pass, which moves them on.
+                        con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
                         continue
                     except DSLogError as e:
                         logger.warning("skipping segment %s in %s: %s", rel, self.layout.root, e)
