@@ -34,8 +34,8 @@ import dagster as dg
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.assets.queries import DEFAULT_RESOURCE_KEY
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.cellspec import cells_from_spec
 from dslog_dagster.core.query import CellSet, prepare
+from dslog_dagster.core.query.cellspec import cells_from_spec
 from dslog_dagster.core.store import ArrayRecord, OperationRecord
 from dslog_dagster.errors import DSLogError
 from dslog_dagster.io_managers import metadata as m

@@ -31,8 +31,8 @@ from pydantic import Field
 
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.cellspec import cells_from_spec
 from dslog_dagster.core.query import CellSet, Direction, QueryEngine, check_engine
+from dslog_dagster.core.query.cellspec import cells_from_spec
 from dslog_dagster.core.store import ArrayRecord
 from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, QueryError
 from dslog_dagster.naming import array_name

@@ -1,6 +1,6 @@
 """Reproduce the ICDE paper's Table VII: stored size of lineage, ProvRC vs columnar baselines.
 
-For each workload the exact lineage relation(s) come from :mod:`dslog_dagster.core.analytic`
+For each workload the exact lineage relation(s) come from :mod:`dslog_dagster.core.testing.analytic`
 (ground truth, no capture cost). Every input table of a workload is measured and the sizes are
 summed. Baselines store the raw relation:
 
@@ -51,9 +51,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dslog_dagster.core import LineageRelation, LineageStore, LineageTable, compress
-from dslog_dagster.core import analytic as an
-from dslog_dagster.core.storage import encoded_size, segment_to_bytes, table_to_blob
+from dslog_dagster.core.format.blob import table_to_blob
+from dslog_dagster.core.format.segment import segment_to_bytes
+from dslog_dagster.core.format.table_file import encoded_size
 from dslog_dagster.core.store import COMPACT_MAX_OP_BYTES
+from dslog_dagster.core.testing import analytic as an
 
 STRUCTURED = ("Negative", "Addition", "Aggregate", "Repetition", "Mat·Vec", "Mat·Mat")
 REPS = 3

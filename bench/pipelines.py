@@ -5,7 +5,7 @@ step applies an operation drawn uniformly from a fixed list (76 functions with s
 grids, see issue 3 and the prototype notes §5.2) to the previous step's output. Here every step
 runs the *real* NumPy operation, so shapes and data-dependent lineage (sort, partition,
 percentile, unique, ...) are real, and its exact lineage relation comes from
-:mod:`dslog_dagster.core.analytic` instead of a capture.
+:mod:`dslog_dagster.core.testing.analytic` instead of a capture.
 
 Rules, following the prototype where it was sound:
 
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from dslog_dagster.core import LineageRelation
-from dslog_dagster.core import analytic as an
-from dslog_dagster.core.baselines import (
+from dslog_dagster.core.testing import analytic as an
+from dslog_dagster.core.testing.baselines import (
     DuckDBParquetBaseline,
     DuckDBRawBaseline,
     Hop,

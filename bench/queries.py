@@ -33,7 +33,11 @@ import numpy as np
 from pipelines import BOX_EXTENTS, Pipeline, box_cells, generate_pipeline
 
 from dslog_dagster.core.api import Array, DSLog, Lineage
-from dslog_dagster.core.baselines import DuckDBParquetBaseline, DuckDBRawBaseline, NumPyBaseline
+from dslog_dagster.core.testing.baselines import (
+    DuckDBParquetBaseline,
+    DuckDBRawBaseline,
+    NumPyBaseline,
+)
 
 SIZES = list(BOX_EXTENTS)
 BASELINES = ("numpy", "duckdb-raw", "duckdb-parquet")

@@ -72,7 +72,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from dslog_dagster.core import ReusePolicy, ViewRegistry, capture  # noqa: E402
-from dslog_dagster.core.storage import encoded_size  # noqa: E402
+from dslog_dagster.core.format.table_file import encoded_size  # noqa: E402
 from dslog_dagster.core.verification import verify_sample  # noqa: E402
 from dslog_dagster.errors import DSLogError, ViewMismatchWarning  # noqa: E402
 from tests.annotator.grid import BINARY_NAMES, CASES, ICDE_NAMES, UNARY_NAMES, GridCase  # noqa: E402

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.storage import table_to_blob
+from dslog_dagster.core.format.blob import table_to_blob
 from dslog_dagster.io_managers.spark_frames import write_frame
 from dslog_dagster.spark import ROW_ID, capture_frames, get_session
 

@@ -1,11 +1,21 @@
 """The dslog engine, independent of Dagster and Spark (``dslog_dagster.core``).
 
+* :mod:`~dslog_dagster.core.native` — the one module that imports the compiled extensions.
 * :mod:`~dslog_dagster.core.relation` — validated lineage relations (any rank, int64).
 * :mod:`~dslog_dagster.core.capture` — annotated execution with the ``tracked_float`` dtype.
-* :mod:`~dslog_dagster.core.provrc` — ProvRC compression, exact decompression, orientations.
-* :mod:`~dslog_dagster.core.encoding` / :mod:`~dslog_dagster.core.storage` — the file format.
-* :mod:`~dslog_dagster.core.store` / :mod:`~dslog_dagster.core.catalog` — the lineage store
-  and its embedded DuckDB catalog.
+* :mod:`~dslog_dagster.core.provrc` — lineage tables: the ProvRC algorithm, exact
+  decompression, both orientations.
+* :mod:`~dslog_dagster.core.combine` — exact algebra on tables (merges, products, factored
+  tables).
+* :mod:`dslog_dagster.core.format` — how tables are stored: encodings, table files, blobs,
+  segments.
+* :mod:`~dslog_dagster.core.compression` — what is stored for a relation: ProvRC or the
+  columnar encoding, whichever is smaller on disk.
+* :mod:`dslog_dagster.core.store` — the lineage store and its embedded DuckDB catalog.
+* :mod:`dslog_dagster.core.query` — exact cell sets and in-situ queries over tables.
+* :mod:`~dslog_dagster.core.api` — the DSLog session API over a store.
+* :mod:`dslog_dagster.core.testing` — test oracles and query baselines (not used by the
+  library).
 * :mod:`~dslog_dagster.core.signatures` / :mod:`~dslog_dagster.core.views` /
   :mod:`~dslog_dagster.core.verification` / :mod:`~dslog_dagster.core.reuse` — provenance
   views: base/dim/gen signatures, generalised ProvRC templates, sampled verification and the
@@ -15,10 +25,12 @@
 from dslog_dagster.core.capture import TRACKED_FLOAT as TRACKED_FLOAT
 from dslog_dagster.core.capture import CaptureResult as CaptureResult
 from dslog_dagster.core.capture import capture as capture
-from dslog_dagster.core.catalog import LineageCatalog as LineageCatalog
+from dslog_dagster.core.compression import compress as compress
+from dslog_dagster.core.format.table_file import SCHEMA_VERSION as SCHEMA_VERSION
+from dslog_dagster.core.format.table_file import read_table as read_table
+from dslog_dagster.core.format.table_file import write_table as write_table
 from dslog_dagster.core.provrc import ForwardTable as ForwardTable
 from dslog_dagster.core.provrc import LineageTable as LineageTable
-from dslog_dagster.core.provrc import compress as compress
 from dslog_dagster.core.relation import LineageRelation as LineageRelation
 from dslog_dagster.core.reuse import ReusePolicy as ReusePolicy
 from dslog_dagster.core.reuse import ViewInfo as ViewInfo
@@ -27,10 +39,8 @@ from dslog_dagster.core.signatures import base_sig as base_sig
 from dslog_dagster.core.signatures import code_identity as code_identity
 from dslog_dagster.core.signatures import dim_sig as dim_sig
 from dslog_dagster.core.signatures import gen_sig as gen_sig
-from dslog_dagster.core.storage import SCHEMA_VERSION as SCHEMA_VERSION
-from dslog_dagster.core.storage import read_table as read_table
-from dslog_dagster.core.storage import write_table as write_table
 from dslog_dagster.core.store import ArrayRecord as ArrayRecord
+from dslog_dagster.core.store import LineageCatalog as LineageCatalog
 from dslog_dagster.core.store import LineageStore as LineageStore
 from dslog_dagster.core.store import NewArray as NewArray
 from dslog_dagster.core.store import OperationRecord as OperationRecord

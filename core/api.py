@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
-from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.compression import compress
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
@@ -364,7 +365,7 @@ class DSLog:
                 if capture is not None and hit.needs_check:
                     actual = _as_tables(self._declared_lineage(op_name, ins, outs, capture))
                 if reuse.settle_declared(hit, actual):
-                    lineage = {
+                    lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {
                         (outs[o].name, ins[i].name): t
                         for (w, o, i), t in hit.tables.items()
                         if w == 0

@@ -9,9 +9,9 @@ on ProvRC rows:
 * :func:`product_table` — the cell lineage of a 2-D frame from a row table
   ``(out_row ← in_row)`` and a column table ``(out_col ← in_col)``: every pair of rows becomes
   one row over ``(out_row, out_col ← in_row, in_col)``;
-* :func:`concat_tables` — the union of tables that stand for disjoint sets of pairs;
-* :func:`union_tables` — the same when the tables' output ranges interleave (columnar tables
-  are re-sorted, so the result keeps the sorted form :meth:`LineageTable.decompress` promises);
+* :func:`concat_tables` — the union of tables that stand for disjoint sets of pairs (the
+  union of tables whose output ranges interleave is formed on the pairs and compressed anew:
+  :func:`dslog_dagster.core.compression.union_tables`);
 * :func:`factored_table` — a union of products kept as its factors: the row table is stored
   once instead of once per column row, and queries run on the factors
   (:func:`dslog_dagster.core.query.prepare`); the ProvRC rows of the product are formed only
@@ -24,23 +24,25 @@ their pairs — that is the only merge :func:`merge_tables` does.
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from dslog_dagster.core.provrc import LineageTable, compress
-from dslog_dagster.core.relation import I64, LineageRelation, Shape
+from dslog_dagster.core.provrc import PROVRC_FIELDS, LineageTable
+from dslog_dagster.core.relation import I64, Shape
 from dslog_dagster.errors import InvalidRelationError
 
 __all__ = [
+    "FactoredTable",
+    "check_shapes",
     "concat_tables",
     "factored_table",
     "merge_tables",
     "product_table",
     "singleton_rows",
-    "union_tables",
 ]
 
-_FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
+_FIELDS = PROVRC_FIELDS
 
 
 def singleton_rows(table: LineageTable) -> LineageTable:
@@ -50,24 +52,30 @@ def singleton_rows(table: LineageTable) -> LineageTable:
     l, m, n = table.out_rank, table.in_rank, table.rows
     outs, ins = table.raw[:l], table.raw[l:]
     one, zero = np.ones((m, n), np.int64), np.zeros((m, n), np.int64)
-    return LineageTable(
+    return LineageTable.from_fields(
         table.out_shape,
         table.in_shape,
-        "provrc",
         n,
         table.n_pairs,
-        outs.copy(),
-        outs.copy(),
-        np.full((m, n), -1, np.int64),
-        one,
-        zero,
-        one.copy(),
-        ins.copy(),
-        ins.copy(),
+        [
+            outs.copy(),
+            outs.copy(),
+            np.full((m, n), -1, np.int64),
+            one,
+            zero,
+            one.copy(),
+            ins.copy(),
+            ins.copy(),
+        ],
     )
 
 
-def _check_shapes(tables: Sequence[LineageTable]) -> tuple[Shape, Shape]:
+def check_shapes(tables: Sequence[LineageTable]) -> tuple[Shape, Shape]:
+    """The one ``(out_shape, in_shape)`` of ``tables``.
+
+    Raises:
+        InvalidRelationError: the tables connect different shapes.
+    """
     shapes = {(t.out_shape, t.in_shape) for t in tables}
     if len(shapes) != 1:
         msg = f"Tables to combine connect different shapes: {sorted(shapes)}."
@@ -80,7 +88,7 @@ def concat_tables(tables: Sequence[LineageTable]) -> LineageTable:
     if not tables:
         msg = "concat_tables needs at least one table."
         raise InvalidRelationError(msg)
-    osh, ish = _check_shapes(tables)
+    osh, ish = check_shapes(tables)
     if len(tables) == 1:
         return tables[0]
     if all(t.encoding == "columnar" for t in tables):
@@ -88,13 +96,12 @@ def concat_tables(tables: Sequence[LineageTable]) -> LineageTable:
         n = sum(t.rows for t in tables)
         return LineageTable(osh, ish, "columnar", n, sum(t.n_pairs for t in tables), raw=raw)
     rows = [singleton_rows(t) for t in tables]
-    return LineageTable(
+    return LineageTable.from_fields(
         osh,
         ish,
-        "provrc",
         sum(t.rows for t in rows),
         sum(t.n_pairs for t in rows),
-        *[np.hstack([getattr(t, f) for t in rows]) for f in _FIELDS],
+        [np.hstack([getattr(t, f) for t in rows]) for f in _FIELDS],
     )
 
 
@@ -109,7 +116,7 @@ def merge_tables(tables: Sequence[LineageTable], axis: int = 0) -> LineageTable:
     if not tables:
         msg = "merge_tables needs at least one table."
         raise InvalidRelationError(msg)
-    osh, ish = _check_shapes(tables)
+    osh, ish = check_shapes(tables)
     nonempty = [t for t in tables if t.rows]
     if not nonempty:
         return tables[0]
@@ -137,32 +144,7 @@ def merge_tables(tables: Sequence[LineageTable], axis: int = 0) -> LineageTable:
     keep = order[starts]
     out = {f: fields[f][:, keep].copy() for f in _FIELDS}
     out["out_hi"][axis] = hi[ends]
-    return LineageTable(osh, ish, "provrc", len(keep), t.n_pairs, *[out[f] for f in _FIELDS])
-
-
-def union_tables(tables: Sequence[LineageTable], *, disjoint: bool = True) -> LineageTable:
-    """Union of tables whose output ranges may interleave (e.g. the rows of an aggregation
-    whose ids were summarised as ranges, and the rows whose ids were found by a join).
-
-    :func:`merge_tables` would concatenate columnar tables in range order, which is only
-    sorted when the ranges are disjoint; here they are sorted again (and compressed anew,
-    which may find ProvRC rows across the pieces). With ``disjoint=False`` the tables may
-    also share pairs (both sides of a self-join can name the same input row): the union is
-    then formed on the pairs and compressed again, which costs work in the pairs.
-    """
-    if not tables:
-        msg = "union_tables needs at least one table."
-        raise InvalidRelationError(msg)
-    osh, ish = _check_shapes(tables)
-    nonempty = [t for t in tables if t.rows]
-    if len(nonempty) <= 1:
-        return nonempty[0] if nonempty else tables[0]
-    if disjoint and not all(t.encoding == "columnar" for t in nonempty):
-        return merge_tables(nonempty)
-    rels = [t.decompress() for t in nonempty]  # a columnar table's pairs as they are stored
-    outs = np.concatenate([r.out_cols for r in rels], axis=1)
-    ins = np.concatenate([r.in_cols for r in rels], axis=1)
-    return compress(LineageRelation(osh, ish, outs, ins, outs.shape[1]))
+    return LineageTable.from_fields(osh, ish, len(keep), t.n_pairs, [out[f] for f in _FIELDS])
 
 
 def product_table(rows: LineageTable, cols: LineageTable) -> LineageTable:
@@ -196,13 +178,12 @@ def product_table(rows: LineageTable, cols: LineageTable) -> LineageTable:
         out[1].reshape(nc, nr)[:] = b[0][:, None]
         return out
 
-    return LineageTable(
+    return LineageTable.from_fields(
         (rows.out_shape[0], cols.out_shape[0]),
         (rows.in_shape[0], cols.in_shape[0]),
-        "provrc",
         nr * nc,
         rows.n_pairs * cols.n_pairs,
-        *[stack(a, b) for a, b in zip(row_fields, col_fields, strict=True)],
+        [stack(a, b) for a, b in zip(row_fields, col_fields, strict=True)],
     )
 
 
@@ -213,7 +194,7 @@ def factored_table(parts: Sequence[tuple[LineageTable, LineageTable]]) -> Lineag
     capture has one part per set of provenance slots, each with its own output columns. The
     result is an ordinary ProvRC :class:`LineageTable` to every reader — equal to
     ``concat_tables([product_table(r, c) for r, c in parts])`` — whose fields are formed on
-    first read; :func:`~dslog_dagster.core.storage.table_to_blob` stores the factors and
+    first read; :func:`~dslog_dagster.core.format.blob.table_to_blob` stores the factors and
     queries run on them, so a million-row frame's cell lineage is never multiplied out by
     capture, storage or queries (only by code that reads the ProvRC rows).
     """
@@ -234,17 +215,76 @@ def factored_table(parts: Sequence[tuple[LineageTable, LineageTable]]) -> Lineag
         ) != in_shape:
             msg = "The parts of a factored table connect different shapes."
             raise InvalidRelationError(msg)
-    table = object.__new__(LineageTable)
-    fields = {
-        "out_shape": out_shape,
-        "in_shape": in_shape,
-        "encoding": "provrc",
-        "rows": sum(r.rows * c.rows for r, c in parts),
-        "n_pairs": sum(r.n_pairs * c.n_pairs for r, c in parts),
-        "raw": np.zeros((0, 0), np.int64),
-        "encoded": {},
-        "_factors": tuple((r, c) for r, c in parts),
-    }
-    for k, v in fields.items():
-        object.__setattr__(table, k, v)
-    return table
+    return FactoredTable.of(tuple((r, c) for r, c in parts), out_shape, in_shape)
+
+
+@dataclass(frozen=True, slots=True)
+class FactoredTable(LineageTable):
+    """A union of products kept as its factors (see :func:`factored_table`, which builds it).
+
+    An ordinary ProvRC :class:`LineageTable` to every reader: its ProvRC fields are left unset
+    and formed on first read, as ``concat_tables([product_table(r, c) for r, c in parts])``.
+    A copy made with :func:`dataclasses.replace` holds the formed fields and no parts (the
+    parts would no longer describe a changed copy).
+    """
+
+    parts: "tuple[tuple[LineageTable, LineageTable], ...]" = field(
+        default=(), init=False, compare=False, repr=False
+    )
+
+    @classmethod
+    def of(
+        cls,
+        parts: "tuple[tuple[LineageTable, LineageTable], ...]",
+        out_shape: Shape,
+        in_shape: Shape,
+    ) -> "FactoredTable":
+        """The factored table of checked ``parts`` (use :func:`factored_table`)."""
+        table = object.__new__(cls)
+        fields = {
+            "out_shape": out_shape,
+            "in_shape": in_shape,
+            "encoding": "provrc",
+            "rows": sum(r.rows * c.rows for r, c in parts),
+            "n_pairs": sum(r.n_pairs * c.n_pairs for r, c in parts),
+            "raw": np.zeros((0, 0), np.int64),
+            "encoded": {},
+            "parts": parts,
+        }
+        for k, v in fields.items():
+            object.__setattr__(table, k, v)
+        return table
+
+    def __getattr__(self, name: str) -> I64:
+        # Reached only when a slot is unset: the ProvRC fields, formed here on first read so
+        # every consumer sees an ordinary ProvRC table.
+        if name not in _FIELDS:
+            raise AttributeError(name)
+        try:
+            parts = object.__getattribute__(self, "parts")
+        except AttributeError:
+            parts = ()
+        if not parts:
+            raise AttributeError(name)
+        whole = concat_tables([product_table(r, c) for r, c in parts])
+        for f in _FIELDS:
+            object.__setattr__(self, f, getattr(whole, f))
+        value: I64 = getattr(whole, name)
+        return value
+
+    @property
+    def stored_rows(self) -> int:
+        """The rows of the factors (``rows`` counts the ProvRC rows of the product)."""
+        if self.parts:
+            return sum(r.stored_rows + c.stored_rows for r, c in self.parts)
+        return self.rows
+
+    @property
+    def stored_encoding(self) -> str:
+        """``"factored"`` (``"provrc"`` for a copy without its parts)."""
+        return "factored" if self.parts else self.encoding
+
+    @property
+    def factors(self) -> "tuple[tuple[LineageTable, LineageTable], ...]":
+        """The (row table, column table) parts whose products the table stands for."""
+        return self.parts

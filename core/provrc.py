@@ -18,7 +18,7 @@ With ``mult = q = 1, r = 0`` this is the papers' relative attribute ``delta = b_
 fixed ``b`` every input attribute ranges over an interval of constant width
 ``in_hi - in_lo + 1``, so the number of pairs of a row is a product of widths.
 
-Rows are disjoint, so ``decompress(compress(R)) == dedupe(R)`` exactly.
+Rows are disjoint, so ``decompress(compress_provrc(R)) == dedupe(R)`` exactly.
 
 The stored orientation is *backward* (outputs absolute). :meth:`LineageTable.forward` derives
 the *forward* orientation (inputs absolute: each input attribute gets its exact hull interval,
@@ -28,26 +28,27 @@ without expanding anything. Both orientations stand for the same set of pairs.
 **Columnar fallback.** When ProvRC does not pay (e.g. sorting random data, where every output
 cell has its own input cell) the table is kept as the sorted, de-duplicated raw relation
 (``encoding == "columnar"``) and stored with delta + byte-plane + zstd coding, which is never
-larger than a generic columnar encoding. :func:`compress` picks the smaller and records it.
+larger than a generic columnar encoding. :func:`~dslog_dagster.core.compression.compress` picks
+the smaller (it hands :func:`compress_provrc` the size comparison) and records it.
 """
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster.core.native import kernels as _native
-from dslog_dagster.core.relation import I64, LineageRelation, Shape, _as_index_column, as_shape
-from dslog_dagster.errors import CompressionError, InvalidRelationError
+from dslog_dagster.core.native import kernels
+from dslog_dagster.core.relation import I64, LineageRelation, Shape
+from dslog_dagster.errors import CompressionError
 
 Encoding = Literal["provrc", "columnar"]
 
 # Threads for the streaming phase of the native compressor (results do not depend on it).
 DEFAULT_THREADS = max(1, min(os.cpu_count() or 1, 4))
-# Windows probed before the full pass on big relations (see ``compress(probe=...)``).
+# Windows probed before the full pass on big relations (see ``compress_provrc(probe=...)``).
 PROBE_WINDOWS = 16
 
 
@@ -55,7 +56,8 @@ def _empty(rows: int, cols: int = 0) -> I64:
     return np.zeros((rows, cols), dtype=np.int64)
 
 
-_LAZY_FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
+PROVRC_FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
+"""The interval fields of a ProvRC table, in the order the native kernels take them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,50 +83,51 @@ class LineageTable:
     in_lo: I64 = field(default_factory=lambda: _empty(0))
     in_hi: I64 = field(default_factory=lambda: _empty(0))
     raw: I64 = field(default_factory=lambda: _empty(0))
-    # Encoded file bytes per codec, filled lazily by dslog_dagster.core.storage.
+    # Encoded file bytes per codec, filled lazily by dslog_dagster.core.format.
     encoded: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
-    # A factored table (see :func:`factored_table`): the (row table, column table) parts whose
-    # products it stands for. Its ProvRC fields are left unset until first read.
-    _factors: "tuple[tuple[LineageTable, LineageTable], ...]" = field(
-        default=(), init=False, compare=False, repr=False
-    )
 
-    def __getattr__(self, name: str) -> I64:
-        # Reached only when a slot is unset: the ProvRC fields of a factored table, formed
-        # here on first read so every consumer sees an ordinary ProvRC table.
-        if name not in _LAZY_FIELDS:
-            raise AttributeError(name)
-        try:
-            factors = object.__getattribute__(self, "_factors")
-        except AttributeError:
-            factors = ()
-        if not factors:
-            raise AttributeError(name)
-        from dslog_dagster.core.combine import concat_tables, product_table
-
-        whole = concat_tables([product_table(r, c) for r, c in factors])
-        for f in _LAZY_FIELDS:
-            object.__setattr__(self, f, getattr(whole, f))
-        value: I64 = getattr(whole, name)
-        return value
+    @classmethod
+    def from_fields(
+        cls,
+        out_shape: Shape,
+        in_shape: Shape,
+        rows: int,
+        n_pairs: int,
+        fields: Sequence[I64],
+    ) -> "LineageTable":
+        """A ProvRC table from its eight interval fields, in :data:`PROVRC_FIELDS` order."""
+        out_lo, out_hi, in_ref, in_q, in_r, in_mult, in_lo, in_hi = fields
+        return cls(
+            out_shape,
+            in_shape,
+            "provrc",
+            rows,
+            n_pairs,
+            out_lo=out_lo,
+            out_hi=out_hi,
+            in_ref=in_ref,
+            in_q=in_q,
+            in_r=in_r,
+            in_mult=in_mult,
+            in_lo=in_lo,
+            in_hi=in_hi,
+        )
 
     @property
     def stored_rows(self) -> int:
-        """Rows the table is stored as: its ProvRC or columnar rows, or for a factored table
-        the rows of its factors (``rows`` counts the ProvRC rows of the product)."""
-        if self._factors:
-            return sum(r.stored_rows + c.stored_rows for r, c in self._factors)
+        """Rows the table is stored as: its ProvRC or columnar rows (a factored table,
+        :class:`~dslog_dagster.core.combine.FactoredTable`, counts the rows of its factors)."""
         return self.rows
 
     @property
     def stored_encoding(self) -> str:
-        """``"factored"`` for a factored table, else :attr:`encoding`."""
-        return "factored" if self._factors else self.encoding
+        """How the table is stored: :attr:`encoding`, or ``"factored"`` for a factored table."""
+        return self.encoding
 
     @property
     def factors(self) -> "tuple[tuple[LineageTable, LineageTable], ...]":
         """The (row table, column table) parts of a factored table (empty for any other)."""
-        return self._factors
+        return ()
 
     @property
     def out_rank(self) -> int:
@@ -165,7 +168,7 @@ class LineageTable:
                 _empty(0, min(self.rows, 1)),
                 min(self.rows, 1),
             )
-        mat, n = _native.decompress(*self.native_args())
+        mat, n = kernels.decompress(*self.native_args())
         return LineageRelation(self.out_shape, self.in_shape, mat[:l], mat[l:], int(n))
 
     def as_provrc(self) -> "LineageTable":
@@ -173,7 +176,7 @@ class LineageTable:
         for queries, only sometimes for bytes)."""
         if self.encoding == "provrc":
             return self
-        return compress(self.decompress(), fallback="never")
+        return compress_provrc(self.decompress())
 
     def input_hulls(self) -> tuple[I64, I64]:
         """Exact per-row bounding interval of every input attribute, ``(m, rows)`` each.
@@ -298,7 +301,7 @@ def _constant_columns(rel: LineageRelation) -> dict[int, int]:
     if rel.n == 0:
         return {}
     cols = rel.columns()
-    flags = _native.constant_columns(cols)
+    flags = kernels.constant_columns(cols)
     return {c: int(cols[c][0]) for c, constant in enumerate(flags) if constant}
 
 
@@ -309,7 +312,8 @@ def _restore_constant_columns(
     keep_out: list[int],
     keep_in: list[int],
 ) -> LineageTable:
-    """Put the constant columns removed by :func:`compress` back into ``t``."""
+    """Put the constant columns removed by :func:`_compress_without_constants` back into
+    ``t``."""
     l, m, rows = rel.out_rank, rel.in_rank, t.rows
 
     def full(value: int) -> I64:
@@ -363,95 +367,78 @@ def _restore_constant_columns(
     )
 
 
-def _columnar(rel: LineageRelation, sorted_mat: I64, n: int) -> LineageTable:
+def columnar_table(rel: LineageRelation, sorted_mat: I64, n: int) -> LineageTable:
+    """The columnar table of ``rel``, given its sorted unique pairs ``sorted_mat`` (``n``)."""
     return LineageTable(rel.out_shape, rel.in_shape, "columnar", n, n, raw=sorted_mat)
 
 
-def compress(
+def sorted_pairs(relation: LineageRelation) -> tuple[I64, int]:
+    """The sorted unique pairs of ``relation`` as an ``(l + m, n)`` matrix, and ``n``.
+
+    Raises:
+        CompressionError: the native sort failed (e.g. out of memory).
+    """
+    try:
+        mat, n = kernels.sort_unique(relation.columns(), relation.out_rank)
+    except (ValueError, RuntimeError, MemoryError) as e:
+        msg = f"Sorting a relation of {relation.n} pairs failed: {e}"
+        raise CompressionError(msg) from e
+    return mat, int(n)
+
+
+ColumnarIf = Callable[[LineageTable, LineageTable], bool]
+"""Given the ProvRC table and the columnar table of one relation, whether to keep the
+columnar one: the close call of the columnar fallback, decided by how the two are stored
+(:func:`~dslog_dagster.core.compression.compress` hands it down)."""
+
+
+def compress_provrc(
     relation: LineageRelation,
     *,
     relative: bool = True,
     mirrored: bool = True,
     progression: bool = True,
-    fallback: Literal["auto", "never", "always"] = "auto",
     threads: int = DEFAULT_THREADS,
-    probe: bool = True,
+    probe: bool = False,
+    columnar_if: ColumnarIf | None = None,
 ) -> LineageTable:
-    """Compress a relation with ProvRC (or the columnar fallback when ProvRC does not pay).
+    """ProvRC (thesis Algorithm 1) on ``relation``, with or without the columnar fallback.
 
-    Args:
-        relation: the lineage relation (any rank, unsorted, duplicates allowed).
-        relative: allow relative attributes (thesis Algorithm 1, step 2).
-        mirrored: allow mirrored attributes (``a = C - b``).
-        progression: merge arithmetic progressions of rows into strided attributes.
-        fallback: ``auto`` stores whichever of ProvRC and the columnar encoding is smaller;
-            ``never`` forces ProvRC, ``always`` forces the columnar encoding.
-        threads: native worker threads for large relations (the table is the same for any
-            number of threads).
-        probe: with ``fallback="auto"``, on relations of 2^18 pairs or more, first run the
-            streaming phase on 16 evenly spaced windows of the sorted relation and take the
-            columnar encoding at once when every window keeps more than 60 % of its pairs as
-            rows (ProvRC gives up at 1/2 anyway). Saves the hopeless full pass on unstructured
-            lineage; a ProvRC table, when one is produced, is the same either way.
+    Phases: put constant axes aside (:func:`_compress_without_constants`); sort, then merge
+    rows per attribute in the native streaming pass (:func:`_native_pass`, steps 1-3 of the
+    algorithm); retry strided patterns with absolute attributes only
+    (:func:`_strided_second_pass`); form the table; weigh the columnar encoding on a close
+    call.
 
-    Returns:
-        A :class:`LineageTable`; ``table.encoding`` records the choice.
+    Without ``columnar_if`` the result is always ProvRC rows (``fallback="never"`` of
+    :func:`~dslog_dagster.core.compression.compress`). With it the fallback is on: the native
+    pass gives up once it keeps about half the pairs as rows (and ``probe`` lets it look at
+    windows of a big relation first), and when ProvRC keeps more than 1/16 of the pairs as
+    rows, ``columnar_if(provrc_table, columnar_table)`` decides which one is returned.
+
+    Raises:
+        CompressionError: the native pass failed.
     """
-    if not isinstance(relation, LineageRelation):
-        msg = f"compress() takes a LineageRelation, got `{type(relation).__name__}`."
-        raise InvalidRelationError(msg)
     l = relation.out_rank
     if l + relation.in_rank == 0:
         n = min(relation.n, 1)
         return LineageTable(relation.out_shape, relation.in_shape, "provrc", n, n)
-    if fallback == "always":
-        try:
-            mat, n = _native.sort_unique(relation.columns(), l)
-        except (ValueError, RuntimeError, MemoryError) as e:
-            msg = f"Sorting a relation of {relation.n} pairs failed: {e}"
-            raise CompressionError(msg) from e
-        return _columnar(relation, mat, int(n))
     constant = _constant_columns(relation)
     if constant:
-        # Axes on which every pair has the same index (an (N, 1) column vector, a pinned
-        # input row) carry no structure: compress without them and put them back as
-        # absolute [c, c] intervals. Otherwise they would hide the merges ProvRC makes on the
-        # other axes (and trip its early give-up, which looks at one output axis).
-        keep_out = [j for j in range(l) if j not in constant]
-        keep_in = [k for k in range(relation.in_rank) if l + k not in constant]
-        reduced = LineageRelation(
-            tuple(relation.out_shape[j] for j in keep_out),
-            tuple(relation.in_shape[k] for k in keep_in),
-            relation.out_cols[keep_out],
-            relation.in_cols[keep_in],
-            relation.n,
-        )
-        inner = compress(
-            reduced,
+        return _compress_without_constants(
+            relation,
+            constant,
             relative=relative,
             mirrored=mirrored,
             progression=progression,
-            fallback=fallback,
             threads=threads,
             probe=probe,
+            columnar_if=columnar_if,
         )
-        return _restore_constant_columns(inner, relation, constant, keep_out, keep_in)
-    # ProvRC cannot beat the raw encoding once it keeps more than about half the raw rows.
-    abort = 0.5 if fallback == "auto" else 0.0
-    try:
-        res = _native.compress(
-            relation.columns(),
-            l,
-            relative,
-            mirrored,
-            progression,
-            abort,
-            threads,
-            PROBE_WINDOWS if probe and fallback == "auto" else 0,
-        )
-    except (ValueError, RuntimeError, MemoryError) as e:
-        msg = f"ProvRC failed on a relation of {relation.n} pairs: {e}"
-        raise CompressionError(msg) from e
+    fallback = columnar_if is not None
+    res = _native_pass(
+        relation, relative, mirrored, progression, threads, fallback and probe, fallback
+    )
     n_unique = int(res["n_unique"])
 
     def sorted_matrix() -> I64:
@@ -463,221 +450,102 @@ def compress(
         return np.vstack([u.out_cols, u.in_cols])
 
     if res["aborted"]:
-        return _columnar(relation, sorted_matrix(), n_unique)
+        return columnar_table(relation, sorted_matrix(), n_unique)
     if progression and (relative or mirrored) and res["rows"] > 8:
-        # Greedy relative merging can claim rows that belong to a strided pattern
-        # (e.g. a = floor((b + 1) / 2) becomes n/2 identity runs of length 2). A second pass
-        # with absolute attributes only lets the progression merge find it; keep the smaller.
-        alt = _native.compress(relation.columns(), l, False, False, True, 0.0, threads)
-        if alt["rows"] < res["rows"]:
-            alt["sorted"], alt["aborted"] = res["sorted"], res["aborted"]
-            res = alt
-    table = LineageTable(
+        res = _strided_second_pass(relation, res, threads)
+    table = LineageTable.from_fields(
         relation.out_shape,
         relation.in_shape,
-        "provrc",
         int(res["rows"]),
         n_unique,
-        res["out_lo"],
-        res["out_hi"],
-        res["in_ref"],
-        res["in_q"],
-        res["in_r"],
-        res["in_mult"],
-        res["in_lo"],
-        res["in_hi"],
+        [res[f] for f in PROVRC_FIELDS],
     )
-    if fallback == "auto" and table.rows * 16 > n_unique:
-        # Close call: compare the encoded sizes. ProvRC answers queries without expanding
-        # cells, so it is kept unless the columnar file is clearly smaller (a few dozen bytes
-        # of metadata on a tiny table are not worth losing that).
-        from dslog_dagster.core.storage import encoded_size
-
-        columnar = _columnar(relation, sorted_matrix(), n_unique)
-        provrc_size = encoded_size(table)
-        if encoded_size(columnar) < provrc_size - max(128, provrc_size // 20):
+    if columnar_if is not None and table.rows * 16 > n_unique:
+        # Close call: the caller weighs the two encodings as they are stored.
+        columnar = columnar_table(relation, sorted_matrix(), n_unique)
+        if columnar_if(table, columnar):
             return columnar
     return table
 
 
-def expand_ranges(keys: I64, lo: I64, hi: I64) -> tuple[I64, I64]:
-    """The intervals ``keys[i] ← lo[i]..hi[i]`` (``lo <= hi``) spelled out, in order: each
-    key repeated once per value, and the values."""
-    lengths = hi - lo + 1
-    starts = np.cumsum(lengths) - lengths
-    values = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts - lo, lengths)
-    return np.repeat(keys, lengths), values
-
-
-def _expand_ranges(
-    out_shape: Shape, in_shape: Shape, out_rows: I64, lo: I64, hi: I64
-) -> LineageRelation:
-    """The (output row, input row) pairs ``out_rows[i] ← lo[i]..hi[i]``, spelled out."""
-    o, a = expand_ranges(out_rows, lo, hi)
-    return LineageRelation.from_columns(out_shape, in_shape, [o], [a], copy=False)
-
-
-def _range_join(ok: npt.NDArray[np.bool_], step: I64) -> npt.NDArray[np.bool_]:
-    """Greedy left-to-right choice of which links join their two pieces into one row.
-
-    Link ``k`` sits between pieces ``k`` and ``k + 1``; ``ok`` says they may share a row and
-    ``step`` is the row's step if they do. A row is a run of joined links of one step, so link
-    ``k`` joins iff it is ok and either link ``k - 1`` did not join (piece ``k`` opens a row)
-    or it has link ``k - 1``'s step. Within a run of ok links of one step every link after the
-    first joins; the first joins iff the link before it did not, which alternates along a chain
-    of one-link runs and restarts wherever a longer run or a non-ok link precedes. That is the
-    sequential recurrence evaluated with cumulative maxima instead of a Python loop.
-    """
-    if not len(ok):
-        return ok.copy()
-    prev_ok = np.concatenate([[False], ok[:-1]])
-    same = np.concatenate([[False], step[1:] == step[:-1]])
-    first = ok & ~(prev_ok & same)  # an ok link that opens a run of one step
-    join: npt.NDArray[np.bool_] = ok & ~first
-    idx = np.flatnonzero(first)
-    if idx.size == 0:
-        return join
-    # What precedes a first link decides it: a non-ok link (a chain starts: it joins), the
-    # last link of a longer run (joined, so it does not), or a one-link run (the opposite of
-    # that link, itself a first link: so the first links alternate until the next restart).
-    chain_start = ~prev_ok[idx]
-    after_long = ~chain_start & ~first[np.maximum(idx - 1, 0)]
-    restart = chain_start | after_long
-    pos = np.arange(idx.size)
-    last_reset = np.maximum.accumulate(np.where(restart, pos, 0))
-    join[idx] = chain_start[last_reset] ^ ((pos - last_reset) % 2 == 1)
-    return join
-
-
-def compress_ranges(
-    out_shape: Sequence[int] | int,
-    in_shape: Sequence[int] | int,
-    out_rows: npt.ArrayLike,
-    lo: npt.ArrayLike,
-    hi: npt.ArrayLike,
+def _compress_without_constants(
+    relation: LineageRelation,
+    constant: dict[int, int],
     *,
-    fallback: Literal["auto", "never"] = "auto",
-    threads: int = DEFAULT_THREADS,
+    relative: bool,
+    mirrored: bool,
+    progression: bool,
+    threads: int,
+    probe: bool,
+    columnar_if: ColumnarIf | None,
 ) -> LineageTable:
-    """ProvRC table of a rank-1 ← rank-1 relation given as one input interval per output row.
+    """Compress ``relation`` without its ``constant`` axes, then put them back.
 
-    Output row ``out_rows[i]`` depends on input rows ``lo[i]..hi[i]`` (inclusive), the shape
-    of an aggregation's lineage over sorted ids. The table is built from the intervals with
-    O(rows) NumPy work (plus a sort when the rows come unordered), never spelling out the pairs
-    that :func:`compress` would have to be given (10^6 for 10^5 groups of 10, ~25 ms of
-    native work). Consecutive output rows with equal intervals form a *plateau*; a run of
-    plateaus of equal length ``q`` over contiguous rows, of one width, whose ``lo`` advances
-    by a constant ``mult`` becomes one row with the relative attribute
-    ``F(b) = mult·floor((b + r)/q)`` (``q = 1``: pooling, ``mult < 0``: mirrored, ``q > 1``: an
-    aggregate repeated over rows); a lone plateau becomes an absolute row; a plateau cut short
-    at either end of a run gets its own row. Runs are chosen greedily from the left. For these
-    patterns the fields are the ones :func:`compress` gives the same pairs (``r`` in
-    ``[0, q)``, absolute attributes with ``q = mult = 1``), so tables built either way merge
-    alike across partitions. Steps that vary periodically (``lo = floor(2b/3)``) are beyond
-    this family; there :func:`compress` can need fewer rows (about half as many at worst in
-    random tests), and ``fallback="auto"`` still keeps the direct table when it has 16 pairs
-    or more per row.
-
-    Args:
-        out_shape: ``(n_out,)``.
-        in_shape: ``(n_in,)``.
-        out_rows: output row of each interval; distinct rows, in any order. Repeated rows are
-            accepted (their intervals are united) but take the :func:`compress` path.
-        lo: first input row of each interval.
-        hi: last input row of each interval (``lo <= hi``).
-        fallback: ``auto`` keeps the direct table only where ProvRC clearly pays (at least 16
-            pairs per row, the point below which :func:`compress` starts weighing the columnar
-            encoding); otherwise it spells out the pairs and returns :func:`compress`'s table,
-            so scattered intervals are stored exactly as before. ``never`` always returns the
-            direct table.
-        threads: native threads for the :func:`compress` path.
-
-    Returns:
-        A :class:`LineageTable` whose :meth:`~LineageTable.decompress` is exactly the pairs.
-
-    Raises:
-        UnsupportedArrayError: non-integer or non-1-D columns.
-        InvalidRelationError: not rank 1 ← rank 1, ragged columns, ``lo > hi``, or rows out of
-            shape.
+    Axes on which every pair has the same index (an (N, 1) column vector, a pinned input row)
+    carry no structure: compress without them and put them back as absolute ``[c, c]``
+    intervals. Otherwise they would hide the merges ProvRC makes on the other axes (and trip
+    its early give-up, which looks at one output axis).
     """
-    osh = as_shape(out_shape, "Output")
-    ish = as_shape(in_shape, "Input")
-    if len(osh) != 1 or len(ish) != 1:
-        msg = (
-            f"compress_ranges() takes a rank-1 output and input, got shapes {osh} and {ish}; "
-            "use compress() on a LineageRelation for other ranks."
-        )
-        raise InvalidRelationError(msg)
-    o = _as_index_column(out_rows, "out_rows")
-    a_lo = _as_index_column(lo, "lo")
-    a_hi = _as_index_column(hi, "hi")
-    n = len(o)
-    if len(a_lo) != n or len(a_hi) != n:
-        msg = f"`out_rows`, `lo` and `hi` are ragged (lengths {n}, {len(a_lo)}, {len(a_hi)})."
-        raise InvalidRelationError(msg)
-    if n and bool(np.any(a_lo > a_hi)):
-        i = int(np.argmax(a_lo > a_hi))
-        msg = f"Interval {i} is empty (`lo={a_lo[i]}` > `hi={a_hi[i]}`); pass lo <= hi."
-        raise InvalidRelationError(msg)
-    if n and (int(o.min()) < 0 or int(o.max()) >= osh[0]):
-        msg = f"`out_rows` holds rows outside the output shape {osh}."
-        raise InvalidRelationError(msg)
-    if n and (int(a_lo.min()) < 0 or int(a_hi.max()) >= ish[0]):
-        msg = f"`lo`/`hi` hold rows outside the input shape {ish}."
-        raise InvalidRelationError(msg)
-    if n == 0:
-        return LineageTable(osh, ish, "provrc", 0, 0, *(_empty(1) for _ in range(8)))
-    if n > 1 and not bool(np.all(o[1:] > o[:-1])):
-        order = np.argsort(o, kind="stable")
-        o, a_lo, a_hi = o[order], a_lo[order], a_hi[order]
-        if bool(np.any(o[1:] == o[:-1])):
-            # overlapping intervals of one row: uniting the pairs is compress()'s job
-            return compress(
-                _expand_ranges(osh, ish, o, a_lo, a_hi), fallback=fallback, threads=threads
-            )
-    if osh[0] * ish[0] >= 1 << 62:
-        # mult·floor((b + r)/q) could leave int64 (mult < n_in, b < n_out); never in practice
-        return compress(_expand_ranges(osh, ish, o, a_lo, a_hi), fallback=fallback, threads=threads)
-    width = a_hi - a_lo
-    # plateaus: maximal runs of contiguous output rows with the same interval
-    new = np.ones(n, dtype=bool)
-    new[1:] = (o[1:] != o[:-1] + 1) | (a_lo[1:] != a_lo[:-1]) | (width[1:] != width[:-1])
-    starts = np.flatnonzero(new)
-    p_s, p_lo, p_w = o[starts], a_lo[starts], width[starts]
-    p_len = np.diff(np.append(starts, n))
-    # link k between plateaus k and k+1 may share a row: contiguous rows, same width, same
-    # length (the period q); its step is how far lo moves (never 0: plateaus are maximal)
-    link_ok = (p_s[1:] == p_s[:-1] + p_len[:-1]) & (p_w[1:] == p_w[:-1]) & (p_len[1:] == p_len[:-1])
-    step = p_lo[1:] - p_lo[:-1]
-    join = _range_join(link_ok, step)
-    first = np.flatnonzero(np.concatenate([[True], ~join]))  # first plateau of each row
-    last = np.append(first[1:] - 1, len(starts) - 1)
-    rows = len(first)
-    s0, lo0, w0 = p_s[first], p_lo[first], p_w[first]
-    rel = last > first  # a run of two or more plateaus: relative; a lone one: absolute
-    one = np.ones(rows, dtype=np.int64)
-    q = np.where(rel, p_len[first], one)
-    mult = np.where(rel, np.append(step, 1)[first], one)
-    r = (-s0) % q  # 0 for absolute rows; puts the run's first row at a multiple of q
-    # relative: F(b) - a in [F(s0) - lo0 - w0, F(s0) - lo0] with F(s0) = mult·(s0 + r)/q
-    f0 = mult * ((s0 + r) // q) - lo0
-    in_lo = np.where(rel, f0 - w0, lo0)
-    in_hi = np.where(rel, f0, lo0 + w0)
-    table = LineageTable(
-        osh,
-        ish,
-        "provrc",
-        rows,
-        int((width + 1).sum()),
-        s0.reshape(1, rows),
-        (p_s[last] + p_len[last] - 1).reshape(1, rows),
-        np.where(rel, 0, -1).astype(np.int64).reshape(1, rows),
-        q.reshape(1, rows),
-        r.reshape(1, rows),
-        mult.reshape(1, rows),
-        in_lo.reshape(1, rows),
-        in_hi.reshape(1, rows),
+    l = relation.out_rank
+    keep_out = [j for j in range(l) if j not in constant]
+    keep_in = [k for k in range(relation.in_rank) if l + k not in constant]
+    reduced = LineageRelation(
+        tuple(relation.out_shape[j] for j in keep_out),
+        tuple(relation.in_shape[k] for k in keep_in),
+        relation.out_cols[keep_out],
+        relation.in_cols[keep_in],
+        relation.n,
     )
-    if fallback == "auto" and rows * 16 > table.n_pairs:
-        return compress(_expand_ranges(osh, ish, o, a_lo, a_hi), threads=threads)
-    return table
+    inner = compress_provrc(
+        reduced,
+        relative=relative,
+        mirrored=mirrored,
+        progression=progression,
+        threads=threads,
+        probe=probe,
+        columnar_if=columnar_if,
+    )
+    return _restore_constant_columns(inner, relation, constant, keep_out, keep_in)
+
+
+def _native_pass(
+    relation: LineageRelation,
+    relative: bool,
+    mirrored: bool,
+    progression: bool,
+    threads: int,
+    probe: bool,
+    give_up: bool,
+) -> dict[str, Any]:
+    """The native streaming pass: sort, then merge rows attribute by attribute.
+
+    ``give_up``: stop once ProvRC keeps more than about half the pairs as rows (it cannot
+    beat the raw encoding then); ``probe``: first try :data:`PROBE_WINDOWS` windows.
+    """
+    try:
+        return kernels.compress(
+            relation.columns(),
+            relation.out_rank,
+            relative,
+            mirrored,
+            progression,
+            0.5 if give_up else 0.0,
+            threads,
+            PROBE_WINDOWS if probe else 0,
+        )
+    except (ValueError, RuntimeError, MemoryError) as e:
+        msg = f"ProvRC failed on a relation of {relation.n} pairs: {e}"
+        raise CompressionError(msg) from e
+
+
+def _strided_second_pass(
+    relation: LineageRelation, res: dict[str, Any], threads: int
+) -> dict[str, Any]:
+    """Greedy relative merging can claim rows that belong to a strided pattern (e.g.
+    ``a = floor((b + 1) / 2)`` becomes n/2 identity runs of length 2). A second pass with
+    absolute attributes only lets the progression merge find it; the smaller result is kept."""
+    alt = kernels.compress(relation.columns(), relation.out_rank, False, False, True, 0.0, threads)
+    if alt["rows"] < res["rows"]:
+        alt["sorted"], alt["aborted"] = res["sorted"], res["aborted"]
+        return alt
+    return res

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster.core.native import kernels as _native
+from dslog_dagster.core.native import kernels
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 Shape = tuple[int, ...]
@@ -38,7 +38,13 @@ def as_shape(shape: Sequence[int] | int, what: str) -> Shape:
     return out
 
 
-def _as_index_column(col: Any, name: str) -> I64:
+def as_index_column(col: Any, name: str) -> I64:
+    """``col`` as a contiguous int64 index column named ``name`` in messages.
+
+    Raises:
+        UnsupportedArrayError: not integers, or not 1-D.
+        InvalidRelationError: unsigned values beyond the int64 range.
+    """
     arr = np.asarray(col)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         msg = (
@@ -139,8 +145,8 @@ class LineageRelation:
                 f"(shape {ish}); pass one column per axis."
             )
             raise InvalidRelationError(msg)
-        oc = [_as_index_column(c, f"b_{j + 1}") for j, c in enumerate(out_cols)]
-        ic = [_as_index_column(c, f"a_{k + 1}") for k, c in enumerate(in_cols)]
+        oc = [as_index_column(c, f"b_{j + 1}") for j, c in enumerate(out_cols)]
+        ic = [as_index_column(c, f"a_{k + 1}") for k, c in enumerate(in_cols)]
         lengths = {len(c) for c in oc + ic}
         if len(lengths) > 1:
             msg = f"Index columns are ragged (lengths {sorted(lengths)}); all must be equal."
@@ -198,8 +204,8 @@ class LineageRelation:
         """Build from flat (C-order) cell indices, as a capture records them."""
         osh = as_shape(out_shape, "Output")
         ish = as_shape(in_shape, "Input")
-        of = _as_index_column(out_flat, "output flat index")
-        inf = _as_index_column(in_flat, "input flat index")
+        of = as_index_column(out_flat, "output flat index")
+        inf = as_index_column(in_flat, "input flat index")
         if len(of) != len(inf):
             msg = f"{len(of)} output flat indices but {len(inf)} input flat indices."
             raise InvalidRelationError(msg)
@@ -222,7 +228,7 @@ class LineageRelation:
             return LineageRelation(
                 self.out_shape, self.in_shape, self.out_cols, self.in_cols, min(self.n, 1)
             )
-        mat, n = _native.sort_unique(self.columns(), self.out_rank)
+        mat, n = kernels.sort_unique(self.columns(), self.out_rank)
         return LineageRelation(
             self.out_shape, self.in_shape, mat[: self.out_rank], mat[self.out_rank :], int(n)
         )

@@ -83,9 +83,11 @@ from dslog_dagster.core.capture import (
     capture_inputs,
     check_need,
 )
-from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.compression import compress
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
+from dslog_dagster.core.format.table_file import atomic_write_bytes
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation, Shape
-from dslog_dagster.core.storage import atomic_write_bytes, table_from_blob, table_to_blob
 from dslog_dagster.core.store import LineageStore
 from dslog_dagster.core.verification import verify_sample
 from dslog_dagster.core.views import GenTemplate, TableKey, fit, table_sets_equal

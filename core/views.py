@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.compression import compress
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation, Shape
 
 __all__ = [

@@ -71,7 +71,7 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 def _query(args: argparse.Namespace) -> int:
     from dslog_dagster.core.api import DSLog
-    from dslog_dagster.core.cellspec import cells_from_spec
+    from dslog_dagster.core.query.cellspec import cells_from_spec
     from dslog_dagster.naming import array_name
 
     log = DSLog(_store(args.store))

@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dslog_dagster.core import LineageRelation, LineageStore, analytic
+from dslog_dagster.core import LineageRelation, LineageStore
+from dslog_dagster.core.testing import analytic
 
 
 def raw_parquet_zstd_bytes(rel: LineageRelation) -> int:

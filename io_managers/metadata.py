@@ -57,10 +57,10 @@ import dagster as dg
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from dslog_dagster.core.format.blob import table_digest
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, prepare
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.storage import table_digest
 from dslog_dagster.pictures import cells_png, png_markdown
 
 __all__ = [
@@ -259,7 +259,7 @@ def lineage_markdown(
     Cached when every input's lineage is a compressed table (a served reuse view hands the
     same tables on every hit, and drawing cost about as much as the step itself): the key is
     the output name and shape, ``k``, ``max_pictures`` and each input's name with the
-    :func:`~dslog_dagster.core.storage.table_digest` of its table, i.e. everything the
+    :func:`~dslog_dagster.core.format.blob.table_digest` of its table, i.e. everything the
     markdown is computed from, so a hit is exactly what a fresh render would give.
     """
     key = _picture_key(output, out_shape, inputs, k, max_pictures)

@@ -34,8 +34,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dslog_dagster.core import background
-from dslog_dagster.core.combine import factored_table, union_tables
-from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.combine import factored_table
+from dslog_dagster.core.compression import compress, union_tables
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.frame import CaptureContext, NeedLists, TrackedFrame

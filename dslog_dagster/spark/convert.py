@@ -16,7 +16,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dslog_dagster.core.combine import product_table
-from dslog_dagster.core.provrc import LineageTable, compress
+from dslog_dagster.core.compression import compress
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.spark.rowid import ROW_ID

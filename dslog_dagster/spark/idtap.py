@@ -64,8 +64,8 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from dslog_dagster.core import background
-from dslog_dagster.core.combine import union_tables
-from dslog_dagster.core.provrc import LineageTable, compress, compress_ranges, expand_ranges
+from dslog_dagster.core.compression import compress, compress_ranges, expand_ranges, union_tables
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS

@@ -20,10 +20,11 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from dslog_dagster.core.combine import merge_tables, union_tables
+from dslog_dagster.core.combine import merge_tables
+from dslog_dagster.core.compression import union_tables
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
 from dslog_dagster.spark.summaries import GroupSummaries, SummariesMissing, read_summaries
 
@@ -80,7 +81,7 @@ _BLOB_SCHEMA = "blob binary"
 
 def _compressor(n_out: int, n_in: int, out_col: str, in_col: str):  # type: ignore[no-untyped-def]
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from dslog_dagster.core.provrc import compress
+        from dslog_dagster.core.compression import compress
 
         outs, ins = [], []
         for b in batches:
@@ -241,7 +242,7 @@ def _compress_partition(
     """The rows of :func:`_group_compressor` for one partition's ``MID``, ``g*``, ``__ok``."""
     import pyarrow.compute as pc
 
-    from dslog_dagster.core.provrc import compress, compress_ranges
+    from dslog_dagster.core.compression import compress, compress_ranges
 
     mids = whole.column(MID).to_numpy()
     bad = 0

@@ -51,7 +51,7 @@ def _row_schema(l: int, m: int) -> str:
 def _decoder(l: int, m: int):  # type: ignore[no-untyped-def]
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from dslog_dagster.core.combine import singleton_rows
-        from dslog_dagster.core.storage import table_from_blob
+        from dslog_dagster.core.format.blob import table_from_blob
 
         for b in batches:
             for blob in b.column(0).to_pylist():

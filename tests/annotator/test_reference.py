@@ -2,7 +2,7 @@
 
 Three kinds of evidence, none of which uses the native annotator:
 
-* lineage equals the analytic generators of :mod:`dslog_dagster.core.analytic` (each of
+* lineage equals the analytic generators of :mod:`dslog_dagster.core.testing.analytic` (each of
   which is itself checked against brute force in ``tests/unit/test_analytic.py``) for
   random shapes and arguments — element-wise, broadcasting add, reductions, dot, tile,
   transpose, flip, rot90, repeat and sort;
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core import analytic
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.testing import analytic
 from tests.annotator.grid import CASES, EXTRA_NAMES, ICDE_NAMES, GridCase
 from tests.annotator.reference import (
     MODES,
@@ -58,7 +58,7 @@ def distinct(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Against core.analytic
+# Against core.testing.analytic
 # ---------------------------------------------------------------------------------------------
 
 

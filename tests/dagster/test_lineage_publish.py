@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from dslog_dagster import DSLogIOManager, tracked_asset
-from dslog_dagster.core import store as store_module
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.store import files as files_module
+from dslog_dagster.core.store import layout as layout_module
 from dslog_dagster.errors import LineageStorageError
 from dslog_dagster.io_managers import lineage_io_manager as lio
 from dslog_dagster.io_managers import metadata as m
@@ -93,7 +94,7 @@ def test_served_step_is_published_after_its_value_and_flushed_before_success(
     op = DSLog(store_dir).store.get_operation(md[m.OP_ID])
     assert op.outputs[0].version == res.run_id
     segment = str(Path(store_dir, "operations", f"{op.op_id}.parquet"))
-    array_dir = str(Path(store_dir, "arrays", store_module._array_dir_name("shifted")))
+    array_dir = str(Path(store_dir, "arrays", layout_module.array_dir_name("shifted")))
     value = next(
         i for i, (n, t) in enumerate(events) if n == "replace" and t.endswith("shifted.npy")
     )
@@ -106,7 +107,7 @@ def test_served_step_is_published_after_its_value_and_flushed_before_success(
     # ... and both directories it appears in were flushed after (before the step succeeded)
     after = {t for n, t in events[published:] if n == "fsync"}
     assert {str(Path(store_dir, "operations")), array_dir} <= after
-    assert ("link", str(Path(array_dir, store_module._link_file_name(res.run_id)))) in events
+    assert ("link", str(Path(array_dir, layout_module.link_file_name(res.run_id)))) in events
     assert _staged(store_dir) == []
 
 
@@ -146,7 +147,7 @@ def test_a_failure_staging_the_lineage_fails_the_step_loudly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dg.materialize([base], instance=instance, resources={"io_manager": io})
-    real_write = store_module._write_synced
+    real_write = files_module.write_synced
 
     def failing(path: Path, data: bytes, durable: bool = True) -> None:
         if "/.staging/" in str(path):  # the operation's segment (staged in the thread)
@@ -154,7 +155,7 @@ def test_a_failure_staging_the_lineage_fails_the_step_loudly(
             raise OSError(msg)
         real_write(path, data, durable)
 
-    monkeypatch.setattr(store_module, "_write_synced", failing)
+    monkeypatch.setattr(files_module, "write_synced", failing)
     _shifted_fails_on_lineage(instance, io, "no space left on device")
     assert _ops_of(store_dir, "shifted") == []
     assert _staged(store_dir) == []
@@ -170,7 +171,7 @@ def test_the_directory_flush_runs_aside_but_ends_before_the_output_is_handled(
     must still be over when ``handle_output`` returns (Dagster then reports success)."""
     for _ in range(4):  # served from a view from here on
         dg.materialize([base, shifted], instance=instance, resources={"io_manager": io})
-    real_flush = store_module._fsync_dir
+    real_flush = files_module.fsync_dir
     flushes: list[tuple[str, bool]] = []  # (thread, finished)
     ops_flushed_by: list[str] = []
 
@@ -182,7 +183,7 @@ def test_the_directory_flush_runs_aside_but_ends_before_the_output_is_handled(
         real_flush(path)
         flushes.append((threading.current_thread().name, True))
 
-    monkeypatch.setattr(store_module, "_fsync_dir", slow_flush)
+    monkeypatch.setattr(files_module, "fsync_dir", slow_flush)
     handled: list[bool] = []
     real_handle = DSLogIOManager.handle_output
 
@@ -215,5 +216,5 @@ def test_a_failing_directory_flush_fails_the_step_loudly(
         msg = "I/O error flushing the directory"
         raise OSError(msg)
 
-    monkeypatch.setattr(store_module, "_fsync_dir", failing)
+    monkeypatch.setattr(files_module, "fsync_dir", failing)
     _shifted_fails_on_lineage(instance, io, "I/O error flushing the directory")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, LineageStore
-from dslog_dagster.core.storage import Segment
+from dslog_dagster.core.format.segment import Segment
 
 N_WORKERS = 8
 N_OPS = 15

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, example, given, settings
 from strategies import interval_lineage
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.provrc import compress_ranges
-from dslog_dagster.core.storage import table_from_blob, table_to_blob
+from dslog_dagster.core.compression import compress_ranges
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 
 SETTINGS = settings(
     max_examples=300,

@@ -17,8 +17,8 @@ from strategies import KINDS, relation_between
 
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core.combine import concat_tables, factored_table, product_table
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 from dslog_dagster.core.query import CellSet, prepare, run_hops
-from dslog_dagster.core.storage import table_from_blob, table_to_blob
 from dslog_dagster.errors import InvalidRelationError, LineageStorageError
 
 FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")

@@ -15,12 +15,8 @@ from strategies import relations
 
 from dslog_dagster import _native
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.storage import (
-    table_from_blob,
-    table_from_bytes,
-    table_to_blob,
-    table_to_bytes,
-)
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
+from dslog_dagster.core.format.table_file import table_from_bytes, table_to_bytes
 
 SETTINGS = settings(
     max_examples=300,

@@ -1,6 +1,6 @@
 """In-situ queries are exact: every hop and every chain equals the naive join, cell for cell.
 
-The naive join (:func:`~dslog_dagster.core.baselines.naive_join`, Python sets over the raw
+The naive join (:func:`~dslog_dagster.core.testing.baselines.naive_join`, Python sets over the raw
 relation) is the ground truth; the in-situ query never expands a table. Relations carry every
 structure ProvRC produces (relative, mirrored, strided, pooling, diagonals from several
 inputs relative to one output, noise); tables are queried in both orientations, also when
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from strategies import KINDS, relation_between, relations
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.baselines import naive_join
 from dslog_dagster.core.query import CellSet, prepare, query_path
+from dslog_dagster.core.testing.baselines import naive_join
 
 SETTINGS = settings(
     max_examples=300,

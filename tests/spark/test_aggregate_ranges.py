@@ -29,7 +29,7 @@ from strategies import interval_lineage
 
 import dslog_dagster.spark.capture as capture_module
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.storage import table_from_blob, table_to_blob
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.lineage import _compress_partition
 from dslog_dagster.spark.rowid import MID, PART_BITS

@@ -11,8 +11,8 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.core import LineageRelation
 from dslog_dagster.core.api import Array, DSLog, Lineage
-from dslog_dagster.core.baselines import naive_join
 from dslog_dagster.core.capture import capture
+from dslog_dagster.core.testing.baselines import naive_join
 from dslog_dagster.errors import LineageStorageError
 from dslog_dagster.io_managers.spark_frames import read_frame, write_frame
 from dslog_dagster.spark import ROW_ID, capture_frames, with_row_id

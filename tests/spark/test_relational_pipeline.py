@@ -9,7 +9,7 @@ import numpy as np
 from frame_reference import output_rows
 
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.baselines import naive_join
+from dslog_dagster.core.testing.baselines import naive_join
 from dslog_dagster.spark import ROW_ID, with_row_id
 
 ROOT = Path(__file__).resolve().parents[2]

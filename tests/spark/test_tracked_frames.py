@@ -27,8 +27,8 @@ from dslog_dagster import (
     with_lineage,
 )
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.baselines import naive_join
 from dslog_dagster.core.store import LineageStore
+from dslog_dagster.core.testing.baselines import naive_join
 from dslog_dagster.errors import LineageStorageError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.io_managers.spark_frames import read_frame

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation
-from dslog_dagster.core import analytic as an
+from dslog_dagster.core.testing import analytic as an
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core import analytic
 from dslog_dagster.core.api import (
     Array,
     DSLog,
@@ -20,8 +19,9 @@ from dslog_dagster.core.api import (
     prov_query,
     register_operation,
 )
-from dslog_dagster.core.baselines import naive_join
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.testing import analytic
+from dslog_dagster.core.testing.baselines import naive_join
 from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, QueryError
 
 

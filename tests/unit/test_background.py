@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dslog_dagster.core import background
-from dslog_dagster.core import store as store_module
+from dslog_dagster.core.store import files as files_module
 
 
 def test_result_and_error_come_back() -> None:
@@ -61,12 +61,12 @@ def test_directory_flushes_from_a_worker_never_wait_on_the_pool(
     for d in dirs:
         d.mkdir()
     try:
-        background.submit(store_module._fsync_dirs, dirs).result(timeout=30)
+        background.submit(files_module.fsync_dirs, dirs).result(timeout=30)
     finally:
         release.set()
     for b in busy:
         assert b.result(timeout=30)
-    store_module._fsync_dirs(dirs)  # from outside the pool: the extra ones go to workers
+    files_module.fsync_dirs(dirs)  # from outside the pool: the extra ones go to workers
 
 
 def test_map_all_keeps_order_and_waits_for_every_call_before_raising() -> None:

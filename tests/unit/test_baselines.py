@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dslog_dagster.core import LineageRelation
-from dslog_dagster.core import analytic as an
-from dslog_dagster.core.baselines import (
+from dslog_dagster.core.testing import analytic as an
+from dslog_dagster.core.testing.baselines import (
     DuckDBParquetBaseline,
     DuckDBRawBaseline,
     Hop,

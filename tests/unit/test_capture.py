@@ -1,6 +1,6 @@
 """``dslog_dagster.core.capture``: values equal NumPy, lineage equals the analytic generators.
 
-The analytic generators (``core.analytic``) are an independent ground truth built by index
+The analytic generators (``core.testing.analytic``) are an independent ground truth built by index
 arithmetic; the whole-grid comparison against the pure-Python reference lives in
 ``tests/annotator/``.
 """
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from dslog_dagster import _annotator
-from dslog_dagster.core import TRACKED_FLOAT, LineageRelation, analytic, capture
+from dslog_dagster.core import TRACKED_FLOAT, LineageRelation, capture
+from dslog_dagster.core.testing import analytic
 from dslog_dagster.errors import (
     CaptureError,
     DSLogError,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core.api import Array, DSLog, Lineage
-from dslog_dagster.core.cellspec import cells_from_spec, parse_box
+from dslog_dagster.core.query.cellspec import cells_from_spec, parse_box
 from dslog_dagster.errors import LineageNotFoundError, QueryError
 
 

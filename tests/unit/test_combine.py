@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from strategies import KINDS, relation_between
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.combine import concat_tables, merge_tables, product_table, union_tables
+from dslog_dagster.core.combine import concat_tables, merge_tables, product_table
+from dslog_dagster.core.compression import union_tables
 
 
 def _split_by_output(rel: LineageRelation, cuts: list[int]) -> list[LineageRelation]:

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core.provrc import LineageTable, compress_ranges
-from dslog_dagster.core.storage import table_to_blob
+from dslog_dagster.core.compression import compress_ranges
+from dslog_dagster.core.format.blob import table_to_blob
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 
 

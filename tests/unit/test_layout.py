@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_core_imports_without_dagster_or_spark() -> None:
     code = (
-        "import sys, dslog_dagster.core, dslog_dagster.core.storage;"
+        "import sys, dslog_dagster.core, dslog_dagster.core.format;"
         "bad = [m for m in ('dagster', 'pyspark') if m in sys.modules];"
         "assert not bad, bad"
     )

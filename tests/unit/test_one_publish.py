@@ -16,6 +16,10 @@ import pytest
 
 from dslog_dagster.core import LineageRelation, LineageStore, NewArray
 from dslog_dagster.core import store as store_module
+from dslog_dagster.core.format import segment as segment_module
+from dslog_dagster.core.store import files as files_module
+from dslog_dagster.core.store import layout as layout_module
+from dslog_dagster.core.store import records as records_module
 from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, LineageStorageError
 
 
@@ -35,7 +39,7 @@ def register_step(store: LineageStore, version: str = "run1", shape=(3, 3)):
 
 
 def array_files(store: LineageStore, name: str) -> list[str]:
-    return sorted(os.listdir(store.arrays_dir / store_module._array_dir_name(name)))
+    return sorted(os.listdir(store.arrays_dir / layout_module.array_dir_name(name)))
 
 
 @pytest.mark.parametrize("durable", [True, False])
@@ -45,7 +49,7 @@ def test_new_output_is_one_file_linked_as_the_array_record(tmp_path: Path, durab
     [link] = array_files(store, "y")
     assert link.endswith(".op.parquet")
     seg = store.operations_dir / f"{op.op_id}.parquet"
-    link_path = store.arrays_dir / store_module._array_dir_name("y") / link
+    link_path = store.arrays_dir / layout_module.array_dir_name("y") / link
     assert os.path.samefile(seg, link_path)  # one inode: one flushed file
     assert not list(store.staging_dir.iterdir())
     # a fresh handle (another process) reads the array from the segment's record
@@ -98,7 +102,7 @@ def test_crash_after_link_before_rename_leaves_a_valid_array_and_no_operation(
     def crash(src: str, dst: str) -> None:
         raise Crash
 
-    monkeypatch.setattr(store_module.os, "rename", crash)
+    monkeypatch.setattr(files_module.os, "rename", crash)
     with pytest.raises(Crash):
         register_step(store)
     monkeypatch.undo()
@@ -124,7 +128,7 @@ def test_crash_before_link_leaves_nothing_visible(
         raise Crash
 
     store.register_array("x", (3, 3), version="run0")
-    monkeypatch.setattr(store_module.os, "link", crash)
+    monkeypatch.setattr(files_module.os, "link", crash)
     with pytest.raises(Crash):
         register_step(store)
     monkeypatch.undo()
@@ -145,7 +149,7 @@ def test_write_failure_is_loud_and_leaves_nothing(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     store.register_array("x", (3, 3), version="run0")
-    monkeypatch.setattr(store_module, "_write_synced", full)
+    monkeypatch.setattr(files_module, "write_synced", full)
     with pytest.raises(LineageStorageError, match="No space left"):
         store.register_operation(
             "neg", ["x"], [NewArray("y", (3, 3), version="r")], {("y", "x"): identity((3, 3))}
@@ -161,7 +165,7 @@ def test_existing_json_record_is_used(tmp_path: Path) -> None:
     json_rec = store.register_array("y", (3, 3), version="run1")
     op = register_step(store)
     assert op.outputs[0] == json_rec
-    assert array_files(store, "y") == [store_module._version_file_name("run1")]
+    assert array_files(store, "y") == [layout_module.version_file_name("run1")]
     with pytest.raises(InvalidRelationError, match="already registered with shape"):
         store.register_operation(
             "neg", ["x"], [NewArray("y", (4, 4), version="run1")], {("y", "x"): identity((3, 3))}
@@ -173,7 +177,7 @@ def test_race_with_a_json_writer_falls_back_to_one_record(
 ) -> None:
     store = LineageStore(tmp_path / "s")
     other = LineageStore(tmp_path / "s")  # another process
-    real = store._existing_array
+    real = store.array_files.existing
 
     def late(record):  # the other writer registers between our check and our link
         found = real(record)
@@ -181,11 +185,11 @@ def test_race_with_a_json_writer_falls_back_to_one_record(
             other.register_array("y", record.shape, version=record.version)
         return found
 
-    monkeypatch.setattr(store, "_existing_array", late)
+    monkeypatch.setattr(store.array_files, "existing", late)
     op = register_step(store)
     monkeypatch.undo()
     fresh = LineageStore(tmp_path / "s")
-    assert array_files(fresh, "y") == [store_module._version_file_name("run1")]
+    assert array_files(fresh, "y") == [layout_module.version_file_name("run1")]
     assert fresh.get_array("y", "run1") == op.outputs[0]
     assert [o.op_id for o in fresh.operations()] == [op.op_id]
 
@@ -195,12 +199,14 @@ def test_json_record_wins_when_both_exist(tmp_path: Path) -> None:
     register_step(store)
     # a JSON record of the same version published beside the link (the race the other way)
     other = LineageStore(tmp_path / "s")
-    rec = other._array_record(NewArray("y", (3, 3), version="run1"))
-    data = store_module.json.dumps(
+    rec = records_module.array_record(NewArray("y", (3, 3), version="run1"))
+    data = records_module.json.dumps(
         {"schema_version": store_module.STORE_SCHEMA_VERSION, **rec.to_json()}
     ).encode()
-    directory = store.arrays_dir / store_module._array_dir_name("y")
-    assert other._publish_once(directory / store_module._version_file_name("run1"), data)
+    directory = store.arrays_dir / layout_module.array_dir_name("y")
+    assert files_module.publish_once(
+        directory / layout_module.version_file_name("run1"), data, other.durable
+    )
     assert len(array_files(store, "y")) == 2
     fresh = LineageStore(tmp_path / "s")
     assert [a.version for a in fresh.arrays() if a.name == "y"] == ["run1"]
@@ -215,10 +221,10 @@ def test_no_hard_links_falls_back_to_two_files(
     def refuse(src: str, dst: str) -> None:
         raise OSError(errno.EPERM, "Operation not permitted")
 
-    monkeypatch.setattr(store_module.os, "link", refuse)
+    monkeypatch.setattr(files_module.os, "link", refuse)
     op = register_step(store)
     monkeypatch.undo()
-    assert array_files(store, "y") == [store_module._version_file_name("run1")]
+    assert array_files(store, "y") == [layout_module.version_file_name("run1")]
     fresh = LineageStore(tmp_path / "s")
     assert fresh.get_array("y", "run1") == op.outputs[0]
     assert [o.op_id for o in fresh.operations()] == [op.op_id]
@@ -255,7 +261,7 @@ def test_several_new_outputs_share_the_one_file(tmp_path: Path) -> None:
     fresh = LineageStore(tmp_path / "s")
     for name in ("lo", "hi"):
         [link] = array_files(fresh, name)
-        assert os.path.samefile(seg, store.arrays_dir / store_module._array_dir_name(name) / link)
+        assert os.path.samefile(seg, store.arrays_dir / layout_module.array_dir_name(name) / link)
         assert fresh.get_array(name, "r") == next(o for o in op.outputs if o.name == name)
     hi = fresh.read_lineage(fresh.get_operation(op.op_id), "hi", "x").decompress()
     assert hi == LineageRelation.from_pairs((2,), (4,), [[0], [1]], [[2], [3]])
@@ -277,7 +283,7 @@ def test_known_arrays_are_registered_again_without_reading_files(
         raise AssertionError(msg)
 
     for handle in (store, fresh):
-        monkeypatch.setattr(handle, "_load_array_file", no_files)
+        monkeypatch.setattr(handle.array_files, "load", no_files)
     assert store.register_array("x", (3, 3), version="run0") == read
     assert store.register_array("y", (3, 3), version="run1") == op.outputs[0]
     assert fresh.register_array("x", (3, 3), version="run0") == read
@@ -296,13 +302,13 @@ def test_a_new_output_is_looked_up_without_opening_segments(
     store = LineageStore(tmp_path / "s")
     register_step(store, version="run1")
     opened: list[str] = []
-    real = store_module.storage.Segment
+    real = segment_module.Segment
 
     def counting(path: object) -> object:
         opened.append(str(path))
         return real(path)
 
-    monkeypatch.setattr(store_module.storage, "Segment", counting)
+    monkeypatch.setattr(segment_module, "Segment", counting)
     op = register_step(store, version="run2")
     assert op.outputs[0].version == "run2"
     assert opened == []
@@ -316,7 +322,7 @@ def test_an_array_directory_removed_between_steps_is_made_again(tmp_path: Path) 
     a directory removed behind its back is made again, and nothing is left in staging."""
     store = LineageStore(tmp_path / "s")
     register_step(store, version="run1")
-    ydir = store.arrays_dir / store_module._array_dir_name("y")
+    ydir = store.arrays_dir / layout_module.array_dir_name("y")
     for f in os.listdir(ydir):
         os.unlink(ydir / f)
     ydir.rmdir()
@@ -324,6 +330,6 @@ def test_an_array_directory_removed_between_steps_is_made_again(tmp_path: Path) 
         "neg", [store.get_array("x", "run0")], [NewArray("y", (3, 3), version="run2")],
         {("y", "x"): identity((3, 3))},
     )  # fmt: skip
-    assert array_files(store, "y") == [store_module._link_file_name("run2")]
+    assert array_files(store, "y") == [layout_module.link_file_name("run2")]
     assert LineageStore(tmp_path / "s").get_array("y", "run2") == op.outputs[0]
     assert not list(store.staging_dir.iterdir())

@@ -9,15 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dslog_dagster.core import LineageRelation, LineageStore, compress
-from dslog_dagster.core import analytic as an
-from dslog_dagster.core import store as store_module
-from dslog_dagster.core.storage import (
-    SEGMENT_SCHEMA_VERSION,
-    Segment,
-    segment_to_bytes,
-    table_from_blob,
-    table_to_blob,
-)
+from dslog_dagster.core.format import segment as segment_module
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
+from dslog_dagster.core.format.segment import SEGMENT_SCHEMA_VERSION, Segment, segment_to_bytes
+from dslog_dagster.core.store import compaction as compaction_module
+from dslog_dagster.core.store import files as files_module
+from dslog_dagster.core.store.operations import OperationFiles
+from dslog_dagster.core.testing import analytic as an
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
 
@@ -78,7 +76,7 @@ def test_damaged_blob_is_a_storage_error() -> None:
 
 
 def test_segment_round_trip_and_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dslog_dagster.core.storage.SEGMENT_ROW_GROUP", 3)
+    monkeypatch.setattr("dslog_dagster.core.format.segment.SEGMENT_ROW_GROUP", 3)
     entries = [(f"{i:048x}", json.dumps({"i": i}), [bytes([i]) * i, b""]) for i in range(10)]
     path = tmp_path / "seg.parquet"
     path.write_bytes(segment_to_bytes(entries))
@@ -170,7 +168,7 @@ def test_reader_finds_operation_after_its_file_moved(tmp_path: Path) -> None:
     reader = LineageStore(tmp_path)
     assert [o.op_id for o in reader.operations()] == [o.op_id for o in ops]
     first = reader.get_operation(ops[0].op_id)
-    reader._ops.clear()  # forget loaded records, keep the stale location index
+    reader.operation_files.records.clear()  # forget loaded records, keep the stale location index
     writer.compact()
     for op in ops:
         assert reader.get_operation(op.op_id).op_id == op.op_id
@@ -185,7 +183,7 @@ def test_reader_retries_when_the_file_vanishes_mid_read(
     store = LineageStore(tmp_path)
     ops = _ops(store, 3)
     compactor = LineageStore(tmp_path)
-    real = store_module.storage.Segment
+    real = segment_module.Segment
     calls = {"n": 0}
 
     def racing(path: Path) -> Segment:
@@ -194,7 +192,7 @@ def test_reader_retries_when_the_file_vanishes_mid_read(
             compactor.compact()
         return real(path)
 
-    monkeypatch.setattr(store_module.storage, "Segment", racing)
+    monkeypatch.setattr(segment_module, "Segment", racing)
     assert store.read_lineage(ops[1], "y", "x").decompress() == an.sum_axis((6, 5), 1)
     assert calls["n"] >= 2
 
@@ -226,7 +224,7 @@ def test_operation_in_two_segments_is_listed_once(tmp_path: Path) -> None:
 def test_compaction_waits_for_the_lock(tmp_path: Path) -> None:
     store = LineageStore(tmp_path)
     _ops(store, 2)
-    with store_module._compaction_lock(tmp_path / ".compact.lock", 1.0) as got:
+    with compaction_module.compaction_lock(tmp_path / ".compact.lock", 1.0) as got:
         assert got
         res = store.compact(lock_timeout=0.2)
     assert res.skipped
@@ -242,7 +240,7 @@ def test_failed_pack_write_deletes_nothing(tmp_path: Path, monkeypatch: pytest.M
         msg = "rename refused"
         raise OSError(msg)
 
-    monkeypatch.setattr(store_module.os, "rename", failing)
+    monkeypatch.setattr(files_module.os, "rename", failing)
     with pytest.raises(LineageStorageError, match="rename refused"):
         store.compact()
     monkeypatch.undo()
@@ -258,16 +256,16 @@ def test_a_sync_racing_a_compaction_still_indexes_every_operation(
     # a pack published after the listing and deletes X. The sync must still index X's op.
     reader = LineageStore(tmp_path / "s")
     ops = _ops(reader, 4)
-    real = LineageStore._records_in
+    real = OperationFiles.records_in
     raced: list[str] = []
 
-    def racing(self: LineageStore, rel: str) -> list:
+    def racing(self: OperationFiles, rel: str) -> list:
         if not raced:
             raced.append(rel)
-            LineageStore(self.root).compact()  # another handle: packs and unlinks `rel`
+            LineageStore(self.layout.root).compact()  # another handle: packs and unlinks `rel`
         return real(self, rel)
 
-    monkeypatch.setattr(LineageStore, "_records_in", racing)
+    monkeypatch.setattr(OperationFiles, "records_in", racing)
     found = {op.op_id for op in reader.operations("matvec")}
     assert raced  # the race was staged
     assert found == {op.op_id for op in ops}

@@ -11,7 +11,7 @@ from PIL import Image
 from strategies import relations
 
 from dslog_dagster.core import LineageRelation
-from dslog_dagster.core.provrc import compress
+from dslog_dagster.core.compression import compress
 from dslog_dagster.io_managers.metadata import lineage_markdown
 from dslog_dagster.pictures import MAX_SIDE, cells_png, png_markdown, to_2d
 

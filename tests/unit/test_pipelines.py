@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation
-from dslog_dagster.core.baselines import NumPyBaseline, naive_join
+from dslog_dagster.core.testing.baselines import NumPyBaseline, naive_join
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "pipelines.py"
 

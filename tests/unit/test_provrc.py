@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core import analytic as an
+from dslog_dagster.core.format.blob import table_to_blob
+from dslog_dagster.core.format.table_file import encoded_size
 from dslog_dagster.core.provrc import solve_f
-from dslog_dagster.core.storage import encoded_size, table_to_blob
+from dslog_dagster.core.testing import analytic as an
 from dslog_dagster.errors import DSLogError, InvalidRelationError, UnsupportedArrayError
 
 
@@ -198,7 +199,7 @@ def test_parallel_compression_equals_single_thread(out_rank: int) -> None:
 def test_unit_axes_do_not_hide_structure(shape: tuple[int, ...]) -> None:
     # (N, 1) column vectors are how 1-D results are kept 2-D; an axis where every pair has the
     # same index must not stop ProvRC (it used to fall back to 5000 columnar rows here).
-    from dslog_dagster.core import analytic
+    from dslog_dagster.core.testing import analytic
 
     rel = analytic.negative(shape)
     table = compress(rel)

@@ -275,8 +275,8 @@ def test_gradient_lineage_declared_analytically_is_reused(tmp_path: Path) -> Non
     """``np.gradient`` cannot be captured (LineageLostError), but its lineage is pure
     arithmetic and data-independent: declared from ``analytic.gradient`` it becomes an
     ordinary declared view, confirmed by repetition and then served without ``capture``."""
-    from dslog_dagster.core import analytic
     from dslog_dagster.core.api import Array, DSLog, Lineage
+    from dslog_dagster.core.testing import analytic
 
     log = DSLog(tmp_path)
     reg = ViewRegistry(log, ReusePolicy(seed=8))

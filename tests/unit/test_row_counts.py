@@ -1,10 +1,10 @@
 """ProvRC keeps structured lineage in O(1) rows, losslessly, in both orientations.
 
-The relations come from :mod:`dslog_dagster.core.analytic`. For every structured operation the
-row count must be the same small constant at two different sizes (the papers' claim: element-wise,
-aggregate, matmul, reshuffle lineage compresses to a handful of rows whatever the array size).
-Sorting random data has no structure; there the stored table must never be larger than the
-columnar encoding of the raw relation.
+The relations come from :mod:`dslog_dagster.core.testing.analytic`. For every structured
+operation the row count must be the same small constant at two different sizes (the papers'
+claim: element-wise, aggregate, matmul, reshuffle lineage compresses to a handful of rows
+whatever the array size). Sorting random data has no structure; there the stored table must
+never be larger than the columnar encoding of the raw relation.
 """
 
 from collections.abc import Callable
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core import analytic as an
-from dslog_dagster.core.storage import encoded_size
+from dslog_dagster.core.format.table_file import encoded_size
+from dslog_dagster.core.testing import analytic as an
 
 Shape2 = tuple[int, int]
 Factory = Callable[[Shape2], tuple[LineageRelation, ...]]

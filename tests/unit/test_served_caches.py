@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dslog_dagster.core import LineageRelation, compress
-from dslog_dagster.core import storage as storage_module
+from dslog_dagster.core.format import blob as blob_module
+from dslog_dagster.core.format.blob import table_digest, table_from_blob, table_to_blob
 from dslog_dagster.core.signatures import content_hash
-from dslog_dagster.core.storage import table_digest, table_from_blob, table_to_blob
 from dslog_dagster.io_managers import metadata as m
 
 # ----------------------------------------------------------------------- content hash
@@ -72,7 +72,7 @@ def shifted(shape: tuple[int, int], dy: int) -> LineageRelation:
 
 def test_blob_cache_equals_a_fresh_encoding() -> None:
     table = compress(shifted((6, 5), 1))
-    fresh = storage_module._table_to_blob(table)
+    fresh = blob_module._table_to_blob(table)
     assert table_to_blob(table) == fresh
     assert table_to_blob(table) is table_to_blob(table)  # cached on the table
     assert table_from_blob(fresh).decompress() == shifted((6, 5), 1)

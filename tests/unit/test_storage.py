@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core import LineageRelation, compress, read_table, storage, write_table
-from dslog_dagster.core.encoding import ColumnSpec, decode, encode
-from dslog_dagster.core.storage import SCHEMA_VERSION, table_from_bytes, table_to_bytes
+from dslog_dagster.core import LineageRelation, compress, read_table, write_table
+from dslog_dagster.core.format import segment
+from dslog_dagster.core.format.encoding import ColumnSpec, decode, encode
+from dslog_dagster.core.format.table_file import SCHEMA_VERSION, table_from_bytes, table_to_bytes
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
 
 
@@ -135,8 +136,8 @@ _segment_entry = st.tuples(
 def test_one_operation_segments_read_like_pyarrows(entry: tuple[str, str, list[bytes]]) -> None:
     """The hand-written one-operation segment (every registration writes one) is the Parquet
     file pyarrow would write: same schema, values, footer metadata; Segment reads it."""
-    ours = storage.segment_to_bytes([entry])
-    theirs = storage._arrow_segment_bytes([entry], "none")
+    ours = segment.segment_to_bytes([entry])
+    theirs = segment._arrow_segment_bytes([entry], "none")
     assert ours != theirs  # really the other writer (pyarrow's carries its own created_by)
     mine, ref = (pq.ParquetFile(pa.BufferReader(b)) for b in (ours, theirs))
     assert mine.schema_arrow == ref.schema_arrow
@@ -157,23 +158,23 @@ def test_segment_readers_take_one_operation_segments(tmp_path: Path) -> None:
     paths = []
     for k, e in enumerate(entries):
         path = tmp_path / f"{k}.parquet"
-        path.write_bytes(storage.segment_to_bytes([e]))
+        path.write_bytes(segment.segment_to_bytes([e]))
         paths.append(path)
     pack = tmp_path / "pack.parquet"
-    pack.write_bytes(storage.segment_to_bytes(entries))  # two entries: pyarrow's writer
+    pack.write_bytes(segment.segment_to_bytes(entries))  # two entries: pyarrow's writer
     for path, e in zip(paths, entries, strict=True):
-        with storage.Segment(path) as seg:
+        with segment.Segment(path) as seg:
             assert seg.op_ids == [e[0]]
             assert seg.record(e[0]) == e[1]
             assert [seg.blob(e[0], k) for k in range(len(e[2]))] == e[2]
             assert seg.entries() == [(e[0], e[1], e[2])]
-    with storage.Segment(pack) as seg:
+    with segment.Segment(pack) as seg:
         assert seg.entries() == [(o, r, list(b)) for o, r, b in entries]
 
 
 def test_big_records_and_many_operations_go_through_pyarrow() -> None:
-    big = ("c" * 48, json.dumps({"k": "v" * storage.SMALL_SEGMENT_RECORD}), [b"t"])
-    data = storage.segment_to_bytes([big])
+    big = ("c" * 48, json.dumps({"k": "v" * segment.SMALL_SEGMENT_RECORD}), [b"t"])
+    data = segment.segment_to_bytes([big])
     assert b"parquet-cpp-arrow" in data  # pyarrow's writer, zstd-compressed record
-    assert len(data) < storage.SMALL_SEGMENT_RECORD
+    assert len(data) < segment.SMALL_SEGMENT_RECORD
     assert pq.read_table(pa.BufferReader(data)).to_pylist()[0]["rec"] == big[1]

@@ -21,7 +21,8 @@ from dslog_dagster.core import (
     compress,
 )
 from dslog_dagster.core import store as store_module
-from dslog_dagster.core.storage import Segment, segment_to_bytes
+from dslog_dagster.core.format.segment import Segment, segment_to_bytes
+from dslog_dagster.core.store import files as files_module
 from dslog_dagster.errors import (
     DSLogError,
     InvalidRelationError,
@@ -305,7 +306,7 @@ def test_other_bad_operation_inputs(store: LineageStore) -> None:
 
 def test_write_failure_leaves_nothing(store: LineageStore, monkeypatch: pytest.MonkeyPatch) -> None:
     _setup_xy(store)
-    real = store_module._write_synced
+    real = files_module.write_synced
     calls = {"n": 0}
 
     def failing(path: Path, data: bytes, durable: bool = True) -> None:
@@ -315,7 +316,7 @@ def test_write_failure_leaves_nothing(store: LineageStore, monkeypatch: pytest.M
             raise OSError(28, msg)
         real(path, data, durable)
 
-    monkeypatch.setattr(store_module, "_write_synced", failing)
+    monkeypatch.setattr(files_module, "write_synced", failing)
     lineage = {("y", "x"): identity((3, 3)), ("y", "z"): all_to_all((3, 3), (3,))}
     with pytest.raises(LineageStorageError, match="No space left"):
         store.register_operation("op", ["x", "z"], ["y"], lineage)
@@ -326,8 +327,8 @@ def test_write_failure_leaves_nothing(store: LineageStore, monkeypatch: pytest.M
         msg = "rename refused"
         raise OSError(msg)
 
-    monkeypatch.setattr(store_module, "_write_synced", real)
-    monkeypatch.setattr(store_module.os, "rename", failing_rename)
+    monkeypatch.setattr(files_module, "write_synced", real)
+    monkeypatch.setattr(files_module.os, "rename", failing_rename)
     with pytest.raises(LineageStorageError, match="rename refused"):
         store.register_operation("op", ["x", "z"], ["y"], lineage)
     assert visible_entries(store) == ([], [])
@@ -502,7 +503,7 @@ def test_sync_indexes_operations_written_without_catalog(
 
 def test_core_does_not_import_dagster_or_spark() -> None:
     code = (
-        "import sys, dslog_dagster.core.store, dslog_dagster.core.catalog; "
+        "import sys, dslog_dagster.core.store, dslog_dagster.core.store.catalog; "
         "assert 'dagster' not in sys.modules and 'pyspark' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -150,7 +150,8 @@ def _flat(cols: I64, shape: Shape) -> I64:
     """C-order flat indices of ``(rank, n)`` columns (all zeros for a 0-d shape)."""
     if not shape:
         return np.zeros(cols.shape[1], dtype=np.int64)
-    return np.ravel_multi_index(tuple(cols), shape).astype(np.int64, copy=False)
+    flat: I64 = np.ravel_multi_index(tuple(cols), shape).astype(np.int64, copy=False)
+    return flat
 
 
 def _unflat(flat: I64, shape: Shape) -> I64:

@@ -40,16 +40,19 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 
+from dslog_dagster.core.store.arrays import ArrayFiles
+from dslog_dagster.core.store.layout import StoreLayout
+from dslog_dagster.core.store.operations import OperationFiles
+from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
 from dslog_dagster.errors import DSLogError, LineageStorageError, QueryError
 
 if TYPE_CHECKING:
-    from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
+    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -184,20 +187,32 @@ class LineageCatalog:
     """The DuckDB index of a :class:`~dslog_dagster.core.store.LineageStore`.
 
     Created by the store (``store.catalog``); use the store's listing methods and
-    ``store.sql`` rather than this class directly.
+    ``store.sql`` rather than this class directly. It reads the store's files through the
+    same handles as the store (its operations' index and its array records), never through
+    the store itself.
 
     Args:
-        store: the store whose files are indexed.
+        layout: the directories of the store whose files are indexed.
+        operations: the store's operations (segment index and records).
+        arrays: the store's array records.
         lock_timeout: seconds a reader retries a locked catalog before it falls back to an
             in-memory catalog built from the files.
         index_timeout: seconds a writer retries before leaving the indexing to readers.
     """
 
     def __init__(
-        self, store: "LineageStore", *, lock_timeout: float = 5.0, index_timeout: float = 2.0
+        self,
+        layout: StoreLayout,
+        operations: OperationFiles,
+        arrays: ArrayFiles,
+        *,
+        lock_timeout: float = 5.0,
+        index_timeout: float = 2.0,
     ) -> None:
-        self.store = store
-        self.path: Path = store.root / CATALOG_FILE
+        self.layout = layout
+        self.operations = operations
+        self.arrays = arrays
+        self.path: Path = layout.root / CATALOG_FILE
         self.lock_timeout = float(lock_timeout)
         self.index_timeout = float(index_timeout)
 
@@ -290,7 +305,7 @@ class LineageCatalog:
 
     # ----------------------------------------------------------------- indexing
 
-    def index_operation(self, record: "OperationRecord") -> bool:
+    def index_operation(self, record: OperationRecord) -> bool:
         """Best-effort indexing of a just-written operation; ``False`` when left to readers."""
 
         def index(con: duckdb.DuckDBPyConnection) -> None:
@@ -308,7 +323,7 @@ class LineageCatalog:
 
         return self._try_index(sync_in, "sync")
 
-    def index_array(self, record: "ArrayRecord", path: str) -> bool:
+    def index_array(self, record: ArrayRecord, path: str) -> bool:
         """Best-effort indexing of a just-written array record; ``False`` when left to readers."""
         return self._try_index(lambda con: _insert_arrays(con, [(record, path)]), record.name)
 
@@ -333,10 +348,10 @@ class LineageCatalog:
         listing. Such a pass re-lists and indexes again (bounded), so an operation that was
         on disk when the sync began is always indexed when it returns.
         """
-        store = self.store
+        operations = self.operations
         vanished = False
-        on_disk = store._refresh_locations()
-        where = store._where
+        on_disk = operations.refresh()
+        where = operations.where
         known_segs = {r[0] for r in con.execute("SELECT path FROM segments").fetchall()}
         new_segs = [rel for rel in on_disk if rel not in known_segs]
         gone_segs = [rel for rel in known_segs if rel not in on_disk]
@@ -350,8 +365,8 @@ class LineageCatalog:
             if any(op_id not in where for (op_id,) in rows):
                 # A listing racing a compaction can miss a pack that was just renamed in:
                 # look once more before dropping anything from the index.
-                on_disk = store._refresh_locations()
-                where = store._where
+                on_disk = operations.refresh()
+                where = operations.where
                 new_segs = [rel for rel in on_disk if rel not in known_segs]
             for (op_id,) in rows:
                 changed += 1
@@ -372,12 +387,16 @@ class LineageCatalog:
                 # operation can never hide behind an indexed segment.
                 if any(op not in known_ops for op in on_disk[rel]):
                     try:
-                        recs = store._records_in(rel)
+                        recs = operations.records_in(rel)
                     except FileNotFoundError:
                         vanished = True  # packed away since the listing: list again below
+                        # Operations moved into it above must follow it into its pack: marked
+                        # indexed (it is gone, so no operation can hide behind it), it is seen
+                        # to vanish by the next pass, which moves them on.
+                        con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
                         continue
                     except DSLogError as e:
-                        logger.warning("skipping segment %s in %s: %s", rel, store.root, e)
+                        logger.warning("skipping segment %s in %s: %s", rel, self.layout.root, e)
                         continue
                     for r in recs:
                         if r.op_id not in known_ops:
@@ -389,12 +408,12 @@ class LineageCatalog:
             changed += len(records)
         known_arrays = {r[0] for r in con.execute("SELECT path FROM arrays").fetchall()}
         arrays = []
-        for file in store._array_files():
-            rel = store._rel(file)
+        for file in self.arrays.files():
+            rel = self.layout.rel(file)
             if rel in known_arrays:
                 continue
             try:
-                arrays.append((store._load_array_file(file), rel))
+                arrays.append((self.arrays.load(file), rel))
             except (DSLogError, FileNotFoundError) as e:
                 logger.warning("skipping array record %s: %s", file, e)
         _insert_arrays(con, arrays)
@@ -519,7 +538,7 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
 
 
 def _insert_arrays(
-    con: duckdb.DuckDBPyConnection, items: Iterable[tuple["ArrayRecord", str]]
+    con: duckdb.DuckDBPyConnection, items: Iterable[tuple[ArrayRecord, str]]
 ) -> None:
     _insert(
         con,
@@ -548,7 +567,7 @@ def _move_operation(con: duckdb.DuckDBPyConnection, op_id: str, path: str) -> No
 
 def _insert_operations(
     con: duckdb.DuckDBPyConnection,
-    records: Sequence["OperationRecord"],
+    records: Sequence[OperationRecord],
     where: Mapping[str, str],
 ) -> None:
     ops, members, tables = [], [], []

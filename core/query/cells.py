@@ -1,78 +1,27 @@
-"""Exact in-situ lineage queries over compressed tables (ICDE sec. V, re-derived).
+"""Exact sets of cells: the values that lineage queries carry from array to array.
 
-A query carries a set of cells of one array hop by hop to another array. The set is always a
-:class:`CellSet`: disjoint boxes in a canonical order, so equal sets compare equal and counts
-are exact. One hop is one θ-join between the set and a ProvRC table, run natively
-(``native/src/query.cpp``): an interval join on one axis, the exact intersection test on the
-others, then de-relativisation of the other side and normalisation of the union.
-
-Derivation (sign convention of :mod:`~dslog_dagster.core.provrc`: ``delta = F(b_j) - a_k``
-with ``F(b) = mult·floor((b + r)/q)``):
-
-* **backward** (output cells → input cells). For a query box ``Q`` and a row, let
-  ``I = Q ∩ out-box``. A pair ``(b, a)`` of the row needs every ``a_k`` to satisfy its own
-  constraint for the *same* ``b``, so the linked inputs factor per output attribute ``b_j``.
-  Absolute inputs give ``[lo, hi]``. A single input relative to ``b_j`` gives
-  ``⋃_{b ∈ I_j} [F(b) − hi, F(b) − lo]``, one interval when consecutive values of ``F`` are no
-  further apart than the delta width (identity, mirrored, strided) and one interval per value
-  of ``floor((b + r)/q)`` otherwise (pooling with gaps). Two or more inputs relative to the same
-  ``b_j`` (diagonals) are not a box: ``I_j`` is split into the segments over which every ``F``
-  is constant and each segment gives a box. Nothing is over-approximated.
-* **forward** (input cells → output cells). For a query box ``Q`` the inputs of a pair vary
-  independently inside ``Q``, so ``∃ a ∈ Q`` factorises per input: an absolute input needs
-  ``Q_k ∩ [lo, hi] ≠ ∅``; a relative one needs ``F(b_j) ∈ [Qlo_k + lo, Qhi_k + hi]`` (the union of
-  the shifted delta intervals is contiguous), an interval of ``b_j`` because ``F`` is
-  monotone. Every (box, row) pair therefore yields exactly one output box.
-
-The prototype's ``rel_for`` formula had index and sign mistakes and its backward path was wrong
-on most inputs; the hypothesis tests in ``tests/property/test_query_exact.py`` compare every
-hop and chain with the naive join of the decompressed relations, cell for cell.
+A query's cells are always a :class:`CellSet`: disjoint boxes in a canonical order, so equal
+sets compare equal and counts are exact. :func:`as_cells` reads every spelling a caller may
+use (``np.s_`` boxes, index tuples, boolean masks, flat indices) into one.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dslog_dagster.core.native import kernels as _native
-from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.native import kernels
 from dslog_dagster.core.relation import I64, Shape, as_shape
 from dslog_dagster.errors import QueryError
 
-Direction = Literal["forward", "backward"]
-QueryEngine = Literal["native", "spark"]
-"""Where multi-hop queries run: ``native`` (in-situ C++ here) or ``spark`` (range joins in
-Spark SQL, :mod:`dslog_dagster.spark.query`)."""
-
-__all__ = [
-    "CellSet",
-    "Direction",
-    "PreparedHop",
-    "QueryEngine",
-    "as_cells",
-    "check_engine",
-    "prepare",
-    "query_path",
-    "run_hops",
-]
+__all__ = ["CellSet", "as_cells", "empty_boxes"]
 
 
-def check_engine(engine: str) -> QueryEngine:
-    """``engine`` as a :data:`QueryEngine`.
-
-    Raises:
-        QueryError: it names no engine.
-    """
-    if engine not in ("native", "spark"):
-        msg = f"Unknown query engine {engine!r}; use 'native' or 'spark'."
-        raise QueryError(msg)
-    return engine  # type: ignore[return-value]
-
-
-def _boxes(k: int, d: int) -> I64:
+def empty_boxes(k: int, d: int) -> I64:
+    """``k`` empty (all-zero) boxes of ``d`` axes: a ``(k, d)`` int64 matrix."""
     return np.zeros((k, d), dtype=np.int64)
 
 
@@ -94,14 +43,14 @@ class CellSet:
 
     @classmethod
     def _normalised(cls, shape: Shape, lo: I64, hi: I64) -> "CellSet":
-        nlo, nhi = _native.normalize_boxes(lo, hi)
+        nlo, nhi = kernels.normalize_boxes(lo, hi)
         return cls(shape, nlo, nhi)
 
     @classmethod
     def empty(cls, shape: Sequence[int] | int) -> "CellSet":
         """No cells of an array of ``shape``."""
         s = as_shape(shape, "Array")
-        return cls(s, _boxes(0, len(s)), _boxes(0, len(s)))
+        return cls(s, empty_boxes(0, len(s)), empty_boxes(0, len(s)))
 
     @classmethod
     def full(cls, shape: Sequence[int] | int) -> "CellSet":
@@ -109,7 +58,7 @@ class CellSet:
         s = as_shape(shape, "Array")
         if any(n == 0 for n in s):
             return cls.empty(s)
-        return cls(s, _boxes(1, len(s)), np.asarray([s], dtype=np.int64).reshape(1, -1) - 1)
+        return cls(s, empty_boxes(1, len(s)), np.asarray([s], dtype=np.int64).reshape(1, -1) - 1)
 
     @classmethod
     def from_boxes(
@@ -159,7 +108,7 @@ class CellSet:
             bad = lo if lo < 0 else hi
             msg = f"Flat cell index {bad} is outside the array of shape {s} (valid: 0..{size - 1})."
             raise QueryError(msg)
-        blo, bhi = _native.flat_to_boxes(arr, list(s))
+        blo, bhi = kernels.flat_to_boxes(arr, list(s))
         return cls(s, blo, bhi)
 
     @classmethod
@@ -184,9 +133,9 @@ class CellSet:
             raise QueryError(msg)
         idx = np.where(idx < 0, idx + ext, idx)
         if d == 0:
-            return cls(s, _boxes(1, 0), _boxes(1, 0))
+            return cls(s, empty_boxes(1, 0), empty_boxes(1, 0))
         flat = np.ravel_multi_index(tuple(idx.T), s).astype(np.int64)
-        blo, bhi = _native.flat_to_boxes(flat, list(s))
+        blo, bhi = kernels.flat_to_boxes(flat, list(s))
         return cls(s, blo, bhi)
 
     @classmethod
@@ -223,20 +172,20 @@ class CellSet:
 
     def to_flat(self) -> I64:
         """Sorted flat (C-order) indices of the cells."""
-        out: I64 = _native.boxes_to_flat(self.lo, self.hi, list(self.shape))
+        out: I64 = kernels.boxes_to_flat(self.lo, self.hi, list(self.shape))
         return out
 
     def to_indices(self) -> I64:
         """Cells as a sorted ``(n, d)`` array of index tuples."""
         flat = self.to_flat()
         if self.rank == 0:
-            return _boxes(flat.size, 0)
+            return empty_boxes(flat.size, 0)
         return np.stack(np.unravel_index(flat, self.shape), axis=1).astype(np.int64)
 
     def to_mask(self) -> npt.NDArray[np.bool_]:
         """A boolean mask over the array, ``True`` on the cells."""
         mask = np.zeros(self.shape, dtype=np.bool_)
-        _native.fill_mask(self.lo, self.hi, mask.view(np.uint8))
+        kernels.fill_mask(self.lo, self.hi, mask.view(np.uint8))
         return mask
 
     def to_slices(self) -> list[tuple[slice, ...]]:
@@ -297,7 +246,7 @@ def _fmt_box(lo: I64, hi: I64) -> str:
 def _int_matrix(x: npt.ArrayLike, d: int, what: str) -> I64:
     arr = np.asarray(x)
     if arr.size == 0:  # keeps the count of 0-d cells, which have no coordinates
-        return _boxes(arr.shape[0] if arr.ndim == 2 and arr.shape[1] == d else 0, d)
+        return empty_boxes(arr.shape[0] if arr.ndim == 2 and arr.shape[1] == d else 0, d)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         msg = f"The {what} must be integers, got dtype `{arr.dtype}`."
         raise QueryError(msg)
@@ -429,134 +378,3 @@ def as_cells(shape: Sequence[int] | int, cells: object) -> CellSet:
         "query cells; pass a box (np.s_[...]), index tuples, a boolean mask or flat indices."
     )
     raise QueryError(msg)
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedHop:
-    """A lineage table ready for repeated queries (input hulls and join order precomputed).
-
-    A factored table (a frame's cell lineage, row table × column table, see
-    :func:`~dslog_dagster.core.combine.factored_table`) is prepared as its factors
-    (``native`` is None): :func:`run_hops` queries the 1-D factors and multiplies the answers
-    as boxes, which is exact because every (row pair, column pair) combination is a pair.
-    """
-
-    out_shape: Shape
-    in_shape: Shape
-    native: _native.PreparedTable | None
-    factors: "tuple[tuple[PreparedHop, PreparedHop], ...]" = ()
-
-    def run(self, cells: CellSet, direction: Direction) -> CellSet:
-        """The cells on the other side of the table linked to ``cells``."""
-        return run_hops([(self, direction)], cells)
-
-
-def prepare(table: LineageTable) -> PreparedHop:
-    """Prepare a table for queries: input hulls and per-axis row orders, computed once."""
-    if table.factors:
-        parts = tuple((prepare(r), prepare(c)) for r, c in table.factors)
-        return PreparedHop(table.out_shape, table.in_shape, None, parts)
-    if table.encoding == "columnar" and table.out_rank + table.in_rank > 0:
-        # Rows of single pairs, all absolute: exact, instant, and the scan join handles them
-        # by binary search (re-running ProvRC would gain less than 2x: that's why it's columnar).
-        l, m, n = table.out_rank, table.in_rank, table.rows
-        outs, ins = np.ascontiguousarray(table.raw[:l]), np.ascontiguousarray(table.raw[l:])
-        ref = np.full((m, n), -1, dtype=np.int64)
-        one, zero = np.ones((m, n), dtype=np.int64), np.zeros((m, n), dtype=np.int64)
-        native = _native.PreparedTable(l, m, n, outs, outs, ref, one, zero, one, ins, ins)
-        return PreparedHop(table.out_shape, table.in_shape, native)
-    t = table.as_provrc()
-    if t.out_rank + t.in_rank == 0:  # 0-d to 0-d: the one pair is there or not
-        rows = min(t.rows, 1)
-        z = _boxes(0, rows)
-        return PreparedHop((), (), _native.PreparedTable(0, 0, rows, z, z, z, z, z, z, z, z))
-    return PreparedHop(t.out_shape, t.in_shape, _native.PreparedTable(*t.native_args()))
-
-
-def query_path(
-    hops: Sequence[tuple[PreparedHop | LineageTable, Direction]], cells: CellSet
-) -> CellSet:
-    """Carry ``cells`` through ``hops`` (one θ-join per hop) and return the final cell set."""
-    prepared = [
-        (t if isinstance(t, PreparedHop) else prepare(t), direction) for t, direction in hops
-    ]
-    return run_hops(prepared, cells)
-
-
-def run_hops(hops: Sequence[tuple[PreparedHop, Direction]], cells: CellSet) -> CellSet:
-    """Carry ``cells`` through prepared hops in one native call (shapes checked up front)."""
-    shape = cells.shape
-    forwards = []
-    for hop, direction in hops:
-        if direction not in ("forward", "backward"):
-            msg = f"Direction must be 'forward' or 'backward', not {direction!r}."
-            raise QueryError(msg)
-        fwd = direction == "forward"
-        src, dst = (hop.in_shape, hop.out_shape) if fwd else (hop.out_shape, hop.in_shape)
-        if src != shape:
-            msg = (
-                f"A {direction} hop through a table of {hop.out_shape} ← {hop.in_shape} starts "
-                f"from an array of shape {src}; the cells so far belong to shape {shape}."
-            )
-            raise QueryError(msg)
-        forwards.append(fwd)
-        shape = dst
-    if not hops:
-        return cells
-    lo, hi = cells.lo, cells.hi
-    shape = cells.shape
-    run: list[tuple[_native.PreparedTable, bool]] = []  # consecutive native hops, one call
-    for (hop, _), fwd in zip(hops, forwards, strict=True):
-        if hop.native is not None:
-            run.append((hop.native, fwd))
-        else:
-            if run:
-                lo, hi = _native.run_hops([n for n, _ in run], [f for _, f in run], lo, hi)
-                run = []
-            lo, hi = _factored_hop(hop, fwd, lo, hi)
-        shape = hop.out_shape if fwd else hop.in_shape
-    if run:
-        lo, hi = _native.run_hops([n for n, _ in run], [f for _, f in run], lo, hi)
-    return CellSet(shape, lo, hi)
-
-
-def _factored_hop(hop: PreparedHop, forward: bool, lo: I64, hi: I64) -> tuple[I64, I64]:
-    """One hop through a factored table: per part, the boxes of cells are grouped by their
-    column interval; each group's row intervals go through the row table in one native call,
-    the column interval through the column table, and the answer is every (row box, column
-    box) pair — exact, since the part holds every combination of a row pair and a column
-    pair. Returns normalised boxes of the other side."""
-    out_lo: list[I64] = []
-    out_hi: list[I64] = []
-    for rows, cols in hop.factors:
-        if not len(lo):
-            break
-        # factors are 1-D ProvRC or columnar tables, prepared natively (never factored)
-        assert rows.native is not None
-        assert cols.native is not None
-        col_iv, group = np.unique(
-            np.stack([lo[:, 1], hi[:, 1]], axis=1), axis=0, return_inverse=True
-        )
-        group = group.reshape(-1)
-        order = np.argsort(group, kind="stable")
-        bounds = np.searchsorted(group[order], np.arange(len(col_iv) + 1))
-        for g, (c0, c1) in enumerate(col_iv):
-            sel = order[bounds[g] : bounds[g + 1]]
-            c_lo, c_hi = _native.run_hops(
-                [cols.native], [forward], np.array([[c0]], np.int64), np.array([[c1]], np.int64)
-            )
-            if not len(c_lo):
-                continue
-            q_lo, q_hi = _native.normalize_boxes(
-                np.ascontiguousarray(lo[sel, :1]), np.ascontiguousarray(hi[sel, :1])
-            )
-            r_lo, r_hi = _native.run_hops([rows.native], [forward], q_lo, q_hi)
-            if not len(r_lo):
-                continue
-            nr, nc = len(r_lo), len(c_lo)
-            out_lo.append(np.stack([np.repeat(r_lo[:, 0], nc), np.tile(c_lo[:, 0], nr)], axis=1))
-            out_hi.append(np.stack([np.repeat(r_hi[:, 0], nc), np.tile(c_hi[:, 0], nr)], axis=1))
-    if not out_lo:
-        return _boxes(0, 2), _boxes(0, 2)
-    nlo, nhi = _native.normalize_boxes(np.concatenate(out_lo), np.concatenate(out_hi))
-    return nlo, nhi

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dslog_dagster.core.query import CellSet, as_cells
+from dslog_dagster.core.query.cells import CellSet, as_cells
 from dslog_dagster.core.relation import as_shape
 from dslog_dagster.errors import QueryError
 

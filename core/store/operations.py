@@ -1,0 +1,165 @@
+"""The operations of a lineage store: which segment file holds each, and their records.
+
+An operation lives in a *segment* (:mod:`~dslog_dagster.core.format.segment`): its own
+``operations/<op_id>.parquet`` when registered, or a pack after a compaction. Readers locate
+operations through an index of the segment files (segments are immutable, so a pack's
+operation ids are read once); when a file vanishes under them (a compaction packed it) they
+refresh the index and retry. Compactions publish a pack before they delete the files it
+replaces, so a fresh listing always finds every operation.
+"""
+
+import logging
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TypeVar
+
+from dslog_dagster.core.format import segment
+from dslog_dagster.core.store.layout import StoreLayout
+from dslog_dagster.core.store.records import OperationRecord, parse_operation
+from dslog_dagster.errors import DSLogError
+
+_R = TypeVar("_R")
+
+logger = logging.getLogger(__name__)
+
+LISTING_RETRIES = 20
+"""Listings repeated while they race a compaction (see :meth:`OperationFiles.refresh`)."""
+MOVE_RETRIES = 8
+"""Reads of an operation retried while compactions move it between segments."""
+
+
+class OperationFiles:
+    """The segment files of the store laid out by ``layout``, and the records read so far.
+
+    Attributes:
+        records: operation records read or written by this handle, by op id (records are
+            immutable, so an entry never goes stale; clear it to read them again).
+    """
+
+    def __init__(self, layout: StoreLayout) -> None:
+        self.layout = layout
+        self.records: dict[str, OperationRecord] = {}
+        # Where operations are: segment (root-relative path) -> its op ids, and op id ->
+        # one segment holding it. Segments are immutable, so an entry only goes stale when
+        # its file vanishes (compaction); lookups then refresh and retry.
+        self._seg_ops: dict[str, tuple[str, ...]] = {}
+        self._where: dict[str, str] = {}
+
+    @property
+    def where(self) -> Mapping[str, str]:
+        """Op id -> a segment holding it, as of the last :meth:`refresh` (read-only)."""
+        return MappingProxyType(self._where)
+
+    def added(self, rel: str, record: OperationRecord) -> None:
+        """Note that this handle just published ``record`` as segment ``rel``."""
+        self._seg_ops[rel] = (record.op_id,)
+        self._where[record.op_id] = rel
+        self.records[record.op_id] = record
+
+    def refresh(self) -> dict[str, tuple[str, ...]]:
+        """Re-list the segment files and update the op id -> segment index; returns
+        segment -> op ids.
+
+        A listing can race a compaction: a pack listed here may be merged into a newer pack
+        (published after this listing) before we open it, and a directory read concurrent
+        with a rename + unlink may miss both the old and the new file. Either way operations
+        would seem to vanish, so the listing is repeated (bounded) until no listed file went
+        missing and every operation seen before is still there: compactions publish the new
+        pack before they unlink the old files, so a fresh listing always finds it.
+        """
+        known = set(self._where)
+        for _ in range(LISTING_RETRIES):
+            fresh, raced = self._list_segments()
+            where: dict[str, str] = {}
+            for rel, ops in fresh.items():
+                for op_id in ops:
+                    where.setdefault(op_id, rel)
+            if not raced and known.issubset(where):
+                break
+        self._seg_ops, self._where = fresh, where
+        return fresh
+
+    def _list_segments(self) -> tuple[dict[str, tuple[str, ...]], bool]:
+        """One listing: segment -> op ids, and whether a listed segment vanished meanwhile."""
+        fresh: dict[str, tuple[str, ...]] = {}
+        raced = False
+        for rel in self.layout.segment_files():
+            ops = self._seg_ops.get(rel)
+            if ops is None:
+                if rel.startswith("operations/"):
+                    ops = (rel.removeprefix("operations/").removesuffix(".parquet"),)
+                else:
+                    try:
+                        with segment.Segment(self.layout.inside(rel)) as seg:
+                            ops = tuple(seg.op_ids)
+                    except FileNotFoundError:
+                        raced = True  # merged into a newer pack since the listing
+                        continue
+                    except DSLogError as e:
+                        logger.warning("skipping segment %s in %s: %s", rel, self.layout.root, e)
+                        continue
+            fresh[rel] = ops
+        return fresh, raced
+
+    def in_segment(self, op_id: str, fn: Callable[[segment.Segment], _R]) -> tuple[_R, str]:
+        """Run ``fn`` on a segment holding ``op_id``; returns its result and the segment path.
+
+        A segment can vanish between the lookup and the read (a compaction packed it after
+        publishing the pack), so a missing file refreshes the index and tries again.
+
+        Raises:
+            FileNotFoundError: no segment holds ``op_id``.
+        """
+        for attempt in range(MOVE_RETRIES):
+            rel = self._where.get(op_id)
+            if rel is None or attempt > 0:
+                self.refresh()
+                rel = self._where.get(op_id)
+                if rel is None:
+                    break
+            try:
+                with segment.Segment(self.layout.inside(rel)) as seg:
+                    return fn(seg), rel
+            except (FileNotFoundError, KeyError):
+                continue
+        msg = f"no segment holds operation {op_id}"
+        raise FileNotFoundError(msg)
+
+    def parse(self, text: str, rel: str) -> OperationRecord:
+        """The operation record ``text`` read from segment ``rel``.
+
+        Raises:
+            LineageStorageError / SchemaVersionError: it is damaged or too new.
+        """
+        return parse_operation(text, self.layout.root / rel, rel)
+
+    def records_in(self, rel: str) -> list[OperationRecord]:
+        """Every operation record of segment ``rel`` (``FileNotFoundError`` if it vanished)."""
+        with segment.Segment(self.layout.inside(rel)) as seg:
+            texts = seg.records()
+        out = []
+        for op_id, text in texts:
+            rec = self.parse(text, rel)
+            self.records[op_id] = rec
+            out.append(rec)
+        return out
+
+    def ids(self) -> list[str]:
+        """Ids of every operation on disk, oldest first (a listing of the segment files)."""
+        self.refresh()
+        return sorted(self._where)
+
+    def read(self, op_id: str) -> OperationRecord:
+        """The record of operation ``op_id``, from this handle's records or its segment.
+
+        Raises:
+            FileNotFoundError: no segment holds it.
+            LineageStorageError / SchemaVersionError: the record is damaged or too new.
+        """
+        rec = self.records.get(op_id)
+        if rec is not None:
+            return rec
+        text, rel = self.in_segment(op_id, lambda seg: seg.record(op_id))
+        rec = self.parse(text, rel)
+        self.records[op_id] = rec
+        return rec

@@ -1,0 +1,386 @@
+"""The records of a lineage store: arrays, operations and their tables, as JSON.
+
+An array record is the node type of the lineage graph; an operation record names its input
+and output arrays, its arguments and timings and one table record per stored lineage table.
+Records are immutable once written: every field that may change when the store reorganises
+its files (which segment holds an operation) is kept out of their JSON form.
+
+Also here: the validation of what users name and pass (names, arguments, timings), so that a
+record that is built is always one that can be stored, and the version check of a record
+read back.
+"""
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from dslog_dagster.core.format.segment import SEGMENT_SCHEMA_VERSION
+from dslog_dagster.core.relation import Shape, as_shape
+from dslog_dagster.errors import (
+    InvalidRelationError,
+    LineageNotFoundError,
+    LineageStorageError,
+    SchemaVersionError,
+    UnsupportedArrayError,
+)
+
+_R = TypeVar("_R")
+
+STORE_SCHEMA_VERSION = SEGMENT_SCHEMA_VERSION
+"""Store format version: in every segment's metadata, operation record and array record."""
+
+TIMING_COMPRESS = "compress_s"
+"""Timing key: seconds the store spent compressing an operation's relations."""
+TIMING_ENCODE = "encode_s"
+"""Timing key: seconds the store spent encoding an operation's tables."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRecord:
+    """A registered array: the node type of the lineage graph.
+
+    Attributes:
+        name: user-facing name (e.g. an asset key path); any non-empty string without NUL.
+        shape: the array's shape.
+        dtype: NumPy dtype name (``"float64"``).
+        asset_key: Dagster asset key (``"a/b"``) when the array is an asset, else ``None``.
+        version: asset/data version; ``None`` is the default version.
+        array_id: stable id derived from ``(name, version)``: the same in every process.
+        created_at: UTC time of the first registration.
+    """
+
+    name: str
+    shape: Shape
+    dtype: str
+    asset_key: str | None
+    version: str | None
+    array_id: str
+    created_at: datetime = field(compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored in array record files and in operation records."""
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "asset_key": self.asset_key,
+            "version": self.version,
+            "array_id": self.array_id,
+            "created_at": self.created_at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ArrayRecord":
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            name=str(d["name"]),
+            shape=tuple(int(x) for x in d["shape"]),
+            dtype=str(d["dtype"]),
+            asset_key=d.get("asset_key"),
+            version=d.get("version"),
+            array_id=str(d["array_id"]),
+            created_at=datetime.fromisoformat(d["created_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NewArray:
+    """An output array to register together with its operation (one flushed file for both).
+
+    Pass it among ``outputs`` of :meth:`LineageStore.register_operation`; the arguments are
+    those of :meth:`LineageStore.register_array`. When ``(name, version)`` is already
+    registered, that record is used (shapes must agree), as ``register_array`` would.
+    """
+
+    name: str
+    shape: Sequence[int] | int
+    dtype: Any = "float64"
+    asset_key: str | Sequence[str] | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableRecord:
+    """One stored lineage table of an operation (output array ← input array).
+
+    Attributes:
+        op_id: the operation it belongs to.
+        output: output array name.
+        input: input array name.
+        encoding: ``"provrc"`` or ``"columnar"`` (the per-table choice of :func:`compress`),
+            or ``"factored"`` (a frame's row table × column table, stored as the two).
+        rows: rows of the stored table (of its factors, when factored).
+        n_pairs: (output cell, input cell) pairs it stands for.
+        stored_bytes: bytes of the table's blob in its segment (after its own compression;
+            the segment adds a share of its footer and record).
+        path: the segment file holding the table when the record was read, relative to the
+            store root (POSIX separators). Compaction moves tables between segments, so
+            read tables with :meth:`LineageStore.read_lineage`, not through this path.
+    """
+
+    op_id: str
+    output: str
+    input: str
+    encoding: str
+    rows: int
+    n_pairs: int
+    stored_bytes: int
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored in the operation record (``op_id`` is implied there)."""
+        return {
+            "output": self.output,
+            "input": self.input,
+            "encoding": self.encoding,
+            "rows": self.rows,
+            "n_pairs": self.n_pairs,
+            "bytes": self.stored_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    """A registered operation ``outputs = op_name(inputs; args)`` and its lineage tables.
+
+    ``args`` and ``timings`` are plain dicts for convenience; treat them as read-only.
+    """
+
+    op_id: str
+    op_name: str
+    inputs: tuple[ArrayRecord, ...]
+    outputs: tuple[ArrayRecord, ...]
+    args: dict[str, Any]
+    capture_method: str
+    timings: dict[str, float]
+    created_at: datetime
+    tables: tuple[TableRecord, ...]
+
+    def table(self, output: str, input: str) -> TableRecord:
+        """The table record for ``(output, input)``.
+
+        Raises:
+            LineageNotFoundError: the operation has no such table.
+        """
+        for t in self.tables:
+            if t.output == output and t.input == input:
+                return t
+        have = ", ".join(f"(`{t.output}` ← `{t.input}`)" for t in self.tables) or "none"
+        msg = (
+            f"Operation `{self.op_name}` (`{self.op_id}`) has no lineage table for output "
+            f"`{output}` ← input `{input}`. Its tables: {have}."
+        )
+        raise LineageNotFoundError(msg)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored in the operation's segment (table paths are not part of it:
+        they change when a compaction moves the operation)."""
+        return {
+            "schema_version": STORE_SCHEMA_VERSION,
+            "op_id": self.op_id,
+            "op_name": self.op_name,
+            "inputs": [a.to_json() for a in self.inputs],
+            "outputs": [a.to_json() for a in self.outputs],
+            "args": self.args,
+            "capture_method": self.capture_method,
+            "timings": self.timings,
+            "created_at": self.created_at.isoformat(),
+            "tables": [t.to_json() for t in self.tables],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], path: str = "") -> "OperationRecord":
+        """Inverse of :meth:`to_json`; ``path`` is the segment the record was read from."""
+        op_id = str(d["op_id"])
+        return cls(
+            op_id=op_id,
+            op_name=str(d["op_name"]),
+            inputs=tuple(ArrayRecord.from_json(a) for a in d["inputs"]),
+            outputs=tuple(ArrayRecord.from_json(a) for a in d["outputs"]),
+            args=dict(d["args"]),
+            capture_method=str(d["capture_method"]),
+            timings={str(k): float(v) for k, v in d["timings"].items()},
+            created_at=datetime.fromisoformat(d["created_at"]),
+            tables=tuple(
+                TableRecord(
+                    op_id,
+                    str(t["output"]),
+                    str(t["input"]),
+                    str(t["encoding"]),
+                    int(t["rows"]),
+                    int(t["n_pairs"]),
+                    int(t["bytes"]),
+                    path,
+                )
+                for t in d["tables"]
+            ),
+        )
+
+
+def check_name(name: object, what: str) -> str:
+    """``name`` if it is a non-empty string without NUL (``what`` names it in the message).
+
+    Raises:
+        InvalidRelationError: it is not.
+    """
+    if not isinstance(name, str):
+        msg = f"{what} must be a string, got `{type(name).__name__}` ({name!r})."
+        raise InvalidRelationError(msg)
+    if not name or "\x00" in name:
+        msg = f"{what} `{name!r}` is empty or contains a NUL character; pass a non-empty name."
+        raise InvalidRelationError(msg)
+    return name
+
+
+def array_id(name: str, version: str | None) -> str:
+    """The stable id of array ``(name, version)``: the same in every process."""
+    return hashlib.sha256(json.dumps([name, version]).encode()).hexdigest()[:16]
+
+
+def now() -> tuple[int, datetime]:
+    """The current time as nanoseconds since the epoch and as a UTC datetime (microseconds)."""
+    ns = time.time_ns()
+    return ns, datetime.fromtimestamp(ns // 1000 / 1e6, UTC).replace(microsecond=ns // 1000 % 10**6)
+
+
+def array_record(spec: "NewArray") -> ArrayRecord:
+    """The record ``register_array`` would write for ``spec`` (validated, not written).
+
+    Raises:
+        InvalidRelationError: a bad name or version.
+        UnsupportedArrayError: ``shape`` or ``dtype`` is not understood.
+    """
+    name = check_name(spec.name, "Array name")
+    version = spec.version
+    if version is not None:
+        version = check_name(version, f"Version of array `{name}`")
+    shp = as_shape(spec.shape, f"Array `{name}`")
+    try:
+        dt = np.dtype(spec.dtype).name
+    except TypeError as e:
+        msg = f"Array `{name}` has dtype `{spec.dtype!r}`, which NumPy does not understand."
+        raise UnsupportedArrayError(msg) from e
+    _, created = now()
+    key = _normalise_asset_key(spec.asset_key)
+    return ArrayRecord(name, shp, dt, key, version, array_id(name, version), created)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, tuple | set | frozenset):
+        return list(obj)
+    msg = f"value of type `{type(obj).__name__}` is not JSON-serialisable"
+    raise TypeError(msg)
+
+
+def normalise_args(op_name: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``args`` as stored: JSON values only (NumPy scalars and arrays converted).
+
+    Raises:
+        InvalidRelationError: not a mapping, or not storable as JSON.
+    """
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        msg = f"Operation `{op_name}` args must be a mapping, got `{type(args).__name__}`."
+        raise InvalidRelationError(msg)
+    try:
+        text = json.dumps(dict(args), default=_json_default, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        msg = (
+            f"Operation `{op_name}` args cannot be stored as JSON ({e}). Pass strings, numbers, "
+            "booleans, None, lists and dicts with string keys (NumPy scalars/arrays are fine)."
+        )
+        raise InvalidRelationError(msg) from e
+    out: dict[str, Any] = json.loads(text)
+    return out
+
+
+def normalise_timings(op_name: str, timings: Mapping[str, float] | None) -> dict[str, float]:
+    """``timings`` as stored: string keys, finite seconds.
+
+    Raises:
+        InvalidRelationError: a key or value that is not.
+    """
+    out: dict[str, float] = {}
+    for k, v in (timings or {}).items():
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            fv = math.nan
+        if not isinstance(k, str) or not math.isfinite(fv):
+            msg = f"Operation `{op_name}` timing `{k!r}` = {v!r} is not a finite number of seconds."
+            raise InvalidRelationError(msg)
+        out[k] = fv
+    return out
+
+
+def _normalise_asset_key(asset_key: str | Sequence[str] | None) -> str | None:
+    if asset_key is None or isinstance(asset_key, str):
+        return asset_key
+    parts = [str(p) for p in asset_key]
+    return "/".join(parts)
+
+
+def check_version(d: Mapping[str, Any], path: Path) -> None:
+    """Refuse a record ``d`` (read from ``path``) written with another major store format.
+
+    Raises:
+        SchemaVersionError: it was.
+    """
+    version = str(d.get("schema_version", ""))
+    if version.split("-")[0] != STORE_SCHEMA_VERSION.split("-")[0]:
+        msg = (
+            f"`{path}` was written with store format `{version or 'unknown'}`; this dslog reads "
+            f"{STORE_SCHEMA_VERSION.split('-')[0]}-x-x. Upgrade dslog-dagster to read it."
+        )
+        raise SchemaVersionError(msg)
+
+
+def load_record(path: Path, what: str, parse: Callable[[Mapping[str, Any]], _R]) -> _R:
+    """Read, version-check and parse one JSON record; ``FileNotFoundError`` propagates so the
+    caller can say what is missing in its own terms."""
+    try:
+        d = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:
+        msg = f"{what} record `{path}` is unreadable: {e}"
+        raise LineageStorageError(msg) from e
+    check_version(d, path)
+    try:
+        return parse(d)
+    except (KeyError, TypeError, ValueError) as e:
+        msg = f"{what} record `{path}` is damaged: {e}"
+        raise LineageStorageError(msg) from e
+
+
+def parse_operation(text: str, path: Path, rel: str) -> OperationRecord:
+    """The operation record in JSON ``text``, read from segment ``rel`` (at ``path``).
+
+    Raises:
+        LineageStorageError: unreadable or damaged.
+        SchemaVersionError: written with another major store format.
+    """
+    try:
+        d = json.loads(text)
+    except ValueError as e:
+        msg = f"Operation record in `{path}` is unreadable: {e}"
+        raise LineageStorageError(msg) from e
+    check_version(d, path)
+    try:
+        return OperationRecord.from_json(d, rel)
+    except (KeyError, TypeError, ValueError) as e:
+        msg = f"Operation record in `{path}` is damaged: {e}"
+        raise LineageStorageError(msg) from e
