@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core import storage as storage_module
-from dslog_dagster.core.signatures import content_hash
+from dslog_dagster.core.reuse.keys import content_hash
 from dslog_dagster.core.storage import table_digest, table_from_blob, table_to_blob
 from dslog_dagster.io_managers import metadata as m
 
