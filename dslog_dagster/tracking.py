@@ -18,14 +18,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from dslog_dagster.core.capture import CaptureResult, as_input, capture
+from dslog_dagster.core.capture import CaptureResult, OnLost, as_input, capture
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.reuse import Need, ViewRegistry
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.reuse import Need, ViewRegistry
 
 __all__ = [
     "POLICIES",
@@ -145,7 +147,7 @@ def obtain_lineage(
     asked for that relation alone (``need="considered"``): picks and sorts consider a
     shape-determined set of cells, so their views serve even though the picked cells vary.
     """
-    on_lost = "all_to_all" if policy == "all_to_all" else "raise"
+    on_lost: OnLost = "all_to_all" if policy == "all_to_all" else "raise"
     need: Need = "considered" if mode == "considered" else "all"
     t0 = time.perf_counter()
     result: CaptureResult | None
