@@ -469,6 +469,34 @@ class Call:
             contents=lambda: [content_hash(a) for a in inputs],
         )
 
+    @classmethod
+    def declared(
+        cls,
+        op_name: str,
+        code_version: str | None,
+        args: Mapping[str, Any] | None,
+        in_ids: Sequence[str] | None,
+        in_shapes: Sequence[Shape],
+    ) -> "Call":
+        """A declared operation's call (no function: its name and ``code_version`` are its
+        code identity; ``in_ids``, when known, identify the input data for base keys).
+
+        Raises:
+            Unsignable: an argument has no stable token.
+        """
+        args = dict(args or {})
+        ids = None if in_ids is None else list(in_ids)
+        code = digest("declared", op_name, code_version or "")
+        return cls(
+            op=op_name,
+            code=code,
+            mode="declared",
+            args=args,
+            arg_tokens={str(k): arg_token(v) for k, v in args.items()},
+            in_shapes=[tuple(s) for s in in_shapes],
+            contents=lambda: ids,
+        )
+
     @property
     def exact_key(self) -> str:
         """The dim signature with every argument: what a verification was made on."""

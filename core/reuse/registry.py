@@ -34,7 +34,7 @@ from dslog_dagster.core.capture import (
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import Shape
 from dslog_dagster.core.reuse.arguments import ArgumentRelevance
-from dslog_dagster.core.reuse.keys import Call, Unsignable, arg_token, digest, shapes_of
+from dslog_dagster.core.reuse.keys import Call, Unsignable, shapes_of
 from dslog_dagster.core.reuse.lookup import ViewFinder
 from dslog_dagster.core.reuse.persistence import Kind, ViewFiles, ViewInfo
 from dslog_dagster.core.reuse.policy import ReusePolicy
@@ -352,27 +352,6 @@ class ViewRegistry:
 
     # ----------------------------------------------------------- declared lineage
 
-    def _declared_call(
-        self,
-        op_name: str,
-        code_version: str | None,
-        args: Mapping[str, Any] | None,
-        in_ids: Sequence[str] | None,
-        in_shapes: Sequence[Shape],
-    ) -> Call:
-        args = dict(args or {})
-        ids = None if in_ids is None else list(in_ids)
-        code = digest("declared", op_name, code_version or "")
-        return Call(
-            op=op_name,
-            code=code,
-            mode="declared",
-            args=args,
-            arg_tokens={str(k): arg_token(v) for k, v in args.items()},
-            in_shapes=[tuple(s) for s in in_shapes],
-            contents=lambda: ids,
-        )
-
     def find_declared(
         self,
         op_name: str,
@@ -389,7 +368,7 @@ class ViewRegistry:
         when some input has no version (its content is then unknown and base views are off).
         """
         try:
-            call = self._declared_call(op_name, code_version, args, in_ids, in_shapes)
+            call = Call.declared(op_name, code_version, args, in_ids, in_shapes)
         except Unsignable:
             return None
         outs = [tuple(s) for s in out_shapes]
@@ -446,7 +425,7 @@ class ViewRegistry:
         arguments cannot be signed). Declared lineage cannot be probed, so views of declared
         operations are confirmed by repetition only."""
         try:
-            call = self._declared_call(op_name, code_version, args, in_ids, in_shapes)
+            call = Call.declared(op_name, code_version, args, in_ids, in_shapes)
         except Unsignable:
             return None
         self.stats["captured"] += 1
