@@ -4,7 +4,7 @@ For every function of the coverage grid (``tests/annotator/grid.py``: ``ICDE_NAM
 element-wise group being its unary and binary ufuncs) one argument pattern (grid case) is
 drawn, then ``--runs`` runs (20) each draw random extents in ``[1, 100)`` for the case's
 symbolic axes (extent-1 axes stay 1, as do ``cross``'s 2/3-vectors) and make ``--reps`` (4)
-calls with fresh random data through ``capture(..., reuse=registry)``. Every call that is
+calls with fresh random data through ``registry.capture(...)``. Every call that is
 served from a view is compared with a fresh capture of the same call: any difference is an
 **error**. A function counts as
 
@@ -24,16 +24,16 @@ distinction). The ICDE prototype's ``tracked_cell`` has one relation, in which `
 it is the one ICDE Table IX (126 dim, 99 gen) counts. So every function runs twice, with one
 registry:
 
-* the *considered* pass calls ``capture(..., mode="considered", need="considered",
-  reuse=reg)``: views of the considered relation alone, compared with the considered relation
-  of a fresh capture. The **dim goal (≥ 130) is counted on this pass**, because it is the
+* the *considered* pass calls ``reg.capture(..., mode="considered", need="considered")``:
+  views of the considered relation alone, compared with the considered relation of a fresh
+  capture. The **dim goal (≥ 130) is counted on this pass**, because it is the
   paper's definition. It is exact, not an approximation: for a pick the considered cells are
   fixed by the shape (both operands, the whole lane, the whole sorted lane), whatever the
   values, ties and NaNs — the probes (ramps, ties, constants, NaN, zeros) and the error column
   check it. Where even the considered relation depends on the data (``unique``'s output
   shape, the partition-based ``median percentile quantile partition``, ``unwrap``'s masked
   corrections) no view is confirmed in either pass;
-* the *contributing* pass calls ``capture(..., reuse=reg)``, our default. Its dim count is
+* the *contributing* pass calls ``reg.capture(...)``, our default. Its dim count is
   printed beside (no goal: the paper has no such relation); picks and sorts are data-dependent
   there and are never confirmed.
 
@@ -73,7 +73,7 @@ if str(ROOT) not in sys.path:
 
 from dslog_dagster.core import ReusePolicy, ViewRegistry, capture  # noqa: E402
 from dslog_dagster.core.format.table_file import encoded_size  # noqa: E402
-from dslog_dagster.core.verification import verify_sample  # noqa: E402
+from dslog_dagster.core.reuse import verify_sample  # noqa: E402
 from dslog_dagster.errors import DSLogError, ViewMismatchWarning  # noqa: E402
 from tests.annotator.grid import BINARY_NAMES, CASES, ICDE_NAMES, UNARY_NAMES, GridCase  # noqa: E402
 
@@ -193,8 +193,8 @@ def run_function(
 ) -> FunctionResult:
     """One function of the grid: ``runs`` random shapes x ``reps`` calls through ``reg``.
 
-    ``relation="contributing"``: ``capture(..., reuse=reg)`` (the default mode). With
-    ``"considered"``: ``capture(..., mode="considered", need="considered", reuse=reg)``, the
+    ``relation="contributing"``: ``reg.capture(...)`` (the default mode). With
+    ``"considered"``: ``reg.capture(..., mode="considered", need="considered")``, the
     considered relation alone (ICDE's semantics, see the module docstring); served calls are
     compared with the considered relation of a fresh capture. There, a function whose
     considered relation differs from its contributing one on a pilot call at the case's own
@@ -240,7 +240,7 @@ def run_function(
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    got = capture(case.func, *data, reuse=reg, **opts)
+                    got = reg.capture(case.func, *data, **opts)
             except (DSLogError, ValueError, TypeError, IndexError):
                 # The pattern does not run at these shapes (e.g. an index argument out of
                 # range): not a reuse question.
@@ -336,15 +336,15 @@ def hit_overhead(cells: int, reps: int) -> dict[str, float]:
             big = tuple(rng.random(shape) for _ in range(arity))
             tiny = tuple(rng.random((2, 5)) for _ in range(arity))
             for args in (big, tiny):
-                while capture(f, *args, reuse=reg).obtained == "captured":
+                while reg.capture(f, *args).obtained == "captured":
                     pass
             bare, hit = _paired(
-                lambda f=f, a=big: f(*a), lambda f=f, a=big: capture(f, *a, reuse=reg), reps, 20
+                lambda f=f, a=big: f(*a), lambda f=f, a=big: reg.capture(f, *a), reps, 20
             )
             tb, th = _paired(
-                lambda f=f, a=tiny: f(*a), lambda f=f, a=tiny: capture(f, *a, reuse=reg), reps, 500
+                lambda f=f, a=tiny: f(*a), lambda f=f, a=tiny: reg.capture(f, *a), reps, 500
             )
-            assert capture(f, *big, reuse=reg).obtained == "dim"
+            assert reg.capture(f, *big).obtained == "dim"
             out[f"{name}_bare"], out[f"{name}_hit"] = bare, hit
             out[f"{name}_fixed"] = th - tb
             t0 = time.perf_counter()
@@ -354,13 +354,14 @@ def hit_overhead(cells: int, reps: int) -> dict[str, float]:
 
 
 def _tables(reg: ViewRegistry, f: Callable[..., Any], args: tuple) -> dict:
-    r = capture(f, *args, reuse=reg)
+    r = reg.capture(f, *args)
     return {(0, o, i): t for (o, i), t in (r.tables or {}).items()}
 
 
 def lookup_scaling(counts: list[int], iters: int) -> dict[int, float]:
     """Time of finding a confirmed dim view among ``n`` views (files and memory)."""
-    from dslog_dagster.core import reuse as reuse_mod
+    from dslog_dagster.core.reuse.keys import Call
+    from dslog_dagster.core.reuse.persistence import View
 
     out: dict[int, float] = {}
     rng = np.random.default_rng(0)
@@ -368,20 +369,20 @@ def lookup_scaling(counts: list[int], iters: int) -> dict[int, float]:
     for n in counts:
         with tempfile.TemporaryDirectory() as d:
             reg = ViewRegistry(d, ReusePolicy(rate=0.0, seed=0))
-            while capture(np.negative, x, reuse=reg).obtained == "captured":
+            while reg.capture(np.negative, x).obtained == "captured":
                 pass
-            target = next(v for v in reg._views.values() if v.status == "confirmed")
+            target = next(v for v in reg.files.views.values() if v.status == "confirmed")
             for k in range(n - 1):  # other confirmed views, in memory and as files
                 sig = f"d{k:032x}"
-                reg._views[sig] = reuse_mod._View(sig, "dim", "other", status="confirmed")
+                reg.files.views[sig] = View(sig, "dim", "other", status="confirmed")
                 (reg.dir / f"{sig}.json").write_bytes(b"{}")
-            call = reg._call_for(np.negative, None, "contributing", {}, [x])
-            assert reg._find_specific(call)[2] is target
+            call = Call.of(np.negative, None, "contributing", {}, [x])
+            assert reg.finder.find_specific(call)[2] is target
             best = float("inf")
             for _ in range(15):
                 t0 = time.perf_counter()
                 for _ in range(iters):
-                    reg._find_specific(call)
+                    reg.finder.find_specific(call)
                 best = min(best, (time.perf_counter() - t0) / iters)
             out[n] = best
     return out
@@ -440,14 +441,14 @@ def main() -> None:
     print()
     print(
         "Considered relation — ICDE Table IX's semantics (a pick carries every compared cell; "
-        '`capture(..., mode="considered", need="considered", reuse=reg)`):'
+        '`reg.capture(..., mode="considered", need="considered")`):'
     )
     print()
     print(table(consid, contrib))
     print()
     print(
         "Contributing relation — our default (a pick carries the picked cell only; "
-        "`capture(..., reuse=reg)`), which the paper has no counterpart of:"
+        "`reg.capture(...)`), which the paper has no counterpart of:"
     )
     print()
     print(table(contrib))

@@ -16,10 +16,9 @@
 * :mod:`~dslog_dagster.core.api` — the DSLog session API over a store.
 * :mod:`dslog_dagster.core.testing` — test oracles and query baselines (not used by the
   library).
-* :mod:`~dslog_dagster.core.signatures` / :mod:`~dslog_dagster.core.views` /
-  :mod:`~dslog_dagster.core.verification` / :mod:`~dslog_dagster.core.reuse` — provenance
-  views: base/dim/gen signatures, generalised ProvRC templates, sampled verification and the
-  view registry that predicts, confirms and serves them.
+* :mod:`dslog_dagster.core.reuse` — provenance views: base/dim/gen keys, generalised
+  ProvRC templates, sampled verification and the view registry that predicts, confirms and
+  serves them (it wraps ``capture``; ``capture`` knows nothing of it).
 """
 
 from dslog_dagster.core.capture import TRACKED_FLOAT as TRACKED_FLOAT
@@ -32,20 +31,20 @@ from dslog_dagster.core.format.table_file import write_table as write_table
 from dslog_dagster.core.provrc import ForwardTable as ForwardTable
 from dslog_dagster.core.provrc import LineageTable as LineageTable
 from dslog_dagster.core.relation import LineageRelation as LineageRelation
+from dslog_dagster.core.reuse import GenTemplate as GenTemplate
 from dslog_dagster.core.reuse import ReusePolicy as ReusePolicy
 from dslog_dagster.core.reuse import ViewInfo as ViewInfo
 from dslog_dagster.core.reuse import ViewRegistry as ViewRegistry
-from dslog_dagster.core.signatures import base_sig as base_sig
-from dslog_dagster.core.signatures import code_identity as code_identity
-from dslog_dagster.core.signatures import dim_sig as dim_sig
-from dslog_dagster.core.signatures import gen_sig as gen_sig
+from dslog_dagster.core.reuse import base_sig as base_sig
+from dslog_dagster.core.reuse import code_identity as code_identity
+from dslog_dagster.core.reuse import dim_sig as dim_sig
+from dslog_dagster.core.reuse import gen_sig as gen_sig
 from dslog_dagster.core.store import ArrayRecord as ArrayRecord
 from dslog_dagster.core.store import LineageCatalog as LineageCatalog
 from dslog_dagster.core.store import LineageStore as LineageStore
 from dslog_dagster.core.store import NewArray as NewArray
 from dslog_dagster.core.store import OperationRecord as OperationRecord
 from dslog_dagster.core.store import PreparedOperation as PreparedOperation
-from dslog_dagster.core.views import GenTemplate as GenTemplate
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -20,10 +20,15 @@ function that does not support the dtype, ``float()`` of a tracked value, or a f
 returns plain numbers raises :class:`~dslog_dagster.errors.LineageLostError` naming the
 function — or, with ``on_lost="all_to_all"``, records an explicit all-to-all relation and sets
 :attr:`CaptureResult.flagged`.
+
+This module knows nothing of reuse: the view registry (:mod:`dslog_dagster.core.reuse`) wraps
+:func:`capture` (``ViewRegistry.capture``) and builds on the public helpers below
+(:func:`as_input`, :func:`check_options`, :func:`capture_inputs`, :func:`split_outputs`,
+:func:`tracked_output`, :func:`plain_value`, :func:`func_name`).
 """
 
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,26 +46,31 @@ from dslog_dagster.errors import (
 
 if TYPE_CHECKING:
     from dslog_dagster.core.provrc import LineageTable
-    from dslog_dagster.core.reuse import ViewRegistry
 
 __all__ = [
     "TRACKED_FLOAT",
     "CaptureResult",
-    "LazyRelations",
-    "Need",
+    "Mode",
     "Obtained",
-    "UnservedRelations",
+    "OnLost",
+    "Relations",
+    "as_input",
     "capture",
+    "capture_inputs",
+    "check_options",
+    "func_name",
+    "plain_value",
+    "split_outputs",
+    "tracked_output",
 ]
 
 #: The ``tracked_float`` NumPy dtype (``np.dtype``); ``TRACKED_FLOAT.type`` is its scalar type.
 TRACKED_FLOAT: np.dtype[Any] = _annotator.dtype
 
+#: Which relations a capture records (see :func:`capture`).
 Mode = Literal["contributing", "considered"]
+#: What a capture does when lineage would be lost (see :func:`capture`).
 OnLost = Literal["raise", "all_to_all"]
-#: Which relations the caller of a reusing capture will read: ``"all"`` (both of the mode), or
-#: ``"considered"`` (only :attr:`CaptureResult.considered`, ``mode="considered"`` only).
-Need = Literal["all", "considered"]
 #: How the lineage of a call was obtained: annotated execution or a base/dim/gen view.
 Obtained = Literal["captured", "base", "dim", "gen"]
 
@@ -69,59 +79,8 @@ Obtained = Literal["captured", "base", "dim", "gen"]
 _ALL_TO_ALL_MAX_PAIRS = 200_000_000
 
 F64 = npt.NDArray[np.float64]
+#: ``(output index, input index) -> LineageRelation`` of one call.
 Relations = Mapping[tuple[int, int], LineageRelation]
-
-
-class LazyRelations(Mapping[tuple[int, int], LineageRelation]):
-    """``(output, input) -> LineageRelation`` decompressed from ProvRC tables on first access.
-
-    A reused call carries compressed tables; expanding a 1M-cell element-wise relation costs
-    more than the call itself, so it only happens if someone reads the pairs.
-    """
-
-    def __init__(self, tables: "Mapping[tuple[int, int], LineageTable]") -> None:
-        self._tables = dict(tables)
-        self._cache: dict[tuple[int, int], LineageRelation] = {}
-
-    def __getitem__(self, key: tuple[int, int]) -> LineageRelation:
-        rel = self._cache.get(key)
-        if rel is None:
-            rel = self._cache[key] = self._tables[key].decompress()
-        return rel
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter(self._tables)
-
-    def __len__(self) -> int:
-        return len(self._tables)
-
-
-class UnservedRelations(Mapping[tuple[int, int], LineageRelation]):
-    """The contributing relations of a call served with ``need="considered"``: not known.
-
-    A view of the considered relation alone can be exact where the contributing relation is
-    data-dependent (``np.max`` considers its whole lane whatever the values, but picks a
-    data-dependent cell), so such a call has no contributing lineage to give. Reading it is
-    an error that says so, never a silent empty relation.
-    """
-
-    def __init__(self, keys: "Sequence[tuple[int, int]]") -> None:
-        self._keys = list(keys)
-
-    def __getitem__(self, key: tuple[int, int]) -> LineageRelation:
-        msg = (
-            f"The contributing relation {key} of this call is not known: it was served from a "
-            'view of the considered relation only (`need="considered"`). Read '
-            "`result.considered` / `relation(..., considered=True)`, or capture with "
-            '`need="all"` for both relations.'
-        )
-        raise CaptureError(msg)
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +94,8 @@ class CaptureResult:
         input_shapes: shapes of the captured inputs, in argument order.
         relations: ``(output index, input index) -> LineageRelation`` of the contributing
             cells (sorted, duplicate-free); every pair is present, possibly empty. For a call
-            served with ``need="considered"`` an :class:`UnservedRelations` that raises
+            served with ``need="considered"`` a
+            :class:`~dslog_dagster.core.reuse.serving.UnservedRelations` that raises
             :class:`~dslog_dagster.errors.CaptureError` when read.
         considered: the same for the considered cells (``mode="considered"`` only, else None).
         mode: ``"contributing"`` or ``"considered"``.
@@ -188,7 +148,8 @@ class CaptureResult:
         return self.relations[(output, input)]
 
 
-def _func_name(func: Callable[..., Any]) -> str:
+def func_name(func: Callable[..., Any]) -> str:
+    """The name error messages and view records give ``func``: ``module.qualname``."""
     mod = getattr(func, "__module__", None)
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
     return f"{mod}.{name}" if mod and mod != "builtins" else str(name)
@@ -225,15 +186,19 @@ def as_input(a: Any, k: int) -> F64:
     return np.asarray(arr, dtype=np.float64, order="C")  # keeps 0-d (ascontiguousarray does not)
 
 
-def _outputs(result: Any) -> tuple[list[Any], bool]:
+def split_outputs(result: Any) -> tuple[list[Any], bool]:
     """Split a function result into its outputs; True if it was a tuple/list."""
     if isinstance(result, tuple | list):
         return list(result), True
     return [result], False
 
 
-def _check_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
-    """The tracked array of one output, or LineageLostError if it carries no lineage."""
+def tracked_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
+    """The tracked array of output ``k`` of ``name``, as a ``tracked_float`` array.
+
+    Raises:
+        LineageLostError: the output carries no lineage (not a ``tracked_float`` value).
+    """
     if isinstance(out, np.ndarray) and out.dtype == TRACKED_FLOAT:
         return out
     if isinstance(out, TRACKED_FLOAT.type):
@@ -277,7 +242,7 @@ def _all_to_all(
 ) -> CaptureResult:
     """Run ``func`` on plain float64 copies and relate every output cell to every input cell."""
     result = func(*[a.copy() for a in inputs], **kwargs)
-    outs, is_tuple = _outputs(result)
+    outs, is_tuple = split_outputs(result)
     plain: list[F64] = []
     for k, o in enumerate(outs):
         arr = np.asarray(o)
@@ -298,7 +263,7 @@ def _all_to_all(
             of = np.repeat(np.arange(out.size, dtype=np.int64), inp.size)
             inf = np.tile(np.arange(inp.size, dtype=np.int64), out.size)
             relations[(o, i)] = LineageRelation.from_flat(out.shape, inp.shape, of, inf)
-    value = _plain_value(plain, outs, is_tuple)
+    value = plain_value(plain, outs, is_tuple)
     return CaptureResult(
         value=value,
         outputs=tuple(plain),
@@ -311,7 +276,9 @@ def _all_to_all(
     )
 
 
-def _plain_value(plain: list[F64], raw: list[Any], is_tuple: bool) -> Any:
+def plain_value(plain: list[F64], raw: list[Any], is_tuple: bool) -> Any:
+    """The value a capture returns: ``plain`` float64 outputs shaped as ``func`` returned
+    ``raw`` (a scalar stays an ``np.float64``, a tuple/list becomes a tuple)."""
     vals: list[Any] = []
     for arr, r in zip(plain, raw, strict=True):
         is_scalar = not isinstance(r, np.ndarray)
@@ -324,12 +291,13 @@ def capture(
     *arrays: npt.ArrayLike,
     mode: Mode = "contributing",
     on_lost: OnLost = "raise",
-    reuse: "ViewRegistry | None" = None,
-    code_version: str | None = None,
-    need: Need = "all",
     **kwargs: Any,
 ) -> CaptureResult:
     """Run ``func(*arrays, **kwargs)`` with annotated inputs and return values and lineage.
+
+    To serve repeated calls from provenance views instead, call
+    :meth:`ViewRegistry.capture <dslog_dagster.core.reuse.ViewRegistry.capture>`, which
+    takes the same arguments.
 
     Args:
         func: the operation; called with one ``tracked_float`` array per entry of ``arrays``
@@ -343,18 +311,7 @@ def capture(
         on_lost: ``"raise"`` (default) raises :class:`LineageLostError` when lineage would be
             lost; ``"all_to_all"`` records every output cell as depending on every input cell
             and flags the result.
-        reuse: a :class:`~dslog_dagster.core.ViewRegistry`. When one of its confirmed views
-            matches the call (base, then dim, then gen), annotated execution is skipped:
-            ``func`` runs on plain float64 inputs and the lineage is instantiated from the
-            view (``result.obtained`` says which). Otherwise the call is captured and fed to
-            the registry, which predicts and confirms views from repeated calls.
-        code_version: replaces the hash of ``func``'s code in reuse signatures.
-        need: with ``reuse`` and ``mode="considered"``: ``"considered"`` says the caller reads
-            only :attr:`CaptureResult.considered`, so a view of the considered relation alone
-            may serve the call even where the contributing relation is data-dependent (picks
-            by comparison and sorts consider a shape-determined set of cells). The served
-            result's ``relations`` then raise when read. ``"all"`` (default): both.
-        **kwargs: passed to ``func`` (not tracked); with ``reuse``, part of the signatures.
+        **kwargs: passed to ``func`` (not tracked).
 
     Returns:
         A :class:`CaptureResult` with the float64 result and one relation per (output, input).
@@ -373,35 +330,22 @@ def capture(
         >>> r.relation(0, 0).n
         6
     """
+    check_options(mode, on_lost)
+    inputs = [as_input(a, k) for k, a in enumerate(arrays)]
+    return capture_inputs(func, inputs, mode, on_lost, kwargs)
+
+
+def check_options(mode: str, on_lost: str) -> None:
+    """Validate the ``mode`` and ``on_lost`` of a capture.
+
+    Raises:
+        ValueError: either is not one of its documented values.
+    """
     if mode not in ("contributing", "considered"):
         msg = f'`mode` must be "contributing" or "considered", not {mode!r}.'
         raise ValueError(msg)
     if on_lost not in ("raise", "all_to_all"):
         msg = f'`on_lost` must be "raise" or "all_to_all", not {on_lost!r}.'
-        raise ValueError(msg)
-    check_need(need, mode)
-    inputs = [as_input(a, k) for k, a in enumerate(arrays)]
-    if reuse is not None:
-        served: CaptureResult = reuse.run(
-            func,
-            inputs,
-            mode=mode,
-            on_lost=on_lost,
-            code_version=code_version,
-            kwargs=kwargs,
-            need=need,
-        )
-        return served
-    return capture_inputs(func, inputs, mode, on_lost, kwargs)
-
-
-def check_need(need: str, mode: str) -> None:
-    """Validate ``need`` against ``mode`` (``need="considered"`` needs that relation)."""
-    if need not in ("all", "considered"):
-        msg = f'`need` must be "all" or "considered", not {need!r}.'
-        raise ValueError(msg)
-    if need == "considered" and mode != "considered":
-        msg = '`need="considered"` needs `mode="considered"` (the relation it asks for).'
         raise ValueError(msg)
 
 
@@ -412,8 +356,12 @@ def capture_inputs(
     on_lost: OnLost,
     kwargs: Mapping[str, Any],
 ) -> CaptureResult:
-    """:func:`capture` on inputs already converted by :func:`as_input` (no registry)."""
-    name = _func_name(func)
+    """:func:`capture` on inputs already converted by :func:`as_input` (options unchecked).
+
+    The building block of every annotated run: the view registry captures through it, and
+    so do its synthetic-input probes.
+    """
+    name = func_name(func)
     if _annotator.active():
         msg = f"Cannot capture `{name}`: another capture is running (captures do not nest)."
         raise CaptureError(msg)
@@ -422,8 +370,8 @@ def capture_inputs(
         try:
             tracked = [_annotator.annotate(a)[0] for a in inputs]
             result = func(*tracked, **kwargs)
-            outs, is_tuple = _outputs(result)
-            arrs = [_check_output(o, k, name) for k, o in enumerate(outs)]
+            outs, is_tuple = split_outputs(result)
+            arrs = [tracked_output(o, k, name) for k, o in enumerate(outs)]
         except LineageLostError as e:
             if on_lost == "all_to_all":
                 _annotator.end()
@@ -462,7 +410,7 @@ def capture_inputs(
     finally:
         _annotator.end()
     return CaptureResult(
-        value=_plain_value(plain, outs, is_tuple),
+        value=plain_value(plain, outs, is_tuple),
         outputs=tuple(plain),
         input_shapes=tuple(shapes),
         relations=relations,

@@ -49,7 +49,7 @@ import numpy as np
 
 from dslog_dagster.core.capture import TRACKED_FLOAT
 from dslog_dagster.core.native import annotator as _annotator
-from dslog_dagster.core.signatures import Unsignable, code_identity
+from dslog_dagster.core.reuse.keys import Unsignable, code_identity
 from dslog_dagster.errors import DSLogError, UnsupportedArrayError
 from dslog_dagster.naming import array_name
 from dslog_dagster.tracking import (

@@ -3,9 +3,10 @@
 Two halves of one materialization run in the same process (in-process and multiprocess
 executors alike): the step's compute (the decorators' wrapper) and the IO manager's
 ``handle_output``. The wrapper calls :func:`obtain_lineage` — **the one place that calls
-:func:`dslog_dagster.core.capture.capture`** — and puts one :class:`PendingLineage` per output
-into a process-local stash keyed by ``(run_id, step_key, output_name)``; the IO manager pops it
-with :func:`pop_pending`, stores the value, and only then registers the operation in the store.
+:func:`dslog_dagster.core.capture.capture`** (or ``ViewRegistry.capture``, which wraps it) —
+and puts one :class:`PendingLineage` per output into a process-local stash keyed by
+``(run_id, step_key, output_name)``; the IO manager pops it with :func:`pop_pending`, stores
+the value, and only then registers the operation in the store.
 So a failure in user code leaves nothing in the stash and writes no lineage, and a failure
 writing lineage raises inside ``handle_output`` and fails the step.
 
@@ -17,14 +18,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from dslog_dagster.core.capture import CaptureResult, Need, as_input, capture
+from dslog_dagster.core.capture import CaptureResult, OnLost, as_input, capture
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.reuse import ViewRegistry
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.reuse import Need, ViewRegistry
 
 __all__ = [
     "POLICIES",
@@ -144,7 +147,7 @@ def obtain_lineage(
     asked for that relation alone (``need="considered"``): picks and sorts consider a
     shape-determined set of cells, so their views serve even though the picked cells vary.
     """
-    on_lost = "all_to_all" if policy == "all_to_all" else "raise"
+    on_lost: OnLost = "all_to_all" if policy == "all_to_all" else "raise"
     need: Need = "considered" if mode == "considered" else "all"
     t0 = time.perf_counter()
     result: CaptureResult | None
@@ -155,17 +158,18 @@ def obtain_lineage(
         result = reuse.serve(
             func, inputs, mode=mode, code_version=code_version, kwargs=signature_args, need=need
         )
-    else:
-        result = capture(
+    elif reuse is not None:
+        result = reuse.capture(
             func,
             *arrays,
             mode=mode,
             on_lost=on_lost,
-            reuse=reuse,
-            code_version=code_version if reuse is not None else None,
+            code_version=code_version,
             need=need,
             **signature_args,
         )
+    else:
+        result = capture(func, *arrays, mode=mode, on_lost=on_lost, **signature_args)
     return result, time.perf_counter() - t0
 
 

@@ -165,11 +165,11 @@ def test_reuse_signature_asset_renders_the_views_table(instance, store_dir) -> N
 def test_reuse_signature_asset_tables_the_stores_registry(instance, store_dir) -> None:
     import numpy as np
 
-    from dslog_dagster.core import ReusePolicy, ViewRegistry, capture
+    from dslog_dagster.core import ReusePolicy, ViewRegistry
 
     registry = ViewRegistry(store_dir, ReusePolicy(confirm_after=1, seed=0))
     rng = np.random.default_rng(0)
-    results = [capture(np.negative, rng.random((4, 5)), reuse=registry) for _ in range(3)]
+    results = [registry.capture(np.negative, rng.random((4, 5))) for _ in range(3)]
     registry.flush()
     assert results[-1].obtained != "captured"  # the view was confirmed and served
     res = dg.materialize(

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dslog_dagster.core import ViewRegistry, capture
+from dslog_dagster.core import ViewRegistry
 
 OWN = {0: ["sin", "cos", "exp"], 1: ["tanh", "square", "negative"]}
 SHARED = ["add", "multiply"]
@@ -39,7 +39,7 @@ for _ in range(4):
     for name in names:
         f = getattr(np, name)
         arity = 2 if name in ("add", "multiply") else 1
-        capture(f, *[rng.uniform(0.1, 2, (5, 7)) for _ in range(arity)], reuse=reg)
+        reg.capture(f, *[rng.uniform(0.1, 2, (5, 7)) for _ in range(arity)])
 reg.flush()
 """
 
@@ -75,5 +75,5 @@ def test_two_processes_lose_no_view(tmp_path: Path) -> None:
     rng = np.random.default_rng(99)
     for name in OWN[0] + OWN[1] + SHARED:
         arity = 2 if name in SHARED else 1
-        got = capture(getattr(np, name), *[rng.uniform(0.1, 2, SHAPE)] * arity, reuse=reg)
+        got = reg.capture(getattr(np, name), *[rng.uniform(0.1, 2, SHAPE)] * arity)
         assert got.obtained == "dim", name

@@ -65,7 +65,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ViewRegistry]
         for _ in range(16):
             ext = [int(x) for x in rng.choice(np.arange(5, 40), size=k, replace=False)]
             arrays = [rng.uniform(-2, 2, s) for s in shapes(ext)]
-            if capture(func, *arrays, reuse=reg, **kw).obtained == "gen":
+            if reg.capture(func, *arrays, **kw).obtained == "gen":
                 break
         else:
             pytest.fail(f"{name} did not generalise in 16 shapes")
@@ -91,7 +91,7 @@ def test_served_view_equals_fresh_capture(
     seed = data.draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     arrays = [rng.uniform(-2, 2, s) for s in shapes(ext)]
-    got = capture(func, *arrays, reuse=reg, **kw)
+    got = reg.capture(func, *arrays, **kw)
     if got.obtained != "captured":
         assert _same(got, capture(func, *arrays, **kw))
     if distinct_out and not (name == "roll" and min(ext) <= 2):
@@ -140,7 +140,7 @@ def test_data_dependent_ops_are_never_served_by_shape(
     first = rng.uniform(-2, 2, shape)
     for _ in range(5):
         x = first if repeat_data else rng.uniform(-2, 2, shape)
-        got = capture(func, x, reuse=reg)
+        got = reg.capture(func, x)
         if got.obtained != "captured":
             assert _same(got, capture(func, x))
         if got.obtained in ("dim", "gen"):

@@ -11,7 +11,7 @@ import pytest
 
 from dslog_dagster.core import ReusePolicy, ViewRegistry, capture, code_identity
 from dslog_dagster.core.api import Array, DSLog, Lineage
-from dslog_dagster.core.reuse import _View
+from dslog_dagster.core.reuse.persistence import View
 from dslog_dagster.errors import ReuseError, ViewMismatchWarning
 
 RNG = np.random.default_rng(20261121)
@@ -31,7 +31,7 @@ def served_equals_fresh(
     reg: ViewRegistry, func: Callable[..., Any], arrays: list[np.ndarray], **kw: Any
 ) -> Any:
     """Call through the registry; a served result must equal a fresh capture."""
-    got = capture(func, *arrays, reuse=reg, **kw)
+    got = reg.capture(func, *arrays, **kw)
     if got.obtained != "captured":
         fresh = capture(func, *arrays, **kw)
         assert same_lineage(got, fresh), f"{got.obtained} view of {func} differs from capture"
@@ -70,7 +70,7 @@ def train_gen(
 def test_dim_view_served_after_m_matching_captures(reg: ViewRegistry) -> None:
     kinds = [served_equals_fresh(reg, np.negative, data((6, 7))).obtained for _ in range(5)]
     assert kinds == ["captured", "captured", "captured", "dim", "dim"]
-    r = capture(np.negative, *data((6, 7)), reuse=reg)
+    r = reg.capture(np.negative, *data((6, 7)))
     assert r.signature is not None
     info = reg.lookup(r.signature)
     assert info is not None
@@ -81,13 +81,13 @@ def test_dim_view_served_after_m_matching_captures(reg: ViewRegistry) -> None:
 
 def test_confirm_after_is_configurable(tmp_path: Path) -> None:
     reg = ViewRegistry(tmp_path, ReusePolicy(confirm_after=1, seed=0))
-    kinds = [capture(np.sqrt, np.abs(data((5, 5))[0]), reuse=reg).obtained for _ in range(3)]
+    kinds = [reg.capture(np.sqrt, np.abs(data((5, 5))[0])).obtained for _ in range(3)]
     assert kinds == ["captured", "captured", "dim"]
 
 
 def test_served_view_matches_fresh_capture_in_considered_mode(reg: ViewRegistry) -> None:
     for _ in range(4):
-        got = capture(np.sum, *data((5, 6)), reuse=reg, mode="considered", axis=0)
+        got = reg.capture(np.sum, *data((5, 6)), mode="considered", axis=0)
     assert got.obtained == "dim"
     fresh = capture(np.sum, *data((5, 6)), mode="considered", axis=0)
     assert got.relation(0, 0, considered=True) == fresh.relation(0, 0, considered=True)
@@ -190,7 +190,7 @@ def test_unsignable_arguments_are_captured(reg: ViewRegistry) -> None:
         return -x
 
     for _ in range(4):
-        got = capture(f, *data((3, 3)), reuse=reg, tag=Opaque())
+        got = reg.capture(f, *data((3, 3)), tag=Opaque())
         assert got.obtained == "captured"
         assert got.signature is None
 
@@ -262,16 +262,16 @@ def test_changing_the_function_invalidates_its_views(reg: ViewRegistry) -> None:
     ns: dict[str, Any] = {"np": np}
     exec("def step(x):\n    return -x\n", ns)
     for _ in range(4):
-        got = capture(ns["step"], *data((4, 6)), reuse=reg)
+        got = reg.capture(ns["step"], *data((4, 6)))
     assert got.obtained == "dim"
     exec("def step(x):\n    return np.flip(x, axis=0)\n", ns)
     got = served_equals_fresh(reg, ns["step"], data((4, 6)))
     assert got.obtained == "captured"
     # An explicit code version is the identity: bumping it invalidates too.
     for _ in range(4):
-        got = capture(np.negative, *data((4, 6)), reuse=reg, code_version="1")
+        got = reg.capture(np.negative, *data((4, 6)), code_version="1")
     assert got.obtained == "dim"
-    assert capture(np.negative, *data((4, 6)), reuse=reg, code_version="2").obtained == "captured"
+    assert reg.capture(np.negative, *data((4, 6)), code_version="2").obtained == "captured"
 
 
 def test_redefined_helper_invalidates_its_callers(reg: ViewRegistry) -> None:
@@ -280,7 +280,7 @@ def test_redefined_helper_invalidates_its_callers(reg: ViewRegistry) -> None:
     exec("def helper(x):\n    return -x\n\ndef step(x):\n    return helper(x)\n", ns)
     step = ns["step"]
     for _ in range(5):
-        got = capture(step, *data((4, 6)), reuse=reg)
+        got = reg.capture(step, *data((4, 6)))
     assert got.obtained == "dim"  # and the repeat-hit cache now holds `step`
     exec("def helper(x):\n    return np.flip(x, axis=0)\n", ns)
     assert served_equals_fresh(reg, step, data((4, 6))).obtained == "captured"
@@ -291,10 +291,10 @@ def test_irrelevant_argument_is_detected_and_dropped(reg: ViewRegistry) -> None:
         return x * 3.0
 
     for _ in range(3):  # another operation's view at the same shape is not aliased
-        capture(np.exp, *data((5, 4)), reuse=reg)
+        reg.capture(np.exp, *data((5, 4)))
     for label in (1, 2, 3):
         for _ in range(3):
-            capture(scaled, *data((5, 4)), reuse=reg, label=label)
+            reg.capture(scaled, *data((5, 4)), label=label)
     got = served_equals_fresh(reg, scaled, data((5, 4)), label=99)
     assert (got.obtained, got.verified) == ("dim", True)
     assert [v.op for v in reg.views() if v.kind == "dim"].count("numpy.exp") == 1
@@ -303,7 +303,7 @@ def test_irrelevant_argument_is_detected_and_dropped(reg: ViewRegistry) -> None:
 def test_relevant_argument_is_kept(reg: ViewRegistry) -> None:
     for shift in (1, 2, 3):
         for _ in range(3):
-            capture(np.roll, *data((9,)), reuse=reg, shift=shift)
+            reg.capture(np.roll, *data((9,)), shift=shift)
     assert served_equals_fresh(reg, np.roll, data((9,)), shift=4).obtained == "captured"
 
 
@@ -321,7 +321,7 @@ def _sneaky(x: Any) -> Any:
 def test_sampled_verification_demotes_a_wrong_view(tmp_path: Path) -> None:
     reg = ViewRegistry(tmp_path, ReusePolicy(rate=1.0, budget=60.0, seed=0))
     for _ in range(4):
-        got = capture(_sneaky, *data((6, 5)), reuse=reg)
+        got = reg.capture(_sneaky, *data((6, 5)))
     assert got.obtained == "dim"
     _FLIP[0] = True
     try:
@@ -340,7 +340,7 @@ def test_sampled_verification_demotes_a_wrong_view(tmp_path: Path) -> None:
 def test_tampered_view_is_caught_before_serving_a_new_shape(tmp_path: Path) -> None:
     reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
     train_gen(reg, np.flip, lambda a, b, c: [(a, b)], axis=0)
-    gen = next(v for v in reg._views.values() if v.kind == "gen" and v.status == "confirmed")
+    gen = next(v for v in reg.files.views.values() if v.kind == "gen" and v.status == "confirmed")
     assert gen.template is not None
     key = next(iter(gen.template.tables))
     coef = gen.template.tables[key].coef
@@ -357,7 +357,7 @@ def test_tampered_view_is_caught_before_serving_a_new_shape(tmp_path: Path) -> N
 def test_views_survive_a_new_registry_instance(tmp_path: Path) -> None:
     reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
     for _ in range(4):
-        capture(np.exp, *data((3, 8)), reuse=reg)
+        reg.capture(np.exp, *data((3, 8)))
     reg.flush()
     again = ViewRegistry(tmp_path)
     got = served_equals_fresh(again, np.exp, data((3, 8)))
@@ -375,20 +375,20 @@ def test_views_survive_a_new_registry_instance(tmp_path: Path) -> None:
 def test_demotion_marker_wins_over_a_stale_copy(tmp_path: Path) -> None:
     a = ViewRegistry(tmp_path, ReusePolicy(seed=0))
     for _ in range(4):
-        got = capture(np.tanh, *data((4, 4)), reuse=a)
+        got = a.capture(np.tanh, *data((4, 4)))
     assert got.signature is not None
     b = ViewRegistry(tmp_path)
-    view = b._get(got.signature)
+    view = b.files.get(got.signature)
     assert view is not None
-    b._kill(view, got.signature, "test", warn=False)
-    a._dead_checked.clear()
-    assert capture(np.tanh, *data((4, 4)), reuse=a).obtained == "captured"
+    b.files.kill(view, got.signature, "test", warn=False)
+    a.files.recheck_markers()
+    assert a.capture(np.tanh, *data((4, 4))).obtained == "captured"
 
 
 def test_damaged_view_file_is_reported_and_never_served(tmp_path: Path) -> None:
     reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
     for _ in range(4):
-        got = capture(np.cos, *data((3, 5)), reuse=reg)
+        got = reg.capture(np.cos, *data((3, 5)))
     assert got.obtained == "dim"
     assert got.signature is not None
     (tmp_path / "views" / f"{got.signature}.json").write_text("{not json")
@@ -407,8 +407,8 @@ def test_policy_validation() -> None:
 
 def test_view_objects_round_trip_through_json(reg: ViewRegistry) -> None:
     train_gen(reg, np.sum, lambda a, b, c: [(a, b)], axis=0)
-    for v in list(reg._views.values()):
-        back = _View.from_json(json.loads(json.dumps(v.to_json())), "<test>")
+    for v in list(reg.files.views.values()):
+        back = View.from_json(json.loads(json.dumps(v.to_json())), "<test>")
         assert (back.signature, back.status, back.matches) == (v.signature, v.status, v.matches)
         assert (back.template is None) == (v.template is None)
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from dslog_dagster.core import ReusePolicy, ViewRegistry, capture
-from dslog_dagster.core import reuse as reuse_mod
+from dslog_dagster.core.reuse import persistence
 from dslog_dagster.errors import CaptureError, DSLogError, ViewMismatchWarning
 from dslog_dagster.tracking import obtain_lineage
 from tests.annotator.grid import CASES, ICDE_NAMES, GridCase
@@ -35,7 +35,7 @@ CONSIDERED = {"mode": "considered", "need": "considered"}
 def _unsynced_views(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about exactness, not durability: view files are written without fsync
     (hundreds of views; an fsync each dominates the run time on a busy disk)."""
-    monkeypatch.setattr(reuse_mod, "atomic_write_bytes", reuse_mod._replace_unsynced)
+    monkeypatch.setattr(persistence, "atomic_write_bytes", persistence.replace_unsynced)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -46,7 +46,7 @@ def train(reg: ViewRegistry, func: Callable[..., Any], shapes: list[tuple[int, .
     """Random-data calls until one is served (a candidate and ``m = 2`` matches confirm)."""
     rng = np.random.default_rng(0)
     for _ in range(6):
-        r = capture(func, *[rng.uniform(-2, 2, s) for s in shapes], reuse=reg, **CONSIDERED)
+        r = reg.capture(func, *[rng.uniform(-2, 2, s) for s in shapes], **CONSIDERED)
         if r.obtained != "captured":
             return
     pytest.fail(f"{func} was never served from a considered-only view")
@@ -88,7 +88,7 @@ def test_considered_view_of_a_pick_is_exact_on_hostile_data(
     )
     def check(arrays: list[np.ndarray]) -> None:
         with np.errstate(all="ignore"):
-            got = capture(func, *arrays, reuse=reg, **CONSIDERED)
+            got = reg.capture(func, *arrays, **CONSIDERED)
             fresh = capture(func, *arrays, mode="considered")
         # The view is confirmed for every value (not finite-only): each call is served.
         assert got.obtained in ("dim", "gen"), got.obtained
@@ -103,7 +103,7 @@ def test_considered_view_of_a_pick_is_exact_on_hostile_data(
     # The contributing relation of a pick depends on the values: never a dim/gen view of it.
     rng = np.random.default_rng(1)
     for _ in range(5):
-        r = capture(func, *[rng.uniform(-2, 2, SHAPE) for _ in range(arity)], reuse=reg)
+        r = reg.capture(func, *[rng.uniform(-2, 2, SHAPE) for _ in range(arity)])
         assert r.obtained == "captured"
 
 
@@ -128,7 +128,7 @@ def test_data_dependent_considered_relation_is_never_confirmed(
     kinds = []
     for _ in range(8):
         x = rng.uniform(-0.5, 0.5, (6, 5))
-        kinds.append(capture(func, x, reuse=reg, **CONSIDERED).obtained)
+        kinds.append(reg.capture(func, x, **CONSIDERED).obtained)
     assert set(kinds) == {"captured"}, kinds
 
 
@@ -136,9 +136,9 @@ def test_need_is_validated(tmp_path: Path) -> None:
     reg = ViewRegistry(tmp_path)
     x = np.ones((3, 3))
     with pytest.raises(ValueError, match='needs `mode="considered"`'):
-        capture(np.max, x, reuse=reg, need="considered")
+        reg.capture(np.max, x, need="considered")
     with pytest.raises(ValueError, match="`need` must be"):
-        capture(np.max, x, reuse=reg, mode="considered", need="some")  # type: ignore[arg-type]
+        reg.capture(np.max, x, mode="considered", need="some")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match='needs `mode="considered"`'):
         reg.serve(np.max, [x], need="considered")
 
@@ -149,13 +149,12 @@ def test_need_all_in_considered_mode_still_serves_both_relations(tmp_path: Path)
     reg = ViewRegistry(tmp_path, ReusePolicy(seed=5))
     rng = np.random.default_rng(3)
     kinds = [
-        capture(np.negative, rng.random((4, 6)), reuse=reg, mode="considered").obtained
-        for _ in range(4)
+        reg.capture(np.negative, rng.random((4, 6)), mode="considered").obtained for _ in range(4)
     ]
     assert kinds[-1] == "dim"
     x = rng.random((4, 6))
-    both = capture(np.negative, x, reuse=reg, mode="considered")
-    only = capture(np.negative, x, reuse=reg, **CONSIDERED)
+    both = reg.capture(np.negative, x, mode="considered")
+    only = reg.capture(np.negative, x, **CONSIDERED)
     fresh = capture(np.negative, x, mode="considered")
     assert (both.obtained, only.obtained) == ("dim", "dim")
     assert same(both.relations, fresh.relations)
@@ -237,7 +236,7 @@ def _grid_cell(name: str, relation: str, root: Path) -> tuple[int, int]:
     served = wrong = 0
     for k, data in enumerate(calls + _hostile(case, rng)):
         try:
-            got = capture(case.func, *data, reuse=reg, **opts)
+            got = reg.capture(case.func, *data, **opts)
         except (DSLogError, ValueError, TypeError, IndexError):
             return served, wrong  # the annotator cannot capture it (gradient, interp)
         if k < len(calls) or got.obtained == "captured":

@@ -9,15 +9,15 @@ import pytest
 
 from dslog_dagster.core import capture, compress
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.core.signatures import (
+from dslog_dagster.core.reuse.keys import (
     Unsignable,
     arg_token,
     args_token,
     code_identity,
     shape_class,
 )
-from dslog_dagster.core.verification import sample_axes, verify_sample
-from dslog_dagster.core.views import fit
+from dslog_dagster.core.reuse.verification import sample_axes, verify_sample
+from dslog_dagster.core.reuse.views import fit
 
 RNG = np.random.default_rng(5)
 

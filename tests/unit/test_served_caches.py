@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core.format import blob as blob_module
 from dslog_dagster.core.format.blob import table_digest, table_from_blob, table_to_blob
-from dslog_dagster.core.signatures import content_hash
+from dslog_dagster.core.reuse.keys import content_hash
 from dslog_dagster.io_managers import metadata as m
 
 # ----------------------------------------------------------------------- content hash

@@ -1,4 +1,4 @@
-"""Reuse signatures: what identifies an operation call for lineage reuse.
+"""Reuse keys: what identifies an operation call for lineage reuse.
 
 Three keys of decreasing specificity (ICDE sec. VI, thesis ch. 5), each a hex digest:
 
@@ -20,6 +20,9 @@ a ``code_version`` string given by the caller replaces all of that.
 Arguments are turned into canonical tokens (:func:`arg_token`). A value without a stable
 token (an object whose ``repr`` is an address) makes the call unsignable, and such calls are
 simply captured.
+
+:class:`Call` gathers what the registry keys one call by (code identity, key mode, argument
+tokens, input shapes and, lazily, input contents).
 """
 
 import dis
@@ -29,15 +32,17 @@ import math
 import types
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import xxhash
 
 from dslog_dagster import __version__ as dslog_version
+from dslog_dagster.core.capture import func_name
 
 __all__ = [
+    "Call",
     "ShapeClass",
     "Unsignable",
     "arg_token",
@@ -45,9 +50,13 @@ __all__ = [
     "base_sig",
     "code_identity",
     "content_hash",
+    "digest",
     "dim_sig",
+    "dim_sig_cached",
     "gen_sig",
+    "helper_functions",
     "shape_class",
+    "shapes_of",
 ]
 
 Shape = tuple[int, ...]
@@ -64,7 +73,8 @@ class Unsignable(Exception):
     """Internal: a value has no stable token, so the call cannot be signed (it is captured)."""
 
 
-def _h(*parts: str) -> str:
+def digest(*parts: str) -> str:
+    """BLAKE2b-128 hex digest of ``parts`` (each NUL-terminated): the hash of every key."""
     m = hashlib.blake2b(digest_size=16)
     for p in parts:
         m.update(p.encode("utf-8", "surrogatepass"))
@@ -195,10 +205,10 @@ def helper_functions(func: types.FunctionType) -> list[types.FunctionType]:
 _static_cache: dict[int, tuple[Any, str]] = {}
 
 
-def _remember(func: Any, digest: str) -> str:
+def _remember(func: Any, found: str) -> str:
     if len(_static_cache) < _CODE_CACHE_MAX:
-        _static_cache[id(func)] = (func, digest)
-    return digest
+        _static_cache[id(func)] = (func, found)
+    return found
 
 
 def _python_code_hash(func: types.FunctionType) -> str:
@@ -214,11 +224,11 @@ def _python_code_hash(func: types.FunctionType) -> str:
     for g in helpers:
         parts.append(g.__qualname__)
         _code_parts(g.__code__, parts, seen)
-    digest = _h(*parts)
-    _code_cache[key] = digest
+    found = digest(*parts)
+    _code_cache[key] = found
     if len(_code_cache) > _CODE_CACHE_MAX:
         _code_cache.popitem(last=False)
-    return digest
+    return found
 
 
 def code_identity(func: Callable[..., Any], code_version: str | None = None) -> str:
@@ -235,19 +245,19 @@ def code_identity(func: Callable[..., Any], code_version: str | None = None) -> 
     """
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     if code_version is not None:
-        return _h("version", str(name), code_version)
+        return digest("version", str(name), code_version)
     static = _static_cache.get(id(func))
     if static is not None and static[0] is func:
         return static[1]
     if isinstance(func, functools.partial):
-        return _h(
+        return digest(
             "partial",
             code_identity(func.func),
             arg_token(tuple(func.args)),
             arg_token(dict(func.keywords)),
         )
     if isinstance(func, types.MethodType):
-        return _h("method", code_identity(func.__func__), arg_token(func.__self__))
+        return digest("method", code_identity(func.__func__), arg_token(func.__self__))
     if isinstance(func, types.FunctionType):
         dyn = [
             arg_token(func.__defaults__ or ()),
@@ -258,20 +268,20 @@ def code_identity(func: Callable[..., Any], code_version: str | None = None) -> 
                 dyn.append(arg_token(cell.cell_contents))
             except ValueError:  # an empty cell
                 dyn.append("<empty>")
-        return _h("function", _python_code_hash(func), *dyn)
+        return digest("function", _python_code_hash(func), *dyn)
     if isinstance(func, np.ufunc):
-        return _remember(func, _h("ufunc", func.__name__, np.__version__))
+        return _remember(func, digest("ufunc", func.__name__, np.__version__))
     if isinstance(func, types.BuiltinFunctionType) or type(func).__name__ in (
         "_ArrayFunctionDispatcher",
         "builtin_function_or_method",
     ):
         mod = getattr(func, "__module__", "") or ""
-        return _remember(func, _h("builtin", mod, str(name), np.__version__))
+        return _remember(func, digest("builtin", mod, str(name), np.__version__))
     call = type(func).__dict__.get("__call__")
     if isinstance(call, types.FunctionType):
         # A callable object: its class's code plus its (tokenised) state.
         state = getattr(func, "__dict__", {})
-        return _h("object", _python_code_hash(call), arg_token(dict(state)))
+        return digest("object", _python_code_hash(call), arg_token(dict(state)))
     msg = f"callable of type {type(func).__name__}"
     raise Unsignable(msg)
 
@@ -281,17 +291,17 @@ def code_identity(func: Callable[..., Any], code_version: str | None = None) -> 
 
 def base_sig(code: str, mode: str, args: str, contents: Sequence[str]) -> str:
     """Exact-input key: code identity, mode, argument token and input content digests."""
-    return "b" + _h(_SIG_VERSION, "base", code, mode, args, *contents)
+    return "b" + digest(_SIG_VERSION, "base", code, mode, args, *contents)
 
 
 def dim_sig(code: str, mode: str, args: str, shapes: Sequence[Shape]) -> str:
     """Shape key: code identity, mode, argument token and input shapes."""
-    return "d" + _h(_SIG_VERSION, "dim", code, mode, args, repr([tuple(s) for s in shapes]))
+    return "d" + digest(_SIG_VERSION, "dim", code, mode, args, repr([tuple(s) for s in shapes]))
 
 
 def gen_sig(code: str, mode: str, args: str, klass: str) -> str:
     """Generalised key: code identity, mode, argument token and shape class token."""
-    return "g" + _h(_SIG_VERSION, "gen", code, mode, args, klass)
+    return "g" + digest(_SIG_VERSION, "gen", code, mode, args, klass)
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,3 +383,121 @@ def shape_class(
             arrays.append("(" + ",".join(axes) + ")")
         parts.append(side + ":" + ";".join(arrays))
     return ShapeClass("|".join(parts), tuple(values), tuple(tuple(b) for b in bindings))
+
+
+# --------------------------------------------------------------------------- calls
+
+# Memoised dim signatures kept (hashing is most of a served hit).
+_SIG_MEMO = 65536
+_SIG_CACHE: "OrderedDict[tuple[str, str, str, tuple[Shape, ...]], str]" = OrderedDict()
+
+
+def dim_sig_cached(code: str, mode: str, tok: str, shapes: Sequence[Shape]) -> str:
+    """:func:`dim_sig`, memoised (hashing is most of a served hit)."""
+    key = (code, mode, tok, tuple(shapes))
+    sig = _SIG_CACHE.get(key)
+    if sig is None:
+        sig = _SIG_CACHE[key] = str(dim_sig(code, mode, tok, shapes))
+        if len(_SIG_CACHE) > _SIG_MEMO:
+            _SIG_CACHE.popitem(last=False)
+    return sig
+
+
+def shapes_of(arrays: Sequence[Any]) -> list[Shape]:
+    """The shapes of ``arrays`` as tuples of ints."""
+    return [tuple(int(d) for d in np.shape(a)) for a in arrays]
+
+
+@dataclass
+class Call:
+    """What the registry needs to know about one call to key it.
+
+    Attributes:
+        op: the operation's name (for view records).
+        code: its code identity (:func:`code_identity`, or a declared operation's digest).
+        mode: the key mode (``"contributing"``, ``"considered"``, ``"considered-only"`` or
+            ``"declared"``).
+        args: the keyword arguments; ``arg_tokens`` their canonical tokens.
+        in_shapes: the input shapes.
+        contents: the identity of the input data for base keys (called only when a base key
+            is needed); it returns None when the content is unknown.
+        fast_key: the key of the registry's repeat-hit cache, when the call qualifies.
+    """
+
+    op: str
+    code: str
+    mode: str
+    args: Mapping[str, Any]
+    arg_tokens: dict[str, str]
+    in_shapes: list[Shape]
+    contents: Callable[[], list[str] | None]
+    fast_key: Any = field(default=None, init=False)
+
+    def token(self, drop: frozenset[str]) -> str:
+        """The argument token without the (irrelevant) arguments in ``drop``."""
+        return (
+            "{"
+            + ",".join(
+                f"{k}={self.arg_tokens[k]}" for k in sorted(self.arg_tokens) if k not in drop
+            )
+            + "}"
+        )
+
+    @classmethod
+    def of(
+        cls,
+        func: Callable[..., Any],
+        code_version: str | None,
+        mode: str,
+        kwargs: Mapping[str, Any],
+        inputs: Sequence[np.ndarray[Any, Any]],
+    ) -> "Call":
+        """The call ``func(*inputs, **kwargs)`` keyed in ``mode``.
+
+        Raises:
+            Unsignable: the function or an argument has no stable token.
+        """
+        code = code_identity(func, code_version)
+        tokens = {str(k): arg_token(v) for k, v in kwargs.items()}
+        return cls(
+            op=func_name(func),
+            code=code,
+            mode=mode,
+            args=kwargs,
+            arg_tokens=tokens,
+            in_shapes=shapes_of(inputs),
+            contents=lambda: [content_hash(a) for a in inputs],
+        )
+
+    @classmethod
+    def declared(
+        cls,
+        op_name: str,
+        code_version: str | None,
+        args: Mapping[str, Any] | None,
+        in_ids: Sequence[str] | None,
+        in_shapes: Sequence[Shape],
+    ) -> "Call":
+        """A declared operation's call (no function: its name and ``code_version`` are its
+        code identity; ``in_ids``, when known, identify the input data for base keys).
+
+        Raises:
+            Unsignable: an argument has no stable token.
+        """
+        args = dict(args or {})
+        ids = None if in_ids is None else list(in_ids)
+        code = digest("declared", op_name, code_version or "")
+        return cls(
+            op=op_name,
+            code=code,
+            mode="declared",
+            args=args,
+            arg_tokens={str(k): arg_token(v) for k, v in args.items()},
+            in_shapes=[tuple(s) for s in in_shapes],
+            contents=lambda: ids,
+        )
+
+    @property
+    def exact_key(self) -> str:
+        """The dim signature with every argument: what a verification was made on."""
+        return dim_sig_cached(self.code, self.mode, self.token(frozenset()), self.in_shapes)

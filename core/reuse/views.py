@@ -2,7 +2,7 @@
 
 A *dimensional* view is just the ProvRC tables of one call, reused for calls with the same
 shapes. A *generalised* view (:class:`GenTemplate`) is learnt from tables captured at several
-shapes of one shape class (:func:`~dslog_dagster.core.signatures.shape_class`): every integer
+shapes of one shape class (:func:`~dslog_dagster.core.reuse.keys.shape_class`): every integer
 field of every row (``out_lo``, ``out_hi``, ``in_lo``, ``in_hi``, ``in_q``, ``in_r``,
 ``in_mult``, ``in_ref``) is written as
 
@@ -22,8 +22,11 @@ evaluates the template at a new shape into an ordinary ProvRC
 
 A template never claims more than the observations show: the segment structure and the
 relative structure must be identical in every observation, and a template is only served
-after it has *predicted* further captures (:mod:`.reuse`) and passed verification
+after it has *predicted* further captures (:mod:`.prediction`) and passed verification
 (:mod:`.verification`).
+
+A view's tables are keyed by :data:`TableKey` ``(relation, output, input)``; which relations a
+view holds depends on the mode it was keyed by (:data:`PARTS`).
 """
 
 import itertools
@@ -39,17 +42,35 @@ from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation, Shape
 
 __all__ = [
+    "CONSIDERED_ONLY",
     "FIELDS",
+    "PARTS",
     "GenTemplate",
     "TableKey",
     "TableTemplate",
+    "compress_all",
+    "considered",
+    "contributing",
     "fit",
+    "only_parts",
+    "table_sets_equal",
     "tables_equal",
 ]
 
 I64 = npt.NDArray[np.int64]
 #: (which relation: 0 contributing / 1 considered, output index, input index)
 TableKey = tuple[int, int, int]
+
+#: The relations (0 contributing, 1 considered) a view of each key mode holds. A
+#: ``considered-only`` view is learnt from ``mode="considered"`` captures and serves
+#: ``need="considered"`` calls: it holds the considered relation alone.
+PARTS: dict[str, tuple[int, ...]] = {
+    "contributing": (0,),
+    "considered": (0, 1),
+    "considered-only": (1,),
+}
+#: The key mode of views of the considered relation alone.
+CONSIDERED_ONLY = "considered-only"
 
 #: The integer fields of a ProvRC row, in storage order (outputs, then inputs).
 FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
@@ -399,3 +420,33 @@ def table_sets_equal(
     if set(a) != set(b):
         return False
     return all(tables_equal(a[k], b[k]) for k in a)
+
+
+def only_parts(
+    tables: Mapping[TableKey, LineageTable], parts: Sequence[int]
+) -> dict[TableKey, LineageTable]:
+    """The tables of the relations ``parts`` (see :data:`PARTS`)."""
+    return {k: t for k, t in tables.items() if k[0] in parts}
+
+
+def compress_all(
+    relations: Mapping[tuple[int, int], LineageRelation],
+    considered: Mapping[tuple[int, int], LineageRelation] | None,
+) -> dict[TableKey, LineageTable]:
+    """ProvRC tables of a capture's relations, keyed by :data:`TableKey`."""
+    out: dict[TableKey, LineageTable] = {}
+    for (o, i), rel in relations.items():
+        out[(0, o, i)] = compress(rel)
+    for (o, i), rel in (considered or {}).items():
+        out[(1, o, i)] = compress(rel)
+    return out
+
+
+def contributing(tables: Mapping[TableKey, LineageTable]) -> dict[tuple[int, int], LineageTable]:
+    """``(output, input) -> table`` of the contributing relation."""
+    return {(o, i): t for (w, o, i), t in tables.items() if w == 0}
+
+
+def considered(tables: Mapping[TableKey, LineageTable]) -> dict[tuple[int, int], LineageTable]:
+    """``(output, input) -> table`` of the considered relation."""
+    return {(o, i): t for (w, o, i), t in tables.items() if w == 1}

@@ -14,8 +14,13 @@ sampled cells with the view's tables restricted to those cells:
 Both together mean set equality on the sample. Values and picks are computed on the real data,
 so a data-dependent lineage on this input shows up; and because only the sampled cells carry
 annotation sets, extraction and memory stay small.
+
+:class:`VerificationSchedule` decides when: before a view is trusted for a call whose exact
+shapes and argument values it has not been checked on, and afterwards on a random sample of
+calls (``ReusePolicy.rate``) within a time budget (``ReusePolicy.budget``).
 """
 
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -23,12 +28,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster.core.capture import TRACKED_FLOAT, _check_output, _outputs
+from dslog_dagster.core.capture import TRACKED_FLOAT, split_outputs, tracked_output
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.core.views import TableKey
+from dslog_dagster.core.reuse.persistence import View, ViewFiles
+from dslog_dagster.core.reuse.policy import ReusePolicy
+from dslog_dagster.core.reuse.views import TableKey
 
-__all__ = ["sample_axes", "verify_sample"]
+__all__ = ["VerificationSchedule", "sample_axes", "verify_sample"]
 
 I64 = npt.NDArray[np.int64]
 # Sample grids larger than this many cells are thinned to first/last/random per axis.
@@ -190,8 +197,8 @@ def verify_sample(
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 result = func(*tracked, **kwargs)
-            outs, _ = _outputs(result)
-            arrs = [_check_output(o, k, "verification") for k, o in enumerate(outs)]
+            outs, _ = split_outputs(result)
+            arrs = [tracked_output(o, k, "verification") for k, o in enumerate(outs)]
         except Exception:
             return False
         if len(arrs) != len(out_shapes):
@@ -215,3 +222,43 @@ def verify_sample(
     finally:
         _annotator.end()
     return True
+
+
+class VerificationSchedule:
+    """When a served view is verified, and the record of what it was verified on.
+
+    Args:
+        policy: ``verify_new``, ``rate`` and ``budget``.
+        files: the registry's view files (a verification is written to the view's file).
+        rng: the registry's random generator (sampling).
+    """
+
+    def __init__(self, policy: ReusePolicy, files: ViewFiles, rng: np.random.Generator) -> None:
+        self.policy = policy
+        self.files = files
+        self.rng = rng
+        #: Seconds sampled verifications may still take in this registry instance.
+        self.budget = float(policy.budget)
+
+    def sample(self) -> bool:
+        """Should this hit be verified again (a ``rate`` draw, within the budget)?"""
+        return self.policy.rate > 0 and self.budget > 0 and self.rng.random() < self.policy.rate
+
+    def needs_check(self, v: View, exact: str) -> tuple[bool, bool]:
+        """(verify now?, is it a sampled verification?) for ``v`` serving exact key ``exact``."""
+        if self.policy.verify_new and exact not in v.verified:
+            return True, False
+        if self.sample():
+            return True, True
+        return False, False
+
+    def spend(self, since: float) -> None:
+        """Charge a sampled verification started at ``perf_counter()`` value ``since``."""
+        self.budget -= time.perf_counter() - since
+
+    def mark_verified(self, v: View, exact: str) -> None:
+        """Record that ``v`` agreed with the real lineage of a call with exact key ``exact``."""
+        if exact not in v.verified:
+            v.verified.append(exact)
+        v.last_verified = time.time()
+        self.files.save(v)
