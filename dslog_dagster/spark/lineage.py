@@ -157,7 +157,7 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
 @dataclasses.dataclass(frozen=True)
 class RangeColumns:
     """The output columns of a range slot's summary (see
-    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`): ``lo`` (the slot's own
+    :func:`~dslog_dagster.spark.ranges.range_aggregate`): ``lo`` (the slot's own
     column), ``hi``, ``ok``, the id count ``n``, and its aggregation's group keys and their
     hash (empty / None when the keys are not stored). With ``summary`` (a directory), ``hi``,
     ``ok`` and ``n`` are not columns: the aggregation recorded them there per group, found by
