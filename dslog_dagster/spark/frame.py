@@ -216,7 +216,7 @@ class TrackedFrame:
         out = self._project("withColumn", lambda d, _: d.withColumn(name, col))
         if out is None:
             out = self._unknown("withColumn(aggregate)", lambda d: d.withColumn(name, col))
-        return out  # type: ignore[return-value]
+        return out
 
     def withColumns(self, *maps: Mapping[str, Column]) -> "TrackedFrame":
         merged: dict[str, Column] = {}
@@ -225,7 +225,7 @@ class TrackedFrame:
         out = self._project("withColumns", lambda d, _: d.withColumns(merged))
         if out is None:
             out = self._unknown("withColumns(aggregate)", lambda d: d.withColumns(merged))
-        return out  # type: ignore[return-value]
+        return out
 
     def _simple(self, op: str, fn: Callable[[DataFrame], DataFrame]) -> "TrackedFrame":
         state = self._state
