@@ -22,9 +22,9 @@ from pydantic import Field
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import LineageStorageError
-from dslog_dagster.spark.capture import STAGED_META
 from dslog_dagster.spark.resource import SparkSessionResource
 from dslog_dagster.spark.rowid import MID, ROW_ID, dense_id, with_row_id
+from dslog_dagster.spark.staging import STAGED_META
 
 __all__ = [
     "ROW_ID",
@@ -65,7 +65,7 @@ def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zs
 
     The directory at ``path`` is replaced. Rows are written in row-id order.
     """
-    from dslog_dagster.spark.capture import FrameCapture
+    from dslog_dagster.spark.frame_capture import FrameCapture
 
     if isinstance(df, FrameCapture) and _can_move(df, path, compression):
         return _move_staged(df, os.fspath(path))

@@ -8,10 +8,10 @@ Imports PySpark; ``dslog_dagster.core`` never imports this package.
 * :func:`as_array` — a tracked Spark step's output as a NumPy array, keeping its lineage.
 """
 
-from dslog_dagster.spark.capture import FrameCapture as FrameCapture
-from dslog_dagster.spark.capture import FrameInput as FrameInput
 from dslog_dagster.spark.capture import capture_frames as capture_frames
 from dslog_dagster.spark.frame import TrackedFrame as TrackedFrame
+from dslog_dagster.spark.frame_capture import FrameCapture as FrameCapture
+from dslog_dagster.spark.frame_capture import FrameInput as FrameInput
 from dslog_dagster.spark.rowid import ROW_ID as ROW_ID
 from dslog_dagster.spark.rowid import with_row_id as with_row_id
 from dslog_dagster.spark.session import get_session as get_session

@@ -67,9 +67,10 @@ from dslog_dagster.core import background
 from dslog_dagster.core.compression import compress, compress_ranges, expand_ranges, union_tables
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.spark.java import java_tool
+from dslog_dagster.spark.jvm_bridge import java_session, jvm_view
 from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
-from dslog_dagster.spark.session import java_tool
 from dslog_dagster.spark.summaries import KeyIndex, read_chunks
 
 __all__ = [
@@ -174,11 +175,11 @@ def tap_ready(spark: SparkSession) -> bool:
     driver (registers :data:`FUNCTION`; one JVM call)."""
     if not str(spark.sparkContext.master).startswith("local"):
         return False
-    session = spark._jsparkSession
+    session = java_session(spark)
     key = (id(spark.sparkContext), str(session.toString()))
     if key not in _REGISTERED:
         try:
-            spark._jvm.dslog.spark.IdTap.register(session, FUNCTION)  # type: ignore[union-attr]
+            jvm_view(spark).dslog.spark.IdTap.register(session, FUNCTION)
         except Exception:  # py4j: the class is not on this session's class path
             return False
         _REGISTERED.add(key)

@@ -112,12 +112,28 @@ def compress_pairs(
     blobs = clean.mapInArrow(_compressor(n_out, n_in, out_col, in_col), _BLOB_SCHEMA).collect()
     tables = [table_from_blob(bytes(r["blob"])) for r in blobs]
     if not tables:
-        return LineageTable((n_out,), (n_in,), "provrc", 0, 0, *_empty_fields())
+        return _empty_table(n_out, n_in)
     return merge_tables(tables)
 
 
-def _empty_fields() -> list[np.ndarray]:
-    return [np.zeros((1, 0), np.int64) for _ in range(8)]
+def _empty_table(n_out: int, n_in: int) -> LineageTable:
+    """No pairs between an output of ``n_out`` rows and an input of ``n_in`` rows."""
+    z = [np.zeros((1, 0), np.int64) for _ in range(8)]
+    return LineageTable(
+        out_shape=(n_out,),
+        in_shape=(n_in,),
+        encoding="provrc",
+        rows=0,
+        n_pairs=0,
+        out_lo=z[0],
+        out_hi=z[1],
+        in_ref=z[2],
+        in_q=z[3],
+        in_r=z[4],
+        in_mult=z[5],
+        in_lo=z[6],
+        in_hi=z[7],
+    )
 
 
 def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
@@ -158,7 +174,7 @@ def shift_rows(table: LineageTable, offset: int, n_out: int) -> LineageTable:
 @dataclasses.dataclass(frozen=True)
 class RangeColumns:
     """The output columns of a range slot's summary (see
-    :meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`): ``lo`` (the slot's own
+    :func:`~dslog_dagster.spark.ranges.range_aggregate`): ``lo`` (the slot's own
     column), ``hi``, ``ok``, the id count ``n``, and its aggregation's group keys and their
     hash (empty / None when the keys are not stored). With ``summary`` (a directory), ``hi``,
     ``ok`` and ``n`` are not columns: the aggregation recorded them there per group, found by
@@ -364,8 +380,7 @@ def _merge_pieces(
             t = table_from_blob(bytes(r["blob"]))
             pieces[r["g"]].append(shift_rows(t, offsets[int(r["pid"])], n_out))
     return [
-        merge_tables(p) if p else LineageTable((n_out,), (n,), "provrc", 0, 0, *_empty_fields())
-        for p, n in zip(pieces, n_ins, strict=True)
+        merge_tables(p) if p else _empty_table(n_out, n) for p, n in zip(pieces, n_ins, strict=True)
     ]
 
 
@@ -431,7 +446,7 @@ def refetch_ids(
         if r["g"] >= 0
     ]
     if not pieces:
-        return LineageTable((n_out,), (n_in,), "provrc", 0, 0, *_empty_fields())
+        return _empty_table(n_out, n_in)
     return union_tables(pieces)
 
 

@@ -1,7 +1,7 @@
 """Column lineage from Spark's analyzed logical plan.
 
 Every tracked operation runs the real DataFrame method on a frame that carries provenance
-*slot* columns (:mod:`dslog_dagster.spark.frame`). The analyzed plan of the result then says,
+*slot* columns (:mod:`dslog_dagster.spark.state`). The analyzed plan of the result then says,
 attribute by attribute, which columns each output column was computed from. This module walks
 the plan nodes an operation added on top of its input plan(s) and maps every output attribute
 to its :class:`ColumnLineage`: the (slot, input column) pairs that *contributed* its value and
@@ -18,14 +18,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import DataFrame
+
 from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.spark.jvm_bridge import java_frame
 
 __all__ = [
     "SLOT_PREFIX",
     "ColumnLineage",
     "PlanWalker",
     "WindowWithoutRule",
+    "analyzed",
     "is_slot",
+    "nodes_above",
+    "quoted",
     "slot_id",
     "slot_name",
 ]
@@ -38,6 +44,11 @@ Ref = tuple[int, int]  # (slot id, input column index)
 def slot_name(sid: int) -> str:
     """Column name of provenance slot ``sid``."""
     return f"{SLOT_PREFIX}{sid}"
+
+
+def quoted(name: str) -> str:
+    """``name`` as a SQL identifier (backticks, doubled inside)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def is_slot(name: str) -> bool:
@@ -155,6 +166,35 @@ def _named_ids(plan: Any) -> tuple[list[str], list[int]]:
     return names, [int(m.group(1)) for m in found]
 
 
+def analyzed(df: DataFrame) -> Any:
+    """The analyzed logical plan of ``df`` (a JVM object), kept on the DataFrame: a frame is
+    immutable, and each plan walk asks for its operands' plans (two JVM round trips each)."""
+    plan = df.__dict__.get("_dslog_analyzed")
+    if plan is None:
+        plan = java_frame(df).queryExecution().analyzed()
+        df.__dict__["_dslog_analyzed"] = plan
+    return plan
+
+
+def nodes_above(plan: Any, base_df: DataFrame) -> dict[str, list[Any]]:
+    """Plan nodes between ``plan`` and the plan of ``base_df``, by node name."""
+    base = analyzed(base_df)
+    for semantic in (False, True):  # cheap object equality first, canonical plans if needed
+        out: dict[str, list[Any]] = {}
+        met = False
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            if node.equals(base) or (semantic and node.sameResult(base)):
+                met = True
+                continue
+            out.setdefault(node.nodeName(), []).append(node)
+            stack += seq(node.children())
+        if met:
+            return out
+    return out
+
+
 @dataclass
 class Base:
     """An input plan of an operation and what each of its output positions is."""
@@ -185,7 +225,7 @@ _PASS_THROUGH = {
 
 class WindowWithoutRule(UnsupportedFrameOperationError):
     """A walker without a window rule met a ``Window`` node: a projection with window
-    functions, which :meth:`~dslog_dagster.spark.frame.TrackedFrame._project` walks again with
+    functions, which :func:`~dslog_dagster.spark.window.windowed` walks again with
     its rule (found this way, a projection without windows costs no separate walk to look
     for them)."""
 
@@ -232,7 +272,7 @@ class PlanWalker:
         if self._semantic:
             for b in self.bases:
                 # the names must agree too: a self-join's right side (slots renamed, see
-                # TrackedFrame._fresh) computes the same result as the left side's base
+                # FrameState.fresh) computes the same result as the left side's base
                 if node.sameResult(b.plan) and _names(node) == _names(b.plan):
                     return b
         elif not seq(node.children()):

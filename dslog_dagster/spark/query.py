@@ -178,7 +178,7 @@ class SparkQueryEngine:
             hi[:, i] = got.column(f"hi{i}").to_numpy()
         if d_dst == 0:
             return CellSet(hop.dst.shape, lo[:1], hi[:1])
-        return CellSet._normalised(hop.dst.shape, lo, hi)
+        return CellSet.from_boxes(hop.dst.shape, lo, hi)
 
     def prov_query(self, path: Sequence[Any], cells: object) -> CellSet:
         """Cells of the last array of ``path`` linked to ``cells`` of the first (like

@@ -18,6 +18,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from dslog_dagster.spark.jvm_bridge import java_frame
+
 __all__ = ["ROW_ID", "RowIds", "with_row_id"]
 
 ROW_ID = "__dslog_row_id"
@@ -41,7 +43,7 @@ class RowIds:
         """Drop the kept rows (the ids of a recomputed frame could differ)."""
         if self.checkpointed:
             # a local checkpoint is not in the cache manager: its blocks belong to its RDD
-            self.cached._jdf.queryExecution().analyzed().rdd().unpersist(False)
+            java_frame(self.cached).queryExecution().analyzed().rdd().unpersist(False)
         else:
             self.cached.unpersist()
 

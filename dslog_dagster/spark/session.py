@@ -14,14 +14,14 @@ the data is).
 
 import os
 import re
-import shutil
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from dslog_dagster.errors import SparkUnavailableError
+from dslog_dagster.spark.java import require_java
 
-__all__ = ["DEFAULT_CONF", "get_session", "java_tool", "require_java", "shuffle_partitions"]
+__all__ = ["DEFAULT_CONF", "get_session", "shuffle_partitions"]
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -55,32 +55,6 @@ def shuffle_partitions(master: str) -> int:
     cores = m.group(1)
     n = _cores() if cores == "*" else int(cores or 1)
     return 2 * max(1, n)
-
-
-def java_tool(name: str) -> str | None:
-    """A JDK/JRE executable (``java``, ``javac``) as Spark finds Java: under ``JAVA_HOME``,
-    else on ``PATH``; None when there is none."""
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(os.path.join(home, "bin", name), os.X_OK):
-        return os.path.join(home, "bin", name)
-    return shutil.which(name)
-
-
-def require_java() -> str:
-    """The ``java`` executable Spark will use.
-
-    Raises:
-        SparkUnavailableError: no Java runtime is installed or on ``PATH``.
-    """
-    java = java_tool("java")
-    if java is None:
-        msg = (
-            "Spark needs a Java runtime (Java 17), but `java` is not on PATH and JAVA_HOME is "
-            "not set. Install it (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) or "
-            "set JAVA_HOME; `tools/check-prereqs.sh` checks all prerequisites."
-        )
-        raise SparkUnavailableError(msg)
-    return java
 
 
 def get_session(

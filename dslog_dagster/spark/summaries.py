@@ -1,6 +1,6 @@
 """Range summaries recorded where an aggregation finishes its groups.
 
-A range slot (:meth:`~dslog_dagster.spark.frame.TrackedGroupedData._range_agg`) summarises the
+A range slot (:func:`~dslog_dagster.spark.ranges.range_aggregate`) summarises the
 ids of each group as ``lo``, ``hi``, ``ok`` and the count ``n``. Carried as columns, the three
 besides ``lo`` travel with every row through the steps after the aggregation — the shuffle
 and sort of an ``orderBy``, the Parquet writer — which made them the largest intrinsic cost

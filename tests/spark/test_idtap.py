@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import dslog_dagster.spark.capture as capture_module
-import dslog_dagster.spark.frame as frame_module
 import dslog_dagster.spark.idtap as idtap
+import dslog_dagster.spark.ranges as ranges_module
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.lineage import RangeColumns
 from dslog_dagster.spark.rowid import MID, PART_BITS
@@ -268,12 +268,12 @@ def test_groups_whose_hashes_collide_fall_back_to_the_join(
     # a "hash" with two values: the groups sharing one get each other's tapped rows. Keys
     # by column name are hashed in SQL text, other key expressions as Columns
     monkeypatch.setattr(
-        frame_module,
+        ranges_module,
         "tap_key_sql",
         lambda names, types: (f"length(coalesce(`{names[0]}`, '')) % 2", True),
     )
     monkeypatch.setattr(
-        frame_module,
+        ranges_module,
         "tap_key",
         lambda keys, types: (F.length(F.coalesce(keys[0], F.lit(""))) % 2, True),
     )

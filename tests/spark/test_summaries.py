@@ -209,7 +209,7 @@ def aggregate_text(
         return out
 
     cap = capture_frames(run, frames, **kw)
-    qe = seen[-1]._df._jdf.queryExecution()
+    qe = seen[-1].lineage_state.df._jdf.queryExecution()
     return cap, str((qe.analyzed() if plan == "analyzed" else qe.executedPlan()).toString())
 
 

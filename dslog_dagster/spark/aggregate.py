@@ -1,0 +1,117 @@
+"""The lineage rules of aggregations: ``groupBy().agg`` and ``groupBy().pivot().agg``.
+
+An aggregated row ← every row of its group. In ``lists`` mode each slot collects its group's
+ids (``collect_list``); in ``ranges`` mode a frame whose slots are scalar and unique has them
+summarised as ranges instead (:mod:`~dslog_dagster.spark.ranges`), and a frame that already
+has range slots (an aggregation over an aggregation) makes the capture rerun with lists. A
+pivot's cells come from the rows of their group with their pivot value, its keys from the
+whole group.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from dslog_dagster.spark.plan import ColumnLineage, Info, PlanWalker, analyzed, quoted, slot_name
+from dslog_dagster.spark.ranges import range_aggregate
+from dslog_dagster.spark.state import FrameState
+
+__all__ = ["aggregate", "pivot_aggregate"]
+
+_TMP = "__dslog_c"
+
+
+def _col(name: str) -> Column:
+    return F.col(quoted(name))
+
+
+def aggregate(
+    state: FrameState, keys: list[Any], cols: list[Column], pivot: Any = None
+) -> FrameState:
+    """``groupBy(*keys)[.pivot(*pivot)].agg(*cols)`` with each group's row lineage.
+
+    Raises:
+        NeedLists: the frame has range slots (the capture reruns with lists).
+    """
+    if state.all_to_all:
+        g = state.df.groupBy(*keys)
+        if pivot is not None:
+            g = g.pivot(*pivot)
+        return FrameState.all_to_all_of(state.context, g.agg(*cols), state.sources)
+    if pivot is not None:
+        state.need_lists()
+        return pivot_aggregate(state, keys, pivot, cols)
+    state.need_lists()
+    if state.context.aggregate == "ranges" and state.unique and state.slots and not state.arrays:
+        return range_aggregate(state, keys, cols)
+    slot_aggs = []
+    for s in state.slots:
+        c = F.collect_list(_col(slot_name(s)))
+        slot_aggs.append((F.flatten(c) if s in state.arrays else c).alias(slot_name(s)))
+    res = state.df.groupBy(*keys).agg(*cols, *slot_aggs)
+    return state.finish(res, "groupBy.agg", arrays=set(state.slots))
+
+
+def pivot_aggregate(
+    state: FrameState,
+    keys: list[Any],
+    pivot: tuple[Any, Sequence[Any] | None],
+    cols: list[Column],
+) -> FrameState:
+    """Pivot: the user's result from Spark's own pivot; per pivot value a slot of the rows
+    with that value (for the pivoted cells) and a slot of the whole group (for the keys),
+    joined back on the group keys."""
+    ctx = state.context
+    p, values = pivot
+    if values is None:
+        vis = state.visible_df()
+        values = [r[0] for r in vis.select(p).distinct().orderBy(p).collect()]
+    values = list(values)
+    user = state.df.groupBy(*keys).pivot(p, values).agg(*cols)
+    nk = len(user.columns) - len(values) * len(cols)
+    # column lineage of each aggregate, from the un-pivoted aggregation's plan
+    plain = state.df.groupBy(*keys).agg(*cols)
+    plan_infos = PlanWalker([state.base()], "pivot").resolve(analyzed(plain))
+    key_infos, agg_infos = plan_infos[:nk], plan_infos[nk:]
+    p_lin = PlanWalker([state.base()], "pivot").resolve(analyzed(state.df.select(p)))[0]
+    assert isinstance(p_lin, ColumnLineage)
+    by_value: list[dict[int, int]] = []
+    slot_aggs = []
+    for v in values:
+        m = {}
+        for s in state.slots:
+            new = ctx.new_slot(ctx.slot_input[s])
+            m[s] = new
+            pcol = p if isinstance(p, Column) else F.col(p)
+            cond = pcol.eqNullSafe(F.lit(v))
+            c = F.collect_list(F.when(cond, _col(slot_name(s))))
+            slot_aggs.append((F.flatten(c) if s in state.arrays else c).alias(slot_name(new)))
+        by_value.append(m)
+    for s in state.slots:
+        c = F.collect_list(_col(slot_name(s)))
+        slot_aggs.append((F.flatten(c) if s in state.arrays else c).alias(slot_name(s)))
+    slots_df = state.df.groupBy(*keys).agg(*slot_aggs)
+    ucols = [f"{_TMP}k{i}" for i in range(nk)]
+    u = user.toDF(*ucols, *user.columns[nk:])
+    sk = [f"{_TMP}j{i}" for i in range(nk)]
+    sd = slots_df.toDF(*sk, *slots_df.columns[nk:])
+    on = [u[a].eqNullSafe(sd[b]) for a, b in zip(ucols, sk, strict=True)]
+    joined = u.join(sd, on, "inner") if on else u.crossJoin(sd)
+    out = [_col(a).alias(n) for a, n in zip(ucols, user.columns[:nk], strict=True)]
+    out += [_col(n) for n in user.columns[nk:]]
+    slot_cols = list(slots_df.columns[nk:])
+    out += [_col(n) for n in slot_cols]
+    res = joined.select(*out)
+    infos: list[Info] = []
+    for ki in key_infos:
+        assert isinstance(ki, ColumnLineage)
+        infos.append(ki)
+    for m in by_value:
+        for ai in agg_infos:
+            assert isinstance(ai, ColumnLineage)
+            infos.append(ai.considering(p_lin.full()).remap({**m}))
+    infos += slot_cols
+    arrays = set(state.slots) | {n for m in by_value for n in m.values()}
+    return state.derive(res, infos, arrays)

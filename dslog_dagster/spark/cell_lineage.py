@@ -1,0 +1,199 @@
+"""Cell lineage as row lineage × column lineage: what the pass must compute, and the product.
+
+The output's columns know, from the plan, which (slot, input column) pairs they depend on
+(:class:`~dslog_dagster.spark.plan.ColumnLineage`); the slots carry the rows. Before the
+capture's pass, :func:`plan_slots` groups the pairs by the slots that carry them, per input and
+mode (contributing, considered), so the pass computes one row table per slot. After it,
+:func:`cell_tables` pairs each group's row table with its column table and keeps the product
+factored (:func:`~dslog_dagster.core.combine.factored_table`): stored as its row and column
+tables and queried on them, so neither a cell pair nor a product row is formed unless a reader
+asks for the table's ProvRC rows.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dslog_dagster.core.combine import factored_table
+from dslog_dagster.core.compression import compress
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.spark.frame_capture import FrameInput
+from dslog_dagster.spark.plan import ColumnLineage
+from dslog_dagster.spark.state import FrameState
+
+__all__ = [
+    "SlotPlan",
+    "cell_tables",
+    "column_lineage",
+    "empty_table",
+    "full_table",
+    "plan_slots",
+]
+
+ColumnPairs = list[tuple[tuple[int, ...], list[tuple[int, int]]]]
+"""Per set of slots, the (output column, input column) pairs whose rows they carry."""
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    """What the capture's pass computes row tables for.
+
+    Attributes:
+        pairs: per ``(input name, "contrib" | "consid")``, the column pairs each set of slots
+            carries (sorted by slots).
+        needed: every set of slots some pairs need, with the input its slots belong to.
+        slot_input: every slot of those sets with its input: the pass computes one row table
+            per slot, and a cell whose rows come from several slots of one input (a
+            self-join, a frame joined with its own aggregate) gets the exact union of their
+            tables, so every range slot can be refetched on its own.
+    """
+
+    pairs: dict[tuple[str, str], ColumnPairs]
+    needed: dict[tuple[int, ...], int]
+    slot_input: dict[int, int]
+
+    @property
+    def groups(self) -> list[tuple[int, ...]]:
+        """One group per slot, in slot order: the pass's row tables."""
+        return [(sl,) for sl in sorted(self.slot_input)]
+
+
+def plan_slots(state: FrameState, inputs: Sequence[FrameInput]) -> SlotPlan:
+    """Which (output column, input column) pairs each set of slots carries, per input and
+    mode, for the output frame ``state``."""
+    ctx = state.context
+    infos = state.infos
+    user_pos = state.user_positions()
+    pairs_by: dict[tuple[str, str], ColumnPairs] = {}
+    needed: dict[tuple[int, ...], int] = {}
+    for i, inp in enumerate(inputs):
+        if state.all_to_all:
+            continue
+        for which in ("contrib", "consid"):
+            pairs: dict[tuple[int, int], set[int]] = {}
+            for j, p in enumerate(user_pos):
+                lin = infos[p]
+                assert isinstance(lin, ColumnLineage)
+                for s, c in lin.contrib if which == "contrib" else lin.full():
+                    if ctx.slot_input[s] == i:
+                        pairs.setdefault((j, c), set()).add(s)
+            by_slots: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+            for col_pair, ss in pairs.items():
+                by_slots.setdefault(tuple(sorted(ss)), []).append(col_pair)
+            pairs_by[(inp.name, which)] = sorted(by_slots.items())
+            for key in by_slots:
+                needed.setdefault(key, i)
+    slot_input: dict[int, int] = {}
+    for k, i in needed.items():
+        for sl in k:
+            slot_input.setdefault(sl, i)
+    return SlotPlan(pairs_by, needed, slot_input)
+
+
+def cell_tables(
+    state: FrameState,
+    inputs: Sequence[FrameInput],
+    plan: SlotPlan,
+    row_table: Mapping[tuple[int, ...], LineageTable],
+    n_out: int,
+) -> tuple[dict[str, LineageTable], dict[str, LineageTable]]:
+    """The contributing and considered tables of every input: each set of slots' row table
+    (``row_table``) × its column pairs, kept factored."""
+    contributing: dict[str, LineageTable] = {}
+    considered: dict[str, LineageTable] = {}
+    n_columns = len(state.user_positions())
+    out_shape = (n_out, n_columns)
+    for i, inp in enumerate(inputs):
+        if state.all_to_all:
+            full = (
+                full_table(out_shape, inp.shape)
+                if i in state.sources
+                else empty_table(out_shape, inp.shape)
+            )
+            contributing[inp.name] = considered[inp.name] = full
+            continue
+        for which, dest in (("contrib", contributing), ("consid", considered)):
+            parts = []
+            for key, jcs in plan.pairs[(inp.name, which)]:
+                jc: npt.NDArray[np.int64] = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
+                col_table = compress(
+                    LineageRelation.from_columns(
+                        (n_columns,), (len(inp.columns),), [jc[:, 0]], [jc[:, 1]]
+                    ),
+                    fallback="never",
+                )
+                parts.append((row_table[key], col_table))
+            # kept factored: the product of a million-row table by a few column rows would
+            # be formed, stored and queried as millions of rows per column row
+            dest[inp.name] = factored_table(parts) if parts else empty_table(out_shape, inp.shape)
+    return contributing, considered
+
+
+def column_lineage(
+    state: FrameState, inputs: Sequence[FrameInput], columns: Sequence[str]
+) -> dict[str, dict[str, list[str]]]:
+    """``{output column: {input name: [input columns]}}`` (contributing)."""
+    ctx = state.context
+    out: dict[str, dict[str, list[str]]] = {}
+    for j, p in enumerate(state.user_positions()):
+        lin = state.infos[p]
+        assert isinstance(lin, ColumnLineage)
+        deps: dict[str, set[str]] = {}
+        for s, c in lin.contrib:
+            inp = inputs[ctx.slot_input[s]]
+            deps.setdefault(inp.name, set()).add(inp.columns[c])
+        if state.all_to_all:
+            deps = {inputs[i].name: set(inputs[i].columns) for i in state.sources}
+        out[columns[j]] = {k: sorted(v) for k, v in deps.items()}
+    return out
+
+
+def empty_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
+    """A table with no pairs."""
+    l, m = len(out_shape), len(in_shape)
+    out_z, in_z = np.zeros((l, 0), np.int64), np.zeros((m, 0), np.int64)
+    return LineageTable(
+        out_shape=out_shape,
+        in_shape=in_shape,
+        encoding="provrc",
+        rows=0,
+        n_pairs=0,
+        out_lo=out_z,
+        out_hi=out_z,
+        in_ref=in_z,
+        in_q=in_z,
+        in_r=in_z,
+        in_mult=in_z,
+        in_lo=in_z,
+        in_hi=in_z,
+    )
+
+
+def full_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
+    """Every output cell ← every input cell (one ProvRC row)."""
+    if 0 in out_shape or 0 in in_shape:
+        return empty_table(out_shape, in_shape)
+    l, m = len(out_shape), len(in_shape)
+
+    def col(values: Sequence[int], k: int) -> npt.NDArray[np.int64]:
+        return np.asarray(values, np.int64).reshape(k, 1)
+
+    n = int(np.prod(out_shape)) * int(np.prod(in_shape))
+    return LineageTable(
+        out_shape=out_shape,
+        in_shape=in_shape,
+        encoding="provrc",
+        rows=1,
+        n_pairs=n,
+        out_lo=col([0] * l, l),
+        out_hi=col([d - 1 for d in out_shape], l),
+        in_ref=col([-1] * m, m),
+        in_q=col([1] * m, m),
+        in_r=col([0] * m, m),
+        in_mult=col([1] * m, m),
+        in_lo=col([0] * m, m),
+        in_hi=col([d - 1 for d in in_shape], m),
+    )

@@ -1,0 +1,111 @@
+"""The lineage rules of steps that combine two tracked frames: joins and unions.
+
+A join keeps both sides' slots (an output row ← the left row and the right row; an outer
+join's optional side holds null slots where it did not match), a semi join collects the
+matching right rows' slots per left row, and a union keeps each side's slots (null on the
+other side's rows). A frame joined or unioned with itself gets new slot ids on one side
+(:meth:`~dslog_dagster.spark.state.FrameState.fresh`), so the two sides' rows stay apart.
+"""
+
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from dslog_dagster.spark.plan import Base, ColumnLineage, Info, analyzed, quoted, slot_name
+from dslog_dagster.spark.state import FrameState
+
+__all__ = ["join", "union"]
+
+_UID = "__dslog_uid"
+_TMP = "__dslog_c"
+
+
+def _col(name: str) -> Column:
+    return F.col(quoted(name))
+
+
+def join(left: FrameState, right: FrameState, on: Any, how: str | None) -> FrameState:
+    """``left.join(right, on, how)`` with both sides' row lineage.
+
+    Raises:
+        NeedLists: a semi join over a frame with range slots.
+    """
+    how_n = (how or "inner").lower().replace("_", "")
+    sources = left.sources | right.sources
+    if left.all_to_all or right.all_to_all:
+        return FrameState.all_to_all_of(
+            left.context, left.visible_df().join(right.visible_df(), on, how), sources
+        )
+    right = left.fresh(right)
+    bases = [left.base(), right.base()]
+    arrays = left.arrays | right.arrays
+    ranges = left.ranges | right.ranges
+    unique = left.unique and right.unique
+    if how_n in ("semi", "leftsemi"):
+        left.need_lists(right)
+        with_uid = left.df.withColumn(_UID, F.monotonically_increasing_id())
+        aggs = []
+        for s in right.slots:
+            c = F.collect_list(_col(slot_name(s)))
+            aggs.append((F.flatten(c) if s in right.arrays else c).alias(slot_name(s)))
+        matches = with_uid.join(right.df, on, "inner").groupBy(_UID).agg(*aggs)
+        res = with_uid.join(matches, _UID, "inner").drop(_UID)
+        lbase = Base(analyzed(with_uid), [*left.infos, ColumnLineage()])
+        return left.finish(
+            res, "join(semi)", [lbase, right.base()], None, arrays | set(right.slots), sources
+        )
+    res = left.df.join(right.df, on, how) if how is not None else left.df.join(right.df, on)
+    # an outer join's optional side holds null slots on the rows it did not match
+    keep_left = how_n not in ("right", "rightouter", "full", "outer", "fullouter")
+    keep_right = how_n not in ("left", "leftouter", "full", "outer", "fullouter")
+    dense = (left.dense if keep_left else frozenset()) | (
+        right.dense if keep_right else frozenset()
+    )
+    return left.finish(
+        res, f"join({how_n})", bases, None, arrays, sources, ranges, unique, dense=dense
+    )
+
+
+def union(top: FrameState, bottom: FrameState) -> FrameState:
+    """``top.union(bottom)`` (by position) with each side's row lineage.
+
+    Raises:
+        ValueError: the frames have different numbers of columns.
+    """
+    sources = top.sources | bottom.sources
+    if top.all_to_all or bottom.all_to_all:
+        return FrameState.all_to_all_of(
+            top.context, top.visible_df().union(bottom.visible_df()), sources
+        )
+    bottom = top.fresh(bottom)
+    a_pos, b_pos = top.user_positions(), bottom.user_positions()
+    if len(a_pos) != len(b_pos):
+        msg = f"union of frames with {len(a_pos)} and {len(b_pos)} columns."
+        raise ValueError(msg)
+    a_slots, b_slots = top.slots, bottom.slots
+    types = {**top.slot_types(), **bottom.slot_types()}
+    ranges = top.ranges | bottom.ranges
+    unique = top.unique and bottom.unique
+
+    def side(t: FrameState, pos: list[int], own: list[int]) -> DataFrame:
+        tmp = [f"{_TMP}{p}" for p in range(len(t.infos))]
+        d = t.df.toDF(*tmp)
+        cols = [_col(tmp[p]).alias(f"{_TMP}u{i}") for i, p in enumerate(pos)]
+        for s in [*a_slots, *b_slots]:
+            if s in own:
+                cols.append(_col(tmp[t.infos.index(slot_name(s))]).alias(slot_name(s)))
+            else:
+                cols.append(F.lit(None).cast(types[s]).alias(slot_name(s)))
+        return d.select(*cols)
+
+    res = side(top, a_pos, a_slots).union(side(bottom, b_pos, b_slots))
+    names = top.columns
+    res = res.toDF(*names, *[slot_name(s) for s in [*a_slots, *b_slots]])
+    infos: list[Info] = [
+        top.infos[p] | bottom.infos[q]  # type: ignore[operator]
+        for p, q in zip(a_pos, b_pos, strict=True)
+    ]
+    infos += [slot_name(s) for s in [*a_slots, *b_slots]]
+    # each side's slots are null on the other side's rows
+    return top.derive(res, infos, top.arrays | bottom.arrays, sources, ranges, unique, dense=())
