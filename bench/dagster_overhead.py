@@ -136,8 +136,8 @@ def _patch_served_outputs() -> None:
     """Let :data:`_ABLATION` cut the lineage write of outputs served from views. Patches
     ``LineageJob.begin``, where the IO manager starts registering an output's lineage: with
     an ablation on, a served output registers nothing and its metadata is set right away."""
-    from dslog_dagster.io_managers import lineage_io_manager as lim
     from dslog_dagster.io_managers import metadata as m
+    from dslog_dagster.io_managers import writer as lim
 
     begin = lim.LineageJob.begin
 
