@@ -19,7 +19,7 @@ beside that lineage lets ``dslog`` tools and later runs find it without Dagster.
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -165,7 +165,8 @@ def run_lineage_query(
         tried: tuple[Direction, ...] = (config.direction,)
     else:
         tried = ("forward", "backward")
-    between = log.lineage_between
+    # DSLog.lineage_between, or the Spark engine's (the same call without `run_hop`)
+    between: Callable[..., CellSet] = log.lineage_between
     on_spark = None
     if check_engine(engine) == "spark":
         from dslog_dagster.spark.query import spark_engine

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dslog_dagster.core.capture import CaptureResult, Need, as_input, capture
+from dslog_dagster.core.capture import CaptureResult, Need, OnLost, as_input, capture
 from dslog_dagster.core.capture import Mode as CaptureMode
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
@@ -62,7 +62,7 @@ def obtain_lineage(
     asked for that relation alone (``need="considered"``): picks and sorts consider a
     shape-determined set of cells, so their views serve even though the picked cells vary.
     """
-    on_lost = "all_to_all" if policy == Policy.all_to_all else "raise"
+    on_lost: OnLost = "all_to_all" if policy == Policy.all_to_all else "raise"
     need: Need = "considered" if mode == Mode.considered else "all"
     # the engine spells the mode as its Literal
     core_mode: CaptureMode = "considered" if mode == Mode.considered else "contributing"
