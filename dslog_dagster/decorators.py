@@ -46,7 +46,7 @@ from typing import Any, TypeVar, overload
 import dagster as dg
 
 from dslog_dagster.errors import DSLogError
-from dslog_dagster.settings import Mode, Policy
+from dslog_dagster.policy import Mode, Policy
 from dslog_dagster.step_runner import StepOptions, run_tracked_step
 from dslog_dagster.values import plain, plain_arrays
 
@@ -98,7 +98,7 @@ def tracked_asset(
 
     Args:
         policy: ``"capture"``, ``"all_to_all"``, ``"reuse_only"`` or ``"off"``
-            (:class:`dslog_dagster.settings.Policy`); ``None`` takes the
+            (:class:`dslog_dagster.policy.Policy`); ``None`` takes the
             :class:`~dslog_dagster.DSLogResource` default of the output's IO manager.
         mode: ``"contributing"`` or ``"considered"``; ``None`` takes the resource default.
         untracked_inputs: inputs passed through as parameters, without lineage.

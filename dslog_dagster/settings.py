@@ -2,52 +2,19 @@
 
 :class:`~dslog_dagster.DSLogResource` and :class:`~dslog_dagster.io_managers.DSLogIOManager`
 both *are* a :class:`TrackingSettings` (they inherit its fields, so the launchpad shows the same
-flat field names as before), and the decorators take its :class:`Policy` and :class:`Mode`. A
-setting is added here once and reaches all three.
-
-:class:`Policy` and :class:`Mode` are ``str`` enums whose member names equal their values:
-Dagster's config schema offers an enum's member *names* (launchpad YAML ``policy: capture``),
-and pydantic and ``==`` accept the values (``policy="capture"`` in Python), so every spelling
-users wrote against the former ``Literal`` types still works.
+flat field names as before), and the decorators take its
+:class:`~dslog_dagster.policy.Policy` and :class:`~dslog_dagster.policy.Mode`. A setting is
+added here once and reaches all three.
 """
 
-import enum
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-__all__ = ["Mode", "Policy", "TrackingSettings"]
+from dslog_dagster.policy import Mode, Policy
 
-
-class Policy(enum.StrEnum):
-    """Per-step capture policy.
-
-    * ``capture`` — run the step under the annotator; a step whose lineage would be lost fails
-      with :class:`~dslog_dagster.errors.LineageLostError`.
-    * ``all_to_all`` — like ``capture``, but where lineage would be lost record the explicit
-      all-to-all relation instead (an over-approximation), flagged in the metadata.
-    * ``reuse_only`` — never annotate; take lineage from a confirmed reuse view only. Without
-      one the step runs unchanged and records **no** lineage, and ``dslog/status`` says so.
-    * ``off`` — run the step unchanged and record nothing.
-    """
-
-    # lower-case names: Dagster's launchpad config takes the member names (see module docstring)
-    capture = "capture"
-    reuse_only = "reuse_only"
-    off = "off"
-    all_to_all = "all_to_all"
-
-
-class Mode(enum.StrEnum):
-    """Lineage of picks (max, sort, where, clip...).
-
-    * ``contributing`` — a picked value depends on the picked cell only;
-    * ``considered`` — also on every compared cell.
-    """
-
-    contributing = "contributing"
-    considered = "considered"
+__all__ = ["TrackingSettings"]
 
 
 class TrackingSettings(dg.Config):

@@ -20,8 +20,8 @@ import numpy as np
 from dslog_dagster.core.signatures import Unsignable, code_identity
 from dslog_dagster.errors import DSLogError, UnsupportedArrayError
 from dslog_dagster.naming import array_name, op_array_name
+from dslog_dagster.policy import Mode, Policy
 from dslog_dagster.resources import DSLogResource
-from dslog_dagster.settings import Mode, Policy
 from dslog_dagster.tracked_step import InputRef, PendingLineage, TrackedStep
 from dslog_dagster.tracking import lineage_of, obtain_lineage
 from dslog_dagster.values import is_frame, is_trackable, plain_arrays

@@ -30,7 +30,7 @@ from typing import Any
 
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.settings import Mode, Policy
+from dslog_dagster.policy import Mode, Policy
 
 __all__ = ["FrameSource", "InputRef", "PendingLineage", "TrackedStep", "peek_pending"]
 

@@ -19,7 +19,7 @@ from dslog_dagster.core.capture import CaptureResult, Need, OnLost, as_input, ca
 from dslog_dagster.core.capture import Mode as CaptureMode
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.settings import Mode, Policy
+from dslog_dagster.policy import Mode, Policy
 
 if TYPE_CHECKING:
     from dslog_dagster.core.reuse import ViewRegistry
