@@ -25,6 +25,7 @@ from dslog_dagster.assets.queries import (
     saved_lineage_query,
 )
 from dslog_dagster.assets.signatures import ViewSource, reuse_signatures_asset
+from dslog_dagster.io_managers import metadata as m
 
 __all__ = [
     "lineage_automation_sensor",
@@ -116,7 +117,7 @@ def lineage_query_sensor(
                 dg.RunRequest(
                     run_key=f"{qkey.to_user_string()}@{newest}",
                     asset_selection=[qkey],
-                    tags={"dslog/upstream_storage_id": str(newest)},
+                    tags={m.UPSTREAM_STORAGE_ID_TAG: str(newest)},
                 )
             )
         if not requests:

@@ -45,18 +45,12 @@ __all__ = [
     "CHECK_COVERAGE",
     "CHECK_READABLE",
     "CHECK_SHAPE",
-    "CONSTANT_CELLS_KEY",
-    "SHAPE_KEY",
     "lineage_checks",
 ]
 
 CHECK_READABLE = "dslog_lineage_readable"
 CHECK_SHAPE = "dslog_lineage_shape"
 CHECK_COVERAGE = "dslog_lineage_coverage"
-SHAPE_KEY = "dslog/shape"
-"""Materialization metadata with the value's shape: JSON list, or text such as ``(4, 5)``."""
-CONSTANT_CELLS_KEY = "dslog/constant_cells"
-"""Materialization metadata declaring cells without lineage on purpose (JSON box strings)."""
 
 AssetRef = dg.AssetsDefinition | dg.AssetSpec | dg.AssetKey | str | Sequence[str]
 
@@ -130,7 +124,7 @@ def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey
             )
         )
     name = array_name(key, mat.partition)
-    meta_base = {"dslog/array": name, "dslog/version": entry.run_id}
+    meta_base = {m.CHECK_ARRAY: name, m.CHECK_VERSION: entry.run_id}
     try:
         rec = log.store.get_array(name, entry.run_id)
     except DSLogError as e:
@@ -157,7 +151,7 @@ def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey
                     passed=False,
                     severity=dg.AssetCheckSeverity.ERROR,
                     description=f"The operation `{op_id}` that wrote `{name}` is unreadable: {e}",
-                    metadata={**meta_base, "dslog/op_id": op_id},
+                    metadata={**meta_base, m.OP_ID: op_id},
                 )
             ) from e
     return _Located(entry.run_id, mat.partition, dict(mat.metadata), rec, producers)
@@ -165,10 +159,10 @@ def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey
 
 def _base_meta(loc: _Located) -> dict[str, Any]:
     return {
-        "dslog/array": loc.array.name,
-        "dslog/version": loc.run_id,
-        "dslog/store_shape": str(loc.array.shape),
-        "dslog/operations": len(loc.producers),
+        m.CHECK_ARRAY: loc.array.name,
+        m.CHECK_VERSION: loc.run_id,
+        m.CHECK_STORE_SHAPE: str(loc.array.shape),
+        m.CHECK_OPERATIONS: len(loc.producers),
     }
 
 
@@ -200,9 +194,9 @@ def _check_readable(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
             pairs += int(table.n_pairs)
         except Exception as e:  # any failure to read is the finding; report, do not crash
             errors.append(f"{op.op_name} ({op.op_id[:12]}…) {loc.array.name} ← {inp}: {e}")
-    meta.update({"dslog/tables": len(tables), "dslog/pairs": pairs})
+    meta.update({m.CHECK_TABLES: len(tables), m.CHECK_PAIRS: pairs})
     if errors:
-        meta["dslog/errors"] = dg.MetadataValue.json(errors)
+        meta[m.CHECK_ERRORS] = dg.MetadataValue.json(errors)
         return dg.AssetCheckResult(
             passed=False,
             severity=dg.AssetCheckSeverity.ERROR,
@@ -223,11 +217,11 @@ def _recorded_shape(metadata: Mapping[str, Any]) -> tuple[str, tuple[int, ...] |
     def raw(v: Any) -> Any:
         return getattr(v, "value", v)
 
-    if SHAPE_KEY in metadata:
-        v = raw(metadata[SHAPE_KEY])
+    if m.SHAPE in metadata:
+        v = raw(metadata[m.SHAPE])
         if isinstance(v, str):
             v = json.loads(v.replace("(", "[").replace(")", "]").replace(",]", "]"))
-        return SHAPE_KEY, tuple(int(x) for x in v), None
+        return m.SHAPE, tuple(int(x) for x in v), None
     if "dagster/row_count" in metadata:
         return "dagster/row_count", None, int(raw(metadata["dagster/row_count"]))
     return "", None, None
@@ -239,9 +233,9 @@ def _check_shape(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
     try:
         source, full, rows = _recorded_shape(loc.metadata)
     except (ValueError, TypeError) as e:
-        source, full, rows = SHAPE_KEY, None, None
-        problems.append(f"`{SHAPE_KEY}` metadata is not a shape: {e}")
-    meta["dslog/shape_source"] = source or "not recorded (store shapes checked only)"
+        source, full, rows = m.SHAPE, None, None
+        problems.append(f"`{m.SHAPE}` metadata is not a shape: {e}")
+    meta[m.CHECK_SHAPE_SOURCE] = source or "not recorded (store shapes checked only)"
     if full is not None and full != loc.array.shape:
         problems.append(f"materialized shape {full} ≠ stored shape {loc.array.shape}")
     if rows is not None and (not loc.array.shape or loc.array.shape[0] != rows):
@@ -266,7 +260,7 @@ def _check_shape(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
                 f"{table.out_shape} ← {table.in_shape}, the arrays are {want[0]} ← {want[1]}"
             )
     if problems:
-        meta["dslog/problems"] = dg.MetadataValue.json(problems)
+        meta[m.CHECK_PROBLEMS] = dg.MetadataValue.json(problems)
         return dg.AssetCheckResult(
             passed=False,
             severity=dg.AssetCheckSeverity.ERROR,
@@ -283,8 +277,8 @@ def _check_shape(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
 
 def _declared_constants(loc: _Located, constant: Sequence[str] | None) -> tuple[CellSet, list[str]]:
     boxes = list(constant or ())
-    if CONSTANT_CELLS_KEY in loc.metadata:
-        v = getattr(loc.metadata[CONSTANT_CELLS_KEY], "value", loc.metadata[CONSTANT_CELLS_KEY])
+    if m.CONSTANT_CELLS in loc.metadata:
+        v = getattr(loc.metadata[m.CONSTANT_CELLS], "value", loc.metadata[m.CONSTANT_CELLS])
         boxes += list(json.loads(v) if isinstance(v, str) else v)
     return cells_from_spec(loc.array.shape, boxes), boxes
 
@@ -322,14 +316,14 @@ def _check_coverage(
     total = covered.count() + missing.count()
     meta.update(
         {
-            "dslog/cells": total,
-            "dslog/cells_with_lineage": covered.count() - consts.count(),
-            "dslog/constant_cells_declared": consts.count(),
-            "dslog/cells_without_lineage": missing.count(),
+            m.CHECK_CELLS: total,
+            m.CHECK_CELLS_WITH_LINEAGE: covered.count() - consts.count(),
+            m.CHECK_CONSTANT_CELLS_DECLARED: consts.count(),
+            m.CHECK_CELLS_WITHOUT_LINEAGE: missing.count(),
         }
     )
     if boxes:
-        meta["dslog/constant_boxes"] = dg.MetadataValue.json(boxes)
+        meta[m.CHECK_CONSTANT_BOXES] = dg.MetadataValue.json(boxes)
     if missing.is_empty():
         return dg.AssetCheckResult(
             passed=True,
@@ -337,8 +331,8 @@ def _check_coverage(
             + (f" or are declared constant ({consts.count():,})." if boxes else "."),
             metadata=meta,
         )
-    meta["dslog/uncovered_preview"] = boxes_preview(missing, 10)
-    meta["dslog/uncovered_picture"] = dg.MetadataValue.md(
+    meta[m.CHECK_UNCOVERED_PREVIEW] = boxes_preview(missing, 10)
+    meta[m.CHECK_UNCOVERED_PICTURE] = dg.MetadataValue.md(
         cells_markdown(f"cells of {loc.array.name} without lineage", missing)
     )
     return dg.AssetCheckResult(
@@ -347,7 +341,7 @@ def _check_coverage(
         description=(
             f"{missing.count():,} of {total:,} cells of `{loc.array.name}` have no lineage and "
             f"are not declared constant (first box: {missing.to_slices()[0]}). Declare constants "
-            f"with `{CONSTANT_CELLS_KEY}` metadata or fix the capture."
+            f"with `{m.CONSTANT_CELLS}` metadata or fix the capture."
         ),
         metadata=meta,
     )

@@ -19,7 +19,7 @@ beside that lineage lets ``dslog`` tools and later runs find it without Dagster.
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +35,7 @@ from dslog_dagster.core.query import CellSet, Direction, QueryEngine, check_engi
 from dslog_dagster.core.query.cellspec import cells_from_spec
 from dslog_dagster.core.store import ArrayRecord
 from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, QueryError
+from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name
 
 __all__ = [
@@ -55,16 +56,6 @@ DEFAULT_RESOURCE_KEY = "dslog"
 DEFAULT_QUERY_GROUP = "lineage_queries"
 QUERIES_DIR = "queries"
 """Sub-directory of the store holding query results (``<asset key>/<run id>.parquet``)."""
-
-# metadata keys of a query materialization
-QUERY_JSON = "dslog/query"
-RESULT_CELLS = "dslog/result_cells"
-RESULT_BOXES = "dslog/result_boxes"
-RESULT_PATH = "dslog/result_path"
-RESULT_PREVIEW = "dslog/result_preview"
-RESULT_PICTURE = "dslog/result_picture"
-SOURCE_PICTURE = "dslog/source_picture"
-TARGET_SHAPE = "dslog/target_shape"
 
 QueryDirection = Literal["auto", "forward", "backward"]
 
@@ -174,7 +165,8 @@ def run_lineage_query(
         tried: tuple[Direction, ...] = (config.direction,)
     else:
         tried = ("forward", "backward")
-    between = log.lineage_between
+    # DSLog.lineage_between, or the Spark engine's (the same call without `run_hop`)
+    between: Callable[..., CellSet] = log.lineage_between
     on_spark = None
     if check_engine(engine) == "spark":
         from dslog_dagster.spark.query import spark_engine
@@ -245,17 +237,17 @@ def query_metadata(result: LineageQueryResult, path: Path | None) -> dict[str, A
     src_title = f"query cells of {result.source.name}"
     dst_title = f"linked cells of {result.target.name}"
     md: dict[str, Any] = {
-        RESULT_CELLS: dg.MetadataValue.int(result.cells.count()),
-        RESULT_BOXES: dg.MetadataValue.int(result.cells.n_boxes),
-        TARGET_SHAPE: dg.MetadataValue.text(str(tuple(result.cells.shape))),
-        QUERY_JSON: dg.MetadataValue.json(result.to_json()),
-        RESULT_PREVIEW: boxes_preview(result.cells, result.config.preview_rows),
-        RESULT_PICTURE: dg.MetadataValue.md(cells_markdown(dst_title, result.cells)),
-        SOURCE_PICTURE: dg.MetadataValue.md(cells_markdown(src_title, result.start)),
+        m.RESULT_CELLS: dg.MetadataValue.int(result.cells.count()),
+        m.RESULT_BOXES: dg.MetadataValue.int(result.cells.n_boxes),
+        m.TARGET_SHAPE: dg.MetadataValue.text(str(tuple(result.cells.shape))),
+        m.QUERY_JSON: dg.MetadataValue.json(result.to_json()),
+        m.RESULT_PREVIEW: boxes_preview(result.cells, result.config.preview_rows),
+        m.RESULT_PICTURE: dg.MetadataValue.md(cells_markdown(dst_title, result.cells)),
+        m.SOURCE_PICTURE: dg.MetadataValue.md(cells_markdown(src_title, result.start)),
         "dagster/row_count": dg.MetadataValue.int(result.cells.n_boxes),
     }
     if path is not None:
-        md[RESULT_PATH] = dg.MetadataValue.path(str(path))
+        md[m.RESULT_PATH] = dg.MetadataValue.path(str(path))
     return md
 
 
@@ -380,7 +372,7 @@ def saved_lineage_query(
         required_resource_keys={resource_key},
         automation_condition=dg.AutomationCondition.eager() if query.eager else None,
         description=text,
-        tags={"dslog/saved_query": "true"},
+        tags={m.SAVED_QUERY_TAG: "true"},
     )
     def _saved_query(context: dg.AssetExecutionContext) -> dg.MaterializeResult[Any]:
         return _materialize(context, resource_key, config)

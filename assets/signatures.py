@@ -23,6 +23,7 @@ from dslog_dagster.assets.queries import (
 )
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.errors import DSLogError
+from dslog_dagster.io_managers import metadata as m
 
 __all__ = ["VIEW_COLUMNS", "ViewSource", "registry_view_rows", "reuse_signatures_asset"]
 
@@ -30,11 +31,6 @@ VIEW_COLUMNS = ("signature", "kind", "hits", "last_verified")
 """Keys of one view row: str, str (e.g. base / dim / gen), int, datetime or ISO str or None."""
 
 ViewSource = Callable[[DSLog], Iterable[Mapping[str, Any]]]
-
-VIEWS_TABLE = "dslog/views"
-VIEW_COUNT = "dslog/view_count"
-VIEW_HITS = "dslog/view_hits"
-VIEWS_BY_KIND = "dslog/views_by_kind"
 
 
 def registry_view_rows(log: DSLog) -> Iterable[Mapping[str, Any]]:
@@ -116,13 +112,13 @@ def reuse_signatures_asset(
         )
         return dg.MaterializeResult(
             metadata={
-                VIEWS_TABLE: dg.MetadataValue.table(
+                m.VIEWS_TABLE: dg.MetadataValue.table(
                     [dg.TableRecord(r) for r in rows[:max_rows]], schema=schema
                 ),
-                VIEW_COUNT: dg.MetadataValue.int(len(rows)),
-                VIEW_HITS: dg.MetadataValue.int(sum(r["hits"] for r in rows)),
-                VIEWS_BY_KIND: dg.MetadataValue.json(by_kind),
-                "dslog/result_path": dg.MetadataValue.path(str(path)),
+                m.VIEW_COUNT: dg.MetadataValue.int(len(rows)),
+                m.VIEW_HITS: dg.MetadataValue.int(sum(r["hits"] for r in rows)),
+                m.VIEWS_BY_KIND: dg.MetadataValue.json(by_kind),
+                m.RESULT_PATH: dg.MetadataValue.path(str(path)),
                 "dagster/row_count": dg.MetadataValue.int(len(rows)),
             }
         )

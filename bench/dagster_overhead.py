@@ -136,10 +136,10 @@ def _patch_served_outputs() -> None:
     """Let :data:`_ABLATION` cut the lineage write of outputs served from views. Patches
     ``LineageJob.begin``, where the IO manager starts registering an output's lineage: with
     an ablation on, a served output registers nothing and its metadata is set right away."""
-    from dslog_dagster.io_managers import lineage_io_manager as lim
     from dslog_dagster.io_managers import metadata as m
+    from dslog_dagster.io_managers import writer
 
-    begin = lim.LineageJob.begin
+    begin = writer.LineageJob.begin
 
     def ablated(job: Any, background: bool) -> None:
         kind, pending = _ABLATION["kind"], job.pending
@@ -157,7 +157,7 @@ def _patch_served_outputs() -> None:
             raise RuntimeError(msg)
         job.done = {k: v for k, v in md.items() if k.startswith("dslog/") and k != "dslog/shape"}
 
-    lim.LineageJob.begin = ablated  # type: ignore[method-assign]
+    writer.LineageJob.begin = ablated  # type: ignore[method-assign]
 
 
 def _check_ablation(kind: str, info: dict[str, Any], replay: dict[Any, Any]) -> None:

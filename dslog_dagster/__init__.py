@@ -22,13 +22,13 @@ from dslog_dagster.errors import SchemaVersionError as SchemaVersionError
 from dslog_dagster.errors import UnsupportedArrayError as UnsupportedArrayError
 
 if TYPE_CHECKING:
-    from dslog_dagster.decorators import plain as plain
     from dslog_dagster.decorators import tracked_asset as tracked_asset
     from dslog_dagster.decorators import tracked_multi_asset as tracked_multi_asset
     from dslog_dagster.decorators import tracked_op as tracked_op
     from dslog_dagster.io_managers import DSLogIOManager as DSLogIOManager
     from dslog_dagster.io_managers import with_lineage as with_lineage
     from dslog_dagster.resources import DSLogResource as DSLogResource
+    from dslog_dagster.values import plain as plain
 
 __version__ = "0.1.0"
 
@@ -36,7 +36,7 @@ _LAZY = {
     "tracked_asset": "dslog_dagster.decorators",
     "tracked_multi_asset": "dslog_dagster.decorators",
     "tracked_op": "dslog_dagster.decorators",
-    "plain": "dslog_dagster.decorators",
+    "plain": "dslog_dagster.values",
     "DSLogResource": "dslog_dagster.resources",
     "DSLogIOManager": "dslog_dagster.io_managers",
     "with_lineage": "dslog_dagster.io_managers",

@@ -8,13 +8,14 @@ sequence of path components, or an already-joined string.
 An asset is an array named by its key's path joined with ``/``; each partition of a
 partitioned asset is its own array, ``"<key>[<partition>]"``. Each materialization is a new
 *version* of that array (the Dagster run id), so re-materializing never overwrites the lineage
-of an earlier run.
+of an earlier run. An op output that is not an asset is named by its step and output
+(:func:`op_array_name`), versioned by run id as well.
 """
 
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["array_name"]
+__all__ = ["array_name", "op_array_name"]
 
 
 class _HasPath(Protocol):
@@ -42,3 +43,8 @@ def array_name(
         msg = "An asset key must have at least one path component."
         raise ValueError(msg)
     return name if partition_key is None else f"{name}[{partition_key}]"
+
+
+def op_array_name(step_key: str, output_name: str) -> str:
+    """The store's array name of an op output that is not an asset: ``"<step key>:<output>"``."""
+    return f"{step_key}:{output_name}"

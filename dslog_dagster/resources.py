@@ -15,7 +15,6 @@ Where the store lives (first that applies):
 import os
 import threading
 from pathlib import Path
-from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -24,6 +23,7 @@ from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.query import QueryEngine
 from dslog_dagster.core.reuse import ReusePolicy, ViewRegistry
 from dslog_dagster.core.store import LineageStore, read_store_id
+from dslog_dagster.settings import TrackingSettings
 
 __all__ = ["DSLogResource", "open_store"]
 
@@ -52,8 +52,11 @@ def open_store(root: str | os.PathLike[str], *, durable: bool = True) -> Lineage
         return store
 
 
-class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[type-arg]
     """Lineage settings shared by the tracked decorators, the IO managers and query assets.
+
+    The tracking fields are :class:`~dslog_dagster.settings.TrackingSettings`; this resource
+    adds the query engine and the handles on the store (store, reuse registry, query session).
 
     Examples:
         .. code-block:: python
@@ -68,56 +71,6 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             )
     """
 
-    store_dir: str | None = Field(
-        default=None,
-        description=(
-            "Directory of the lineage store. Default: $DSLOG_STORE, else `.dslog` under the IO "
-            "manager's base directory (or the instance storage directory)."
-        ),
-    )
-    policy: Literal["capture", "reuse_only", "off", "all_to_all"] = Field(
-        default="capture",
-        description=(
-            "Capture policy for tracked steps that do not set one: capture (annotate, fail when "
-            "lineage would be lost), all_to_all (annotate, record a flagged all-to-all relation "
-            "where lineage would be lost), reuse_only (reuse views only; records nothing when "
-            "no view matches), off (record nothing)."
-        ),
-    )
-    mode: Literal["contributing", "considered"] = Field(
-        default="contributing",
-        description=(
-            "contributing: a value picked by comparison (max, sort, where, clip...) depends on "
-            "the picked cell only. considered: also on every compared cell."
-        ),
-    )
-    picture: bool = Field(
-        default=True, description="Attach a PNG of sample lineage to materialization metadata."
-    )
-    picture_cells: int = Field(
-        default=4, ge=1, le=64, description="How many output cells the picture follows."
-    )
-
-    reuse: bool = Field(
-        default=True,
-        description=(
-            "Serve lineage from confirmed reuse views (provenance views) instead of annotating "
-            "when the same operation runs again; views are learnt from captures and verified."
-        ),
-    )
-    confirm_after: int = Field(
-        default=2, ge=1, description="Matching captures that confirm a candidate reuse view."
-    )
-    verify_rate: float = Field(
-        default=0.05, ge=0.0, le=1.0, description="Share of reuse hits re-verified by sampling."
-    )
-    durable: bool = Field(
-        default=True,
-        description=(
-            "fsync lineage files before a step succeeds (survives power loss). False keeps "
-            "writes atomic but leaves flushing to the OS, like the asset values' IO manager."
-        ),
-    )
     query_engine: QueryEngine = Field(
         default="native",
         description=(
@@ -126,20 +79,6 @@ class DSLogResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "uses the running SparkSession, else starts a local one)."
         ),
     )
-
-    def settings(self) -> dict[str, Any]:
-        """The fields as keyword arguments (``DSLogIOManager(**dslog.settings())``)."""
-        return {
-            "store_dir": self.store_dir,
-            "policy": self.policy,
-            "mode": self.mode,
-            "picture": self.picture,
-            "picture_cells": self.picture_cells,
-            "reuse": self.reuse,
-            "confirm_after": self.confirm_after,
-            "verify_rate": self.verify_rate,
-            "durable": self.durable,
-        }
 
     def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path:
         """The store directory by the rule in the module docstring."""

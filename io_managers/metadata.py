@@ -1,6 +1,8 @@
 """Materialization metadata of tracked assets: the ``dslog/...`` keys and how they are built.
 
-Every key is a constant here so the query assets, checks and tests use the same strings.
+Every ``dslog/...`` key the plugin writes is a constant here — the tracked outputs' keys
+below, and those of the query assets, the reuse-signatures asset, the lineage checks and the
+run tags of the automation — so the assets, checks and tests use the same strings.
 
 An output whose lineage (or array version) is recorded in the store gets these entries, few on
 purpose: Dagster serializes, stores and reads back every entry of every materialization (twice:
@@ -66,9 +68,26 @@ from dslog_dagster.pictures import cells_png, png_markdown
 __all__ = [
     "CAPTURE_S",
     "CAPTURE_SHARE",
+    "CHECK_ARRAY",
+    "CHECK_CELLS",
+    "CHECK_CELLS_WITHOUT_LINEAGE",
+    "CHECK_CELLS_WITH_LINEAGE",
+    "CHECK_CONSTANT_BOXES",
+    "CHECK_CONSTANT_CELLS_DECLARED",
+    "CHECK_ERRORS",
+    "CHECK_OPERATIONS",
+    "CHECK_PAIRS",
+    "CHECK_PROBLEMS",
+    "CHECK_SHAPE_SOURCE",
+    "CHECK_STORE_SHAPE",
+    "CHECK_TABLES",
+    "CHECK_UNCOVERED_PICTURE",
+    "CHECK_UNCOVERED_PREVIEW",
+    "CHECK_VERSION",
     "COLUMN_LINEAGE",
     "COLUMN_SCHEMA",
     "COMPRESSION_RATIO",
+    "CONSTANT_CELLS",
     "FLAGGED",
     "FLAG_REASON",
     "LINEAGE",
@@ -76,13 +95,29 @@ __all__ = [
     "OBTAINED",
     "OP_ID",
     "POLICY",
+    "QUERY_JSON",
     "RAW_BYTES",
     "RAW_ROWS",
     "RECORD",
+    "RESULT_BOXES",
+    "RESULT_CELLS",
+    "RESULT_PATH",
+    "RESULT_PICTURE",
+    "RESULT_PREVIEW",
+    "ROW_COUNT",
+    "SAVED_QUERY_TAG",
+    "SHAPE",
     "SIGNATURE",
+    "SOURCE_PICTURE",
     "STATUS",
     "STORED_BYTES",
     "STORED_ROWS",
+    "TARGET_SHAPE",
+    "UPSTREAM_STORAGE_ID_TAG",
+    "VIEWS_BY_KIND",
+    "VIEWS_TABLE",
+    "VIEW_COUNT",
+    "VIEW_HITS",
     "WRITE_S",
     "LineageMetadata",
     "column_lineage",
@@ -90,6 +125,7 @@ __all__ = [
     "sample_cells",
 ]
 
+# ------------------------------------------------------------------ tracked outputs
 OBTAINED = "dslog/obtained"
 SIGNATURE = "dslog/signature"
 POLICY = "dslog/policy"
@@ -108,8 +144,56 @@ WRITE_S = "dslog/write_s"
 CAPTURE_SHARE = "dslog/capture_share"
 LINEAGE = "dslog/lineage"
 RECORD = "dslog/record"
+#: the stored value's shape (a DataFrame: ``(rows, columns)``); the shape check reads it as a
+#: JSON list or text such as ``(4, 5)``
+SHAPE = "dslog/shape"
+#: user metadata declaring cells without lineage on purpose (JSON box strings), read by the
+#: coverage check
+CONSTANT_CELLS = "dslog/constant_cells"
+# Dagster's own keys that the plugin fills
 COLUMN_LINEAGE = "dagster/column_lineage"
 COLUMN_SCHEMA = "dagster/column_schema"
+ROW_COUNT = "dagster/row_count"
+
+# ------------------------------------------------------------------ query assets
+QUERY_JSON = "dslog/query"
+RESULT_CELLS = "dslog/result_cells"
+RESULT_BOXES = "dslog/result_boxes"
+RESULT_PATH = "dslog/result_path"
+RESULT_PREVIEW = "dslog/result_preview"
+RESULT_PICTURE = "dslog/result_picture"
+SOURCE_PICTURE = "dslog/source_picture"
+TARGET_SHAPE = "dslog/target_shape"
+
+# ------------------------------------------------------------------ reuse-signatures asset
+VIEWS_TABLE = "dslog/views"
+VIEW_COUNT = "dslog/view_count"
+VIEW_HITS = "dslog/view_hits"
+VIEWS_BY_KIND = "dslog/views_by_kind"
+
+# ------------------------------------------------------------------ lineage checks
+CHECK_ARRAY = "dslog/array"
+CHECK_VERSION = "dslog/version"
+CHECK_STORE_SHAPE = "dslog/store_shape"
+CHECK_OPERATIONS = "dslog/operations"
+CHECK_TABLES = "dslog/tables"
+CHECK_PAIRS = "dslog/pairs"
+CHECK_ERRORS = "dslog/errors"
+CHECK_SHAPE_SOURCE = "dslog/shape_source"
+CHECK_PROBLEMS = "dslog/problems"
+CHECK_CELLS = "dslog/cells"
+CHECK_CELLS_WITH_LINEAGE = "dslog/cells_with_lineage"
+CHECK_CONSTANT_CELLS_DECLARED = "dslog/constant_cells_declared"
+CHECK_CELLS_WITHOUT_LINEAGE = "dslog/cells_without_lineage"
+CHECK_CONSTANT_BOXES = "dslog/constant_boxes"
+CHECK_UNCOVERED_PREVIEW = "dslog/uncovered_preview"
+CHECK_UNCOVERED_PICTURE = "dslog/uncovered_picture"
+
+# ------------------------------------------------------------------ run tags
+#: on a run the query sensor requests: the newest upstream materialization it saw
+UPSTREAM_STORAGE_ID_TAG = "dslog/upstream_storage_id"
+#: on a saved lineage-query asset
+SAVED_QUERY_TAG = "dslog/saved_query"
 
 
 class LineageMetadata(BaseModel):
@@ -356,7 +440,7 @@ def column_lineage(
     Args:
         deps: ``{output column: {input parameter: [input columns]}}``
             (:attr:`dslog_dagster.spark.FrameCapture.column_lineage`).
-        refs: the step's :class:`~dslog_dagster.tracking.InputRef` objects (parameter -> key);
+        refs: the step's :class:`~dslog_dagster.tracked_step.InputRef` objects (parameter -> key);
             inputs that are not assets (op outputs) have no key and are left out.
         columns: the output's columns, in order (every one gets an entry, maybe empty).
     """

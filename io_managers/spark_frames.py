@@ -22,6 +22,7 @@ from pydantic import Field
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import LineageStorageError
+from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.spark.resource import SparkSessionResource
 from dslog_dagster.spark.rowid import MID, ROW_ID, dense_id, with_row_id
 from dslog_dagster.spark.staging import STAGED_META
@@ -238,8 +239,8 @@ class SparkFrameIOManager(dg.ConfigurableIOManager):
         context.add_output_metadata(
             {
                 "path": dg.MetadataValue.path(info.path),
-                "dagster/row_count": info.rows,
-                "dagster/column_schema": dg.TableSchema(
+                m.ROW_COUNT: info.rows,
+                m.COLUMN_SCHEMA: dg.TableSchema(
                     columns=[dg.TableColumn(n, t) for n, t in info.schema]
                 ),
             }

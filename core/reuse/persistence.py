@@ -25,12 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
+from dslog_dagster.core.format.table_file import atomic_write_bytes
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import Shape
 from dslog_dagster.core.reuse.keys import digest
 from dslog_dagster.core.reuse.views import GenTemplate, TableKey
-from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
-from dslog_dagster.core.format.table_file import atomic_write_bytes
 from dslog_dagster.errors import ReuseError, ViewMismatchWarning
 
 __all__ = [

@@ -3,7 +3,7 @@
 The decorators (:mod:`dslog_dagster.decorators`) hand a step over to :func:`capture_step` when
 its tracked inputs are Spark DataFrames. The step runs under
 :func:`~dslog_dagster.spark.capture_frames` on the inputs *with* their stored row ids (the IO
-manager loads them, see :class:`~dslog_dagster.tracking.FrameSource`), so lineage names the
+manager loads them, see :class:`~dslog_dagster.tracked_step.FrameSource`), so lineage names the
 rows exactly as they are stored; user code sees
 :class:`~dslog_dagster.spark.TrackedFrame` objects
 (the DataFrame API, without the id column). Each output is one of:

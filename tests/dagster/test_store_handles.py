@@ -12,9 +12,9 @@ import pytest
 from dslog_dagster.core.api import Array, DSLog, Lineage
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import LineageNotFoundError
-from dslog_dagster.io_managers.lineage_io_manager import LineageWriter
+from dslog_dagster.io_managers.writer import LineageWriter
 from dslog_dagster.resources import DSLogResource, open_store
-from dslog_dagster.tracking import InputRef, PendingLineage
+from dslog_dagster.tracked_step import InputRef, PendingLineage
 
 
 def _register(root: Path) -> None:

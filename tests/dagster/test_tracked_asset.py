@@ -19,7 +19,7 @@ from dslog_dagster import (
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.errors import LineageLostError, LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
-from dslog_dagster.tracking import peek_pending
+from dslog_dagster.tracked_step import peek_pending
 
 # ------------------------------------------------------------------ a small pipeline
 

@@ -1,0 +1,42 @@
+"""The capture policy and lineage mode of tracked steps, as ``str`` enums.
+
+Their member names equal their values: Dagster's config schema offers an enum's member *names*
+(launchpad YAML ``policy: capture``), and pydantic and ``==`` accept the values
+(``policy="capture"`` in Python), so every spelling users wrote against the former ``Literal``
+types still works. This module does not import Dagster: the engine-side hand-off
+(:mod:`dslog_dagster.tracking`, :mod:`dslog_dagster.tracked_step`) uses the enums too.
+"""
+
+import enum
+
+__all__ = ["Mode", "Policy"]
+
+
+class Policy(enum.StrEnum):
+    """Per-step capture policy.
+
+    * ``capture`` — run the step under the annotator; a step whose lineage would be lost fails
+      with :class:`~dslog_dagster.errors.LineageLostError`.
+    * ``all_to_all`` — like ``capture``, but where lineage would be lost record the explicit
+      all-to-all relation instead (an over-approximation), flagged in the metadata.
+    * ``reuse_only`` — never annotate; take lineage from a confirmed reuse view only. Without
+      one the step runs unchanged and records **no** lineage, and ``dslog/status`` says so.
+    * ``off`` — run the step unchanged and record nothing.
+    """
+
+    # lower-case names: Dagster's launchpad config takes the member names (see module docstring)
+    capture = "capture"
+    reuse_only = "reuse_only"
+    off = "off"
+    all_to_all = "all_to_all"
+
+
+class Mode(enum.StrEnum):
+    """Lineage of picks (max, sort, where, clip...).
+
+    * ``contributing`` — a picked value depends on the picked cell only;
+    * ``considered`` — also on every compared cell.
+    """
+
+    contributing = "contributing"
+    considered = "considered"

@@ -1,0 +1,79 @@
+"""The lineage settings of tracked steps: one model, shared by every Dagster-facing object.
+
+:class:`~dslog_dagster.DSLogResource` and :class:`~dslog_dagster.io_managers.DSLogIOManager`
+both *are* a :class:`TrackingSettings` (they inherit its fields, so the launchpad shows the same
+flat field names as before), and the decorators take its
+:class:`~dslog_dagster.policy.Policy` and :class:`~dslog_dagster.policy.Mode`. A setting is
+added here once and reaches all three.
+"""
+
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from dslog_dagster.policy import Mode, Policy
+
+__all__ = ["TrackingSettings"]
+
+
+class TrackingSettings(dg.Config):
+    """How tracked steps capture lineage and where it is stored (the fields, and only them).
+
+    Subclassed by the resource and the IO manager; :meth:`tracking_settings` hands the values
+    of one to the other.
+    """
+
+    store_dir: str | None = Field(
+        default=None,
+        description=(
+            "Directory of the lineage store. Default: $DSLOG_STORE, else `.dslog` under the IO "
+            "manager's base directory (or the instance storage directory)."
+        ),
+    )
+    policy: Policy = Field(
+        default=Policy.capture,
+        description=(
+            "Capture policy for tracked steps that do not set one: capture (annotate, fail when "
+            "lineage would be lost), all_to_all (annotate, record a flagged all-to-all relation "
+            "where lineage would be lost), reuse_only (reuse views only; records nothing when "
+            "no view matches), off (record nothing)."
+        ),
+    )
+    mode: Mode = Field(
+        default=Mode.contributing,
+        description=(
+            "contributing: a value picked by comparison (max, sort, where, clip...) depends on "
+            "the picked cell only. considered: also on every compared cell."
+        ),
+    )
+    picture: bool = Field(
+        default=True, description="Attach a PNG of sample lineage to materialization metadata."
+    )
+    picture_cells: int = Field(
+        default=4, ge=1, le=64, description="How many output cells the picture follows."
+    )
+    reuse: bool = Field(
+        default=True,
+        description=(
+            "Serve lineage from confirmed reuse views (provenance views) instead of annotating "
+            "when the same operation runs again; views are learnt from captures and verified."
+        ),
+    )
+    confirm_after: int = Field(
+        default=2, ge=1, description="Matching captures that confirm a candidate reuse view."
+    )
+    verify_rate: float = Field(
+        default=0.05, ge=0.0, le=1.0, description="Share of reuse hits re-verified by sampling."
+    )
+    durable: bool = Field(
+        default=True,
+        description=(
+            "fsync lineage files before a step succeeds (survives power loss). False keeps "
+            "writes atomic but leaves flushing to the OS, like the asset values' IO manager."
+        ),
+    )
+
+    def tracking_settings(self) -> dict[str, Any]:
+        """The :class:`TrackingSettings` fields as keyword arguments (for another subclass)."""
+        return {name: getattr(self, name) for name in TrackingSettings.model_fields}

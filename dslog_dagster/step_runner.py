@@ -1,0 +1,468 @@
+"""One run of a tracked step inside Dagster: what the decorators' wrapper does.
+
+:func:`run_tracked_step` is the wrapper's body (see :mod:`dslog_dagster.decorators` for the
+steps it takes). It attaches the step's :class:`~dslog_dagster.tracked_step.TrackedStep` to
+Dagster's step context, runs the user function — under the annotator
+(:func:`~dslog_dagster.tracking.obtain_lineage`) for NumPy inputs, under the relational capture
+(:func:`~dslog_dagster.spark.steps.capture_step`) for Spark DataFrame inputs, or plainly — and
+hands one :class:`~dslog_dagster.tracked_step.PendingLineage` per output over to the IO
+manager. A failure in user code hands nothing over.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+import numpy as np
+
+from dslog_dagster.core.reuse.keys import Unsignable, code_identity
+from dslog_dagster.errors import DSLogError, UnsupportedArrayError
+from dslog_dagster.naming import array_name, op_array_name
+from dslog_dagster.policy import Mode, Policy
+from dslog_dagster.resources import DSLogResource
+from dslog_dagster.tracked_step import InputRef, PendingLineage, TrackedStep
+from dslog_dagster.tracking import lineage_of, obtain_lineage
+from dslog_dagster.values import is_frame, is_trackable, plain_arrays
+
+__all__ = ["StepOptions", "run_tracked_step"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """What the decorator was given (besides Dagster's own arguments)."""
+
+    policy: Policy | None
+    mode: Mode | None
+    untracked: frozenset[str]
+    op_code_version: str | None
+
+
+def run_tracked_step(
+    fn: Callable[..., Any],
+    ctx: dg.OpExecutionContext,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: StepOptions,
+    *,
+    is_gen: bool,
+) -> Any:
+    """Run ``fn(*args, **kwargs)`` as the tracked step of ``ctx``; returns what Dagster gets
+    (for a generator function, the list of its events)."""
+    return _StepRun(fn, ctx, args, kwargs, opts, is_gen=is_gen).run()
+
+
+def _settings_for_outputs(ctx: dg.OpExecutionContext) -> tuple[DSLogResource | None, list[str]]:
+    """The DSLogResource of the outputs' IO managers, and the keys of IO managers without one."""
+    found = None
+    plain_keys: list[str] = []
+    for od in ctx.op_def.output_defs:
+        key = od.io_manager_key
+        io = getattr(ctx.resources, key, None)
+        getter = getattr(io, "dslog_settings", None)
+        if callable(getter):
+            found = found or getter()
+        elif key not in plain_keys:
+            plain_keys.append(key)
+    return found, plain_keys
+
+
+class _StepRun:
+    """One call of a tracked step's wrapper: the step, its settings and its runtime."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        ctx: dg.OpExecutionContext,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        opts: StepOptions,
+        *,
+        is_gen: bool,
+    ) -> None:
+        self.started = time.perf_counter()
+        self.fn, self.ctx, self.args, self.kwargs = fn, ctx, args, kwargs
+        self.opts, self.is_gen = opts, is_gen
+        step_context = ctx.get_step_execution_context()
+        self.step_key = step_context.step.key
+        self.run_id = ctx.run.run_id
+        self.tracked = TrackedStep.of(step_context)
+        self.settings, self.plain_keys = _settings_for_outputs(ctx)
+        default_policy = self.settings.policy if self.settings is not None else Policy.capture
+        default_mode = self.settings.mode if self.settings is not None else Mode.contributing
+        self.policy = Policy(opts.policy or default_policy)
+        self.mode = Mode(opts.mode or default_mode)
+        self.op_args = _op_args(ctx)
+        self.all_outputs = [od.name for od in ctx.op_def.output_defs]
+        #: filled by the step's first call: its output names and how to rebuild its result
+        self.called = False
+        self.out_names: list[str] = []
+        self.rebuild: Callable[[list[Any]], Any] = list
+
+    def run(self) -> Any:
+        try:
+            return self._dispatch()
+        except BaseException:
+            self.tracked.discard()  # user code (or capture) failed: nothing is handed over
+            raise
+
+    def _dispatch(self) -> Any:
+        if self.settings is None:
+            self.ctx.log.warning(
+                f"Step `{self.step_key}` is tracked, but its IO manager(s) {self.plain_keys} do "
+                "not store lineage, so none is recorded. Use DSLogIOManager or "
+                "with_lineage(...)."
+            )
+            return self.run_plain()
+        if self.policy == Policy.off:
+            result = self.run_plain()
+            self.hand_over_untracked("off", 'policy="off": no lineage recorded.')
+            return result
+        defs = [d.name for d in self.ctx.op_def.input_defs if d.name in self.kwargs]
+        names = [n for n in defs if n not in self.opts.untracked]
+        if any(is_frame(self.kwargs[n]) for n in names):
+            return self.run_frames(names)
+        for n in names:
+            if not is_trackable(self.kwargs[n]):
+                raise _reject(n, self.kwargs[n], self.step_key)
+        refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
+        if not names:
+            result = self.run_plain()
+            self.hand_over_untracked(
+                "source", "No tracked inputs: registered as a source array version."
+            )
+            return result
+        return self.run_arrays(names, refs, [n for n in defs if n in self.opts.untracked])
+
+    # ------------------------------------------------------------ the user function
+
+    def run_plain(self) -> Any:
+        res = self.fn(*self.args, **self.kwargs)
+        return plain_arrays(list(res) if self.is_gen else res)
+
+    def call(self, tracked: dict[str, Any]) -> list[Any]:
+        """Run the function with ``tracked`` inputs replaced; its output values."""
+        kw = dict(self.kwargs)
+        kw.update(tracked)
+        res = self.fn(*self.args, **kw)
+        vals, out_names, rebuild = _split_outputs(res, self.ctx, self.is_gen, self.step_key)
+        # The first call is the step's own; reuse may re-run it (verification, probes on
+        # synthetic inputs), and a Spark step runs once per output: later runs must not
+        # replace the outputs' Output objects.
+        if not self.called:
+            self.called, self.out_names, self.rebuild = True, out_names, rebuild
+        return vals
+
+    # ------------------------------------------------------------ hand-over
+
+    def op_name(self, output_name: str) -> str:
+        return _op_identity(self.ctx, output_name, self.opts.op_code_version)[0]
+
+    def pending(self, output_name: str, **fields: Any) -> PendingLineage:
+        return PendingLineage(
+            self.op_name(output_name), self.op_args, self.policy, self.mode,
+            started=self.started, **fields,
+        )  # fmt: skip
+
+    def hand_over_untracked(self, obtained: str, status: str) -> None:
+        for name in self.all_outputs:
+            self.tracked.hand_over(name, self.pending(name, obtained=obtained, status=status))
+
+    # ------------------------------------------------------------ NumPy steps
+
+    def run_arrays(
+        self, names: list[str], refs: tuple[InputRef, ...], untracked_args: list[str]
+    ) -> Any:
+        """A tracked step whose inputs are NumPy arrays: annotated, or served by reuse."""
+
+        def call(*tracked: Any, **_signature_args: Any) -> tuple[Any, ...]:
+            # `_signature_args` only key reuse views (see obtain_lineage); the step never sees them.
+            return tuple(self.call(dict(zip(names, tracked, strict=True))))
+
+        first_op, code_version = _op_identity(
+            self.ctx, self.all_outputs[0], self.opts.op_code_version
+        )
+        registry, identity, sig_args, store = None, "", {}, None
+        assert self.settings is not None
+        if self.settings.reuse:
+            try:
+                identity = f"{first_op}|{code_version}|{code_identity(self.fn)}"
+                untracked = {f"input:{n}": self.kwargs[n] for n in untracked_args}
+                sig_args = {"op_args": self.op_args, **untracked}
+                store = self.settings.store()
+                registry = self.settings.registry(store=store)
+            except Unsignable:
+                registry = None  # a function whose code identity cannot be hashed is never reused
+        result, seconds = obtain_lineage(
+            call,
+            [self.kwargs[n] for n in names],
+            policy=self.policy,
+            mode=self.mode,
+            code_version=identity,
+            signature_args=sig_args,
+            reuse=registry,
+        )
+        if result is None:  # reuse_only without a confirmed view
+            result_value = self.run_plain()
+            self.hand_over_untracked(
+                "none",
+                'policy="reuse_only": no confirmed reuse view matched this call, so no lineage '
+                "was recorded (the step ran unannotated).",
+            )
+            return result_value
+        considered = self.mode == Mode.considered
+        for k, out_name in enumerate(self.out_names):
+            rels = tuple(lineage_of(result, k, i, considered=considered) for i in range(len(names)))
+            pending = self.pending(
+                out_name,
+                inputs=refs,
+                relations=rels,
+                obtained=result.obtained,
+                signature=result.signature,
+                flagged=result.flagged,
+                reason=result.reason,
+                capture_s=seconds,
+                annotation_bytes=result.annotation_bytes,
+                store=store,
+            )
+            self.tracked.hand_over(out_name, pending)
+        return self.rebuild(list(result.value))
+
+    # ------------------------------------------------------------ Spark steps
+
+    def frame_inputs(self, names: list[str]) -> tuple[dict[str, Any], dict[str, int | None]]:
+        """The tracked frames with their row ids (as the IO manager loaded them), by input."""
+        from dslog_dagster.spark.rowid import ROW_ID
+
+        frames: dict[str, Any] = {}
+        rows: dict[str, int | None] = {}
+        for n in names:
+            value = self.kwargs[n]
+            if not is_frame(value):
+                msg = (
+                    f"Tracked step `{self.step_key}` mixes Spark DataFrame and "
+                    f"`{type(value).__name__}` inputs (`{n}`); a tracked step is either a Spark "
+                    "step or a NumPy step. Convert the frame in its own step with "
+                    "`as_array(frame, columns)`, or pass the other input in `untracked_inputs`."
+                )
+                raise UnsupportedArrayError(msg)
+            src = self.tracked.take_frame_input(n)
+            if src is not None:
+                frames[n], rows[n] = src.frame, src.rows
+            elif ROW_ID in value.columns:
+                frames[n], rows[n] = value, None
+            else:
+                msg = (
+                    f"Input `{n}` of tracked step `{self.step_key}` is a DataFrame stored "
+                    "without row ids, so lineage has no rows to name. Store the upstream asset "
+                    "with DSLogIOManager or with_lineage(<IO manager>) from a tracked step, "
+                    'pass the input in `untracked_inputs`, or use policy="off".'
+                )
+                raise UnsupportedArrayError(msg)
+        return frames, rows
+
+    def run_frames(self, names: list[str]) -> Any:
+        """A tracked step whose inputs are Spark DataFrames (:mod:`dslog_dagster.spark.steps`)."""
+        from dslog_dagster.spark.steps import capture_step
+
+        frames, rows = self.frame_inputs(names)
+        refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
+        if self.policy == Policy.reuse_only:
+            result = self.run_plain()
+            self.hand_over_untracked(
+                "none",
+                'policy="reuse_only": reuse views serve NumPy steps only, so this Spark step ran '
+                'without capture and recorded no lineage (use policy="capture").',
+            )
+            return result
+        outs = capture_step(
+            lambda k, tracked: self.call(dict(tracked))[k],
+            frames,
+            rows,
+            n_outputs=lambda: len(self.out_names),
+            policy="all_to_all" if self.policy == Policy.all_to_all else "capture",
+            considered=self.mode == Mode.considered,
+        )
+        for out, out_name in zip(outs, self.out_names, strict=True):
+            cap = out.capture
+            reason = None
+            if cap.flagged:
+                reason = (
+                    f"No lineage rule for {', '.join(cap.flagged_ops)}: every output cell "
+                    "depending on it is recorded as depending on every cell of its inputs "
+                    "(over-approximation)."
+                )
+            pending = self.pending(
+                out_name,
+                inputs=refs,
+                relations=tuple(out.tables[n] for n in names),
+                obtained="captured",
+                flagged=cap.flagged,
+                reason=reason,
+                capture_s=out.seconds,
+                frame=None if out.is_array else cap,
+                column_lineage=None if out.is_array else out.column_lineage,
+                capture_method="spark-all-to-all" if cap.flagged else "spark",
+            )
+            self.tracked.hand_over(out_name, pending)
+        return self.rebuild([o.value for o in outs])
+
+
+# ------------------------------------------------------------------ step facts
+
+
+def _reject(name: str, value: Any, step: str) -> UnsupportedArrayError:
+    what = f"a `{type(value).__module__}.{type(value).__name__}`"
+    if isinstance(value, np.ndarray | np.generic):
+        what = f"a NumPy array of dtype `{np.asarray(value).dtype}`"
+    elif isinstance(value, dict):
+        what = "a dict (several partitions or a fan-in)"
+    msg = (
+        f"Input `{name}` of tracked step `{step}` is {what}; tracked steps capture lineage of "
+        "real numeric NumPy arrays only. Pass `untracked_inputs={"
+        f"'{name}'" + "}` to treat it as a parameter without lineage, convert it to a NumPy "
+        'array, or use policy="off" for this step. (Spark DataFrame inputs are tracked when '
+        "they are loaded by DSLogIOManager.)"
+    )
+    return UnsupportedArrayError(msg)
+
+
+def _upstream_run(ctx: dg.OpExecutionContext, key: dg.AssetKey, pk: str | None) -> str | None:
+    """Run id of the latest materialization of ``key`` (partition ``pk``): the array version.
+
+    Unpartitioned: Dagster's step already fetched the upstream's latest record for data
+    versions, so its cache answers without another event-log query. Partitioned (the cache
+    knows only the latest event of *any* partition) or observed: ask the instance.
+    """
+    if pk is None:
+        try:
+            info = ctx.get_step_execution_context().maybe_fetch_and_get_input_asset_version_info(
+                key
+            )
+        except Exception:  # a private API moved: fall back to the public query
+            info = None
+        if info is not None and info.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            return info.run_id
+    records = ctx.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[pk] if pk else None), limit=1
+    ).records
+    return records[0].run_id if records else None
+
+
+def _input_ref(ctx: dg.OpExecutionContext, name: str, run_id: str, step_key: str) -> InputRef:
+    """Name and version of the array behind input ``name``."""
+    key = None
+    try:
+        key = ctx.asset_key_for_input(name)
+    except Exception:  # ops without asset inputs raise various Dagster errors here
+        key = None
+    if key is not None:
+        pks: Sequence[str] = ()
+        try:
+            pks = ctx.asset_partition_keys_for_input(name)
+        except Exception:  # unpartitioned upstream (Dagster raises a CheckError)
+            pks = ()
+        if len(pks) > 1:
+            msg = (
+                f"Input `{name}` of tracked step `{step_key}` spans {len(pks)} partitions of "
+                f"`{key.to_user_string()}`; a tracked input must be one array version. Map one "
+                "partition, or pass it in `untracked_inputs`."
+            )
+            raise UnsupportedArrayError(msg)
+        pk = pks[0] if pks else None
+        return InputRef(name, array_name(key, pk), _upstream_run(ctx, key, pk), "/".join(key.path))
+    source = ctx.get_step_execution_context().step.step_input_named(name).source
+    handle = getattr(source, "step_output_handle", None)
+    if handle is not None:
+        return InputRef(name, op_array_name(handle.step_key, handle.output_name), run_id, None)
+    return InputRef(name, f"{step_key}:in:{name}", run_id, None)
+
+
+def _op_identity(
+    ctx: dg.OpExecutionContext, output_name: str, op_code_version: str | None = None
+) -> tuple[str, str | None]:
+    """Operation name (asset key or op name, ``@code_version``) of one output."""
+    key = None
+    cv = None
+    if ctx.has_assets_def:
+        key = ctx.assets_def.keys_by_output_name.get(output_name)
+    if key is not None:
+        cv = ctx.assets_def.code_versions_by_key.get(key)
+        base = array_name(key)
+    else:
+        base = ctx.op_def.name
+        cv = op_code_version
+    return (f"{base}@{cv}" if cv else base), cv
+
+
+def _op_args(ctx: dg.OpExecutionContext) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    cfg = ctx.op_config
+    if cfg is not None:
+        args["config"] = cfg
+    if ctx.has_partition_key:
+        args["partition_key"] = str(ctx.partition_key)
+    return args
+
+
+def _split_outputs(
+    res: Any, ctx: dg.OpExecutionContext, is_gen: bool, step: str
+) -> tuple[list[Any], list[str], Callable[[list[Any]], Any]]:
+    """Values to capture, their output names, and how to rebuild the result from plain values."""
+    out_defs = ctx.op_def.output_defs
+
+    def as_output(o: dg.Output[Any], v: Any) -> dg.Output[Any]:
+        return dg.Output(
+            v, output_name=o.output_name, metadata=o.metadata, data_version=o.data_version,
+            tags=o.tags,
+        )  # fmt: skip
+
+    if isinstance(res, dg.MaterializeResult):
+        msg = (
+            f"Tracked step `{step}` returned a MaterializeResult, which has no value for the IO "
+            'manager to store; return the array (or dg.Output), or use policy="off".'
+        )
+        raise DSLogError(msg)
+    if is_gen:
+        events = list(res)
+        idx = [i for i, e in enumerate(events) if isinstance(e, dg.Output)]
+        if any(isinstance(e, dg.DynamicOutput) for e in events):
+            msg = f"Tracked step `{step}` yields DynamicOutput; dynamic outputs are not tracked."
+            raise DSLogError(msg)
+
+        def rebuild_events(vals: list[Any]) -> list[Any]:
+            out = list(events)
+            for i, v in zip(idx, vals, strict=True):
+                out[i] = as_output(events[i], v)
+            return out
+
+        return [events[i].value for i in idx], [events[i].output_name for i in idx], rebuild_events
+    if len(out_defs) == 1 and not isinstance(res, tuple):
+        if isinstance(res, dg.Output):
+            return [res.value], [res.output_name], lambda v: as_output(res, v[0])
+        return [res], [out_defs[0].name], lambda v: v[0]
+    if not isinstance(res, tuple):
+        msg = (
+            f"Tracked step `{step}` has {len(out_defs)} outputs but returned a "
+            f"`{type(res).__name__}`; return a tuple in `outs` order or yield dg.Output objects."
+        )
+        raise DSLogError(msg)
+    names = [od.name for od in out_defs]
+    if len(res) != len(names):
+        selected = ctx.selected_output_names
+        names = [n for n in names if n in selected]
+    if len(res) != len(names):
+        msg = f"Tracked step `{step}` returned {len(res)} values for outputs {names}."
+        raise DSLogError(msg)
+    names = [
+        r.output_name if isinstance(r, dg.Output) else n for r, n in zip(res, names, strict=True)
+    ]
+    vals = [r.value if isinstance(r, dg.Output) else r for r in res]
+
+    def rebuild_tuple(v: list[Any]) -> tuple[Any, ...]:
+        return tuple(
+            as_output(r, x) if isinstance(r, dg.Output) else x for r, x in zip(res, v, strict=True)
+        )
+
+    return vals, names, rebuild_tuple

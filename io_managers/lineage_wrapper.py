@@ -1,0 +1,144 @@
+"""``with_lineage(inner)``: cell-level lineage for any existing IO manager.
+
+The inner IO manager stores the values; this wrapper publishes the lineage of tracked steps
+(:mod:`~dslog_dagster.io_managers.writer`) once it did. A DataFrame output of a tracked step
+reaches the inner manager *with* its row-id column (``ROW_ID``), since that manager need not
+keep row order; loading takes the column off for user code and offers the frame with ids to the
+tracked step (:class:`~dslog_dagster.tracked_step.FrameSource`). Untracked outputs reach it
+unchanged.
+"""
+
+from typing import Any
+
+import dagster as dg
+import numpy as np
+
+from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
+from dslog_dagster.resources import DSLogResource
+from dslog_dagster.tracked_step import FrameSource
+from dslog_dagster.values import is_frame
+
+__all__ = ["with_lineage"]
+
+
+class _LineageIOManager(dg.IOManager):
+    """Delegates storage to ``inner`` and adds the lineage of tracked steps."""
+
+    def __init__(self, inner: dg.IOManager, writer: LineageWriter) -> None:
+        self.inner = inner
+        self.writer = writer
+
+    def dslog_settings(self) -> DSLogResource:
+        s = self.writer.settings
+        return s.model_copy(update={"store_dir": str(self.writer.store_dir())})
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if is_frame(obj):
+            self._handle_frame(context, obj)
+            return
+        pending = take_pending(context)
+        shape: tuple[int, ...] = ()
+        dtype: Any = "float64"
+        if pending is not None and pending.obtained not in ("off", "none"):
+            arr = np.asarray(obj)
+            shape, dtype = arr.shape, arr.dtype
+        # staged while the inner IO manager stores the value, published once it did
+        job = self.writer.start(context, pending, shape, dtype, background=True)
+        try:
+            self.inner.handle_output(context, obj)
+        except BaseException:
+            job.abort()
+            raise
+        context.add_output_metadata(job.finish())
+
+    def _handle_frame(self, context: dg.OutputContext, obj: Any) -> None:
+        """Hand the inner IO manager the frame *with* its row-id column, then add lineage.
+
+        Lineage names a frame's rows by id, and another IO manager's storage need not keep row
+        order, so the ids travel as an ordinary column (``ROW_ID``) that :meth:`load_input`
+        takes off again. An untracked output (``policy="off"`` or a plain Dagster step) is
+        handed over unchanged.
+        """
+        from dslog_dagster.spark.rowid import ROW_ID, with_row_id
+
+        pending = take_pending(context)
+        if pending is None or pending.obtained == "off":
+            self.inner.handle_output(context, obj)
+            md = self.writer.write_pending(context, pending, (0, 0), "float64")
+            context.add_output_metadata(md)
+            return
+        cap = pending.frame
+        numbered = None
+        try:
+            if cap is not None:  # a capture: its own ids are the ones its lineage names
+                stored, rows = cap.frame_with_row_id, int(cap.n_rows)
+            else:  # a source step: number the rows now
+                numbered = with_row_id(obj)
+                stored, rows = numbered.frame, int(numbered.n)
+            self.inner.handle_output(context, stored)
+            schema = [
+                (f.name, f.dataType.simpleString())
+                for f in stored.schema.fields
+                if f.name != ROW_ID
+            ]
+            md = self.writer.write_frame(context, pending, rows, schema)
+        finally:
+            if cap is not None:
+                cap.release()
+            if numbered is not None:
+                numbered.release()
+        context.add_output_metadata(md)
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        value = self.inner.load_input(context)
+        if not is_frame(value):
+            return value
+        from dslog_dagster.spark.rowid import ROW_ID
+
+        if ROW_ID not in value.columns:
+            return value  # stored untracked; a tracked step consuming it says so
+        step = tracked_step_of(context, attach=True)
+        if step is not None:  # None: loaded outside a run
+            source = FrameSource(value, None, f"{type(self.inner).__name__} input {context.name}")
+            step.offer_frame_input(context.name, source)
+        return value.drop(ROW_ID)
+
+
+def with_lineage(
+    inner: "dg.ConfigurableIOManagerFactory[Any] | dg.IOManager", dslog: DSLogResource | None = None
+) -> dg.IOManagerDefinition:
+    """Add cell-level lineage to an existing IO manager.
+
+    The inner IO manager stores the values exactly as before; the lineage of tracked steps goes
+    into the store of ``dslog`` (default: ``$DSLOG_STORE``, else ``.dslog`` under the inner IO
+    manager's ``base_dir`` or the instance storage directory). A Spark DataFrame output of a
+    tracked step is handed to ``inner`` with one extra column, the row ids its lineage names
+    (``dslog_dagster.spark.ROW_ID``); ``inner`` must store it like any other column (Parquet,
+    Delta and table IO managers do). Loading drops it again before user code sees the frame.
+
+    Args:
+        inner: a Pythonic IO manager (``dg.FilesystemIOManager(...)``, any
+            ``ConfigurableIOManager``/``ConfigurableIOManagerFactory``) or an ``IOManager``
+            object. (Composed at the IOManagerDefinition level: nesting an IO manager factory
+            as a pydantic field of another one does not work in Dagster.)
+        dslog: lineage settings.
+
+    Examples:
+        .. code-block:: python
+
+            resources = {"io_manager": with_lineage(dg.FilesystemIOManager(base_dir="data"))}
+    """
+    settings = dslog or DSLogResource()
+
+    @dg.io_manager
+    def _lineage_io_manager(init_context: dg.InitResourceContext) -> _LineageIOManager:
+        if isinstance(inner, dg.ConfigurableIOManagerFactory):
+            mgr = inner.create_io_manager(init_context)
+        else:
+            mgr = inner
+        base = getattr(inner, "base_dir", None)
+        if not base and init_context.instance is not None:
+            base = init_context.instance.storage_directory()
+        return _LineageIOManager(mgr, LineageWriter(settings, base))
+
+    return _lineage_io_manager

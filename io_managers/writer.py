@@ -1,0 +1,416 @@
+"""Publishing a tracked step's lineage: :class:`LineageWriter` and its :class:`LineageJob`.
+
+Every lineage IO manager (:class:`~dslog_dagster.io_managers.DSLogIOManager`,
+:func:`~dslog_dagster.io_managers.with_lineage`) takes the output's
+:class:`~dslog_dagster.tracked_step.PendingLineage` from the step's
+:class:`~dslog_dagster.tracked_step.TrackedStep` (:func:`take_pending`) and writes it here,
+*after* the value is stored: the output's array version (name
+:func:`~dslog_dagster.naming.array_name`, version = run id), the upstream array versions it
+read, and one operation ``output <- inputs`` with its compressed tables. The operation's
+segment is staged and flushed in a worker thread while the value is written
+(:meth:`LineageWriter.start`), published once the value is stored, and dropped when storing the
+value failed. Any failure writing lineage raises, so the step fails loudly instead of leaving a
+gap; with ``durable=True`` the lineage is flushed before the step succeeds.
+"""
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+import numpy as np
+
+from dslog_dagster.core import background as background_tasks
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.store import (
+    ArrayRecord,
+    LineageStore,
+    NewArray,
+    PreparedOperation,
+)
+from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
+from dslog_dagster.io_managers import metadata as m
+from dslog_dagster.naming import array_name, op_array_name
+from dslog_dagster.resources import DSLogResource
+from dslog_dagster.tracked_step import PendingLineage, TrackedStep
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+__all__ = ["LineageJob", "LineageWriter", "take_pending", "tracked_step_of"]
+
+_log = logging.getLogger(__name__)
+
+
+def _output_array(context: dg.OutputContext) -> tuple[str, str | None]:
+    """Store name and asset key (``"a/b"``) of the output being handled."""
+    if context.has_asset_key:
+        key = context.asset_key
+        pk = None
+        if context.has_asset_partitions:
+            keys = context.asset_partition_keys
+            if len(keys) != 1:
+                msg = (
+                    f"Output `{key.to_user_string()}` covers {len(keys)} partitions in one "
+                    "step; lineage is stored per partition, so materialize one partition per "
+                    "run for tracked assets (e.g. BackfillPolicy.multi_run(1))."
+                )
+                raise UnsupportedArrayError(msg)
+            pk = keys[0]
+        return array_name(key, pk), "/".join(key.path)
+    return op_array_name(context.step_key, context.name), None
+
+
+def _relation(lineage: LineageRelation | LineageTable) -> LineageRelation:
+    return lineage.decompress() if isinstance(lineage, LineageTable) else lineage
+
+
+def tracked_step_of(
+    context: dg.InputContext | dg.OutputContext, *, attach: bool = False
+) -> TrackedStep | None:
+    """The :class:`TrackedStep` of the step ``context`` belongs to (attached now with
+    ``attach``); ``None`` outside a run (e.g. ``build_output_context``, ``load_asset_value``)."""
+    try:
+        step_context = context.step_context
+    except dg.DagsterInvariantViolationError:
+        return None
+    return TrackedStep.of(step_context) if attach else TrackedStep.find(step_context)
+
+
+def take_pending(context: dg.OutputContext) -> PendingLineage | None:
+    """The lineage the tracked step handed over for ``context``'s output (``None``: the step
+    is not tracked)."""
+    step = tracked_step_of(context)
+    return step.take(context.name) if step is not None else None
+
+
+class LineageWriter:
+    """Writes the pending lineage of an output into the store and returns its metadata."""
+
+    def __init__(self, settings: DSLogResource, base_dir: str | os.PathLike[str] | None) -> None:
+        self.settings = settings
+        self.base_dir = base_dir
+
+    def store_dir(self) -> Path:
+        return self.settings.resolve_store_dir(self.base_dir)
+
+    def write(self, context: dg.OutputContext, value: Any) -> dict[str, Any]:
+        """Register the lineage handed over for ``context``'s output; returns its metadata.
+
+        Raises:
+            LineageStorageError, InvalidRelationError, ...: the lineage could not be stored
+                (the step must fail: a silent gap in provenance is a bug).
+        """
+        pending = take_pending(context)
+        arr = np.asarray(value)
+        return self.write_pending(context, pending, arr.shape, arr.dtype)
+
+    def write_frame(
+        self,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        rows: int,
+        schema: Sequence[tuple[str, str]],
+    ) -> dict[str, Any]:
+        """:meth:`write_pending` for a stored DataFrame of ``rows`` rows and ``schema``
+        (visible columns and Spark types), plus the frame metadata Dagster shows: shape, row
+        count, column schema and column lineage."""
+        shape = (int(rows), len(schema))
+        md: dict[str, Any] = {
+            m.SHAPE: dg.MetadataValue.text(str(shape)),
+            m.ROW_COUNT: dg.MetadataValue.int(shape[0]),
+            m.COLUMN_SCHEMA: dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in schema]),
+        }
+        md |= self.write_pending(context, pending, shape, "float64")
+        if pending is not None and pending.column_lineage is not None:
+            md[m.COLUMN_LINEAGE] = m.column_lineage(
+                pending.column_lineage, pending.inputs, [n for n, _ in schema]
+            )
+        return md
+
+    def write_pending(
+        self,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        shape: tuple[int, ...],
+        dtype: Any,
+    ) -> dict[str, Any]:
+        """Register ``pending`` (already popped) for an output of ``shape`` and ``dtype``.
+
+        A DataFrame output is the array ``(rows, columns)`` (see :mod:`dslog_dagster.spark`).
+        """
+        return self.start(context, pending, shape, dtype).finish()
+
+    def start(
+        self,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        shape: tuple[int, ...],
+        dtype: Any,
+        *,
+        background: bool = False,
+    ) -> "LineageJob":
+        """Begin registering ``pending``; :meth:`LineageJob.finish` completes it.
+
+        With ``background``, the part that makes nothing visible (input array records, the
+        operation's segment written and flushed under the store's staging directory) runs in
+        a worker thread (:mod:`~dslog_dagster.core.background`) while the caller stores the
+        value; ``finish`` then publishes the operation (rename; the directory flushes run in
+        the worker while the metadata is built) only after the value is stored, and ``abort``
+        drops it when storing failed. The lineage is durable when ``finish`` returns, as
+        before: the worker only overlaps the flushes with the value's write and the metadata.
+        """
+        job = LineageJob(self, context, pending, shape, dtype)
+        job.begin(background)
+        return job
+
+
+class LineageJob:
+    """The registration of one output's lineage, begun by :meth:`LineageWriter.start`.
+
+    ``begin`` resolves everything that needs the Dagster context (array name, version, store)
+    in the caller's thread and then prepares the operation (input records, staged segment),
+    in a worker thread when asked. ``finish`` publishes it and returns the ``dslog/...`` metadata;
+    ``abort`` drops a prepared operation (nothing of it becomes visible).
+    """
+
+    def __init__(
+        self,
+        writer: LineageWriter,
+        context: dg.OutputContext,
+        pending: PendingLineage | None,
+        shape: tuple[int, ...],
+        dtype: Any,
+    ) -> None:
+        self.writer, self.context, self.pending = writer, context, pending
+        self.shape, self.dtype = shape, dtype
+        self.done: dict[str, Any] | None = None
+        self.prepared: PreparedOperation | None = None
+        self.failure: BaseException | None = None
+        self.task: Future[None] | None = None
+        self.seconds = 0.0
+        self.name = ""
+        self.version: str | None = None
+        self.store: LineageStore | None = None
+        self.out_spec: NewArray | None = None
+        self.lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
+
+    def begin(self, background: bool) -> None:
+        pending, context = self.pending, self.context
+        if pending is None:
+            self.done = {
+                m.STATUS: dg.MetadataValue.text("Not a tracked step: no lineage recorded.")
+            }
+            return
+        if pending.obtained in ("off", "none"):
+            self.done = m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy.value,
+                mode=pending.mode.value,
+                status=pending.status,
+            ).to_metadata()
+            return
+        t0 = time.perf_counter()
+        self.name, asset_key = _output_array(context)
+        self.version = context.run_id
+        writer = self.writer
+        store = pending.store
+        if (
+            store is None
+            or store.root != writer.store_dir()
+            or store.durable != writer.settings.durable
+        ):
+            store = writer.settings.store(writer.base_dir)
+        self.store = store
+        self.out_spec = NewArray(
+            self.name, self.shape, self.dtype, asset_key=asset_key, version=self.version
+        )
+        self.seconds += time.perf_counter() - t0
+        if pending.relations is None or not pending.inputs:
+            return  # a source: only its array version, registered in finish
+        if background:
+            # a worker that already runs: starting a thread per step cost more than the flush
+            self.task = background_tasks.submit(self._prepare)
+        else:
+            self._prepare()
+
+    def _prepare(self) -> None:
+        """Input records and the staged segment (nothing visible); touches no Dagster object."""
+        t0 = time.perf_counter()
+        pending = self.pending
+        assert pending is not None
+        store, spec = self.store, self.out_spec
+        assert store is not None
+        assert spec is not None
+        try:
+            in_recs, self.lineage = _register_inputs(store, pending, self.name)
+            method = "all-to-all" if pending.flagged else "annotator"
+            if pending.capture_method is not None:
+                method = pending.capture_method
+            elif pending.obtained not in ("captured",):
+                method = f"reuse-{pending.obtained}"
+            # the output array is registered with its operation: one flushed file per step
+            self.prepared = store.prepare_operation(
+                pending.op_name,
+                in_recs,
+                [spec],
+                self.lineage,
+                args=pending.op_args,
+                capture_method=method,
+                timings={"capture_s": pending.capture_s},
+            )
+        except BaseException as e:  # re-raised by finish() in the step's thread
+            self.failure = e
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _join(self) -> None:
+        if self.task is not None:
+            task, self.task = self.task, None
+            task.result()  # _prepare keeps its own failures in self.failure
+
+    def abort(self) -> None:
+        """Storing the value failed: publish nothing."""
+        self._join()
+        if self.prepared is not None:
+            self.prepared.abort()
+            self.prepared = None
+
+    def finish(self) -> dict[str, Any]:
+        """Publish the operation (durable when this returns) and build its metadata.
+
+        Raises:
+            LineageStorageError, InvalidRelationError, ...: the lineage could not be stored
+                (the step must fail: a silent gap in provenance is a bug).
+        """
+        if self.done is not None:
+            return self.done
+        self._join()
+        if self.failure is not None:
+            raise self.failure
+        pending = self.pending
+        assert pending is not None
+        t0 = time.perf_counter()
+        store, spec = self.store, self.out_spec
+        assert store is not None
+        assert spec is not None
+        if self.prepared is None:  # a source step: only the array version
+            store.register_array(
+                spec.name, spec.shape, spec.dtype, asset_key=spec.asset_key, version=spec.version
+            )
+            write_s = self.seconds + time.perf_counter() - t0
+            return m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy.value,
+                mode=pending.mode.value,
+                status=pending.status,
+                array=self.name,
+                version=self.version,
+                store=str(store.root),
+                write_s=write_s,
+                step_s=time.perf_counter() - pending.started,
+            ).to_metadata()
+        prepared, self.prepared = self.prepared, None
+        # Visible now; its directories are flushed in a worker while the picture and the
+        # figures are made, and finish() returns only once they are on disk.
+        op = prepared.publish()
+        try:
+            lineage = self.lineage
+            raw_bytes = sum(
+                t.n_pairs * (len(rel.out_shape) + len(rel.in_shape)) * 8
+                for t, rel in zip(op.tables, lineage.values(), strict=True)
+            )
+            picture = _picture(self.context, self.writer.settings, self.name, self.shape, lineage)
+            inputs = m.inputs_json(pending.inputs)
+        finally:
+            prepared.flushed()
+        write_s = self.seconds + time.perf_counter() - t0
+        return m.LineageMetadata(
+            obtained=pending.obtained,
+            policy=pending.policy.value,
+            mode=pending.mode.value,
+            signature=pending.signature,
+            flagged=pending.flagged,
+            flag_reason=pending.reason,
+            status=pending.status,
+            array=self.name,
+            version=self.version,
+            op_id=op.op_id,
+            op_name=op.op_name,
+            store=str(store.root),
+            inputs=inputs,
+            raw_rows=sum(t.n_pairs for t in op.tables),
+            raw_bytes=raw_bytes,
+            stored_rows=sum(t.rows for t in op.tables),
+            stored_bytes=sum(t.stored_bytes for t in op.tables),
+            capture_s=pending.capture_s,
+            write_s=write_s,
+            step_s=time.perf_counter() - pending.started,
+            lineage_md=picture,
+        ).to_metadata()
+
+
+_PICTURE_PAIRS = 2_000_000
+"""An uncompressed relation with more cell pairs than this gets no picture (drawing walks
+every pair); compressed tables are drawn by interval queries at any size."""
+
+
+def _picture(
+    context: dg.OutputContext,
+    settings: DSLogResource,
+    name: str,
+    shape: tuple[int, ...],
+    lineage: dict[tuple[str, str], LineageRelation | LineageTable],
+) -> str | None:
+    drawable = all(
+        isinstance(rel, LineageTable) or rel.n <= _PICTURE_PAIRS for rel in lineage.values()
+    )
+    if not (settings.picture and drawable):
+        return None
+    try:
+        return m.lineage_markdown(
+            name, shape, [(k[1], rel) for k, rel in lineage.items()], settings.picture_cells
+        )
+    except Exception as e:  # a picture is a nicety; never fail the step for it
+        context.log.warning(f"dslog: could not draw the lineage picture of `{name}`: {e}")
+        return None
+
+
+def _register_inputs(
+    store: Any, pending: PendingLineage, out_name: str
+) -> tuple[list[ArrayRecord], dict[tuple[str, str], LineageRelation | LineageTable]]:
+    """Register the input array versions; merge inputs that are the same array version."""
+    assert pending.relations is not None
+    recs: dict[tuple[str, str | None], ArrayRecord] = {}
+    rels: dict[tuple[str, str | None], LineageRelation | LineageTable] = {}
+    for ref, rel in zip(pending.inputs, pending.relations, strict=True):
+        key = (ref.name, ref.version)
+        if key not in recs:
+            recs[key] = store.register_array(
+                ref.name, rel.in_shape, "float64", asset_key=ref.asset_key, version=ref.version
+            )
+            rels[key] = rel
+        else:  # the same upstream array read through two parameters: one relation
+            prev = _relation(rels[key])
+            rel = _relation(rel)
+            rels[key] = LineageRelation.from_columns(
+                prev.out_shape,
+                prev.in_shape,
+                list(np.concatenate([prev.out_cols, rel.out_cols], axis=1)),
+                list(np.concatenate([prev.in_cols, rel.in_cols], axis=1)),
+                n=prev.n + rel.n,
+            ).unique()
+    names = [k[0] for k in recs]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        msg = (
+            f"Step output `{out_name}` read two versions of {dups} at once; lineage is "
+            "keyed by array name, so this cannot be stored."
+        )
+        raise LineageStorageError(msg)
+    lineage = {(out_name, k[0]): rel for k, rel in rels.items()}
+    return list(recs.values()), lineage
