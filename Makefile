@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.dslog-installed
 
-.PHONY: demo ui test test-all lint typecheck fmt cpp-test bench dev prereqs clean browser-prereqs
+.PHONY: demo ui test test-all lint typecheck fmt cpp-test bench dev prereqs clean browser-prereqs docs
 
 prereqs:
 	@tools/check-prereqs.sh $(PYTHON)
@@ -39,6 +39,7 @@ browser-prereqs:
 test: $(STAMP) browser-prereqs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(MAKE) --no-print-directory docs
 	$(VENV)/bin/pytest
 
 test-all: $(STAMP) browser-prereqs
@@ -54,6 +55,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	@$(PY) tools/package_tree.py build/pkgtree >/dev/null
 	cd build/pkgtree && MYPYPATH=. $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml -p dslog_dagster
+
+# The docs site (mkdocs-material + mkdocstrings) into build/docs; --strict fails on any warning
+# (broken links, pages missing from the nav, docstrings mkdocstrings cannot read). The API
+# reference reads the installed layout from build/pkgtree (tools/package_tree.py).
+docs: $(STAMP)
+	@$(PY) tools/package_tree.py build/pkgtree >/dev/null
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
