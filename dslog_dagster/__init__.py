@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from dslog_dagster.resources import DSLogResource as DSLogResource
     from dslog_dagster.values import plain as plain
 
-__version__ = "0.1.0"
+from dslog_dagster._version import __version__ as __version__
 
 _LAZY = {
     "tracked_asset": "dslog_dagster.decorators",

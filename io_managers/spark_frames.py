@@ -102,8 +102,8 @@ def _can_move(cap: Any, path: str | os.PathLike[str], compression: str) -> bool:
     target is a local path."""
     target = os.fspath(path)
     return (
-        cap._staged is not None
-        and os.path.isdir(cap._staged.path)
+        cap.staged is not None
+        and os.path.isdir(cap.staged.path)
         and compression == "zstd"
         and "://" not in target
     )
@@ -121,7 +121,7 @@ def _move_staged(cap: Any, target: str) -> FrameInfo:
     slot columns) into ``target`` with the offsets that make ``MID`` dense row ids: no second
     write of the rows. The capture keeps reading its own staging files (until ``release``),
     so the stored directory may be renamed or replaced freely."""
-    staged = cap._staged
+    staged = cap.staged
     try:
         if os.path.lexists(target):
             shutil.rmtree(target)

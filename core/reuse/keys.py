@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from dslog_dagster import __version__ as dslog_version
+from dslog_dagster._version import __version__ as dslog_version
 from dslog_dagster.core.capture import func_name
 
 __all__ = [

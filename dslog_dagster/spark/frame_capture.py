@@ -85,6 +85,15 @@ class FrameCapture:
     def shape(self) -> tuple[int, int]:
         return (self.n_rows, len(self.columns))
 
+    @property
+    def staged(self) -> StagedOutput | None:
+        """The output's staged Parquet files, or ``None`` (cached rows, or released).
+
+        ``write_frame`` links these files into the stored frame instead of writing the rows
+        a second time.
+        """
+        return self._staged
+
     def _output(self) -> tuple[DataFrame, DataFrame]:
         if self._made is None:
             if self._frames is None:

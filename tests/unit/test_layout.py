@@ -40,3 +40,11 @@ def test_ruff_bans_bare_top_level_imports(tmp_path: Path) -> None:
         probe.unlink()
     assert res.returncode != 0
     assert "TID251" in res.stdout
+
+
+def test_version_matches_the_distribution() -> None:
+    from importlib.metadata import version
+
+    import dslog_dagster
+
+    assert dslog_dagster.__version__ == version("dslog-dagster")
