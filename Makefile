@@ -39,6 +39,7 @@ browser-prereqs:
 test: $(STAMP) browser-prereqs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(MAKE) --no-print-directory typecheck
 	$(MAKE) --no-print-directory docs
 	$(VENV)/bin/pytest
 
