@@ -15,8 +15,8 @@ served from a view is compared with a fresh capture of the same call: any differ
   of it was wrong;
 * *gen-reusable* when some call was served from a gen view (and none was wrong).
 
-**Two relations, two passes.** Our annotator records two relations (README, "Capture
-semantics"): *contributing* (a value picked by comparison — ``maximum``, ``amax``, ``sort``,
+**Two relations, two passes.** Our annotator records two relations (docs, "NumPy capture"
+rules): *contributing* (a value picked by comparison — ``maximum``, ``amax``, ``sort``,
 ... — carries the picked cell only) and *considered* (also every compared cell; PROVision's
 distinction). The ICDE prototype's ``tracked_cell`` has one relation, in which ``maximum``,
 ``minimum``, ``fmax``, ``fmin`` and so ``amax``/``amin``/``ptp`` union **both** operands (see

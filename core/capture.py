@@ -10,9 +10,9 @@ Why a dtype and not a wrapper object: NumPy then runs its own code paths (ufunc 
 copies, fancy indexing) on the annotated values, so the lineage is the lineage of what NumPy
 actually did, at C speed, for any rank and any view.
 
-Semantics (README, "Capture semantics"): arithmetic unions the operands' sets; constants carry
-none; a value *picked* by comparison (maximum, sort, median, clip, where, ...) carries only the
-picked cell's set ("contributing"); ``mode="considered"`` additionally records every compared
+Semantics (docs: `docs/concepts/capture.md`): arithmetic unions the operands' sets; constants
+carry none; a value *picked* by comparison (maximum, sort, median, clip, where, ...) carries
+only the picked cell's set ("contributing"); ``mode="considered"`` additionally records every compared
 cell in a separate set, returned as :attr:`CaptureResult.considered`.
 
 Lineage is never dropped silently. A cast of ``tracked_float`` to a plain dtype, a NumPy
@@ -222,9 +222,9 @@ def _lost_message(name: str, exc: BaseException) -> str:
     return (
         f"`{name}` could not run on tracked_float arrays{via}: {exc}. The function converts "
         "to a plain dtype or does not support the dtype, which would drop lineage. See the "
-        "README coverage table; rewrite the step with supported NumPy functions, declare its "
-        'lineage yourself, or pass on_lost="all_to_all" to record an explicit all-to-all '
-        "relation (flagged)."
+        "coverage table in the docs (docs/concepts/capture.md); rewrite the step with "
+        "supported NumPy functions, declare its lineage yourself, or pass "
+        'on_lost="all_to_all" to record an explicit all-to-all relation (flagged).'
     )
 
 

@@ -78,8 +78,9 @@ class TrackedFrame:
         if ctx.on_unknown != "all_to_all":
             msg = (
                 f"`DataFrame.{op}` has no lineage rule in dslog's Spark capture, so its lineage "
-                "would be a guess. Use the supported operations (README, section Spark), or "
-                "capture with `on_unknown='all_to_all'` to record a flagged all-to-all relation."
+                "would be a guess. Use the supported operations (docs, Spark guide: "
+                "docs/spark.md), or capture with `on_unknown='all_to_all'` to record a flagged "
+                "all-to-all relation."
             )
             raise UnsupportedFrameOperationError(msg)
         ctx.flagged_ops.append(op)

@@ -247,7 +247,7 @@ class PlanWalker:
         msg = (
             f"`{self.op}` produced a Spark plan node `{node}` that dslog's Spark capture has no "
             "lineage rule for, so its lineage would be a guess. Express the step with the "
-            "supported operations (README, section Spark), or capture with "
+            "supported operations (docs, Spark guide: docs/spark.md), or capture with "
             "`on_unknown='all_to_all'` to record a flagged all-to-all relation."
         )
         return UnsupportedFrameOperationError(msg)

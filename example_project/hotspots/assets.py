@@ -3,8 +3,8 @@
 Every step after the two source frames is plain NumPy run under the annotator by
 ``@tracked_asset``: the lineage of each output cell is what NumPy actually did (the padding
 and shifted sums of the box blur, the cells the threshold kept, the cell each tile maximum
-picked, the order the sort produced). Only functions the annotator supports are used (README,
-"Capture semantics").
+picked, the order the sort produced). Only functions the annotator supports are used (docs,
+"NumPy capture").
 """
 
 import dagster as dg

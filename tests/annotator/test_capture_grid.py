@@ -52,7 +52,7 @@ GAP_NAN_REPLACE = (
 
 PARTITION_FAMILY = frozenset({"partition", "median", "percentile", "quantile"})
 GAP_CONSIDERED_PARTITION = (
-    "native gap (README coverage table): np.partition, and median/percentile/quantile which "
+    "native gap (the docs' coverage table): np.partition, and median/percentile/quantile which "
     "call it, run NumPy's generic introselect on tracked_float, which has no hook to record "
     "compared cells, so the considered relation holds only the picked cells instead of the "
     "whole partitioned lane (contributing mode is exact)"
