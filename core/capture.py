@@ -10,10 +10,10 @@ Why a dtype and not a wrapper object: NumPy then runs its own code paths (ufunc 
 copies, fancy indexing) on the annotated values, so the lineage is the lineage of what NumPy
 actually did, at C speed, for any rank and any view.
 
-Semantics (docs: `docs/concepts/capture.md`): arithmetic unions the operands' sets; constants
-carry none; a value *picked* by comparison (maximum, sort, median, clip, where, ...) carries
-only the picked cell's set ("contributing"); ``mode="considered"`` additionally records every compared
-cell in a separate set, returned as :attr:`CaptureResult.considered`.
+Semantics (docs: `docs/concepts/capture.md`): arithmetic unions the operands' sets; constants carry
+none; a value *picked* by comparison (maximum, sort, median, clip, where, ...) carries only the
+picked cell's set ("contributing"); ``mode="considered"`` additionally records every compared cell
+in a separate set, returned as :attr:`CaptureResult.considered`.
 
 Lineage is never dropped silently. A cast of ``tracked_float`` to a plain dtype, a NumPy
 function that does not support the dtype, ``float()`` of a tracked value, or a function that

@@ -31,11 +31,11 @@ keeps their stored row ids aside), step 4 is the relational capture instead
 and returns frames, or ``as_array(frame, columns)`` to hand a NumPy array to NumPy steps.
 
 Under capture the function sees ``tracked_float`` arrays (float64 values) and its outputs are
-float64 arrays; the docs' "NumPy capture" page (``docs/concepts/capture.md``) lists what NumPy
-code is supported. Steps that need integer or boolean outputs, or non-NumPy code, use
-``policy="all_to_all"`` (flagged over-approximation) or ``policy="off"``. To compute plain numbers for logs or metadata inside a
-captured step, use :func:`plain`. Called directly (outside a Dagster run) a decorated function
-runs unchanged, without capture.
+float64 arrays; the docs' "NumPy capture" page (``docs/concepts/capture.md``) lists what NumPy code
+is supported. Steps that need integer or boolean outputs, or non-NumPy code, use
+``policy="all_to_all"`` (flagged over-approximation) or ``policy="off"``. To compute plain numbers
+for logs or metadata inside a captured step, use :func:`plain`. Called directly (outside a Dagster
+run) a decorated function runs unchanged, without capture.
 """
 
 import functools
