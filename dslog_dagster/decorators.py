@@ -46,7 +46,7 @@ from typing import Any, TypeVar, overload
 import dagster as dg
 
 from dslog_dagster.errors import DSLogError
-from dslog_dagster.policy import Mode, Policy
+from dslog_dagster.policy import CapturePolicy, LineageMode
 from dslog_dagster.step_runner import StepOptions, run_tracked_step
 from dslog_dagster.values import plain, plain_arrays
 
@@ -59,16 +59,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _check_policy(
-    policy: Policy | str | None, mode: Mode | str | None
-) -> tuple[Policy | None, Mode | None]:
+    policy: CapturePolicy | str | None, mode: LineageMode | str | None
+) -> tuple[CapturePolicy | None, LineageMode | None]:
     """The decorator's policy and mode as enums (``None``: the IO manager's settings decide)."""
     try:
-        checked_policy = Policy(policy) if policy is not None else None
+        checked_policy = CapturePolicy(policy) if policy is not None else None
     except ValueError:
-        msg = f"`policy` must be one of {', '.join(Policy)}, not {policy!r}."
+        msg = f"`policy` must be one of {', '.join(CapturePolicy)}, not {policy!r}."
         raise DSLogError(msg) from None
     try:
-        checked_mode = Mode(mode) if mode is not None else None
+        checked_mode = LineageMode(mode) if mode is not None else None
     except ValueError:
         msg = f'`mode` must be "contributing" or "considered", not {mode!r}.'
         raise DSLogError(msg) from None
@@ -81,16 +81,16 @@ def tracked_asset(compute_fn: F) -> dg.AssetsDefinition: ...
 def tracked_asset(
     compute_fn: None = None,
     *,
-    policy: Policy | str | None = None,
-    mode: Mode | str | None = None,
+    policy: CapturePolicy | str | None = None,
+    mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     **asset_kwargs: Any,
 ) -> Callable[[F], dg.AssetsDefinition]: ...
 def tracked_asset(
     compute_fn: Callable[..., Any] | None = None,
     *,
-    policy: Policy | str | None = None,
-    mode: Mode | str | None = None,
+    policy: CapturePolicy | str | None = None,
+    mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     **asset_kwargs: Any,
 ) -> Any:
@@ -98,7 +98,7 @@ def tracked_asset(
 
     Args:
         policy: ``"capture"``, ``"all_to_all"``, ``"reuse_only"`` or ``"off"``
-            (:class:`dslog_dagster.policy.Policy`); ``None`` takes the
+            (:class:`dslog_dagster.policy.CapturePolicy`); ``None`` takes the
             :class:`~dslog_dagster.DSLogResource` default of the output's IO manager.
         mode: ``"contributing"`` or ``"considered"``; ``None`` takes the resource default.
         untracked_inputs: inputs passed through as parameters, without lineage.
@@ -122,8 +122,8 @@ def tracked_asset(
 
 def tracked_multi_asset(
     *,
-    policy: Policy | str | None = None,
-    mode: Mode | str | None = None,
+    policy: CapturePolicy | str | None = None,
+    mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     **multi_asset_kwargs: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
@@ -144,16 +144,16 @@ def tracked_op(compute_fn: F) -> dg.OpDefinition: ...
 def tracked_op(
     compute_fn: None = None,
     *,
-    policy: Policy | str | None = None,
-    mode: Mode | str | None = None,
+    policy: CapturePolicy | str | None = None,
+    mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     **op_kwargs: Any,
 ) -> Callable[[F], dg.OpDefinition]: ...
 def tracked_op(
     compute_fn: Callable[..., Any] | None = None,
     *,
-    policy: Policy | str | None = None,
-    mode: Mode | str | None = None,
+    policy: CapturePolicy | str | None = None,
+    mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     **op_kwargs: Any,
 ) -> Any:

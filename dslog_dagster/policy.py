@@ -3,16 +3,18 @@
 Their member names equal their values: Dagster's config schema offers an enum's member *names*
 (launchpad YAML ``policy: capture``), and pydantic and ``==`` accept the values
 (``policy="capture"`` in Python), so every spelling users wrote against the former ``Literal``
-types still works. This module does not import Dagster: the engine-side hand-off
+types still works. Dagster names a config enum after its class, and the names of every config
+type in a code location must be unique, hence these specific names (a user's own ``Policy``
+enum would clash with a bare one). This module does not import Dagster: the engine-side hand-off
 (:mod:`dslog_dagster.tracking`, :mod:`dslog_dagster.tracked_step`) uses the enums too.
 """
 
 import enum
 
-__all__ = ["Mode", "Policy"]
+__all__ = ["CapturePolicy", "LineageMode"]
 
 
-class Policy(enum.StrEnum):
+class CapturePolicy(enum.StrEnum):
     """Per-step capture policy.
 
     * ``capture`` — run the step under the annotator; a step whose lineage would be lost fails
@@ -31,7 +33,7 @@ class Policy(enum.StrEnum):
     all_to_all = "all_to_all"
 
 
-class Mode(enum.StrEnum):
+class LineageMode(enum.StrEnum):
     """Lineage of picks (max, sort, where, clip...).
 
     * ``contributing`` — a picked value depends on the picked cell only;

@@ -3,8 +3,8 @@
 :class:`~dslog_dagster.DSLogResource` and :class:`~dslog_dagster.io_managers.DSLogIOManager`
 both *are* a :class:`TrackingSettings` (they inherit its fields, so the launchpad shows the same
 flat field names as before), and the decorators take its
-:class:`~dslog_dagster.policy.Policy` and :class:`~dslog_dagster.policy.Mode`. A setting is
-added here once and reaches all three.
+:class:`~dslog_dagster.policy.CapturePolicy` and :class:`~dslog_dagster.policy.LineageMode`.
+A setting is added here once and reaches all three.
 """
 
 from typing import Any
@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from dslog_dagster.policy import Mode, Policy
+from dslog_dagster.policy import CapturePolicy, LineageMode
 
 __all__ = ["TrackingSettings"]
 
@@ -31,8 +31,8 @@ class TrackingSettings(dg.Config):
             "manager's base directory (or the instance storage directory)."
         ),
     )
-    policy: Policy = Field(
-        default=Policy.capture,
+    policy: CapturePolicy = Field(
+        default=CapturePolicy.capture,
         description=(
             "Capture policy for tracked steps that do not set one: capture (annotate, fail when "
             "lineage would be lost), all_to_all (annotate, record a flagged all-to-all relation "
@@ -40,8 +40,8 @@ class TrackingSettings(dg.Config):
             "no view matches), off (record nothing)."
         ),
     )
-    mode: Mode = Field(
-        default=Mode.contributing,
+    mode: LineageMode = Field(
+        default=LineageMode.contributing,
         description=(
             "contributing: a value picked by comparison (max, sort, where, clip...) depends on "
             "the picked cell only. considered: also on every compared cell."

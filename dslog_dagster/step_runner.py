@@ -20,7 +20,7 @@ import numpy as np
 from dslog_dagster.core.reuse.keys import Unsignable, code_identity
 from dslog_dagster.errors import DSLogError, UnsupportedArrayError
 from dslog_dagster.naming import array_name, op_array_name
-from dslog_dagster.policy import Mode, Policy
+from dslog_dagster.policy import CapturePolicy, LineageMode
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.tracked_step import InputRef, PendingLineage, TrackedStep
 from dslog_dagster.tracking import lineage_of, obtain_lineage
@@ -33,8 +33,8 @@ __all__ = ["StepOptions", "run_tracked_step"]
 class StepOptions:
     """What the decorator was given (besides Dagster's own arguments)."""
 
-    policy: Policy | None
-    mode: Mode | None
+    policy: CapturePolicy | None
+    mode: LineageMode | None
     untracked: frozenset[str]
     op_code_version: str | None
 
@@ -89,10 +89,12 @@ class _StepRun:
         self.run_id = ctx.run.run_id
         self.tracked = TrackedStep.of(step_context)
         self.settings, self.plain_keys = _settings_for_outputs(ctx)
-        default_policy = self.settings.policy if self.settings is not None else Policy.capture
-        default_mode = self.settings.mode if self.settings is not None else Mode.contributing
-        self.policy = Policy(opts.policy or default_policy)
-        self.mode = Mode(opts.mode or default_mode)
+        default_policy = (
+            self.settings.policy if self.settings is not None else CapturePolicy.capture
+        )
+        default_mode = self.settings.mode if self.settings is not None else LineageMode.contributing
+        self.policy = CapturePolicy(opts.policy or default_policy)
+        self.mode = LineageMode(opts.mode or default_mode)
         self.op_args = _op_args(ctx)
         self.all_outputs = [od.name for od in ctx.op_def.output_defs]
         #: filled by the step's first call: its output names and how to rebuild its result
@@ -115,7 +117,7 @@ class _StepRun:
                 "with_lineage(...)."
             )
             return self.run_plain()
-        if self.policy == Policy.off:
+        if self.policy == CapturePolicy.off:
             result = self.run_plain()
             self.hand_over_untracked("off", 'policy="off": no lineage recorded.')
             return result
@@ -211,7 +213,7 @@ class _StepRun:
                 "was recorded (the step ran unannotated).",
             )
             return result_value
-        considered = self.mode == Mode.considered
+        considered = self.mode == LineageMode.considered
         for k, out_name in enumerate(self.out_names):
             rels = tuple(lineage_of(result, k, i, considered=considered) for i in range(len(names)))
             pending = self.pending(
@@ -268,7 +270,7 @@ class _StepRun:
 
         frames, rows = self.frame_inputs(names)
         refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
-        if self.policy == Policy.reuse_only:
+        if self.policy == CapturePolicy.reuse_only:
             result = self.run_plain()
             self.hand_over_untracked(
                 "none",
@@ -281,8 +283,8 @@ class _StepRun:
             frames,
             rows,
             n_outputs=lambda: len(self.out_names),
-            policy="all_to_all" if self.policy == Policy.all_to_all else "capture",
-            considered=self.mode == Mode.considered,
+            policy="all_to_all" if self.policy == CapturePolicy.all_to_all else "capture",
+            considered=self.mode == LineageMode.considered,
         )
         for out, out_name in zip(outs, self.out_names, strict=True):
             cap = out.capture

@@ -30,7 +30,7 @@ from typing import Any
 
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.policy import Mode, Policy
+from dslog_dagster.policy import CapturePolicy, LineageMode
 
 __all__ = ["FrameSource", "InputRef", "PendingLineage", "TrackedStep", "peek_pending"]
 
@@ -71,8 +71,8 @@ class PendingLineage:
 
     op_name: str
     op_args: dict[str, Any]
-    policy: Policy
-    mode: Mode
+    policy: CapturePolicy
+    mode: LineageMode
     inputs: tuple[InputRef, ...] = ()
     relations: tuple[LineageRelation | LineageTable, ...] | None = None
     obtained: str = "captured"
@@ -89,8 +89,8 @@ class PendingLineage:
     store: Any = None
 
     def __post_init__(self) -> None:
-        self.policy = Policy(self.policy)
-        self.mode = Mode(self.mode)
+        self.policy = CapturePolicy(self.policy)
+        self.mode = LineageMode(self.mode)
 
 
 @dataclass(frozen=True, slots=True)

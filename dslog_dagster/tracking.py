@@ -19,7 +19,7 @@ from dslog_dagster.core.capture import CaptureResult, OnLost, as_input, capture
 from dslog_dagster.core.capture import Mode as CaptureMode
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.policy import Mode, Policy
+from dslog_dagster.policy import CapturePolicy, LineageMode
 
 if TYPE_CHECKING:
     from dslog_dagster.core.reuse import Need, ViewRegistry
@@ -34,8 +34,8 @@ def obtain_lineage(
     func: Callable[..., Any],
     arrays: Sequence[np.ndarray],
     *,
-    policy: Policy,
-    mode: Mode,
+    policy: CapturePolicy,
+    mode: LineageMode,
     code_version: str,
     signature_args: dict[str, Any],
     reuse: "ViewRegistry | None" = None,
@@ -62,13 +62,13 @@ def obtain_lineage(
     asked for that relation alone (``need="considered"``): picks and sorts consider a
     shape-determined set of cells, so their views serve even though the picked cells vary.
     """
-    on_lost: OnLost = "all_to_all" if policy == Policy.all_to_all else "raise"
-    need: Need = "considered" if mode == Mode.considered else "all"
+    on_lost: OnLost = "all_to_all" if policy == CapturePolicy.all_to_all else "raise"
+    need: Need = "considered" if mode == LineageMode.considered else "all"
     # the engine spells the mode as its Literal
-    core_mode: CaptureMode = "considered" if mode == Mode.considered else "contributing"
+    core_mode: CaptureMode = "considered" if mode == LineageMode.considered else "contributing"
     t0 = time.perf_counter()
     result: CaptureResult | None
-    if policy == Policy.reuse_only:
+    if policy == CapturePolicy.reuse_only:
         if reuse is None:
             return None, 0.0
         inputs = [as_input(a, k) for k, a in enumerate(arrays)]

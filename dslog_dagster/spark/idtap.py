@@ -504,7 +504,7 @@ def _interval_table(
     A group whose intervals all start at one id, or all end at one (its rows streamed
     clustered by id: a run; or one joined row repeated for each of its matches, wherever they
     streamed), unites into one interval and goes to ProvRC as that interval
-    (:func:`~dslog_dagster.core.provrc.compress_ranges`, no pairs spelled out); the other
+    (:func:`~dslog_dagster.core.compression.compress_ranges`, no pairs spelled out); the other
     groups' single rows and runs are spelled out as pairs and compressed (repeats are
     united: lineage is a set). A group on several output rows (a step after the aggregation
     repeated it) gives its ids to each of them.

@@ -405,7 +405,7 @@ def refetch_ids(
     as for any other (the failed rows are at most the output's, so usually a broadcast) — and
     compresses the (``MID``, id) pairs in the join's partitions, per output partition; only
     tables reach the driver, which unites them
-    (:func:`~dslog_dagster.core.combine.union_tables`). A join, not a rerun of the pipeline with
+    (:func:`~dslog_dagster.core.compression.union_tables`). A join, not a rerun of the pipeline with
     ``collect_list``: ids are moved once, and groups whose ids are a range keep their range.
     ``n_failed`` (the failed rows, counted by the pass) is for the caller's records.
     """
