@@ -170,12 +170,19 @@ def lineage_definitions(
         reuse_views: ``True`` (registry) or a :data:`ViewSource` adds the reuse-signature asset.
 
     Examples:
+        >>> import numpy as np
+        >>> from dslog_dagster import tracked_asset
+        >>> @tracked_asset
+        ... def raw() -> np.ndarray:
+        ...     return np.ones((4, 4))
+        >>> @tracked_asset
+        ... def smoothed(raw: np.ndarray) -> np.ndarray:
+        ...     return raw * 2
         >>> defs = dg.Definitions.merge(
         ...     dg.Definitions(assets=[raw, smoothed]),
         ...     lineage_definitions(
         ...         queries=[SavedLineageQuery(name="q", source="smoothed", target="raw")],
         ...         assets=[smoothed], store_dir=".dslog", cron_schedule="0 3 * * *"))
-        ... # doctest: +SKIP
     """
     built = [
         q

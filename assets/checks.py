@@ -371,8 +371,16 @@ def lineage_checks(
         blocking: make failing ERROR checks block downstream materializations.
 
     Examples:
-        >>> dg.Definitions(assets=[raw, smoothed], asset_checks=lineage_checks([smoothed]),
-        ...                resources={"dslog": DSLogResource(store_dir=".dslog")})  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from dslog_dagster import DSLogResource, tracked_asset
+        >>> @tracked_asset
+        ... def raw() -> np.ndarray:
+        ...     return np.ones((4, 4))
+        >>> @tracked_asset
+        ... def smoothed(raw: np.ndarray) -> np.ndarray:
+        ...     return raw * 2
+        >>> defs = dg.Definitions(assets=[raw, smoothed], asset_checks=lineage_checks([smoothed]),
+        ...                       resources={"dslog": DSLogResource(store_dir=".dslog")})
     """
     out: list[dg.AssetChecksDefinition] = []
     for key in _keys(assets_or_keys):

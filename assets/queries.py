@@ -289,8 +289,9 @@ def lineage_query_asset(
     use :func:`saved_lineage_query` for answers people should find again.
 
     Examples:
-        >>> dg.Definitions(assets=[lineage_query_asset()],
-        ...                resources={"dslog": DSLogResource(store_dir=".dslog")})  # doctest: +SKIP
+        >>> from dslog_dagster import DSLogResource
+        >>> defs = dg.Definitions(assets=[lineage_query_asset()],
+        ...                       resources={"dslog": DSLogResource(store_dir=".dslog")})
     """
 
     @dg.asset(
@@ -334,8 +335,10 @@ def saved_lineage_query(
     :func:`~dslog_dagster.assets.lineage_query_sensor` does.
 
     Examples:
-        >>> saved_lineage_query("hot_pixels_origin", source="images/hotspots",
-        ...                     target="images/raw", cells=["0:4"])  # doctest: +SKIP
+        >>> asset = saved_lineage_query("hot_pixels_origin", source="images/hotspots",
+        ...                             target="images/raw", cells=["0:4"])
+        >>> asset.key.path
+        ['hot_pixels_origin']
     """
     if isinstance(query, str):
         if source is None or target is None:

@@ -274,11 +274,12 @@ class DSLog:
         store: a :class:`LineageStore` or the directory of one (created when missing).
 
     Examples:
-        >>> log = DSLog(tmp_path)  # doctest: +SKIP
-        >>> x, y = Array("x", (4, 4)), Array("y", (4, 4))  # doctest: +SKIP
-        >>> neg = Lineage(y, x, lambda b: [b])  # doctest: +SKIP
-        >>> log.register_operation("negative", [x], [y], [neg])  # doctest: +SKIP
-        >>> log.prov_query([y, x], np.s_[0, :]).to_indices()  # doctest: +SKIP
+        >>> log = DSLog("lineage-store")
+        >>> x, y = Array("x", (4, 4)), Array("y", (4, 4))
+        >>> neg = Lineage(y, x, lambda b: [b])
+        >>> op = log.register_operation("negative", [x], [y], [neg])
+        >>> log.prov_query([y, x], np.s_[0, :]).to_indices().tolist()
+        [[0, 0], [0, 1], [0, 2], [0, 3]]
     """
 
     def __init__(self, store: LineageStore | str | os.PathLike[str]) -> None:

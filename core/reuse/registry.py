@@ -90,10 +90,11 @@ class ViewRegistry:
         policy: a :class:`ReusePolicy`.
 
     Examples:
-        >>> reg = ViewRegistry(tmp_path)  # doctest: +SKIP
-        >>> for _ in range(4):  # doctest: +SKIP
+        >>> import numpy as np
+        >>> reg = ViewRegistry("registry")  # a directory of its own, or a LineageStore
+        >>> for _ in range(4):
         ...     r = reg.capture(np.negative, np.random.rand(100, 100))
-        >>> r.obtained  # doctest: +SKIP
+        >>> r.obtained
         'dim'
     """
 
@@ -209,9 +210,8 @@ class ViewRegistry:
 
         Examples:
             >>> import numpy as np
-            >>> reg = ViewRegistry(tmp_path)  # doctest: +SKIP
-            >>> kinds = [reg.capture(np.negative, np.ones((3, 4))).obtained for _ in range(4)]
-            >>> kinds  # doctest: +SKIP
+            >>> reg = ViewRegistry("views")
+            >>> [reg.capture(np.negative, np.ones((3, 4))).obtained for _ in range(4)]
             ['captured', 'captured', 'captured', 'dim']
         """
         check_options(mode, on_lost)

@@ -187,11 +187,15 @@ class LineageStore:
             disks with slow flushes. Compaction always fsyncs (it deletes the files it packs).
 
     Examples:
-        >>> store = LineageStore(tmp_path)  # doctest: +SKIP
-        >>> x = store.register_array("x", (4, 4))  # doctest: +SKIP
-        >>> y = store.register_array("y", (4, 4))  # doctest: +SKIP
-        >>> op = store.register_operation("neg", [x], [y], {("y", "x"): relation})  # doctest: +SKIP
-        >>> store.read_lineage(op, "y", "x").decompress() == relation  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from dslog_dagster.core import LineageRelation
+        >>> store = LineageStore("lineage-store")
+        >>> x = store.register_array("x", (4, 4))
+        >>> y = store.register_array("y", (4, 4))
+        >>> i, j = np.indices((4, 4)).reshape(2, -1)
+        >>> relation = LineageRelation.from_columns((4, 4), (4, 4), out_cols=[i, j], in_cols=[i, j])
+        >>> op = store.register_operation("neg", [x], [y], {("y", "x"): relation})
+        >>> store.read_lineage(op, "y", "x").decompress() == relation
         True
     """
 

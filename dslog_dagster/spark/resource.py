@@ -8,8 +8,7 @@ Spark does (``local[*]``, ``spark://host:7077``, ``yarn``, ``k8s://...``).
 
 Examples:
     >>> import dagster as dg
-    >>> defs = dg.Definitions(  # doctest: +SKIP
-    ...     assets=[...],
+    >>> defs = dg.Definitions(  # the session starts on the first get_session()
     ...     resources={"spark": SparkSessionResource(master="local[2]")},
     ... )
 """

@@ -59,5 +59,7 @@ def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.M
     module = importlib.import_module(name)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     for test in doctest.DocTestFinder(exclude_empty=True).find(module, name):
+        skipped = [ex.source for ex in test.examples if ex.options.get(doctest.SKIP)]
+        assert not skipped, f"{test.name}: an example that never runs can never fail: {skipped}"
         runner.run(test)
     assert runner.failures == 0, f"{runner.failures} docstring example(s) of {name} failed"
