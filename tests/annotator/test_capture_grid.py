@@ -35,11 +35,7 @@ RAISES: dict[str, str] = {
 # where float64 NumPy calls dgemm (or a different summation order).
 ROUNDING_ONLY = frozenset({"dot", "inner", "multi_dot"})
 
-PARAMS = [
-    pytest.param(case, mode, id=f"{case.id}-{mode}")
-    for case in CASES
-    for mode in MODES
-]
+PARAMS = [pytest.param(case, mode, id=f"{case.id}-{mode}") for case in CASES for mode in MODES]
 
 
 def _pairs(rel: LineageRelation) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:
