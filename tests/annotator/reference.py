@@ -634,22 +634,51 @@ ref_var = _reduction(_var)
 ref_std = _reduction(lambda lane: combine(np.sqrt, _var(lane)))
 
 
-def _stable_order(lane: list[Ref]) -> list[int]:
-    """Stable ascending order of a lane's positions, NaN last (NumPy's sort order)."""
-    return sorted(range(len(lane)), key=lambda i: (math.isnan(lane[i].v), lane[i].v))
+def _bits(v: float) -> int:
+    return int(np.float64(v).view(np.int64))
 
 
-def _sorted_lane(lane: list[Ref]) -> list[Ref]:
-    """The lane in stable sorted order; every cell also considers the whole lane."""
+def _arranged_lane(lane: list[Ref], arrange: Callable[[npt.NDArray[np.float64]], Any]) -> list[Ref]:
+    """The lane as NumPy's float64 routine ``arrange`` (a sort or a partition of the values)
+    orders it; every cell also considers the whole lane.
+
+    Which of two equal-comparing values goes first (``0.0``/``-0.0``, NaNs) and where a
+    partition leaves the cells it does not pin down is NumPy's float64 algorithm's choice, so
+    the order is read off that algorithm: output position ``j`` takes the cell whose value has
+    the bits of NumPy's ``j``-th value; cells of identical bits keep their input order.
+    """
+    vals = np.array([c.v for c in lane], dtype=np.float64)
+    out = np.asarray(arrange(vals), dtype=np.float64)
+    pos_in = sorted(range(len(lane)), key=lambda i: (_bits(lane[i].v), i))
+    pos_out = sorted(range(len(lane)), key=lambda j: (_bits(float(out[j])), j))
+    order = [0] * len(lane)
+    for i, j in zip(pos_in, pos_out, strict=True):
+        assert _bits(lane[i].v) == _bits(float(out[j])), "NumPy's arrangement is no permutation"
+        order[j] = i
     every = frozenset().union(*(c.con for c in lane))
-    return [Ref(lane[i].v, lane[i].contrib, every) for i in _stable_order(lane)]
+    return [Ref(lane[i].v, lane[i].contrib, every) for i in order]
+
+
+def _sorted_lane(lane: list[Ref], kind: str | None = None) -> list[Ref]:
+    """The lane in NumPy's float64 sorted order (``np.sort`` of that ``kind``), NaN last."""
+    return _arranged_lane(lane, lambda v: np.sort(v, kind=kind))  # type: ignore[arg-type]
+
+
+def _nan_last(s: list[Ref], result: Ref) -> Ref:
+    """NumPy's NaN check of median/quantile: a lane whose last arranged cell is NaN gives that
+    cell (``_median_nancheck``, ``np.copyto(result, arr[-1], where=...)``)."""
+    return select(s[-1]) if s and math.isnan(s[-1].v) else result
 
 
 def _median_lane(lane: list[Ref]) -> Ref:
-    s = _sorted_lane(lane)
-    mid = len(s) // 2
-    middle = s[mid : mid + 1] if len(s) % 2 else s[mid - 1 : mid + 1]
-    return _mean(middle)
+    """NumPy's ``_median``: partition at the middle (and at -1 for the NaN check), mean of the
+    one or two middle cells."""
+    n = len(lane)
+    kth = [n // 2 - 1, n // 2] if n % 2 == 0 else [(n - 1) // 2]
+    s = _arranged_lane(lane, lambda v: np.partition(v, [*kth, -1]))
+    mid = n // 2
+    middle = s[mid : mid + 1] if n % 2 else s[mid - 1 : mid + 1]
+    return _nan_last(s, _mean(middle))
 
 
 def ref_median(
@@ -659,10 +688,8 @@ def ref_median(
     return reduce_lanes(x, axis, keepdims, lambda lane: [_median_lane(lane)])
 
 
-def _quantile_lane(lane: list[Ref], q: float) -> Ref:
-    """NumPy's ``method='linear'``: ``_lerp`` between the neighbouring order statistics."""
-    s = _sorted_lane(lane)
-    n = len(s)
+def _quantile_indexes(n: int, q: float) -> tuple[float, int, int]:
+    """NumPy's ``linear`` virtual index and its neighbours (``_get_indexes``)."""
     virtual = float(_f64(n - 1) * _f64(q))
     prev = math.floor(virtual)
     nxt = prev + 1
@@ -670,12 +697,24 @@ def _quantile_lane(lane: list[Ref], q: float) -> Ref:
         prev = nxt = -1
     elif virtual < 0:
         prev = nxt = 0
-    gamma = virtual - prev
-    a, b = s[prev], s[nxt]
-    diff = b - a
-    if gamma >= 0.5:
-        return b - diff * (1 - gamma)
-    return a + diff * gamma
+    return virtual, prev, nxt
+
+
+def _quantile_lanes(lane: list[Ref], qs: list[float]) -> list[Ref]:
+    """NumPy's ``method='linear'``: one partition at ``0, -1`` and every neighbour index of
+    every ``q``, then ``_lerp`` between the neighbouring order statistics (and the NaN check)."""
+    n = len(lane)
+    idx = [_quantile_indexes(n, q) for q in qs]
+    kth = np.unique(np.array([0, -1] + [p for _, p, _ in idx] + [x for _, _, x in idx]))
+    s = _arranged_lane(lane, lambda v: np.partition(v, kth))
+    out = []
+    for virtual, prev, nxt in idx:
+        gamma = virtual - prev
+        a, b = s[prev], s[nxt]
+        diff = b - a
+        res = b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+        out.append(_nan_last(s, res))
+    return out
 
 
 def ref_quantile(
@@ -687,11 +726,9 @@ def ref_quantile(
     """``np.quantile`` (linear): an array ``q`` adds a leading axis, as in NumPy."""
     if np.ndim(q) == 0:
         qs = float(q)  # type: ignore[arg-type]
-        return reduce_lanes(x, axis, keepdims, lambda lane: [_quantile_lane(lane, qs)])
+        return reduce_lanes(x, axis, keepdims, lambda lane: _quantile_lanes(lane, [qs]))
     qa = [float(v) for v in np.asarray(q, dtype=np.float64).reshape(-1)]
-    return reduce_lanes(
-        x, axis, keepdims, _Many(lambda lane: [_quantile_lane(lane, v) for v in qa])
-    )
+    return reduce_lanes(x, axis, keepdims, _Many(lambda lane: _quantile_lanes(lane, qa)))
 
 
 def ref_percentile(
@@ -753,19 +790,19 @@ def ref_ediff1d(x: object) -> object:
     return along_axis(x, None, lambda lane: _diff_lane(lane, 1))
 
 
-def ref_sort(x: object, axis: int | None = -1) -> object:
-    """Stable sort along the axis; considered = the whole lane."""
-    return along_axis(x, axis, _sorted_lane)
+def ref_sort(x: object, axis: int | None = -1, kind: str | None = None) -> object:
+    """NumPy's float64 sort along the axis; considered = the whole lane."""
+    return along_axis(x, axis, lambda lane: _sorted_lane(lane, kind))
 
 
 def ref_partition(x: object, kth: int | Sequence[int], axis: int | None = -1) -> object:
-    """A full stable sort is a valid partition for every ``kth``."""
-    del kth
-    return ref_sort(x, axis)
+    """NumPy's float64 partition of each lane (same ``kth``); considered = the whole lane."""
+    return along_axis(x, axis, lambda lane: _arranged_lane(lane, lambda v: np.partition(v, kth)))
 
 
 def ref_unique(x: object) -> object:
-    """Sorted distinct values of the flattened array; each from the first equal cell."""
+    """Sorted distinct values of the flattened array; each from the first equal cell (NaNs
+    are one value, as ``np.unique``'s ``equal_nan``)."""
 
     def lane_fn(lane: list[Ref]) -> list[Ref]:
         s = _sorted_lane(lane)
