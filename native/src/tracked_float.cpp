@@ -861,7 +861,7 @@ struct BinInfo {
   const char* name;
   BinKind kind;
   BinInline op;
-  bool pairwise;  // add/subtract: NumPy reduces with pairwise summation
+  bool pairwise;  // add: NumPy reduces with pairwise summation
   int identity;   // 0: none, 1: 0.0, 2: 1.0
   bool reorderable;
   F64Loop f64;
@@ -870,7 +870,7 @@ struct BinInfo {
 // NumPy's DOUBLE_pairwise_sum (numpy/_core/src/umath/loops_utils.h.src), same order exactly.
 double pairwise_sum(const char* a, npy_intp n, npy_intp stride) {
   if (n < 8) {
-    double res = 0.;
+    double res = -0.0;  // as NumPy: summing only -0 gives -0 (0 + -0 would be 0)
     for (npy_intp i = 0; i < n; ++i) res += load_v(a + i * stride);
     return res;
   }
@@ -1699,6 +1699,15 @@ void register_finfo() {
   py::object cache = finfo.attr("_finfo_cache");
   cache[py::handle(reinterpret_cast<PyObject*>(g_descr))] = f64;
   cache[py::handle(reinterpret_cast<PyObject*>(g_scalar_type))] = f64;
+  // Likewise numpy.ma's extreme fill values (its tables are keyed by scalar type): masked
+  // medians (np.nanmedian along an axis) fill masked cells with float64's.
+  py::module_ ma = py::module_::import("numpy.ma.core");
+  py::handle scalar(reinterpret_cast<PyObject*>(g_scalar_type));
+  py::object f64_type = py::module_::import("numpy").attr("float64");
+  for (const char* table : {"min_filler", "max_filler"}) {
+    py::object t = ma.attr(table);
+    t[scalar] = t[f64_type];
+  }
 }
 
 void register_dtype(PyObject* errors_module) {
@@ -1849,7 +1858,8 @@ void register_dtype(PyObject* errors_module) {
   register_legacy("matmul", &matmul_loop, {T, T, T}, nullptr);
 
   register_binary<0>("add", B_ARITH, I_ADD, true, 1, true);
-  register_binary<1>("subtract", B_ARITH, I_SUB, true, 0, false);
+  // NumPy reduces only add pairwise; subtract's reduction is sequential (acc -= x).
+  register_binary<1>("subtract", B_ARITH, I_SUB, false, 0, false);
   register_binary<2>("multiply", B_ARITH, I_MUL, false, 2, true);
   register_binary<3>("true_divide", B_ARITH, I_DIV, false, 0, false);
   register_binary<4>("floor_divide", B_ARITH, I_NONE, false, 0, false);

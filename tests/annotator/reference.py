@@ -479,7 +479,8 @@ def along_axis(x: object, axis: int | None, fn: Callable[[list[Ref]], list[Ref]]
     moved = np.moveaxis(a, ax, -1)
     lanes = moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, 0)
     new = [fn([lift(c) for c in lane.tolist()]) for lane in lanes]
-    length = len(new[0]) if new else 0
+    # No lanes (an empty array): the output lane length is what fn makes of a constant lane.
+    length = len(new[0]) if new else len(fn([Ref(0.0)] * moved.shape[-1])) if moved.shape[-1] else 0
     out = obj_array((c for lane in new for c in lane), (*moved.shape[:-1], length))
     return np.moveaxis(out, -1, ax)
 
@@ -992,6 +993,160 @@ def ref_interp(
 
 
 # ---------------------------------------------------------------------------------------------
+# NaN-aware functions: NumPy's own code paths (numpy/lib/_nanfunctions_impl.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def _nanvar_lane(lane: list[Ref], ddof: int) -> Ref:
+    """``nanvar``: NaN -> 0, mean over the count, squared deviations with NaN slots reset to the
+    constant 0, divided by ``count - ddof``; a lane with ``count - ddof <= 0`` is the constant
+    NaN (``_copyto(var, np.nan, isbad)``)."""
+    cnt = sum(not math.isnan(c.v) for c in lane)
+    arr = _nan_to(lane, 0.0)
+    avg = _fold(_add, arr) / float(cnt)
+    sq = [Ref(0.0) if math.isnan(c.v) else combine(np.square, c - avg) for c in lane]
+    var = _fold(_add, sq) / float(cnt - ddof)
+    return Ref(math.nan) if cnt - ddof <= 0 else var
+
+
+def ref_nanmean(
+    x: object, axis: int | Sequence[int] | None = None, keepdims: bool = False
+) -> object:
+    """``nanmean``: NaN cells become the constant 0 (they drop out), the sum over the count."""
+
+    def lane_fn(lane: list[Ref]) -> Ref:
+        cnt = sum(not math.isnan(c.v) for c in lane)
+        return _fold(_add, _nan_to(lane, 0.0)) / float(cnt)
+
+    return reduce_lanes(x, axis, keepdims, lambda lane: [lane_fn(lane)])
+
+
+def ref_nanvar(
+    x: object, axis: int | Sequence[int] | None = None, ddof: int = 0, keepdims: bool = False
+) -> object:
+    """``nanvar`` (see :func:`_nanvar_lane`)."""
+    return reduce_lanes(x, axis, keepdims, lambda lane: [_nanvar_lane(lane, ddof)])
+
+
+def ref_nanstd(
+    x: object, axis: int | Sequence[int] | None = None, ddof: int = 0, keepdims: bool = False
+) -> object:
+    """``nanstd`` = ``sqrt(nanvar)``."""
+    return reduce_lanes(
+        x, axis, keepdims, lambda lane: [combine(np.sqrt, _nanvar_lane(lane, ddof))]
+    )
+
+
+def ref_nanmax(x: object, axis: int | None = None, keepdims: bool = False) -> object:
+    """``nanmax`` of an ndarray is ``np.fmax.reduce``: the first non-NaN maximum."""
+    return reduce_lanes(x, axis, keepdims, lambda lane: [_fold(_fpick(np.fmax), lane)])
+
+
+def ref_nanmin(x: object, axis: int | None = None, keepdims: bool = False) -> object:
+    """``nanmin`` of an ndarray is ``np.fmin.reduce``."""
+    return reduce_lanes(x, axis, keepdims, lambda lane: [_fold(_fpick(np.fmin), lane)])
+
+
+def _fpick(ufunc: Any) -> Callable[[Ref, Ref], Ref]:
+    return lambda a, b: pick(ufunc, a, b)
+
+
+def ref_nan_to_num(
+    x: object,
+    copy: bool = True,
+    nan: float = 0.0,
+    posinf: float | None = None,
+    neginf: float | None = None,
+) -> object:
+    """NaN, +inf and -inf cells become constants (float64's max/min unless given)."""
+    del copy
+    hi = float(np.finfo(np.float64).max) if posinf is None else posinf
+    lo = float(np.finfo(np.float64).min) if neginf is None else neginf
+
+    def one(c: object) -> Ref:
+        r = lift(c)
+        if math.isnan(r.v):
+            return Ref(nan)
+        if math.isinf(r.v):
+            return Ref(hi if r.v > 0 else lo)
+        return r
+
+    return np.frompyfunc(one, 1, 1)(x)
+
+
+def _remove_nan_1d(lane: list[Ref]) -> list[Ref]:
+    """NumPy's ``_remove_nan_1d``: the NaN slots at the front are filled with the non-NaN
+    cells from the end, in order, and the tail is cut off (the order a partition then sees)."""
+    nans = [i for i, c in enumerate(lane) if math.isnan(c.v)]
+    if not nans:
+        return list(lane)
+    k = len(nans)
+    out = list(lane)
+    tail = [c for c in lane[-k:] if not math.isnan(c.v)]
+    for slot, c in zip(nans[: len(tail)], tail, strict=True):
+        out[slot] = c
+    return out[:-k]
+
+
+def _nanmedian_1d(lane: list[Ref]) -> Ref:
+    """``_nanmedian1d``: the median of the NaN-free cells; an all-NaN lane returns its last
+    cell (``arr1d[-1]``)."""
+    kept = _remove_nan_1d(lane)
+    return select(lane[-1]) if not kept else _median_lane(kept)
+
+
+def _nanmedian_masked(lane: list[Ref]) -> Ref:
+    """``_nanmedian_small`` (an axis of fewer than 600 cells): ``np.ma.median`` of the lane with
+    NaN masked. Its sort is an argsort of the values with NaN filled by +inf and a gather, so
+    a cell considers only itself; a masked cell picked among equal infinities becomes the
+    constant +inf (``replace_masked``); an all-NaN lane is the constant NaN (``filled``)."""
+    filled = np.array([math.inf if math.isnan(c.v) else c.v for c in lane], dtype=np.float64)
+    order = np.argsort(filled).tolist()
+    count = sum(not math.isnan(c.v) for c in lane)
+    if count == 0:
+        return Ref(math.nan)
+    h = count // 2
+    lo_pos = h if count % 2 else h - 1
+
+    def at(j: int) -> Ref:
+        c = lane[order[j]]
+        return Ref(math.inf) if math.isnan(c.v) else c
+
+    return (at(lo_pos) + at(h)) / 2.0
+
+
+def ref_nanmedian(x: object, axis: int | None = None, keepdims: bool = False) -> object:
+    """``np.nanmedian`` along NumPy's two code paths: the flattened/1-D one and the masked one."""
+    a = as_obj(x)
+    lane_fn = _nanmedian_1d if axis is None or a.ndim == 1 else _nanmedian_masked
+    return reduce_lanes(a, axis, keepdims, lambda lane: [lane_fn(lane)])
+
+
+def ref_nanquantile(
+    x: object, q: float | Sequence[float], axis: int | None = None, keepdims: bool = False
+) -> object:
+    """``np.nanquantile``: the quantiles of each lane's NaN-free cells (``_nanquantile_1d``);
+    an all-NaN lane gives constant NaNs."""
+    qa = [float(v) for v in np.asarray(q, dtype=np.float64).reshape(-1)]
+
+    def lane_fn(lane: list[Ref]) -> list[Ref]:
+        kept = _remove_nan_1d(lane)
+        return [Ref(math.nan) for _ in qa] if not kept else _quantile_lanes(kept, qa)
+
+    if np.ndim(q) == 0:
+        return reduce_lanes(x, axis, keepdims, lane_fn)
+    return reduce_lanes(x, axis, keepdims, _Many(lane_fn))
+
+
+def ref_nanpercentile(
+    x: object, q: float | Sequence[float], axis: int | None = None, keepdims: bool = False
+) -> object:
+    """``np.nanpercentile`` = ``np.nanquantile(q / 100)``."""
+    qq = np.true_divide(np.asarray(q, dtype=np.float64), 100)
+    return ref_nanquantile(x, qq if qq.ndim else float(qq), axis=axis, keepdims=keepdims)
+
+
+# ---------------------------------------------------------------------------------------------
 # The registry: NumPy function -> reference implementation (same call signature)
 # ---------------------------------------------------------------------------------------------
 
@@ -1051,6 +1206,15 @@ REFERENCE: dict[Callable[..., Any], Callable[..., Any]] = {
     np.cumprod: ref_cumprod,
     np.nancumsum: ref_nancumsum,
     np.nancumprod: ref_nancumprod,
+    np.nanmean: ref_nanmean,
+    np.nanvar: ref_nanvar,
+    np.nanstd: ref_nanstd,
+    np.nanmax: ref_nanmax,
+    np.nanmin: ref_nanmin,
+    np.nan_to_num: ref_nan_to_num,
+    np.nanmedian: ref_nanmedian,
+    np.nanquantile: ref_nanquantile,
+    np.nanpercentile: ref_nanpercentile,
     np.diff: ref_diff,
     np.ediff1d: ref_ediff1d,
     np.trapezoid: ref_trapezoid,
