@@ -6,6 +6,12 @@
 // arithmetic is added as NumPy-2 ArrayMethods (PyUFunc_AddLoopFromSpec) because their
 // get_loop hook runs once per ufunc call, which is what makes in-place accumulation safe.
 //
+// The scalar type derives from np.floating and the descriptor's kind is 'f' (with float64's
+// np.finfo): NumPy's inexact-only code paths (the nan-functions' _replace_nan, median's and
+// quantile's NaN checks, unique's NaN collapse, nan_to_num, gradient) then run on it exactly
+// as on float64. (ml_dtypes keeps its scalars under np.generic with kind 'V' because their
+// values are not float64; ours are, bit for bit.)
+//
 // Values: every loop produces exactly what NumPy computes on float64. Sign-bit and IEEE basic
 // operations are computed inline; everything else (sin, power, hypot, matmul, ...) is handed
 // to NumPy's own float64 inner loop on gathered values, so SIMD/SVML results match bit for bit.

@@ -35,16 +35,15 @@ Semantics (the contract the native annotator must match; also in the README of i
    ``clip`` follows NumPy's own clip macro instead (``x > lo ? x : lo``, then
    ``m < hi ? m : hi``, NaN in ``x`` propagating): a value equal to a bound is taken from
    the bound (a constant bound: no contributing cell); considered = x and both bounds.
-3. **Sorting family** (``sort partition unique``; ``median percentile quantile`` sort too):
-   each output cell carries the contributing set of the cell it was moved from, using a
-   **stable** order (NaN last); the considered set is every cell of the sorted lane (the
-   whole flattened array for ``axis=None``; ``median``/``percentile``/``quantile``: the
-   reduced lane). ``unique`` keeps the first cell of each run
-   of equal values in that stable order. ``partition`` is reproduced as a full stable sort
-   (a valid partition); the grid compares partitions only through order-independent
-   views. Ties among sorted values are therefore well-defined (stable order, which the
-   native annotator's lane-sort hook follows too); the ``sort_ties``/``unique_duplicates``
-   grid cases pin that down, the other sorting cases use distinct values.
+3. **Sorting family** (``sort partition unique``; ``median percentile quantile`` partition
+   too): values are arranged exactly as NumPy's float64 routine arranges them (``np.sort`` of
+   the same kind, ``np.partition`` with the same ``kth`` — so which of ``0.0``/``-0.0`` or of
+   two NaNs comes first, and where a partition leaves the cells it does not pin down, is
+   NumPy's choice); each output cell carries the contributing set of the input cell whose
+   value has exactly its bits, cells of identical bits in input order. The considered set is
+   every cell of the lane (the whole flattened array for ``axis=None``;
+   ``median``/``percentile``/``quantile``: the reduced lane). ``unique`` keeps the first cell
+   of each run of equal values in that order (NaNs are one value, NumPy's ``equal_nan``).
 4. **Selection by boolean mask or index array** (``where``, fancy indexing, argmax-based
    ``take_along_axis``): the result carries the selected element's sets only. Conditions
    and index arrays are plain ``bool``/``intp`` arrays and carry no lineage, so the
@@ -55,7 +54,11 @@ Semantics (the contract the native annotator must match; also in the README of i
 5. **Quantiles** follow NumPy's ``linear`` method: ``_lerp(previous, next, gamma)`` reads
    both neighbouring order statistics even when ``gamma == 0``, so both contribute (one
    cell when they coincide at the top). ``median`` is ``mean`` of the one or two middle
-   order statistics, so an odd-length median has a single contributing cell.
+   order statistics, so an odd-length median has a single contributing cell. A lane whose
+   last arranged cell is NaN gives that cell (NumPy's NaN check).
+   **NaN-aware functions** follow NumPy's own code paths (``_nanfunctions_impl``): a NaN
+   that is replaced by a constant (``_replace_nan``, ``nan_to_num``) or removed
+   (``_remove_nan_1d``) contributes nothing; see the ``ref_nan*`` functions.
 6. Reductions, cumulative operations and products union everything they combine
    (``sum``/``mean``/``std``/``var``/``prod``: the whole lane; ``cumsum[i]``: the prefix;
    ``dot``: row × column; ``diff`` with ``n``: the window of ``n + 1`` cells; interior
