@@ -426,29 +426,43 @@ inline uint64_t bits_of(double v) {
   return b;
 }
 
-// lane (input order) rearranged so that lane[i].v has the bits of vals[i]. Returns -1 with a
-// Python error if vals is not a permutation of the lane's values.
+// The key two values share when NumPy may exchange one for the other: their bits, or with
+// `loose` the same for every zero (SIMD sorts built on min/max can turn -0.0 into 0.0 and
+// back) and for every NaN.
+inline uint64_t match_key(double v, bool loose) {
+  if (loose && v == 0.0) return 0;
+  if (loose && std::isnan(v)) return 0x7ff8000000000000ULL;
+  return bits_of(v);
+}
+
+// lane (input order) rearranged as vals (NumPy's float64 arrangement of its values): output
+// position j takes the element whose value has the bits of vals[j], elements of identical
+// bits in input order. If NumPy's routine changed the sign of a zero (or a NaN's payload),
+// zeros (NaNs) are matched as one value, again in input order. The values written are
+// vals' own. Returns -1 with a Python error if vals is no rearrangement of the lane.
 int match_bits(std::vector<TF>& lane, const double* vals) {
   const size_t n = lane.size();
   std::vector<std::pair<uint64_t, size_t>> in(n), out(n);
-  for (size_t i = 0; i < n; ++i) {
-    in[i] = {bits_of(lane[i].v), i};
-    out[i] = {bits_of(vals[i]), i};
-  }
-  std::sort(in.begin(), in.end());  // (bits, position): equal bits stay in input order
-  std::sort(out.begin(), out.end());
-  std::vector<TF> res(n);
-  for (size_t r = 0; r < n; ++r) {
-    if (in[r].first != out[r].first) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      "tracked_float: NumPy's float64 arrangement of a lane is not a permutation "
-                      "of its values (please report this)");
-      return -1;
+  for (bool loose : {false, true}) {
+    for (size_t i = 0; i < n; ++i) {
+      in[i] = {match_key(lane[i].v, loose), i};
+      out[i] = {match_key(vals[i], loose), i};
     }
-    res[out[r].second] = lane[in[r].second];
+    std::sort(in.begin(), in.end());  // (key, position): equal keys stay in input order
+    std::sort(out.begin(), out.end());
+    bool same = true;
+    for (size_t r = 0; r < n && same; ++r) same = in[r].first == out[r].first;
+    if (!same) continue;
+    std::vector<TF> res(n);
+    for (size_t r = 0; r < n; ++r)
+      res[out[r].second] = TF{vals[out[r].second], lane[in[r].second].h};
+    lane.swap(res);
+    return 0;
   }
-  lane.swap(res);
-  return 0;
+  PyErr_SetString(PyExc_RuntimeError,
+                  "tracked_float: NumPy's float64 arrangement of a lane is not a rearrangement "
+                  "of its values (please report this)");
+  return -1;
 }
 
 // Considered mode: every element of the lane also considers the whole lane.

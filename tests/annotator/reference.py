@@ -649,18 +649,31 @@ def _arranged_lane(lane: list[Ref], arrange: Callable[[npt.NDArray[np.float64]],
     Which of two equal-comparing values goes first (``0.0``/``-0.0``, NaNs) and where a
     partition leaves the cells it does not pin down is NumPy's float64 algorithm's choice, so
     the order is read off that algorithm: output position ``j`` takes the cell whose value has
-    the bits of NumPy's ``j``-th value; cells of identical bits keep their input order.
+    the bits of NumPy's ``j``-th value; cells of identical bits keep their input order. Where
+    NumPy's routine changed a zero's sign (its SIMD sorts do), zeros are matched as one
+    value, in input order, and the value is NumPy's.
     """
     vals = np.array([c.v for c in lane], dtype=np.float64)
     out = np.asarray(arrange(vals), dtype=np.float64)
-    pos_in = sorted(range(len(lane)), key=lambda i: (_bits(lane[i].v), i))
-    pos_out = sorted(range(len(lane)), key=lambda j: (_bits(float(out[j])), j))
-    order = [0] * len(lane)
-    for i, j in zip(pos_in, pos_out, strict=True):
-        assert _bits(lane[i].v) == _bits(float(out[j])), "NumPy's arrangement is no permutation"
-        order[j] = i
     every = frozenset().union(*(c.con for c in lane))
-    return [Ref(lane[i].v, lane[i].contrib, every) for i in order]
+    for key in (_bits, _loose_key):  # SIMD sorts may flip a zero's sign: then zeros are one
+        pos_in = sorted(range(len(lane)), key=lambda i: (key(lane[i].v), i))
+        pos_out = sorted(range(len(lane)), key=lambda j: (key(float(out[j])), j))
+        if [key(lane[i].v) for i in pos_in] != [key(float(out[j])) for j in pos_out]:
+            continue
+        order = [0] * len(lane)
+        for i, j in zip(pos_in, pos_out, strict=True):
+            order[j] = i
+        return [Ref(float(out[j]), lane[i].contrib, every) for j, i in enumerate(order)]
+    msg = "NumPy's arrangement is no rearrangement of the lane"
+    raise AssertionError(msg)
+
+
+def _loose_key(v: float) -> int:
+    """One key for every zero and one for every NaN (values NumPy may exchange)."""
+    if v == 0.0:
+        return 0
+    return _bits(math.nan) if math.isnan(v) else _bits(v)
 
 
 def _sorted_lane(lane: list[Ref], kind: str | None = None) -> list[Ref]:

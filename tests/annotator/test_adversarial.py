@@ -217,3 +217,32 @@ def test_composed_pipelines_on_adversarial_inputs(
         return pipeline(REF, x)
 
     check(run, ref, [a], mode)
+
+
+LONG_LANE_FUNCS = [
+    (np.sort, {}),
+    (np.sort, {"kind": "stable"}),
+    (np.partition, {"kth": 7}),
+    (np.median, {}),
+    (np.quantile, {"q": [0.1, 0.5, 0.9]}),
+    (np.unique, {}),
+]
+
+
+@CI
+@given(
+    data=st.data(),
+    mode=st.sampled_from(MODES),
+    which=st.integers(0, len(LONG_LANE_FUNCS) - 1),
+    n=st.integers(16, 80),
+)
+def test_long_lanes_of_signed_zeros_and_nans(data: Any, mode: Mode, which: int, n: int) -> None:
+    """Lanes long enough for NumPy's SIMD sorts, which may flip the sign of a zero."""
+    fn, kw = LONG_LANE_FUNCS[which]
+    x = np.array(
+        data.draw(st.lists(st.sampled_from([0.0, -0.0, np.nan, 1.0, -1.0]), min_size=n, max_size=n))
+    )
+    if fn is np.partition:
+        kw = {"kth": data.draw(st.integers(0, n - 1))}
+    ref = REFERENCE[fn]
+    check(lambda a: fn(a, **kw), lambda a: ref(a, **kw), [x], mode)
