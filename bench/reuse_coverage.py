@@ -44,8 +44,8 @@ or a sort) draws at most ``--max-cells-considered`` (2,000) cells per input inst
 20,000: the considered relation of a sort or ``unique`` over the flattened array has every
 output consider every input, ``cells²`` pairs (4·10⁸ at 20,000 cells, beyond this machine's
 memory). Every other function draws exactly the shapes of its contributing pass.
-``gradient`` and ``interp`` cannot be captured by the annotator at all (NumPy casts to
-float64 inside), so there is nothing to reuse: they count as neither.
+``interp`` cannot be captured by the annotator at all (NumPy casts to float64 inside), so
+there is nothing to reuse: it counts as neither.
 
 Also measured, as ratios in this process: the extra time of a reuse hit over bare NumPy for a
 1M-cell element-wise op (goal < 5 %), and the time of a confirmed-view lookup with 10, 1e3 and

@@ -89,8 +89,11 @@ class CaptureResult:
 
     Attributes:
         value: the real result, as ``func`` would have returned it on float64 inputs: a
-            float64 array, an ``np.float64`` scalar, or a tuple of those.
-        outputs: every output as a float64 array (0-d for scalars), in order.
+            float64 array, an ``np.float64`` scalar, or a tuple of those. A flagged
+            all-to-all result keeps the function's own output dtypes (``np.argwhere`` gives
+            int64, a comparison bool).
+        outputs: every output as an array (0-d for scalars), in order: float64, or the
+            function's own dtype for a flagged all-to-all result.
         input_shapes: shapes of the captured inputs, in argument order.
         relations: ``(output index, input index) -> LineageRelation`` of the contributing
             cells (sorted, duplicate-free); every pair is present, possibly empty. For a call
@@ -117,7 +120,7 @@ class CaptureResult:
     """
 
     value: Any
-    outputs: tuple[F64, ...]
+    outputs: tuple[npt.NDArray[Any], ...]
     input_shapes: tuple[Shape, ...]
     relations: Relations
     considered: Relations | None
@@ -240,16 +243,23 @@ def _all_to_all(
     mode: Mode,
     reason: str,
 ) -> CaptureResult:
-    """Run ``func`` on plain float64 copies and relate every output cell to every input cell."""
+    """Run ``func`` on plain float64 copies and relate every output cell to every input cell.
+
+    The outputs keep the dtype ``func`` gave them (int64 indices stay int64): the fallback
+    records lineage, it never changes the values.
+    """
     result = func(*[a.copy() for a in inputs], **kwargs)
     outs, is_tuple = split_outputs(result)
-    plain: list[F64] = []
+    plain: list[npt.NDArray[Any]] = []
     for k, o in enumerate(outs):
         arr = np.asarray(o)
         if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-            msg = f"Output {k} of the all-to-all fallback has dtype `{arr.dtype}`."
+            msg = (
+                f"Output {k} of the all-to-all fallback has dtype `{arr.dtype}`; lineage is "
+                "recorded for numeric and boolean arrays only. Return a numeric array."
+            )
             raise UnsupportedArrayError(msg)
-        plain.append(np.asarray(arr, dtype=np.float64))
+        plain.append(arr)
     relations: dict[tuple[int, int], LineageRelation] = {}
     for o, out in enumerate(plain):
         for i, inp in enumerate(inputs):
@@ -276,13 +286,14 @@ def _all_to_all(
     )
 
 
-def plain_value(plain: list[F64], raw: list[Any], is_tuple: bool) -> Any:
-    """The value a capture returns: ``plain`` float64 outputs shaped as ``func`` returned
-    ``raw`` (a scalar stays an ``np.float64``, a tuple/list becomes a tuple)."""
+def plain_value(plain: list[npt.NDArray[Any]], raw: list[Any], is_tuple: bool) -> Any:
+    """The value a capture returns: ``plain`` outputs shaped as ``func`` returned ``raw`` (a
+    scalar stays a NumPy scalar of its array's dtype, ``np.float64`` for tracked results; a
+    tuple/list becomes a tuple)."""
     vals: list[Any] = []
     for arr, r in zip(plain, raw, strict=True):
         is_scalar = not isinstance(r, np.ndarray)
-        vals.append(np.float64(arr[()]) if is_scalar and arr.ndim == 0 else arr)
+        vals.append(arr[()] if is_scalar and arr.ndim == 0 else arr)
     return tuple(vals) if is_tuple else vals[0]
 
 
@@ -395,7 +406,7 @@ def capture_inputs(
         considered: dict[tuple[int, int], LineageRelation] | None = (
             {} if mode == "considered" else None
         )
-        plain: list[F64] = []
+        plain: list[npt.NDArray[Any]] = []
         for o, arr in enumerate(arrs):
             plain.append(_annotator.values(arr))
             out_shape = tuple(int(d) for d in arr.shape)

@@ -8,7 +8,7 @@ import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
 
-class tracked_float(np.generic):
+class tracked_float(np.floating[Any]):
     """A float64 value annotated with the input cells it came from."""
 
     def __new__(cls, value: object = ...) -> tracked_float: ...

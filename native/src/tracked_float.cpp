@@ -6,6 +6,12 @@
 // arithmetic is added as NumPy-2 ArrayMethods (PyUFunc_AddLoopFromSpec) because their
 // get_loop hook runs once per ufunc call, which is what makes in-place accumulation safe.
 //
+// The scalar type derives from np.floating and the descriptor's kind is 'f' (with float64's
+// np.finfo): NumPy's inexact-only code paths (the nan-functions' _replace_nan, median's and
+// quantile's NaN checks, unique's NaN collapse, nan_to_num, gradient) then run on it exactly
+// as on float64. (ml_dtypes keeps its scalars under np.generic with kind 'V' because their
+// values are not float64; ours are, bit for bit.)
+//
 // Values: every loop produces exactly what NumPy computes on float64. Sign-bit and IEEE basic
 // operations are computed inline; everything else (sin, power, hypot, matmul, ...) is handed
 // to NumPy's own float64 inner loop on gathered values, so SIMD/SVML results match bit for bit.
@@ -399,39 +405,107 @@ int af_fillwithscalar(void* buffer, npy_intp n, void* value, void*) {
   return 0;
 }
 
-// Sort of one contiguous lane (np.sort, ndarray.sort, np.unique): stable, NaN last, so ties keep
-// their order. Elements move with their sets; in considered mode every element of the lane
-// also gets the whole lane as its considered set (a sort compares everything with everything
-// it is ordered against).
+// ---------------------------------------------------------------------------------------------
+// Sorting family: NumPy's own float64 arrangement, elements matched by bits
+//
+// Which of two equal-comparing values ends up first (0.0 and -0.0, NaNs of other payloads) and
+// where a partition leaves the cells it does not pin down is decided by NumPy's float64
+// algorithms (SIMD sorts, introselect) and differs from any rule we could state. So a lane is
+// arranged by running NumPy's own float64 routine on its values, and each output position then
+// takes the input element whose value has the same bits; elements of equal bits (identical
+// values) keep their input order. Values are therefore NumPy's bit for bit, and each output
+// cell carries the set of the cell its value really came from. In considered mode every
+// element of the lane also gets the whole lane as its considered set (a sort or partition
+// compares each element with the ones it is ordered against).
+// ---------------------------------------------------------------------------------------------
+PyArray_SortFunc* g_f64_sort[NPY_NSORTS] = {};
+
+inline uint64_t bits_of(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// The key two values share when NumPy may exchange one for the other: their bits, or with
+// `loose` the same for every zero (SIMD sorts built on min/max can turn -0.0 into 0.0 and
+// back) and for every NaN.
+inline uint64_t match_key(double v, bool loose) {
+  if (loose && v == 0.0) return 0;
+  if (loose && std::isnan(v)) return 0x7ff8000000000000ULL;
+  return bits_of(v);
+}
+
+// lane (input order) rearranged as vals (NumPy's float64 arrangement of its values): output
+// position j takes the element whose value has the bits of vals[j], elements of identical
+// bits in input order. If NumPy's routine changed the sign of a zero (or a NaN's payload),
+// zeros (NaNs) are matched as one value, again in input order. The values written are
+// vals' own. Returns -1 with a Python error if vals is no rearrangement of the lane.
+int match_bits(std::vector<TF>& lane, const double* vals) {
+  const size_t n = lane.size();
+  std::vector<std::pair<uint64_t, size_t>> in(n), out(n);
+  for (bool loose : {false, true}) {
+    for (size_t i = 0; i < n; ++i) {
+      in[i] = {match_key(lane[i].v, loose), i};
+      out[i] = {match_key(vals[i], loose), i};
+    }
+    std::sort(in.begin(), in.end());  // (key, position): equal keys stay in input order
+    std::sort(out.begin(), out.end());
+    bool same = true;
+    for (size_t r = 0; r < n && same; ++r) same = in[r].first == out[r].first;
+    if (!same) continue;
+    std::vector<TF> res(n);
+    for (size_t r = 0; r < n; ++r)
+      res[out[r].second] = TF{vals[out[r].second], lane[in[r].second].h};
+    lane.swap(res);
+    return 0;
+  }
+  PyErr_SetString(PyExc_RuntimeError,
+                  "tracked_float: NumPy's float64 arrangement of a lane is not a rearrangement "
+                  "of its values (please report this)");
+  return -1;
+}
+
+// Considered mode: every element of the lane also considers the whole lane.
+int consider_lane(std::vector<TF>& lane) {
+  if (!g_arena || g_arena->mode() != dslog::Mode::kConsidered) return 0;
+  try {
+    for (const TF& t : lane)
+      if (!handle_ok(t.h)) return set_handle_error(t.h), -1;
+    // The lane's set is built as an accumulator: small sets are appended as cells, big
+    // shared ones (x - x.mean() gives every element {i} ∪ M) as one reference each, so a
+    // lane of n such elements costs O(n), not n * |M| (flattening every element's set).
+    // begin_call() brackets it: only this accumulator may grow in place, and after the
+    // second call it is frozen, since every element of the lane then shares it.
+    Arena& ar = *g_arena;
+    ar.begin_call();
+    Handle k = 0;
+    size_t left = lane.size();
+    for (const TF& t : lane) ar.acc_join(k, ar.considered(t.h), --left);
+    ar.begin_call();
+    for (TF& t : lane) t.h = ar.with_considered(t.h, k);
+  } catch (...) {
+    set_cpp_error();
+    return -1;
+  }
+  return 0;
+}
+
+// Sort of one contiguous lane (np.sort, ndarray.sort, np.unique) with NumPy's float64 sort of
+// the same kind (quicksort, heapsort, stable).
+template <int K>
 int af_sort(void* start, npy_intp num, void*) {
   char* p = static_cast<char*>(start);
   std::vector<TF> lane(static_cast<size_t>(num));
-  for (npy_intp i = 0; i < num; ++i) lane[size_t(i)] = load(p + i * 16);
-  std::stable_sort(lane.begin(), lane.end(), [](const TF& a, const TF& b) {
-    if (std::isnan(b.v)) return !std::isnan(a.v);
-    return a.v < b.v;
-  });
-  if (g_arena && g_arena->mode() == dslog::Mode::kConsidered) {
-    try {
-      for (const TF& t : lane)
-        if (!handle_ok(t.h)) return set_handle_error(t.h), -1;
-      // The lane's set is built as an accumulator: small sets are appended as cells, big
-      // shared ones (x - x.mean() gives every element {i} ∪ M) as one reference each, so a
-      // lane of n such elements costs O(n), not n * |M| (flattening every element's set).
-      // begin_call() brackets it: only this accumulator may grow in place, and after the
-      // second call it is frozen, since every element of the lane then shares it.
-      Arena& ar = *g_arena;
-      ar.begin_call();
-      Handle k = 0;
-      size_t left = lane.size();
-      for (const TF& t : lane) ar.acc_join(k, ar.considered(t.h), --left);
-      ar.begin_call();
-      for (TF& t : lane) t.h = ar.with_considered(t.h, k);
-    } catch (...) {
-      set_cpp_error();
-      return -1;
-    }
+  std::vector<double> vals(static_cast<size_t>(num));
+  for (npy_intp i = 0; i < num; ++i) {
+    lane[size_t(i)] = load(p + i * 16);
+    vals[size_t(i)] = lane[size_t(i)].v;
   }
+  if (g_f64_sort[K](vals.data(), num, nullptr) < 0) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  if (match_bits(lane, vals.data()) < 0 || consider_lane(lane) < 0) return -1;
   for (npy_intp i = 0; i < num; ++i) store(p + i * 16, lane[size_t(i)].v, lane[size_t(i)].h);
   return 0;
 }
@@ -807,7 +881,7 @@ struct BinInfo {
   const char* name;
   BinKind kind;
   BinInline op;
-  bool pairwise;  // add/subtract: NumPy reduces with pairwise summation
+  bool pairwise;  // add: NumPy reduces with pairwise summation
   int identity;   // 0: none, 1: 0.0, 2: 1.0
   bool reorderable;
   F64Loop f64;
@@ -816,7 +890,7 @@ struct BinInfo {
 // NumPy's DOUBLE_pairwise_sum (numpy/_core/src/umath/loops_utils.h.src), same order exactly.
 double pairwise_sum(const char* a, npy_intp n, npy_intp stride) {
   if (n < 8) {
-    double res = 0.;
+    double res = -0.0;  // as NumPy: summing only -0 gives -0 (0 + -0 would be 0)
     for (npy_intp i = 0; i < n; ++i) res += load_v(a + i * stride);
     return res;
   }
@@ -1470,8 +1544,192 @@ void install_elementwise_fast_path(PyUFuncObject* uf) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// ndarray.partition / argpartition / argsort on tracked_float
+//
+// NumPy has no partition hook for user dtypes (PyArray_Partition falls back to a generic
+// quicksort through `compare`, which neither records compared cells nor arranges values as
+// float64's introselect does), and argsort/argpartition would order ties (0.0 and -0.0) by
+// that generic quicksort, not as float64 does. So these three ndarray methods are wrapped
+// once, at import: for a tracked_float array, partition runs NumPy's own float64 partition
+// (same arguments) on the values and matches elements by bits (see "Sorting family"), and
+// argsort/argpartition return NumPy's float64 indices of the values (indices carry no
+// lineage). Any other array goes straight to NumPy's method, arguments untouched.
+// ---------------------------------------------------------------------------------------------
+PyObject* g_orig_partition = nullptr;
+PyObject* g_orig_argpartition = nullptr;
+PyObject* g_orig_argsort = nullptr;
+
+// NumPy's own method `orig` called as orig(self, *args, **kw) (vectorcall layout).
+PyObject* call_method(PyObject* orig, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                      PyObject* kwnames) {
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  std::vector<PyObject*> full(size_t(nargs + nkw + 1));
+  full[0] = self;
+  for (Py_ssize_t i = 0; i < nargs + nkw; ++i) full[size_t(i + 1)] = args[i];
+  return PyObject_Vectorcall(orig, full.data(), size_t(nargs + 1), kwnames);
+}
+
+// A C-order float64 copy of a tracked array's values.
+PyObject* f64_values(PyArrayObject* arr) {
+  PyObject* c = PyArray_NewCopy(arr, NPY_CORDER);
+  if (!c) return nullptr;
+  auto* ca = reinterpret_cast<PyArrayObject*>(c);
+  PyObject* out = PyArray_SimpleNew(PyArray_NDIM(ca), PyArray_DIMS(ca), NPY_DOUBLE);
+  if (out) {
+    auto* d = static_cast<double*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(out)));
+    const char* src = PyArray_BYTES(ca);
+    for (npy_intp i = 0, n = PyArray_SIZE(ca); i < n; ++i) d[i] = load_v(src + i * 16);
+  }
+  Py_DECREF(c);
+  return out;
+}
+
+inline bool is_tracked_array(PyObject* self) {
+  return PyArray_Check(self) &&
+         is_tracked_descr(PyArray_DESCR(reinterpret_cast<PyArrayObject*>(self)));
+}
+
+PyObject* tracked_argsort(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                          PyObject* kwnames) {
+  if (!is_tracked_array(self)) return call_method(g_orig_argsort, self, args, nargs, kwnames);
+  PyObject* v = f64_values(reinterpret_cast<PyArrayObject*>(self));
+  if (!v) return nullptr;
+  PyObject* r = call_method(g_orig_argsort, v, args, nargs, kwnames);
+  Py_DECREF(v);
+  return r;
+}
+
+PyObject* tracked_argpartition(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                               PyObject* kwnames) {
+  if (!is_tracked_array(self))
+    return call_method(g_orig_argpartition, self, args, nargs, kwnames);
+  PyObject* v = f64_values(reinterpret_cast<PyArrayObject*>(self));
+  if (!v) return nullptr;
+  PyObject* r = call_method(g_orig_argpartition, v, args, nargs, kwnames);
+  Py_DECREF(v);
+  return r;
+}
+
+// The `axis` argument of ndarray.partition(kth, axis=-1, kind=..., order=...), already
+// validated by NumPy's own call on the values.
+int partition_axis(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, int ndim) {
+  PyObject* obj = nargs > 1 ? args[1] : nullptr;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw && !obj; ++i)
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "axis") == 0)
+      obj = args[nargs + i];
+  int axis = -1;
+  if (obj) {
+    axis = PyArray_PyIntAsInt(obj);
+    if (axis == -1 && PyErr_Occurred()) return INT32_MIN;
+  }
+  return axis < 0 ? axis + ndim : axis;
+}
+
+PyObject* tracked_partition(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                            PyObject* kwnames) {
+  if (!is_tracked_array(self)) return call_method(g_orig_partition, self, args, nargs, kwnames);
+  auto* arr = reinterpret_cast<PyArrayObject*>(self);
+  if (PyArray_FailUnlessWriteable(arr, "partition array") < 0) return nullptr;
+  PyObject* v = f64_values(arr);
+  if (!v) return nullptr;
+  py::object keep = py::reinterpret_steal<py::object>(v);
+  PyObject* r = call_method(g_orig_partition, v, args, nargs, kwnames);
+  if (!r) return nullptr;
+  Py_DECREF(r);
+  const int ndim = PyArray_NDIM(arr);
+  int axis = partition_axis(args, nargs, kwnames, ndim);
+  if (axis == INT32_MIN) return nullptr;
+  if (ndim == 0 || axis < 0 || axis >= ndim) Py_RETURN_NONE;  // NumPy accepted: nothing to move
+  const npy_intp n = PyArray_DIM(arr, axis);
+  if (n <= 1 || PyArray_SIZE(arr) == 0) Py_RETURN_NONE;  // NumPy sorts nothing either
+  int ax1 = axis, ax2 = axis;
+  PyObject* it_obj = PyArray_IterAllButAxis(self, &ax1);
+  if (!it_obj) return nullptr;
+  py::object keep_it = py::reinterpret_steal<py::object>(it_obj);
+  PyObject* itv_obj = PyArray_IterAllButAxis(v, &ax2);
+  if (!itv_obj) return nullptr;
+  py::object keep_itv = py::reinterpret_steal<py::object>(itv_obj);
+  auto* it = reinterpret_cast<PyArrayIterObject*>(it_obj);
+  auto* itv = reinterpret_cast<PyArrayIterObject*>(itv_obj);
+  const npy_intp s = PyArray_STRIDE(arr, axis);
+  const npy_intp sv = PyArray_STRIDE(reinterpret_cast<PyArrayObject*>(v), axis);
+  std::vector<TF> lane(static_cast<size_t>(n));
+  std::vector<double> vals(static_cast<size_t>(n));
+  while (PyArray_ITER_NOTDONE(it)) {
+    char* p = static_cast<char*>(it->dataptr);
+    const char* pv = static_cast<const char*>(itv->dataptr);
+    for (npy_intp i = 0; i < n; ++i) {
+      lane[size_t(i)] = load(p + i * s);
+      vals[size_t(i)] = load_v(pv + i * sv);
+    }
+    if (match_bits(lane, vals.data()) < 0 || consider_lane(lane) < 0) return nullptr;
+    for (npy_intp i = 0; i < n; ++i) store(p + i * s, lane[size_t(i)].v, lane[size_t(i)].h);
+    PyArray_ITER_NEXT(it);
+    PyArray_ITER_NEXT(itv);
+  }
+  Py_RETURN_NONE;
+}
+
+// Replace ndarray.<name> by `fn` (keeping NumPy's docstring); the original is kept in *orig.
+void wrap_ndarray_method(const char* name, PyObject** orig, PyMethodDef* def,
+                         _PyCFunctionFastWithKeywords fn) {
+  PyObject* dict = PyArray_Type.tp_dict;
+  PyObject* o = dict ? PyDict_GetItemString(dict, name) : nullptr;
+  if (!o) throw std::runtime_error(std::string("numpy.ndarray has no method ") + name);
+  Py_INCREF(o);
+  *orig = o;
+  PyObject* doc = PyObject_GetAttrString(o, "__doc__");
+  if (!doc) throw py::error_already_set();
+  def->ml_name = name;
+  def->ml_meth = reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fn));
+  def->ml_flags = METH_FASTCALL | METH_KEYWORDS;
+  def->ml_doc = PyUnicode_Check(doc) ? PyUnicode_AsUTF8(doc) : nullptr;  // doc kept alive
+  PyObject* descr = PyDescr_NewMethod(&PyArray_Type, def);
+  if (!descr || PyDict_SetItemString(dict, name, descr) < 0) {
+    Py_XDECREF(descr);
+    throw py::error_already_set();
+  }
+  Py_DECREF(descr);
+  PyType_Modified(&PyArray_Type);
+}
+
+void wrap_sorting_methods() {
+  static PyMethodDef defs[3];
+  wrap_ndarray_method("partition", &g_orig_partition, &defs[0], &tracked_partition);
+  wrap_ndarray_method("argpartition", &g_orig_argpartition, &defs[1], &tracked_argpartition);
+  wrap_ndarray_method("argsort", &g_orig_argsort, &defs[2], &tracked_argsort);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Registration
 // ---------------------------------------------------------------------------------------------
+
+// np.finfo(tracked_float) is float64's: NumPy's inexact code paths ask for it (nan_to_num's
+// posinf/neginf replacements, sinc's eps, ...) and must see the constants plain float64 runs
+// use. A legacy user dtype cannot provide finfo constants (the get_constant slot belongs to
+// new-style DTypes), so the dtype and its scalar type are entered in finfo's own cache.
+void register_finfo() {
+  py::object finfo = py::module_::import("numpy").attr("finfo");
+  if (!py::hasattr(finfo, "_finfo_cache"))
+    throw std::runtime_error(
+        "dslog's annotator needs numpy.finfo._finfo_cache (NumPy 2.x) to give tracked_float "
+        "float64's machine limits");
+  py::object f64 = finfo(py::module_::import("numpy").attr("float64"));
+  py::object cache = finfo.attr("_finfo_cache");
+  cache[py::handle(reinterpret_cast<PyObject*>(g_descr))] = f64;
+  cache[py::handle(reinterpret_cast<PyObject*>(g_scalar_type))] = f64;
+  // Likewise numpy.ma's extreme fill values (its tables are keyed by scalar type): masked
+  // medians (np.nanmedian along an axis) fill masked cells with float64's.
+  py::module_ ma = py::module_::import("numpy.ma.core");
+  py::handle scalar(reinterpret_cast<PyObject*>(g_scalar_type));
+  py::object f64_type = py::module_::import("numpy").attr("float64");
+  for (const char* table : {"min_filler", "max_filler"}) {
+    py::object t = ma.attr(table);
+    t[scalar] = t[f64_type];
+  }
+}
+
 void register_dtype(PyObject* errors_module) {
   g_lost_error = PyObject_GetAttrString(errors_module, "LineageLostError");
   g_stale_error = PyObject_GetAttrString(errors_module, "StaleLineageError");
@@ -1495,7 +1753,7 @@ void register_dtype(PyObject* errors_module) {
       {0, nullptr}};
   PyType_Spec spec = {"dslog_dagster._annotator.tracked_float", int(sizeof(TFScalar)), 0,
                       Py_TPFLAGS_DEFAULT, type_slots};
-  PyObject* bases = PyTuple_Pack(1, reinterpret_cast<PyObject*>(&PyGenericArrType_Type));
+  PyObject* bases = PyTuple_Pack(1, reinterpret_cast<PyObject*>(&PyFloatingArrType_Type));
   if (!bases) throw py::error_already_set();
   g_scalar_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpecWithBases(&spec, bases));
   Py_DECREF(bases);
@@ -1513,14 +1771,28 @@ void register_dtype(PyObject* errors_module) {
   g_arrfuncs.fill = &af_fill;
   g_arrfuncs.fillwithscalar = &af_fillwithscalar;
   g_arrfuncs.dotfunc = &af_dotfunc;
-  for (int kind = 0; kind < NPY_NSORTS; ++kind) g_arrfuncs.sort[kind] = &af_sort;
+  static_assert(NPY_NSORTS == 3, "one af_sort per NumPy sort kind");
+  g_arrfuncs.sort[0] = &af_sort<0>;
+  g_arrfuncs.sort[1] = &af_sort<1>;
+  g_arrfuncs.sort[2] = &af_sort<2>;
+  {
+    PyArray_Descr* d = PyArray_DescrFromType(NPY_DOUBLE);
+    for (int kind = 0; kind < NPY_NSORTS; ++kind) {
+      g_f64_sort[kind] = PyDataType_GetArrFuncs(d)->sort[kind];
+      if (g_f64_sort[kind] == nullptr) {
+        Py_DECREF(d);
+        throw std::runtime_error("NumPy's float64 dtype has no sort function of some kind");
+      }
+    }
+    Py_DECREF(d);
+  }
 
   static PyArray_DescrProto proto;
   std::memset(&proto, 0, sizeof proto);
   Py_SET_TYPE(&proto, &PyArrayDescr_Type);
   Py_SET_REFCNT(&proto, 1);
   proto.typeobj = g_scalar_type;
-  proto.kind = 'V';
+  proto.kind = 'f';
   proto.type = 'Q' + 1;  // 'R': an otherwise unused type character
   proto.byteorder = '=';
   proto.flags = char(NPY_NEEDS_PYAPI | NPY_USE_GETITEM | NPY_USE_SETITEM | NPY_NEEDS_INIT |
@@ -1573,6 +1845,8 @@ void register_dtype(PyObject* errors_module) {
   PyArray_Descr* f64 = PyArray_DescrFromType(NPY_DOUBLE);
   g_f64_dot = PyDataType_GetArrFuncs(f64)->dotfunc;
   Py_DECREF(f64);
+  register_finfo();
+  wrap_sorting_methods();
 
   // Unary math: the set passes through.
   const char* delegated[] = {
@@ -1604,7 +1878,8 @@ void register_dtype(PyObject* errors_module) {
   register_legacy("matmul", &matmul_loop, {T, T, T}, nullptr);
 
   register_binary<0>("add", B_ARITH, I_ADD, true, 1, true);
-  register_binary<1>("subtract", B_ARITH, I_SUB, true, 0, false);
+  // NumPy reduces only add pairwise; subtract's reduction is sequential (acc -= x).
+  register_binary<1>("subtract", B_ARITH, I_SUB, false, 0, false);
   register_binary<2>("multiply", B_ARITH, I_MUL, false, 2, true);
   register_binary<3>("true_divide", B_ARITH, I_DIV, false, 0, false);
   register_binary<4>("floor_divide", B_ARITH, I_NONE, false, 0, false);

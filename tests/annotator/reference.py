@@ -35,16 +35,15 @@ Semantics (the contract the native annotator must match; also in the README of i
    ``clip`` follows NumPy's own clip macro instead (``x > lo ? x : lo``, then
    ``m < hi ? m : hi``, NaN in ``x`` propagating): a value equal to a bound is taken from
    the bound (a constant bound: no contributing cell); considered = x and both bounds.
-3. **Sorting family** (``sort partition unique``; ``median percentile quantile`` sort too):
-   each output cell carries the contributing set of the cell it was moved from, using a
-   **stable** order (NaN last); the considered set is every cell of the sorted lane (the
-   whole flattened array for ``axis=None``; ``median``/``percentile``/``quantile``: the
-   reduced lane). ``unique`` keeps the first cell of each run
-   of equal values in that stable order. ``partition`` is reproduced as a full stable sort
-   (a valid partition); the grid compares partitions only through order-independent
-   views. Ties among sorted values are therefore well-defined (stable order, which the
-   native annotator's lane-sort hook follows too); the ``sort_ties``/``unique_duplicates``
-   grid cases pin that down, the other sorting cases use distinct values.
+3. **Sorting family** (``sort partition unique``; ``median percentile quantile`` partition
+   too): values are arranged exactly as NumPy's float64 routine arranges them (``np.sort`` of
+   the same kind, ``np.partition`` with the same ``kth`` — so which of ``0.0``/``-0.0`` or of
+   two NaNs comes first, and where a partition leaves the cells it does not pin down, is
+   NumPy's choice); each output cell carries the contributing set of the input cell whose
+   value has exactly its bits, cells of identical bits in input order. The considered set is
+   every cell of the lane (the whole flattened array for ``axis=None``;
+   ``median``/``percentile``/``quantile``: the reduced lane). ``unique`` keeps the first cell
+   of each run of equal values in that order (NaNs are one value, NumPy's ``equal_nan``).
 4. **Selection by boolean mask or index array** (``where``, fancy indexing, argmax-based
    ``take_along_axis``): the result carries the selected element's sets only. Conditions
    and index arrays are plain ``bool``/``intp`` arrays and carry no lineage, so the
@@ -55,7 +54,11 @@ Semantics (the contract the native annotator must match; also in the README of i
 5. **Quantiles** follow NumPy's ``linear`` method: ``_lerp(previous, next, gamma)`` reads
    both neighbouring order statistics even when ``gamma == 0``, so both contribute (one
    cell when they coincide at the top). ``median`` is ``mean`` of the one or two middle
-   order statistics, so an odd-length median has a single contributing cell.
+   order statistics, so an odd-length median has a single contributing cell. A lane whose
+   last arranged cell is NaN gives that cell (NumPy's NaN check).
+   **NaN-aware functions** follow NumPy's own code paths (``_nanfunctions_impl``): a NaN
+   that is replaced by a constant (``_replace_nan``, ``nan_to_num``) or removed
+   (``_remove_nan_1d``) contributes nothing; see the ``ref_nan*`` functions.
 6. Reductions, cumulative operations and products union everything they combine
    (``sum``/``mean``/``std``/``var``/``prod``: the whole lane; ``cumsum[i]``: the prefix;
    ``dot``: row × column; ``diff`` with ``n``: the window of ``n + 1`` cells; interior
@@ -479,7 +482,8 @@ def along_axis(x: object, axis: int | None, fn: Callable[[list[Ref]], list[Ref]]
     moved = np.moveaxis(a, ax, -1)
     lanes = moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, 0)
     new = [fn([lift(c) for c in lane.tolist()]) for lane in lanes]
-    length = len(new[0]) if new else 0
+    # No lanes (an empty array): the output lane length is what fn makes of a constant lane.
+    length = len(new[0]) if new else len(fn([Ref(0.0)] * moved.shape[-1])) if moved.shape[-1] else 0
     out = obj_array((c for lane in new for c in lane), (*moved.shape[:-1], length))
     return np.moveaxis(out, -1, ax)
 
@@ -634,22 +638,64 @@ ref_var = _reduction(_var)
 ref_std = _reduction(lambda lane: combine(np.sqrt, _var(lane)))
 
 
-def _stable_order(lane: list[Ref]) -> list[int]:
-    """Stable ascending order of a lane's positions, NaN last (NumPy's sort order)."""
-    return sorted(range(len(lane)), key=lambda i: (math.isnan(lane[i].v), lane[i].v))
+def _bits(v: float) -> int:
+    return int(np.float64(v).view(np.int64))
 
 
-def _sorted_lane(lane: list[Ref]) -> list[Ref]:
-    """The lane in stable sorted order; every cell also considers the whole lane."""
+def _arranged_lane(lane: list[Ref], arrange: Callable[[npt.NDArray[np.float64]], Any]) -> list[Ref]:
+    """The lane as NumPy's float64 routine ``arrange`` (a sort or a partition of the values)
+    orders it; every cell also considers the whole lane.
+
+    Which of two equal-comparing values goes first (``0.0``/``-0.0``, NaNs) and where a
+    partition leaves the cells it does not pin down is NumPy's float64 algorithm's choice, so
+    the order is read off that algorithm: output position ``j`` takes the cell whose value has
+    the bits of NumPy's ``j``-th value; cells of identical bits keep their input order. Where
+    NumPy's routine changed a zero's sign (its SIMD sorts do), zeros are matched as one
+    value, in input order, and the value is NumPy's.
+    """
+    vals = np.array([c.v for c in lane], dtype=np.float64)
+    out = np.asarray(arrange(vals), dtype=np.float64)
     every = frozenset().union(*(c.con for c in lane))
-    return [Ref(lane[i].v, lane[i].contrib, every) for i in _stable_order(lane)]
+    for key in (_bits, _loose_key):  # SIMD sorts may flip a zero's sign: then zeros are one
+        pos_in = sorted(range(len(lane)), key=lambda i: (key(lane[i].v), i))
+        pos_out = sorted(range(len(lane)), key=lambda j: (key(float(out[j])), j))
+        if [key(lane[i].v) for i in pos_in] != [key(float(out[j])) for j in pos_out]:
+            continue
+        order = [0] * len(lane)
+        for i, j in zip(pos_in, pos_out, strict=True):
+            order[j] = i
+        return [Ref(float(out[j]), lane[i].contrib, every) for j, i in enumerate(order)]
+    msg = "NumPy's arrangement is no rearrangement of the lane"
+    raise AssertionError(msg)
+
+
+def _loose_key(v: float) -> int:
+    """One key for every zero and one for every NaN (values NumPy may exchange)."""
+    if v == 0.0:
+        return 0
+    return _bits(math.nan) if math.isnan(v) else _bits(v)
+
+
+def _sorted_lane(lane: list[Ref], kind: str | None = None) -> list[Ref]:
+    """The lane in NumPy's float64 sorted order (``np.sort`` of that ``kind``), NaN last."""
+    return _arranged_lane(lane, lambda v: np.sort(v, kind=kind))  # type: ignore[arg-type]
+
+
+def _nan_last(s: list[Ref], result: Ref) -> Ref:
+    """NumPy's NaN check of median/quantile: a lane whose last arranged cell is NaN gives that
+    cell (``_median_nancheck``, ``np.copyto(result, arr[-1], where=...)``)."""
+    return select(s[-1]) if s and math.isnan(s[-1].v) else result
 
 
 def _median_lane(lane: list[Ref]) -> Ref:
-    s = _sorted_lane(lane)
-    mid = len(s) // 2
-    middle = s[mid : mid + 1] if len(s) % 2 else s[mid - 1 : mid + 1]
-    return _mean(middle)
+    """NumPy's ``_median``: partition at the middle (and at -1 for the NaN check), mean of the
+    one or two middle cells."""
+    n = len(lane)
+    kth = [n // 2 - 1, n // 2] if n % 2 == 0 else [(n - 1) // 2]
+    s = _arranged_lane(lane, lambda v: np.partition(v, [*kth, -1]))
+    mid = n // 2
+    middle = s[mid : mid + 1] if n % 2 else s[mid - 1 : mid + 1]
+    return _nan_last(s, _mean(middle))
 
 
 def ref_median(
@@ -659,10 +705,8 @@ def ref_median(
     return reduce_lanes(x, axis, keepdims, lambda lane: [_median_lane(lane)])
 
 
-def _quantile_lane(lane: list[Ref], q: float) -> Ref:
-    """NumPy's ``method='linear'``: ``_lerp`` between the neighbouring order statistics."""
-    s = _sorted_lane(lane)
-    n = len(s)
+def _quantile_indexes(n: int, q: float) -> tuple[float, int, int]:
+    """NumPy's ``linear`` virtual index and its neighbours (``_get_indexes``)."""
     virtual = float(_f64(n - 1) * _f64(q))
     prev = math.floor(virtual)
     nxt = prev + 1
@@ -670,12 +714,24 @@ def _quantile_lane(lane: list[Ref], q: float) -> Ref:
         prev = nxt = -1
     elif virtual < 0:
         prev = nxt = 0
-    gamma = virtual - prev
-    a, b = s[prev], s[nxt]
-    diff = b - a
-    if gamma >= 0.5:
-        return b - diff * (1 - gamma)
-    return a + diff * gamma
+    return virtual, prev, nxt
+
+
+def _quantile_lanes(lane: list[Ref], qs: list[float]) -> list[Ref]:
+    """NumPy's ``method='linear'``: one partition at ``0, -1`` and every neighbour index of
+    every ``q``, then ``_lerp`` between the neighbouring order statistics (and the NaN check)."""
+    n = len(lane)
+    idx = [_quantile_indexes(n, q) for q in qs]
+    kth = np.unique(np.array([0, -1] + [p for _, p, _ in idx] + [x for _, _, x in idx]))
+    s = _arranged_lane(lane, lambda v: np.partition(v, kth))
+    out = []
+    for virtual, prev, nxt in idx:
+        gamma = virtual - prev
+        a, b = s[prev], s[nxt]
+        diff = b - a
+        res = b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+        out.append(_nan_last(s, res))
+    return out
 
 
 def ref_quantile(
@@ -687,11 +743,9 @@ def ref_quantile(
     """``np.quantile`` (linear): an array ``q`` adds a leading axis, as in NumPy."""
     if np.ndim(q) == 0:
         qs = float(q)  # type: ignore[arg-type]
-        return reduce_lanes(x, axis, keepdims, lambda lane: [_quantile_lane(lane, qs)])
+        return reduce_lanes(x, axis, keepdims, lambda lane: _quantile_lanes(lane, [qs]))
     qa = [float(v) for v in np.asarray(q, dtype=np.float64).reshape(-1)]
-    return reduce_lanes(
-        x, axis, keepdims, _Many(lambda lane: [_quantile_lane(lane, v) for v in qa])
-    )
+    return reduce_lanes(x, axis, keepdims, _Many(lambda lane: _quantile_lanes(lane, qa)))
 
 
 def ref_percentile(
@@ -753,19 +807,19 @@ def ref_ediff1d(x: object) -> object:
     return along_axis(x, None, lambda lane: _diff_lane(lane, 1))
 
 
-def ref_sort(x: object, axis: int | None = -1) -> object:
-    """Stable sort along the axis; considered = the whole lane."""
-    return along_axis(x, axis, _sorted_lane)
+def ref_sort(x: object, axis: int | None = -1, kind: str | None = None) -> object:
+    """NumPy's float64 sort along the axis; considered = the whole lane."""
+    return along_axis(x, axis, lambda lane: _sorted_lane(lane, kind))
 
 
 def ref_partition(x: object, kth: int | Sequence[int], axis: int | None = -1) -> object:
-    """A full stable sort is a valid partition for every ``kth``."""
-    del kth
-    return ref_sort(x, axis)
+    """NumPy's float64 partition of each lane (same ``kth``); considered = the whole lane."""
+    return along_axis(x, axis, lambda lane: _arranged_lane(lane, lambda v: np.partition(v, kth)))
 
 
 def ref_unique(x: object) -> object:
-    """Sorted distinct values of the flattened array; each from the first equal cell."""
+    """Sorted distinct values of the flattened array; each from the first equal cell (NaNs
+    are one value, as ``np.unique``'s ``equal_nan``)."""
 
     def lane_fn(lane: list[Ref]) -> list[Ref]:
         s = _sorted_lane(lane)
@@ -955,6 +1009,160 @@ def ref_interp(
 
 
 # ---------------------------------------------------------------------------------------------
+# NaN-aware functions: NumPy's own code paths (numpy/lib/_nanfunctions_impl.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def _nanvar_lane(lane: list[Ref], ddof: int) -> Ref:
+    """``nanvar``: NaN -> 0, mean over the count, squared deviations with NaN slots reset to the
+    constant 0, divided by ``count - ddof``; a lane with ``count - ddof <= 0`` is the constant
+    NaN (``_copyto(var, np.nan, isbad)``)."""
+    cnt = sum(not math.isnan(c.v) for c in lane)
+    arr = _nan_to(lane, 0.0)
+    avg = _fold(_add, arr) / float(cnt)
+    sq = [Ref(0.0) if math.isnan(c.v) else combine(np.square, c - avg) for c in lane]
+    var = _fold(_add, sq) / float(cnt - ddof)
+    return Ref(math.nan) if cnt - ddof <= 0 else var
+
+
+def ref_nanmean(
+    x: object, axis: int | Sequence[int] | None = None, keepdims: bool = False
+) -> object:
+    """``nanmean``: NaN cells become the constant 0 (they drop out), the sum over the count."""
+
+    def lane_fn(lane: list[Ref]) -> Ref:
+        cnt = sum(not math.isnan(c.v) for c in lane)
+        return _fold(_add, _nan_to(lane, 0.0)) / float(cnt)
+
+    return reduce_lanes(x, axis, keepdims, lambda lane: [lane_fn(lane)])
+
+
+def ref_nanvar(
+    x: object, axis: int | Sequence[int] | None = None, ddof: int = 0, keepdims: bool = False
+) -> object:
+    """``nanvar`` (see :func:`_nanvar_lane`)."""
+    return reduce_lanes(x, axis, keepdims, lambda lane: [_nanvar_lane(lane, ddof)])
+
+
+def ref_nanstd(
+    x: object, axis: int | Sequence[int] | None = None, ddof: int = 0, keepdims: bool = False
+) -> object:
+    """``nanstd`` = ``sqrt(nanvar)``."""
+    return reduce_lanes(
+        x, axis, keepdims, lambda lane: [combine(np.sqrt, _nanvar_lane(lane, ddof))]
+    )
+
+
+def ref_nanmax(x: object, axis: int | None = None, keepdims: bool = False) -> object:
+    """``nanmax`` of an ndarray is ``np.fmax.reduce``: the first non-NaN maximum."""
+    return reduce_lanes(x, axis, keepdims, lambda lane: [_fold(_fpick(np.fmax), lane)])
+
+
+def ref_nanmin(x: object, axis: int | None = None, keepdims: bool = False) -> object:
+    """``nanmin`` of an ndarray is ``np.fmin.reduce``."""
+    return reduce_lanes(x, axis, keepdims, lambda lane: [_fold(_fpick(np.fmin), lane)])
+
+
+def _fpick(ufunc: Any) -> Callable[[Ref, Ref], Ref]:
+    return lambda a, b: pick(ufunc, a, b)
+
+
+def ref_nan_to_num(
+    x: object,
+    copy: bool = True,
+    nan: float = 0.0,
+    posinf: float | None = None,
+    neginf: float | None = None,
+) -> object:
+    """NaN, +inf and -inf cells become constants (float64's max/min unless given)."""
+    del copy
+    hi = float(np.finfo(np.float64).max) if posinf is None else posinf
+    lo = float(np.finfo(np.float64).min) if neginf is None else neginf
+
+    def one(c: object) -> Ref:
+        r = lift(c)
+        if math.isnan(r.v):
+            return Ref(nan)
+        if math.isinf(r.v):
+            return Ref(hi if r.v > 0 else lo)
+        return r
+
+    return np.frompyfunc(one, 1, 1)(x)
+
+
+def _remove_nan_1d(lane: list[Ref]) -> list[Ref]:
+    """NumPy's ``_remove_nan_1d``: the NaN slots at the front are filled with the non-NaN
+    cells from the end, in order, and the tail is cut off (the order a partition then sees)."""
+    nans = [i for i, c in enumerate(lane) if math.isnan(c.v)]
+    if not nans:
+        return list(lane)
+    k = len(nans)
+    out = list(lane)
+    tail = [c for c in lane[-k:] if not math.isnan(c.v)]
+    for slot, c in zip(nans[: len(tail)], tail, strict=True):
+        out[slot] = c
+    return out[:-k]
+
+
+def _nanmedian_1d(lane: list[Ref]) -> Ref:
+    """``_nanmedian1d``: the median of the NaN-free cells; an all-NaN lane returns its last
+    cell (``arr1d[-1]``)."""
+    kept = _remove_nan_1d(lane)
+    return select(lane[-1]) if not kept else _median_lane(kept)
+
+
+def _nanmedian_masked(lane: list[Ref]) -> Ref:
+    """``_nanmedian_small`` (an axis of fewer than 600 cells): ``np.ma.median`` of the lane with
+    NaN masked. Its sort is an argsort of the values with NaN filled by +inf and a gather, so
+    a cell considers only itself; a masked cell picked among equal infinities becomes the
+    constant +inf (``replace_masked``); an all-NaN lane is the constant NaN (``filled``)."""
+    filled = np.array([math.inf if math.isnan(c.v) else c.v for c in lane], dtype=np.float64)
+    order = np.argsort(filled).tolist()
+    count = sum(not math.isnan(c.v) for c in lane)
+    if count == 0:
+        return Ref(math.nan)
+    h = count // 2
+    lo_pos = h if count % 2 else h - 1
+
+    def at(j: int) -> Ref:
+        c = lane[order[j]]
+        return Ref(math.inf) if math.isnan(c.v) else c
+
+    return (at(lo_pos) + at(h)) / 2.0
+
+
+def ref_nanmedian(x: object, axis: int | None = None, keepdims: bool = False) -> object:
+    """``np.nanmedian`` along NumPy's two code paths: the flattened/1-D one and the masked one."""
+    a = as_obj(x)
+    lane_fn = _nanmedian_1d if axis is None or a.ndim == 1 else _nanmedian_masked
+    return reduce_lanes(a, axis, keepdims, lambda lane: [lane_fn(lane)])
+
+
+def ref_nanquantile(
+    x: object, q: float | Sequence[float], axis: int | None = None, keepdims: bool = False
+) -> object:
+    """``np.nanquantile``: the quantiles of each lane's NaN-free cells (``_nanquantile_1d``);
+    an all-NaN lane gives constant NaNs."""
+    qa = [float(v) for v in np.asarray(q, dtype=np.float64).reshape(-1)]
+
+    def lane_fn(lane: list[Ref]) -> list[Ref]:
+        kept = _remove_nan_1d(lane)
+        return [Ref(math.nan) for _ in qa] if not kept else _quantile_lanes(kept, qa)
+
+    if np.ndim(q) == 0:
+        return reduce_lanes(x, axis, keepdims, lane_fn)
+    return reduce_lanes(x, axis, keepdims, _Many(lane_fn))
+
+
+def ref_nanpercentile(
+    x: object, q: float | Sequence[float], axis: int | None = None, keepdims: bool = False
+) -> object:
+    """``np.nanpercentile`` = ``np.nanquantile(q / 100)``."""
+    qq = np.true_divide(np.asarray(q, dtype=np.float64), 100)
+    return ref_nanquantile(x, qq if qq.ndim else float(qq), axis=axis, keepdims=keepdims)
+
+
+# ---------------------------------------------------------------------------------------------
 # The registry: NumPy function -> reference implementation (same call signature)
 # ---------------------------------------------------------------------------------------------
 
@@ -1014,6 +1222,15 @@ REFERENCE: dict[Callable[..., Any], Callable[..., Any]] = {
     np.cumprod: ref_cumprod,
     np.nancumsum: ref_nancumsum,
     np.nancumprod: ref_nancumprod,
+    np.nanmean: ref_nanmean,
+    np.nanvar: ref_nanvar,
+    np.nanstd: ref_nanstd,
+    np.nanmax: ref_nanmax,
+    np.nanmin: ref_nanmin,
+    np.nan_to_num: ref_nan_to_num,
+    np.nanmedian: ref_nanmedian,
+    np.nanquantile: ref_nanquantile,
+    np.nanpercentile: ref_nanpercentile,
     np.diff: ref_diff,
     np.ediff1d: ref_ediff1d,
     np.trapezoid: ref_trapezoid,

@@ -6,8 +6,7 @@ computes — bit for bit, except the README's documented rounding-only exception
 exactly the reference's lineage — the contributing relation
 in both modes and, with ``mode="considered"``, the considered relation too. A function NumPy
 itself cannot run on a user dtype must raise the documented ``LineageLostError`` instead
-(:data:`RAISES`). Known native gaps are strict xfails with the precise reason (the ``GAP_*``
-texts), so they turn into failures the moment they are fixed.
+(:data:`RAISES`). The grid has no known gaps: no case is marked xfail.
 """
 
 from __future__ import annotations
@@ -28,9 +27,6 @@ from tests.annotator.reference import MODES, Mode, reference_capture, to_relatio
 # Grid functions NumPy cannot run on a user dtype: ``capture`` must raise LineageLostError
 # naming the function (and the README's coverage table must list them, see below).
 RAISES: dict[str, str] = {
-    # np.gradient allocates its output as float64 for any dtype that is not np.inexact and
-    # assigns the tracked values into it: a cast that would drop lineage.
-    "gradient": "could not run on tracked_float arrays in `numpy` function `gradient`",
     # np.interp is C code (`compiled_interp`) that converts its operands to float64.
     "interp": "could not run on tracked_float arrays in `numpy` function `interp`",
 }
@@ -39,54 +35,7 @@ RAISES: dict[str, str] = {
 # where float64 NumPy calls dgemm (or a different summation order).
 ROUNDING_ONLY = frozenset({"dot", "inner", "multi_dot"})
 
-NAN_FUNCTIONS = frozenset({"nansum", "nanprod", "nancumsum", "nancumprod"})
-
-# Native gaps, each a strict xfail with the precise reason (conditions in `_marks`).
-GAP_NAN_REPLACE = (
-    "native gap: NumPy's nan-functions replace NaN by 0/1 only when "
-    "issubclass(dtype.type, np.inexact) (numpy.lib._nanfunctions_impl._replace_nan); the "
-    "tracked_float scalar type is not an np.inexact subclass, so NaN cells are combined and "
-    "the value is NaN instead of NumPy's"
-)
-
-
-PARTITION_FAMILY = frozenset({"partition", "median", "percentile", "quantile"})
-GAP_CONSIDERED_PARTITION = (
-    "native gap (the docs' coverage table): np.partition, and median/percentile/quantile which "
-    "call it, run NumPy's generic introselect on tracked_float, which has no hook to record "
-    "compared cells, so the considered relation holds only the picked cells instead of the "
-    "whole partitioned lane (contributing mode is exact)"
-)
-
-
-def _considered_adds_cells(case: GridCase) -> bool:
-    """Whether the reference's considered lineage is larger than its contributing lineage
-    (e.g. not for the median of a 2-cell lane, where both cells contribute)."""
-    inputs = case.inputs()
-    contributing = reference_capture(case.ref, *inputs, mode="contributing")[1]
-    considered = reference_capture(case.ref, *inputs, mode="considered")[1]
-    return contributing != considered
-
-
-def _marks(case: GridCase, mode: Mode) -> list[pytest.MarkDecorator]:
-    reasons = []
-    if (
-        mode == "considered"
-        and case.name in PARTITION_FAMILY
-        and not case.variant.endswith(",sorted")  # re-sorted afterwards: np.sort records the lane
-        and _considered_adds_cells(case)
-    ):
-        reasons.append(GAP_CONSIDERED_PARTITION)
-    if case.name in NAN_FUNCTIONS and any(np.isnan(a).any() for a in case.inputs()):
-        reasons.append(GAP_NAN_REPLACE)
-    return [pytest.mark.xfail(strict=True, reason="; ".join(reasons))] if reasons else []
-
-
-PARAMS = [
-    pytest.param(case, mode, id=f"{case.id}-{mode}", marks=_marks(case, mode))
-    for case in CASES
-    for mode in MODES
-]
+PARAMS = [pytest.param(case, mode, id=f"{case.id}-{mode}") for case in CASES for mode in MODES]
 
 
 def _pairs(rel: LineageRelation) -> set[tuple[tuple[int, ...], tuple[int, ...]]]:

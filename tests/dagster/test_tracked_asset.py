@@ -304,17 +304,17 @@ def _causes(err: Any) -> list[Any]:
 
 @tracked_asset
 def grad(src: np.ndarray) -> np.ndarray:
-    return np.gradient(src, axis=1)  # NumPy converts to float64 inside: lineage would be lost
+    return np.argwhere(src > 5.0)  # indices carry no data lineage: lineage would be lost
 
 
 @tracked_asset(policy="all_to_all")
 def grad_flagged(src: np.ndarray) -> np.ndarray:
-    return np.gradient(src, axis=1)
+    return np.argwhere(src > 5.0)
 
 
 @tracked_asset(policy="off")
 def grad_off(src: np.ndarray) -> np.ndarray:
-    return np.gradient(src, axis=1)
+    return np.argwhere(src > 5.0)
 
 
 @tracked_asset(policy="reuse_only")
@@ -341,12 +341,18 @@ def test_policies_all_to_all_off_reuse_only(
     res = dg.materialize(
         [src, grad_flagged, grad_off, neg_reuse], instance=instance, resources={"io_manager": io}
     )
-    want = np.gradient(np.arange(12.0).reshape(3, 4), axis=1)
-    assert res.output_for_node("grad_flagged").tolist() == want.tolist()
-    assert res.output_for_node("grad_off").tolist() == want.tolist()
+    want = np.argwhere(np.arange(12.0).reshape(3, 4) > 5.0)  # 6 x 2 int64 indices
+    for node in ("grad_flagged", "grad_off"):  # the fallback keeps the function's dtype
+        got = res.output_for_node(node)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+        with (Path(io.base_dir) / node).with_suffix(".npy").open("rb") as f:
+            stored = np.load(f)
+        assert stored.dtype == np.int64
+        np.testing.assert_array_equal(stored, want)
     flagged = _md(res, "grad_flagged")
     assert flagged[m.FLAGGED] is True
-    assert "gradient" in flagged[m.FLAG_REASON]
+    assert "int64" in flagged[m.FLAG_REASON]
     assert flagged[m.RAW_ROWS] == 12 * 12
     off = _md(res, "grad_off")
     assert off[m.OBTAINED] == "off"
@@ -355,7 +361,9 @@ def test_policies_all_to_all_off_reuse_only(
     assert reuse[m.OBTAINED] == "none"
     assert "no confirmed reuse view" in reuse[m.STATUS]
     log = DSLog(store_dir)
-    assert log.store.operations("grad_flagged")[0].capture_method == "all-to-all"
+    (op,) = log.store.operations("grad_flagged")
+    assert op.capture_method == "all-to-all"
+    assert op.outputs[0].dtype == "int64"
     assert log.store.operations("grad_off") == []
     assert log.store.operations("neg_reuse") == []
     assert _cells(log, ["grad_flagged", "src"], [(0, 0)]) == {

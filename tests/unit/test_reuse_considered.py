@@ -238,7 +238,7 @@ def _grid_cell(name: str, relation: str, root: Path) -> tuple[int, int]:
         try:
             got = reg.capture(case.func, *data, **opts)
         except (DSLogError, ValueError, TypeError, IndexError):
-            return served, wrong  # the annotator cannot capture it (gradient, interp)
+            return served, wrong  # the annotator cannot capture it (interp)
         if k < len(calls) or got.obtained == "captured":
             continue
         served += 1
@@ -271,9 +271,9 @@ def test_every_grid_function_served_on_hostile_data_equals_fresh_capture(
 
 
 def test_gradient_lineage_declared_analytically_is_reused(tmp_path: Path) -> None:
-    """``np.gradient`` cannot be captured (LineageLostError), but its lineage is pure
-    arithmetic and data-independent: declared from ``analytic.gradient`` it becomes an
-    ordinary declared view, confirmed by repetition and then served without ``capture``."""
+    """``np.gradient``'s lineage is pure arithmetic and data-independent: declared from
+    ``analytic.gradient`` it becomes an ordinary declared view, confirmed by repetition and
+    then served without ``capture``."""
     from dslog_dagster.core.api import Array, DSLog, Lineage
     from dslog_dagster.core.testing import analytic
 
