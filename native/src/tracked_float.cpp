@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "dslog/annotations.hpp"
+#include "dslog/extract.hpp"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -1939,6 +1940,81 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   return result;
 }
 
+// The factorised extraction (native/src/extract.cpp): the ProvRC table of one output against
+// every input, straight from the handles, never writing a pair per (output, input) cell. Per
+// input a tuple (rows, n_pairs, out_lo, out_hi, in_ref, in_q, in_r, in_mult, in_lo, in_hi)
+// with (l, rows) / (m, rows) int64 fields; and a dict of statistics. The work runs without
+// the GIL.
+py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
+                         bool considered) {
+  if (!g_arena) throw std::runtime_error("extract_tables() needs a running capture");
+  PyArrayObject* raw = require_tracked(out_obj, "the output");
+  py::object keep;
+  PyArrayObject* ca = raw;
+  if (!PyArray_IS_C_CONTIGUOUS(raw)) {
+    PyObject* c = PyArray_NewCopy(raw, NPY_CORDER);
+    if (!c) throw py::error_already_set();
+    keep = py::reinterpret_steal<py::object>(c);
+    ca = reinterpret_cast<PyArrayObject*>(c);
+  }
+  const std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
+  Arena& ar = *g_arena;
+  if (in_shapes.size() != ar.bases().size())
+    throw std::invalid_argument("extract_tables(): one input shape per annotated input");
+  for (size_t j = 0; j < in_shapes.size(); ++j) {
+    uint64_t size = 1;
+    for (int64_t d : in_shapes[j]) size *= uint64_t(d);
+    if (size != ar.sizes()[j])
+      throw std::invalid_argument("extract_tables(): an input shape does not match its size");
+  }
+  std::vector<dslog::ProvRCTable> tables;
+  dslog::ExtractStats st;
+  Handle bad = 0;
+  bool forged = false;
+  {
+    py::gil_scoped_release nogil;
+    try {
+      tables = dslog::extract_tables(ar, PyArray_BYTES(ca) + offsetof(TF, h), 16,
+                                     int64_t(PyArray_SIZE(ca)), out_shape, in_shapes,
+                                     considered, &st);
+    } catch (const dslog::BadHandle& e) {
+      bad = e.handle;
+    } catch (const dslog::ForgedCell&) {
+      forged = true;
+    }
+  }
+  if (forged) {
+    set_forged_error();
+    throw py::error_already_set();
+  }
+  if (bad != 0) {
+    set_handle_error(bad);
+    throw py::error_already_set();
+  }
+  py::list result;
+  const py::ssize_t l = py::ssize_t(out_shape.size());
+  for (size_t j = 0; j < tables.size(); ++j) {
+    dslog::ProvRCTable& t = tables[j];
+    const py::ssize_t m = py::ssize_t(in_shapes[j].size()), n = py::ssize_t(t.rows);
+    const int64_t pairs = (l + m == 0) ? int64_t(t.rows) : dslog::count_pairs(t);
+    auto field = [&](std::vector<int64_t>& v, py::ssize_t rank) {
+      if (l + m == 0) v.clear();
+      return adopt(std::move(v), {rank, (l + m == 0) ? py::ssize_t(0) : n});
+    };
+    result.append(py::make_tuple(n, pairs, field(t.out_lo, l), field(t.out_hi, l),
+                                 field(t.in_ref, m), field(t.in_q, m), field(t.in_r, m),
+                                 field(t.in_mult, m), field(t.in_lo, m), field(t.in_hi, m)));
+  }
+  py::dict d;
+  d["cells"] = st.cells;
+  d["runs"] = st.runs;
+  d["loose_pairs"] = st.loose_pairs;
+  d["atoms"] = st.atoms;
+  d["groups"] = st.groups;
+  d["records"] = st.records;
+  return py::make_tuple(result, d);
+}
+
 py::dict stats() {
   py::dict d;
   d["active"] = bool(g_arena);
@@ -1982,5 +2058,7 @@ PYBIND11_MODULE(_annotator, m) {
         "Tracked copy of a float64 array whose cells are annotated; returns (array, base).");
   m.def("values", &values_of, py::arg("arr"), "Plain float64 values of a tracked array.");
   m.def("extract", &extract, py::arg("out"), py::arg("in_shapes"), py::arg("considered") = false);
+  m.def("extract_tables", &extract_tables, py::arg("out"), py::arg("in_shapes"),
+        py::arg("considered") = false);
   m.def("stats", &stats);
 }
