@@ -28,16 +28,25 @@ __all__ = ["LazyRelations", "extract_tables", "extraction_stats", "stored_table"
 # columnar encoding may be smaller, and the pairs (fewer than this many per row) are
 # expanded to weigh the two exactly as :func:`~dslog_dagster.core.compression.compress` does.
 _ROWS_PER_PAIR_CHECK = 16
+# Relations of at most this many pairs are stored exactly as :func:`compress` stores them
+# (their pairs re-compressed: a bounded cost), so small captures keep the canonical tables
+# that view generalisation and table comparisons were built on. Bigger ones keep the rows
+# of the factorised extraction, which hold the same pairs.
+CANONICAL_MAX_PAIRS = 1 << 16
 
 
 def stored_table(table: LineageTable) -> LineageTable:
-    """``table`` as the store keeps it: the ProvRC table itself, or, when it holds fewer than
-    16 pairs per row, whatever :func:`~dslog_dagster.core.compression.compress` picks for its
-    pairs (ProvRC or the columnar encoding). The second case expands at most 16 pairs per
-    row, so it stays proportional to the compressed lineage."""
-    if table.rows == 0 or table.rows * _ROWS_PER_PAIR_CHECK <= table.n_pairs:
+    """``table`` as the store keeps it: the ProvRC table itself; or, when it stands for at
+    most :data:`CANONICAL_MAX_PAIRS` pairs or fewer than 16 pairs per row, whatever
+    :func:`~dslog_dagster.core.compression.compress` makes of its pairs (ProvRC or the
+    columnar encoding). Either case expands a bounded number of pairs per row, so the cost
+    stays proportional to the compressed lineage."""
+    if table.rows == 0 or table.out_rank + table.in_rank == 0:
         return table
-    if table.out_rank + table.in_rank == 0:
+    if (
+        table.n_pairs > CANONICAL_MAX_PAIRS
+        and table.rows * _ROWS_PER_PAIR_CHECK <= table.n_pairs
+    ):
         return table
     return compress(table.decompress())
 

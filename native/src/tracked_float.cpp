@@ -728,6 +728,7 @@ void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) 
 // the union of row i of A and column j of B.
 // ---------------------------------------------------------------------------------------------
 F64Loop g_f64_matmul;
+thread_local std::vector<Handle> t_rows, t_cols;
 
 void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
   npy_intp N = dims[0], n = dims[1], k = dims[2], m = dims[3];
@@ -741,7 +742,6 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
     A.resize(size_t(n * k));
     B.resize(size_t(k * m));
     C.resize(size_t(n * m));
-    std::unique_ptr<Arena::Builder> bld;
     for (npy_intp o = 0; o < N; ++o) {
       char* pa = args[0] + o * s0;
       char* pb = args[1] + o * s1;
@@ -773,23 +773,36 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
         set_stale_error();
         return;
       }
-      if (any && !bld) bld = std::make_unique<Arena::Builder>(*g_arena);
+      // Output cell (i, j) carries row i of A ∪ column j of B. Each row and each column set
+      // is built once, as an accumulator (small sets as cells, big shared ones by
+      // reference, so a row of `x - x.mean(0)` costs O(k), not k·n), and frozen; a cell
+      // then gets the lazy union of its two, O(1): an n·k·m product never writes a set of
+      // k + k cells per output cell (2e9 annotations for 1000³), and the extraction reads
+      // the shared row and column sets once (native/src/extract.cpp).
+      std::vector<Handle>& rows = t_rows;
+      std::vector<Handle>& cols = t_cols;
+      if (any) {
+        Arena& ar = *g_arena;
+        rows.assign(size_t(n), 0);
+        cols.assign(size_t(m), 0);
+        ar.begin_call();
+        for (npy_intp i = 0; i < n; ++i)
+          for (npy_intp q = 0; q < k; ++q) {
+            const Handle x = load(pa + i * a_n + q * a_k).h;
+            if (!handle_ok(x)) return set_handle_error(x);
+            ar.acc_join(rows[size_t(i)], x, size_t(k - q - 1));
+          }
+        for (npy_intp j = 0; j < m; ++j)
+          for (npy_intp q = 0; q < k; ++q) {
+            const Handle y = load(pb + q * b_k + j * b_m).h;
+            if (!handle_ok(y)) return set_handle_error(y);
+            ar.acc_join(cols[size_t(j)], y, size_t(k - q - 1));
+          }
+        ar.begin_call();  // freezes them: every cell of a row shares its row's set
+      }
       for (npy_intp i = 0; i < n; ++i)
         for (npy_intp j = 0; j < m; ++j) {
-          Handle h = 0;
-          if (any) {
-            bld->reset();
-            for (npy_intp q = 0; q < k; ++q) {
-              Handle x = load(pa + i * a_n + q * a_k).h, y = load(pb + q * b_k + j * b_m).h;
-              if (!handle_ok(x) || !handle_ok(y)) {
-                set_handle_error(first_bad({x, y}));
-                return;
-              }
-              bld->add(x);
-              bld->add(y);
-            }
-            h = bld->finish();
-          }
+          const Handle h = any ? g_arena->join(rows[size_t(i)], cols[size_t(j)]) : 0;
           store(pc + i * c_n + j * c_m, C[size_t(i * m + j)], h);
         }
     }
@@ -1678,16 +1691,23 @@ py::tuple annotate(py::array_t<double, py::array::c_style | py::array::forcecast
 // Plain float64 copy of the values (C order).
 py::array_t<double> values_of(py::handle obj) {
   PyArrayObject* arr = require_tracked(obj, "values()");
-  PyObject* c = PyArray_NewCopy(arr, NPY_CORDER);
-  if (!c) throw py::error_already_set();
-  py::object keep = py::reinterpret_steal<py::object>(c);
-  auto* ca = reinterpret_cast<PyArrayObject*>(c);
+  py::object keep;
+  auto* ca = arr;
+  if (!PyArray_IS_C_CONTIGUOUS(arr)) {  // read in place when already C order (no 2nd copy)
+    PyObject* c = PyArray_NewCopy(arr, NPY_CORDER);
+    if (!c) throw py::error_already_set();
+    keep = py::reinterpret_steal<py::object>(c);
+    ca = reinterpret_cast<PyArrayObject*>(c);
+  }
   std::vector<py::ssize_t> shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
   py::array_t<double> out(shape);
   double* d = out.mutable_data();
   const char* s = PyArray_BYTES(ca);
   npy_intp n = PyArray_SIZE(ca);
-  for (npy_intp i = 0; i < n; ++i) d[i] = load_v(s + i * 16);
+  {
+    py::gil_scoped_release nogil;
+    for (npy_intp i = 0; i < n; ++i) d[i] = load_v(s + i * 16);
+  }
   return out;
 }
 
