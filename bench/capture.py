@@ -5,7 +5,8 @@ process (never as timed tests):
 
 * element-wise ``np.negative(x)`` and ``x + y`` and the aggregate ``np.sum(x, axis=0)`` on
   ``(cells / 1000, 1000)`` arrays, 1e4 … 1e7 cells (``--quick``: 1e4 … 1e6);
-* initialisation (annotating the input cells) and extraction (relation columns) costs;
+* initialisation (annotating the input cells) and extraction (the factorised extraction
+  straight to ProvRC tables) costs;
 * bytes per recorded annotation: the output's 8-byte annotation handles (the half of each
   16-byte ``tracked_float`` that is not the value) plus the arena bytes the operation used,
   over the (output cell, input cell) pairs it recorded;
@@ -94,9 +95,9 @@ def measure(cells: int, reps: int) -> dict[str, float]:
                 res = f(*tracked)
                 t2 = time.perf_counter()
                 used = _annotator.stats()["bytes_used"] - used0 + HANDLE_BYTES * np.size(res)
-                rels = _annotator.extract(res, [a.shape for a in args], False)
+                rels, _ = _annotator.extract_tables(res, [list(a.shape) for a in args], False)
                 t3 = time.perf_counter()
-                n_ann = sum(int(oc.shape[1]) for oc, _ in rels)
+                n_ann = sum(int(t[1]) for t in rels)  # pairs the tables stand for
                 del res, rels  # as in best_of: no result outlives its repetition
                 # The operation again on the same annotated inputs, like best_of repeats f.
                 times.append(best_of(lambda f=f, tracked=tracked: f(*tracked), INNER_REPS))
@@ -147,9 +148,9 @@ def big_aggregate(cells: int) -> dict[str, float]:
         tx = _annotator.annotate(x)[0]
         res = np.sum(tx, axis=0)
         used = _annotator.stats()["bytes_used"] + HANDLE_BYTES * np.size(res)
-        rels = _annotator.extract(res, [x.shape], False)
+        rels, _ = _annotator.extract_tables(res, [list(x.shape)], False)
         total = time.perf_counter() - t0
-        n_ann = int(rels[0][0].shape[1])
+        n_ann = int(rels[0][1])
     finally:
         _annotator.end()
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

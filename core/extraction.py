@@ -43,10 +43,7 @@ def stored_table(table: LineageTable) -> LineageTable:
     stays proportional to the compressed lineage."""
     if table.rows == 0 or table.out_rank + table.in_rank == 0:
         return table
-    if (
-        table.n_pairs > CANONICAL_MAX_PAIRS
-        and table.rows * _ROWS_PER_PAIR_CHECK <= table.n_pairs
-    ):
+    if table.n_pairs > CANONICAL_MAX_PAIRS and table.rows * _ROWS_PER_PAIR_CHECK <= table.n_pairs:
         return table
     return compress(table.decompress())
 

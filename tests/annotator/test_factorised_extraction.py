@@ -66,8 +66,10 @@ STEPS: dict[str, Callable[[Any], Any]] = {
     "center0": lambda a: a - a.mean(axis=0),
     "standardize": lambda a: (a - a.mean(axis=0)) / (a.std(axis=0) + 1.0),
     "minmax": lambda a: (a - a.min()) / (a.max() - a.min() + 1.0),
-    "softmax": lambda a: np.exp(a - a.max(axis=1, keepdims=True))
-    / np.exp(a - a.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True),
+    "softmax": lambda a: (
+        np.exp(a - a.max(axis=1, keepdims=True))
+        / np.exp(a - a.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)
+    ),
     "cumsum1": lambda a: np.cumsum(a, axis=1),
     "sum0": lambda a: np.sum(a, axis=0, keepdims=True),
     "max1": lambda a: np.max(a, axis=1, keepdims=True),
