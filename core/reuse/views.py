@@ -442,9 +442,9 @@ def compress_all(
     """
     out: dict[TableKey, LineageTable] = {}
     for which, rels, known in ((0, relations, tables), (1, considered, considered_tables)):
-        for (o, i), rel in (rels or {}).items():
+        for o, i in rels or {}:  # keys only: a lazy relation is expanded only when needed
             table = None if known is None else known.get((o, i))
-            out[(which, o, i)] = compress(rel) if table is None else table
+            out[(which, o, i)] = compress((rels or {})[(o, i)]) if table is None else table
     return out
 
 

@@ -13,6 +13,7 @@ few rows, and nothing on the capture path expands the pairs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -157,3 +158,15 @@ def test_capture_expands_no_pairs_until_read() -> None:
     assert r.relation(0, 0) is rel  # expanded once
     assert r.considered_tables is not None
     assert r.considered_tables[(0, 0)].n_pairs == r.relation(0, 0, considered=True).n
+
+
+def test_registry_capture_expands_no_pairs(tmp_path: Path) -> None:
+    """The view registry learns from the capture's own tables, not from its relations."""
+    from dslog_dagster.core.reuse import ReusePolicy, ViewRegistry
+
+    reg = ViewRegistry(tmp_path, ReusePolicy(seed=1))
+    x = np.random.default_rng(2).uniform(size=(40, 30))
+    r = reg.capture(lambda a: a - a.mean(axis=0), x)
+    assert r.obtained == "captured"
+    assert isinstance(r.relations, LazyRelations)
+    assert "0 expanded" in repr(r.relations)
