@@ -3,8 +3,10 @@
 ``capture(func, *arrays)`` converts each input to the ``tracked_float`` dtype (a float64 value
 plus the set of input cells it came from, implemented in C++ in ``native/src/tracked_float.cpp``),
 calls ``func`` on the tracked arrays, and turns the sets carried by the output cells into one
-:class:`~dslog_dagster.core.LineageRelation` per (output, input) pair — sorted, duplicate-free
-int64 columns, ready for ProvRC and the store.
+stored :class:`~dslog_dagster.core.provrc.LineageTable` per (output, input) pair, straight from
+the annotations (:mod:`~dslog_dagster.core.extraction`: the cost follows the compressed lineage,
+never the raw pairs). The :class:`~dslog_dagster.core.LineageRelation` of a pair is expanded
+from its table when read.
 
 Why a dtype and not a wrapper object: NumPy then runs its own code paths (ufunc loops, sorts,
 copies, fancy indexing) on the annotated values, so the lineage is the lineage of what NumPy
@@ -30,12 +32,14 @@ This module knows nothing of reuse: the view registry (:mod:`dslog_dagster.core.
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster.core.extraction import LazyRelations, extract_tables
 from dslog_dagster.core.native import annotator as _annotator
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation, Shape
 from dslog_dagster.errors import (
     CaptureError,
@@ -43,9 +47,6 @@ from dslog_dagster.errors import (
     LineageLostError,
     UnsupportedArrayError,
 )
-
-if TYPE_CHECKING:
-    from dslog_dagster.core.provrc import LineageTable
 
 __all__ = [
     "TRACKED_FLOAT",
@@ -112,11 +113,18 @@ class CaptureResult:
             this capture was recorded under (None without a registry or for unsignable calls).
         verified: True when the served view was checked against a sampled annotated run on
             this very call.
-        tables: ``(output, input) -> LineageTable`` (ProvRC) of the contributing relations
-            when known: for a served view (not for one served with ``need="considered"``), and
-            for captures made with a registry (so the store need not re-compress).
+        tables: ``(output, input) -> LineageTable`` of the contributing relations, as the
+            store keeps them: for every annotated capture (the factorised extraction produces
+            them directly, :mod:`~dslog_dagster.core.extraction`) and for a served view (not
+            for one served with ``need="considered"``). None for a flagged all-to-all result.
         demoted: signatures of views found wrong during this call (a warning was issued and
             the lineage was captured instead).
+        considered_tables: the same as ``tables`` for the considered relations
+            (``mode="considered"`` captures only).
+
+    ``relations`` and ``considered`` of an annotated capture are expanded from the tables
+    when read (:class:`~dslog_dagster.core.extraction.LazyRelations`): the capture itself never
+    writes a pair per (output cell, input cell).
     """
 
     value: Any
@@ -131,8 +139,11 @@ class CaptureResult:
     obtained: Obtained = "captured"
     signature: str | None = None
     verified: bool = False
-    tables: "Mapping[tuple[int, int], LineageTable] | None" = field(default=None, repr=False)
+    tables: Mapping[tuple[int, int], LineageTable] | None = field(default=None, repr=False)
     demoted: tuple[str, ...] = ()
+    considered_tables: Mapping[tuple[int, int], LineageTable] | None = field(
+        default=None, repr=False
+    )
 
     def relation(
         self, output: int = 0, input: int = 0, *, considered: bool = False
@@ -402,21 +413,18 @@ def capture_inputs(
                 return _all_to_all(func, inputs, kwargs, mode, msg)
             raise LineageLostError(msg) from e
         shapes = [tuple(int(d) for d in a.shape) for a in inputs]
-        relations: dict[tuple[int, int], LineageRelation] = {}
-        considered: dict[tuple[int, int], LineageRelation] | None = (
+        tables: dict[tuple[int, int], LineageTable] = {}
+        considered: dict[tuple[int, int], LineageTable] | None = (
             {} if mode == "considered" else None
         )
         plain: list[npt.NDArray[Any]] = []
         for o, arr in enumerate(arrs):
             plain.append(_annotator.values(arr))
-            out_shape = tuple(int(d) for d in arr.shape)
-            for which, target in ((False, relations), (True, considered)):
+            for which, target in ((False, tables), (True, considered)):
                 if target is None:
                     continue
-                for i, (oc, ic) in enumerate(_annotator.extract(arr, shapes, which)):
-                    # Built straight from the extractor's columns: they are in bounds, sorted
-                    # and duplicate-free by construction (tests check against from_columns).
-                    target[(o, i)] = LineageRelation(out_shape, shapes[i], oc, ic, oc.shape[1])
+                for i, table in enumerate(extract_tables(arr, shapes, which)):
+                    target[(o, i)] = table
         annotation_bytes = int(_annotator.stats().get("bytes_used", 0))
     finally:
         _annotator.end()
@@ -424,8 +432,10 @@ def capture_inputs(
         value=plain_value(plain, outs, is_tuple),
         outputs=tuple(plain),
         input_shapes=tuple(shapes),
-        relations=relations,
-        considered=considered,
+        relations=LazyRelations(tables),
+        considered=None if considered is None else LazyRelations(considered),
         mode=mode,
         annotation_bytes=annotation_bytes,
+        tables=tables,
+        considered_tables=considered,
     )

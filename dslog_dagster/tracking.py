@@ -100,12 +100,13 @@ def lineage_of(
 ) -> LineageRelation | LineageTable:
     """The lineage of ``output <- input`` in the cheapest form the store accepts.
 
-    A served view (and a capture the registry already compressed) carries ProvRC tables: the
-    store registers those as they are, so a reuse hit neither expands the relation cell by cell
-    nor compresses it again — that round trip used to cost more than the step itself.
+    An annotated capture (its factorised extraction) and a served view carry the stored
+    tables: the store registers those as they are, so neither a capture nor a reuse hit
+    expands the relation cell by cell or compresses it again.
     """
-    if not considered and result.tables is not None:
-        table = result.tables.get((output, input))
+    tables = result.considered_tables if considered else result.tables
+    if tables is not None:
+        table = tables.get((output, input))
         if table is not None:
             return table
     return result.relation(output, input, considered=considered)

@@ -120,7 +120,9 @@ class Prober:
                 with warnings.catch_warnings(), np.errstate(all="ignore"):
                     warnings.simplefilter("ignore")
                     r = capture_inputs(self.func, self._data[name], self.mode, "raise", self.kwargs)
-                self._tables[name] = compress_all(r.relations, r.considered)
+                self._tables[name] = compress_all(
+                    r.relations, r.considered, r.tables, r.considered_tables
+                )
             except Exception:
                 self._tables[name] = None  # inconclusive: the function rejects this data
         return self._tables[name]

@@ -319,7 +319,7 @@ class ViewRegistry:
             # An over-approximation is no view; NaN inputs are outside what views are learnt
             # on (they are probed with NaN and marked finite-only where NaN matters).
             return replace(res, signature=dsig, demoted=tuple(demoted))
-        tables = compress_all(res.relations, res.considered)
+        tables = compress_all(res.relations, res.considered, res.tables, res.considered_tables)
         outs = shapes_of(res.outputs)
         prober = Prober(func, inputs, kwargs, mode, self._rng)
         has_zero = not all(a.all() for a in inputs)

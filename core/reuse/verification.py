@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dslog_dagster.core.capture import TRACKED_FLOAT, split_outputs, tracked_output
+from dslog_dagster.core.extraction import extract_tables
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.reuse.persistence import View, ViewFiles
@@ -208,9 +209,12 @@ def verify_sample(
             if tuple(int(d) for d in arr.shape) != tuple(out_shapes[o]):
                 return False
             for which in parts:
-                for i, (oc, ic) in enumerate(_annotator.extract(arr, shapes, bool(which))):
+                for i, got in enumerate(extract_tables(arr, shapes, bool(which))):
+                    # The same extraction as a capture's; the sample's pairs are few.
+                    sample = got.decompress()
+                    oc, ic = sample.out_cols, sample.in_cols
                     t = tables.get((which, o, i))
-                    n = oc.shape[1] if oc.ndim == 2 else 0
+                    n = sample.n
                     if t is None:
                         if n:
                             return False

@@ -432,13 +432,19 @@ def only_parts(
 def compress_all(
     relations: Mapping[tuple[int, int], LineageRelation],
     considered: Mapping[tuple[int, int], LineageRelation] | None,
+    tables: Mapping[tuple[int, int], LineageTable] | None = None,
+    considered_tables: Mapping[tuple[int, int], LineageTable] | None = None,
 ) -> dict[TableKey, LineageTable]:
-    """ProvRC tables of a capture's relations, keyed by :data:`TableKey`."""
+    """ProvRC tables of a capture's relations, keyed by :data:`TableKey`.
+
+    A capture's own tables (``tables``, ``considered_tables``: the factorised extraction
+    produced them) are taken as they are; only relations without a table are compressed.
+    """
     out: dict[TableKey, LineageTable] = {}
-    for (o, i), rel in relations.items():
-        out[(0, o, i)] = compress(rel)
-    for (o, i), rel in (considered or {}).items():
-        out[(1, o, i)] = compress(rel)
+    for which, rels, known in ((0, relations, tables), (1, considered, considered_tables)):
+        for o, i in rels or {}:  # keys only: a lazy relation is expanded only when needed
+            table = None if known is None else known.get((o, i))
+            out[(which, o, i)] = compress((rels or {})[(o, i)]) if table is None else table
     return out
 
 

@@ -947,6 +947,110 @@ CompressResult compress(const RelationView& rel, const CompressOptions& opts) {
   return res;
 }
 
+namespace {
+
+// Stable sort of records by `less` (on record pointers).
+template <class Less>
+void sort_records(Records& recs, Less less) {
+  const int64_t n = recs.size();
+  const int w = recs.lay.w;
+  std::vector<int64_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  bool sorted = true;
+  for (int64_t i = 1; i < n && sorted; ++i) sorted = !less(recs.at(i), recs.at(i - 1));
+  if (sorted) return;
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int64_t a, int64_t b) { return less(recs.at(a), recs.at(b)); });
+  std::vector<int64_t> buf(recs.buf.size());
+  for (int64_t i = 0; i < n; ++i)
+    std::copy(recs.at(idx[i]), recs.at(idx[i]) + w, buf.begin() + i * w);
+  recs.buf.swap(buf);
+}
+
+// Merge along input attribute a_k: records equal in every field but a_k's interval (and
+// live masks), with a_k in one representation and adjacent intervals, become one. Sound for
+// any representation: for a fixed b the two records' a_k are the adjacent intervals.
+Records input_merge(Records& recs, int k) {
+  const Layout& lay = recs.lay;
+  Records next(lay);
+  if (recs.size() == 0) return next;
+  const int kk0 = lay.in(k);
+  auto cmp_except = [&](CRec x, CRec y) -> int {
+    for (int f = 0; f < lay.w; ++f) {
+      if (f >= kk0 && f < kk0 + kRecInput) continue;
+      const int ff = (f - 2 * lay.l) % kRecInput;
+      if (f >= 2 * lay.l && ff == F_LIVE) continue;
+      if (x[f] != y[f]) return x[f] < y[f] ? -1 : 1;
+    }
+    for (int f = F_REF; f <= F_MULT; ++f)
+      if (x[kk0 + f] != y[kk0 + f]) return x[kk0 + f] < y[kk0 + f] ? -1 : 1;
+    return 0;
+  };
+  sort_records(recs, [&](CRec x, CRec y) {
+    const int c = cmp_except(x, y);
+    if (c != 0) return c < 0;
+    return x[kk0 + F_LO] < y[kk0 + F_LO];
+  });
+  std::vector<int64_t> run(recs.at(0), recs.at(0) + lay.w);
+  for (int64_t i = 1; i < recs.size(); ++i) {
+    CRec r = recs.at(i);
+    if (cmp_except(run.data(), r) == 0 && r[kk0 + F_LO] == run[kk0 + F_HI] + 1) {
+      run[kk0 + F_HI] = r[kk0 + F_HI];
+      for (int q = 0; q < lay.m; ++q) run[lay.in(q) + F_LIVE] &= r[lay.in(q) + F_LIVE];
+      continue;
+    }
+    next.push(run.data());
+    std::copy(r, r + lay.w, run.begin());
+  }
+  next.push(run.data());
+  return next;
+}
+
+}  // namespace
+
+uint64_t record_live_all(int l) {
+  uint64_t live = 1;
+  for (int j = 0; j < std::min(l, 31); ++j) live |= (uint64_t{1} << (1 + 2 * j)) | (uint64_t{1} << (2 + 2 * j));
+  return live;
+}
+
+ProvRCTable merge_records(int l, int m, std::vector<int64_t> buf, bool progression) {
+  Layout lay(l, m);
+  Records recs(lay);
+  recs.buf.swap(buf);
+  for (int k = m - 1; k >= 0; --k) recs = input_merge(recs, k);
+  for (int j = l - 1; j >= 0; --j) recs = output_merge(recs, j);
+  for (int k = m - 1; k >= 0; --k) recs = input_merge(recs, k);
+  for (int j = l - 1; j >= 0; --j) recs = output_merge(recs, j);
+  if (progression) {
+    for (int j = l - 1; j >= 0; --j) recs = progression_merge(recs, j);
+  }
+  return to_table(recs);
+}
+
+void append_table_records(const ProvRCTable& t, std::vector<int64_t>& out) {
+  const Layout lay(t.l, t.m);
+  const int64_t n = t.rows;
+  const uint64_t all = record_live_all(t.l);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < t.l; ++j) {
+      out.push_back(t.out_lo[j * n + i]);
+      out.push_back(t.out_hi[j * n + i]);
+    }
+    for (int k = 0; k < t.m; ++k) {
+      const int64_t ref = t.in_ref[k * n + i], q = t.in_q[k * n + i], r = t.in_r[k * n + i],
+                    mult = t.in_mult[k * n + i];
+      uint64_t live = 0;
+      if (ref == -1)
+        live = all;
+      else if (q == 1 && r == 0 && (mult == 1 || mult == -1) && ref < 31)
+        live = uint64_t{1} << (mult == 1 ? 1 + 2 * ref : 2 + 2 * ref);
+      out.insert(out.end(), {ref, q, r, mult, t.in_lo[k * n + i], t.in_hi[k * n + i],
+                             static_cast<int64_t>(live)});
+    }
+  }
+}
+
 bool solve_f(int64_t q, int64_t r, int64_t mult, int64_t u, int64_t v, int64_t lo, int64_t hi,
              int64_t* out_lo, int64_t* out_hi) {
   if (u > v || lo > hi) return false;

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "dslog/annotations.hpp"
+#include "dslog/extract.hpp"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -801,6 +802,7 @@ void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) 
 // the union of row i of A and column j of B.
 // ---------------------------------------------------------------------------------------------
 F64Loop g_f64_matmul;
+thread_local std::vector<Handle> t_rows, t_cols;
 
 void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
   npy_intp N = dims[0], n = dims[1], k = dims[2], m = dims[3];
@@ -814,7 +816,6 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
     A.resize(size_t(n * k));
     B.resize(size_t(k * m));
     C.resize(size_t(n * m));
-    std::unique_ptr<Arena::Builder> bld;
     for (npy_intp o = 0; o < N; ++o) {
       char* pa = args[0] + o * s0;
       char* pb = args[1] + o * s1;
@@ -846,23 +847,36 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
         set_stale_error();
         return;
       }
-      if (any && !bld) bld = std::make_unique<Arena::Builder>(*g_arena);
+      // Output cell (i, j) carries row i of A ∪ column j of B. Each row and each column set
+      // is built once, as an accumulator (small sets as cells, big shared ones by
+      // reference, so a row of `x - x.mean(0)` costs O(k), not k·n), and frozen; a cell
+      // then gets the lazy union of its two, O(1): an n·k·m product never writes a set of
+      // k + k cells per output cell (2e9 annotations for 1000³), and the extraction reads
+      // the shared row and column sets once (native/src/extract.cpp).
+      std::vector<Handle>& rows = t_rows;
+      std::vector<Handle>& cols = t_cols;
+      if (any) {
+        Arena& ar = *g_arena;
+        rows.assign(size_t(n), 0);
+        cols.assign(size_t(m), 0);
+        ar.begin_call();
+        for (npy_intp i = 0; i < n; ++i)
+          for (npy_intp q = 0; q < k; ++q) {
+            const Handle x = load(pa + i * a_n + q * a_k).h;
+            if (!handle_ok(x)) return set_handle_error(x);
+            ar.acc_join(rows[size_t(i)], x, size_t(k - q - 1));
+          }
+        for (npy_intp j = 0; j < m; ++j)
+          for (npy_intp q = 0; q < k; ++q) {
+            const Handle y = load(pb + q * b_k + j * b_m).h;
+            if (!handle_ok(y)) return set_handle_error(y);
+            ar.acc_join(cols[size_t(j)], y, size_t(k - q - 1));
+          }
+        ar.begin_call();  // freezes them: every cell of a row shares its row's set
+      }
       for (npy_intp i = 0; i < n; ++i)
         for (npy_intp j = 0; j < m; ++j) {
-          Handle h = 0;
-          if (any) {
-            bld->reset();
-            for (npy_intp q = 0; q < k; ++q) {
-              Handle x = load(pa + i * a_n + q * a_k).h, y = load(pb + q * b_k + j * b_m).h;
-              if (!handle_ok(x) || !handle_ok(y)) {
-                set_handle_error(first_bad({x, y}));
-                return;
-              }
-              bld->add(x);
-              bld->add(y);
-            }
-            h = bld->finish();
-          }
+          const Handle h = any ? g_arena->join(rows[size_t(i)], cols[size_t(j)]) : 0;
           store(pc + i * c_n + j * c_m, C[size_t(i * m + j)], h);
         }
     }
@@ -1952,16 +1966,23 @@ py::tuple annotate(py::array_t<double, py::array::c_style | py::array::forcecast
 // Plain float64 copy of the values (C order).
 py::array_t<double> values_of(py::handle obj) {
   PyArrayObject* arr = require_tracked(obj, "values()");
-  PyObject* c = PyArray_NewCopy(arr, NPY_CORDER);
-  if (!c) throw py::error_already_set();
-  py::object keep = py::reinterpret_steal<py::object>(c);
-  auto* ca = reinterpret_cast<PyArrayObject*>(c);
+  py::object keep;
+  auto* ca = arr;
+  if (!PyArray_IS_C_CONTIGUOUS(arr)) {  // read in place when already C order (no 2nd copy)
+    PyObject* c = PyArray_NewCopy(arr, NPY_CORDER);
+    if (!c) throw py::error_already_set();
+    keep = py::reinterpret_steal<py::object>(c);
+    ca = reinterpret_cast<PyArrayObject*>(c);
+  }
   std::vector<py::ssize_t> shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
   py::array_t<double> out(shape);
   double* d = out.mutable_data();
   const char* s = PyArray_BYTES(ca);
   npy_intp n = PyArray_SIZE(ca);
-  for (npy_intp i = 0; i < n; ++i) d[i] = load_v(s + i * 16);
+  {
+    py::gil_scoped_release nogil;
+    for (npy_intp i = 0; i < n; ++i) d[i] = load_v(s + i * 16);
+  }
   return out;
 }
 
@@ -2214,6 +2235,81 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   return result;
 }
 
+// The factorised extraction (native/src/extract.cpp): the ProvRC table of one output against
+// every input, straight from the handles, never writing a pair per (output, input) cell. Per
+// input a tuple (rows, n_pairs, out_lo, out_hi, in_ref, in_q, in_r, in_mult, in_lo, in_hi)
+// with (l, rows) / (m, rows) int64 fields; and a dict of statistics. The work runs without
+// the GIL.
+py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
+                         bool considered) {
+  if (!g_arena) throw std::runtime_error("extract_tables() needs a running capture");
+  PyArrayObject* raw = require_tracked(out_obj, "the output");
+  py::object keep;
+  PyArrayObject* ca = raw;
+  if (!PyArray_IS_C_CONTIGUOUS(raw)) {
+    PyObject* c = PyArray_NewCopy(raw, NPY_CORDER);
+    if (!c) throw py::error_already_set();
+    keep = py::reinterpret_steal<py::object>(c);
+    ca = reinterpret_cast<PyArrayObject*>(c);
+  }
+  const std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
+  Arena& ar = *g_arena;
+  if (in_shapes.size() != ar.bases().size())
+    throw std::invalid_argument("extract_tables(): one input shape per annotated input");
+  for (size_t j = 0; j < in_shapes.size(); ++j) {
+    uint64_t size = 1;
+    for (int64_t d : in_shapes[j]) size *= uint64_t(d);
+    if (size != ar.sizes()[j])
+      throw std::invalid_argument("extract_tables(): an input shape does not match its size");
+  }
+  std::vector<dslog::ProvRCTable> tables;
+  dslog::ExtractStats st;
+  Handle bad = 0;
+  bool forged = false;
+  {
+    py::gil_scoped_release nogil;
+    try {
+      tables = dslog::extract_tables(ar, PyArray_BYTES(ca) + offsetof(TF, h), 16,
+                                     int64_t(PyArray_SIZE(ca)), out_shape, in_shapes,
+                                     considered, &st);
+    } catch (const dslog::BadHandle& e) {
+      bad = e.handle;
+    } catch (const dslog::ForgedCell&) {
+      forged = true;
+    }
+  }
+  if (forged) {
+    set_forged_error();
+    throw py::error_already_set();
+  }
+  if (bad != 0) {
+    set_handle_error(bad);
+    throw py::error_already_set();
+  }
+  py::list result;
+  const py::ssize_t l = py::ssize_t(out_shape.size());
+  for (size_t j = 0; j < tables.size(); ++j) {
+    dslog::ProvRCTable& t = tables[j];
+    const py::ssize_t m = py::ssize_t(in_shapes[j].size()), n = py::ssize_t(t.rows);
+    const int64_t pairs = (l + m == 0) ? int64_t(t.rows) : dslog::count_pairs(t);
+    auto field = [&](std::vector<int64_t>& v, py::ssize_t rank) {
+      if (l + m == 0) v.clear();
+      return adopt(std::move(v), {rank, (l + m == 0) ? py::ssize_t(0) : n});
+    };
+    result.append(py::make_tuple(n, pairs, field(t.out_lo, l), field(t.out_hi, l),
+                                 field(t.in_ref, m), field(t.in_q, m), field(t.in_r, m),
+                                 field(t.in_mult, m), field(t.in_lo, m), field(t.in_hi, m)));
+  }
+  py::dict d;
+  d["cells"] = st.cells;
+  d["runs"] = st.runs;
+  d["loose_pairs"] = st.loose_pairs;
+  d["atoms"] = st.atoms;
+  d["groups"] = st.groups;
+  d["records"] = st.records;
+  return py::make_tuple(result, d);
+}
+
 py::dict stats() {
   py::dict d;
   d["active"] = bool(g_arena);
@@ -2257,5 +2353,7 @@ PYBIND11_MODULE(_annotator, m) {
         "Tracked copy of a float64 array whose cells are annotated; returns (array, base).");
   m.def("values", &values_of, py::arg("arr"), "Plain float64 values of a tracked array.");
   m.def("extract", &extract, py::arg("out"), py::arg("in_shapes"), py::arg("considered") = false);
+  m.def("extract_tables", &extract_tables, py::arg("out"), py::arg("in_shapes"),
+        py::arg("considered") = false);
   m.def("stats", &stats);
 }

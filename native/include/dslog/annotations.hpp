@@ -502,6 +502,22 @@ class Arena {
     return size_t(it - bases_.begin()) - 1;
   }
 
+  // ---- structure, for the factorised extraction (extract.cpp) -----------------------------
+  // Both sides of a lazy union (checked).
+  std::array<Handle, 2> join_sides(Handle h) const { return join_at(h); }
+  // The entries of a list, normalised (sorted, duplicate-free): cells (< kRefMin) first, then
+  // references to shared sets. Valid until the next arena call that adds entries.
+  std::pair<const uint64_t*, size_t> list_entries(Handle h) {
+    ListNode& n = list_at(h);
+    normalise(n);
+    return {n.data, size_t(n.len)};
+  }
+  bool list_has_refs(Handle h) const { return list_at(h).refs; }
+  // The progression of a kProg or kGroup handle (checked).
+  ProgNode progression(Handle h) const {
+    return hnd::kind(h) == hnd::kGroup ? member(h) : prog_at(h);
+  }
+
   // ---- accounting ----------------------------------------------------------------------
   size_t bytes_used() const {
     return lists_.bytes_used() + joins_.bytes_used() + pairs_.bytes_used() +

@@ -129,6 +129,27 @@ Relation decompress(const ProvRCTable& table);
 // Number of (b, a) pairs a table stands for, without expanding it.
 int64_t count_pairs(const ProvRCTable& table);
 
+// ---- merge passes on records (for the factorised extraction, extract.cpp) --------------------
+// A record stands for a box-shaped set of pairs: W = 2l + 7m int64 fields
+//   [b_0.lo, b_0.hi, ..., b_{l-1}.lo, b_{l-1}.hi, per input k: ref, q, r, mult, lo, hi, live]
+// with the row semantics of ProvRCTable and `live` the bitmask of the representations of a_k
+// still valid for the whole record (bit 0 absolute, bit 1 + 2j relative to b_j, bit 2 + 2j
+// mirrored to b_j; an absolute record of single-valued outputs may keep them all).
+constexpr int kRecordInput = 7;
+inline int record_width(int l, int m) { return 2 * l + kRecordInput * m; }
+// The live mask of an absolute attribute: every candidate (with relative and mirrored ones).
+uint64_t record_live_all(int l);
+// The live mask of an attribute stored relative to b_j (delta = b_j - a).
+inline uint64_t record_live_relative(int j) { return uint64_t{1} << (1 + 2 * j); }
+
+// Merge records that stand for pairwise disjoint sets of pairs into a table of the same pairs:
+// range-encode along every input (absolute and relative intervals), merge along every output
+// (relative/mirrored folding), again along the inputs, then (with `progression`) strided rows.
+ProvRCTable merge_records(int l, int m, std::vector<int64_t> recs, bool progression);
+
+// Append the rows of a table as records (inverse of the table layout).
+void append_table_records(const ProvRCTable& t, std::vector<int64_t>& out);
+
 // floor(x / y) for y > 0 and any sign of x.
 inline int64_t floor_div(int64_t x, int64_t y) {
   int64_t q = x / y;

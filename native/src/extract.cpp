@@ -1,0 +1,871 @@
+// Factorised extraction (see dslog/extract.hpp for the design).
+#include "dslog/extract.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+namespace dslog {
+namespace {
+
+// Sets of at most this many cells are read cell by cell; bigger ones are atoms.
+constexpr uint64_t kSmall = 32;
+// Lazy unions are opened down to this many nodes per output cell; deeper ones become atoms.
+constexpr int kWalkMax = 64;
+
+// Coordinates of flat index f in `shape` (C order).
+void unravel(int64_t f, const std::vector<int64_t>& shape, int64_t* out) {
+  for (size_t d = shape.size(); d-- > 0;) {
+    const int64_t n = shape[d];
+    out[d] = f % n;
+    f /= n;
+  }
+}
+
+// Boxes covering a set of flat indices of `shape`, fed as increasing contiguous intervals.
+// Intervals are cut into segments along the last axis, then segments are merged axis by axis
+// (greedy, after a sort that makes mergeable boxes adjacent). Boxes are disjoint.
+class BoxBuilder {
+ public:
+  explicit BoxBuilder(const std::vector<int64_t>& shape)
+      : shape_(shape), d_(int(shape.size())), co_(shape.size() + 1) {}
+  void interval(int64_t lo, int64_t hi) {
+    if (d_ == 0) {
+      any_ = true;
+      return;
+    }
+    while (lo <= hi) {
+      unravel(lo, shape_, co_.data());
+      const int64_t room = shape_[size_t(d_ - 1)] - 1 - co_[size_t(d_ - 1)];
+      const int64_t e = std::min(hi, lo + room);
+      for (int k = 0; k < d_ - 1; ++k) {
+        segs_.push_back(co_[size_t(k)]);
+        segs_.push_back(co_[size_t(k)]);
+      }
+      segs_.push_back(co_[size_t(d_ - 1)]);
+      segs_.push_back(co_[size_t(d_ - 1)] + (e - lo));
+      lo = e + 1;
+    }
+  }
+  // The cells {start + t * stride : t < count}: one box when the stride is the step of one
+  // axis and the run stays inside it (a column, a lane of a reduction), else cell by cell.
+  void progression(int64_t start, int64_t stride, int64_t count) {
+    if (count <= 0) return;
+    if (stride == 1 || count == 1 || d_ == 0) {
+      interval(start, start + (stride == 1 ? count - 1 : 0));
+      return;
+    }
+    int64_t step = 1;
+    for (int k = d_ - 1; k >= 0; --k) {
+      if (step == stride) {
+        unravel(start, shape_, co_.data());
+        if (co_[size_t(k)] + count - 1 < shape_[size_t(k)]) {
+          for (int a = 0; a < d_; ++a) {
+            segs_.push_back(co_[size_t(a)]);
+            segs_.push_back(co_[size_t(a)] + (a == k ? count - 1 : 0));
+          }
+          return;
+        }
+        break;
+      }
+      step *= shape_[size_t(k)];
+      if (step > stride) break;
+    }
+    for (int64_t t = 0; t < count; ++t) interval(start + t * stride, start + t * stride);
+  }
+  // The boxes, 2 * rank values each ([lo, hi] per axis); rank 0: one empty box if any.
+  std::vector<int64_t> finish() {
+    if (d_ == 0) return {};
+    const int w = 2 * d_;
+    for (int k = d_ - 2; k >= 0; --k) merge_axis(k, w);
+    return std::move(segs_);
+  }
+  bool rank0_nonempty() const { return any_; }
+  int64_t count() const { return d_ == 0 ? (any_ ? 1 : 0) : int64_t(segs_.size()) / (2 * d_); }
+
+ private:
+  void merge_axis(int k, int w) {
+    const int64_t n = int64_t(segs_.size()) / w;
+    if (n < 2) return;
+    auto cmp_other = [&](const int64_t* x, const int64_t* y) -> int {
+      for (int f = 0; f < w; ++f) {
+        if (f / 2 == k) continue;
+        if (x[f] != y[f]) return x[f] < y[f] ? -1 : 1;
+      }
+      return 0;
+    };
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t* b = segs_.data();
+    std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t c) {
+      const int r = cmp_other(b + a * w, b + c * w);
+      if (r != 0) return r < 0;
+      return b[a * w + 2 * k] < b[c * w + 2 * k];
+    });
+    std::vector<int64_t> out;
+    out.reserve(segs_.size());
+    std::vector<int64_t> run(b + idx[0] * w, b + idx[0] * w + w);
+    for (int64_t t = 1; t < n; ++t) {
+      const int64_t* r = b + idx[size_t(t)] * w;
+      if (cmp_other(run.data(), r) == 0 && r[2 * k] == run[size_t(2 * k + 1)] + 1) {
+        run[size_t(2 * k + 1)] = r[2 * k + 1];
+        continue;
+      }
+      out.insert(out.end(), run.begin(), run.end());
+      run.assign(r, r + w);
+    }
+    out.insert(out.end(), run.begin(), run.end());
+    segs_.swap(out);
+  }
+  const std::vector<int64_t>& shape_;
+  int d_;
+  std::vector<int64_t> co_;
+  std::vector<int64_t> segs_;
+  bool any_ = false;
+};
+
+// Output cells of a group: arithmetic runs (start, stride, count), appended in C order.
+struct OutRuns {
+  std::vector<std::array<int64_t, 3>> runs;
+  int64_t last = -1;
+  void add(int64_t i) {
+    if (i == last) return;
+    last = i;
+    if (!runs.empty()) {
+      auto& r = runs.back();
+      if (r[2] == 1) {
+        r[1] = i - r[0];
+        r[2] = 2;
+        return;
+      }
+      if (i == r[0] + r[1] * r[2]) {
+        ++r[2];
+        return;
+      }
+    }
+    runs.push_back({i, 1, 1});
+  }
+};
+
+// A big set and the output cells that reach it (an atom, or the union of several atoms).
+struct Sink {
+  bool prog = false;
+  uint64_t start = 0, stride = 1, count = 0;  // prog: {start + t * stride : t < count}
+  std::vector<uint64_t> cells;                // else: sorted, duplicate-free
+  uint64_t lo = 0, hi = 0;                    // hull
+  OutRuns outs;
+  // A bitmap over the hull, built on the first membership test of a dense enough set (a
+  // binary search in a big set costs a cache miss per step, for every output cell).
+  mutable std::vector<uint64_t> bits;
+  mutable bool bits_tried = false;
+  bool contains(uint64_t c) const {
+    if (c < lo || c > hi) return false;
+    if (prog) return (c - start) % stride == 0;
+    if (!bits_tried) {
+      bits_tried = true;
+      const uint64_t span = hi - lo + 1;
+      if (cells.size() >= 64 && span <= 64 * uint64_t(cells.size())) {
+        bits.assign(size_t((span + 63) / 64), 0);
+        for (uint64_t x : cells) bits[size_t((x - lo) >> 6)] |= uint64_t{1} << ((x - lo) & 63);
+      }
+    }
+    if (!bits.empty()) return (bits[size_t((c - lo) >> 6)] >> ((c - lo) & 63)) & 1;
+    return std::binary_search(cells.begin(), cells.end(), c);
+  }
+  template <class F>
+  void each_interval(F&& f) const {  // contiguous intervals of cells, increasing
+    if (prog) {
+      if (stride == 1) {
+        f(start, start + count - 1);
+        return;
+      }
+      for (uint64_t t = 0; t < count; ++t) f(start + t * stride, start + t * stride);
+      return;
+    }
+    each_run(f);
+  }
+  template <class F>
+  void each_run(F&& f) const {  // the sorted cells as maximal intervals
+    size_t i = 0;
+    while (i < cells.size()) {
+      size_t e = i + 1;
+      while (e < cells.size() && cells[e] == cells[e - 1] + 1) ++e;
+      f(cells[i], cells[e - 1]);
+      i = e;
+    }
+  }
+};
+
+// Open-addressing map uint64 -> uint32 (keys never 0).
+class IdMap {
+ public:
+  uint32_t* find(uint64_t k) {
+    if (slots_.empty()) return nullptr;
+    size_t m = slots_.size() - 1;
+    for (size_t s = hash(k) & m;; s = (s + 1) & m) {
+      if (slots_[s].first == 0) return nullptr;
+      if (slots_[s].first == k) return &slots_[s].second;
+    }
+  }
+  void put(uint64_t k, uint32_t v) {
+    if ((used_ + 1) * 2 > slots_.size()) grow();
+    size_t m = slots_.size() - 1;
+    size_t s = hash(k) & m;
+    while (slots_[s].first != 0 && slots_[s].first != k) s = (s + 1) & m;
+    if (slots_[s].first == 0) ++used_;
+    slots_[s] = {k, v};
+  }
+
+ private:
+  static size_t hash(uint64_t k) { return size_t((k * 0x9E3779B97F4A7C15ull) >> 17); }
+  void grow() {
+    std::vector<std::pair<uint64_t, uint32_t>> old;
+    old.swap(slots_);
+    slots_.assign(std::max<size_t>(64, old.size() * 2), {0, 0});
+    used_ = 0;
+    for (auto& e : old)
+      if (e.first != 0) put(e.first, e.second);
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> slots_;
+  size_t used_ = 0;
+};
+
+// Pairs (o0 + t, c0 + t * step), t < len: step 1 is a diagonal (element-wise, a shifted
+// neighbour), step 0 one input cell for consecutive output cells (a broadcast scalar). A run
+// of one pair has no step yet.
+struct Run {
+  int64_t o0;
+  uint64_t c0;
+  int64_t len;
+  uint64_t end;  // end of the run's input: a run never crosses into the next input
+  size_t j;
+  int64_t step;
+};
+
+class Extractor {
+ public:
+  Extractor(Arena& ar, const std::vector<int64_t>& out_shape,
+            const std::vector<std::vector<int64_t>>& in_shapes, bool considered)
+      : ar_(ar),
+        out_shape_(out_shape),
+        in_shapes_(in_shapes),
+        considered_(considered),
+        k_(in_shapes.size()),
+        l_(int(out_shape.size())),
+        recs_(k_),
+        loose_o_(k_),
+        loose_a_(k_),
+        touched_(k_, false) {
+    const auto& bases = ar.bases();
+    for (size_t j = 0; j < k_; ++j) ends_.push_back(bases[j] + ar.sizes()[j]);
+    bases_ = bases;
+    ncells_ = ar.n_cells();
+    oc_.resize(size_t(l_) + 1);
+    ac_.resize(16);
+  }
+
+  void scan(const char* data, std::ptrdiff_t stride, int64_t ncell, ExtractStats* st) {
+    Handle prev = 0;
+    bool have_prev = false;
+    for (int64_t i = 0; i < ncell; ++i) {
+      Handle h;
+      std::memcpy(&h, data + i * stride, sizeof(h));
+      if (h == 0) {
+        retire(i);
+        continue;
+      }
+      if (hnd::kind(h) == hnd::kCell) {
+        // The common case (element-wise): one cell extending the one active run.
+        const uint64_t c = hnd::payload(h);
+        if (hnd::epoch(h) != ar_.epoch() || c >= ncells_) throw BadHandle(h);
+        if (active_.size() == 1) {
+          Run& r = active_[0];
+          if (r.o0 + r.len == i && r.step == 1 && r.c0 + uint64_t(r.len) == c && c < r.end) {
+            ++r.len;
+            continue;
+          }
+        }
+        feed(i, &c, 1);
+        continue;
+      }
+      if (hnd::kind(h) == hnd::kCell2 && active_.size() == 2) {
+        // Element-wise binary operations: two cells extending the two active runs.
+        const uint64_t c = hnd::payload(h), c2 = c + ar_.cell2_delta(h);
+        Run& r0 = active_[0];
+        Run& r1 = active_[1];
+        if (c2 < ncells_ && r0.o0 + r0.len == i && r1.o0 + r1.len == i && r0.step == 1 &&
+            r1.step == 1 && r0.c0 + uint64_t(r0.len) == c && r1.c0 + uint64_t(r1.len) == c2 &&
+            c < r0.end && c2 < r1.end) {
+          ++r0.len;
+          ++r1.len;
+          continue;
+        }
+      }
+      if (hnd::kind(h) == hnd::kJoin && spine(h)) {
+        // {a few cells} ∪ shared sets (x - x.mean(), standardize, softmax): the shared part
+        // is analysed once per distinct combination, the cells checked against it.
+        const SpineEntry& e = spine_entry();
+        cur2_.clear();
+        for (uint64_t c : spine_cells_)
+          if (!covered(e.sinks, c)) cur2_.push_back(c);
+        cur2_.insert(cur2_.end(), e.small.begin(), e.small.end());
+        if (cur2_.size() > 1) {
+          std::sort(cur2_.begin(), cur2_.end());
+          cur2_.erase(std::unique(cur2_.begin(), cur2_.end()), cur2_.end());
+        }
+        for (uint32_t sk : e.sinks) sinks_[sk].outs.add(i);
+        feed(i, cur2_.data(), cur2_.size());
+        have_prev = false;
+        continue;
+      }
+      if (!have_prev || h != prev) {
+        if (!ar_.check(h)) throw BadHandle(h);
+        analyse(considered_ ? ar_.considered(h) : ar_.contrib(h));
+        prev = h;
+        have_prev = true;
+      }
+      for (uint32_t s : cur_sinks_) sinks_[s].outs.add(i);
+      feed(i, cur_small_.data(), cur_small_.size());
+    }
+    retire(ncell);
+    if (st) {
+      st->cells += ncell;
+      st->atoms += int64_t(n_atoms_);
+      st->groups += int64_t(sinks_.size() - n_atoms_);
+      st->runs += runs_;
+    }
+  }
+
+  std::vector<ProvRCTable> finish(ExtractStats* st) {
+    for (uint32_t s = 0; s < sinks_.size(); ++s) sink_records(sinks_[s]);
+    std::vector<ProvRCTable> out;
+    for (size_t j = 0; j < k_; ++j) {
+      const int m = int(in_shapes_[j].size());
+      if (l_ + m == 0) {
+        ProvRCTable t;
+        t.rows = touched_[j] ? 1 : 0;
+        out.push_back(std::move(t));
+        continue;
+      }
+      loose_records(j, st);
+      if (st) st->records += int64_t(recs_[j].size()) / record_width(l_, m);
+      out.push_back(merge_records(l_, m, std::move(recs_[j]), true));
+    }
+    return out;
+  }
+
+ private:
+  // Split the set h (not a pair) into small cells and atoms; then decide, for this output
+  // cell, the sinks it joins and its small cells outside them (cur_sinks_, cur_small_).
+  void analyse(Handle h) {
+    small_.clear();
+    atoms_.clear();
+    walk(h, small_, atoms_, stack_);
+    normalise_sets(small_, atoms_);
+    sinks_for(atoms_, cur_sinks_);
+    cur_small_.clear();
+    for (uint64_t c : small_)
+      if (!covered(cur_sinks_, c)) cur_small_.push_back(c);
+  }
+
+  // Cells and atoms of the set `root` (appended, unsorted).
+  void walk(Handle root, std::vector<uint64_t>& small, std::vector<uint32_t>& atoms,
+            std::vector<Handle>& stack) {
+    stack.assign(1, root);
+    int visited = 0;
+    while (!stack.empty()) {
+      const Handle t = stack.back();
+      stack.pop_back();
+      if (t == 0) continue;
+      // The output cell's own set is read cell by cell when small; a set reached through a
+      // union or a reference is shared by construction (e.g. a row sum broadcast over the
+      // row), so it is an atom whatever its size, and its output cells form a group.
+      const bool top = visited++ == 0;
+      switch (hnd::kind(t)) {
+        case hnd::kCell:
+          small.push_back(hnd::payload(t));
+          break;
+        case hnd::kCell2: {
+          const uint64_t c = hnd::payload(t);
+          small.push_back(c);
+          small.push_back(c + ar_.cell2_delta(t));
+          break;
+        }
+        case hnd::kProg:
+        case hnd::kGroup: {
+          const ProgNode p = ar_.progression(t);
+          if (!top || p.count() > kSmall) {
+            atoms.push_back(atom(t));
+            break;
+          }
+          for (uint64_t c = p.start; c < p.next; c += p.stride) small.push_back(c);
+          break;
+        }
+        case hnd::kList: {
+          if (ar_.list_has_refs(t)) {
+            // A list with references (an accumulator over `x - x.mean()`-like elements: its
+            // lane's cells plus shared sets) is decomposed once, its cells that the shared
+            // sets hold dropped, and reused by every output cell that reaches it.
+            const ListMemo& mm = list_memo(t);
+            small.insert(small.end(), mm.small.begin(), mm.small.end());
+            atoms.insert(atoms.end(), mm.atoms.begin(), mm.atoms.end());
+            break;
+          }
+          auto [d, n] = ar_.list_entries(t);
+          if (!top || n > kSmall) {
+            atoms.push_back(atom(t));
+            break;
+          }
+          small.insert(small.end(), d, d + n);
+          break;
+        }
+        case hnd::kJoin: {
+          if (visited > kWalkMax) {
+            atoms.push_back(atom(t));
+            break;
+          }
+          const auto s = ar_.join_sides(t);
+          stack.push_back(s[1]);
+          stack.push_back(s[0]);
+          break;
+        }
+        default:  // a pair inside a union, or kind 7: only forged bytes put one there
+          throw ForgedHandle(t);
+      }
+    }
+  }
+
+  // The lazy union h as cells (kCell, kCell2 leaves) and at most kSpineMax other sets,
+  // opening at most 8 unions; false when it is not of that shape.
+  static constexpr size_t kSpineMax = 4;
+  bool spine(Handle h) {
+    if (!ar_.check(h)) throw BadHandle(h);
+    spine_cells_.clear();
+    spine_others_.clear();
+    Handle st[16];
+    int top = 0, opened = 0;
+    st[top++] = h;
+    while (top > 0) {
+      const Handle t = st[--top];
+      if (t == 0) continue;
+      switch (hnd::kind(t)) {
+        case hnd::kCell:
+          spine_cells_.push_back(hnd::payload(t));
+          break;
+        case hnd::kCell2: {
+          const uint64_t c = hnd::payload(t);
+          spine_cells_.push_back(c);
+          spine_cells_.push_back(c + ar_.cell2_delta(t));
+          break;
+        }
+        case hnd::kJoin: {
+          if (++opened > 8 || top + 2 > 16) return false;
+          const auto sd = ar_.join_sides(t);
+          st[top++] = sd[1];
+          st[top++] = sd[0];
+          break;
+        }
+        case hnd::kList:
+        case hnd::kProg:
+        case hnd::kGroup:
+          if (spine_others_.size() == kSpineMax) return false;
+          spine_others_.push_back(t);
+          break;
+        default:
+          throw ForgedHandle(t);
+      }
+    }
+    if (spine_others_.empty()) return false;
+    for (uint64_t c : spine_cells_)
+      if (c >= ncells_) throw ForgedCell();
+    std::sort(spine_others_.begin(), spine_others_.end());
+    spine_others_.erase(std::unique(spine_others_.begin(), spine_others_.end()),
+                        spine_others_.end());
+    return true;
+  }
+
+  struct SpineEntry {
+    std::vector<Handle> key;
+    std::vector<uint32_t> sinks;
+    std::vector<uint64_t> small;  // cells of the shared sets outside their sinks
+    uint32_t next = UINT32_MAX;
+  };
+
+  // The analysis of the shared sets spine_others_ (reached through a union: never read as
+  // the output cell's own small set), cached by the set of handles.
+  const SpineEntry& spine_entry() {
+    uint64_t key = 0x2545F4914F6CDD1Dull;
+    for (Handle x : spine_others_) key = (key ^ x) * 0x100000001b3ull + 0x9E3779B97F4A7C15ull;
+    key |= 1;
+    uint32_t* first = spine_ids_.find(key);
+    if (first)
+      for (uint32_t g = *first; g != UINT32_MAX; g = spines_[g].next)
+        if (spines_[g].key == spine_others_) return spines_[g];
+    SpineEntry e;
+    e.key = spine_others_;
+    std::vector<uint32_t> atoms;
+    std::vector<Handle> stack;
+    for (Handle x : spine_others_) {
+      if (hnd::kind(x) == hnd::kList && ar_.list_has_refs(x)) {
+        walk(x, e.small, atoms, stack);
+        continue;
+      }
+      atoms.push_back(atom(x));  // shared: an atom whatever its size
+    }
+    normalise_sets(e.small, atoms);
+    sinks_for(atoms, e.sinks);
+    size_t w = 0;
+    for (uint64_t c : e.small)
+      if (!covered(e.sinks, c)) e.small[w++] = c;
+    e.small.resize(w);
+    e.next = first ? *first : UINT32_MAX;
+    spines_.push_back(std::move(e));
+    spine_ids_.put(key, uint32_t(spines_.size() - 1));
+    return spines_.back();
+  }
+
+  struct ListMemo {
+    std::vector<uint64_t> small;
+    std::vector<uint32_t> atoms;
+  };
+
+  const ListMemo& list_memo(Handle t) {
+    if (uint32_t* v = memo_ids_.find(t)) return memos_[*v];
+    ListMemo mm;
+    auto [d, n] = ar_.list_entries(t);
+    const size_t direct = size_t(std::lower_bound(d, d + n, kRefMin) - d);
+    mm.small.assign(d, d + direct);
+    const std::vector<Handle> refs(d + direct, d + n);  // copied: walking may touch lists
+    std::vector<Handle> stack;
+    for (Handle r : refs) walk(r, mm.small, mm.atoms, stack);
+    normalise_sets(mm.small, mm.atoms);
+    std::vector<uint32_t> sinks;
+    sinks_for(mm.atoms, sinks);
+    size_t w = 0;
+    for (uint64_t c : mm.small)
+      if (!covered(sinks, c)) mm.small[w++] = c;
+    mm.small.resize(w);
+    memos_.push_back(std::move(mm));
+    memo_ids_.put(t, uint32_t(memos_.size() - 1));
+    return memos_.back();
+  }
+
+  void normalise_sets(std::vector<uint64_t>& small, std::vector<uint32_t>& atoms) {
+    std::sort(small.begin(), small.end());
+    small.erase(std::unique(small.begin(), small.end()), small.end());
+    if (!small.empty() && small.back() >= ncells_) throw ForgedCell();
+    std::sort(atoms.begin(), atoms.end());
+    atoms.erase(std::unique(atoms.begin(), atoms.end()), atoms.end());
+  }
+
+  // The sinks of a cell reaching the (sorted) atoms: the atoms themselves when their hulls
+  // are pairwise disjoint, else the one union sink of them all.
+  void sinks_for(const std::vector<uint32_t>& atoms, std::vector<uint32_t>& out) {
+    out = atoms;
+    if (atoms.size() <= 1) return;
+    by_lo_ = atoms;
+    std::sort(by_lo_.begin(), by_lo_.end(),
+              [&](uint32_t a, uint32_t b) { return sinks_[a].lo < sinks_[b].lo; });
+    bool disjoint = true;
+    for (size_t t = 1; t < by_lo_.size() && disjoint; ++t)
+      disjoint = sinks_[by_lo_[t - 1]].hi < sinks_[by_lo_[t]].lo;
+    if (!disjoint) out.assign(1, union_sink(atoms));
+  }
+
+  bool covered(const std::vector<uint32_t>& sinks, uint64_t c) const {
+    for (uint32_t s : sinks)
+      if (sinks_[s].contains(c)) return true;
+    return false;
+  }
+
+  // The sink of atom h (flattened once).
+  uint32_t atom(Handle h) {
+    if (uint32_t* v = atom_ids_.find(h)) return *v;
+    Sink s;
+    const CellSeq q = ar_.seq(h, scratch_);
+    if (q.data == nullptr) {
+      s.prog = true;
+      s.start = q.start;
+      s.stride = q.stride;
+      s.count = q.count;
+      uint64_t last;
+      if (q.count == 0 || __builtin_mul_overflow(q.count - 1, q.stride, &last) ||
+          __builtin_add_overflow(last, q.start, &last) || last >= ncells_)
+        throw ForgedCell();
+      s.lo = q.start;
+      s.hi = last;
+      if (q.stride == 0) throw ForgedCell();
+    } else {
+      if (q.count == 0) throw ForgedCell();
+      s.cells.assign(q.data, q.data + q.count);
+      if (s.cells.back() >= ncells_) throw ForgedCell();
+      s.lo = s.cells.front();
+      s.hi = s.cells.back();
+    }
+    const uint32_t id = uint32_t(sinks_.size());
+    sinks_.push_back(std::move(s));
+    atom_ids_.put(h, id);
+    ++n_atoms_;
+    return id;
+  }
+
+  // The union sink of the (sorted) atoms_: one per distinct atom set (hash, then compare).
+  uint32_t union_sink(const std::vector<uint32_t>& atoms) {
+    uint64_t key = 0x51ed270b27a5f1ull;
+    for (uint32_t a : atoms) key = (key ^ a) * 0x100000001b3ull + 0x9E3779B97F4A7C15ull;
+    key |= 1;
+    uint32_t* first = group_ids_.find(key);
+    if (first)
+      for (uint32_t g = *first; g != UINT32_MAX; g = group_next_[g])
+        if (group_atoms_[g] == atoms) return group_sink_[g];
+    Sink s;
+    for (uint32_t a : atoms) {
+      const Sink& x = sinks_[a];
+      x.each_interval([&](uint64_t lo, uint64_t hi) {
+        for (uint64_t c = lo; c <= hi; ++c) s.cells.push_back(c);
+      });
+    }
+    std::sort(s.cells.begin(), s.cells.end());
+    s.cells.erase(std::unique(s.cells.begin(), s.cells.end()), s.cells.end());
+    s.lo = s.cells.front();
+    s.hi = s.cells.back();
+    const uint32_t id = uint32_t(sinks_.size());
+    sinks_.push_back(std::move(s));
+    const uint32_t g = uint32_t(group_atoms_.size());
+    group_next_.push_back(first ? *first : UINT32_MAX);
+    group_atoms_.push_back(atoms);
+    group_sink_.push_back(id);
+    group_ids_.put(key, g);
+    return id;
+  }
+
+  // Small cells (sorted) of output cell i: every run that ended at i - 1 claims the cell it
+  // continues with (an established run its next cell; a one-pair run the next input cell,
+  // else the same one, so diagonals win over repeats); unclaimed cells start runs.
+  void feed(int64_t i, const uint64_t* cs, size_t n) {
+    if (claimed_.size() < n) claimed_.resize(n);
+    std::fill(claimed_.begin(), claimed_.begin() + std::ptrdiff_t(n), 0);
+    auto claim = [&](uint64_t c) -> bool {
+      const uint64_t* p = std::lower_bound(cs, cs + n, c);
+      if (p == cs + n || *p != c || claimed_[size_t(p - cs)]) return false;
+      claimed_[size_t(p - cs)] = 1;
+      return true;
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+      for (Run& r : active_) {
+        if (r.o0 + r.len != i || (r.len == 1) != (pass == 1)) continue;
+        if (r.len > 1) {
+          const uint64_t c = r.c0 + uint64_t(r.len) * uint64_t(r.step);
+          if (c < r.end && claim(c)) ++r.len;
+          continue;
+        }
+        if (r.c0 + 1 < r.end && claim(r.c0 + 1)) {
+          r.step = 1;
+          ++r.len;
+        } else if (claim(r.c0)) {
+          r.step = 0;
+          ++r.len;
+        }
+      }
+    }
+    for (size_t t = 0; t < n; ++t) {
+      if (claimed_[t]) continue;
+      const uint64_t c = cs[t];
+      const size_t j = k_ == 1 ? 0 : ar_.input_of(c);
+      active_.push_back(Run{i, c, 1, ends_[j], j, 1});
+    }
+    retire(i);
+  }
+
+  // Close every run that output cell i did not extend (it ends before i).
+  void retire(int64_t i) {
+    size_t w = 0;
+    for (size_t r = 0; r < active_.size(); ++r) {
+      if (active_[r].o0 + active_[r].len > i) {
+        active_[w++] = active_[r];
+        continue;
+      }
+      close(active_[r]);
+    }
+    active_.resize(w);
+  }
+
+  void close(const Run& r) {
+    touched_[r.j] = true;
+    if (r.len > 1) ++runs_;
+    if (r.len == 1) {
+      loose_o_[r.j].push_back(r.o0);
+      loose_a_[r.j].push_back(int64_t(r.c0 - bases_[r.j]));
+      return;
+    }
+    // Pieces along the rows of both arrays: one record each, the last input axis relative
+    // to the last output axis (a = b - delta).
+    const std::vector<int64_t>& ish = in_shapes_[r.j];
+    const int m = int(ish.size());
+    if (ac_.size() < size_t(m) + 1) ac_.resize(size_t(m) + 1);
+    std::vector<int64_t>& rec = recs_[r.j];
+    const uint64_t all = record_live_all(l_);
+    int64_t o = r.o0, a = int64_t(r.c0 - bases_[r.j]), left = r.len;
+    while (left > 0) {
+      unravel(o, out_shape_, oc_.data());
+      unravel(a, ish, ac_.data());
+      if (r.step == 0) {  // one input cell for a stretch of an output row
+        const int64_t L = std::min(left, out_shape_[size_t(l_ - 1)] - oc_[size_t(l_ - 1)]);
+        for (int d = 0; d < l_; ++d) {
+          rec.push_back(oc_[size_t(d)]);
+          rec.push_back(oc_[size_t(d)] + (d == l_ - 1 ? L - 1 : 0));
+        }
+        for (int d = 0; d < m; ++d)
+          rec.insert(rec.end(), {-1, 1, 0, 1, ac_[size_t(d)], ac_[size_t(d)], int64_t(all)});
+        o += L;
+        left -= L;
+        continue;
+      }
+      const int64_t L = std::min({left, out_shape_[size_t(l_ - 1)] - oc_[size_t(l_ - 1)],
+                                  ish[size_t(m - 1)] - ac_[size_t(m - 1)]});
+      for (int d = 0; d < l_; ++d) {
+        rec.push_back(oc_[size_t(d)]);
+        rec.push_back(oc_[size_t(d)] + (d == l_ - 1 ? L - 1 : 0));
+      }
+      for (int d = 0; d < m; ++d) {
+        if (d < m - 1 || L == 1) {
+          rec.insert(rec.end(), {-1, 1, 0, 1, ac_[size_t(d)], ac_[size_t(d)], int64_t(all)});
+        } else {
+          const int64_t delta = oc_[size_t(l_ - 1)] - ac_[size_t(d)];
+          const int64_t live = l_ - 1 < 31 ? int64_t(record_live_relative(l_ - 1)) : 0;
+          rec.insert(rec.end(), {int64_t(l_ - 1), 1, 0, 1, delta, delta, live});
+        }
+      }
+      o += L;
+      a += L;
+      left -= L;
+    }
+  }
+
+  // Records of a sink: its output boxes times its input boxes, per input.
+  void sink_records(const Sink& s) {
+    if (s.outs.runs.empty()) return;
+    BoxBuilder ob(out_shape_);
+    for (const auto& r : s.outs.runs) ob.progression(r[0], r[1], r[2]);
+    const std::vector<int64_t> oboxes = ob.finish();
+    const int64_t nob = l_ == 0 ? 1 : int64_t(oboxes.size()) / (2 * l_);
+    std::vector<BoxBuilder> ibs;
+    ibs.reserve(k_);
+    for (size_t j = 0; j < k_; ++j) ibs.emplace_back(in_shapes_[j]);
+    std::vector<bool> has(k_, false);
+    if (s.prog && s.stride > 1) {
+      // A progression (a lane of a reduction): per input, its cells in that input.
+      uint64_t t = 0;
+      while (t < s.count) {
+        const uint64_t c = s.start + t * s.stride;
+        const size_t j = k_ == 1 ? 0 : ar_.input_of(c);
+        const uint64_t n = std::min(s.count - t, (ends_[j] - 1 - c) / s.stride + 1);
+        ibs[j].progression(int64_t(c - bases_[j]), int64_t(s.stride), int64_t(n));
+        has[j] = true;
+        t += n;
+      }
+    } else {
+      s.each_interval([&](uint64_t lo, uint64_t hi) {
+        while (lo <= hi) {
+          const size_t j = k_ == 1 ? 0 : ar_.input_of(lo);
+          const uint64_t e = std::min(hi, ends_[j] - 1);
+          ibs[j].interval(int64_t(lo - bases_[j]), int64_t(e - bases_[j]));
+          has[j] = true;
+          lo = e + 1;
+        }
+      });
+    }
+    const uint64_t all = record_live_all(l_);
+    for (size_t j = 0; j < k_; ++j) {
+      if (!has[j]) continue;
+      touched_[j] = true;
+      const int m = int(in_shapes_[j].size());
+      const std::vector<int64_t> iboxes = ibs[j].finish();
+      const int64_t nib = m == 0 ? 1 : int64_t(iboxes.size()) / (2 * m);
+      if (l_ + m == 0) continue;
+      std::vector<int64_t>& rec = recs_[j];
+      for (int64_t a = 0; a < nob; ++a)
+        for (int64_t b = 0; b < nib; ++b) {
+          for (int d = 0; d < l_; ++d) {
+            rec.push_back(oboxes[size_t(a * 2 * l_ + 2 * d)]);
+            rec.push_back(oboxes[size_t(a * 2 * l_ + 2 * d + 1)]);
+          }
+          for (int d = 0; d < m; ++d)
+            rec.insert(rec.end(), {-1, 1, 0, 1, iboxes[size_t(b * 2 * m + 2 * d)],
+                                   iboxes[size_t(b * 2 * m + 2 * d + 1)], int64_t(all)});
+        }
+    }
+  }
+
+  // The loose pairs of input j, compressed by the ordinary ProvRC pass, as records.
+  void loose_records(size_t j, ExtractStats* st) {
+    const std::vector<int64_t>& os = loose_o_[j];
+    const std::vector<int64_t>& as = loose_a_[j];
+    const int64_t n = int64_t(os.size());
+    if (n == 0) return;
+    if (st) st->loose_pairs += n;
+    const std::vector<int64_t>& ish = in_shapes_[j];
+    const int m = int(ish.size());
+    std::vector<int64_t> cols(size_t(l_ + m) * size_t(n));
+    std::vector<int64_t> co(size_t(std::max(l_, m)) + 1);
+    for (int64_t p = 0; p < n; ++p) {
+      unravel(os[size_t(p)], out_shape_, co.data());
+      for (int d = 0; d < l_; ++d) cols[size_t(d) * size_t(n) + size_t(p)] = co[size_t(d)];
+      unravel(as[size_t(p)], ish, co.data());
+      for (int d = 0; d < m; ++d) cols[size_t(l_ + d) * size_t(n) + size_t(p)] = co[size_t(d)];
+    }
+    RelationView view;
+    view.l = l_;
+    view.m = m;
+    view.n = n;
+    for (int c = 0; c < l_ + m; ++c) view.cols.push_back(cols.data() + size_t(c) * size_t(n));
+    CompressOptions opts;
+    opts.threads = 1;
+    CompressResult res = compress(view, opts);
+    append_table_records(res.table, recs_[j]);
+  }
+
+  Arena& ar_;
+  const std::vector<int64_t>& out_shape_;
+  const std::vector<std::vector<int64_t>>& in_shapes_;
+  bool considered_;
+  size_t k_;
+  int l_;
+  std::vector<uint64_t> bases_, ends_;
+  uint64_t ncells_ = 0;
+  std::vector<std::vector<int64_t>> recs_;
+  std::vector<std::vector<int64_t>> loose_o_, loose_a_;
+  std::vector<bool> touched_;
+  std::vector<Run> active_;
+  std::vector<char> claimed_;
+  std::vector<Sink> sinks_;
+  size_t n_atoms_ = 0;
+  int64_t runs_ = 0;
+  IdMap atom_ids_, group_ids_;
+  std::vector<uint32_t> group_next_, group_sink_;
+  std::vector<std::vector<uint32_t>> group_atoms_;
+  std::vector<uint64_t> small_, cur_small_, scratch_;
+  std::vector<uint32_t> atoms_, cur_sinks_, by_lo_;
+  IdMap memo_ids_, spine_ids_;
+  std::vector<SpineEntry> spines_;
+  std::vector<uint64_t> spine_cells_, cur2_;
+  std::vector<Handle> spine_others_;
+  std::vector<Handle> stack_;
+  std::vector<ListMemo> memos_;
+  std::vector<int64_t> oc_, ac_;
+};
+
+}  // namespace
+
+std::vector<ProvRCTable> extract_tables(Arena& ar, const char* data, std::ptrdiff_t stride,
+                                        int64_t ncell, const std::vector<int64_t>& out_shape,
+                                        const std::vector<std::vector<int64_t>>& in_shapes,
+                                        bool considered, ExtractStats* stats) {
+  Extractor ex(ar, out_shape, in_shapes, considered);
+  ex.scan(data, stride, ncell, stats);
+  return ex.finish(stats);
+}
+
+}  // namespace dslog
