@@ -444,6 +444,8 @@ class LineageCatalog:
             records: list[OperationRecord] = []
             paths: dict[str, str] = {}
             for rel in new_segs:
+                if rel in operations.damage.damaged:
+                    continue  # not marked indexed: retried (and noted) by every sync
                 # A segment is marked indexed only together with its operations, so an
                 # operation can never hide behind an indexed segment.
                 if any(op not in known_ops for op in on_disk[rel]):
@@ -546,29 +548,32 @@ class LineageCatalog:
         if not isinstance(sql, str) or not sql.strip():
             msg = "The catalog query is empty; pass one SELECT statement."
             raise QueryError(msg)
-        parser = duckdb.connect(":memory:")
+        sandbox = _sandbox()
         try:
-            statements = parser.extract_statements(sql)
+            statements = sandbox.extract_statements(sql)
         except duckdb.Error as e:
+            sandbox.close()
             msg = f"The catalog query does not parse: {e}"
             raise QueryError(msg) from e
-        finally:
-            parser.close()
         if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
             kinds = ", ".join(s.type.name for s in statements)
             msg = (
                 f"The catalog is read-only: pass exactly one SELECT statement (got {kinds}). "
                 f"Tables: {', '.join(_TABLES)}."
             )
+            sandbox.close()
             raise QueryError(msg)
 
         names = [t for t in _TABLES if t in sql.lower()]
 
         def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
             tables = {t: _to_arrow(con.sql(f"SELECT * FROM {t}")) for t in names}
-            return _run_sandboxed(sql, params, tables)
+            return _run_sandboxed(sandbox, sql, params, tables)
 
-        return self._read(run)
+        try:
+            return self._read(run)
+        finally:
+            sandbox.close()
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Rows of a trusted internal query, after a sync."""
@@ -579,15 +584,9 @@ class LineageCatalog:
         return [r[0] for r in self.rows(sql, params)]
 
 
-def _run_sandboxed(
-    sql: str, params: Sequence[Any] | None, tables: Mapping[str, pa.Table]
-) -> pa.Table:
-    """Run the user's ``sql`` over copies of the catalog ``tables`` on a fresh in-memory
-    connection that cannot reach files, the network or extensions (see the module docstring).
-
-    Raises:
-        QueryError: DuckDB refused the statement (a file-reading function, a bad column...).
-    """
+def _sandbox() -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory connection that cannot reach files, the network or extensions, for
+    the user's SQL (see the module docstring)."""
     config = {
         "enable_external_access": False,
         "autoload_known_extensions": False,
@@ -595,7 +594,20 @@ def _run_sandboxed(
         "python_enable_replacements": False,
         "lock_configuration": True,
     }
-    con = duckdb.connect(":memory:", config=config)
+    return duckdb.connect(":memory:", config=config)
+
+
+def _run_sandboxed(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: Sequence[Any] | None,
+    tables: Mapping[str, pa.Table],
+) -> pa.Table:
+    """Run the user's ``sql`` on the sandbox ``con`` over copies of the catalog ``tables``.
+
+    Raises:
+        QueryError: DuckDB refused the statement (a file-reading function, a bad column...).
+    """
     try:
         for name, table in tables.items():
             con.register(name, table)
@@ -606,8 +618,6 @@ def _run_sandboxed(
             extra = " The catalog SQL reads the catalog tables only, never files or the network."
         msg = f"The catalog query failed: {e}.{extra} Tables: {', '.join(_TABLES)}."
         raise QueryError(msg) from e
-    finally:
-        con.close()
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

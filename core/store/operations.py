@@ -104,8 +104,10 @@ class OperationFiles:
                         raced = True  # merged into a newer pack since the listing
                         continue
                     except DSLogError as e:
+                        # listed with no operations: still on disk, so a catalog sync does
+                        # not take its operations for deleted
                         self.damage.note(rel, str(e))
-                        continue
+                        ops = ()
             fresh[rel] = ops
         return fresh, raced
 

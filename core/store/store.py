@@ -158,6 +158,7 @@ class LineageStore:
         self.damage = DamageLog()
         if not STORE_ID_RE.match(self.store_id):
             self.damage.note(STORE_ID_FILE, "not a store id (32 hex digits)")
+        self._damaged_arrays: tuple[object, dict[str, set[str] | None]] = ((), {})
         self.array_files = ArrayFiles(self.layout, self.durable, self.damage)
         self.operation_files = OperationFiles(self.layout, self.damage)
         self.catalog = LineageCatalog(
@@ -662,6 +663,30 @@ class LineageStore:
         """Damaged files this handle met so far (root-relative path -> what is wrong): the
         listings skip them. :meth:`verify` checks every file."""
         return dict(self.damage.damaged)
+
+    def damaged_arrays(self) -> dict[str, set[str] | None]:
+        """For each damaged segment this handle met: the names of the arrays its operations
+        read or wrote, as the catalog last indexed them (``None``: not known). A query that
+        touches none of them cannot be changed by the damage; one that may is refused."""
+        segs = sorted(r for r in self.damage.damaged if r.startswith(("operations/", "packs/")))
+        key = tuple((r, tuple(sorted(self.damage.damaged_ops.get(r, ())))) for r in segs)
+        if not segs or key == self._damaged_arrays[0]:
+            return dict(self._damaged_arrays[1]) if segs else {}
+        ops = {o: r for r, held in key for o in held}
+        ops.update({Path(r).stem: r for r in segs if r.startswith("operations/")})
+        rows = self.catalog.rows(
+            "SELECT DISTINCT o.path, o.op_id, a.name FROM operations o JOIN operation_arrays a "
+            "USING (op_id) WHERE o.path IN (SELECT unnest(?::VARCHAR[])) "
+            "OR o.op_id IN (SELECT unnest(?::VARCHAR[]))",
+            [segs, sorted(ops)],
+        )
+        out: dict[str, set[str] | None] = dict.fromkeys(segs)
+        for path, op_id, name in rows:
+            rel = path if path in out else ops.get(op_id)
+            if rel is not None:
+                out[rel] = (out[rel] or set()) | {str(name)}
+        self._damaged_arrays = (key, out)
+        return dict(out)
 
     def verify(self, *, quarantine_damaged: bool = False) -> VerifyReport:
         """Check every file of the store: checksums, decoding, the store id and the catalog.
