@@ -115,9 +115,7 @@ class ArrayFiles:
 
     @staticmethod
     def _parse(d: Mapping[str, Any]) -> ArrayRecord:
-        rec = ArrayRecord.from_json(d)
-        check_name(rec.name, "Array name")
-        return rec
+        return ArrayRecord.from_json(d)
 
     def _rel(self, path: Path) -> str:
         try:
