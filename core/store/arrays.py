@@ -97,9 +97,9 @@ class ArrayFiles:
             SchemaVersionError: it is too new.
         """
         key = str(path)
-        rec = self._by_path.get(key)
-        if rec is not None:
-            return rec
+        known = self._by_path.get(key)
+        if known is not None:
+            return known
         try:
             if path.name.endswith(LINK_SUFFIX):
                 rec, verified = self._load_link(path)

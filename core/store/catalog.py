@@ -587,7 +587,7 @@ class LineageCatalog:
 def _sandbox() -> duckdb.DuckDBPyConnection:
     """A fresh in-memory connection that cannot reach files, the network or extensions, for
     the user's SQL (see the module docstring)."""
-    config = {
+    config: dict[str, str | bool | int | float | list[str]] = {
         "enable_external_access": False,
         "autoload_known_extensions": False,
         "autoinstall_known_extensions": False,

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, LineageStore, NewArray
-from dslog_dagster.core import store as store_module
 from dslog_dagster.core.format import segment as segment_module
 from dslog_dagster.core.store import files as files_module
 from dslog_dagster.core.store import layout as layout_module
