@@ -457,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dslog`` with ``argv`` (default: the process arguments); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        # a name stored before lone surrogates were refused must print, not crash the listing
+        reconfigure(errors="backslashreplace")
     if args.command is None:
         parser.print_help()
         return 0

@@ -5,6 +5,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -259,6 +261,17 @@ def test_a_store_holding_such_a_name_from_before_still_lists(tmp_path: Path) -> 
     table = fresh.sql("SELECT name FROM arrays ORDER BY name")
     assert table.column("name").to_pylist() == ["\\udcff", "a"]
     assert _cli("inspect", str(store.root), "--format", "json")[0] == 0
+    # a terminal that takes strict UTF-8 only still gets the listing (escaped)
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    done = subprocess.run(
+        [sys.executable, "-m", "dslog_dagster.cli", "inspect", str(store.root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\\udcff" in done.stdout
 
 
 @pytest.mark.parametrize(
