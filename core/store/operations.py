@@ -91,7 +91,9 @@ class OperationFiles:
         raced = False
         for rel in self.layout.segment_files():
             ops = self._seg_ops.get(rel)
-            if ops is None:
+            if ops is None or (not ops and rel in self.damage.damaged):
+                # (a file that could not be read is tried again: the error may have been the
+                # system's, such as too many open files, not the file's)
                 if rel.startswith("operations/"):
                     ops = (rel.removeprefix("operations/").removesuffix(".parquet"),)
                 else:
