@@ -33,7 +33,14 @@ from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
-from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, QueryError, ReuseError
+from dslog_dagster.errors import (
+    InvalidRelationError,
+    LineageCorruptError,
+    LineageNotFoundError,
+    LineageStorageError,
+    QueryError,
+    ReuseError,
+)
 
 if TYPE_CHECKING:
     from dslog_dagster.core.reuse import ViewRegistry
@@ -445,8 +452,8 @@ class DSLog:
                 continue
             try:
                 op = self.store.get_operation(op_id)
-            except LineageNotFoundError:
-                continue
+            except (LineageNotFoundError, LineageStorageError):
+                continue  # a damaged one is noted by the store: see _refuse_if_damaged
             self._ops.append(op)
             for r in (*op.inputs, *op.outputs):
                 self._by_name.setdefault(r.name, {})[r.array_id] = r
@@ -530,6 +537,7 @@ class DSLog:
         if cached is not None:
             return cached
         names = [_name_of(p) for p in path]
+        self._refuse_if_damaged(set(names))
         versions = [self._versions(p) for p in path]  # unknown arrays fail here, clearly
         pinned = [
             {r.array_id for r in vs}
@@ -567,6 +575,35 @@ class DSLog:
         plan = QueryPlan(tuple(hops))
         self._plans[key] = plan
         return plan
+
+    def _refuse_if_damaged(self, names: set[str]) -> None:
+        """Refuse (:class:`LineageCorruptError`) a query over arrays ``names`` that a damaged
+        operation may touch (or one whose arrays are unknown): the graph skips damaged
+        operations, so it could otherwise pick an older one, or miss a path."""
+        for rel, touched in self.store.damaged_arrays().items():
+            if touched is None or touched & names:
+                which = "arrays not known" if touched is None else ", ".join(sorted(touched))
+                msg = (
+                    f"Cannot answer a query over {sorted(names)}: the damaged file `{rel}` of "
+                    f"the store at `{self.store.root}` held operations on them ({which}). "
+                    "Run `dslog fsck STORE --quarantine` to move it aside (queries then use "
+                    "what is left) or restore it from a backup."
+                )
+                raise LineageCorruptError(msg, self.store.root / rel)
+
+    def _reachable_names(self, start: ArrayRecord) -> set[str]:
+        """Names of every array linked to ``start`` through operations, either way."""
+        seen = {start.array_id}
+        names = {start.name}
+        todo = [start.array_id]
+        while todo:
+            u = todo.pop()
+            for _, nxt in (*self._fwd.get(u, []), *self._bwd.get(u, [])):
+                if nxt.array_id not in seen:
+                    seen.add(nxt.array_id)
+                    names.add(nxt.name)
+                    todo.append(nxt.array_id)
+        return names
 
     def _no_path_message(self, names: list[str], starts: list[ArrayRecord]) -> str:
         # find the first hop that no operation links, ignoring versions, for a useful message
@@ -620,6 +657,7 @@ class DSLog:
         self._refresh_graph()
         s = self._versions(src)[0]
         d_name = _name_of(dst)
+        self._refuse_if_damaged({*self._reachable_names(s), d_name})
         d_ids = {r.array_id for r in self._versions(dst)}  # one id when dst pins a version
         start = as_cells(s.shape, cells)
         tried: tuple[Direction, ...] = (

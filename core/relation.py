@@ -225,8 +225,11 @@ class LineageRelation:
     def unique(self) -> "LineageRelation":
         """Sorted (lexicographically by outputs then inputs), duplicate-free copy."""
         if self.out_rank + self.in_rank == 0:
+            # one distinct pair at most (the 0-d cell to the 0-d cell): the (empty) columns
+            # keep the pair count, so they shrink with it
+            k = min(self.n, 1)
             return LineageRelation(
-                self.out_shape, self.in_shape, self.out_cols, self.in_cols, min(self.n, 1)
+                self.out_shape, self.in_shape, self.out_cols[:, :k], self.in_cols[:, :k], k
             )
         mat, n = kernels.sort_unique(self.columns(), self.out_rank)
         return LineageRelation(

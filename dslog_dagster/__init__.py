@@ -13,8 +13,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from dslog_dagster.errors import CompressionError as CompressionError
+from dslog_dagster.errors import DamagedStoreWarning as DamagedStoreWarning
 from dslog_dagster.errors import DSLogError as DSLogError
 from dslog_dagster.errors import InvalidRelationError as InvalidRelationError
+from dslog_dagster.errors import LineageCorruptError as LineageCorruptError
 from dslog_dagster.errors import LineageNotFoundError as LineageNotFoundError
 from dslog_dagster.errors import LineageStorageError as LineageStorageError
 from dslog_dagster.errors import QueryError as QueryError
@@ -58,7 +60,9 @@ __all__ = [
     "DSLogError",
     "DSLogIOManager",
     "DSLogResource",
+    "DamagedStoreWarning",
     "InvalidRelationError",
+    "LineageCorruptError",
     "LineageNotFoundError",
     "LineageStorageError",
     "QueryError",

@@ -11,6 +11,8 @@ dslog query STORE A B --between
                                union over every path from A to B, as the query assets do
 dslog query ... --engine spark  the same answer computed by range joins on Spark (local)
 dslog compact STORE            pack the files of small operations into shared pack files
+dslog fsck STORE [--quarantine]
+                               check every file's checksum; move damaged files aside
 
 Why the conventions of `git` and `duckdb`: a data engineer pipes this tool into `head`, `jq`
 and spreadsheets, so results go to stdout in the format asked for (``--format table|json|csv``),
@@ -40,6 +42,7 @@ EXIT_CODES = {
     0: "success",
     1: "nothing done (another compaction of the store was running)",
     2: "bad usage, or an error of the store or the query (the message says what to do)",
+    3: "`dslog fsck` found damaged files (listed; `--quarantine` moves them aside)",
     141: "stdout was closed early (e.g. piped into `head`); 128 + SIGPIPE, as shells report",
 }
 
@@ -186,11 +189,25 @@ def _sql(args: argparse.Namespace) -> int:
 
 def _rebuild(args: argparse.Namespace) -> int:
     store = _store(args.store)
-    store.rebuild_catalog()
+    skipped = store.rebuild_catalog()
     print(
         f"catalog rebuilt: {len(store.operations())} operation(s), {len(store.arrays())} array(s)"
     )
+    for rel, why in sorted(skipped.items()):
+        print(f"skipped damaged {rel}: {why}", file=sys.stderr)
     return 0
+
+
+def _fsck(args: argparse.Namespace) -> int:
+    store = _store(args.store)
+    report = store.verify(quarantine_damaged=args.quarantine)
+    for line in report.lines():
+        print(line)
+    if report.damaged and args.quarantine:
+        after = store.verify()
+        print(f"after quarantine: {'clean' if after.clean else 'still damaged'}")
+        return 0 if after.clean else 3
+    return 0 if report.clean else 3
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -367,6 +384,19 @@ def build_parser() -> argparse.ArgumentParser:
         "  dslog compact data/.dslog\n",
         _compact,
     )
+    p = _subcommand(
+        sub,
+        "fsck",
+        "check every file of the store against its checksum (exit 3 when damaged)",
+        "  dslog fsck data/.dslog\n  dslog fsck data/.dslog --quarantine\n",
+        _fsck,
+    )
+    p.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="move damaged files to STORE/quarantine/ so the rest of the store works; "
+        "rebuild the catalog",
+    )
     return parser
 
 
@@ -427,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dslog`` with ``argv`` (default: the process arguments); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        # a name stored before lone surrogates were refused must print, not crash the listing
+        reconfigure(errors="backslashreplace")
     if args.command is None:
         parser.print_help()
         return 0

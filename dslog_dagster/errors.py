@@ -10,7 +10,8 @@ what was wrong and, when it is known, what to do about it.
     ├── InvalidRelationError(ValueError)   a lineage relation does not fit its arrays
     ├── CompressionError                   ProvRC failed (wraps the native error)
     ├── LineageStorageError(OSError)       reading/writing the store or its catalog failed
-    │   └── SchemaVersionError             a file was written by an unknown format version
+    │   ├── SchemaVersionError             a file was written by an unknown format version
+    │   └── LineageCorruptError            a file's bytes fail their checksum or do not parse
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
     ├── QueryError(ValueError)             a malformed lineage query
     ├── CaptureError                       annotated execution could not record lineage
@@ -28,8 +29,10 @@ what was wrong and, when it is known, what to do about it.
 Warnings (not errors: the call still gets correct lineage, captured instead of reused):
 
     DSLogWarning(UserWarning)
-    └── ViewMismatchWarning                a confirmed provenance view disagreed with the real
-                                           lineage of a call and was demoted
+    ├── ViewMismatchWarning                a confirmed provenance view disagreed with the real
+    │                                      lineage of a call and was demoted
+    └── DamagedStoreWarning                a listing skipped damaged files of the store (named;
+                                           the rest is listed; `dslog fsck` reports them)
 """
 
 
@@ -55,6 +58,23 @@ class LineageStorageError(DSLogError, OSError):
 
 class SchemaVersionError(LineageStorageError):
     """A lineage file was written with a format version this dslog cannot read."""
+
+
+class LineageCorruptError(LineageStorageError):
+    """A file of the lineage store is damaged: its bytes fail their checksum or do not parse.
+
+    Raised instead of answering from damaged bytes. ``path`` names the file; the message names
+    the operation or array it held when known, and says what to do: ``dslog fsck STORE
+    --quarantine`` moves damaged files aside so the rest of the store keeps working, and
+    ``dslog rebuild-catalog STORE`` re-indexes what is left.
+
+    Attributes:
+        path: the damaged file (as given to the reader).
+    """
+
+    def __init__(self, message: str, path: object = "") -> None:
+        super().__init__(message)
+        self.path = str(path)
 
 
 class LineageNotFoundError(DSLogError, KeyError):
@@ -106,6 +126,12 @@ class ViewMismatchWarning(DSLogWarning):
     """A confirmed provenance view disagreed with the real lineage of a call (found by
     verification or by a later capture). The view is demoted to non-reusable for good and the
     call's lineage is captured instead, so results stay correct."""
+
+
+class DamagedStoreWarning(DSLogWarning):
+    """A listing of the store skipped files that are damaged; the message names them. Every
+    other operation and array is listed. ``store.damaged()`` returns the files found so far and
+    ``store.verify()`` / ``dslog fsck`` check every file."""
 
 
 class UnsupportedFrameOperationError(CaptureError, NotImplementedError):

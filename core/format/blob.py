@@ -32,7 +32,7 @@ from dslog_dagster.core.format.codec import zstd_level
 from dslog_dagster.core.format.columns import columns_of, default_specs, table_from_columns
 from dslog_dagster.core.format.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.errors import InvalidRelationError, LineageStorageError
+from dslog_dagster.errors import InvalidRelationError, LineageCorruptError
 
 _BLOB_ZSTD = 1
 _BLOB_COLUMNAR = 2
@@ -164,7 +164,7 @@ def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
     """Inverse of :func:`table_to_blob`.
 
     Raises:
-        LineageStorageError: the blob is damaged.
+        LineageCorruptError: the blob is damaged.
     """
     try:
         flags = blob[0]
@@ -219,8 +219,11 @@ def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
             shapes[0], shapes[1], "columnar" if columnar else "provrc", rows, n_pairs, cols
         )
     except (IndexError, ValueError, TypeError, InvalidRelationError, pa.ArrowException) as e:
-        msg = f"A lineage table in `{source}` is damaged: {e}"
-        raise LineageStorageError(msg) from e
+        msg = (
+            f"A lineage table in `{source}` is damaged: {e}. Run `dslog fsck STORE "
+            "--quarantine` to move damaged files aside."
+        )
+        raise LineageCorruptError(msg, source) from e
 
 
 def _factored_from_blob(

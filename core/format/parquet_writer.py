@@ -107,21 +107,27 @@ def _schema_element(
 
 
 _SMALL_SCHEMA = [
-    _schema_element(b"schema", rep=_REQUIRED, children=3),
+    _schema_element(b"schema", rep=_REQUIRED, children=4),
     _schema_element(b"op", ptype=_BYTE_ARRAY, rep=_OPTIONAL, converted=_UTF8, logical=1),
     _schema_element(b"rec", ptype=_BYTE_ARRAY, rep=_OPTIONAL, converted=_UTF8, logical=1),
     _schema_element(b"data", rep=_OPTIONAL, children=1, converted=_LIST, logical=3),
     _schema_element(b"list", rep=_REPEATED, children=1),
     _schema_element(b"element", ptype=_BYTE_ARRAY, rep=_OPTIONAL),
+    _schema_element(b"sums", ptype=_BYTE_ARRAY, rep=_OPTIONAL),
 ]
-_SMALL_PATHS = [[b"op"], [b"rec"], [b"data", b"list", b"element"]]
+_SMALL_PATHS = [[b"op"], [b"rec"], [b"data", b"list", b"element"], [b"sums"]]
 
 
 def one_operation_segment(
-    op_id: bytes, rec: bytes, blobs: Sequence[bytes], metadata: Mapping[str, str]
+    op_id: bytes,
+    rec: bytes,
+    blobs: Sequence[bytes],
+    sums: bytes,
+    metadata: Mapping[str, str],
 ) -> bytes:
     """A segment of one operation with the key-value ``metadata``: what pyarrow writes for
-    the segment schema (``op``, ``rec``, ``data``) with ``codec="none"``, without pyarrow."""
+    the segment schema (``op``, ``rec``, ``data``, ``sums``) with ``codec="none"``, without
+    pyarrow."""
     n = len(blobs)
     pages = [
         # (page data, number of level entries)
@@ -132,6 +138,7 @@ def one_operation_segment(
         (_levels([(1, 0), (n - 1, 1)]) + _levels([(n, 3)]) + _plain(blobs), n)
         if n
         else (_levels([(1, 0)]) + _levels([(1, 1)]), 1),
+        (_levels([(1, 1)]) + _plain([sums]), 1),
     ]
     out = bytearray(b"PAR1")
     chunks = []

@@ -15,13 +15,13 @@ from dslog_dagster.core.store.compaction import COMPACT_MAX_OP_BYTES as COMPACT_
 from dslog_dagster.core.store.compaction import COMPACT_PACK_BYTES as COMPACT_PACK_BYTES
 from dslog_dagster.core.store.compaction import CompactionResult as CompactionResult
 from dslog_dagster.core.store.files import read_store_id as read_store_id
+from dslog_dagster.core.store.prepared import PreparedOperation as PreparedOperation
 from dslog_dagster.core.store.records import STORE_SCHEMA_VERSION as STORE_SCHEMA_VERSION
 from dslog_dagster.core.store.records import ArrayRecord as ArrayRecord
 from dslog_dagster.core.store.records import NewArray as NewArray
 from dslog_dagster.core.store.records import OperationRecord as OperationRecord
 from dslog_dagster.core.store.records import TableRecord as TableRecord
 from dslog_dagster.core.store.store import LineageStore as LineageStore
-from dslog_dagster.core.store.store import PreparedOperation as PreparedOperation
 
 __all__ = [
     "COMPACT_MAX_OP_BYTES",

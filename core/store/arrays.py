@@ -14,13 +14,14 @@ handle and never read again.
 
 import contextlib
 import difflib
-import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from dslog_dagster.core.format import segment
 from dslog_dagster.core.store import files
+from dslog_dagster.core.store.damage import DamageLog
 from dslog_dagster.core.store.layout import (
     LINK_SUFFIX,
     StoreLayout,
@@ -30,13 +31,19 @@ from dslog_dagster.core.store.layout import (
     version_file_name,
 )
 from dslog_dagster.core.store.records import (
-    STORE_SCHEMA_VERSION,
+    FIX_DAMAGE,
     ArrayRecord,
     check_name,
     load_record,
     parse_operation,
+    record_json,
 )
-from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError, LineageStorageError
+from dslog_dagster.errors import (
+    InvalidRelationError,
+    LineageCorruptError,
+    LineageNotFoundError,
+    LineageStorageError,
+)
 
 
 class ArrayFiles:
@@ -45,11 +52,15 @@ class ArrayFiles:
     Args:
         layout: the store's directories.
         durable: flush every record written, and its directory.
+        damage: where damaged and unverified files met are noted.
     """
 
-    def __init__(self, layout: StoreLayout, durable: bool = True) -> None:
+    def __init__(
+        self, layout: StoreLayout, durable: bool = True, damage: DamageLog | None = None
+    ) -> None:
         self.layout = layout
         self.durable = durable
+        self.damage = damage if damage is not None else DamageLog()
         self._by_path: dict[str, ArrayRecord] = {}
         # (name, version) -> its record, once found or written: a tracked step registers its
         # inputs again on every run, and building their file paths (two SHA-256 and a slug
@@ -58,6 +69,11 @@ class ArrayFiles:
         self._by_key: dict[tuple[str, str | None], ArrayRecord] = {}
         # array directories known to exist (see link_into)
         self._dirs: set[str] = set()
+
+    def forget(self) -> None:
+        """Drop every record read so far (files were moved aside: read them again)."""
+        self._by_path.clear()
+        self._by_key.clear()
 
     def known(self, name: str, version: str | None) -> ArrayRecord | None:
         """The record of ``(name, version)`` if this handle has read or written it."""
@@ -77,20 +93,37 @@ class ArrayFiles:
 
         Raises:
             FileNotFoundError: there is no such file.
-            LineageStorageError / SchemaVersionError: it is damaged or too new.
+            LineageCorruptError: it is damaged (noted in :attr:`damage`).
+            SchemaVersionError: it is too new.
         """
         key = str(path)
-        rec = self._by_path.get(key)
-        if rec is not None:
-            return rec
-        if path.name.endswith(LINK_SUFFIX):
-            rec = self._load_link(path)
-        else:
-            rec = load_record(path, "Array", ArrayRecord.from_json)
+        known = self._by_path.get(key)
+        if known is not None:
+            return known
+        try:
+            if path.name.endswith(LINK_SUFFIX):
+                rec, verified = self._load_link(path)
+            else:
+                rec, verified = load_record(path, "Array", self._parse)
+        except LineageCorruptError as e:
+            self.damage.note(self._rel(path), str(e))
+            raise
+        if not verified:
+            self.damage.unverified.add(self._rel(path))
         self._by_path[key] = rec
         return rec
 
-    def _load_link(self, path: Path) -> ArrayRecord:
+    @staticmethod
+    def _parse(d: Mapping[str, Any]) -> ArrayRecord:
+        return ArrayRecord.from_json(d)
+
+    def _rel(self, path: Path) -> str:
+        try:
+            return self.layout.rel(path)
+        except ValueError:
+            return str(path)
+
+    def _load_link(self, path: Path) -> tuple[ArrayRecord, bool]:
         """The array record inside the operation segment linked at ``path``: the output
         whose directory and version file names are ``path``'s."""
         # A missing record is the common case (every new output is looked up before it is
@@ -98,17 +131,21 @@ class ArrayFiles:
         os.stat(path)
         with segment.Segment(path) as seg:
             records = seg.records()
+            if seg.bad_rows:
+                msg = next(iter(seg.bad_rows.values()))
+                raise LineageCorruptError(msg, path)
+            verified = seg.verified
         rel = self.layout.rel(path)
-        for _, text in records:
-            rec = parse_operation(text, self.layout.root / rel, rel)
+        for op_id, text in records:
+            rec = parse_operation(text, self.layout.root / rel, rel, op_id)
             for out in rec.outputs:
                 if (
                     array_dir_name(out.name) == path.parent.name
                     and link_file_name(out.version) == path.name
                 ):
-                    return out
-        msg = f"Array record `{path}` is damaged: its operation lists no such output."
-        raise LineageStorageError(msg)
+                    return out, verified
+        msg = f"Array record `{path}` is damaged: its operation lists no such output. {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path)
 
     def versions_of(self, name: str) -> list[ArrayRecord]:
         """Every registered version of array ``name``."""
@@ -125,7 +162,7 @@ class ArrayFiles:
         return out
 
     def all_from_files(self) -> list[ArrayRecord]:
-        """Every readable array record on disk."""
+        """Every readable array record on disk (damaged ones are noted in :attr:`damage`)."""
         out = []
         for path in self.files():
             with contextlib.suppress(FileNotFoundError, LineageStorageError):
@@ -173,9 +210,7 @@ class ArrayFiles:
         """
         directory = self.layout.array_dir(record.name)
         final = directory / version_file_name(record.version)
-        data = json.dumps(
-            {"schema_version": STORE_SCHEMA_VERSION, **record.to_json()}, indent=1
-        ).encode()
+        data = record_json(record.to_json())
         try:
             directory.mkdir(parents=True, exist_ok=True)
             published = files.publish_once(final, data, self.durable)

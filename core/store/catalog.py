@@ -15,6 +15,18 @@ transaction, close) and a lock conflict is retried with jittered exponential bac
 
 No lock error ever reaches the caller.
 
+**Damage.** The catalog is a cache, never trusted: a catalog file DuckDB reports as damaged
+(its blocks carry checksums) is deleted and rebuilt from the files, with a
+:class:`~dslog_dagster.errors.DamagedStoreWarning` saying so; if that fails too, the query runs
+on an in-memory catalog. Damaged lineage files are skipped by a sync (noted in the store's
+damage log) and retried by the next one.
+
+**User SQL is read-only and local** (:meth:`LineageCatalog.query`): the statement runs on a
+separate in-memory DuckDB connection with external access switched off, over copies of the
+catalog tables it names, so ``read_text``, ``read_csv``, ``COPY``, ``ATTACH``,
+``INSTALL``/``LOAD`` are refused and the catalog's own connections, whose instance DuckDB
+caches per file path, keep their settings.
+
 **Tables** (query them with :meth:`LineageCatalog.query` / ``LineageStore.sql``; timestamps
 are UTC):
 
@@ -38,6 +50,7 @@ import json
 import logging
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -49,7 +62,7 @@ from dslog_dagster.core.store.arrays import ArrayFiles
 from dslog_dagster.core.store.layout import StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
-from dslog_dagster.errors import DSLogError, LineageStorageError, QueryError
+from dslog_dagster.errors import DamagedStoreWarning, DSLogError, LineageStorageError, QueryError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -172,6 +185,31 @@ def _is_retryable(e: BaseException) -> bool:
     return isinstance(e, duckdb.IOException) and "lock" in text
 
 
+_NOT_DAMAGE = ("permission denied", "read-only", "read only", "no space", "disk full")
+
+
+def _is_damage(reason: str) -> bool:
+    """Whether DuckDB's ``reason`` for refusing the catalog file means the file is damaged
+    (rather than the file system refusing us, where deleting it would not help)."""
+    text = reason.lower()
+    return not any(k in text for k in _NOT_DAMAGE)
+
+
+def _text(v: Any) -> Any:
+    """``v`` as the catalog stores it: a string that is not valid UTF-8 (a lone surrogate in a
+    name registered before such names were refused) is escaped, so one odd name cannot stop
+    the catalog; the records themselves are read from the files."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return v.encode("utf-8", "backslashreplace").decode("utf-8")
+        return v
+    if isinstance(v, list):
+        return [_text(x) for x in v]
+    return v
+
+
 def _naive_utc(dt: datetime) -> datetime:
     return dt.astimezone(UTC).replace(tzinfo=None)
 
@@ -215,6 +253,8 @@ class LineageCatalog:
         self.path: Path = layout.root / CATALOG_FILE
         self.lock_timeout = float(lock_timeout)
         self.index_timeout = float(index_timeout)
+        self.recovered: str | None = None
+        """Why this handle last deleted a damaged catalog file (``None``: never)."""
 
     def __repr__(self) -> str:
         return f"LineageCatalog({str(self.path)!r})"
@@ -299,9 +339,30 @@ class LineageCatalog:
         try:
             return self._run(synced, self.lock_timeout)
         except _Unavailable as e:
+            if not e.locked and self._recover(str(e)):
+                with contextlib.suppress(_Unavailable):
+                    return self._run(synced, self.lock_timeout)
             log = logger.debug if e.locked else logger.warning
             log("catalog %s unavailable (%s); using an in-memory catalog", self.path, e)
             return self._memory(fn)
+
+    def _recover(self, reason: str) -> bool:
+        """Delete a damaged catalog file so the next connection rebuilds it from the files;
+        ``False`` (nothing done) when ``reason`` is not damage or the file cannot go."""
+        if not _is_damage(reason) or not self.path.exists():
+            return False
+        try:
+            for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+                p.unlink(missing_ok=True)
+        except OSError:
+            return False
+        msg = (
+            f"The catalog `{self.path}` was damaged ({reason}); it is a cache of the lineage "
+            "files and is being rebuilt from them. Nothing is lost."
+        )
+        warnings.warn(msg, DamagedStoreWarning, stacklevel=4)
+        self.recovered = reason
+        return True
 
     # ----------------------------------------------------------------- indexing
 
@@ -383,11 +444,14 @@ class LineageCatalog:
             records: list[OperationRecord] = []
             paths: dict[str, str] = {}
             for rel in new_segs:
+                if rel in operations.damage.damaged:
+                    continue  # not marked indexed: retried (and noted) by every sync
                 # A segment is marked indexed only together with its operations, so an
                 # operation can never hide behind an indexed segment.
                 if any(op not in known_ops for op in on_disk[rel]):
                     try:
                         recs = operations.records_in(rel)
+                        partly_damaged = rel in operations.damage.damaged
                     except FileNotFoundError:
                         vanished = True  # packed away since the listing: list again below
                         # Operations moved into it above must follow it into its pack: marked
@@ -396,13 +460,15 @@ class LineageCatalog:
                         con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
                         continue
                     except DSLogError as e:
-                        logger.warning("skipping segment %s in %s: %s", rel, self.layout.root, e)
+                        logger.debug("skipping segment %s in %s: %s", rel, self.layout.root, e)
                         continue
                     for r in recs:
                         if r.op_id not in known_ops:
                             records.append(r)
                             paths[r.op_id] = rel
                             known_ops.add(r.op_id)
+                    if partly_damaged:
+                        continue  # not marked indexed: every sync notes its damaged rows
                 con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
             _insert_operations(con, records, paths)
             changed += len(records)
@@ -415,7 +481,7 @@ class LineageCatalog:
             try:
                 arrays.append((self.arrays.load(file), rel))
             except (DSLogError, FileNotFoundError) as e:
-                logger.warning("skipping array record %s: %s", file, e)
+                logger.debug("skipping array record %s: %s", file, e)
         _insert_arrays(con, arrays)
         changed += len(arrays)
         if vanished and _attempt < _SYNC_RETRIES:
@@ -427,6 +493,10 @@ class LineageCatalog:
         try:
             self._run(self._sync_in, self.lock_timeout)
         except _Unavailable as e:
+            if not e.locked and self._recover(str(e)):
+                with contextlib.suppress(_Unavailable):
+                    self._run(self._sync_in, self.lock_timeout)
+                    return True
             log = logger.debug if e.locked else logger.warning
             log("catalog %s not synced: %s", self.path, e)
             return False
@@ -458,6 +528,7 @@ class LineageCatalog:
                 )
                 raise LineageStorageError(msg) from e
             logger.warning("catalog %s is unusable (%s); re-creating it", self.path, e)
+            self.recovered = str(e)
         for p in (self.path, self.path.with_name(self.path.name + ".wal")):
             p.unlink(missing_ok=True)
         try:
@@ -477,30 +548,32 @@ class LineageCatalog:
         if not isinstance(sql, str) or not sql.strip():
             msg = "The catalog query is empty; pass one SELECT statement."
             raise QueryError(msg)
-        parser = duckdb.connect(":memory:")
+        sandbox = _sandbox()
         try:
-            statements = parser.extract_statements(sql)
+            statements = sandbox.extract_statements(sql)
         except duckdb.Error as e:
+            sandbox.close()
             msg = f"The catalog query does not parse: {e}"
             raise QueryError(msg) from e
-        finally:
-            parser.close()
         if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
             kinds = ", ".join(s.type.name for s in statements)
             msg = (
                 f"The catalog is read-only: pass exactly one SELECT statement (got {kinds}). "
                 f"Tables: {', '.join(_TABLES)}."
             )
+            sandbox.close()
             raise QueryError(msg)
 
-        def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
-            try:
-                return _to_arrow(con.sql(sql, params=list(params) if params else None))
-            except duckdb.Error as e:
-                msg = f"The catalog query failed: {e}. Tables: {', '.join(_TABLES)}."
-                raise QueryError(msg) from e
+        names = [t for t in _TABLES if t in sql.lower()]
 
-        return self._read(run)
+        def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
+            tables = {t: _to_arrow(con.sql(f"SELECT * FROM {t}")) for t in names}
+            return _run_sandboxed(sandbox, sql, params, tables)
+
+        try:
+            return self._read(run)
+        finally:
+            sandbox.close()
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Rows of a trusted internal query, after a sync."""
@@ -509,6 +582,42 @@ class LineageCatalog:
     def column(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         """First column of a trusted internal query, after a sync."""
         return [r[0] for r in self.rows(sql, params)]
+
+
+def _sandbox() -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory connection that cannot reach files, the network or extensions, for
+    the user's SQL (see the module docstring)."""
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "enable_external_access": False,
+        "autoload_known_extensions": False,
+        "autoinstall_known_extensions": False,
+        "python_enable_replacements": False,
+        "lock_configuration": True,
+    }
+    return duckdb.connect(":memory:", config=config)
+
+
+def _run_sandboxed(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: Sequence[Any] | None,
+    tables: Mapping[str, pa.Table],
+) -> pa.Table:
+    """Run the user's ``sql`` on the sandbox ``con`` over copies of the catalog ``tables``.
+
+    Raises:
+        QueryError: DuckDB refused the statement (a file-reading function, a bad column...).
+    """
+    try:
+        for name, table in tables.items():
+            con.register(name, table)
+        return _to_arrow(con.sql(sql, params=list(params) if params else None))
+    except duckdb.Error as e:
+        extra = ""
+        if isinstance(e, duckdb.PermissionException):
+            extra = " The catalog SQL reads the catalog tables only, never files or the network."
+        msg = f"The catalog query failed: {e}.{extra} Tables: {', '.join(_TABLES)}."
+        raise QueryError(msg) from e
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
@@ -524,11 +633,11 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
     if len(rows) <= _SMALL_BATCH:
         # A writer indexes a handful of rows: one parameterised statement is the cheapest.
         one = "(" + ", ".join("?" * len(schema.names)) + ")"
-        params = [r[c] for r in rows for c in schema.names]
+        params = [_text(r[c]) for r in rows for c in schema.names]
         values = ", ".join([one] * len(rows))
         con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES {values}", params)
         return
-    data = pa.Table.from_pylist(rows, schema=schema)
+    data = pa.Table.from_pylist([{c: _text(v) for c, v in r.items()} for r in rows], schema=schema)
     view = f"_dslog_new_{table}"
     con.register(view, data)
     try:

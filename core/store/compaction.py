@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dslog_dagster.core.format import segment
+from dslog_dagster.core.format.blob import table_from_blob
 from dslog_dagster.core.store import files
 from dslog_dagster.core.store.catalog import LineageCatalog
 from dslog_dagster.core.store.layout import StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
-from dslog_dagster.core.store.records import now
+from dslog_dagster.core.store.records import now, parse_operation
 from dslog_dagster.errors import LineageStorageError
 
 COMPACT_MAX_OP_BYTES = 64 * 1024
@@ -124,6 +125,19 @@ def compact(
         return _compact_locked(layout, operations, catalog, max_op_bytes, pack_bytes)
 
 
+def _check_legacy(seg: segment.Segment, entries: list[tuple[str, str, list[bytes]]]) -> None:
+    """Decode every record and table of a segment written before checksums, so compaction
+    never gives damaged bytes a checksum: the pack it writes is verified from then on.
+
+    Raises:
+        LineageStorageError: a record or table does not decode.
+    """
+    for op_id, text, blobs in entries:
+        parse_operation(text, seg.path, str(seg.path), op_id)
+        for blob in blobs:
+            table_from_blob(blob, str(seg.path))
+
+
 def _compact_locked(
     layout: StoreLayout,
     operations: OperationFiles,
@@ -153,8 +167,13 @@ def _compact_locked(
         try:
             with segment.Segment(layout.inside(rel)) as seg:
                 got = seg.entries()
+                if not seg.verified:
+                    _check_legacy(seg, got)
         except FileNotFoundError:
             continue  # another process removed it: not ours to delete
+        except LineageStorageError as e:
+            operations.damage.note(rel, str(e))
+            continue  # damaged: left where it is for `dslog fsck`
         for entry in got:
             if entry[0] not in elsewhere:
                 entries.setdefault(entry[0], entry)

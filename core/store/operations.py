@@ -6,6 +6,10 @@ operations through an index of the segment files (segments are immutable, so a p
 operation ids are read once); when a file vanishes under them (a compaction packed it) they
 refresh the index and retry. Compactions publish a pack before they delete the files it
 replaces, so a fresh listing always finds every operation.
+
+A damaged segment (or a damaged row of a pack) is noted in the handle's
+:class:`~dslog_dagster.core.store.damage.DamageLog` and skipped by listings; reads of what it
+held raise :class:`~dslog_dagster.errors.LineageCorruptError` naming it.
 """
 
 import logging
@@ -14,9 +18,10 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from dslog_dagster.core.format import segment
+from dslog_dagster.core.store.damage import DamageLog
 from dslog_dagster.core.store.layout import StoreLayout
 from dslog_dagster.core.store.records import OperationRecord, parse_operation
-from dslog_dagster.errors import DSLogError
+from dslog_dagster.errors import DSLogError, LineageCorruptError
 
 _R = TypeVar("_R")
 
@@ -36,8 +41,9 @@ class OperationFiles:
             immutable, so an entry never goes stale; clear it to read them again).
     """
 
-    def __init__(self, layout: StoreLayout) -> None:
+    def __init__(self, layout: StoreLayout, damage: DamageLog | None = None) -> None:
         self.layout = layout
+        self.damage = damage if damage is not None else DamageLog()
         self.records: dict[str, OperationRecord] = {}
         # Where operations are: segment (root-relative path) -> its op ids, and op id ->
         # one segment holding it. Segments are immutable, so an entry only goes stale when
@@ -85,19 +91,25 @@ class OperationFiles:
         raced = False
         for rel in self.layout.segment_files():
             ops = self._seg_ops.get(rel)
-            if ops is None:
+            if ops is None or (not ops and rel in self.damage.damaged):
+                # (a file that could not be read is tried again: the error may have been the
+                # system's, such as too many open files, not the file's)
                 if rel.startswith("operations/"):
                     ops = (rel.removeprefix("operations/").removesuffix(".parquet"),)
                 else:
                     try:
                         with segment.Segment(self.layout.inside(rel)) as seg:
                             ops = tuple(seg.op_ids)
+                            if not seg.verified:
+                                self.damage.unverified.add(rel)
                     except FileNotFoundError:
                         raced = True  # merged into a newer pack since the listing
                         continue
                     except DSLogError as e:
-                        logger.warning("skipping segment %s in %s: %s", rel, self.layout.root, e)
-                        continue
+                        # listed with no operations: still on disk, so a catalog sync does
+                        # not take its operations for deleted
+                        self.damage.note(rel, str(e))
+                        ops = ()
             fresh[rel] = ops
         return fresh, raced
 
@@ -119,27 +131,54 @@ class OperationFiles:
                     break
             try:
                 with segment.Segment(self.layout.inside(rel)) as seg:
+                    if not seg.verified:
+                        self.damage.unverified.add(rel)
                     return fn(seg), rel
             except (FileNotFoundError, KeyError):
                 continue
+            except LineageCorruptError as e:
+                self.damage.note(rel, str(e), op_id)
+                raise
         msg = f"no segment holds operation {op_id}"
         raise FileNotFoundError(msg)
 
-    def parse(self, text: str, rel: str) -> OperationRecord:
-        """The operation record ``text`` read from segment ``rel``.
+    def parse(self, text: str, rel: str, op_id: str) -> OperationRecord:
+        """The operation record ``text`` of ``op_id``, read from segment ``rel``.
 
         Raises:
-            LineageStorageError / SchemaVersionError: it is damaged or too new.
+            LineageCorruptError: it is damaged (noted in :attr:`damage`).
+            SchemaVersionError: it is too new.
         """
-        return parse_operation(text, self.layout.root / rel, rel)
+        try:
+            return parse_operation(text, self.layout.root / rel, rel, op_id)
+        except LineageCorruptError as e:
+            self.damage.note(rel, str(e), op_id)
+            raise
 
     def records_in(self, rel: str) -> list[OperationRecord]:
-        """Every operation record of segment ``rel`` (``FileNotFoundError`` if it vanished)."""
-        with segment.Segment(self.layout.inside(rel)) as seg:
-            texts = seg.records()
+        """Every intact operation record of segment ``rel`` (damaged rows are noted in
+        :attr:`damage` and skipped; ``FileNotFoundError`` if the file vanished).
+
+        Raises:
+            LineageCorruptError: the whole file is damaged (noted in :attr:`damage`).
+        """
+        try:
+            with segment.Segment(self.layout.inside(rel)) as seg:
+                texts = seg.records()
+                bad = dict(seg.bad_rows)
+                if not seg.verified:
+                    self.damage.unverified.add(rel)
+        except LineageCorruptError as e:
+            self.damage.note(rel, str(e))
+            raise
+        for op_id, reason in bad.items():
+            self.damage.note(rel, reason, op_id)
         out = []
         for op_id, text in texts:
-            rec = self.parse(text, rel)
+            try:
+                rec = self.parse(text, rel, op_id)
+            except LineageCorruptError:
+                continue
             self.records[op_id] = rec
             out.append(rec)
         return out
@@ -154,12 +193,12 @@ class OperationFiles:
 
         Raises:
             FileNotFoundError: no segment holds it.
-            LineageStorageError / SchemaVersionError: the record is damaged or too new.
+            LineageCorruptError / SchemaVersionError: the record is damaged or too new.
         """
         rec = self.records.get(op_id)
         if rec is not None:
             return rec
         text, rel = self.in_segment(op_id, lambda seg: seg.record(op_id))
-        rec = self.parse(text, rel)
+        rec = self.parse(text, rel, op_id)
         self.records[op_id] = rec
         return rec

@@ -22,12 +22,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from dslog_dagster.core.format.segment import SEGMENT_SCHEMA_VERSION
+from dslog_dagster.core.format.checksum import json_checksum
+from dslog_dagster.core.format.segment import CHECKED_MINOR, SEGMENT_SCHEMA_VERSION
 from dslog_dagster.core.relation import Shape, as_shape
 from dslog_dagster.errors import (
     InvalidRelationError,
+    LineageCorruptError,
     LineageNotFoundError,
-    LineageStorageError,
     SchemaVersionError,
     UnsupportedArrayError,
 )
@@ -36,6 +37,12 @@ _R = TypeVar("_R")
 
 STORE_SCHEMA_VERSION = SEGMENT_SCHEMA_VERSION
 """Store format version: in every segment's metadata, operation record and array record."""
+
+FIX_DAMAGE = (
+    "Run `dslog fsck STORE --quarantine` to move damaged files aside (the rest of the store "
+    "stays usable) and `dslog rebuild-catalog STORE`."
+)
+"""What a message about a damaged file tells the user to do."""
 
 TIMING_COMPRESS = "compress_s"
 """Timing key: seconds the store spent compressing an operation's relations."""
@@ -237,6 +244,15 @@ def check_name(name: object, what: str) -> str:
     if not name or "\x00" in name:
         msg = f"{what} `{name!r}` is empty or contains a NUL character; pass a non-empty name."
         raise InvalidRelationError(msg)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        msg = (
+            f"{what} {name!r} is not valid Unicode text (it holds a lone surrogate, as "
+            "`os.fsdecode` makes of bytes that are not UTF-8), so the catalog cannot store it; "
+            "pass a name of valid characters (e.g. decode the bytes with errors='replace')."
+        )
+        raise InvalidRelationError(msg) from e
     return name
 
 
@@ -333,54 +349,92 @@ def _normalise_asset_key(asset_key: str | Sequence[str] | None) -> str | None:
     return "/".join(parts)
 
 
-def check_version(d: Mapping[str, Any], path: Path) -> None:
-    """Refuse a record ``d`` (read from ``path``) written with another major store format.
+def check_version(d: Mapping[str, Any], path: Path) -> bool:
+    """Refuse a record ``d`` (read from ``path``) written with another major store format;
+    returns whether its format carries checksums (``2-2`` and later).
 
     Raises:
-        SchemaVersionError: it was.
+        SchemaVersionError: another major format.
+        LineageCorruptError: the version is not a version at all.
     """
     version = str(d.get("schema_version", ""))
-    if version.split("-")[0] != STORE_SCHEMA_VERSION.split("-")[0]:
+    parts = version.split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        msg = f"`{path}` is damaged: its format version `{version}` is garbled. {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path)
+    if parts[0] != STORE_SCHEMA_VERSION.split("-")[0]:
         msg = (
             f"`{path}` was written with store format `{version or 'unknown'}`; this dslog reads "
             f"{STORE_SCHEMA_VERSION.split('-')[0]}-x-x. Upgrade dslog-dagster to read it."
         )
         raise SchemaVersionError(msg)
+    return int(parts[1]) >= CHECKED_MINOR
 
 
-def load_record(path: Path, what: str, parse: Callable[[Mapping[str, Any]], _R]) -> _R:
-    """Read, version-check and parse one JSON record; ``FileNotFoundError`` propagates so the
-    caller can say what is missing in its own terms."""
+def record_json(fields: Mapping[str, Any]) -> bytes:
+    """The bytes of a JSON record file with ``fields`` (its format version and checksum
+    added)."""
+    d = {"schema_version": STORE_SCHEMA_VERSION, **fields}
+    d["checksum"] = json_checksum(d)
+    return json.dumps(d, indent=1).encode()
+
+
+def load_record(path: Path, what: str, parse: Callable[[Mapping[str, Any]], _R]) -> tuple[_R, bool]:
+    """Read, check and parse one JSON record; returns it and whether it was verified (files
+    of formats before ``2-2`` have no checksum). ``FileNotFoundError`` propagates so the
+    caller can say what is missing in its own terms.
+
+    Raises:
+        LineageCorruptError: unreadable, failing its checksum, or not a record.
+        SchemaVersionError: written with another major store format.
+    """
     try:
         d = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as e:
-        msg = f"{what} record `{path}` is unreadable: {e}"
-        raise LineageStorageError(msg) from e
-    check_version(d, path)
+        msg = f"{what} record `{path}` is damaged (unreadable: {e}). {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path) from e
+    if not isinstance(d, dict):
+        msg = f"{what} record `{path}` is damaged (not a JSON object). {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path)
+    checked = check_version(d, path)
+    if checked != ("checksum" in d) or (checked and d["checksum"] != json_checksum(d)):
+        msg = f"{what} record `{path}` is damaged: it does not match its checksum. {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path)
     try:
-        return parse(d)
-    except (KeyError, TypeError, ValueError) as e:
-        msg = f"{what} record `{path}` is damaged: {e}"
-        raise LineageStorageError(msg) from e
+        return parse(d), checked
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        msg = f"{what} record `{path}` is damaged ({e!r}). {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path) from e
 
 
-def parse_operation(text: str, path: Path, rel: str) -> OperationRecord:
-    """The operation record in JSON ``text``, read from segment ``rel`` (at ``path``).
+def parse_operation(text: str, path: Path, rel: str, op_id: str | None = None) -> OperationRecord:
+    """The operation record in JSON ``text``, read from segment ``rel`` (at ``path``) as the
+    record of ``op_id`` when given.
 
     Raises:
-        LineageStorageError: unreadable or damaged.
+        LineageCorruptError: unreadable, damaged, or the record of another operation.
         SchemaVersionError: written with another major store format.
     """
     try:
         d = json.loads(text)
     except ValueError as e:
-        msg = f"Operation record in `{path}` is unreadable: {e}"
-        raise LineageStorageError(msg) from e
+        msg = f"Operation record in `{path}` is damaged (unreadable: {e}). {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path) from e
+    if not isinstance(d, dict):
+        msg = f"Operation record in `{path}` is damaged (not a JSON object). {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path)
     check_version(d, path)
     try:
-        return OperationRecord.from_json(d, rel)
-    except (KeyError, TypeError, ValueError) as e:
-        msg = f"Operation record in `{path}` is damaged: {e}"
-        raise LineageStorageError(msg) from e
+        rec = OperationRecord.from_json(d, rel)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        msg = f"Operation record in `{path}` is damaged ({e!r}). {FIX_DAMAGE}"
+        raise LineageCorruptError(msg, path) from e
+    if op_id is not None and rec.op_id != op_id:
+        msg = (
+            f"Operation record in `{path}` is damaged: it names operation `{rec.op_id}`, "
+            f"stored as `{op_id}`. {FIX_DAMAGE}"
+        )
+        raise LineageCorruptError(msg, path)
+    return rec

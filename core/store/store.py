@@ -47,9 +47,8 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -66,14 +65,18 @@ from dslog_dagster.core.store.compaction import (
     CompactionResult,
     compact,
 )
+from dslog_dagster.core.store.damage import DamageLog
+from dslog_dagster.core.store.integrity import STORE_ID_RE, VerifyReport, quarantine, verify
 from dslog_dagster.core.store.layout import (
     OP_ID_RE,
+    STORE_ID_FILE,
     StoreLayout,
     link_file_name,
     version_file_name,
 )
 from dslog_dagster.core.store.lineage import encode_lineage, operation_segment
 from dslog_dagster.core.store.operations import OperationFiles
+from dslog_dagster.core.store.prepared import PreparedOperation
 from dslog_dagster.core.store.records import (
     ArrayRecord,
     NewArray,
@@ -90,74 +93,7 @@ from dslog_dagster.errors import (
     LineageStorageError,
 )
 
-if TYPE_CHECKING:
-    from concurrent.futures import Future
-
 logger = logging.getLogger(__name__)
-
-
-@dataclass(eq=False)
-class PreparedOperation:
-    """An operation whose segment is written and flushed under the store's ``.staging/`` but
-    not yet visible (:meth:`LineageStore.prepare_operation`). Call exactly one of
-    :meth:`commit` and :meth:`abort`; an abandoned one (a crashed process) is a staging file
-    that the store removes once it is an hour old.
-
-    Attributes:
-        record: the operation record :meth:`commit` stores (unless another writer registered
-            one of its new outputs meanwhile: then it registers again and returns that).
-    """
-
-    store: "LineageStore"
-    tmp: Path
-    rel: str
-    record: OperationRecord
-    new_outs: tuple[ArrayRecord, ...]
-    retry: tuple[Any, ...]
-
-    flush: "list[Future[None]] | None" = None
-
-    def commit(self) -> OperationRecord:
-        """Publish the operation: links, one rename, and (durable stores) the directories'
-        fsync. Returns the stored record, durable when this returns.
-
-        Raises:
-            LineageStorageError: it could not be published (nothing of it is visible).
-        """
-        record = self.publish()
-        self.flushed()
-        return record
-
-    def publish(self) -> OperationRecord:
-        """Make the operation visible (links, one rename) and start flushing its directories
-        in a worker thread (durable stores), so the caller can do other work meanwhile; call
-        :meth:`flushed` before relying on durability (the IO manager builds the step's
-        metadata in between). Returns the stored record.
-
-        Raises:
-            LineageStorageError: it could not be published (nothing of it is visible).
-        """
-        return self.store.commit_prepared(self, aside=True)
-
-    def flushed(self) -> None:
-        """Block until a :meth:`publish` is on disk (a no-op for stores that do not fsync).
-
-        Raises:
-            LineageStorageError: the directories could not be flushed.
-        """
-        flush, self.flush = self.flush, None
-        if not flush:
-            return
-        try:
-            for f in flush:
-                f.result()
-        except Exception as e:
-            msg = f"Could not flush operation `{self.record.op_id}` in `{self.store.root}`: {e}"
-            raise LineageStorageError(msg) from e
-
-    def abort(self) -> None:
-        """Drop the staged segment: the operation is never published."""
-        self.tmp.unlink(missing_ok=True)
 
 
 class LineageStore:
@@ -219,8 +155,12 @@ class LineageStore:
             msg = f"Could not create the lineage store at `{self.root}`: {e}"
             raise LineageStorageError(msg) from e
         self.store_id = files.claim_store_id(self.root, self.durable)
-        self.array_files = ArrayFiles(self.layout, self.durable)
-        self.operation_files = OperationFiles(self.layout)
+        self.damage = DamageLog()
+        if not STORE_ID_RE.match(self.store_id):
+            self.damage.note(STORE_ID_FILE, "not a store id (32 hex digits)")
+        self._damaged_arrays: tuple[object, dict[str, set[str] | None]] = ((), {})
+        self.array_files = ArrayFiles(self.layout, self.durable, self.damage)
+        self.operation_files = OperationFiles(self.layout, self.damage)
         self.catalog = LineageCatalog(
             self.layout,
             self.operation_files,
@@ -708,10 +648,69 @@ class LineageStore:
         """
         return bool(self.catalog.sync())
 
-    def rebuild_catalog(self) -> None:
-        """Rebuild ``catalog.duckdb`` from the files (e.g. after deleting or damaging it)."""
+    def rebuild_catalog(self) -> dict[str, str]:
+        """Rebuild ``catalog.duckdb`` from the files (e.g. after deleting or damaging it).
+
+        Returns:
+            The damaged files it skipped -> what is wrong with them (their operations and
+            arrays are not in the catalog; ``dslog fsck --quarantine`` moves them aside).
+        """
         self.clean_staging()
         self.catalog.rebuild()
+        return self.damaged()
+
+    def damaged(self) -> dict[str, str]:
+        """Damaged files this handle met so far (root-relative path -> what is wrong): the
+        listings skip them. :meth:`verify` checks every file."""
+        return dict(self.damage.damaged)
+
+    def damaged_arrays(self) -> dict[str, set[str] | None]:
+        """For each damaged segment this handle met: the names of the arrays its operations
+        read or wrote, as the catalog last indexed them (``None``: not known). A query that
+        touches none of them cannot be changed by the damage; one that may is refused."""
+        segs = sorted(r for r in self.damage.damaged if r.startswith(("operations/", "packs/")))
+        key = tuple((r, tuple(sorted(self.damage.damaged_ops.get(r, ())))) for r in segs)
+        if not segs or key == self._damaged_arrays[0]:
+            return dict(self._damaged_arrays[1]) if segs else {}
+        ops = {o: r for r, held in key for o in held}
+        ops.update({Path(r).stem: r for r in segs if r.startswith("operations/")})
+        rows = self.catalog.rows(
+            "SELECT DISTINCT o.path, o.op_id, a.name FROM operations o JOIN operation_arrays a "
+            "USING (op_id) WHERE o.path IN (SELECT unnest(?::VARCHAR[])) "
+            "OR o.op_id IN (SELECT unnest(?::VARCHAR[]))",
+            [segs, sorted(ops)],
+        )
+        out: dict[str, set[str] | None] = dict.fromkeys(segs)
+        for path, op_id, name in rows:
+            rel = path if path in out else ops.get(op_id)
+            if rel is not None:
+                out[rel] = (out[rel] or set()) | {str(name)}
+        self._damaged_arrays = (key, out)
+        return dict(out)
+
+    def verify(self, *, quarantine_damaged: bool = False) -> VerifyReport:
+        """Check every file of the store: checksums, decoding, the store id and the catalog.
+
+        Args:
+            quarantine_damaged: move the damaged files to ``quarantine/`` under the root (a
+                damaged catalog is deleted: it is rebuilt from the files), so the rest of the
+                store works without them; the catalog is then rebuilt.
+
+        Returns:
+            The report: damaged files and the operations/arrays they held, unverified files
+            of formats before checksums, and where damaged files were moved.
+        """
+        report = verify(self.layout)
+        if quarantine_damaged and not report.clean:
+            quarantine(self.layout, report)
+            for rel in report.quarantined:
+                self.damage.clear(rel)
+            if STORE_ID_FILE in report.quarantined:
+                self.store_id = files.claim_store_id(self.root, self.durable)
+            self.operation_files.records.clear()
+            self.array_files.forget()
+            self.catalog.rebuild()
+        return report
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run one read-only ``SELECT`` on the catalog; see :class:`LineageCatalog` for tables.
@@ -738,6 +737,9 @@ class LineageStore:
                 out.append(self.get_operation(op_id))
             except LineageNotFoundError:
                 logger.debug("operation %s vanished from %s", op_id, self.root)
+            except LineageStorageError:
+                continue  # damaged: noted in self.damage, said below
+        self.damage.warn(list(self.damage.damaged), str(self.root))
         return out
 
     def arrays(self) -> list[ArrayRecord]:
@@ -745,8 +747,10 @@ class LineageStore:
         paths = self.catalog.column("SELECT path FROM arrays ORDER BY name, created_at, path")
         out = []
         for rel in paths:
-            with contextlib.suppress(FileNotFoundError):
+            # vanished, or damaged (noted in self.damage, said below)
+            with contextlib.suppress(FileNotFoundError, LineageStorageError):
                 out.append(self.array_files.load(self.layout.inside(rel)))
+        self.damage.warn(list(self.damage.damaged), str(self.root))
         return out
 
     def tables(self) -> list[TableRecord]:

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core import LineageRelation, LineageStore, NewArray
-from dslog_dagster.core import store as store_module
 from dslog_dagster.core.format import segment as segment_module
 from dslog_dagster.core.store import files as files_module
 from dslog_dagster.core.store import layout as layout_module
@@ -200,9 +199,7 @@ def test_json_record_wins_when_both_exist(tmp_path: Path) -> None:
     # a JSON record of the same version published beside the link (the race the other way)
     other = LineageStore(tmp_path / "s")
     rec = records_module.array_record(NewArray("y", (3, 3), version="run1"))
-    data = records_module.json.dumps(
-        {"schema_version": store_module.STORE_SCHEMA_VERSION, **rec.to_json()}
-    ).encode()
+    data = records_module.record_json(rec.to_json())
     directory = store.arrays_dir / layout_module.array_dir_name("y")
     assert files_module.publish_once(
         directory / layout_module.version_file_name("run1"), data, other.durable

@@ -16,7 +16,7 @@ from dslog_dagster.core.store import compaction as compaction_module
 from dslog_dagster.core.store import files as files_module
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.testing import analytic as an
-from dslog_dagster.errors import LineageStorageError, SchemaVersionError
+from dslog_dagster.errors import LineageCorruptError, LineageStorageError, SchemaVersionError
 
 
 def _ops(store: LineageStore, n: int, big: int = 0) -> list:
@@ -102,8 +102,9 @@ def test_segment_version_is_checked(tmp_path: Path) -> None:
     with pytest.raises(SchemaVersionError, match="7-0-0"):
         Segment(path)
     pq.write_table(table.replace_schema_metadata({}), path)
-    with pytest.raises(SchemaVersionError, match="not a dslog"):
+    with pytest.raises(LineageCorruptError, match="dslog metadata") as info:
         Segment(path)
+    assert info.value.path == str(path)
 
 
 def test_compact_packs_small_operations_and_keeps_big_ones(tmp_path: Path) -> None:

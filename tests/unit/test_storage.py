@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dslog_dagster.core import LineageRelation, compress, read_table, write_table
 from dslog_dagster.core.format import segment
+from dslog_dagster.core.format.checksum import row_sums
 from dslog_dagster.core.format.encoding import ColumnSpec, decode, encode
 from dslog_dagster.core.format.table_file import SCHEMA_VERSION, table_from_bytes, table_to_bytes
 from dslog_dagster.errors import LineageStorageError, SchemaVersionError
@@ -145,8 +146,11 @@ def test_one_operation_segments_read_like_pyarrows(entry: tuple[str, str, list[b
     assert mine.metadata.metadata == ref.metadata.metadata
     assert (mine.metadata.num_rows, mine.metadata.num_row_groups) == (1, 1)
     assert mine.read().to_pylist() == ref.read().to_pylist()
-    assert mine.read().to_pylist() == [{"op": entry[0], "rec": entry[1], "data": entry[2]}]
-    for k in range(3):  # column statistics-free chunks of consistent sizes
+    sums = row_sums(entry[0].encode(), entry[1].encode(), entry[2])
+    assert mine.read().to_pylist() == [
+        {"op": entry[0], "rec": entry[1], "data": entry[2], "sums": sums}
+    ]
+    for k in range(4):  # column statistics-free chunks of consistent sizes
         col = mine.metadata.row_group(0).column(k)
         assert col.compression == "UNCOMPRESSED"
         assert col.num_values == (max(1, len(entry[2])) if k == 2 else 1)

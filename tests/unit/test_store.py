@@ -24,6 +24,7 @@ from dslog_dagster.core import store as store_module
 from dslog_dagster.core.format.segment import Segment, segment_to_bytes
 from dslog_dagster.core.store import files as files_module
 from dslog_dagster.errors import (
+    DamagedStoreWarning,
     DSLogError,
     InvalidRelationError,
     LineageNotFoundError,
@@ -475,14 +476,19 @@ def test_rebuild_catalog_after_deleting_it(store: LineageStore) -> None:
     assert _listing(LineageStore(store.root)) == before
 
 
-def test_damaged_catalog_falls_back_then_rebuilds(store: LineageStore) -> None:
+def test_damaged_catalog_is_rebuilt_and_says_so(store: LineageStore) -> None:
     _populate(store)
     before = _listing(store)
     store.catalog.path.write_bytes(b"this is not a duckdb file" * 100)
-    assert _listing(store) == before  # in-memory catalog built from the files
-    assert store.sync() is False
-    store.rebuild_catalog()
+    with pytest.warns(DamagedStoreWarning, match="catalog.*damaged.*rebuilt"):
+        assert _listing(store) == before  # the damaged cache is never trusted
+    assert store.catalog.recovered is not None
     assert store.sync() is True
+    assert _listing(store) == before
+    store.catalog.path.write_bytes(b"this is not a duckdb file" * 100)
+    with pytest.warns(DamagedStoreWarning, match="catalog"):
+        assert store.sync() is True
+    assert store.rebuild_catalog() == {}
     assert _listing(store) == before
 
 
