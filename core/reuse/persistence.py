@@ -152,8 +152,7 @@ class View:
     lists the exact keys (:attr:`~dslog_dagster.core.reuse.keys.Call.exact_key`) it was
     checked on. ``confirmed_by`` says how it was confirmed; ``contents`` (input-content
     digests of the matching captures of a dim candidate: distinct data confirms an impure
-    view, the same data again does not) and ``saw_zero`` (some matching capture had an exact
-    0) record what an impure view has observed; ``observed_checks`` / ``sampled_checks`` count
+    view, the same data again does not); ``observed_checks`` / ``sampled_checks`` count
     the checks after confirmation (captures of real calls that agreed, sampled annotated
     re-runs). ``group``, ``owner`` and ``arg_tokens`` serve irrelevant-argument detection
     (dim views). ``unflushed``, ``saved_at``, ``instances`` and ``encoded`` are in-memory
@@ -184,7 +183,6 @@ class View:
     verified: list[str] = field(default_factory=list)
     confirmed_by: ConfirmedBy | None = None
     contents: list[str] = field(default_factory=list)
-    saw_zero: bool = False
     observed_checks: int = 0
     sampled_checks: int = 0
     # Irrelevant-argument bookkeeping (dim views): code/mode/shape group and argument tokens.
@@ -254,7 +252,6 @@ class View:
             "verified": self.verified[-_VERIFIED_KEEP:],
             "confirmed_by": self.confirmed_by,
             "contents": self.contents,
-            "saw_zero": self.saw_zero,
             "observed_checks": self.observed_checks,
             "sampled_checks": self.sampled_checks,
             "group": self.group,
@@ -298,7 +295,6 @@ class View:
             # files written before views recorded it were confirmed with probes
             confirmed_by=d.get("confirmed_by", "probes" if d["status"] == "confirmed" else None),
             contents=[str(x) for x in d.get("contents", [])],
-            saw_zero=bool(d.get("saw_zero", False)),
             observed_checks=int(d.get("observed_checks", 0)),
             sampled_checks=int(d.get("sampled_checks", 0)),
             group=str(d.get("group", "")),

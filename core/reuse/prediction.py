@@ -89,8 +89,8 @@ class Predictor:
             has_zero: an input holds an exact 0, so nonzero-only views do not apply to it.
             observed: the call is not declared pure: its views are confirmed from observed
                 captures alone, by ``confirm_after`` matches on distinct input data
-                (``contents``, a digest of the inputs), and serve only the input regimes
-                observed (NaN-free; without exact zeros unless a match had one).
+                (``contents``, a digest of the inputs), and serve NaN-free inputs only (they
+                are never learnt from inputs with NaN).
             only_base: learn the exact-input (base) view only (inputs with NaN).
         """
         demoted: list[str] = []
@@ -161,7 +161,6 @@ class Predictor:
                 tables=tables,
             )
             v.verified.append(call.exact_key)
-            v.saw_zero = has_zero
             v.note_contents(contents)
             if kind == "dim":
                 drop = self.arguments.drop(call.code, call.mode)
@@ -174,7 +173,7 @@ class Predictor:
                 return self._confirm(v, call, probe, tables, demoted, observed=observed)
             self.files.save(v)
             return "candidate"
-        if v.nonzero_only and has_zero and not observed:
+        if v.nonzero_only and has_zero:
             return _state(v)  # outside the view's domain: neither a match nor a mismatch
         if v.out_shapes != out_shapes or not table_sets_equal(v.tables, tables):
             if v.status == "confirmed":
@@ -187,13 +186,12 @@ class Predictor:
             )
             return "dead"
         if v.status == "confirmed":
-            self._observed_check(v, call.exact_key, has_zero)
+            self._observed_check(v, call.exact_key)
             return "confirmed"
         if v.status == "candidate":
             if observed and not v.note_contents(contents):
                 return "candidate"  # the same data again says nothing about data dependence
             v.matches += 1
-            v.saw_zero = v.saw_zero or has_zero
             if call.exact_key not in v.verified:
                 v.verified.append(call.exact_key)
             if v.matches >= m:
@@ -201,14 +199,11 @@ class Predictor:
             self.files.save(v)
         return _state(v)
 
-    def _observed_check(self, v: View, exact: str, has_zero: bool) -> None:
-        """A capture of a real call agreed with confirmed view ``v``: record the check (and,
-        for an impure view, that inputs with exact zeros are within what it has observed)."""
+    def _observed_check(self, v: View, exact: str) -> None:
+        """A capture of a real call agreed with confirmed view ``v``: record the check."""
         v.observed_checks += 1
         if exact not in v.verified:
             v.verified.append(exact)
-        if has_zero and v.confirmed_by == "observed":
-            v.nonzero_only = False
         v.last_verified = time.time()
         self.files.save(v)
 
@@ -238,10 +233,9 @@ class Predictor:
         else:
             v.confirmed_by = "observed"
             if observed and v.kind != "base":
-                # Only what was observed: views are never learnt from inputs with NaN, and
-                # exact zeros only count once a matching capture had one.
+                # Views are never learnt from inputs with NaN, and NaN-aware code (nanmean,
+                # imputation) has other lineage on them: serve NaN-free inputs only.
                 v.finite_only = True
-                v.nonzero_only = not v.saw_zero
         v.status = "confirmed"
         v.last_verified = time.time()
         self.files.save(v)
@@ -268,11 +262,10 @@ class Predictor:
         if v is None:
             v = View(sig, "gen", call.op, observations=[(vals, tables)], seen=[vals])
             v.verified.append(call.exact_key)
-            v.saw_zero = has_zero
             self.files.views[sig] = v
             self.files.save(v)
             return
-        if v.nonzero_only and has_zero and not observed:
+        if v.nonzero_only and has_zero:
             return
         if v.status == "confirmed":
             inst = self.finder.gen_instance(v, klass, call, out_shapes)
@@ -280,7 +273,7 @@ class Predictor:
                 demoted.append(sig)
                 self.files.kill(v, sig, f"a capture at extents {vals} contradicted it", warn=True)
             else:
-                self._observed_check(v, call.exact_key, has_zero)
+                self._observed_check(v, call.exact_key)
             return
         for ovals, otabs in v.observations:
             if ovals == vals:
@@ -289,7 +282,6 @@ class Predictor:
                         v, sig, "two captures at one shape had different lineage", warn=True
                     )
                 return
-        v.saw_zero = v.saw_zero or has_zero
         inst = None
         if v.template is not None and v.template.p == len(vals):
             inst = self.finder.gen_instance(v, klass, call, out_shapes)

@@ -41,7 +41,14 @@ from dslog_dagster.core.reuse.persistence import Kind, ViewFiles, ViewInfo
 from dslog_dagster.core.reuse.policy import ReusePolicy
 from dslog_dagster.core.reuse.prediction import Predictor, Probe
 from dslog_dagster.core.reuse.probes import Prober
-from dslog_dagster.core.reuse.serving import Need, Server, check_need, fast_key, run_plain
+from dslog_dagster.core.reuse.serving import (
+    Need,
+    Server,
+    check_need,
+    fast_key,
+    has_nan,
+    run_plain,
+)
 from dslog_dagster.core.reuse.verification import VerificationSchedule
 from dslog_dagster.core.reuse.views import (
     CONSIDERED_ONLY,
@@ -361,8 +368,8 @@ class ViewRegistry:
         res = capture_inputs(func, inputs, mode, on_lost, kwargs)
         self.stats["captured"] += 1
         dsig = self.finder.dim_key(call)
-        has_nan = any(np.isnan(a).any() for a in inputs)
-        if res.flagged or (has_nan and pure):
+        nan_input = has_nan(inputs)
+        if res.flagged or (nan_input and pure):
             # An over-approximation is no view; NaN inputs are outside what a pure call's
             # views are learnt on (they are probed with NaN and marked finite-only).
             return replace(res, signature=dsig, demoted=tuple(demoted))
@@ -372,7 +379,7 @@ class ViewRegistry:
         has_zero = not all(a.all() for a in inputs)
         observed = not pure
         contents: str | None = None
-        if observed and not has_nan:
+        if observed and not nan_input:
             known = call.contents()
             call.contents = lambda: known  # hashed once for the dim and base keys
             contents = None if known is None else "|".join(known)
@@ -395,7 +402,7 @@ class ViewRegistry:
                 has_zero=has_zero,
                 observed=observed,
                 contents=contents,
-                only_base=has_nan,  # an impure call with NaN inputs: its exact inputs only
+                only_base=nan_input,  # an impure call with NaN inputs: its exact inputs only
             )
         return replace(
             res,

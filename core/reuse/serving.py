@@ -52,6 +52,8 @@ __all__ = [
     "annotator_mode",
     "check_need",
     "fast_key",
+    "has_nan",
+    "outside_domain",
     "run_plain",
     "run_plain_result",
 ]
@@ -168,6 +170,20 @@ def fast_key(
     except TypeError:
         return None
     return key
+
+
+def has_nan(inputs: Sequence[F64]) -> bool:
+    """Does an input hold a NaN? (One reduction per input, no temporary: ``max`` propagates
+    NaN; this runs on every hit of a finite-only view.)"""
+    return any(a.size and np.isnan(a.max()) for a in inputs)
+
+
+def outside_domain(v: View, inputs: Sequence[F64]) -> bool:
+    """Are ``inputs`` outside what view ``v`` may serve (NaN for a finite-only view, an exact
+    zero for a nonzero-only one)?"""
+    if v.finite_only and has_nan(inputs):
+        return True
+    return v.nonzero_only and not all(a.all() for a in inputs)
 
 
 def annotator_mode(key_mode: str) -> Mode:
@@ -401,9 +417,7 @@ class Server:
         sends the call to capture, which compares its lineage with the view. Under
         ``serve_only`` (nothing would be captured) only a view never checked on this exact
         key is refused; a periodic check is skipped."""
-        if v.finite_only and any(np.isnan(a).any() for a in inputs):
-            return None
-        if v.nonzero_only and not all(a.all() for a in inputs):
+        if outside_domain(v, inputs):
             return None
         if not pure:
             due = self.schedule.observe_due(v, call.exact_key)
@@ -497,9 +511,7 @@ class Server:
             or self.files.is_dead(f.signature)
         ):
             return None
-        if v.finite_only and any(np.isnan(a).any() for a in inputs):
-            return None
-        if v.nonzero_only and not all(a.all() for a in inputs):
+        if outside_domain(v, inputs):
             return None
         if not pure:
             due = self.schedule.observe_due(v, f.exact)
