@@ -15,6 +15,7 @@ when read); one served from a view of the considered relation alone (``need="con
 has no contributing relation to give (:class:`UnservedRelations`).
 """
 
+import math
 import time
 import types
 from collections import OrderedDict
@@ -175,7 +176,10 @@ def fast_key(
 def has_nan(inputs: Sequence[F64]) -> bool:
     """Does an input hold a NaN? (One reduction per input, no temporary: ``max`` propagates
     NaN; this runs on every hit of a finite-only view.)"""
-    return any(a.size and np.isnan(a.max()) for a in inputs)
+    for a in inputs:
+        if a.size and math.isnan(a.max()):
+            return True
+    return False
 
 
 def outside_domain(v: View, inputs: Sequence[F64]) -> bool:
