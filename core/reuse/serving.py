@@ -176,10 +176,7 @@ def fast_key(
 def has_nan(inputs: Sequence[F64]) -> bool:
     """Does an input hold a NaN? (One reduction per input, no temporary: ``max`` propagates
     NaN; this runs on every hit of a finite-only view.)"""
-    for a in inputs:
-        if a.size and math.isnan(a.max()):
-            return True
-    return False
+    return any(a.size and math.isnan(a.max()) for a in inputs)
 
 
 def outside_domain(v: View, inputs: Sequence[F64]) -> bool:

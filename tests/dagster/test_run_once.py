@@ -92,7 +92,8 @@ def test_body_runs_once_per_materialization_through_capture_confirmation_and_ser
     served = statuses[3]
     assert "confirmed by 3 observed run(s) alone" in served
     assert "not declared pure" in served
-    assert "not declared pure" in statuses[0] and "captured" in statuses[0]
+    assert "not declared pure" in statuses[0]
+    assert "captured" in statuses[0]
     # the registry recorded the checks as observations, never as re-runs
     reg = ViewRegistry(str(tmp_path / "data" / ".dslog"))
     infos = [i for i in reg.views() if i.status == "confirmed"]
@@ -123,7 +124,8 @@ def test_pure_step_is_probed_and_says_so(instance: dg.DagsterInstance, io: DSLog
         statuses.append(_md(res, "pure_scaled")[m.STATUS])
     # confirming the view ran the probes: many more calls on synthetic inputs
     assert max(calls) > 1
-    assert "declared pure" in statuses[0] and "not declared pure" not in statuses[0]
+    assert "declared pure" in statuses[0]
+    assert "not declared pure" not in statuses[0]
     assert "synthetic-input probes" in statuses[-1]
 
 
@@ -144,7 +146,8 @@ def test_offline_probe_demotes_an_observed_view_of_data_dependent_code(tmp_path:
     sig = reg.capture(clip_low, data[0]).signature
     assert sig is not None
     info = reg.lookup(sig)
-    assert info is not None and info.confirmed_by == "observed"
+    assert info is not None
+    assert info.confirmed_by == "observed"
     probed = reg.probe(clip_low, data[0])
     assert calls["clip"] > 6  # the explicit command re-ran it on synthetic inputs
     assert [(i.kind, i.status) for i in probed] == [("dim", "non_reusable")]
