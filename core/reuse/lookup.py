@@ -82,6 +82,10 @@ class ViewFinder:
             v = self.files.confirmed(sig)
             if v is not None:
                 return "dim", sig, v
+        return self.find_base(call)
+
+    def find_base(self, call: Call) -> tuple[Kind, str, View] | None:
+        """A confirmed base (exact-input) view for the call."""
         if self.policy.base:
             bsig = self.base_key(call)
             v = self.files.confirmed(bsig) if bsig is not None else None

@@ -329,6 +329,9 @@ class Server:
         learn the output shapes a gen key needs); otherwise it runs at most once here, and
         only when the call is served. ``serve_only``: no capture follows a miss."""
         found = self.finder.find_specific(call)
+        if found is not None and found[0] == "dim" and outside_domain(found[2], inputs):
+            # inputs the dim view does not serve (NaN): their exact-input view may
+            found = self.finder.find_base(call)
         if found is not None:
             kind, sig, v = found
             res = self.serve(
