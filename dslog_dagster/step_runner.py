@@ -20,7 +20,7 @@ import numpy as np
 from dslog_dagster.core.capture import CaptureResult
 from dslog_dagster.core.reuse import ViewRegistry
 from dslog_dagster.core.reuse.keys import Unsignable, code_identity
-from dslog_dagster.errors import DSLogError, UnsupportedArrayError
+from dslog_dagster.errors import DSLogError, ReuseError, UnsupportedArrayError
 from dslog_dagster.naming import array_name, op_array_name
 from dslog_dagster.policy import CapturePolicy, LineageMode
 from dslog_dagster.resources import DSLogResource
@@ -336,8 +336,11 @@ def _reuse_status(result: CaptureResult, registry: ViewRegistry | None, pure: bo
         if result.demoted:
             demoted = f" View(s) {', '.join(result.demoted)} disagreed and were demoted."
         return f"Lineage captured (annotated run). Step {runs}.{demoted}"
-    info = registry.lookup(result.signature) if result.signature else None
-    view = info.describe() if info is not None else f"{result.obtained} view"
+    try:
+        info = registry.lookup(result.signature) if result.signature else None
+    except ReuseError:  # a damaged view file: the status says less, the step goes on
+        info = None
+    view = info.describe() if info is not None else f"a {result.obtained} view"
     checked = " Verified on this call by a sampled re-run." if result.verified else ""
     return f"Lineage served from {view}.{checked} Step {runs}."
 
