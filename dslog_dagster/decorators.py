@@ -18,7 +18,9 @@ At run time the wrapper:
    naming the input, so lineage is never silently incomplete;
 3. resolves each upstream array version (the run id of the materialization it came from, via
    the Dagster instance — also right when the upstream was materialized by an earlier run);
-4. runs the function under the annotator (:func:`dslog_dagster.tracking.obtain_lineage`) and
+4. runs the function — once, unless the step is declared ``pure=True`` (then reuse may re-run
+   it on synthetic inputs and samples) — under the annotator
+   (:func:`dslog_dagster.tracking.obtain_lineage`) or served from a reuse view, and
    hands one :class:`~dslog_dagster.tracked_step.PendingLineage` per output to the IO manager
    through the step's :class:`~dslog_dagster.tracked_step.TrackedStep`; the IO manager stores
    the value and then the lineage.
@@ -84,6 +86,7 @@ def tracked_asset(
     policy: CapturePolicy | str | None = None,
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
+    pure: bool = False,
     **asset_kwargs: Any,
 ) -> Callable[[F], dg.AssetsDefinition]: ...
 def tracked_asset(
@@ -92,6 +95,7 @@ def tracked_asset(
     policy: CapturePolicy | str | None = None,
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
+    pure: bool = False,
     **asset_kwargs: Any,
 ) -> Any:
     """``@dg.asset`` with cell-level lineage of its NumPy inputs (usable bare or with args).
@@ -102,6 +106,11 @@ def tracked_asset(
             :class:`~dslog_dagster.DSLogResource` default of the output's IO manager.
         mode: ``"contributing"`` or ``"considered"``; ``None`` takes the resource default.
         untracked_inputs: inputs passed through as parameters, without lineage.
+        pure: declare the function pure (no side effects; the same inputs give the same
+            output). Only then may reuse run it more than once per materialization: probes
+            on synthetic inputs before confirming a view, sampled re-runs to verify a served
+            one. By default (False) the function runs exactly once per materialization and
+            views are confirmed from observed runs alone (``dslog/status`` says how).
         **asset_kwargs: everything ``dg.asset`` accepts.
 
     Examples:
@@ -111,7 +120,7 @@ def tracked_asset(
             def smoothed(image: np.ndarray) -> np.ndarray:
                 return (image[:-1] + image[1:]) / 2
     """
-    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None)
+    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None, pure)
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
         defined: dg.AssetsDefinition = dg.asset(**asset_kwargs)(_wrap(fn, opts))
@@ -125,12 +134,14 @@ def tracked_multi_asset(
     policy: CapturePolicy | str | None = None,
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
+    pure: bool = False,
     **multi_asset_kwargs: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """``@dg.multi_asset`` with lineage: every output asset gets its own operation in the
     store, with lineage from every tracked input. Return a tuple in ``outs`` order or yield
-    ``dg.Output`` objects (other yielded events, e.g. check results, pass through)."""
-    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None)
+    ``dg.Output`` objects (other yielded events, e.g. check results, pass through).
+    ``pure``: as for :func:`tracked_asset`."""
+    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None, pure)
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
         return dg.multi_asset(**multi_asset_kwargs)(_wrap(fn, opts))
@@ -147,6 +158,7 @@ def tracked_op(
     policy: CapturePolicy | str | None = None,
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
+    pure: bool = False,
     **op_kwargs: Any,
 ) -> Callable[[F], dg.OpDefinition]: ...
 def tracked_op(
@@ -155,17 +167,18 @@ def tracked_op(
     policy: CapturePolicy | str | None = None,
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
+    pure: bool = False,
     **op_kwargs: Any,
 ) -> Any:
     """``@dg.op`` with lineage. Op outputs that are not assets are named
     :func:`~dslog_dagster.naming.op_array_name` ``(step key, output name)`` in the store,
-    versioned by run id."""
-    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None)
+    versioned by run id. ``pure``: as for :func:`tracked_asset`."""
+    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None, pure)
 
     def deco(fn: Callable[..., Any]) -> dg.OpDefinition:
         cv = op_kwargs.get("code_version") or op_kwargs.get("version")
         defined: dg.OpDefinition = dg.op(**op_kwargs)(
-            _wrap(fn, StepOptions(opts.policy, opts.mode, opts.untracked, cv))
+            _wrap(fn, StepOptions(opts.policy, opts.mode, opts.untracked, cv, opts.pure))
         )
         return defined
 

@@ -17,8 +17,10 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
+from dslog_dagster.core.capture import CaptureResult
+from dslog_dagster.core.reuse import ViewRegistry
 from dslog_dagster.core.reuse.keys import Unsignable, code_identity
-from dslog_dagster.errors import DSLogError, UnsupportedArrayError
+from dslog_dagster.errors import DSLogError, ReuseError, UnsupportedArrayError
 from dslog_dagster.naming import array_name, op_array_name
 from dslog_dagster.policy import CapturePolicy, LineageMode
 from dslog_dagster.resources import DSLogResource
@@ -37,6 +39,8 @@ class StepOptions:
     mode: LineageMode | None
     untracked: frozenset[str]
     op_code_version: str | None
+    #: declared pure (``pure=True``): reuse may run the function more than once
+    pure: bool = False
 
 
 def run_tracked_step(
@@ -149,9 +153,9 @@ class _StepRun:
         kw.update(tracked)
         res = self.fn(*self.args, **kw)
         vals, out_names, rebuild = _split_outputs(res, self.ctx, self.is_gen, self.step_key)
-        # The first call is the step's own; reuse may re-run it (verification, probes on
-        # synthetic inputs), and a Spark step runs once per output: later runs must not
-        # replace the outputs' Output objects.
+        # The first call is the step's own. Reuse re-runs it (verification, probes on
+        # synthetic inputs) only when the step is declared pure, and a Spark step runs once
+        # per output: later runs must not replace the outputs' Output objects.
         if not self.called:
             self.called, self.out_names, self.rebuild = True, out_names, rebuild
         return vals
@@ -204,6 +208,7 @@ class _StepRun:
             code_version=identity,
             signature_args=sig_args,
             reuse=registry,
+            pure=self.opts.pure,
         )
         if result is None:  # reuse_only without a confirmed view
             result_value = self.run_plain()
@@ -214,6 +219,7 @@ class _StepRun:
             )
             return result_value
         considered = self.mode == LineageMode.considered
+        status = _reuse_status(result, registry, self.opts.pure)
         for k, out_name in enumerate(self.out_names):
             rels = tuple(lineage_of(result, k, i, considered=considered) for i in range(len(names)))
             pending = self.pending(
@@ -227,6 +233,7 @@ class _StepRun:
                 capture_s=seconds,
                 annotation_bytes=result.annotation_bytes,
                 store=store,
+                status=status,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild(list(result.value))
@@ -312,6 +319,30 @@ class _StepRun:
 
 
 # ------------------------------------------------------------------ step facts
+
+
+def _reuse_status(result: CaptureResult, registry: ViewRegistry | None, pure: bool) -> str | None:
+    """``dslog/status`` of a NumPy step run with a reuse registry: where the lineage came
+    from, how the serving view was confirmed and checked, and whether the step is pure."""
+    if registry is None:
+        return None
+    runs = (
+        "declared pure: reuse may re-run it (probes on synthetic inputs, sampled verification)"
+        if pure
+        else "not declared pure: it ran once, and its views are confirmed from observed runs"
+    )
+    if result.obtained == "captured":
+        demoted = ""
+        if result.demoted:
+            demoted = f" View(s) {', '.join(result.demoted)} disagreed and were demoted."
+        return f"Lineage captured (annotated run). Step {runs}.{demoted}"
+    try:
+        info = registry.lookup(result.signature) if result.signature else None
+    except ReuseError:  # a damaged view file: the status says less, the step goes on
+        info = None
+    view = info.describe() if info is not None else f"a {result.obtained} view"
+    checked = " Verified on this call by a sampled re-run." if result.verified else ""
+    return f"Lineage served from {view}.{checked} Step {runs}."
 
 
 def _reject(name: str, value: Any, step: str) -> UnsupportedArrayError:

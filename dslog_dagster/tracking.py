@@ -39,6 +39,7 @@ def obtain_lineage(
     code_version: str,
     signature_args: dict[str, Any],
     reuse: "ViewRegistry | None" = None,
+    pure: bool = False,
 ) -> tuple[CaptureResult | None, float]:
     """Run ``func(*tracked arrays)`` and obtain its lineage. THE single call to ``capture``.
 
@@ -53,6 +54,8 @@ def obtain_lineage(
         signature_args: what else decides the lineage besides the arrays' shapes (config,
             partition key, untracked inputs); passed to ``func`` as keyword arguments, which it
             must ignore.
+        pure: the step is declared pure, so reuse may run ``func`` more than once (probes
+            on synthetic inputs, sampled verification); otherwise it runs exactly once.
 
     Returns:
         ``(result, seconds)``; ``result`` is ``None`` only under ``policy="reuse_only"`` when
@@ -79,6 +82,7 @@ def obtain_lineage(
             code_version=code_version,
             kwargs=signature_args,
             need=need,
+            pure=pure,
         )
     elif reuse is not None:
         result = reuse.capture(
@@ -88,6 +92,7 @@ def obtain_lineage(
             on_lost=on_lost,
             code_version=code_version,
             need=need,
+            pure=pure,
             **signature_args,
         )
     else:

@@ -57,9 +57,11 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 print(line)
         print(
-            "  (runs 1-3 captured and taught the reuse registry, which confirmed views for the "
-            "shape-determined steps; run 4 took their lineage from those views. The steps whose "
-            "lineage depends on the data (threshold, maxima, sort) are never reused.)"
+            "  (runs 1-2 captured and taught the reuse registry. The inputs did not change, so "
+            "runs 3-4 took every step's lineage from its exact-input (base) view, the steps "
+            "whose lineage depends on the data (threshold, maxima, sort) too; each step ran "
+            "once per run. Views for new data of the same shapes are confirmed from runs on "
+            "distinct data whose lineage agreed; a step declared pure=True is also probed.)"
         )
         # the saved lineage query asset `hotspot_origin`, as the schedule or sensor would run it
         query = defs.resolve_implicit_global_asset_job_def().execute_in_process(

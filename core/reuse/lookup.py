@@ -2,8 +2,9 @@
 
 The keys leave out the operation's irrelevant arguments (:mod:`.arguments`). A gen key is the
 call's shape class, or — once no affine template fits that class — the class refined by the
-order of its input extents. Serving tries base (only where the dim key turned out to be
-data-dependent), then dim, then gen; learning records a capture under the same keys.
+order of its input extents. Serving tries dim, then base (where no dim view is confirmed:
+the dim key turned out data-dependent, or an impure call's dim view has not seen enough
+distinct data yet), then gen; learning records a capture under the same keys.
 """
 
 from collections.abc import Sequence
@@ -73,16 +74,19 @@ class ViewFinder:
         return str(gen_sig(call.code, call.mode, tok, refined)), klass
 
     def find_specific(self, call: Call) -> tuple[Kind, str, View] | None:
-        """A confirmed base or dim view for the call (base only where dim is data-dependent)."""
+        """A confirmed base or dim view for the call (base where no dim view is confirmed:
+        the dim key is data-dependent, or an impure call's dim view has not yet seen enough
+        distinct data)."""
         if self.policy.dim:
             sig = self.dim_key(call)
             v = self.files.confirmed(sig)
             if v is not None:
                 return "dim", sig, v
-            dead = self.files.is_dead(sig)
-        else:
-            dead = True
-        if self.policy.base and dead:
+        return self.find_base(call)
+
+    def find_base(self, call: Call) -> tuple[Kind, str, View] | None:
+        """A confirmed base (exact-input) view for the call."""
+        if self.policy.base:
             bsig = self.base_key(call)
             v = self.files.confirmed(bsig) if bsig is not None else None
             if bsig is not None and v is not None:

@@ -35,6 +35,7 @@ from dslog_dagster.errors import ReuseError, ViewMismatchWarning
 
 __all__ = [
     "VIEW_SCHEMA_VERSION",
+    "ConfirmedBy",
     "Kind",
     "Status",
     "View",
@@ -49,9 +50,14 @@ logger = logging.getLogger(__name__)
 Kind = Literal["base", "dim", "gen"]
 #: A view's life cycle: learnt, serving, or demoted for good.
 Status = Literal["candidate", "confirmed", "non_reusable"]
+#: How a view was confirmed: by observed calls alone (captures of real calls that agreed),
+#: or also by probes on synthetic inputs (calls declared pure, or :meth:`ViewRegistry.probe`).
+ConfirmedBy = Literal["observed", "probes"]
 VIEW_SCHEMA_VERSION = 1
 # Verified exact keys kept per view file.
 _VERIFIED_KEEP = 256
+# Input-content digests kept per candidate (distinct data is what confirms an impure view).
+_CONTENTS_KEEP = 16
 # Keys whose demotion marker was looked for recently, before the record is reset.
 _DEAD_CHECKS_KEPT = 65536
 
@@ -72,6 +78,30 @@ class ViewInfo:
     finite_only: bool
     nonzero_only: bool
     reason: str | None
+    confirmed_by: ConfirmedBy | None = None
+    observed_checks: int = 0
+    sampled_checks: int = 0
+
+    def describe(self) -> str:
+        """One sentence: how the view was confirmed and checked since (for ``dslog/status``)."""
+        runs = self.shapes_seen if self.kind == "gen" else self.matches + 1
+        if self.confirmed_by == "probes":
+            how = f"confirmed by {runs} captured run(s) and synthetic-input probes"
+        elif self.confirmed_by == "observed":
+            how = f"confirmed by {runs} observed run(s) alone (no re-runs of the function)"
+        else:
+            how = f"{self.status}"
+        checks = (
+            f"checked since by {self.observed_checks} observed run(s) and "
+            f"{self.sampled_checks} sampled verification(s)"
+        )
+        guard = []
+        if self.finite_only:
+            guard.append("NaN-free inputs")
+        if self.nonzero_only:
+            guard.append("inputs without exact zeros")
+        only = f"; serves {' and '.join(guard)} only" if guard else ""
+        return f"{self.kind} view `{self.signature[:16]}` {how}; {checks}{only}"
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-able values (timestamps in ISO format)."""
@@ -88,6 +118,9 @@ class ViewInfo:
             "finite_only": self.finite_only,
             "nonzero_only": self.nonzero_only,
             "reason": self.reason,
+            "confirmed_by": self.confirmed_by,
+            "observed_checks": self.observed_checks,
+            "sampled_checks": self.sampled_checks,
         }
 
 
@@ -117,7 +150,11 @@ class View:
     Base and dim views hold the ``tables`` of their key; a gen view holds its ``template``,
     the ``observations`` it was fitted on and the symbol values it has ``seen``. ``verified``
     lists the exact keys (:attr:`~dslog_dagster.core.reuse.keys.Call.exact_key`) it was
-    checked on. ``group``, ``owner`` and ``arg_tokens`` serve irrelevant-argument detection
+    checked on. ``confirmed_by`` says how it was confirmed; ``contents`` (input-content
+    digests of the matching captures of a dim candidate: distinct data confirms an impure
+    view, the same data again does not); ``observed_checks`` / ``sampled_checks`` count
+    the checks after confirmation (captures of real calls that agreed, sampled annotated
+    re-runs). ``group``, ``owner`` and ``arg_tokens`` serve irrelevant-argument detection
     (dim views). ``unflushed``, ``saved_at``, ``instances`` and ``encoded`` are in-memory
     bookkeeping: unwritten hits, last write, instantiated gen tables by shape, and the
     encoded tables of the last write.
@@ -144,6 +181,10 @@ class View:
     seen: list[tuple[int, ...]] = field(default_factory=list)
     fit_full: bool = False
     verified: list[str] = field(default_factory=list)
+    confirmed_by: ConfirmedBy | None = None
+    contents: list[str] = field(default_factory=list)
+    observed_checks: int = 0
+    sampled_checks: int = 0
     # Irrelevant-argument bookkeeping (dim views): code/mode/shape group and argument tokens.
     group: str = ""
     owner: str = ""  # digest of (code identity, mode): whose arguments these are
@@ -168,7 +209,19 @@ class View:
             self.finite_only,
             self.nonzero_only,
             self.reason,
+            self.confirmed_by,
+            self.observed_checks,
+            self.sampled_checks,
         )
+
+    def note_contents(self, digest_: str | None) -> bool:
+        """Record the input-content digest of a matching capture; False when it was seen."""
+        if digest_ is None:
+            return True
+        if digest_ in self.contents:
+            return False
+        self.contents = [*self.contents, digest_][-_CONTENTS_KEEP:]
+        return True
 
     def to_json(self) -> dict[str, Any]:
         """The view file's content."""
@@ -197,6 +250,10 @@ class View:
             "seen": [list(v) for v in self.seen],
             "fit_full": self.fit_full,
             "verified": self.verified[-_VERIFIED_KEEP:],
+            "confirmed_by": self.confirmed_by,
+            "contents": self.contents,
+            "observed_checks": self.observed_checks,
+            "sampled_checks": self.sampled_checks,
             "group": self.group,
             "owner": self.owner,
             "arg_tokens": self.arg_tokens,
@@ -235,6 +292,11 @@ class View:
             seen=[tuple(int(x) for x in s) for s in d.get("seen", [])],
             fit_full=bool(d.get("fit_full", False)),
             verified=[str(x) for x in d.get("verified", [])],
+            # files written before views recorded it were confirmed with probes
+            confirmed_by=d.get("confirmed_by", "probes" if d["status"] == "confirmed" else None),
+            contents=[str(x) for x in d.get("contents", [])],
+            observed_checks=int(d.get("observed_checks", 0)),
+            sampled_checks=int(d.get("sampled_checks", 0)),
             group=str(d.get("group", "")),
             owner=str(d.get("owner", "")),
             arg_tokens={str(k): str(x) for k, x in d.get("arg_tokens", {}).items()},

@@ -10,6 +10,7 @@ confirmed it is probed (:mod:`.probes`).
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -22,7 +23,10 @@ from dslog_dagster.core.reuse.persistence import Kind, View, ViewFiles
 from dslog_dagster.core.reuse.policy import ReusePolicy
 from dslog_dagster.core.reuse.views import TableKey, fit, table_sets_equal
 
-__all__ = ["Predictor", "Probe", "full_rank"]
+__all__ = ["Predictor", "Probe", "State", "full_rank"]
+
+#: A key's state after a capture was recorded under it.
+State = Literal["dead", "candidate", "confirmed"]
 
 #: Probes a view's tables before it is confirmed: (equal on every generic probe, also with
 #: NaNs, also with zeros); see :meth:`~dslog_dagster.core.reuse.probes.Prober.check`.
@@ -38,6 +42,10 @@ def full_rank(values: Sequence[tuple[int, ...]]) -> bool:
     p = len(values[0])
     mat = np.asarray([[1, *v] for v in values], dtype=np.float64)
     return bool(np.linalg.matrix_rank(mat) == p + 1)
+
+
+def _state(v: View) -> State:
+    return "dead" if v.status == "non_reusable" else v.status
 
 
 class Predictor:
@@ -70,15 +78,26 @@ class Predictor:
         probe: Probe | None,
         *,
         has_zero: bool = False,
+        observed: bool = False,
+        contents: str | None = None,
+        only_base: bool = False,
     ) -> list[str]:
         """Record one captured call under its keys; returns the signatures it demoted.
 
-        ``has_zero``: an input holds an exact 0, so nonzero-only views do not apply to it."""
+        Args:
+            probe: the synthetic-input probes of the call (pure calls), or None.
+            has_zero: an input holds an exact 0, so nonzero-only views do not apply to it.
+            observed: the call is not declared pure: its views are confirmed from observed
+                captures alone, by ``confirm_after`` matches on distinct input data
+                (``contents``, a digest of the inputs), and serve NaN-free inputs only (they
+                are never learnt from inputs with NaN).
+            only_base: learn the exact-input (base) view only (inputs with NaN).
+        """
         demoted: list[str] = []
-        dim_dead = True
-        if self.policy.dim:
+        dim_state: State = "dead"
+        if self.policy.dim and not only_base:
             sig = self.finder.dim_key(call)
-            dim_dead = self._feed_specific(
+            dim_state = self._feed_specific(
                 "dim",
                 sig,
                 call,
@@ -88,8 +107,14 @@ class Predictor:
                 self.policy.confirm_after,
                 demoted,
                 has_zero,
+                observed=observed,
+                contents=contents,
             )
-        bsig = self.finder.base_key(call) if self.policy.base and dim_dead else None
+        # Base views (exact inputs): a pure call learns them where the dim key turned out
+        # data-dependent; an impure one also until its dim view is confirmed on distinct
+        # data, so a step re-run on unchanged inputs is served without any re-run.
+        want_base = dim_state == "dead" or (observed and dim_state != "confirmed")
+        bsig = self.finder.base_key(call) if self.policy.base and want_base else None
         if bsig is not None:
             self._feed_specific(
                 "base",
@@ -101,9 +126,10 @@ class Predictor:
                 self.policy.base_confirm_after,
                 demoted,
                 has_zero,
+                observed=observed,
             )
-        if self.policy.gen:
-            self._feed_gen(call, out_shapes, tables, probe, demoted, has_zero)
+        if self.policy.gen and not only_base:
+            self._feed_gen(call, out_shapes, tables, probe, demoted, has_zero, observed=observed)
         return demoted
 
     def _feed_specific(
@@ -117,10 +143,13 @@ class Predictor:
         m: int,
         demoted: list[str],
         has_zero: bool = False,
-    ) -> bool:
-        """Base/dim bookkeeping; returns True when the key is (now) non-reusable."""
+        *,
+        observed: bool = False,
+        contents: str | None = None,
+    ) -> State:
+        """Base/dim bookkeeping; returns the key's state after this capture."""
         if self.files.is_dead(sig):
-            return True
+            return "dead"
         v = self.files.get(sig)
         if v is None:
             v = View(
@@ -132,6 +161,7 @@ class Predictor:
                 tables=tables,
             )
             v.verified.append(call.exact_key)
+            v.note_contents(contents)
             if kind == "dim":
                 drop = self.arguments.drop(call.code, call.mode)
                 v.group = digest(call.code, call.mode, repr(call.in_shapes))
@@ -140,11 +170,11 @@ class Predictor:
                 self.files.groups.setdefault(v.group, []).append(sig)
             self.files.views[sig] = v
             if m == 0:
-                return self._confirm(v, call, probe, tables, demoted)
+                return self._confirm(v, call, probe, tables, demoted, observed=observed)
             self.files.save(v)
-            return False
+            return "candidate"
         if v.nonzero_only and has_zero:
-            return False  # outside the view's domain: neither a match nor a mismatch
+            return _state(v)  # outside the view's domain: neither a match nor a mismatch
         if v.out_shapes != out_shapes or not table_sets_equal(v.tables, tables):
             if v.status == "confirmed":
                 demoted.append(sig)
@@ -154,15 +184,28 @@ class Predictor:
                 "a later capture had different lineage (data-dependent or non-deterministic)",
                 warn=True,
             )
-            return True
+            return "dead"
+        if v.status == "confirmed":
+            self._observed_check(v, call.exact_key)
+            return "confirmed"
         if v.status == "candidate":
+            if observed and not v.note_contents(contents):
+                return "candidate"  # the same data again says nothing about data dependence
             v.matches += 1
             if call.exact_key not in v.verified:
                 v.verified.append(call.exact_key)
             if v.matches >= m:
-                return self._confirm(v, call, probe, tables, demoted)
+                return self._confirm(v, call, probe, tables, demoted, observed=observed)
             self.files.save(v)
-        return False
+        return _state(v)
+
+    def _observed_check(self, v: View, exact: str) -> None:
+        """A capture of a real call agreed with confirmed view ``v``: record the check."""
+        v.observed_checks += 1
+        if exact not in v.verified:
+            v.verified.append(exact)
+        v.last_verified = time.time()
+        self.files.save(v)
 
     def _confirm(
         self,
@@ -171,7 +214,9 @@ class Predictor:
         probe: Probe | None,
         tables: Mapping[TableKey, LineageTable],
         demoted: list[str],
-    ) -> bool:
+        *,
+        observed: bool = False,
+    ) -> State:
         if probe is not None:
             finite_ok, nan_ok, zero_ok = probe(tables)
             if not finite_ok:
@@ -181,15 +226,22 @@ class Predictor:
                     "synthetic probe inputs gave different lineage (data-dependent)",
                     warn=False,
                 )
-                return True
+                return "dead"
             v.finite_only = not nan_ok
             v.nonzero_only = not zero_ok
+            v.confirmed_by = "probes"
+        else:
+            v.confirmed_by = "observed"
+            if observed and v.kind != "base":
+                # Views are never learnt from inputs with NaN, and NaN-aware code (nanmean,
+                # imputation) has other lineage on them: serve NaN-free inputs only.
+                v.finite_only = True
         v.status = "confirmed"
         v.last_verified = time.time()
         self.files.save(v)
         if v.kind == "dim":
             self.arguments.note_confirmed_dim(call, v)
-        return False
+        return "confirmed"
 
     def _feed_gen(
         self,
@@ -199,6 +251,8 @@ class Predictor:
         probe: Probe | None,
         demoted: list[str],
         has_zero: bool = False,
+        *,
+        observed: bool = False,
     ) -> None:
         sig, klass = self.finder.gen_key(call, out_shapes)
         vals = klass.values
@@ -213,21 +267,21 @@ class Predictor:
             return
         if v.nonzero_only and has_zero:
             return
-        for ovals, otabs in v.observations:
-            if ovals == vals:
-                if not table_sets_equal(otabs, tables):
-                    if v.status == "confirmed":
-                        demoted.append(sig)
-                    self.files.kill(
-                        v, sig, "two captures at one shape had different lineage", warn=True
-                    )
-                return
         if v.status == "confirmed":
             inst = self.finder.gen_instance(v, klass, call, out_shapes)
             if inst is None or not table_sets_equal(inst, tables):
                 demoted.append(sig)
                 self.files.kill(v, sig, f"a capture at extents {vals} contradicted it", warn=True)
+            else:
+                self._observed_check(v, call.exact_key)
             return
+        for ovals, otabs in v.observations:
+            if ovals == vals:
+                if not table_sets_equal(otabs, tables):
+                    self.files.kill(
+                        v, sig, "two captures at one shape had different lineage", warn=True
+                    )
+                return
         inst = None
         if v.template is not None and v.template.p == len(vals):
             inst = self.finder.gen_instance(v, klass, call, out_shapes)
@@ -258,6 +312,6 @@ class Predictor:
             v.verified.append(call.exact_key)
         v.encoded = None
         if v.matches >= self.policy.confirm_after and len(v.seen) > self.policy.confirm_after:
-            self._confirm(v, call, probe, tables, demoted)
+            self._confirm(v, call, probe, tables, demoted, observed=observed)
         else:
             self.files.save(v)

@@ -13,6 +13,7 @@ are served and learnt through :meth:`ViewRegistry.find_declared`,
 
 import atexit
 import contextlib
+import functools
 import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -38,9 +39,16 @@ from dslog_dagster.core.reuse.keys import Call, Unsignable, shapes_of
 from dslog_dagster.core.reuse.lookup import ViewFinder
 from dslog_dagster.core.reuse.persistence import Kind, ViewFiles, ViewInfo
 from dslog_dagster.core.reuse.policy import ReusePolicy
-from dslog_dagster.core.reuse.prediction import Predictor
+from dslog_dagster.core.reuse.prediction import Predictor, Probe
 from dslog_dagster.core.reuse.probes import Prober
-from dslog_dagster.core.reuse.serving import Need, Server, check_need, fast_key
+from dslog_dagster.core.reuse.serving import (
+    Need,
+    Server,
+    check_need,
+    fast_key,
+    has_nan,
+    run_plain,
+)
 from dslog_dagster.core.reuse.verification import VerificationSchedule
 from dslog_dagster.core.reuse.views import (
     CONSIDERED_ONLY,
@@ -180,6 +188,7 @@ class ViewRegistry:
         on_lost: OnLost = "raise",
         code_version: str | None = None,
         need: Need = "all",
+        pure: bool | None = None,
         **kwargs: Any,
     ) -> CaptureResult:
         """:func:`~dslog_dagster.core.capture.capture`, served from a view when one matches.
@@ -198,6 +207,12 @@ class ViewRegistry:
                 may serve the call even where the contributing relation is data-dependent
                 (picks by comparison and sorts consider a shape-determined set of cells). The
                 served result's ``relations`` then raise when read. ``"all"`` (default): both.
+            pure: may ``func`` run more than once for this call (None: the policy's
+                ``pure``, False by default)? Only then does the registry probe it on
+                synthetic inputs before confirming a view, verify served calls by a sampled
+                re-run, and run it plainly to learn the output shapes a gen view needs.
+                Otherwise ``func`` runs exactly once per call and views are confirmed from
+                observed captures alone (see :mod:`dslog_dagster.core.reuse`).
             **kwargs: passed to ``func`` (not tracked), and part of the signatures.
 
         Returns:
@@ -211,8 +226,14 @@ class ViewRegistry:
         Examples:
             >>> import numpy as np
             >>> reg = ViewRegistry("views")
-            >>> [reg.capture(np.negative, np.ones((3, 4))).obtained for _ in range(4)]
-            ['captured', 'captured', 'captured', 'dim']
+            >>> [reg.capture(np.negative, np.ones((3, 4))).obtained for _ in range(3)]
+            ['captured', 'captured', 'base']
+            >>> rng = np.random.default_rng(0)
+            >>> [reg.capture(np.negative, rng.random((3, 4))).obtained for _ in range(3)]
+            ['captured', 'captured', 'dim']
+
+            The same input twice confirms the exact-input (base) view; distinct inputs whose
+            lineage agrees confirm the dim view.
         """
         check_options(mode, on_lost)
         check_need(need, mode)
@@ -225,6 +246,7 @@ class ViewRegistry:
             code_version=code_version,
             kwargs=kwargs,
             need=need,
+            pure=pure,
         )
 
     def run(
@@ -237,15 +259,24 @@ class ViewRegistry:
         code_version: str | None = None,
         kwargs: Mapping[str, Any] | None = None,
         need: Need = "all",
+        pure: bool | None = None,
     ) -> CaptureResult:
         """:meth:`capture` on inputs already converted by
         :func:`~dslog_dagster.core.capture.as_input` (float64 arrays), with the function's
         keyword arguments as one mapping: serve a confirmed view or capture and learn.
         ``need="considered"`` (with ``mode="considered"``): serve from views of the
-        considered relation alone."""
+        considered relation alone. ``pure``: as for :meth:`capture`."""
         check_need(need, mode)
         res = self._run(
-            func, inputs, mode, on_lost, code_version, kwargs, need=need, serve_only=False
+            func,
+            inputs,
+            mode,
+            on_lost,
+            code_version,
+            kwargs,
+            need=need,
+            serve_only=False,
+            pure=self.policy.pure if pure is None else pure,
         )
         assert res is not None  # only serve_only runs come back empty
         return res
@@ -259,15 +290,27 @@ class ViewRegistry:
         code_version: str | None = None,
         kwargs: Mapping[str, Any] | None = None,
         need: Need = "all",
+        pure: bool | None = None,
     ) -> CaptureResult | None:
         """Serve a confirmed view, never annotate: ``None`` when no view matches.
 
         For callers that must not pay for annotated execution (a "reuse only" policy): on a
-        miss nothing ran and nothing is learnt; the caller runs ``func`` itself.
+        miss nothing ran and nothing is learnt; the caller runs ``func`` itself. An impure
+        call (``pure``, as for :meth:`capture`) is served only from a view already checked
+        on its exact key, and a gen view only at output shapes seen in this process (they
+        are not learnt by running ``func``); its periodic checks are skipped.
         """
         check_need(need, mode)
         return self._run(
-            func, inputs, mode, "raise", code_version, kwargs, need=need, serve_only=True
+            func,
+            inputs,
+            mode,
+            "raise",
+            code_version,
+            kwargs,
+            need=need,
+            serve_only=True,
+            pure=self.policy.pure if pure is None else pure,
         )
 
     def _run(
@@ -281,6 +324,7 @@ class ViewRegistry:
         *,
         need: Need = "all",
         serve_only: bool,
+        pure: bool,
     ) -> CaptureResult | None:
         kwargs = dict(kwargs) if kwargs else {}
         demoted: list[str] = []
@@ -288,7 +332,9 @@ class ViewRegistry:
         key_mode = CONSIDERED_ONLY if need == "considered" else mode
         fkey = fast_key(func, key_mode, code_version, kwargs, inputs)
         if fkey is not None:
-            res = self.server.serve_repeat(fkey, func, inputs, kwargs, demoted)
+            res = self.server.serve_repeat(
+                fkey, func, inputs, kwargs, demoted, pure=pure, serve_only=serve_only
+            )
             if res is not None:
                 return res
         try:
@@ -296,10 +342,14 @@ class ViewRegistry:
         except Unsignable:
             return None if serve_only else capture_inputs(func, inputs, mode, on_lost, kwargs)
         call.fast_key = fkey
-        res = self.server.serve_call(call, func, inputs, kwargs, demoted)
+        res = self.server.serve_call(
+            call, func, inputs, kwargs, demoted, pure=pure, serve_only=serve_only
+        )
         if res is not None or serve_only:
             return res
-        return self._capture_and_learn(call, func, inputs, mode, on_lost, kwargs, demoted)
+        return self._capture_and_learn(
+            call, func, inputs, mode, on_lost, kwargs, demoted, pure=pure
+        )
 
     def _capture_and_learn(
         self,
@@ -310,38 +360,49 @@ class ViewRegistry:
         on_lost: OnLost,
         kwargs: Mapping[str, Any],
         demoted: list[str],
+        *,
+        pure: bool,
     ) -> CaptureResult:
-        """Capture a call no view served and record it under its keys."""
+        """Capture a call no view served and record it under its keys (the capture is the
+        function's one run; only a pure call is also probed on synthetic inputs)."""
         res = capture_inputs(func, inputs, mode, on_lost, kwargs)
         self.stats["captured"] += 1
         dsig = self.finder.dim_key(call)
-        if res.flagged or any(np.isnan(a).any() for a in inputs):
-            # An over-approximation is no view; NaN inputs are outside what views are learnt
-            # on (they are probed with NaN and marked finite-only where NaN matters).
+        nan_input = has_nan(inputs)
+        if res.flagged or (nan_input and pure):
+            # An over-approximation is no view; NaN inputs are outside what a pure call's
+            # views are learnt on (they are probed with NaN and marked finite-only).
             return replace(res, signature=dsig, demoted=tuple(demoted))
         tables = compress_all(res.relations, res.considered, res.tables, res.considered_tables)
         outs = shapes_of(res.outputs)
-        prober = Prober(func, inputs, kwargs, mode, self._rng)
+        prober = Prober(func, inputs, kwargs, mode, self._rng) if pure else None
         has_zero = not all(a.all() for a in inputs)
+        observed = not pure
+        contents: str | None = None
+        if observed and not nan_input:
+            known = call.contents()
+            call.contents = lambda: known  # hashed once for the dim and base keys
+            contents = None if known is None else "|".join(known)
         # A considered-mode capture teaches both key families: views of both relations
         # (need="all") and views of the considered relation alone (need="considered").
         families = [mode, CONSIDERED_ONLY] if mode == "considered" else [mode]
         for fam in families:
             fcall = call if fam == call.mode else replace(call, mode=fam)
             parts = PARTS[fam]
-
-            def probe(
-                expected: Mapping[TableKey, LineageTable], parts: tuple[int, ...] = parts
-            ) -> tuple[bool, bool, bool]:
-                return prober.check(expected, parts)
+            probe: Probe | None = None
+            if prober is not None and self.policy.probe:
+                probe = functools.partial(prober.check, parts=parts)
 
             self.server.memo_out_shapes(fcall.exact_key, outs)
             demoted += self.predictor.feed(
                 fcall,
                 outs,
                 only_parts(tables, parts),
-                probe if self.policy.probe else None,
+                probe,
                 has_zero=has_zero,
+                observed=observed,
+                contents=contents,
+                only_base=nan_input,  # an impure call with NaN inputs: its exact inputs only
             )
         return replace(
             res,
@@ -349,6 +410,90 @@ class ViewRegistry:
             tables=contributing(tables),
             demoted=tuple(demoted),
         )
+
+    # ----------------------------------------------------------- offline probes
+
+    def probe(
+        self,
+        func: Callable[..., Any],
+        /,
+        *arrays: npt.ArrayLike,
+        mode: Mode = "contributing",
+        code_version: str | None = None,
+        need: Need = "all",
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> list[ViewInfo]:
+        """Probe the views of a call on synthetic inputs now (an explicit, offline check).
+
+        Views of calls not declared pure are confirmed from observed runs alone; this runs
+        ``func`` on the probe inputs of :mod:`.probes` (ramps, extremes, ties, constants,
+        NaN, zeros: many calls, on made-up data) and compares each view of the call's keys
+        (dim and gen, candidate or confirmed) with the lineage they give. A view that
+        agrees is marked ``confirmed_by="probes"`` and its domain set from the probes (NaN,
+        zeros); one that differs is demoted for good (``reason`` says why). Run it where
+        running ``func`` many times is harmless (not inside a pipeline step with side
+        effects). ``arrays``, ``mode``, ``code_version``, ``need`` and ``kwargs`` identify
+        the call as for :meth:`run` (``kwargs``: the function's keyword arguments).
+
+        Returns:
+            The probed views after the check (an empty list when the call has none).
+
+        Examples:
+            >>> import numpy as np
+            >>> reg = ViewRegistry("probed")
+            >>> rng = np.random.default_rng(1)
+            >>> def relu(a):
+            ...     return np.maximum(a, 0.0)
+            >>> for _ in range(3):  # positive data: the lineage never shows the threshold
+            ...     _ = reg.capture(relu, rng.random(8) + 1.0)
+            >>> reg.lookup(reg.capture(relu, rng.random(8) + 1.0).signature).confirmed_by
+            'observed'
+            >>> [(i.kind, i.status) for i in reg.probe(relu, rng.random(8) + 1.0)]
+            [('dim', 'non_reusable')]
+        """
+        check_need(need, mode)
+        inputs = [as_input(a, k) for k, a in enumerate(arrays)]
+        kw = dict(kwargs) if kwargs else {}
+        key_mode = CONSIDERED_ONLY if need == "considered" else mode
+        call = Call.of(func, code_version, key_mode, kw, inputs)
+        plain = run_plain(func, [a.copy() for a in inputs], kw)
+        if plain is None:
+            return []
+        outs = shapes_of(plain[1])
+        prober = Prober(func, inputs, kw, mode, self._rng)
+        parts = PARTS[key_mode]
+        keys: list[str] = [self.finder.dim_key(call)]
+        if self.policy.gen:
+            keys.append(self.finder.gen_key(call, outs)[0])
+        probed: list[ViewInfo] = []
+        for sig in keys:
+            v = self.files.get(sig)
+            if v is None or v.status == "non_reusable" or self.files.is_dead(sig):
+                continue
+            if v.kind == "gen":
+                klass = self.finder.gen_key(call, outs)[1]
+                tables = self.finder.gen_instance(v, klass, call, outs)
+                if tables is None:
+                    continue
+            else:
+                tables = v.tables
+            finite_ok, nan_ok, zero_ok = prober.check(tables, parts)
+            if not finite_ok:
+                self.files.kill(
+                    v,
+                    sig,
+                    "offline probes on synthetic inputs gave different lineage (data-dependent)",
+                    warn=False,  # the caller asked and reads the returned status
+                )
+            else:
+                v.finite_only, v.nonzero_only = not nan_ok, not zero_ok
+                if v.status == "confirmed":
+                    v.confirmed_by = "probes"
+                self.files.save(v)
+            info = self.lookup(sig)
+            if info is not None:
+                probed.append(info)
+        return probed
 
     # ----------------------------------------------------------- declared lineage
 
@@ -405,7 +550,7 @@ class ViewRegistry:
                     v, hit.signature, "the declared lineage of a call disagreed with it", warn=True
                 )
                 return False
-            self.schedule.mark_verified(v, hit.exact_key)
+            self.schedule.mark_verified(v, hit.exact_key, sampled=False)
         self.files.hit(v)
         self.stats[hit.kind] += 1
         return True

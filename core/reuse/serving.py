@@ -1,18 +1,21 @@
 """Serving a call from a confirmed view: run the function on plain float64 inputs and take
 the lineage from the view.
 
-Base, then dim, then gen (:mod:`.lookup`). A view is verified (:mod:`.verification`) before it
-is trusted for a call whose exact shapes and argument values it has not been checked on, and
-afterwards on a random sample of calls within a time budget. A failed check demotes the view,
-issues :class:`~dslog_dagster.errors.ViewMismatchWarning`, and the caller captures the call
-instead. A repeat hit (same function object, simple arguments and shapes as a call served
-before) skips the hashing of keys (:func:`fast_key`).
+Base, then dim, then gen (:mod:`.lookup`). A view is checked before it is trusted for a call
+whose exact shapes and argument values it has not been checked on, and afterwards on a share of
+calls (``ReusePolicy.rate``). A call declared pure is checked by a sampled annotated re-run
+(:mod:`.verification`); any other call runs exactly once, so its check is the capture of that
+call instead of serving it (the registry compares the captured lineage with the view). A
+failed check demotes the view, issues :class:`~dslog_dagster.errors.ViewMismatchWarning`, and
+the call's lineage is the captured one. A repeat hit (same function object, simple arguments
+and shapes as a call served before) skips the hashing of keys (:func:`fast_key`).
 
 A served call carries its lineage as ProvRC tables (:class:`LazyRelations` expands them only
 when read); one served from a view of the considered relation alone (``need="considered"``)
 has no contributing relation to give (:class:`UnservedRelations`).
 """
 
+import math
 import time
 import types
 from collections import OrderedDict
@@ -50,6 +53,8 @@ __all__ = [
     "annotator_mode",
     "check_need",
     "fast_key",
+    "has_nan",
+    "outside_domain",
     "run_plain",
     "run_plain_result",
 ]
@@ -168,6 +173,20 @@ def fast_key(
     return key
 
 
+def has_nan(inputs: Sequence[F64]) -> bool:
+    """Does an input hold a NaN? (One reduction per input, no temporary: ``max`` propagates
+    NaN; this runs on every hit of a finite-only view.)"""
+    return any(a.size and math.isnan(a.max()) for a in inputs)
+
+
+def outside_domain(v: View, inputs: Sequence[F64]) -> bool:
+    """Are ``inputs`` outside what view ``v`` may serve (NaN for a finite-only view, an exact
+    zero for a nonzero-only one)?"""
+    if v.finite_only and has_nan(inputs):
+        return True
+    return v.nonzero_only and not all(a.all() for a in inputs)
+
+
 def annotator_mode(key_mode: str) -> Mode:
     """The annotator mode that produces the relations of a view's key mode."""
     return "contributing" if key_mode == "contributing" else "considered"
@@ -278,12 +297,17 @@ class Server:
         inputs: list[F64],
         kwargs: Mapping[str, Any],
         demoted: list[str],
+        *,
+        pure: bool,
+        serve_only: bool = False,
     ) -> CaptureResult | None:
         """Serve a repeat hit under :func:`fast_key` ``key``, or None (then forget it)."""
         entry = self.fast.get(key)
         if entry is None:
             return None
-        res = self.serve_fast(entry, func, inputs, kwargs, demoted)
+        res = self.serve_fast(
+            entry, func, inputs, kwargs, demoted, pure=pure, serve_only=serve_only
+        )
         if res is None:
             self.fast.pop(key, None)
         return res
@@ -295,9 +319,19 @@ class Server:
         inputs: list[F64],
         kwargs: Mapping[str, Any],
         demoted: list[str],
+        *,
+        pure: bool,
+        serve_only: bool = False,
     ) -> CaptureResult | None:
-        """Serve ``call`` from a base, dim or gen view, or None when none applies."""
+        """Serve ``call`` from a base, dim or gen view, or None when none applies.
+
+        ``pure``: the function may run more than once (sampled verification, a plain run to
+        learn the output shapes a gen key needs); otherwise it runs at most once here, and
+        only when the call is served. ``serve_only``: no capture follows a miss."""
         found = self.finder.find_specific(call)
+        if found is not None and found[0] == "dim" and outside_domain(found[2], inputs):
+            # inputs the dim view does not serve (NaN): their exact-input view may
+            found = self.finder.find_base(call)
         if found is not None:
             kind, sig, v = found
             res = self.serve(
@@ -312,6 +346,8 @@ class Server:
                 kwargs,
                 None,
                 demoted,
+                pure=pure,
+                serve_only=serve_only,
             )
             if res is not None:
                 return res
@@ -320,6 +356,10 @@ class Server:
         plain: tuple[Any, list[F64]] | None = None
         exact = call.exact_key
         out_shapes = self.out_shapes.get(exact)
+        if out_shapes is None and not pure:
+            # The output shapes are learnt by capturing this call (an impure function must
+            # not run once to find them and again to be captured).
+            return None
         if out_shapes is None:
             # First call at these shapes: run on copies, so a function that writes into
             # its inputs cannot change what a capture would see. If the plain run fails,
@@ -340,7 +380,19 @@ class Server:
         if inst is None:
             return None
         return self.serve(
-            "gen", gsig, gv, inst, out_shapes, call, func, inputs, kwargs, plain, demoted
+            "gen",
+            gsig,
+            gv,
+            inst,
+            out_shapes,
+            call,
+            func,
+            inputs,
+            kwargs,
+            plain,
+            demoted,
+            pure=pure,
+            serve_only=serve_only,
         )
 
     def serve(
@@ -356,14 +408,25 @@ class Server:
         kwargs: Mapping[str, Any],
         plain: tuple[Any, list[F64]] | None,
         demoted: list[str],
+        *,
+        pure: bool,
+        serve_only: bool = False,
     ) -> CaptureResult | None:
         """Serve the call from view ``v`` (its ``tables`` at this call's shapes): run ``func``
         on plain inputs (unless ``plain`` holds that run), check the output shapes, verify
-        when due. None when the view does not apply or was demoted (added to ``demoted``)."""
-        if v.finite_only and any(np.isnan(a).any() for a in inputs):
+        when due. None when the view does not apply or was demoted (added to ``demoted``).
+
+        A check of an impure call is an observation: when one is due (see
+        :meth:`~.verification.VerificationSchedule.observe_due`) nothing runs here and None
+        sends the call to capture, which compares its lineage with the view. Under
+        ``serve_only`` (nothing would be captured) only a view never checked on this exact
+        key is refused; a periodic check is skipped."""
+        if outside_domain(v, inputs):
             return None
-        if v.nonzero_only and not all(a.all() for a in inputs):
-            return None
+        if not pure:
+            due = self.schedule.observe_due(v, call.exact_key)
+            if due == "new" or (due == "periodic" and not serve_only):
+                return None
         if plain is None:
             plain = run_plain(func, inputs, kwargs)
         if plain is None:
@@ -380,7 +443,7 @@ class Server:
             demoted.append(sig)
             return None
         exact = call.exact_key
-        check, sampled = self.schedule.needs_check(v, exact)
+        check, sampled = self.schedule.needs_check(v, exact) if pure else (False, False)
         verified = False
         if check:
             t0 = time.perf_counter()
@@ -399,8 +462,7 @@ class Server:
         self.files.hit(v)
         self.stats[kind] += 1
         served = Served.of(call.mode, tables)
-        guarded = v.finite_only or v.nonzero_only
-        if call.fast_key is not None and not guarded and kind != "base":
+        if call.fast_key is not None and kind != "base":
             self.fast[call.fast_key] = FastEntry(
                 kind,
                 sig,
@@ -435,12 +497,16 @@ class Server:
         inputs: list[F64],
         kwargs: Mapping[str, Any],
         demoted: list[str],
+        *,
+        pure: bool,
+        serve_only: bool = False,
     ) -> CaptureResult | None:
         """A repeat hit: same function object, arguments and shapes as a call served before.
 
         Only the checks that can change between such calls are made: the view still being
         confirmed (in this process and, once a second, on disk), the argument relevance
-        unchanged, the output shapes, and the sampled verification.
+        unchanged, the input domain (NaN, zeros), the output shapes, and the check (sampled
+        verification of a pure call, observation of an impure one: see :meth:`serve`).
         """
         v = f.view
         if (
@@ -449,6 +515,12 @@ class Server:
             or self.files.is_dead(f.signature)
         ):
             return None
+        if outside_domain(v, inputs):
+            return None
+        if not pure:
+            due = self.schedule.observe_due(v, f.exact)
+            if due == "new" or (due == "periodic" and not serve_only):
+                return None
         result = func(*inputs, **kwargs)
         if type(result) is np.ndarray and result.dtype == np.float64:
             value: Any = result  # the common case, without the general unpacking
@@ -463,7 +535,7 @@ class Server:
         ):
             return None  # the full path decides (and demotes)
         verified = False
-        if self.schedule.sample():
+        if pure and self.schedule.sample():
             t0 = time.perf_counter()
             ok = verify_sample(
                 func, inputs, kwargs, f.call.mode, f.tables, list(f.out_shapes), self.rng

@@ -18,12 +18,18 @@ annotation sets, extraction and memory stay small.
 :class:`VerificationSchedule` decides when: before a view is trusted for a call whose exact
 shapes and argument values it has not been checked on, and afterwards on a random sample of
 calls (``ReusePolicy.rate``) within a time budget (``ReusePolicy.budget``).
+
+A sampled verification runs the function a second time, so it is made for calls declared
+pure only. A call that is not declared pure is checked by *observation* instead
+(:meth:`VerificationSchedule.observe_due`): when a check is due, the call is captured rather
+than served (its one run is the annotated one) and the registry compares the captured lineage
+with the view.
 """
 
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -248,6 +254,18 @@ class VerificationSchedule:
         """Should this hit be verified again (a ``rate`` draw, within the budget)?"""
         return self.policy.rate > 0 and self.budget > 0 and self.rng.random() < self.policy.rate
 
+    def observe_due(self, v: View, exact: str) -> Literal["new", "periodic"] | None:
+        """Should this call of an impure step be captured, as a check of ``v``, rather than
+        served? ``"new"``: the view was not checked on this exact key (``verify_new``);
+        ``"periodic"``: every ``round(1/rate)``-th call of the view. Deterministic (it
+        counts the view's hits and checks), so asking twice for one call gives one answer."""
+        if self.policy.verify_new and exact not in v.verified:
+            return "new"
+        period = self.policy.period
+        if period and (v.hits + v.observed_checks + 1) % period == 0:
+            return "periodic"
+        return None
+
     def needs_check(self, v: View, exact: str) -> tuple[bool, bool]:
         """(verify now?, is it a sampled verification?) for ``v`` serving exact key ``exact``."""
         if self.policy.verify_new and exact not in v.verified:
@@ -260,8 +278,13 @@ class VerificationSchedule:
         """Charge a sampled verification started at ``perf_counter()`` value ``since``."""
         self.budget -= time.perf_counter() - since
 
-    def mark_verified(self, v: View, exact: str) -> None:
-        """Record that ``v`` agreed with the real lineage of a call with exact key ``exact``."""
+    def mark_verified(self, v: View, exact: str, *, sampled: bool = True) -> None:
+        """Record that ``v`` agreed with the real lineage of a call with exact key ``exact``
+        (``sampled``: by a sampled verification; else by lineage observed otherwise)."""
+        if sampled:
+            v.sampled_checks += 1
+        else:
+            v.observed_checks += 1
         if exact not in v.verified:
             v.verified.append(exact)
         v.last_verified = time.time()

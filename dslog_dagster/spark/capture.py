@@ -54,6 +54,7 @@ from dslog_dagster.spark.lineage import (
 )
 from dslog_dagster.spark.plan import ColumnLineage, Info, quoted, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
+from dslog_dagster.spark.session import check_workers
 from dslog_dagster.spark.staging import StagedOutput, new_staging_dir, remove_staging_dir
 from dslog_dagster.spark.state import FrameState
 from dslog_dagster.spark.summaries import SummariesMissing
@@ -171,6 +172,8 @@ def capture_frames(
     Raises:
         UnsupportedFrameOperationError: ``func`` used an operation without a lineage rule
             (with ``on_unknown="raise"``), or returned something that is not a tracked frame.
+        SparkUnavailableError: the session's Python workers cannot import what the capture
+            runs in them (checked first, see :func:`~dslog_dagster.spark.session.check_workers`).
     """
     if on_unknown not in ("raise", "all_to_all"):
         msg = f"on_unknown must be 'raise' or 'all_to_all', not {on_unknown!r}."
@@ -190,6 +193,8 @@ def capture_frames(
         if not isinstance(df, DataFrame):
             msg = f"Input `{name}` is a `{type(df).__name__}`, not a Spark DataFrame."
             raise InvalidRelationError(msg)
+        if i == 0:
+            check_workers(df.sparkSession)  # before any capture work (see its docstring)
         known = None
         if input_rows is not None:
             known = input_rows[name] if isinstance(input_rows, Mapping) else input_rows[i]

@@ -34,6 +34,7 @@ __all__ = [
     "quoted",
     "slot_id",
     "slot_name",
+    "window_key_defs",
 ]
 
 SLOT_PREFIX = "__dslog_s"
@@ -193,6 +194,29 @@ def nodes_above(plan: Any, base_df: DataFrame) -> dict[str, list[Any]]:
         if met:
             return out
     return out
+
+
+# Spark's analyzer (ExtractWindowExpressions) computes a window's partition and order keys
+# that are expressions (``upper(g)``, ``score * -1``) in a Project below the Window node,
+# aliased ``_w0``, ``_w1``...; the Window node's spec then names those aliases.
+_WINDOW_KEY = re.compile(r"_w\d+")
+
+
+def window_key_defs(nodes: Mapping[str, Sequence[Any]]) -> dict[int, str]:
+    """Expression id -> SQL of the window-key aliases (``_w0 = upper(g)``) defined by the
+    Project nodes of ``nodes`` (as :func:`nodes_above` returns them). Only the aliases'
+    expressions are read from the JVM."""
+    defs: dict[int, str] = {}
+    for node in nodes.get("Project", []):
+        names, ids = _named_ids(node)
+        exprs = None
+        for j, (n, i) in enumerate(zip(names, ids, strict=True)):
+            if _WINDOW_KEY.fullmatch(n):
+                exprs = node.projectList() if exprs is None else exprs
+                e = exprs.apply(j)
+                if e.nodeName() == "Alias":
+                    defs[i] = str(e.child().sql())
+    return defs
 
 
 @dataclass

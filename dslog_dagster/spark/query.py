@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from dslog_dagster.core.api import DSLog, Hop
 from dslog_dagster.core.query import CellSet, Direction, QueryEngine, as_cells, check_engine
 from dslog_dagster.errors import QueryError
+from dslog_dagster.spark.session import check_workers
 
 __all__ = ["Engine", "SparkQueryEngine", "run_query", "spark_engine"]
 
@@ -117,9 +118,14 @@ class SparkQueryEngine:
     Args:
         spark: the SparkSession.
         log: the DSLog session (or a store directory) whose lineage is queried.
+
+    Raises:
+        SparkUnavailableError: the session's Python workers cannot import NumPy, pyarrow and
+            dslog_dagster (see :func:`~dslog_dagster.spark.session.check_workers`).
     """
 
     def __init__(self, spark: Any, log: DSLog | str) -> None:
+        check_workers(spark)  # its hops run NumPy and pyarrow in Python workers
         self.spark = spark
         self.log = log if isinstance(log, DSLog) else DSLog(log)
         self._rows: dict[tuple[str, str, str], DataFrame] = {}

@@ -10,18 +10,27 @@ ran in two waves of tasks (at 10^6 rows, ~0.1 s of a ~0.8 s capture), and a fixe
 one would idle a bigger machine. Python workers run the interpreter of the driver, so the
 executors can import ``dslog_dagster`` (its native ProvRC kernels compress row lineage where
 the data is).
+
+A session the user made elsewhere has workers running whatever ``PYSPARK_PYTHON`` said when
+its SparkContext started (``python3`` on the PATH by default), which may lack pyarrow or
+dslog_dagster: the capture's jobs would then fail half-way with a ``ModuleNotFoundError`` in
+a worker. :func:`check_workers` runs before any capture work: when the workers' interpreter
+is not the driver's it runs one tiny job that imports what the capture's workers need, and
+refuses with :class:`~dslog_dagster.errors.SparkUnavailableError` saying how to fix it.
 """
 
 import os
 import re
+import shutil
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from dslog_dagster.errors import SparkUnavailableError
 from dslog_dagster.spark.java import require_java
 
-__all__ = ["DEFAULT_CONF", "get_session", "shuffle_partitions"]
+__all__ = ["DEFAULT_CONF", "check_workers", "get_session", "shuffle_partitions"]
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -110,3 +119,77 @@ def get_session(
     except Exception as e:  # the JVM gateway raises plain Exceptions / RuntimeErrors
         msg = f"Could not start Spark (master `{master}`): {e}"
         raise SparkUnavailableError(msg) from e
+
+
+# (application id, worker interpreter) of sessions whose workers were checked
+_WORKERS_OK: set[tuple[str, str]] = set()
+_workers_lock = threading.Lock()
+#: What the capture's Python workers import (row-id compression, Arrow batches).
+WORKER_MODULES = ("numpy", "pyarrow", "dslog_dagster.core.compression")
+
+
+def _worker_imports(_: Any) -> list[str]:
+    """In a worker: the modules of :data:`WORKER_MODULES` it cannot import, with why."""
+    import importlib
+
+    missing = []
+    for name in WORKER_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # any failure to import is what the check reports
+            missing.append(f"{name} ({type(e).__name__}: {e})")
+    return missing
+
+
+def _is_driver_python(exe: str) -> bool:
+    """Is ``exe`` (a path or a name on the PATH) this very interpreter? Compared as paths,
+    not resolved: a virtual environment's python is a symlink to the system one, whose
+    site-packages are another's."""
+    path = exe if os.sep in exe else shutil.which(exe)
+    return path is not None and os.path.normpath(os.path.abspath(path)) == os.path.normpath(
+        sys.executable
+    )
+
+
+def _worker_error(e: BaseException) -> str:
+    """The Python error a failed job reports (its last ``...Error: ...`` line), else the
+    first line of the exception."""
+    found = re.findall(r"\b(\w+(?:Error|Exception): [^\n]+)", str(e))
+    return found[-1] if found else str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def check_workers(session: Any) -> None:
+    """Make sure ``session``'s Python workers can run the capture, before it does anything.
+
+    The workers run ``SparkContext.pythonExec`` (``PYSPARK_PYTHON`` when the context
+    started, else ``python3`` on the PATH). When that is this interpreter nothing runs;
+    otherwise one tiny job imports :data:`WORKER_MODULES` in a worker. The answer is kept per
+    application and interpreter, so the job runs once.
+
+    Raises:
+        SparkUnavailableError: the workers cannot import what the capture needs (or do not
+            start); the message names their interpreter and the fix.
+    """
+    sc = session.sparkContext
+    exe = str(getattr(sc, "pythonExec", None) or "python3")
+    key = (str(sc.applicationId), exe)
+    with _workers_lock:
+        if key in _WORKERS_OK:
+            return
+    if not _is_driver_python(exe):
+        try:
+            missing = sc.parallelize([0], 1).map(_worker_imports).collect()[0]
+        except Exception as e:  # py4j wraps the worker's failure in a Py4JJavaError
+            missing = [f"the workers did not run ({_worker_error(e)})"]
+        if missing:
+            msg = (
+                f"Spark's Python workers run `{exe}` (PYSPARK_PYTHON when this session's "
+                f"SparkContext started), not this driver's `{sys.executable}`, and cannot run "
+                f"dslog's capture: {'; '.join(missing)}. Start the session with "
+                f"PYSPARK_PYTHON={sys.executable} in the environment (before the SparkContext "
+                "starts; dslog_dagster.spark.get_session and SparkSessionResource do this), or "
+                "install numpy, pyarrow and dslog-dagster into that interpreter."
+            )
+            raise SparkUnavailableError(msg)
+    with _workers_lock:
+        _WORKERS_OK.add(key)

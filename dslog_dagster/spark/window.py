@@ -6,9 +6,12 @@ its plan has ``Window`` nodes, :func:`windowed` runs it again on the frame with,
 window frame, a new slot per slot: ``collect_list`` of the slot over that same frame. The
 window's output column then depends on the rows its frame holds (ranking functions: their
 order keys; offsets: the value they read), and considers the window's partition and order.
+Keys that are expressions (``partitionBy(F.upper("g"))``) appear in the analyzed plan as
+aliases the analyzer made (``_w0``); the frame is rebuilt from the expressions they stand for
+(:func:`~dslog_dagster.spark.plan.window_key_defs`).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +28,7 @@ from dslog_dagster.spark.plan import (
     refs_of,
     seq,
     slot_name,
+    window_key_defs,
 )
 from dslog_dagster.spark.state import FrameState
 
@@ -95,7 +99,21 @@ def _bound(expr: Any, op: str) -> int:
         raise UnsupportedFrameOperationError(msg) from None
 
 
-def window_frame(alias: Any, op: str) -> WindowFrame:
+def _key_sql(expr: Any, defs: Mapping[int, str]) -> str:
+    """SQL of a window key: the expression an analyzer alias (``_w0``) stands for, else the
+    key's own SQL."""
+    if defs and expr.nodeName() == "AttributeReference":
+        found = defs.get(int(expr.exprId().id()))
+        if found is not None:
+            return found
+    return str(expr.sql())
+
+
+def window_frame(alias: Any, op: str, defs: Mapping[int, str] | None = None) -> WindowFrame:
+    """The window frame of window expression ``alias``, its keys as SQL over the frame's own
+    columns (``defs``: :func:`~dslog_dagster.spark.plan.window_key_defs` of its plan, for
+    keys that are expressions)."""
+    defs = defs or {}
     wexpr = alias.child()
     if wexpr.nodeName() != "WindowExpression":
         msg = f"`{op}`: unexpected window expression `{alias.sql()}`."
@@ -112,10 +130,10 @@ def window_frame(alias: Any, op: str) -> WindowFrame:
         msg = f"`{op}`: `{fn.sql()}` with ignoreNulls is not supported by the capture."
         raise UnsupportedFrameOperationError(msg)
     spec = wexpr.windowSpec()
-    parts = tuple(str(p.sql()) for p in seq(spec.partitionSpec()))
+    parts = tuple(_key_sql(p, defs) for p in seq(spec.partitionSpec()))
     orders = tuple(
         (
-            str(o.child().sql()),
+            _key_sql(o.child(), defs),
             str(o.direction().sql()).upper() == "ASC",
             "FIRST" in str(o.nullOrdering().sql()).upper(),
         )
@@ -154,10 +172,11 @@ def windowed(
     state.need_lists()
     ctx = state.context
     nodes = nodes_above(analyzed(first), state.df)
+    defs = window_key_defs(nodes)
     windows: dict[tuple[Any, ...], WindowFrame] = {}
     for node in nodes.get("Window", []):
         for e in seq(node.windowExpressions()):
-            k = window_frame(e, op)
+            k = window_frame(e, op, defs)
             windows.setdefault(k.key, k)
     df = state.df
     infos = list(state.infos)
@@ -180,9 +199,11 @@ def windowed(
         df = df.select("*", *extra)
     res = fn(df, [quoted(n) for n in infos if isinstance(n, str)])
     base = Base(analyzed(df), infos)
+    # the run with slots has its own analyzer aliases for expression keys (new ids)
+    res_defs = window_key_defs(nodes_above(analyzed(res), df)) if defs else {}
 
     def rule(e: Any, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
-        wk = window_frame(e, op)
+        wk = window_frame(e, op, res_defs)
         return wk.lineage(lin_of).remap(mapping[wk.key])
 
     return state.finish(res, op, [base], rule, arrays)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dslog_dagster.core import ViewRegistry
+from dslog_dagster.core import ReusePolicy, ViewRegistry
 
 OWN = {0: ["sin", "cos", "exp"], 1: ["tanh", "square", "negative"]}
 SHARED = ["add", "multiply"]
@@ -29,7 +29,7 @@ from dslog_dagster.core import ViewRegistry, ReusePolicy, capture
 
 root, worker, go = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 names = sys.argv[4].split(",")
-reg = ViewRegistry(root, ReusePolicy(seed=worker))
+reg = ViewRegistry(root, ReusePolicy(pure=True, seed=worker))
 rng = np.random.default_rng(worker)
 Path(f"{go}.ready-{worker}").touch()
 deadline = time.monotonic() + 120
@@ -68,7 +68,7 @@ def test_two_processes_lose_no_view(tmp_path: Path) -> None:
 
     for path in (root / "views").glob("*.json"):
         json.loads(path.read_bytes())  # no torn file
-    reg = ViewRegistry(root)
+    reg = ViewRegistry(root, ReusePolicy(pure=True))
     confirmed = {v.op for v in reg.views() if v.kind == "dim" and v.status == "confirmed"}
     expected = {f"numpy.{n}" for n in OWN[0] + OWN[1] + SHARED}
     assert expected <= confirmed

@@ -61,7 +61,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ViewRegistry]
     out: dict[str, ViewRegistry] = {}
     rng = np.random.default_rng(7)
     for name, func, kw, k, shapes, _ in FAMILIES:
-        reg = ViewRegistry(Path(tmp_path_factory.mktemp(name)), ReusePolicy(seed=3, rate=0.0))
+        reg = ViewRegistry(
+            Path(tmp_path_factory.mktemp(name)), ReusePolicy(pure=True, seed=3, rate=0.0)
+        )
         for _ in range(16):
             ext = [int(x) for x in rng.choice(np.arange(5, 40), size=k, replace=False)]
             arrays = [rng.uniform(-2, 2, s) for s in shapes(ext)]
@@ -135,7 +137,7 @@ def test_data_dependent_ops_are_never_served_by_shape(
 ) -> None:
     """However the captures fall (even identical data every time), a data-dependent op is
     never served from a dim or gen view at a shape where its lineage can vary."""
-    reg = ViewRegistry(tmp_path_factory.mktemp(name), ReusePolicy(seed=seed % 1000))
+    reg = ViewRegistry(tmp_path_factory.mktemp(name), ReusePolicy(pure=True, seed=seed % 1000))
     rng = np.random.default_rng(seed)
     first = rng.uniform(-2, 2, shape)
     for _ in range(5):

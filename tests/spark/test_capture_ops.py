@@ -356,3 +356,50 @@ def test_inputs_without_row_ids_are_numbered(spark: Any) -> None:
     rel = cap.relation(0)
     assert sorted(rel.pairs()[:, 2].tolist()) == [0, 2, 4, 6]
     cap.release()
+
+
+MIXED = [(0, "a", 3.0), (1, "A", 1.0), (2, "b", 2.0), (3, "a", 5.0), (4, "B", 4.0), (5, "c", 2.5)]
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        pytest.param(
+            lambda: Window.partitionBy(F.upper("g")).orderBy(F.col("score") * -1), id="both"
+        ),
+        pytest.param(lambda: Window.partitionBy(F.upper("g")).orderBy(F.desc("score")), id="part"),
+        pytest.param(lambda: Window.partitionBy(F.lower("g")).orderBy(-F.col("score")), id="neg"),
+    ],
+)
+def test_window_keys_that_are_expressions_equal_plain_spark(spark: Any, window: Any) -> None:
+    """Issue 24: expression keys are aliased ``_w0``/``_w1`` by Spark's analyzer; the capture
+    rebuilds the frame from the expressions (values as plain Spark, lineage by hand)."""
+    df = spark.createDataFrame(MIXED, "id long, g string, score double")
+    w = window()
+
+    def f(p: Any) -> Any:
+        return p.select(
+            "id",
+            F.row_number().over(w).alias("rn"),
+            F.lag("score", 1).over(w).alias("prev"),
+        )
+
+    plain = sorted(tuple(r) for r in f(df).collect())
+    cap = capture_frames(f, [df.withColumn(ROW_ID, F.col("id"))])
+    assert sorted(tuple(r) for r in cap.frame.collect()) == plain
+    # partitions by upper-/lower-cased group, each ordered by score descending
+    order = {"A": [3, 0, 1], "B": [4, 2], "C": [5]}
+    part_of = {i: order[g.upper()] for i, g, _ in MIXED}
+
+    def rule(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+        i = row["id"]
+        part = part_of[i]
+        k = part.index(i)
+        if col == "id":
+            return [(i, "id")]
+        if col == "rn":  # the order keys of the rows up to this one
+            return [(j, "score") for j in part[: k + 1]]
+        return [(part[k - 1], "score")] if k >= 1 else []
+
+    assert_lineage(cap, 0, rule)
+    cap.release()

@@ -45,7 +45,7 @@ def served_equals_fresh(
 
 @pytest.fixture
 def reg(tmp_path: Path) -> ViewRegistry:
-    return ViewRegistry(tmp_path, ReusePolicy(seed=1))
+    return ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=1))
 
 
 def train_gen(
@@ -80,7 +80,7 @@ def test_dim_view_served_after_m_matching_captures(reg: ViewRegistry) -> None:
 
 
 def test_confirm_after_is_configurable(tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path, ReusePolicy(confirm_after=1, seed=0))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, confirm_after=1, seed=0))
     kinds = [reg.capture(np.sqrt, np.abs(data((5, 5))[0])).obtained for _ in range(3)]
     assert kinds == ["captured", "captured", "dim"]
 
@@ -319,7 +319,7 @@ def _sneaky(x: Any) -> Any:
 
 
 def test_sampled_verification_demotes_a_wrong_view(tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path, ReusePolicy(rate=1.0, budget=60.0, seed=0))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, rate=1.0, budget=60.0, seed=0))
     for _ in range(4):
         got = reg.capture(_sneaky, *data((6, 5)))
     assert got.obtained == "dim"
@@ -338,7 +338,7 @@ def test_sampled_verification_demotes_a_wrong_view(tmp_path: Path) -> None:
 
 
 def test_tampered_view_is_caught_before_serving_a_new_shape(tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0))
     train_gen(reg, np.flip, lambda a, b, c: [(a, b)], axis=0)
     gen = next(v for v in reg.files.views.values() if v.kind == "gen" and v.status == "confirmed")
     assert gen.template is not None
@@ -355,11 +355,11 @@ def test_tampered_view_is_caught_before_serving_a_new_shape(tmp_path: Path) -> N
 
 
 def test_views_survive_a_new_registry_instance(tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0))
     for _ in range(4):
         reg.capture(np.exp, *data((3, 8)))
     reg.flush()
-    again = ViewRegistry(tmp_path)
+    again = ViewRegistry(tmp_path, ReusePolicy(pure=True))
     got = served_equals_fresh(again, np.exp, data((3, 8)))
     assert got.obtained == "dim"
     rows = {v.signature: v for v in again.views()}
@@ -373,11 +373,11 @@ def test_views_survive_a_new_registry_instance(tmp_path: Path) -> None:
 
 
 def test_demotion_marker_wins_over_a_stale_copy(tmp_path: Path) -> None:
-    a = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    a = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0))
     for _ in range(4):
         got = a.capture(np.tanh, *data((4, 4)))
     assert got.signature is not None
-    b = ViewRegistry(tmp_path)
+    b = ViewRegistry(tmp_path, ReusePolicy(pure=True))
     view = b.files.get(got.signature)
     assert view is not None
     b.files.kill(view, got.signature, "test", warn=False)
@@ -386,13 +386,13 @@ def test_demotion_marker_wins_over_a_stale_copy(tmp_path: Path) -> None:
 
 
 def test_damaged_view_file_is_reported_and_never_served(tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0))
     for _ in range(4):
         got = reg.capture(np.cos, *data((3, 5)))
     assert got.obtained == "dim"
     assert got.signature is not None
     (tmp_path / "views" / f"{got.signature}.json").write_text("{not json")
-    fresh = ViewRegistry(tmp_path)
+    fresh = ViewRegistry(tmp_path, ReusePolicy(pure=True))
     with pytest.raises(ReuseError, match="damaged"):
         fresh.lookup(got.signature)
     assert served_equals_fresh(fresh, np.cos, data((3, 5))).obtained == "captured"
@@ -418,7 +418,7 @@ def test_view_objects_round_trip_through_json(reg: ViewRegistry) -> None:
 
 def test_register_operation_reuses_declared_lineage(tmp_path: Path) -> None:
     log = DSLog(tmp_path)
-    reg = ViewRegistry(log, ReusePolicy(seed=0))
+    reg = ViewRegistry(log, ReusePolicy(pure=True, seed=0))
 
     def register(k: int, with_capture: bool) -> Any:
         x, y = Array(f"x{k}", (5, 4)), Array(f"y{k}", (5, 4))

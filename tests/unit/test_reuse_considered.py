@@ -74,7 +74,7 @@ HOSTILE = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, np.nan, np.inf, -np.inf])
 def test_considered_view_of_a_pick_is_exact_on_hostile_data(
     name: str, func: Callable[..., Any], arity: int, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    reg = ViewRegistry(tmp_path_factory.mktemp(name), ReusePolicy(seed=3))
+    reg = ViewRegistry(tmp_path_factory.mktemp(name), ReusePolicy(pure=True, seed=3))
     train(reg, func, [SHAPE] * arity)
 
     @settings(
@@ -123,7 +123,7 @@ def test_data_dependent_considered_relation_is_never_confirmed(
 ) -> None:
     """Small random data agrees with itself (``unwrap`` never crosses ``pi``, ``unique``
     sees distinct values); the probes must still refuse the view."""
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=4))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=4))
     rng = np.random.default_rng(2)
     kinds = []
     for _ in range(8):
@@ -133,7 +133,7 @@ def test_data_dependent_considered_relation_is_never_confirmed(
 
 
 def test_need_is_validated(tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path)
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True))
     x = np.ones((3, 3))
     with pytest.raises(ValueError, match='needs `mode="considered"`'):
         reg.capture(np.max, x, need="considered")
@@ -146,7 +146,7 @@ def test_need_is_validated(tmp_path: Path) -> None:
 def test_need_all_in_considered_mode_still_serves_both_relations(tmp_path: Path) -> None:
     """A considered-mode capture teaches both families: ``np.negative`` is served with both
     relations (need="all") and with the considered one alone."""
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=5))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=5))
     rng = np.random.default_rng(3)
     kinds = [
         reg.capture(np.negative, rng.random((4, 6)), mode="considered").obtained for _ in range(4)
@@ -169,7 +169,7 @@ def test_need_all_in_considered_mode_still_serves_both_relations(tmp_path: Path)
 
 def test_dagster_path_asks_for_the_considered_relation_only(tmp_path: Path) -> None:
     """``obtain_lineage`` in considered mode (what a tracked asset stores) reuses ``np.max``."""
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=6))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=6))
     rng = np.random.default_rng(4)
 
     def step(x: Any, **_: Any) -> Any:
@@ -226,7 +226,7 @@ def _grid_cell(name: str, relation: str, root: Path) -> tuple[int, int]:
     case = _first_case(name)
     opts: dict[str, Any] = CONSIDERED if relation == "considered" else {}
     rel = (lambda r: r.considered) if relation == "considered" else (lambda r: r.relations)
-    reg = ViewRegistry(root, ReusePolicy(seed=7))
+    reg = ViewRegistry(root, ReusePolicy(pure=True, seed=7))
     rng = np.random.default_rng([zlib.crc32(name.encode()), len(relation)])
     doms = [case.domains[min(k, len(case.domains) - 1)] for k in range(len(case.shapes))]
     calls = [
@@ -278,7 +278,7 @@ def test_gradient_lineage_declared_analytically_is_reused(tmp_path: Path) -> Non
     from dslog_dagster.core.testing import analytic
 
     log = DSLog(tmp_path)
-    reg = ViewRegistry(log, ReusePolicy(seed=8))
+    reg = ViewRegistry(log, ReusePolicy(pure=True, seed=8))
 
     def register(k: int, declare: bool) -> Any:
         f, g = Array(f"f{k}", (6, 5)), Array(f"g{k}", (6, 5))

@@ -33,7 +33,7 @@ def bench() -> ModuleType:
 
 @pytest.mark.parametrize("name", REUSABLE + DATA_DEPENDENT)
 def test_grid_function_reuse(bench: ModuleType, name: str, tmp_path: Path) -> None:
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0))
     r = bench.run_function(name, reg, runs=8, reps=4, seed=0, max_cells=2_000)
     assert r.errors == 0, f"{name}: a served view differed from a fresh capture"
     if name in REUSABLE:
@@ -48,7 +48,7 @@ def test_grid_function_reuse_of_the_considered_relation(
 ) -> None:
     """The bench's considered pass: picks and sorts consider a shape-determined set of cells,
     so views of that relation serve them; ``unique`` and ``median`` stay data-dependent."""
-    reg = ViewRegistry(tmp_path, ReusePolicy(seed=0))
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0))
     r = bench.run_function(
         name, reg, runs=8, reps=4, seed=0, max_cells=2_000, relation="considered"
     )
