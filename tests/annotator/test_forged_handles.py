@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from dslog_dagster import _annotator
-from dslog_dagster.core.capture import TRACKED_FLOAT, capture
+from dslog_dagster.core.capture import TRACKED_FLOAT, Capture, capture
 from dslog_dagster.errors import ForgedLineageError, StaleLineageError
 
 EPOCH_SHIFT, KIND_SHIFT, EST_SHIFT = 51, 48, 40
@@ -122,7 +122,7 @@ def test_out_of_range_handles_of_every_kind_raise(
 
     rng = np.random.default_rng(1)
     with pytest.raises(ForgedLineageError, match="not produce"):
-        capture(f, rng.random(N), rng.random(N), mode=mode)
+        Capture(mode=mode).run(f, rng.random(N), rng.random(N))
 
 
 def test_group_member_outside_its_group_raises() -> None:
@@ -212,7 +212,7 @@ def test_views_of_plain_data_at_the_epochs_their_bytes_carry(
             return np.sum(x[: v.size] + v) + np.max(v)
 
         with pytest.raises(StaleLineageError):
-            capture(f, np.arange(4.0), mode="considered")
+            Capture(mode="considered").run(f, np.arange(4.0))
 
 
 def test_views_raise_in_sort_and_extraction_at_the_matching_epoch() -> None:
@@ -222,10 +222,8 @@ def test_views_raise_in_sort_and_extraction_at_the_matching_epoch() -> None:
     one = int(np.float64(1.0).view(np.uint64))
     _advance_to_epoch(one >> EPOCH_SHIFT)
     with pytest.raises(ForgedLineageError):
-        capture(
-            lambda x: np.sort(np.arange(8.0).view(TRACKED_FLOAT)[:1]),
-            np.ones(4),
-            mode="considered",
+        Capture(mode="considered").run(
+            lambda x: np.sort(np.arange(8.0).view(TRACKED_FLOAT)[:1]), np.ones(4)
         )
     _advance_to_epoch(one >> EPOCH_SHIFT)
     with pytest.raises(ForgedLineageError):
