@@ -26,6 +26,11 @@ returns plain numbers raises :class:`~dslog_dagster.errors.LineageLostError` nam
 function — or, with ``Capture(on_lost="all_to_all")``, records an explicit all-to-all relation
 and sets :attr:`CaptureResult.flagged`.
 
+Captures are per thread: each thread has its own annotation arena and ends only its own
+capture (by its epoch), so captures in several threads run side by side; a tracked value
+carried into another thread's capture is refused as stale. Epochs are issued once per process
+and never reused (see ``native/include/dslog/annotations.hpp``).
+
 This module knows nothing of reuse: the view registry (:mod:`dslog_dagster.core.reuse`) wraps
 :func:`capture` (``ViewRegistry.capture``) and builds on the public helpers below
 (:class:`Capture`, :func:`as_input`, :func:`check_options`, :func:`capture_inputs`,
@@ -410,9 +415,14 @@ def capture_inputs(
     """
     name = func_name(func)
     if _annotator.active():
-        msg = f"Cannot capture `{name}`: another capture is running (captures do not nest)."
+        msg = (
+            f"Cannot capture `{name}`: a capture is already running in this thread (captures "
+            "do not nest; captures in other threads are independent)."
+        )
         raise CaptureError(msg)
-    _annotator.begin(1 if mode == "considered" else 0)
+    # This thread's capture, ended below by its epoch only: a path that ends a capture never
+    # ends another one (each thread has its own, see native/src/tracked_float.cpp).
+    epoch = _annotator.begin(1 if mode == "considered" else 0)
     try:
         try:
             tracked = [_annotator.annotate(a)[0] for a in inputs]
@@ -421,7 +431,7 @@ def capture_inputs(
             arrs = [tracked_output(o, k, name) for k, o in enumerate(outs)]
         except LineageLostError as e:
             if on_lost == "all_to_all":
-                _annotator.end()
+                _annotator.end(epoch)  # free the arena before the plain run
                 return _all_to_all(func, inputs, kwargs, mode, str(e))
             if name in str(e):
                 raise
@@ -434,7 +444,7 @@ def capture_inputs(
                 raise
             msg = _lost_message(name, e)
             if on_lost == "all_to_all":
-                _annotator.end()
+                _annotator.end(epoch)  # free the arena before the plain run
                 return _all_to_all(func, inputs, kwargs, mode, msg)
             raise LineageLostError(msg) from e
         shapes = [tuple(int(d) for d in a.shape) for a in inputs]
@@ -455,7 +465,7 @@ def capture_inputs(
                     target[(o, i)] = LineageRelation(out_shape, shapes[i], oc, ic, oc.shape[1])
         annotation_bytes = int(_annotator.stats().get("bytes_used", 0))
     finally:
-        _annotator.end()
+        _annotator.end(epoch)
     return CaptureResult(
         value=plain_value(plain, outs, is_tuple),
         outputs=tuple(plain),
