@@ -2,7 +2,8 @@
 
 ``make sanitize`` builds ``_annotator`` and ``_native`` with ``-fsanitize=address,undefined``
 into their own build directory and runs this script under ``LD_PRELOAD=libasan.so`` (the
-interpreter itself is not instrumented, so the ASan runtime must be loaded first). The
+interpreter itself is not instrumented, so the ASan runtime must be loaded first, with
+libstdc++ so that ASan can intercept C++ throws of modules loaded later). The
 editable install maps ``dslog_dagster._annotator`` to the normal build; a finder put in front
 of it here loads the sanitized files instead, and the run fails unless they are the ones in
 use. Nothing of this reaches the library: it is test tooling only.
