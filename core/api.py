@@ -574,9 +574,11 @@ class DSLog:
             linked = any(self._neighbours(r, b) for r in self._versions(a))
             if not linked:
                 return (
-                    f"No registered operation links `{a}` and `{b}` (in either direction), so "
-                    f"the path {names} cannot be queried. Register the operation that reads one "
-                    "and writes the other."
+                    f"No registered operation links `{a}` and `{b}` directly (in either "
+                    f"direction), so the path {names} cannot be queried. If they are linked "
+                    "through other arrays, name those in the path or ask for the union over "
+                    f"every path (`lineage_between({a!r}, {b!r})`, `dslog query --between`); "
+                    "otherwise register the operation that reads one and writes the other."
                 )
         have = ", ".join(f"`{r.version}`" for r in starts)
         return (

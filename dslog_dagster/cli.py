@@ -1,5 +1,6 @@
 """`dslog` command line: look into a lineage store without writing Python.
 
+dslog init STORE               create an empty lineage store
 dslog inspect STORE            arrays, operations and lineage tables with their sizes
 dslog sql STORE "SELECT ..."   read-only SQL over the DuckDB catalog
 dslog rebuild-catalog STORE    rebuild the catalog from the lineage files
@@ -10,53 +11,176 @@ dslog query STORE A B --between
                                union over every path from A to B, as the query assets do
 dslog query ... --engine spark  the same answer computed by range joins on Spark (local)
 dslog compact STORE            pack the files of small operations into shared pack files
+
+Why the conventions of `git` and `duckdb`: a data engineer pipes this tool into `head`, `jq`
+and spreadsheets, so results go to stdout in the format asked for (``--format table|json|csv``),
+everything else (resolved plans, counts, progress) to stderr, a closed pipe ends quietly, and
+the exit code says what happened (see :data:`EXIT_CODES`). Only ``init`` creates a store: a
+typo in a path must not leave an empty store behind and report success.
 """
 
 import argparse
+import csv
+import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from dslog_dagster.errors import DSLogError
+from dslog_dagster._version import __version__
+from dslog_dagster.errors import DSLogError, LineageStorageError
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.store import LineageStore
+
+#: What each exit code of ``dslog`` means (also in docs/cli.md).
+EXIT_CODES = {
+    0: "success",
+    1: "nothing done (another compaction of the store was running)",
+    2: "bad usage, or an error of the store or the query (the message says what to do)",
+    141: "stdout was closed early (e.g. piped into `head`); 128 + SIGPIPE, as shells report",
+}
+
+FORMATS = ("table", "json", "csv")
+
+Rows = list[dict[str, Any]]
 
 
-def _store(path: str):  # type: ignore[no-untyped-def]
+def _is_store(root: Path) -> bool:
+    from dslog_dagster.core.store import read_store_id
+
+    return read_store_id(root) is not None
+
+
+def _store(path: str) -> "LineageStore":
+    """The store at ``path``; refuses a folder that is not one (only ``init`` creates)."""
     from dslog_dagster.core.store import LineageStore
 
     root = Path(path)
     if not root.is_dir():
-        msg = f"No lineage store at `{root}` (not a directory)."
+        msg = (
+            f"No lineage store at `{root}` (not a directory). Create one with "
+            f"`dslog init {path}`, or give the folder DSLogResource(store_dir=...) points at."
+        )
+        raise DSLogError(msg)
+    if not _is_store(root):
+        msg = (
+            f"`{root}` is not a lineage store (it has no `.store-id`). Give the store folder "
+            "itself (a Dagster project keeps it where DSLogResource(store_dir=...) points, by "
+            f"default `.dslog` under the IO manager's base directory), or create one with "
+            f"`dslog init {path}`."
+        )
         raise DSLogError(msg)
     return LineageStore(root)
+
+
+def _emit(rows: Rows, columns: Sequence[str], fmt: str) -> None:
+    """Print ``rows`` to stdout as an aligned table, a JSON array of objects, or CSV."""
+    if fmt == "json":
+        json.dump(rows, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return
+    if fmt == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(columns), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return
+    cells = [[str(c) for c in columns]] + [
+        ["" if r[c] is None else str(r[c]) for c in columns] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _init(args: argparse.Namespace) -> int:
+    from dslog_dagster.core.store import LineageStore
+
+    root = Path(args.store)
+    if root.exists() and not root.is_dir():
+        msg = f"`{root}` exists and is not a directory; choose another path for the store."
+        raise DSLogError(msg)
+    existed = root.is_dir() and _is_store(root)
+    store = LineageStore(root)
+    state = "already a lineage store" if existed else "created an empty lineage store"
+    print(f"{state} at {store.root}")
+    return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
     store = _store(args.store)
     arrays = store.arrays()
-    print(f"store {args.store}: {len(arrays)} array(s)")
+    ops = store.operations()
+    if args.format == "json":
+        doc = {
+            "store": str(store.root),
+            "arrays": [a.to_json() for a in arrays],
+            "operations": [
+                {
+                    "op_id": op.op_id,
+                    "op_name": op.op_name,
+                    "inputs": [a.name for a in op.inputs],
+                    "outputs": [a.name for a in op.outputs],
+                    "capture_method": op.capture_method,
+                    "created_at": op.created_at.isoformat(),
+                    "tables": [
+                        {
+                            "output": t.output,
+                            "input": t.input,
+                            "pairs": t.n_pairs,
+                            "rows": t.rows,
+                            "encoding": t.encoding,
+                            "bytes": t.stored_bytes,
+                        }
+                        for t in op.tables
+                    ],
+                }
+                for op in ops
+            ],
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if args.format == "csv":
+        cols = ["op_id", "op_name", "output", "input", "pairs", "rows", "encoding", "bytes"]
+        rows = [
+            {
+                "op_id": op.op_id,
+                "op_name": op.op_name,
+                "output": t.output,
+                "input": t.input,
+                "pairs": t.n_pairs,
+                "rows": t.rows,
+                "encoding": t.encoding,
+                "bytes": t.stored_bytes,
+            }
+            for op in ops
+            for t in op.tables
+        ]
+        _emit(rows, cols, "csv")
+        return 0
+    print(f"store {store.root}: {len(arrays)} array(s)")
     for a in arrays:
         print(f"  {a.name:<24} shape={a.shape!s:<16} dtype={a.dtype:<8} version={a.version}")
-    ops = store.operations()
     print(f"{len(ops)} operation(s)")
     for op in ops:
         ins = ", ".join(a.name for a in op.inputs)
         outs = ", ".join(a.name for a in op.outputs)
         print(f"  {op.op_id}  {op.op_name}({ins}) -> {outs}  [{op.capture_method}]")
         for t in op.tables:
-            ratio = f"{t.n_pairs / t.rows:.0f} pairs/row" if t.rows else "empty"
+            ratio = f"{t.n_pairs / t.rows:,.0f} pairs/row" if t.rows else "empty"
             print(
-                f"      {t.output} <- {t.input}: {t.n_pairs} pairs, {t.rows} rows "
-                f"({t.encoding}, {ratio}), {t.stored_bytes} B"
+                f"      {t.output} <- {t.input}: {t.n_pairs:,} pairs, {t.rows:,} rows "
+                f"({t.encoding}, {ratio}), {t.stored_bytes:,} B"
             )
     return 0
 
 
 def _sql(args: argparse.Namespace) -> int:
     table = _store(args.store).sql(args.query)
-    names = table.column_names
-    print("\t".join(names))
-    for row in table.to_pylist():
-        print("\t".join(str(row[n]) for n in names))
+    _emit(table.to_pylist(), table.column_names, args.format)
     return 0
 
 
@@ -76,6 +200,9 @@ def _query(args: argparse.Namespace) -> int:
 
     log = DSLog(_store(args.store))
     names = list(args.path)
+    if len(names) < 2:
+        msg = f"A query path names at least two arrays (first and last); got {names}."
+        raise DSLogError(msg)
     if args.partition:
         if len(args.partition) not in (1, len(names)):
             msg = (
@@ -113,20 +240,35 @@ def _query(args: argparse.Namespace) -> int:
         print(plan, file=sys.stderr)
         result = plan.run(cells)
     if args.count:
-        print(result.count())
+        count = result.count()
+        if args.format == "json":
+            print(json.dumps({"cells": count}))
+        elif args.format == "csv":
+            print(f"cells\n{count}")
+        else:
+            print(count)
         return 0
     table = result.to_arrow()
     if args.output:
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, args.output)
+        _write_parquet(table, Path(args.output))
         print(f"wrote {result.n_boxes} box(es) to {args.output}", file=sys.stderr)
     else:
-        print("\t".join(table.column_names))
-        for row in table.to_pylist():
-            print("\t".join(str(v) for v in row.values()))
+        _emit(table.to_pylist(), table.column_names, args.format)
     print(f"{result.count()} cell(s) in {result.n_boxes} box(es)", file=sys.stderr)
     return 0
+
+
+def _write_parquet(table: Any, target: Path) -> None:
+    import pyarrow.parquet as pq
+
+    if not target.parent.is_dir():
+        msg = f"Cannot write `{target}`: the folder `{target.parent}` does not exist; create it."
+        raise DSLogError(msg)
+    try:
+        pq.write_table(table, target)
+    except OSError as e:
+        msg = f"Cannot write `{target}`: {e}"
+        raise LineageStorageError(msg) from e
 
 
 def _compact(args: argparse.Namespace) -> int:
@@ -141,21 +283,94 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dslog", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="list arrays, operations and lineage tables")
-    p.add_argument("store")
-    p.set_defaults(func=_inspect)
-    p = sub.add_parser("sql", help="read-only SQL over the catalog")
-    p.add_argument("store")
-    p.add_argument("query")
-    p.set_defaults(func=_sql)
-    p = sub.add_parser("rebuild-catalog", help="rebuild the DuckDB catalog from the files")
-    p.add_argument("store")
-    p.set_defaults(func=_rebuild)
-    p = sub.add_parser("query", help="lineage of cells along a path of arrays")
-    p.add_argument("store")
+def _subcommand(
+    sub: Any,
+    name: str,
+    summary: str,
+    examples: str,
+    func: Callable[[argparse.Namespace], int],
+    *,
+    formats: bool = False,
+) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=summary,
+        description=summary[0].upper() + summary[1:] + ".",
+        epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("store", help="the lineage store folder")
+    if formats:
+        p.add_argument(
+            "--format",
+            choices=FORMATS,
+            default="table",
+            help="how results go to stdout: an aligned table (default), JSON or CSV",
+        )
+    p.set_defaults(func=func)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dslog`` argument parser (every subcommand, its help and examples)."""
+    exit_codes = "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(
+        prog="dslog",
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="exit codes:\n" + exit_codes + "\n\nRun `dslog COMMAND --help` for examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"dslog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _subcommand(sub, "init", "create an empty lineage store", "  dslog init lineage-store\n", _init)
+    _subcommand(
+        sub,
+        "inspect",
+        "list arrays, operations and lineage tables",
+        "  dslog inspect data/.dslog\n  dslog inspect data/.dslog --format json | jq .operations\n",
+        _inspect,
+        formats=True,
+    )
+    p = _subcommand(
+        sub,
+        "sql",
+        "read-only SQL over the catalog",
+        '  dslog sql data/.dslog "SELECT op_name, rows, encoding FROM lineage_tables"\n'
+        '  dslog sql data/.dslog "SELECT name, shape FROM arrays" --format csv > arrays.csv\n',
+        _sql,
+        formats=True,
+    )
+    p.add_argument("query", help="one SELECT statement over the catalog tables")
+    _subcommand(
+        sub,
+        "rebuild-catalog",
+        "rebuild the DuckDB catalog from the lineage files",
+        "  dslog rebuild-catalog data/.dslog\n",
+        _rebuild,
+    )
+    p = _subcommand(
+        sub,
+        "query",
+        "lineage of cells along a path of arrays",
+        "  dslog query data/.dslog images/hot images/smoothed images/raw --cells 0:2,0:2\n"
+        "  dslog query data/.dslog images/hot images/raw --between --cells 5,7 --count\n"
+        "  dslog query data/.dslog totals counts --partition '' --partition 2026-11-21 \\\n"
+        "      --cells 1 --format json\n",
+        _query,
+        formats=True,
+    )
+    _query_options(p)
+    _subcommand(
+        sub,
+        "compact",
+        "pack small operations into shared pack files",
+        "  dslog compact data/.dslog\n",
+        _compact,
+    )
+    return parser
+
+
+def _query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "path",
         nargs="+",
@@ -193,13 +408,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--output", help="write the boxes to this Parquet file instead of stdout")
     p.add_argument("--count", action="store_true", help="print only the number of cells")
-    p.set_defaults(func=_query)
-    p = sub.add_parser("compact", help="pack small operations into shared pack files")
-    p.add_argument("store")
-    p.set_defaults(func=_compact)
-    args = parser.parse_args(argv)
+
+
+@contextmanager
+def _quiet_on_closed_pipe() -> Iterator[None]:
+    """Turn a reader that stopped early (``dslog ... | head -1``) into a quiet exit 141."""
     try:
-        return int(args.func(args))
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at devnull so that flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dslog`` with ``argv`` (default: the process arguments); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        with _quiet_on_closed_pipe():
+            return int(args.func(args))
+    except BrokenPipeError:
+        return 141
     except DSLogError as e:
         print(f"dslog: {e}", file=sys.stderr)
         return 2

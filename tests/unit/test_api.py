@@ -259,7 +259,10 @@ def test_cli_query(log: DSLog, capsys: Any) -> None:
     root = str(log.store.root)
     assert main(["query", root, "s", "a", "--cells", "1:3"]) == 0
     out = capsys.readouterr()
-    assert out.out.splitlines() == ["lo_0\thi_0\tlo_1\thi_1", "1\t2\t0\t2"]
+    assert [line.split() for line in out.out.splitlines()] == [
+        ["lo_0", "hi_0", "lo_1", "hi_1"],
+        ["1", "2", "0", "2"],
+    ]
     assert "6 cell(s) in 1 box(es)" in out.err
     assert main(["query", root, "a", "s", "--cells", "0,0", "--cells", "3,2", "--count"]) == 0
     assert capsys.readouterr().out.strip() == "2"
