@@ -86,7 +86,7 @@ def measure(cells: int, reps: int) -> dict[str, float]:
         out[f"{name}_bare"] = best_of(lambda f=f, args=args: f(*args), reps * (1 + INNER_REPS))
         times, inits, extracts, per_ann = [], [], [], []
         for _ in range(reps):
-            _annotator.begin(0)
+            epoch = _annotator.begin(0)
             try:
                 t0 = time.perf_counter()
                 tracked = [_annotator.annotate(a)[0] for a in args]
@@ -103,7 +103,7 @@ def measure(cells: int, reps: int) -> dict[str, float]:
                 times.append(best_of(lambda f=f, tracked=tracked: f(*tracked), INNER_REPS))
                 del tracked
             finally:
-                _annotator.end()
+                _annotator.end(epoch)
             inits.append(t1 - t0)
             times.append(t2 - t1)
             extracts.append(t3 - t2)
@@ -142,7 +142,7 @@ def big_aggregate(cells: int) -> dict[str, float]:
     t0 = time.perf_counter()
     np.sum(x, axis=0)
     bare = time.perf_counter() - t0
-    _annotator.begin(0)
+    epoch = _annotator.begin(0)
     try:
         t0 = time.perf_counter()
         tx = _annotator.annotate(x)[0]
@@ -152,7 +152,7 @@ def big_aggregate(cells: int) -> dict[str, float]:
         total = time.perf_counter() - t0
         n_ann = int(rels[0][1])
     finally:
-        _annotator.end()
+        _annotator.end(epoch)
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     return {
         "bare": bare,

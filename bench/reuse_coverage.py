@@ -24,15 +24,15 @@ distinction). The ICDE prototype's ``tracked_cell`` has one relation, in which `
 it is the one ICDE Table IX (126 dim, 99 gen) counts. So every function runs twice, with one
 registry:
 
-* the *considered* pass calls ``reg.capture(..., mode="considered", need="considered")``:
-  views of the considered relation alone, compared with the considered relation of a fresh
-  capture. The **dim goal (≥ 130) is counted on this pass**, because it is the
-  paper's definition. It is exact, not an approximation: for a pick the considered cells are
-  fixed by the shape (both operands, the whole lane, the whole sorted lane), whatever the
-  values, ties and NaNs — the probes (ramps, ties, constants, NaN, zeros) and the error column
-  check it. Where even the considered relation depends on the data (``unique``'s output
-  shape, the partition-based ``median percentile quantile partition``, ``unwrap``'s masked
-  corrections) no view is confirmed in either pass;
+* the *considered* pass calls ``reg.with_options(mode="considered",
+  need="considered").capture(...)``: views of the considered relation alone, compared with the
+  considered relation of a fresh capture. The **dim goal (≥ 130) is counted on this pass**,
+  because it is the paper's definition. It is exact, not an approximation: for a pick the
+  considered cells are fixed by the shape (both operands, the whole lane, the whole sorted
+  lane), whatever the values, ties and NaNs — the probes (ramps, ties, constants, NaN, zeros)
+  and the error column check it. Where even the considered relation depends on the data
+  (``unique``'s output shape, the partition-based ``median percentile quantile partition``,
+  ``unwrap``'s masked corrections) no view is confirmed in either pass;
 * the *contributing* pass calls ``reg.capture(...)``, our default. Its dim count is
   printed beside (no goal: the paper has no such relation); picks and sorts are data-dependent
   there and are never confirmed.
@@ -79,7 +79,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from dslog_dagster.core import ReusePolicy, ViewRegistry, capture  # noqa: E402
+from dslog_dagster.core import Capture, ReusePolicy, ViewRegistry, capture  # noqa: E402
 from dslog_dagster.core.format.table_file import encoded_size  # noqa: E402
 from dslog_dagster.core.reuse import verify_sample  # noqa: E402
 from dslog_dagster.errors import DSLogError, ViewMismatchWarning  # noqa: E402
@@ -202,9 +202,9 @@ def run_function(
     """One function of the grid: ``runs`` random shapes x ``reps`` calls through ``reg``.
 
     ``relation="contributing"``: ``reg.capture(...)`` (the default mode). With
-    ``"considered"``: ``reg.capture(..., mode="considered", need="considered")``, the
-    considered relation alone (ICDE's semantics, see the module docstring); served calls are
-    compared with the considered relation of a fresh capture. There, a function whose
+    ``"considered"``: ``reg.with_options(mode="considered", need="considered").capture(...)``,
+    the considered relation alone (ICDE's semantics, see the module docstring); served calls
+    are compared with the considered relation of a fresh capture. There, a function whose
     considered relation differs from its contributing one on a pilot call at the case's own
     small shapes (a pick or a sort) draws at most ``max_cells_picks`` cells per input. The
     argument pattern and the random stream are the same in both passes.
@@ -212,6 +212,8 @@ def run_function(
     opts: dict[str, Any] = (
         {} if relation == "contributing" else {"mode": "considered", "need": "considered"}
     )
+    registry = reg.with_options(**opts)
+    fresh_capture = Capture(mode=registry.mode)
     cases = [c for c in CASES if c.name == name]
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     # One argument pattern per function; the first that runs on random shapes.
@@ -231,8 +233,8 @@ def run_function(
             pilot_rng = np.random.default_rng([seed, zlib.crc32(name.encode()), 1])
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                pilot = capture(
-                    case.func, *draw_inputs(case, case.shapes, pilot_rng), mode="considered"
+                pilot = Capture(mode="considered").run(
+                    case.func, *draw_inputs(case, case.shapes, pilot_rng)
                 )
             assert pilot.considered is not None
             if not same_lineage(pilot, replace(pilot, relations=pilot.considered)):
@@ -248,7 +250,7 @@ def run_function(
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    got = reg.capture(case.func, *data, **opts)
+                    got = registry.capture(case.func, *data)
             except (DSLogError, ValueError, TypeError, IndexError):
                 # The pattern does not run at these shapes (e.g. an index argument out of
                 # range): not a reuse question.
@@ -269,7 +271,7 @@ def run_function(
                 res.served[got.obtained] += 1
                 if got.obtained == "dim" or (got.obtained == "gen" and shapes in seen_shapes):
                     res.dim_like += 1
-                fresh = capture(case.func, *data, mode=opts.get("mode", "contributing"))
+                fresh = fresh_capture.run(case.func, *data)
                 if not same_lineage(got, fresh, relation):
                     res.errors += 1
             seen_shapes.add(shapes)
@@ -460,7 +462,7 @@ def main() -> None:
     print()
     print(
         "Considered relation — ICDE Table IX's semantics (a pick carries every compared cell; "
-        '`reg.capture(..., mode="considered", need="considered")`):'
+        '`reg.with_options(mode="considered", need="considered").capture(...)`):'
     )
     print()
     print(table(consid, contrib))

@@ -22,6 +22,7 @@
 """
 
 from dslog_dagster.core.capture import TRACKED_FLOAT as TRACKED_FLOAT
+from dslog_dagster.core.capture import Capture as Capture
 from dslog_dagster.core.capture import CaptureResult as CaptureResult
 from dslog_dagster.core.capture import capture as capture
 from dslog_dagster.core.compression import compress as compress
@@ -50,6 +51,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TRACKED_FLOAT",
     "ArrayRecord",
+    "Capture",
     "CaptureResult",
     "ForwardTable",
     "GenTemplate",

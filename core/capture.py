@@ -1,12 +1,12 @@
 """Annotated execution: run unmodified NumPy code and record cell-level lineage.
 
-``capture(func, *arrays)`` converts each input to the ``tracked_float`` dtype (a float64 value
-plus the set of input cells it came from, implemented in C++ in ``native/src/tracked_float.cpp``),
-calls ``func`` on the tracked arrays, and turns the sets carried by the output cells into one
-stored :class:`~dslog_dagster.core.provrc.LineageTable` per (output, input) pair, straight from
-the annotations (:mod:`~dslog_dagster.core.extraction`: the cost follows the compressed lineage,
-never the raw pairs). The :class:`~dslog_dagster.core.LineageRelation` of a pair is expanded
-from its table when read.
+``capture(func, *arrays, **kwargs)`` converts each input to the ``tracked_float`` dtype (a
+float64 value plus the set of input cells it came from, implemented in C++ in
+``native/src/tracked_float.cpp``), calls ``func`` on the tracked arrays, and turns the sets
+carried by the output cells into one stored :class:`~dslog_dagster.core.provrc.LineageTable` per
+(output, input) pair, straight from the annotations (:mod:`~dslog_dagster.core.extraction`: the
+cost follows the compressed lineage, never the raw pairs). The
+:class:`~dslog_dagster.core.LineageRelation` of a pair is expanded from its table when read.
 
 Why a dtype and not a wrapper object: NumPy then runs its own code paths (ufunc loops, sorts,
 copies, fancy indexing) on the annotated values, so the lineage is the lineage of what NumPy
@@ -14,19 +14,29 @@ actually did, at C speed, for any rank and any view.
 
 Semantics (docs: `docs/concepts/capture.md`): arithmetic unions the operands' sets; constants carry
 none; a value *picked* by comparison (maximum, sort, median, clip, where, ...) carries only the
-picked cell's set ("contributing"); ``mode="considered"`` additionally records every compared cell
-in a separate set, returned as :attr:`CaptureResult.considered`.
+picked cell's set ("contributing"); ``Capture(mode="considered")`` additionally records every
+compared cell in a separate set, returned as :attr:`CaptureResult.considered`.
+
+Every keyword argument of :func:`capture` goes to the function (``np.pad``'s and
+``np.convolve``'s ``mode`` included); the capture's own options live on a :class:`Capture`
+object, ``Capture(mode=..., on_lost=...).run(func, *arrays, **kwargs)``, as an executor holds
+its options apart from the calls it runs.
 
 Lineage is never dropped silently. A cast of ``tracked_float`` to a plain dtype, a NumPy
 function that does not support the dtype, ``float()`` of a tracked value, or a function that
 returns plain numbers raises :class:`~dslog_dagster.errors.LineageLostError` naming the
-function — or, with ``on_lost="all_to_all"``, records an explicit all-to-all relation and sets
-:attr:`CaptureResult.flagged`.
+function — or, with ``Capture(on_lost="all_to_all")``, records an explicit all-to-all relation
+and sets :attr:`CaptureResult.flagged`.
+
+Captures are per thread: each thread has its own annotation arena and ends only its own
+capture (by its epoch), so captures in several threads run side by side; a tracked value
+carried into another thread's capture is refused as stale. Epochs are issued once per process
+and never reused (see ``native/include/dslog/annotations.hpp``).
 
 This module knows nothing of reuse: the view registry (:mod:`dslog_dagster.core.reuse`) wraps
 :func:`capture` (``ViewRegistry.capture``) and builds on the public helpers below
-(:func:`as_input`, :func:`check_options`, :func:`capture_inputs`, :func:`split_outputs`,
-:func:`tracked_output`, :func:`plain_value`, :func:`func_name`).
+(:class:`Capture`, :func:`as_input`, :func:`check_options`, :func:`capture_inputs`,
+:func:`split_outputs`, :func:`tracked_output`, :func:`plain_value`, :func:`func_name`).
 """
 
 import traceback
@@ -50,6 +60,7 @@ from dslog_dagster.errors import (
 
 __all__ = [
     "TRACKED_FLOAT",
+    "Capture",
     "CaptureResult",
     "Mode",
     "Obtained",
@@ -156,7 +167,10 @@ class CaptureResult:
         """
         if considered:
             if self.considered is None:
-                msg = 'This capture ran in mode="contributing"; pass mode="considered".'
+                msg = (
+                    'This capture ran in mode="contributing"; capture with '
+                    '`Capture(mode="considered").run(...)`.'
+                )
                 raise CaptureError(msg)
             return self.considered[(output, input)]
         return self.relations[(output, input)]
@@ -224,8 +238,8 @@ def tracked_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
         f"`{name}` returned {kind} as output {k}, not a tracked_float value, so its lineage "
         "was not captured (it was computed outside NumPy, converted to a plain dtype, or is "
         "an index/boolean result that carries no data lineage). Return the NumPy result, "
-        'declare the lineage yourself, or pass on_lost="all_to_all" to record an explicit '
-        "all-to-all relation."
+        "declare the lineage yourself, or capture with "
+        '`Capture(on_lost="all_to_all").run(...)` to record an explicit all-to-all relation.'
     )
     raise LineageLostError(msg)
 
@@ -237,8 +251,9 @@ def _lost_message(name: str, exc: BaseException) -> str:
         f"`{name}` could not run on tracked_float arrays{via}: {exc}. The function converts "
         "to a plain dtype or does not support the dtype, which would drop lineage. See the "
         "coverage table in the docs (docs/concepts/capture.md); rewrite the step with "
-        "supported NumPy functions, declare its lineage yourself, or pass "
-        'on_lost="all_to_all" to record an explicit all-to-all relation (flagged).'
+        "supported NumPy functions, declare its lineage yourself, or capture with "
+        '`Capture(on_lost="all_to_all").run(...)` to record an explicit all-to-all relation '
+        "(flagged)."
     )
 
 
@@ -308,40 +323,79 @@ def plain_value(plain: list[npt.NDArray[Any]], raw: list[Any], is_tuple: bool) -
     return tuple(vals) if is_tuple else vals[0]
 
 
-def capture(
-    func: Callable[..., Any],
-    *arrays: npt.ArrayLike,
-    mode: Mode = "contributing",
-    on_lost: OnLost = "raise",
-    **kwargs: Any,
-) -> CaptureResult:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capture:
+    """The options of a capture, kept apart from the function's own keyword arguments.
+
+    ``Capture(mode=..., on_lost=...).run(func, *arrays, **kwargs)`` captures
+    ``func(*arrays, **kwargs)``; every keyword of ``run`` reaches ``func``, so a function with
+    a ``mode`` (``np.pad``, ``np.convolve``), ``on_lost``, ``need`` or ``code_version``
+    parameter of its own is called exactly as it would be without capture. The options are
+    validated once, when the object is made; it is immutable and may be shared between
+    threads and calls. :func:`capture` is ``Capture().run``.
+
+    Attributes:
+        mode: ``"contributing"`` (default): a value picked by comparison carries only the
+            picked cell. ``"considered"``: also record every compared cell, returned
+            separately in :attr:`CaptureResult.considered`.
+        on_lost: ``"raise"`` (default) raises :class:`LineageLostError` when lineage would be
+            lost; ``"all_to_all"`` records every output cell as depending on every input cell
+            and flags the result.
+
+    Raises:
+        ValueError: ``mode`` or ``on_lost`` is not one of its values (when made).
+
+    Examples:
+        >>> import numpy as np
+        >>> edge = Capture(mode="considered")
+        >>> r = edge.run(np.pad, np.arange(3.0), pad_width=1, mode="edge")
+        >>> r.value
+        array([0., 0., 1., 2., 2.])
+        >>> r.relation(0, 0).pairs().tolist()  # output cell 0 and 1 come from input cell 0
+        [[0, 0], [1, 0], [2, 1], [3, 2], [4, 2]]
+    """
+
+    mode: Mode = "contributing"
+    on_lost: OnLost = "raise"
+
+    def __post_init__(self) -> None:
+        check_options(self.mode, self.on_lost)
+
+    def run(
+        self, func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any
+    ) -> CaptureResult:
+        """Run ``func(*arrays, **kwargs)`` with annotated inputs; see :func:`capture`."""
+        inputs = [as_input(a, k) for k, a in enumerate(arrays)]
+        return capture_inputs(func, inputs, self.mode, self.on_lost, kwargs)
+
+
+def capture(func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any) -> CaptureResult:
     """Run ``func(*arrays, **kwargs)`` with annotated inputs and return values and lineage.
 
-    To serve repeated calls from provenance views instead, call
+    Every keyword argument goes to ``func``: ``capture(np.pad, x, pad_width=1, mode="edge")``
+    pads with ``mode="edge"``. The capture's own options (``mode``, ``on_lost``) are set on a
+    :class:`Capture`: ``Capture(mode="considered").run(func, *arrays, **kwargs)``; this
+    function is ``Capture().run`` (contributing mode, lost lineage raises). To serve repeated
+    calls from provenance views instead, call
     :meth:`ViewRegistry.capture <dslog_dagster.core.reuse.ViewRegistry.capture>`, which
     takes the same arguments.
 
     Args:
         func: the operation; called with one ``tracked_float`` array per entry of ``arrays``
             (same shapes) and ``kwargs`` unchanged. It may return an array, a scalar, or a
-            tuple/list of them.
+            tuple/list of them. Positional only, so ``func`` may itself take a ``func``
+            keyword.
         *arrays: the inputs whose cells are tracked (any real numeric dtype, any rank; they are
             converted to float64).
-        mode: ``"contributing"`` (default): a value picked by comparison carries only the
-            picked cell. ``"considered"``: also record every compared cell, returned separately
-            in :attr:`CaptureResult.considered`.
-        on_lost: ``"raise"`` (default) raises :class:`LineageLostError` when lineage would be
-            lost; ``"all_to_all"`` records every output cell as depending on every input cell
-            and flags the result.
-        **kwargs: passed to ``func`` (not tracked).
+        **kwargs: passed to ``func`` (not tracked), all of them.
 
     Returns:
         A :class:`CaptureResult` with the float64 result and one relation per (output, input).
 
     Raises:
         LineageLostError: the function rejected the dtype, converted to a plain dtype, or
-            returned values without lineage (and ``on_lost="raise"``).
-        CaptureError: a capture is already running (captures do not nest).
+            returned values without lineage.
+        CaptureError: a capture is already running in this thread (captures do not nest).
         UnsupportedArrayError: an input is not a real numeric array.
 
     Examples:
@@ -352,9 +406,7 @@ def capture(
         >>> r.relation(0, 0).n
         6
     """
-    check_options(mode, on_lost)
-    inputs = [as_input(a, k) for k, a in enumerate(arrays)]
-    return capture_inputs(func, inputs, mode, on_lost, kwargs)
+    return _DEFAULT.run(func, *arrays, **kwargs)
 
 
 def check_options(mode: str, on_lost: str) -> None:
@@ -385,9 +437,14 @@ def capture_inputs(
     """
     name = func_name(func)
     if _annotator.active():
-        msg = f"Cannot capture `{name}`: another capture is running (captures do not nest)."
+        msg = (
+            f"Cannot capture `{name}`: a capture is already running in this thread (captures "
+            "do not nest; captures in other threads are independent)."
+        )
         raise CaptureError(msg)
-    _annotator.begin(1 if mode == "considered" else 0)
+    # This thread's capture, ended below by its epoch only: a path that ends a capture never
+    # ends another one (each thread has its own, see native/src/tracked_float.cpp).
+    epoch = _annotator.begin(1 if mode == "considered" else 0)
     try:
         try:
             tracked = [_annotator.annotate(a)[0] for a in inputs]
@@ -396,7 +453,7 @@ def capture_inputs(
             arrs = [tracked_output(o, k, name) for k, o in enumerate(outs)]
         except LineageLostError as e:
             if on_lost == "all_to_all":
-                _annotator.end()
+                _annotator.end(epoch)  # free the arena before the plain run
                 return _all_to_all(func, inputs, kwargs, mode, str(e))
             if name in str(e):
                 raise
@@ -409,7 +466,7 @@ def capture_inputs(
                 raise
             msg = _lost_message(name, e)
             if on_lost == "all_to_all":
-                _annotator.end()
+                _annotator.end(epoch)  # free the arena before the plain run
                 return _all_to_all(func, inputs, kwargs, mode, msg)
             raise LineageLostError(msg) from e
         shapes = [tuple(int(d) for d in a.shape) for a in inputs]
@@ -427,7 +484,7 @@ def capture_inputs(
                     target[(o, i)] = table
         annotation_bytes = int(_annotator.stats().get("bytes_used", 0))
     finally:
-        _annotator.end()
+        _annotator.end(epoch)
     return CaptureResult(
         value=plain_value(plain, outs, is_tuple),
         outputs=tuple(plain),
@@ -439,3 +496,7 @@ def capture_inputs(
         tables=tables,
         considered_tables=considered,
     )
+
+
+#: The options of :func:`capture`.
+_DEFAULT = Capture()

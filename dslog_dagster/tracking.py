@@ -1,9 +1,10 @@
 """How a tracked step obtains its lineage: the one place that calls ``capture``.
 
 The decorators' wrapper calls :func:`obtain_lineage` — **the one place that calls
-:func:`dslog_dagster.core.capture.capture`** (or serves the lineage from a confirmed reuse
-view) — and :func:`lineage_of` picks, per output and input, the cheapest form the store
-accepts. What the wrapper then hands to the IO manager is in :mod:`dslog_dagster.tracked_step`.
+:func:`dslog_dagster.core.capture.capture`** (as :class:`~dslog_dagster.core.capture.Capture`,
+which holds the step's options; or serves the lineage from a confirmed reuse view) — and
+:func:`lineage_of` picks, per output and input, the cheapest form the store accepts. What the
+wrapper then hands to the IO manager is in :mod:`dslog_dagster.tracked_step`.
 
 This module does not import Dagster, so obtaining lineage can be unit-tested and reused by
 other front ends.
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dslog_dagster.core.capture import CaptureResult, OnLost, as_input, capture
+from dslog_dagster.core.capture import Capture, CaptureResult, OnLost, as_input
 from dslog_dagster.core.capture import Mode as CaptureMode
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
@@ -85,18 +86,12 @@ def obtain_lineage(
             pure=pure,
         )
     elif reuse is not None:
-        result = reuse.capture(
-            func,
-            *arrays,
-            mode=core_mode,
-            on_lost=on_lost,
-            code_version=code_version,
-            need=need,
-            pure=pure,
-            **signature_args,
+        options = reuse.with_options(
+            mode=core_mode, on_lost=on_lost, code_version=code_version, need=need, pure=pure
         )
+        result = options.capture(func, *arrays, **signature_args)
     else:
-        result = capture(func, *arrays, mode=core_mode, on_lost=on_lost, **signature_args)
+        result = Capture(mode=core_mode, on_lost=on_lost).run(func, *arrays, **signature_args)
     return result, time.perf_counter() - t0
 
 

@@ -1,7 +1,9 @@
 """Provenance views: predict, confirm, serve and verify reusable lineage.
 
-Start at :class:`ViewRegistry`: ``reg.capture(func, *arrays, ...)`` is
-:func:`~dslog_dagster.core.capture.capture` served from a view when one matches.
+Start at :class:`ViewRegistry`: ``reg.capture(func, *arrays, **kwargs)`` is
+:func:`~dslog_dagster.core.capture.capture` served from a view when one matches, and
+``reg.with_options(mode=..., on_lost=..., need=..., code_version=...)`` sets the capture's
+options apart from the function's keywords (:class:`RegistryCapture`).
 
 **Keys** (:mod:`.keys`): every call of an operation has a *dim* key (code identity, mode,
 relevant arguments, input shapes), a *gen* key (the same with the shape class instead of the
@@ -20,8 +22,8 @@ probed with synthetic inputs of the same shape (:mod:`.probes`), which expose da
 lineage; a view that differs only on NaN inputs is *finite-only*, one that differs only where
 an input is exactly 0 is *nonzero-only*.
 
-**Two relations** (``mode="considered"``). A considered-mode capture is learnt under two key
-families: views of both relations (serving ``need="all"``) and views of the considered
+**Two relations** (``with_options(mode="considered")``). A considered-mode capture is learnt
+under two key families: views of both relations (serving ``need="all"``) and views of the considered
 relation alone (key mode ``considered-only``, serving ``need="considered"``). A pick by
 comparison or a sort has a data-dependent contributing relation but a shape-determined
 considered one, so only the second family confirms for it.
@@ -53,6 +55,7 @@ from dslog_dagster.core.reuse.keys import gen_sig as gen_sig
 from dslog_dagster.core.reuse.persistence import ViewInfo as ViewInfo
 from dslog_dagster.core.reuse.policy import ReusePolicy as ReusePolicy
 from dslog_dagster.core.reuse.registry import DeclaredHit as DeclaredHit
+from dslog_dagster.core.reuse.registry import RegistryCapture as RegistryCapture
 from dslog_dagster.core.reuse.registry import ViewRegistry as ViewRegistry
 from dslog_dagster.core.reuse.serving import LazyRelations as LazyRelations
 from dslog_dagster.core.reuse.serving import Need as Need
@@ -65,6 +68,7 @@ __all__ = [
     "GenTemplate",
     "LazyRelations",
     "Need",
+    "RegistryCapture",
     "ReusePolicy",
     "UnservedRelations",
     "Unsignable",

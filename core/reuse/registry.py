@@ -62,7 +62,7 @@ from dslog_dagster.core.reuse.views import (
 from dslog_dagster.core.store import LineageStore
 from dslog_dagster.errors import ReuseError
 
-__all__ = ["DeclaredHit", "ViewRegistry"]
+__all__ = ["DeclaredHit", "RegistryCapture", "ViewRegistry"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -180,16 +180,7 @@ class ViewRegistry:
     # ----------------------------------------------------------- capture path
 
     def capture(
-        self,
-        func: Callable[..., Any],
-        /,
-        *arrays: npt.ArrayLike,
-        mode: Mode = "contributing",
-        on_lost: OnLost = "raise",
-        code_version: str | None = None,
-        need: Need = "all",
-        pure: bool | None = None,
-        **kwargs: Any,
+        self, func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any
     ) -> CaptureResult:
         """:func:`~dslog_dagster.core.capture.capture`, served from a view when one matches.
 
@@ -199,20 +190,13 @@ class ViewRegistry:
         call is captured and fed to the registry, which predicts and confirms views from
         repeated calls.
 
+        Every keyword argument goes to ``func`` (and into the signatures); the options of the
+        capture (``mode``, ``on_lost``, ``need``, ``code_version``) are set with
+        :meth:`with_options`: ``reg.with_options(mode="considered").capture(func, *arrays,
+        **kwargs)``. This method uses the defaults.
+
         Args:
-            func, *arrays, mode, on_lost: as for :func:`~dslog_dagster.core.capture.capture`.
-            code_version: replaces the hash of ``func``'s code in the signatures.
-            need: with ``mode="considered"``: ``"considered"`` says the caller reads only
-                :attr:`CaptureResult.considered`, so a view of the considered relation alone
-                may serve the call even where the contributing relation is data-dependent
-                (picks by comparison and sorts consider a shape-determined set of cells). The
-                served result's ``relations`` then raise when read. ``"all"`` (default): both.
-            pure: may ``func`` run more than once for this call (None: the policy's
-                ``pure``, False by default)? Only then does the registry probe it on
-                synthetic inputs before confirming a view, verify served calls by a sampled
-                re-run, and run it plainly to learn the output shapes a gen view needs.
-                Otherwise ``func`` runs exactly once per call and views are confirmed from
-                observed captures alone (see :mod:`dslog_dagster.core.reuse`).
+            func, *arrays: as for :func:`~dslog_dagster.core.capture.capture`.
             **kwargs: passed to ``func`` (not tracked), and part of the signatures.
 
         Returns:
@@ -220,7 +204,6 @@ class ViewRegistry:
             ``verified``, ``tables`` and ``demoted`` say how the registry obtained it.
 
         Raises:
-            ValueError: ``mode``, ``on_lost`` or ``need`` is not one of its values.
             LineageLostError, CaptureError, UnsupportedArrayError: as for ``capture``.
 
         Examples:
@@ -235,17 +218,51 @@ class ViewRegistry:
             The same input twice confirms the exact-input (base) view; distinct inputs whose
             lineage agrees confirm the dim view.
         """
-        check_options(mode, on_lost)
-        check_need(need, mode)
-        inputs = [as_input(a, k) for k, a in enumerate(arrays)]
-        return self.run(
-            func,
-            inputs,
+        return RegistryCapture(registry=self).capture(func, *arrays, **kwargs)
+
+    def with_options(
+        self,
+        *,
+        mode: Mode = "contributing",
+        on_lost: OnLost = "raise",
+        need: Need = "all",
+        code_version: str | None = None,
+        pure: bool | None = None,
+    ) -> "RegistryCapture":
+        """This registry with capture options, for :meth:`RegistryCapture.capture`.
+
+        Args:
+            mode, on_lost: as for :class:`~dslog_dagster.core.capture.Capture`.
+            need: with ``mode="considered"``: ``"considered"`` says the caller reads only
+                :attr:`CaptureResult.considered`, so a view of the considered relation alone
+                may serve the call even where the contributing relation is data-dependent
+                (picks by comparison and sorts consider a shape-determined set of cells). The
+                served result's ``relations`` then raise when read. ``"all"`` (default): both.
+            code_version: replaces the hash of ``func``'s code in the signatures.
+            pure: may ``func`` run more than once for a call (None: the policy's ``pure``,
+                False by default)? Only then does the registry probe it on synthetic inputs
+                before confirming a view, verify served calls by a sampled re-run, and run it
+                plainly to learn the output shapes a gen view needs. Otherwise ``func`` runs
+                exactly once per call and views are confirmed from observed captures alone
+                (see :mod:`dslog_dagster.core.reuse`).
+
+        Raises:
+            ValueError: ``mode``, ``on_lost`` or ``need`` is not one of its values, or
+                ``need="considered"`` without ``mode="considered"``.
+
+        Examples:
+            >>> import numpy as np
+            >>> reg = ViewRegistry("views-considered")
+            >>> picks = reg.with_options(mode="considered", need="considered")
+            >>> [picks.capture(np.max, np.ones((3, 4)), axis=1).obtained for _ in range(4)]
+            ['captured', 'captured', 'captured', 'dim']
+        """
+        return RegistryCapture(
+            registry=self,
             mode=mode,
             on_lost=on_lost,
-            code_version=code_version,
-            kwargs=kwargs,
             need=need,
+            code_version=code_version,
             pure=pure,
         )
 
@@ -265,7 +282,7 @@ class ViewRegistry:
         :func:`~dslog_dagster.core.capture.as_input` (float64 arrays), with the function's
         keyword arguments as one mapping: serve a confirmed view or capture and learn.
         ``need="considered"`` (with ``mode="considered"``): serve from views of the
-        considered relation alone. ``pure``: as for :meth:`capture`."""
+        considered relation alone. ``pure``: as for :meth:`with_options`."""
         check_need(need, mode)
         res = self._run(
             func,
@@ -296,7 +313,7 @@ class ViewRegistry:
 
         For callers that must not pay for annotated execution (a "reuse only" policy): on a
         miss nothing ran and nothing is learnt; the caller runs ``func`` itself. An impure
-        call (``pure``, as for :meth:`capture`) is served only from a view already checked
+        call (``pure``, as for :meth:`with_options`) is served only from a view already checked
         on its exact key, and a gen view only at output shapes seen in this process (they
         are not learnt by running ``func``); its periodic checks are skipped.
         """
@@ -576,3 +593,40 @@ class ViewRegistry:
         self.stats["captured"] += 1
         self.predictor.feed(call, [tuple(s) for s in out_shapes], dict(tables), None)
         return self.finder.dim_key(call)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryCapture:
+    """A :class:`ViewRegistry` bound to capture options (:meth:`ViewRegistry.with_options`).
+
+    Kept apart from the calls so that every keyword of :meth:`capture` reaches the function:
+    a function with a ``mode``, ``need``, ``on_lost`` or ``code_version`` parameter of its own
+    is called as it would be without the registry. Immutable and validated when made.
+    """
+
+    registry: ViewRegistry
+    mode: Mode = "contributing"
+    on_lost: OnLost = "raise"
+    need: Need = "all"
+    code_version: str | None = None
+    pure: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_options(self.mode, self.on_lost)
+        check_need(self.need, self.mode)
+
+    def capture(
+        self, func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any
+    ) -> CaptureResult:
+        """:meth:`ViewRegistry.capture` with these options; every keyword goes to ``func``."""
+        inputs = [as_input(a, k) for k, a in enumerate(arrays)]
+        return self.registry.run(
+            func,
+            inputs,
+            mode=self.mode,
+            on_lost=self.on_lost,
+            code_version=self.code_version,
+            kwargs=kwargs,
+            need=self.need,
+            pure=self.pure,
+        )

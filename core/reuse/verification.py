@@ -188,7 +188,7 @@ def verify_sample(
     axes = [sample_axes(a.shape, rng) for a in inputs]
     considered = mode in ("considered", "considered-only")
     parts = (1,) if mode == "considered-only" else (0, 1) if considered else (0,)
-    _annotator.begin(1 if considered else 0)
+    epoch = _annotator.begin(1 if considered else 0)
     try:
         try:
             tracked = []
@@ -230,7 +230,7 @@ def verify_sample(
                     if not _restricted_equal(t, axes[i], oc, ic):
                         return False
     finally:
-        _annotator.end()
+        _annotator.end(epoch)  # this call's capture only (captures are per thread)
     return True
 
 

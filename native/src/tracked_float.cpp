@@ -21,8 +21,9 @@
 // tracked scalar raise LineageLostError, and handles from a finished capture raise
 // StaleLineageError; annotation bytes that no capture produced (`.view(tracked_float)` of other
 // data, `np.frombuffer`) raise ForgedLineageError wherever a handle is dereferenced (see
-// "Handles are read from array memory" in annotations.hpp). The descriptor has NPY_NEEDS_PYAPI so every loop runs with the GIL held
-// (the arena is single-threaded) and errors set in loops propagate.
+// "Handles are read from array memory" in annotations.hpp). The descriptor has NPY_NEEDS_PYAPI
+// so every loop runs with the GIL held, in the thread that called it, and errors set in loops
+// propagate. Captures are per thread (see "Capture state" below).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -31,6 +32,7 @@
 #define PY_ARRAY_UNIQUE_SYMBOL dslog_annotator_ARRAY_API
 #define PY_UFUNC_UNIQUE_SYMBOL dslog_annotator_UFUNC_API
 #include <numpy/arrayobject.h>
+#include <numpy/arrayscalars.h>
 #include <numpy/dtype_api.h>
 #include <numpy/ufuncobject.h>
 
@@ -77,11 +79,29 @@ struct TFScalar {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Global state. A user dtype is registered once per process; the capture is process-global.
+// Capture state. A user dtype is registered once per process; a capture belongs to a thread.
+//
+// Each thread runs at most one capture, in its own arena (t_arena). NumPy runs the loops of a
+// NPY_NEEDS_PYAPI dtype in the calling thread with the GIL held, so a loop always works on the
+// arena of the thread that called it, and no thread can reach, let alone free, another
+// thread's arena: begin/end act on the calling thread's capture only, and end() frees a
+// capture only when handed its epoch. Epochs are issued process-wide, once each (g_last_epoch,
+// advanced under the GIL; never wrapped, see hnd::kMaxEpoch), so a tracked value carried from
+// one thread's capture into another's never matches that arena: it is refused as stale, like
+// a value kept from a finished capture, and never read.
 // ---------------------------------------------------------------------------------------------
-std::unique_ptr<Arena> g_arena;
-uint32_t g_last_epoch = 0;
-bool g_epochs_wrapped = false;  // every epoch has been issued at least once
+thread_local Arena* t_arena = nullptr;  // a raw pointer: no TLS wrapper call in the loops
+// Frees a capture left running when its thread exits (capture() always ends its own, so this
+// only guards against leaks); touched in begin_capture so the destructor is registered.
+struct ArenaOwner {
+  bool armed = false;
+  ~ArenaOwner() {
+    delete t_arena;
+    t_arena = nullptr;
+  }
+};
+thread_local ArenaOwner t_arena_owner;
+uint32_t g_last_epoch = 0;  // the last epoch issued in this process (0: none yet)
 int g_typenum = -1;
 PyArray_Descr* g_descr = nullptr;
 PyArray_DTypeMeta* g_dtmeta = nullptr;
@@ -89,6 +109,7 @@ PyTypeObject* g_scalar_type = nullptr;
 PyObject* g_lost_error = nullptr;   // dslog_dagster.errors.LineageLostError
 PyObject* g_stale_error = nullptr;  // dslog_dagster.errors.StaleLineageError
 PyObject* g_forged_error = nullptr;  // dslog_dagster.errors.ForgedLineageError
+PyObject* g_capture_error = nullptr;  // dslog_dagster.errors.CaptureError
 PyArray_ArrFuncs g_arrfuncs;
 
 inline TF load(const char* p) {
@@ -108,7 +129,7 @@ inline double load_v(const char* p) {
 
 // Exact validation of a handle read from array memory (Arena::check), at every site that
 // hands one to the arena outside the vector fast paths (which check their own way).
-inline bool handle_ok(Handle h) { return h == 0 || (g_arena && g_arena->check(h)); }
+inline bool handle_ok(Handle h) { return h == 0 || (t_arena && t_arena->check(h)); }
 
 void set_forged_error() {
   PyErr_SetString(g_forged_error,
@@ -121,24 +142,24 @@ void set_forged_error() {
 
 void set_stale_error();
 
-// Why handle h is not valid: from a finished capture (an epoch issued before, in this
-// process), or forged (anything else: an epoch never issued, an unknown kind, a payload
-// outside its table).
+// Why handle h is not valid: from another capture (an epoch issued in this process, not the
+// running one: a finished capture, or one running in another thread), or forged (anything
+// else: an epoch never issued, an unknown kind, a payload outside its table).
 void set_handle_error(Handle h) {
   const uint32_t ep = hnd::epoch(h);
-  const bool issued_before = ep != 0 && (!g_arena || ep != g_arena->epoch()) &&
-                             (g_epochs_wrapped || ep <= g_last_epoch);
+  const bool issued_before = ep != 0 && ep <= g_last_epoch && (!t_arena || ep != t_arena->epoch());
   if (issued_before) return set_stale_error();
   set_forged_error();
 }
 
 void set_stale_error() {
   PyErr_SetString(g_stale_error,
-                  "A tracked_float value from a finished capture was used. Tracked arrays are "
-                  "only valid inside the `capture(...)` call that created them; pass plain "
-                  "float64 arrays to `capture` and keep tracked arrays inside the function. "
-                  "(Tracked arrays made from raw bytes, e.g. `.view(tracked_float)`, can also "
-                  "cause this.)");
+                  "A tracked_float value from another capture was used: one that has finished, "
+                  "or one running in another thread. Tracked arrays are only valid inside the "
+                  "`capture(...)` call, and the thread, that created them; pass plain float64 "
+                  "arrays to `capture` and keep tracked arrays inside the function. (Tracked "
+                  "arrays made from raw bytes, e.g. `.view(tracked_float)`, can also cause "
+                  "this.)");
 }
 
 // The first invalid handle among hs (0 if all are valid): for set_handle_error.
@@ -266,6 +287,36 @@ Py_hash_t scalar_hash(PyObject* self) {
   Py_hash_t h = PyObject_Hash(f);
   Py_DECREF(f);
   return h;
+}
+
+// A Python comparison of a tracked scalar (`if a.max() > 0`, builtin `max(row)`,
+// `sorted(a[0])`): a comparison is control, not data, so it carries no lineage and returns
+// what NumPy returns for the float64 value (an np.bool_; NaN compares unequal). Delegated to
+// np.float64 so every other operand (Python int and float, NumPy scalars, arrays, tracked or
+// not) is compared exactly as without capture; a tracked scalar operand is compared by value.
+// Values never dereference a handle, so a stale or forged scalar compares safely too.
+PyObject* as_float64(PyObject* obj) {
+  if (PyObject_TypeCheck(obj, g_scalar_type)) {
+    PyObject* f = PyArrayScalar_New(Double);
+    if (f) PyArrayScalar_ASSIGN(f, Double, reinterpret_cast<TFScalar*>(obj)->tf.v);
+    return f;
+  }
+  Py_INCREF(obj);
+  return obj;
+}
+
+PyObject* scalar_richcompare(PyObject* self, PyObject* other, int op) {
+  PyObject* a = as_float64(self);
+  if (!a) return nullptr;
+  PyObject* b = as_float64(other);
+  if (!b) {
+    Py_DECREF(a);
+    return nullptr;
+  }
+  PyObject* r = PyObject_RichCompare(a, b, op);
+  Py_DECREF(a);
+  Py_DECREF(b);
+  return r;
 }
 
 PyObject* raise_lost(const char* what) {
@@ -468,7 +519,7 @@ int match_bits(std::vector<TF>& lane, const double* vals) {
 
 // Considered mode: every element of the lane also considers the whole lane.
 int consider_lane(std::vector<TF>& lane) {
-  if (!g_arena || g_arena->mode() != dslog::Mode::kConsidered) return 0;
+  if (!t_arena || t_arena->mode() != dslog::Mode::kConsidered) return 0;
   try {
     for (const TF& t : lane)
       if (!handle_ok(t.h)) return set_handle_error(t.h), -1;
@@ -477,7 +528,7 @@ int consider_lane(std::vector<TF>& lane) {
     // lane of n such elements costs O(n), not n * |M| (flattening every element's set).
     // begin_call() brackets it: only this accumulator may grow in place, and after the
     // second call it is frozen, since every element of the lane then shares it.
-    Arena& ar = *g_arena;
+    Arena& ar = *t_arena;
     ar.begin_call();
     Handle k = 0;
     size_t left = lane.size();
@@ -532,12 +583,12 @@ void af_dotfunc(void* ip1, npy_intp is1, void* ip2, npy_intp is2, void* op, npy_
   for (npy_intp i = 0; i < n && !any; ++i)
     any = load(a + i * is1).h != 0 || load(b + i * is2).h != 0;
   if (any) {
-    if (!g_arena) {
+    if (!t_arena) {
       set_stale_error();
       return;
     }
     try {
-      Arena::Builder bld(*g_arena);
+      Arena::Builder bld(*t_arena);
       for (npy_intp i = 0; i < n; ++i) {
         Handle x = load(a + i * is1).h, y = load(b + i * is2).h;
         if (!handle_ok(x) || !handle_ok(y)) {
@@ -747,10 +798,12 @@ void compare_loop(char** args, npy_intp const* dims, npy_intp const* steps, void
 }
 struct Eq { bool operator()(double a, double b) const { return a == b; } };
 struct Ne { bool operator()(double a, double b) const { return a != b; } };
-struct Lt { bool operator()(double a, double b) const { return a < b; } };
-struct Le { bool operator()(double a, double b) const { return a <= b; } };
-struct Gt { bool operator()(double a, double b) const { return a > b; } };
-struct Ge { bool operator()(double a, double b) const { return a >= b; } };
+// Ordered comparisons are the quiet ones, as NumPy's float64 loops: `a < b` may raise the
+// invalid flag on NaN (x86 comisd), which NumPy would report as a RuntimeWarning it never gives.
+struct Lt { bool operator()(double a, double b) const { return std::isless(a, b); } };
+struct Le { bool operator()(double a, double b) const { return std::islessequal(a, b); } };
+struct Gt { bool operator()(double a, double b) const { return std::isgreater(a, b); } };
+struct Ge { bool operator()(double a, double b) const { return std::isgreaterequal(a, b); } };
 
 template <class Pred>
 void predicate_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
@@ -783,11 +836,11 @@ void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) 
           return;
         }
         Handle win = w == 0 ? x.h : (w == 1 ? lo.h : hi.h);
-        if (g_arena->mode() == dslog::Mode::kContributing) {
+        if (t_arena->mode() == dslog::Mode::kContributing) {
           h = win;
         } else {
           Handle l1 = w == 0 ? lo.h : x.h, l2 = w == 2 ? lo.h : hi.h;
-          h = g_arena->pick(win, g_arena->join(l1, l2));
+          h = t_arena->pick(win, t_arena->join(l1, l2));
         }
       }
       store(args[3] + i * steps[3], v, h);
@@ -843,7 +896,7 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
         else
           g_f64_matmul.fn(a3, d4, st, g_f64_matmul.data);
       }
-      if (any && !g_arena) {
+      if (any && !t_arena) {
         set_stale_error();
         return;
       }
@@ -856,7 +909,7 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
       std::vector<Handle>& rows = t_rows;
       std::vector<Handle>& cols = t_cols;
       if (any) {
-        Arena& ar = *g_arena;
+        Arena& ar = *t_arena;
         rows.assign(size_t(n), 0);
         cols.assign(size_t(m), 0);
         ar.begin_call();
@@ -876,7 +929,7 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
       }
       for (npy_intp i = 0; i < n; ++i)
         for (npy_intp j = 0; j < m; ++j) {
-          const Handle h = any ? g_arena->join(rows[size_t(i)], cols[size_t(j)]) : 0;
+          const Handle h = any ? t_arena->join(rows[size_t(i)], cols[size_t(j)]) : 0;
           store(pc + i * c_n + j * c_m, C[size_t(i * m + j)], h);
         }
     }
@@ -1182,7 +1235,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
   }
   const uint64_t cell2_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell2) << hnd::kKindShift);
   const uint64_t ncells = ar.n_cells();  // cell ids at or above it are forged
-  // UINT64_MAX: no distance yet (a real one is > 0 and < 2^40; two equal cells give 0)
+  // UINT64_MAX: no distance yet (a real one is > 0 and < 2^34; two equal cells give 0)
   uint64_t dist = ar.last_delta_index() < 0 ? ~uint64_t(0) : ar.last_delta();
   uint64_t dist_bits =
       cell2_bits | (uint64_t(std::max(ar.last_delta_index(), 0)) << hnd::kEstShift);
@@ -1269,7 +1322,7 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
   npy_intp n = dims[0];
   char *a = data[0], *b = data[1], *o = data[2];
   npy_intp sa = strides[0], sb = strides[1], so = strides[2];
-  Arena* ar = g_arena.get();
+  Arena* ar = t_arena;
   try {
     if (a == o && sa == 0 && so == 0) {
       // Reduction into one accumulator: values exactly as NumPy's float64 loop, the set is
@@ -1394,7 +1447,7 @@ template <int I>
 int bin_get_loop(PyArrayMethod_Context*, int, int, const npy_intp*,
                  PyArrayMethod_StridedLoop** out_loop, NpyAuxData** out_aux,
                  NPY_ARRAYMETHOD_FLAGS* flags) {
-  if (g_arena) g_arena->begin_call();
+  if (t_arena) t_arena->begin_call();
   *out_loop = &bin_loop<I>;
   *out_aux = nullptr;
   *flags = NPY_METH_REQUIRES_PYAPI;
@@ -1518,7 +1571,7 @@ PyObject* elementwise_vectorcall(PyObject* callable, PyObject* const* args, size
                                  PyObject* kwnames) {
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   const auto* uf = reinterpret_cast<const PyUFuncObject*>(callable);
-  if (g_arena && kwnames == nullptr && nargs == uf->nin && uf->nout == 1 && nargs <= 2) {
+  if (t_arena && kwnames == nullptr && nargs == uf->nin && uf->nout == 1 && nargs <= 2) {
     PyArrayObject* like = nullptr;
     bool ok = true;
     for (Py_ssize_t i = 0; i < nargs && ok; ++i) {
@@ -1748,7 +1801,9 @@ void register_dtype(PyObject* errors_module) {
   g_lost_error = PyObject_GetAttrString(errors_module, "LineageLostError");
   g_stale_error = PyObject_GetAttrString(errors_module, "StaleLineageError");
   g_forged_error = PyObject_GetAttrString(errors_module, "ForgedLineageError");
-  if (!g_lost_error || !g_stale_error || !g_forged_error) throw py::error_already_set();
+  g_capture_error = PyObject_GetAttrString(errors_module, "CaptureError");
+  if (!g_lost_error || !g_stale_error || !g_forged_error || !g_capture_error)
+    throw py::error_already_set();
 
   static PyNumberMethods number_slots;  // filled below (only conversions are overridden)
   (void)number_slots;
@@ -1757,6 +1812,7 @@ void register_dtype(PyObject* errors_module) {
       {Py_tp_repr, reinterpret_cast<void*>(&scalar_repr)},
       {Py_tp_str, reinterpret_cast<void*>(&scalar_str)},
       {Py_tp_hash, reinterpret_cast<void*>(&scalar_hash)},
+      {Py_tp_richcompare, reinterpret_cast<void*>(&scalar_richcompare)},
       {Py_tp_methods, scalar_methods},
       {Py_tp_getset, scalar_getset},
       {Py_tp_doc,
@@ -1933,29 +1989,58 @@ py::object new_tracked(const std::vector<npy_intp>& shape) {
   return py::reinterpret_steal<py::object>(arr);
 }
 
+[[noreturn]] void throw_capture_error(const char* msg) {
+  PyErr_SetString(g_capture_error, msg);
+  throw py::error_already_set();
+}
+
+// Start a capture in the calling thread (called with the GIL held, which serialises the epoch
+// counter). Refused, never wrapped, once every epoch has been issued.
 uint32_t begin_capture(int mode) {
-  if (g_arena)
-    throw std::runtime_error(
-        "a capture is already running; captures cannot be nested or run concurrently");
-  uint32_t ep = g_last_epoch % hnd::kMaxEpoch + 1;
-  if (ep < g_last_epoch) g_epochs_wrapped = true;
-  g_arena = std::make_unique<Arena>(ep, mode ? dslog::Mode::kConsidered : dslog::Mode::kContributing);
+  if (t_arena)
+    throw_capture_error(
+        "A capture is already running in this thread; captures do not nest. Capture the outer "
+        "function only, or run the inner capture after the outer one has returned.");
+  if (g_last_epoch >= hnd::kMaxEpoch)
+    throw_capture_error(
+        "This process has started 524,287 captures, every epoch a tracked value can carry; "
+        "another would reuse an epoch and could accept a stale tracked array with wrong "
+        "lineage, so captures are refused. Run further captures in a new process (Dagster "
+        "runs each materialization in its own).");
+  t_arena_owner.armed = true;  // first use registers the thread-exit cleanup
+  const uint32_t ep = g_last_epoch + 1;
+  t_arena = new Arena(ep, mode ? dslog::Mode::kConsidered : dslog::Mode::kContributing);
   g_last_epoch = ep;
   return ep;
 }
 
-void end_capture() { g_arena.reset(); }
+// End the calling thread's capture if it is the one of `epoch`: a path that ends a capture
+// ends only its own. True when a capture was freed.
+bool end_capture(uint32_t epoch) {
+  if (!t_arena || t_arena->epoch() != epoch) return false;
+  delete t_arena;
+  t_arena = nullptr;
+  return true;
+}
+
+// Test hook (not a user API): the next capture gets epoch `last + 1`. Only forward, so no epoch
+// is ever issued twice; lets tests reach the epochs forged bytes carry, and exhaustion.
+void skip_epochs(uint32_t last) {
+  if (last < g_last_epoch || last > hnd::kMaxEpoch)
+    throw std::invalid_argument("skip_epochs: only forward, up to the last epoch");
+  g_last_epoch = last;
+}
 
 // Annotate a C-contiguous float64 array: cell i gets the singleton {base + i}.
 py::tuple annotate(py::array_t<double, py::array::c_style | py::array::forcecast> values) {
-  if (!g_arena) throw std::runtime_error("annotate() needs a running capture");
+  if (!t_arena) throw std::runtime_error("annotate() needs a running capture");
   std::vector<npy_intp> shape(values.shape(), values.shape() + values.ndim());
   uint64_t size = uint64_t(values.size());
-  uint64_t base = g_arena->add_input(size);
+  uint64_t base = t_arena->add_input(size);
   py::object out = new_tracked(shape);
   char* dst = PyArray_BYTES(reinterpret_cast<PyArrayObject*>(out.ptr()));
   const double* src = values.data();
-  const Arena& ar = *g_arena;
+  const Arena& ar = *t_arena;
   {
     py::gil_scoped_release nogil;
     for (uint64_t i = 0; i < size; ++i) store(dst + i * 16, src[i], ar.cell(base + i));
@@ -2052,7 +2137,7 @@ struct SeqMemo {
 // so the columns come out sorted without a sort.
 py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
                  bool considered) {
-  if (!g_arena) throw std::runtime_error("extract() needs a running capture");
+  if (!t_arena) throw std::runtime_error("extract() needs a running capture");
   PyArrayObject* raw = require_tracked(out_obj, "the output");
   py::object keep;
   PyArrayObject* ca = raw;
@@ -2065,7 +2150,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
   std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
   const char* data = PyArray_BYTES(ca);
   const npy_intp ncell = PyArray_SIZE(ca);
-  Arena& ar = *g_arena;
+  Arena& ar = *t_arena;
   const size_t k = in_shapes.size();
   if (k != ar.bases().size())
     throw std::invalid_argument("extract(): one input shape per annotated input is required");
@@ -2242,7 +2327,7 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
 // the GIL.
 py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
                          bool considered) {
-  if (!g_arena) throw std::runtime_error("extract_tables() needs a running capture");
+  if (!t_arena) throw std::runtime_error("extract_tables() needs a running capture");
   PyArrayObject* raw = require_tracked(out_obj, "the output");
   py::object keep;
   PyArrayObject* ca = raw;
@@ -2253,7 +2338,7 @@ py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64
     ca = reinterpret_cast<PyArrayObject*>(c);
   }
   const std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
-  Arena& ar = *g_arena;
+  Arena& ar = *t_arena;
   if (in_shapes.size() != ar.bases().size())
     throw std::invalid_argument("extract_tables(): one input shape per annotated input");
   for (size_t j = 0; j < in_shapes.size(); ++j) {
@@ -2312,14 +2397,14 @@ py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64
 
 py::dict stats() {
   py::dict d;
-  d["active"] = bool(g_arena);
-  if (g_arena) {
-    d["bytes_used"] = g_arena->bytes_used();
-    d["bytes_reserved"] = g_arena->bytes_reserved();
-    d["lists"] = g_arena->n_lists();
-    d["joins"] = g_arena->n_joins();
-    d["pairs"] = g_arena->n_pairs();
-    d["epoch"] = g_arena->epoch();
+  d["active"] = (t_arena != nullptr);
+  if (t_arena) {
+    d["bytes_used"] = t_arena->bytes_used();
+    d["bytes_reserved"] = t_arena->bytes_reserved();
+    d["lists"] = t_arena->n_lists();
+    d["joins"] = t_arena->n_joins();
+    d["pairs"] = t_arena->n_pairs();
+    d["epoch"] = t_arena->epoch();
   }
   return d;
 }
@@ -2346,9 +2431,21 @@ PYBIND11_MODULE(_annotator, m) {
   m.attr("dtype") = py::handle(reinterpret_cast<PyObject*>(g_descr));
   m.attr("typenum") = g_typenum;
   m.def("begin", &begin_capture, py::arg("mode"),
-        "Start a capture (0 = contributing, 1 = considered); returns its epoch.");
-  m.def("end", &end_capture, "Free the running capture's arena (no-op if none).");
-  m.def("active", []() { return bool(g_arena); });
+        "Start a capture in this thread (0 = contributing, 1 = considered); returns its epoch.");
+  m.def("end", &end_capture, py::arg("epoch"),
+        "Free this thread's capture if it is the one of `epoch`; True when one was freed.");
+  m.def("active", []() { return t_arena != nullptr; }, "Is a capture running in this thread?");
+  m.def("last_epoch", []() { return g_last_epoch; }, "The last epoch issued in this process.");
+  m.def("_skip_epochs", &skip_epochs, py::arg("last"),
+        "Test hook: the next capture gets epoch last + 1 (forward only).");
+  py::dict layout;
+  layout["payload_bits"] = hnd::kPayloadBits;
+  layout["est_shift"] = hnd::kEstShift;
+  layout["kind_shift"] = hnd::kKindShift;
+  layout["epoch_shift"] = hnd::kEpochShift;
+  layout["member_bits"] = hnd::kMemberBits;
+  layout["max_epoch"] = hnd::kMaxEpoch;
+  m.attr("handle_layout") = layout;
   m.def("annotate", &annotate, py::arg("values"),
         "Tracked copy of a float64 array whose cells are annotated; returns (array, base).");
   m.def("values", &values_of, py::arg("arr"), "Plain float64 values of a tracked array.");

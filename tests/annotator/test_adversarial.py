@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core.capture import capture
+from dslog_dagster.core.capture import Capture
 from dslog_dagster.errors import LineageLostError
 from tests.annotator.grid import CASES, GridCase
 from tests.annotator.reference import (
@@ -94,9 +94,9 @@ def check(
             want = func(*arrays)
         except Exception as e:  # NumPy refuses the input: so must the capture
             with pytest.raises(type(e)):
-                capture(func, *arrays, mode=mode)
+                Capture(mode=mode).run(func, *arrays)
             return
-        got = capture(func, *arrays, mode=mode)
+        got = Capture(mode=mode).run(func, *arrays)
     assert not got.flagged
     wants = want if isinstance(want, tuple | list) else (want,)
     assert len(got.outputs) == len(wants)
@@ -130,7 +130,7 @@ def test_raising_grid_cases_still_raise(data: Any, mode: Mode) -> None:
     case: GridCase = data.draw(st.sampled_from([c for c in CASES if c.name in RAISES]))
     arrays = [data.draw(adversarial(s)) for s in case.shapes]
     with np.errstate(all="ignore"), pytest.raises(LineageLostError):
-        capture(case.func, *arrays, mode=mode)
+        Capture(mode=mode).run(case.func, *arrays)
 
 
 def _r(fn: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dslog_dagster.core.capture import CaptureResult, capture
+from dslog_dagster.core.capture import Capture, CaptureResult
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import LineageLostError
 from tests.annotator.grid import CASES, GridCase
@@ -73,7 +73,7 @@ def assert_values(case: GridCase, got: tuple[np.ndarray, ...], want: Any) -> Non
 
 def run_capture(case: GridCase, inputs: list[np.ndarray], mode: Mode) -> CaptureResult:
     with np.errstate(all="ignore"):
-        return capture(case.func, *inputs, mode=mode)
+        return Capture(mode=mode).run(case.func, *inputs)
 
 
 @pytest.mark.parametrize(("case", "mode"), PARAMS)

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core.capture import capture
+from dslog_dagster.core.capture import Capture
 from tests.annotator.reference import MODES, REFERENCE, Mode, reference_capture, to_relations
 
 CI = settings(max_examples=40, deadline=None, derandomize=True, database=None)
@@ -39,7 +39,7 @@ def check(func: Callable[..., Any], arrays: list[Any], mode: Mode, **kw: Any) ->
     """Capture equals plain NumPy (values) and the reference (lineage, both sets)."""
     with np.errstate(all="ignore"):
         want = func(*arrays, **kw)
-        got = capture(func, *arrays, mode=mode, **kw)
+        got = Capture(mode=mode).run(func, *arrays, **kw)
     wants = want if isinstance(want, tuple) else (want,)
     for g, w in zip(got.outputs, wants, strict=True):
         np.testing.assert_array_equal(g, np.asarray(w, dtype=np.float64))

@@ -4,32 +4,43 @@ A ``tracked_float`` element is a float64 plus a 64-bit handle into the capture's
 kind, size estimate, payload: ``hnd`` in ``native/include/dslog/annotations.hpp``). NumPy lets
 any bytes become such elements without asking the dtype (``.view(tracked_float)``,
 ``np.frombuffer``, ``np.ndarray(buffer=)``, a structured view), and positive doubles carry an
-epoch near 2046, which a process reaches after that many captures. The annotator validates
+epoch near 131,000, which a process reaches after that many captures. The annotator validates
 every handle it dereferences (epoch, kind, payload inside its table, group member inside its
 group, cell ids inside the inputs) and raises :class:`ForgedLineageError`; handles of another
 (or no) epoch raise its parent :class:`StaleLineageError`.
 
 Forged bytes are built here to carry the *running* capture's epoch (read from an annotated
 array's handle through ``.view(np.uint64)``), or the running epoch is advanced to the one the
-bytes carry, so the checks behind the epoch test are the ones exercised. A forged handle that
+bytes carry (in a child process, through the forward-only test hook
+``_annotator._skip_epochs``: epochs are issued once per process), so the checks behind the
+epoch test are the ones exercised. A forged handle that
 is in range with the right epoch is indistinguishable from a real one: the last test pins that
 it yields (wrong but) memory-safe lineage.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from dslog_dagster import _annotator
-from dslog_dagster.core.capture import TRACKED_FLOAT, capture
+from dslog_dagster.core.capture import TRACKED_FLOAT, Capture, capture
 from dslog_dagster.errors import ForgedLineageError, StaleLineageError
 
-EPOCH_SHIFT, KIND_SHIFT, EST_SHIFT = 51, 48, 40
-PAYLOAD_MASK = (1 << 40) - 1
+LAYOUT = _annotator.handle_layout
+EPOCH_SHIFT, KIND_SHIFT, EST_SHIFT = (
+    LAYOUT["epoch_shift"],
+    LAYOUT["kind_shift"],
+    LAYOUT["est_shift"],
+)
+PAYLOAD_MASK = (1 << LAYOUT["payload_bits"]) - 1
+MEMBER_BITS = LAYOUT["member_bits"]
 K_LIST, K_CELL, K_JOIN, K_PAIR, K_CELL2, K_PROG, K_GROUP, K_UNUSED = range(8)
 N = 64  # cells per input: small, so every table index below is far out of range
 
@@ -60,7 +71,7 @@ def forge(hs: list[int] | np.ndarray, values: np.ndarray | None = None) -> Any:
 
 
 def _group_payload(group: int, member: int) -> int:
-    return (group << 20) | member
+    return (group << MEMBER_BITS) | member
 
 
 # (kind, payload, est) out of range for a capture of two N-cell inputs that made few tables.
@@ -122,7 +133,7 @@ def test_out_of_range_handles_of_every_kind_raise(
 
     rng = np.random.default_rng(1)
     with pytest.raises(ForgedLineageError, match="not produce"):
-        capture(f, rng.random(N), rng.random(N), mode=mode)
+        Capture(mode=mode).run(f, rng.random(N), rng.random(N))
 
 
 def test_group_member_outside_its_group_raises() -> None:
@@ -146,7 +157,7 @@ def test_random_bytes_with_the_running_epoch_raise() -> None:
         rng = np.random.default_rng(seed)
 
         def f(x: Any, rng: np.random.Generator = rng) -> Any:
-            bits = rng.integers(0, 1 << 51, size=N, dtype=np.uint64)
+            bits = rng.integers(0, 1 << EPOCH_SHIFT, size=N, dtype=np.uint64)
             forged = forge(bits | np.uint64(epoch_of(x) << EPOCH_SHIFT))
             return np.sum(x * forged)
 
@@ -164,72 +175,93 @@ def test_random_bytes_of_any_epoch_raise() -> None:
 
 
 def _advance_to_epoch(target: int) -> None:
-    """Start and end empty captures until the next capture gets epoch `target`."""
-    for _ in range(1 << 13):
-        ep = _annotator.begin(0)
-        _annotator.end()
-        if ep % 8191 + 1 == target:
-            return
-    msg = f"epoch {target} never came up"
-    raise AssertionError(msg)
+    """The next capture of this process gets epoch `target` (forward only: child processes)."""
+    _annotator._skip_epochs(target - 1)
 
 
-@pytest.mark.parametrize(
-    ("make", "name"),
-    [
-        (lambda: np.arange(8.0).view(TRACKED_FLOAT), "view of float64"),
-        (
-            lambda: (np.arange(8, dtype=np.int64) * (1 << 49) + (3000 << 51)).view(TRACKED_FLOAT),
-            "view of int64",
-        ),
-        (lambda: np.arange(1, 9, dtype=np.int64).view(TRACKED_FLOAT), "small int64 (epoch 0)"),
-        (lambda: np.frombuffer(np.arange(8.0).tobytes(), dtype=TRACKED_FLOAT), "frombuffer"),
-        (
-            lambda: np.ndarray((4,), TRACKED_FLOAT, buffer=bytearray(np.arange(8.0).tobytes())),
-            "ndarray(buffer=)",
-        ),
-        (
-            lambda: np.array(
-                [(float(i), float(i) + 1.0) for i in range(4)], dtype=[("v", "f8"), ("h", "f8")]
-            ).view(TRACKED_FLOAT),
-            "structured view",
-        ),
-    ],
-)
-def test_views_of_plain_data_at_the_epochs_their_bytes_carry(
-    make: Callable[[], Any], name: str
-) -> None:
-    """The bug report: positive doubles near 1.0 read as epoch ~2046 handles. For each handle
-    the bytes hold, the process is advanced to exactly that epoch (so the epoch check passes)
-    and the view is used in a capture: the operation must raise, never crash."""
-    epochs = sorted({int(h) >> EPOCH_SHIFT for h in handles(make())} - {0}) or [1]
-    for target in epochs:  # epoch 0 is never issued: any running epoch will do
+VIEWS: dict[str, Callable[[], Any]] = {
+    "view of float64": lambda: np.arange(8.0).view(TRACKED_FLOAT),
+    "view of int64": lambda: (
+        np.arange(8, dtype=np.int64) * (1 << (KIND_SHIFT + 1)) + (3000 << EPOCH_SHIFT)
+    ).view(TRACKED_FLOAT),
+    "small int64 (epoch 0)": lambda: np.arange(1, 9, dtype=np.int64).view(TRACKED_FLOAT),
+    "frombuffer": lambda: np.frombuffer(np.arange(8.0).tobytes(), dtype=TRACKED_FLOAT),
+    "ndarray(buffer=)": lambda: np.ndarray(
+        (4,), TRACKED_FLOAT, buffer=bytearray(np.arange(8.0).tobytes())
+    ),
+    "structured view": lambda: np.array(
+        [(float(i), float(i) + 1.0) for i in range(4)], dtype=[("v", "f8"), ("h", "f8")]
+    ).view(TRACKED_FLOAT),
+}
+
+
+def _in_child(call: str) -> None:
+    """Run ``call`` (a function of this module) in a fresh process: reaching the epoch that
+    bytes carry moves the epoch counter forward for good, which this process must not do."""
+    root = Path(__file__).resolve().parents[2]
+    code = f"import tests.annotator.test_forged_handles as t; t.{call}; print('ok')"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok")
+
+
+def views_at_their_epochs(names: list[str]) -> None:
+    """For each epoch the bytes of the views hold, in increasing order, advance to exactly
+    that epoch (so the epoch check passes) and use every view carrying it in the capture
+    running at that epoch: each use must raise, never crash."""
+    by_epoch: dict[int, list[str]] = {}
+    for name in names:
+        for ep in {int(h) >> EPOCH_SHIFT for h in handles(VIEWS[name]())}:
+            by_epoch.setdefault(ep, []).append(name)
+    assert len(by_epoch) > len(names)
+    for target in sorted(by_epoch):
+        carrying = by_epoch[target]
+        if target == 0:  # epoch 0 is never issued: any running epoch will do
+            target = _annotator.last_epoch() + 1
         _advance_to_epoch(target)
 
-        def f(x: Any, target: int = target) -> Any:
+        def f(x: Any, target: int = target, carrying: list[str] = carrying) -> Any:
             assert epoch_of(x) == target
-            v = make()
-            return np.sum(x[: v.size] + v) + np.max(v)
+            for name in carrying:
+                v = VIEWS[name]()
+                with pytest.raises(StaleLineageError):
+                    np.sum(x[: v.size] + v) + np.max(v)
+            return x * 1.0
 
-        with pytest.raises(StaleLineageError):
-            capture(f, np.arange(4.0), mode="considered")
+        Capture(mode="considered").run(f, np.arange(4.0))
+
+
+def test_views_of_plain_data_at_the_epochs_their_bytes_carry() -> None:
+    """The bug report: positive doubles near 1.0 read as handles of epoch ~131,000."""
+    _in_child(f"views_at_their_epochs({sorted(VIEWS)!r})")
+
+
+def views_in_sort_and_extraction() -> None:
+    """[0.0, 1.0] viewed: the handle is 1.0's bits (kList 0 of the epoch they carry); the same
+    for 2.0. At those epochs a capture that made no list yet
+    must reject them in a considered sort and when the view itself is returned."""
+    for value, use in (
+        (1.0, lambda v: Capture(mode="considered").run(lambda x: np.sort(v), np.ones(4))),
+        (2.0, lambda v: capture(lambda x: np.concatenate([x, v]), np.ones(4))),
+    ):
+        bits = int(np.float64(value).view(np.uint64))
+        assert (bits >> KIND_SHIFT) & 7 == K_LIST
+        _advance_to_epoch(bits >> EPOCH_SHIFT)
+        view = np.array([0.0, value]).view(TRACKED_FLOAT)
+        assert int(handles(view)[0]) == bits
+        with pytest.raises(ForgedLineageError):
+            use(view)
 
 
 def test_views_raise_in_sort_and_extraction_at_the_matching_epoch() -> None:
-    """np.arange(8.0) viewed: the handle of element 0 is 1.0's bits (epoch 2046, kList 0).
-    At epoch 2046 a capture that made no list yet must reject it in a considered sort and
-    when the view itself is returned (extraction)."""
-    one = int(np.float64(1.0).view(np.uint64))
-    _advance_to_epoch(one >> EPOCH_SHIFT)
-    with pytest.raises(ForgedLineageError):
-        capture(
-            lambda x: np.sort(np.arange(8.0).view(TRACKED_FLOAT)[:1]),
-            np.ones(4),
-            mode="considered",
-        )
-    _advance_to_epoch(one >> EPOCH_SHIFT)
-    with pytest.raises(ForgedLineageError):
-        capture(lambda x: np.concatenate([x, np.arange(8.0).view(TRACKED_FLOAT)[:1]]), np.ones(4))
+    _in_child("views_in_sort_and_extraction()")
 
 
 def test_forged_cells_past_the_inputs_raise_on_the_vector_path() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dslog_dagster.core.capture import capture
+from dslog_dagster.core.capture import Capture, capture
 from tests.annotator.reference import MODES, Mode, reference_capture, to_relations
 
 N = 256  # 65,536 cells: a cells² arena would hold 4.3e9 annotations (> 34 GB)
@@ -100,7 +100,7 @@ def test_shared_sets_flatten_to_the_reference_lineage(name: str, mode: Mode) -> 
     """12 x 11 cells: unions above the materialisation limit (64 cells) become references."""
     func = COMPOSED[name]
     x = np.random.default_rng(3).random((12, 11))
-    got = capture(func, x, mode=mode)
+    got = Capture(mode=mode).run(func, x)
     np.testing.assert_array_equal(got.outputs[0], np.asarray(func(x), dtype=np.float64))
     for which, rels in (("contributing", got.relations), ("considered", got.considered)):
         if rels is None:
@@ -167,7 +167,7 @@ def test_considered_sort_of_deviations_records_each_lane_by_reference(axis: int)
     shape = (100, 3) if axis == 0 else (3, 100)
     x = np.random.default_rng(6).random(shape)
     func = lambda s: np.sort(s - s.mean(axis=axis, keepdims=True), axis=axis)  # noqa: E731
-    r = capture(func, x, mode="considered")
+    r = Capture(mode="considered").run(func, x)
     np.testing.assert_array_equal(r.outputs[0], func(x))
     out = np.argwhere(np.ones(shape, dtype=bool))
     lane = np.arange(shape[axis])

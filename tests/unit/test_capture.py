@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dslog_dagster import _annotator
-from dslog_dagster.core import TRACKED_FLOAT, LineageRelation, capture
+from dslog_dagster.core import TRACKED_FLOAT, Capture, LineageRelation, capture
 from dslog_dagster.core.testing import analytic
 from dslog_dagster.errors import (
     CaptureError,
@@ -116,7 +116,7 @@ def test_sort_moves_the_picked_cells() -> None:
 
 def test_picks_carry_only_the_winner_and_considered_records_the_rest() -> None:
     x = np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 9.0]])
-    r = capture(np.max, x, axis=1, mode="considered")
+    r = Capture(mode="considered").run(np.max, x, axis=1)
     np.testing.assert_array_equal(r.value, [5.0, 9.0])
     assert r.relation().pairs().tolist() == [[0, 0, 1], [1, 1, 2]]
     assert r.relation(considered=True) == analytic.sum_axis(x.shape, 1)
@@ -207,7 +207,7 @@ def test_non_numpy_result_raises_or_records_flagged_all_to_all() -> None:
     with pytest.raises(LineageLostError, match="python_loop"):
         capture(python_loop, rand(3))
     xs, xp, fp = np.array([0.5, 1.5]), np.array([0.0, 1.0, 2.0]), rand(3)
-    r = capture(np.interp, xs, xp, fp, on_lost="all_to_all")
+    r = Capture(on_lost="all_to_all").run(np.interp, xs, xp, fp)
     assert r.flagged
     assert r.reason
     assert "interp" in r.reason
@@ -224,7 +224,9 @@ def test_errors_are_dslog_errors_and_captures_do_not_nest() -> None:
     with pytest.raises(UnsupportedArrayError):
         capture(np.negative, np.array(["a"]))
     with pytest.raises(ValueError, match="mode"):
-        capture(np.negative, rand(2), mode="everything")  # type: ignore[arg-type]
+        Capture(mode="everything")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="on_lost"):
+        Capture(on_lost="ignore")  # type: ignore[arg-type]
 
 
 def test_tracked_arrays_outliving_their_capture_are_stale() -> None:
@@ -333,7 +335,7 @@ def test_row_reductions_with_a_hole_and_a_foreign_row(mode: str) -> None:
         z[6] = y[2]
         return np.sum(z, axis=0), np.prod(x[:, ::-1], axis=0)
 
-    r = capture(f, a, b, mode=mode)  # type: ignore[arg-type]
+    r = Capture(mode=mode).run(f, a, b)  # type: ignore[arg-type]
     want_a = {(j, i * 30 + j) for i in range(6) for j in range(30)} - {(5, 5 * 30 + 5)}
     assert r.relation(0, 0) == _brute((30,), (7, 30), want_a)
     assert r.relation(0, 1) == _brute((30,), (7, 30), {(j, 2 * 30 + j) for j in range(30)})
@@ -364,26 +366,26 @@ def test_statistics_of_the_whole_array_do_not_multiply_annotations() -> None:
 
 def test_all_to_all_fallback_keeps_the_functions_output_dtypes() -> None:
     x = np.array([[0.0, 2.0, -1.0], [3.0, 0.0, 5.0]])
-    r = capture(np.argwhere, x, on_lost="all_to_all")
+    r = Capture(on_lost="all_to_all").run(np.argwhere, x)
     assert r.flagged
     assert r.value.dtype == np.int64
     assert r.outputs[0].dtype == np.int64
     np.testing.assert_array_equal(r.value, np.argwhere(x))
     assert r.relation(0, 0).n == np.argwhere(x).size * x.size
-    nz = capture(np.nonzero, x, on_lost="all_to_all")
+    nz = Capture(on_lost="all_to_all").run(np.nonzero, x)
     want = np.nonzero(x)
     assert isinstance(nz.value, tuple)
     assert len(nz.value) == 2
     for got, w in zip(nz.value, want, strict=True):
         assert got.dtype == w.dtype
         np.testing.assert_array_equal(got, w)
-    flags = capture(lambda a: a > 1.0, x, on_lost="all_to_all")
+    flags = Capture(on_lost="all_to_all").run(lambda a: a > 1.0, x)
     assert flags.value.dtype == np.bool_
-    count = capture(np.count_nonzero, x, on_lost="all_to_all")
+    count = Capture(on_lost="all_to_all").run(np.count_nonzero, x)
     assert count.value == 4
     assert count.value.dtype == np.int64  # a NumPy scalar of the function's own dtype
     with pytest.raises(UnsupportedArrayError, match="numeric and boolean"):
-        capture(lambda a: np.array(["a"]), x, on_lost="all_to_all")
+        Capture(on_lost="all_to_all").run(lambda a: np.array(["a"]), x)
 
 
 def test_nan_aware_numpy_paths_give_numpys_values_and_skip_ignored_nans() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dslog_dagster.core import ReusePolicy, ViewRegistry, capture, code_identity
+from dslog_dagster.core import Capture, ReusePolicy, ViewRegistry, capture, code_identity
 from dslog_dagster.core.api import Array, DSLog, Lineage
 from dslog_dagster.core.reuse.persistence import View
 from dslog_dagster.errors import ReuseError, ViewMismatchWarning
@@ -87,9 +87,9 @@ def test_confirm_after_is_configurable(tmp_path: Path) -> None:
 
 def test_served_view_matches_fresh_capture_in_considered_mode(reg: ViewRegistry) -> None:
     for _ in range(4):
-        got = reg.capture(np.sum, *data((5, 6)), mode="considered", axis=0)
+        got = reg.with_options(mode="considered").capture(np.sum, *data((5, 6)), axis=0)
     assert got.obtained == "dim"
-    fresh = capture(np.sum, *data((5, 6)), mode="considered", axis=0)
+    fresh = Capture(mode="considered").run(np.sum, *data((5, 6)), axis=0)
     assert got.relation(0, 0, considered=True) == fresh.relation(0, 0, considered=True)
 
 
@@ -269,9 +269,10 @@ def test_changing_the_function_invalidates_its_views(reg: ViewRegistry) -> None:
     assert got.obtained == "captured"
     # An explicit code version is the identity: bumping it invalidates too.
     for _ in range(4):
-        got = reg.capture(np.negative, *data((4, 6)), code_version="1")
+        got = reg.with_options(code_version="1").capture(np.negative, *data((4, 6)))
     assert got.obtained == "dim"
-    assert reg.capture(np.negative, *data((4, 6)), code_version="2").obtained == "captured"
+    v2 = reg.with_options(code_version="2")
+    assert v2.capture(np.negative, *data((4, 6))).obtained == "captured"
 
 
 def test_redefined_helper_invalidates_its_callers(reg: ViewRegistry) -> None:

@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dslog_dagster.core import ReusePolicy, ViewRegistry, capture
+from dslog_dagster.core import Capture, ReusePolicy, ViewRegistry
 from dslog_dagster.core.reuse import persistence
 from dslog_dagster.errors import CaptureError, DSLogError, ViewMismatchWarning
 from dslog_dagster.tracking import obtain_lineage
 from tests.annotator.grid import CASES, ICDE_NAMES, GridCase
 
-CONSIDERED = {"mode": "considered", "need": "considered"}
+CONSIDERED: dict[str, Any] = {"mode": "considered", "need": "considered"}
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +46,7 @@ def train(reg: ViewRegistry, func: Callable[..., Any], shapes: list[tuple[int, .
     """Random-data calls until one is served (a candidate and ``m = 2`` matches confirm)."""
     rng = np.random.default_rng(0)
     for _ in range(6):
-        r = reg.capture(func, *[rng.uniform(-2, 2, s) for s in shapes], **CONSIDERED)
+        r = reg.with_options(**CONSIDERED).capture(func, *[rng.uniform(-2, 2, s) for s in shapes])
         if r.obtained != "captured":
             return
     pytest.fail(f"{func} was never served from a considered-only view")
@@ -88,8 +88,8 @@ def test_considered_view_of_a_pick_is_exact_on_hostile_data(
     )
     def check(arrays: list[np.ndarray]) -> None:
         with np.errstate(all="ignore"):
-            got = reg.capture(func, *arrays, **CONSIDERED)
-            fresh = capture(func, *arrays, mode="considered")
+            got = reg.with_options(**CONSIDERED).capture(func, *arrays)
+            fresh = Capture(mode="considered").run(func, *arrays)
         # The view is confirmed for every value (not finite-only): each call is served.
         assert got.obtained in ("dim", "gen"), got.obtained
         assert got.considered is not None
@@ -128,7 +128,7 @@ def test_data_dependent_considered_relation_is_never_confirmed(
     kinds = []
     for _ in range(8):
         x = rng.uniform(-0.5, 0.5, (6, 5))
-        kinds.append(reg.capture(func, x, **CONSIDERED).obtained)
+        kinds.append(reg.with_options(**CONSIDERED).capture(func, x).obtained)
     assert set(kinds) == {"captured"}, kinds
 
 
@@ -136,9 +136,11 @@ def test_need_is_validated(tmp_path: Path) -> None:
     reg = ViewRegistry(tmp_path, ReusePolicy(pure=True))
     x = np.ones((3, 3))
     with pytest.raises(ValueError, match='needs `mode="considered"`'):
-        reg.capture(np.max, x, need="considered")
+        reg.with_options(need="considered")
     with pytest.raises(ValueError, match="`need` must be"):
-        reg.capture(np.max, x, mode="considered", need="some")  # type: ignore[arg-type]
+        reg.with_options(mode="considered", need="some")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`mode` must be"):
+        reg.with_options(mode="some")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match='needs `mode="considered"`'):
         reg.serve(np.max, [x], need="considered")
 
@@ -147,15 +149,14 @@ def test_need_all_in_considered_mode_still_serves_both_relations(tmp_path: Path)
     """A considered-mode capture teaches both families: ``np.negative`` is served with both
     relations (need="all") and with the considered one alone."""
     reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=5))
+    considered = reg.with_options(mode="considered")
     rng = np.random.default_rng(3)
-    kinds = [
-        reg.capture(np.negative, rng.random((4, 6)), mode="considered").obtained for _ in range(4)
-    ]
+    kinds = [considered.capture(np.negative, rng.random((4, 6))).obtained for _ in range(4)]
     assert kinds[-1] == "dim"
     x = rng.random((4, 6))
-    both = reg.capture(np.negative, x, mode="considered")
-    only = reg.capture(np.negative, x, **CONSIDERED)
-    fresh = capture(np.negative, x, mode="considered")
+    both = considered.capture(np.negative, x)
+    only = reg.with_options(**CONSIDERED).capture(np.negative, x)
+    fresh = Capture(mode="considered").run(np.negative, x)
     assert (both.obtained, only.obtained) == ("dim", "dim")
     assert same(both.relations, fresh.relations)
     assert both.considered is not None
@@ -190,7 +191,7 @@ def test_dagster_path_asks_for_the_considered_relation_only(tmp_path: Path) -> N
         assert res is not None
         kinds.append(res.obtained)
     assert kinds[-1] == "dim"
-    fresh = capture(step, x, mode="considered")
+    fresh = Capture(mode="considered").run(step, x)
     assert res.considered is not None
     assert fresh.considered is not None
     assert same(res.considered, fresh.considered)
@@ -236,13 +237,13 @@ def _grid_cell(name: str, relation: str, root: Path) -> tuple[int, int]:
     served = wrong = 0
     for k, data in enumerate(calls + _hostile(case, rng)):
         try:
-            got = reg.capture(case.func, *data, **opts)
+            got = reg.with_options(**opts).capture(case.func, *data)
         except (DSLogError, ValueError, TypeError, IndexError):
             return served, wrong  # the annotator cannot capture it (interp)
         if k < len(calls) or got.obtained == "captured":
             continue
         served += 1
-        fresh = capture(case.func, *data, mode=opts.get("mode", "contributing"))
+        fresh = Capture(mode=opts.get("mode", "contributing")).run(case.func, *data)
         wrong += int(not same(rel(got), rel(fresh)))
     return served, wrong
 

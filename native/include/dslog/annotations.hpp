@@ -4,9 +4,9 @@
 // numbered globally within one capture: input array k owns ids [base_k, base_k + size_k), so a
 // cell annotation is one uint64 (array id and flat int64 index are recovered at extraction).
 //
-// Handle layout (0 = empty set):
-//   bits 51..63  epoch of the capture that created it (never 0 for a non-empty handle)
-//   bits 48..50  kind: kList (sorted vector), kCell (a single cell), kJoin (lazy union of two
+// Handle layout (0 = empty set; widths and why in `namespace hnd` below):
+//   bits 45..63  epoch of the capture that created it (never 0 for a non-empty handle)
+//   bits 42..44  kind: kList (sorted vector), kCell (a single cell), kJoin (lazy union of two
 //                handles), kPair (considered mode: {contributing set, considered set}),
 //                kCell2 (two cells {c, c + d}, stored inline: d is entry `est` of the arena's
 //                small table of distances), kProg (an arithmetic progression of cells
@@ -14,9 +14,9 @@
 //                kGroup (member j of a group: the progression {start0 + j * cstep + k * stride :
 //                k < count}; one group holds the accumulators of a whole row of a reduction
 //                along a non-contiguous axis, which then grow by one shared counter per row)
-//   bits 40..47  est: upper bound on the number of cells reachable (255 = "many"); for kCell2
+//   bits 34..41  est: upper bound on the number of cells reachable (255 = "many"); for kCell2
 //                the index of its distance (its est is 2)
-//   bits  0..39  payload: cell id, or index into the list / join / pair / progression tables
+//   bits  0..33  payload: cell id, or index into the list / join / pair / progression tables
 //
 // kCell2 is what an element-wise binary operation of two annotated arrays produces: no table
 // entry per element. kProg is what a reduction along an axis accumulates (its cells arrive
@@ -64,12 +64,31 @@ class ForgedHandle : public std::runtime_error {
 };
 
 namespace hnd {
-constexpr int kEstShift = 40;
-constexpr int kKindShift = 48;
-constexpr int kEpochShift = 51;
-constexpr uint64_t kPayloadMask = (uint64_t{1} << 40) - 1;
+// The 64 bits of a handle, narrowest first:
+// * kind, 3 bits: the seven kinds below (kind 7 is never issued, so it is always forged).
+// * est, 8 bits: a size hint compared with thresholds up to kMaterialiseMax (64), and for
+//   kCell2 the index of its distance in a table of 256 (kMaxDeltas): an element-wise binary
+//   operation of two annotated arrays stores no table entry per element while its cells are
+//   at most 256 distinct distances apart, which covers every stencil and shift we have seen.
+// * payload, 34 bits: a cell id or a table index. Every input cell is a 16-byte element and
+//   every table entry at least 16 bytes, so 2^34 of either is 256 GiB of annotations in one
+//   capture, beyond the machines the annotator runs on; the limit is checked (add_input,
+//   check_index), never wrapped. kGroup splits it into a group (14 bits) and a member (20).
+// * epoch, the remaining 19 bits: which capture issued the handle. Epochs are issued once
+//   per process, never reused, so a handle kept from an earlier capture (or from a capture in
+//   another thread) never matches the running arena: 524,287 captures per process. The
+//   counter is checked when a capture starts: once it is exhausted, captures are refused
+//   (CaptureError), never aliased. The 13 bits of the first layout wrapped after 8,191
+//   captures and then accepted stale handles with wrong lineage.
+constexpr int kPayloadBits = 34;
+constexpr int kEstShift = kPayloadBits;
+constexpr int kKindShift = kEstShift + 8;
+constexpr int kEpochShift = kKindShift + 3;
+constexpr int kEpochBits = 64 - kEpochShift;
+constexpr uint64_t kPayloadMask = (uint64_t{1} << kPayloadBits) - 1;
 constexpr uint32_t kEstMany = 255;
-constexpr uint32_t kMaxEpoch = (1u << 13) - 1;
+constexpr uint32_t kMaxEpoch = (uint32_t{1} << kEpochBits) - 1;
+static_assert(kEpochShift == 45 && kEpochBits == 19, "handle layout: see the comment above");
 enum Kind : uint32_t {
   kList = 0,
   kCell = 1,
@@ -84,7 +103,7 @@ constexpr int kMemberBits = 20;
 constexpr uint64_t kMemberMask = (uint64_t{1} << kMemberBits) - 1;
 
 inline Kind kind(Handle h) { return Kind((h >> kKindShift) & 7u); }
-// Epoch and kind together (bits 48..63), to check both with one compare.
+// Epoch and kind together (bits 42..63), to check both with one compare.
 inline uint32_t tag(Handle h) { return uint32_t(h >> kKindShift); }
 inline uint32_t make_tag(uint32_t ep, Kind k) { return (ep << (kEpochShift - kKindShift)) | k; }
 inline uint32_t epoch(Handle h) { return uint32_t(h >> kEpochShift); }
@@ -136,7 +155,7 @@ class ChunkedTable {
 // that received out-of-order cells); it is normalised in place the first time it is read.
 //
 // `refs`: some entries are not cells but handles (>= kRefMin: every handle has a non-zero
-// epoch, every cell id is < 2^40) of shared sets this list includes *by reference*. That is
+// epoch, every cell id is < 2^34) of shared sets this list includes *by reference*. That is
 // how a reduction over `x - x.mean()` stays linear: every element carries {i} ∪ M with M the
 // whole-array set, and the accumulator stores the cells i plus one reference to M instead of
 // copying M per element. Sorted, references come after the cells. Readers flatten them.
@@ -217,7 +236,7 @@ class Arena {
   uint64_t add_input(uint64_t size) {
     uint64_t base = next_cell_;
     if (size > hnd::kPayloadMask - next_cell_)
-      throw std::length_error("a capture may annotate at most 2^40 input cells in total");
+      throw std::length_error("a capture may annotate at most 2^34 input cells in total");
     next_cell_ += size;
     bases_.push_back(base);
     sizes_.push_back(size);
@@ -467,7 +486,7 @@ class Arena {
   Handle new_group(uint64_t start0, int64_t cstep, uint64_t stride, uint64_t count,
                    uint64_t ncols) {
     if (ncols == 0 || ncols > hnd::kMemberMask + 1 ||
-        groups_.size() >= (size_t{1} << (40 - hnd::kMemberBits)))
+        groups_.size() >= (size_t{1} << (hnd::kPayloadBits - hnd::kMemberBits)))
       return 0;
     size_t g = groups_.push(GroupNode{start0, cstep, stride, count, ncols, 1});
     return hnd::make(epoch_, hnd::kGroup, hnd::kEstMany, uint64_t(g) << hnd::kMemberBits);
@@ -1132,7 +1151,7 @@ class Arena {
       throw std::length_error("an output cell would carry more than 2^31-1 annotations");
   }
   static void check_index(size_t i) {
-    if (i > hnd::kPayloadMask) throw std::length_error("annotation table exceeds 2^40 entries");
+    if (i > hnd::kPayloadMask) throw std::length_error("annotation table exceeds 2^34 entries");
   }
 
   uint32_t epoch_;
