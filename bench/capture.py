@@ -236,12 +236,12 @@ def e2e_child(name: str, reps: int) -> dict[str, Any]:
     func, inputs, _ = _e2e_workloads()[name]
     with np.errstate(all="ignore"):
         plain = best_of(lambda: func(*inputs), reps)
-        _annotator.begin(0)
+        epoch = _annotator.begin(0)
         try:
             tracked = [_annotator.annotate(a)[0] for a in inputs]
             kernel = best_of(lambda: func(*tracked), reps)
         finally:
-            _annotator.end()
+            _annotator.end(epoch)
         result: list[Any] = []
 
         def run() -> None:

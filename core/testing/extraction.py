@@ -40,7 +40,7 @@ def pairs_and_tables(
     inputs = [as_input(a, k) for k, a in enumerate(arrays)]
     shapes = [tuple(int(d) for d in a.shape) for a in inputs]
     out: dict[tuple[bool, int, int], tuple[LineageRelation, LineageTable, LineageTable]] = {}
-    _annotator.begin(1 if mode == "considered" else 0)
+    epoch = _annotator.begin(1 if mode == "considered" else 0)
     try:
         tracked = [_annotator.annotate(a)[0] for a in inputs]
         outs, _ = split_outputs(func(*tracked, **(kwargs or {})))
@@ -59,7 +59,7 @@ def pairs_and_tables(
                     rel = LineageRelation(out_shape, shapes[i], oc, ic, int(oc.shape[1]))
                     out[(which, o, i)] = (rel, table, native)
     finally:
-        _annotator.end()
+        _annotator.end(epoch)
     return out
 
 

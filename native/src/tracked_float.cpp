@@ -979,14 +979,16 @@ double pairwise_sum(const char* a, npy_intp n, npy_intp stride) {
 // Which operand a pick keeps (true = second): NumPy's float rules.
 inline bool second_wins(BinInline op, double a, double b) {
   switch (op) {
+    // Quiet comparisons (no FE_INVALID on NaN): NumPy would turn the flag into a
+    // RuntimeWarning that float64's own loops never give.
     case I_MAX:
-      return !(a >= b || std::isnan(a));
+      return !(std::isgreaterequal(a, b) || std::isnan(a));
     case I_MIN:
-      return !(a <= b || std::isnan(a));
+      return !(std::islessequal(a, b) || std::isnan(a));
     case I_FMAX:
-      return !(a >= b || std::isnan(b));
+      return !(std::isgreaterequal(a, b) || std::isnan(b));
     case I_FMIN:
-      return !(a <= b || std::isnan(b));
+      return !(std::islessequal(a, b) || std::isnan(b));
     default:
       return false;
   }
@@ -1007,11 +1009,29 @@ inline double inline_value(BinInline op, double a, double b) {
   }
 }
 
-// Values of `m` element pairs into `out` (a and b gathered as doubles).
+// Which operand a pick kept, given the value NumPy computed: the operand with the result's
+// bits. Only where both or neither have them (equal bits, or a NaN NumPy rewrote) do NumPy's
+// float rules decide. Why by bits: NumPy's SIMD maximum/fmax loops may return either zero of
+// a (0.0, -0.0) pair, depending on where the pair sits in a vector, so only the value NumPy
+// wrote tells which cell it took.
+inline bool picked_second(BinInline op, double a, double b, double r) {
+  uint64_t ba, bb, br;
+  std::memcpy(&ba, &a, 8);
+  std::memcpy(&bb, &b, 8);
+  std::memcpy(&br, &r, 8);
+  if (ba != bb) {
+    if (br == bb) return true;
+    if (br == ba) return false;
+  }
+  return second_wins(op, a, b);
+}
+
+// Values of `m` element pairs into `out` (a and b gathered as doubles): NumPy's own float64
+// inner loop, picks included, so the values are NumPy's bit for bit.
 void bin_values(const BinInfo& info, const double* a, const double* b, double* out, npy_intp m) {
-  if (info.kind == B_PICK) {
+  if (info.kind == B_PICK && info.f64.fn == nullptr) {
     for (npy_intp i = 0; i < m; ++i) out[i] = second_wins(info.op, a[i], b[i]) ? b[i] : a[i];
-  } else if (info.op != I_NONE) {
+  } else if (info.kind != B_PICK && info.op != I_NONE) {
     for (npy_intp i = 0; i < m; ++i) out[i] = inline_value(info.op, a[i], b[i]);
   } else {
     char* args[3] = {const_cast<char*>(reinterpret_cast<const char*>(a)),
@@ -1407,7 +1427,7 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
           if (!ar || !handle_ok(x) || !handle_ok(y))
             return set_handle_error(first_bad({x, y})), -1;
           if (info.kind == B_PICK) {
-            bool w = second_wins(info.op, va[i], vb[i]);
+            bool w = picked_second(info.op, va[i], vb[i], vo[i]);
             if (in_place) {
               h = x;
               ar->acc_pick(h, y, w, 0);

@@ -303,7 +303,8 @@ def _same(a: float, b: float) -> bool:
 
 
 def pick(ufunc: Any, a: object, b: object) -> Ref:
-    """``maximum``/``minimum``/``fmax``/``fmin`` of two cells: the first matching operand wins.
+    """``maximum``/``minimum``/``fmax``/``fmin`` of two cells: the operand whose bits NumPy
+    returned wins; where both or neither have them, the first matching operand.
 
     The value is the float64 ufunc's; the contributing set is the picked operand's, the
     considered set is both operands'.
@@ -311,7 +312,10 @@ def pick(ufunc: Any, a: object, b: object) -> Ref:
     ra, rb = lift(a), lift(b)
     with np.errstate(all="ignore"):
         v = float(ufunc(_f64(ra.v), _f64(rb.v)))
-    chosen = ra if _same(ra.v, v) else rb
+    # The operand with the value's bits (NumPy's SIMD loops may return either zero of a
+    # (0.0, -0.0) pair); where both or neither have them, the first matching operand.
+    by_bits = [r for r in (ra, rb) if _bits(r.v) == _bits(v)]
+    chosen = by_bits[0] if len(by_bits) == 1 else ra if _same(ra.v, v) else rb
     if not _same(chosen.v, v):  # pragma: no cover - the ufuncs always return an operand
         msg = f"{ufunc.__name__}({ra.v}, {rb.v}) = {v} is neither operand"
         raise AssertionError(msg)
