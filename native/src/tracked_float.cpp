@@ -1027,9 +1027,13 @@ inline bool picked_second(BinInline op, double a, double b, double r) {
 }
 
 // Values of `m` element pairs into `out` (a and b gathered as doubles): NumPy's own float64
-// inner loop, picks included, so the values are NumPy's bit for bit.
+// inner loop, fmax/fmin included, so the values are NumPy's bit for bit. maximum/minimum keep
+// NumPy's scalar rule (`a >= b || isnan(a) ? a : b`), which its clip, percentile and
+// where-based code paths on float64 follow; its SIMD maximum loop may return the other zero of
+// a (0.0, -0.0) pair (docs/limits.md).
 void bin_values(const BinInfo& info, const double* a, const double* b, double* out, npy_intp m) {
-  if (info.kind == B_PICK && info.f64.fn == nullptr) {
+  if (info.kind == B_PICK &&
+      (info.f64.fn == nullptr || info.op == I_MAX || info.op == I_MIN)) {
     for (npy_intp i = 0; i < m; ++i) out[i] = second_wins(info.op, a[i], b[i]) ? b[i] : a[i];
   } else if (info.kind != B_PICK && info.op != I_NONE) {
     for (npy_intp i = 0; i < m; ++i) out[i] = inline_value(info.op, a[i], b[i]);

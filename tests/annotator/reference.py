@@ -302,7 +302,7 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-def pick(ufunc: Any, a: object, b: object) -> Ref:
+def pick(ufunc: Any, a: object, b: object, value: float | None = None) -> Ref:
     """``maximum``/``minimum``/``fmax``/``fmin`` of two cells: the operand whose bits NumPy
     returned wins; where both or neither have them, the first matching operand.
 
@@ -310,8 +310,11 @@ def pick(ufunc: Any, a: object, b: object) -> Ref:
     considered set is both operands'.
     """
     ra, rb = lift(a), lift(b)
-    with np.errstate(all="ignore"):
-        v = float(ufunc(_f64(ra.v), _f64(rb.v)))
+    if value is None:
+        with np.errstate(all="ignore"):
+            v = float(ufunc(_f64(ra.v), _f64(rb.v)))
+    else:  # NumPy's value of this cell in the whole array call (SIMD may differ from scalars)
+        v = value
     # The operand with the value's bits (NumPy's SIMD loops may return either zero of a
     # (0.0, -0.0) pair); where both or neither have them, the first matching operand.
     by_bits = [r for r in (ra, rb) if _bits(r.v) == _bits(v)]
@@ -511,7 +514,17 @@ def ref_ufunc(ufunc: Any) -> Callable[..., Any]:
     vec = np.frompyfunc(apply, ufunc.nin, 1)
 
     def run(*args: object) -> object:
-        return vec(*args)
+        if per_cell is None:
+            return vec(*args)
+        # A pick's value is NumPy's for the whole call: its SIMD loops may return either zero
+        # of a (0.0, -0.0) pair where the scalar call returns the first.
+        to_value = np.frompyfunc(lambda c: float(lift(c).v), 1, 1)
+        values = [np.asarray(to_value(as_obj(a)), dtype=np.float64) for a in args]
+        with np.errstate(all="ignore"):
+            want = np.asarray(ufunc(*values), dtype=np.float64)
+        with_value = np.frompyfunc(lambda a, b, w: pick(ufunc, a, b, float(w)), 3, 1)
+        out = with_value(*args, want)
+        return out if isinstance(out, np.ndarray) else as_obj(out)[()]
 
     run.__name__ = f"ref_{ufunc.__name__}"
     return run
