@@ -36,6 +36,7 @@ from dslog_dagster.errors import DSLogError, LineageStorageError
 
 if TYPE_CHECKING:
     from dslog_dagster.core.store import LineageStore
+    from dslog_dagster.core.store.records import TableRecord
 
 #: What each exit code of ``dslog`` means (also in docs/cli.md).
 EXIT_CODES = {
@@ -112,6 +113,15 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The columns ``inspect --format json|csv`` gives each lineage table.
+TABLE_COLUMNS = ("output", "input", "pairs", "rows", "encoding", "bytes")
+
+
+def _table_row(t: "TableRecord") -> dict[str, Any]:
+    values = (t.output, t.input, t.n_pairs, t.rows, t.encoding, t.stored_bytes)
+    return dict(zip(TABLE_COLUMNS, values, strict=True))
+
+
 def _inspect(args: argparse.Namespace) -> int:
     store = _store(args.store)
     arrays = store.arrays()
@@ -128,17 +138,7 @@ def _inspect(args: argparse.Namespace) -> int:
                     "outputs": [a.name for a in op.outputs],
                     "capture_method": op.capture_method,
                     "created_at": op.created_at.isoformat(),
-                    "tables": [
-                        {
-                            "output": t.output,
-                            "input": t.input,
-                            "pairs": t.n_pairs,
-                            "rows": t.rows,
-                            "encoding": t.encoding,
-                            "bytes": t.stored_bytes,
-                        }
-                        for t in op.tables
-                    ],
+                    "tables": [_table_row(t) for t in op.tables],
                 }
                 for op in ops
             ],
@@ -147,22 +147,12 @@ def _inspect(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if args.format == "csv":
-        cols = ["op_id", "op_name", "output", "input", "pairs", "rows", "encoding", "bytes"]
         rows = [
-            {
-                "op_id": op.op_id,
-                "op_name": op.op_name,
-                "output": t.output,
-                "input": t.input,
-                "pairs": t.n_pairs,
-                "rows": t.rows,
-                "encoding": t.encoding,
-                "bytes": t.stored_bytes,
-            }
+            {"op_id": op.op_id, "op_name": op.op_name, **_table_row(t)}
             for op in ops
             for t in op.tables
         ]
-        _emit(rows, cols, "csv")
+        _emit(rows, ["op_id", "op_name", *TABLE_COLUMNS], "csv")
         return 0
     print(f"store {store.root}: {len(arrays)} array(s)")
     for a in arrays:

@@ -818,32 +818,65 @@ struct SignBit { bool operator()(double a) const { return std::signbit(a); } };
 
 // ---------------------------------------------------------------------------------------------
 // clip(x, lo, hi): a pick among three; NumPy's float rule max-then-min with NaN propagation.
+// The values are NumPy's own float64 clip loop's (bounds given with their own strides, so a
+// scalar bound takes NumPy's scalar-bound path): NumPy returns x or the bound for a (0.0, -0.0)
+// tie depending on that path, and then the zero NumPy returned (and its cell) is the pick.
+// Everything else follows the rule (a value equal to a bound takes the bound; a NaN x
+// propagates).
 // ---------------------------------------------------------------------------------------------
+F64Loop g_f64_clip;
+
 void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
   try {
-    for (npy_intp i = 0; i < dims[0]; ++i) {
-      TF x = load(args[0] + i * steps[0]), lo = load(args[1] + i * steps[1]),
-         hi = load(args[2] + i * steps[2]);
-      // _NPY_MAX(x, lo): isnan(x) ? x : (x > lo ? x : lo); then _NPY_MIN(m, hi).
-      int w = (std::isnan(x.v) || x.v > lo.v) ? 0 : 1;
-      double m = w == 0 ? x.v : lo.v;
-      if (!(std::isnan(m) || m < hi.v)) w = 2;
-      double v = w == 0 ? x.v : (w == 1 ? lo.v : hi.v);
-      Handle h = 0;
-      if (x.h | lo.h | hi.h) {
-        if (!handle_ok(x.h) || !handle_ok(lo.h) || !handle_ok(hi.h)) {
-          set_handle_error(first_bad({x.h, lo.h, hi.h}));
-          return;
-        }
-        Handle win = w == 0 ? x.h : (w == 1 ? lo.h : hi.h);
-        if (t_arena->mode() == dslog::Mode::kContributing) {
-          h = win;
-        } else {
-          Handle l1 = w == 0 ? lo.h : x.h, l2 = w == 2 ? lo.h : hi.h;
-          h = t_arena->pick(win, t_arena->join(l1, l2));
-        }
+    const npy_intp n = dims[0];
+    double xs[kChunk], los[kChunk], his[kChunk], vs[kChunk];
+    for (npy_intp s = 0; s < n; s += kChunk) {
+      const npy_intp m = std::min(kChunk, n - s);
+      for (npy_intp i = 0; i < m; ++i) {
+        xs[i] = load_v(args[0] + (s + i) * steps[0]);
+        los[i] = load_v(args[1] + (s + i) * steps[1]);
+        his[i] = load_v(args[2] + (s + i) * steps[2]);
       }
-      store(args[3] + i * steps[3], v, h);
+      if (g_f64_clip.fn != nullptr) {
+        char* a[4] = {reinterpret_cast<char*>(xs), reinterpret_cast<char*>(los),
+                      reinterpret_cast<char*>(his), reinterpret_cast<char*>(vs)};
+        npy_intp d[1] = {m};
+        npy_intp st[4] = {8, steps[1] == 0 ? 0 : 8, steps[2] == 0 ? 0 : 8, 8};
+        g_f64_clip.fn(a, d, st, g_f64_clip.data);
+      }
+      for (npy_intp i = 0; i < m; ++i) {
+        TF x = load(args[0] + (s + i) * steps[0]), lo = load(args[1] + (s + i) * steps[1]),
+           hi = load(args[2] + (s + i) * steps[2]);
+        // _NPY_MAX(x, lo): isnan(x) ? x : (x > lo ? x : lo); then _NPY_MIN(m, hi).
+        int w = (std::isnan(x.v) || x.v > lo.v) ? 0 : 1;
+        double mv = w == 0 ? x.v : lo.v;
+        if (!(std::isnan(mv) || mv < hi.v)) w = 2;
+        double v = w == 0 ? x.v : (w == 1 ? lo.v : hi.v);
+        if (g_f64_clip.fn != nullptr && v == 0.0 && vs[i] == 0.0 && bits_of(vs[i]) != bits_of(v)) {
+          v = vs[i];
+          const double ops[3] = {x.v, lo.v, hi.v};
+          for (int k = 0; k < 3; ++k)
+            if (bits_of(ops[k]) == bits_of(v)) {
+              w = k;
+              break;
+            }
+        }
+        Handle h = 0;
+        if (x.h | lo.h | hi.h) {
+          if (!handle_ok(x.h) || !handle_ok(lo.h) || !handle_ok(hi.h)) {
+            set_handle_error(first_bad({x.h, lo.h, hi.h}));
+            return;
+          }
+          Handle win = w == 0 ? x.h : (w == 1 ? lo.h : hi.h);
+          if (t_arena->mode() == dslog::Mode::kContributing) {
+            h = win;
+          } else {
+            Handle l1 = w == 0 ? lo.h : x.h, l2 = w == 2 ? lo.h : hi.h;
+            h = t_arena->pick(win, t_arena->join(l1, l2));
+          }
+        }
+        store(args[3] + (s + i) * steps[3], v, h);
+      }
     }
   } catch (...) {
     set_cpp_error();
@@ -1967,6 +2000,12 @@ void register_dtype(PyObject* errors_module) {
   register_legacy("isinf", &predicate_loop<IsInf>, {T, NPY_BOOL}, nullptr);
   register_legacy("isfinite", &predicate_loop<IsFinite>, {T, NPY_BOOL}, nullptr);
   register_legacy("signbit", &predicate_loop<SignBit>, {T, NPY_BOOL}, nullptr);
+  try {
+    g_f64_clip = find_f64_loop(get_ufunc("clip"));
+  } catch (const std::exception&) {
+    PyErr_Clear();
+    g_f64_clip = F64Loop{};  // no float64 clip loop: the rule alone decides the values
+  }
   register_legacy("clip", &clip_loop, {T, T, T, T}, nullptr);
   g_f64_matmul = find_f64_loop(get_ufunc("matmul"));
   register_legacy("matmul", &matmul_loop, {T, T, T}, nullptr);
@@ -2151,6 +2190,16 @@ struct SeqMemo {
   }
 };
 
+// The tracked output `out_obj` in C order (itself when it already is, else a copy), which
+// both extractions read cell by cell.
+py::object c_order_output(py::handle out_obj) {
+  PyArrayObject* raw = require_tracked(out_obj, "the output");
+  if (PyArray_IS_C_CONTIGUOUS(raw)) return py::reinterpret_borrow<py::object>(out_obj);
+  PyObject* c = PyArray_NewCopy(raw, NPY_CORDER);
+  if (!c) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(c);
+}
+
 // Extract the relation of one output against every input: per input, (out_cols (l, n),
 // in_cols (m, n)) int64, sorted lexicographically (outputs, then inputs) and duplicate-free.
 //
@@ -2162,15 +2211,8 @@ struct SeqMemo {
 py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
                  bool considered) {
   if (!t_arena) throw std::runtime_error("extract() needs a running capture");
-  PyArrayObject* raw = require_tracked(out_obj, "the output");
-  py::object keep;
-  PyArrayObject* ca = raw;
-  if (!PyArray_IS_C_CONTIGUOUS(raw)) {
-    PyObject* c = PyArray_NewCopy(raw, NPY_CORDER);
-    if (!c) throw py::error_already_set();
-    keep = py::reinterpret_steal<py::object>(c);
-    ca = reinterpret_cast<PyArrayObject*>(c);
-  }
+  py::object keep = c_order_output(out_obj);
+  PyArrayObject* ca = reinterpret_cast<PyArrayObject*>(keep.ptr());
   std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
   const char* data = PyArray_BYTES(ca);
   const npy_intp ncell = PyArray_SIZE(ca);
@@ -2352,15 +2394,8 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
 py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
                          bool considered) {
   if (!t_arena) throw std::runtime_error("extract_tables() needs a running capture");
-  PyArrayObject* raw = require_tracked(out_obj, "the output");
-  py::object keep;
-  PyArrayObject* ca = raw;
-  if (!PyArray_IS_C_CONTIGUOUS(raw)) {
-    PyObject* c = PyArray_NewCopy(raw, NPY_CORDER);
-    if (!c) throw py::error_already_set();
-    keep = py::reinterpret_steal<py::object>(c);
-    ca = reinterpret_cast<PyArrayObject*>(c);
-  }
+  py::object keep = c_order_output(out_obj);
+  PyArrayObject* ca = reinterpret_cast<PyArrayObject*>(keep.ptr());
   const std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
   Arena& ar = *t_arena;
   if (in_shapes.size() != ar.bases().size())

@@ -579,18 +579,34 @@ def ref_real_if_close(x: object, tol: float = 100) -> object:
     return as_obj(x)
 
 
-def _clip_one(x: object, lo: object, hi: object) -> Ref:
+def _clip_one(x: object, lo: object, hi: object, value: float | None = None) -> Ref:
     """NumPy's clip macro on one cell: ``m = isnan(x) or x > lo ? x : lo``, then
-    ``isnan(m) or m < hi ? m : hi`` — so a tie goes to the *bound*, unlike ``maximum``."""
+    ``isnan(m) or m < hi ? m : hi`` — so a tie goes to the *bound*, unlike ``maximum``. Where
+    NumPy's whole call returned the other zero of a (0.0, -0.0) tie (``value``), the operand
+    with that zero is the pick."""
     rx, rlo, rhi = lift(x), lift(lo), lift(hi)
     m = rx if (math.isnan(rx.v) or rx.v > rlo.v) else rlo
     r = m if (math.isnan(m.v) or m.v < rhi.v) else rhi
+    if value is not None and value == 0.0 and r.v == 0.0 and _bits(value) != _bits(r.v):
+        r = next(c for c in (rx, rlo, rhi) if _bits(c.v) == _bits(value))
     return select(r, rx, rlo, rhi)
+
+
+def _values_of(a: object) -> object:
+    """The float64 values of a reference argument, keeping a scalar a scalar (NumPy chooses
+    its loop by the operands' strides)."""
+    if isinstance(a, np.ndarray) and a.ndim > 0:
+        return np.asarray(np.frompyfunc(lambda c: float(lift(c).v), 1, 1)(a), dtype=np.float64)
+    return np.float64(lift(a[()] if isinstance(a, np.ndarray) else a).v)
 
 
 def ref_clip(x: object, a_min: object, a_max: object) -> object:
     """``np.clip``: the picked one of ``x``, ``a_min``, ``a_max``; all three considered."""
-    return np.frompyfunc(_clip_one, 3, 1)(x, a_min, a_max)
+    with np.errstate(all="ignore"):
+        want = np.clip(_values_of(x), _values_of(a_min), _values_of(a_max))
+    return np.frompyfunc(lambda a, b, c, w: _clip_one(a, b, c, float(w)), 4, 1)(
+        x, a_min, a_max, want
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core.capture import capture
+from dslog_dagster.core.capture import Capture, capture
 from dslog_dagster.core.extraction import LazyRelations
 from dslog_dagster.core.testing.extraction import pairs_and_tables, same_pairs
 from tests.annotator.grid import CASES, GridCase
@@ -148,7 +148,7 @@ def test_lineage_beyond_memory_finishes_with_few_rows() -> None:
 
 def test_capture_expands_no_pairs_until_read() -> None:
     x = np.random.default_rng(1).uniform(size=(30, 20))
-    r = capture(lambda a: (a - a.mean(axis=0)) / a.std(axis=0), x, mode="considered")
+    r = Capture(mode="considered").run(lambda a: (a - a.mean(axis=0)) / a.std(axis=0), x)
     assert isinstance(r.relations, LazyRelations)
     assert isinstance(r.considered, LazyRelations)
     assert "0 expanded" in repr(r.relations)

@@ -109,11 +109,16 @@ def test_considered_view_of_a_pick_is_exact_on_hostile_data(
 
 DATA_DEPENDENT: list[tuple[str, Callable[..., Any]]] = [
     ("unique", np.unique),
+    ("unwrap", functools.partial(np.unwrap, axis=0)),
+]
+
+#: Partition-based functions consider the whole lane (NumPy's partition compares it), so their
+#: considered relation is shape-determined, although which cells they pick is not.
+PARTITIONED: list[tuple[str, Callable[..., Any]]] = [
     ("median", functools.partial(np.median, axis=0)),
     ("percentile", functools.partial(np.percentile, q=30.0, axis=1)),
     ("quantile", functools.partial(np.quantile, q=0.5)),
     ("partition", functools.partial(np.partition, kth=1, axis=0)),
-    ("unwrap", functools.partial(np.unwrap, axis=0)),
 ]
 
 
@@ -130,6 +135,28 @@ def test_data_dependent_considered_relation_is_never_confirmed(
         x = rng.uniform(-0.5, 0.5, (6, 5))
         kinds.append(reg.with_options(**CONSIDERED).capture(func, x).obtained)
     assert set(kinds) == {"captured"}, kinds
+
+
+@pytest.mark.parametrize(("name", "func"), PARTITIONED, ids=[d[0] for d in PARTITIONED])
+def test_partition_based_considered_relation_is_served_and_exact(
+    name: str, func: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Probes confirm the considered view of a partition-based function; every served call
+    equals a fresh considered capture, and the contributing relation is never served."""
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=4))
+    rng = np.random.default_rng(2)
+    kinds = []
+    for _ in range(8):
+        x = rng.uniform(-0.5, 0.5, (6, 5))
+        got = reg.with_options(**CONSIDERED).capture(func, x)
+        kinds.append(got.obtained)
+        fresh = Capture(mode="considered").run(func, x)
+        assert got.considered is not None
+        assert fresh.considered is not None
+        assert same(got.considered, fresh.considered), name
+    assert "dim" in kinds, kinds
+    both = reg.with_options(mode="considered").capture(func, rng.uniform(-0.5, 0.5, (6, 5)))
+    assert both.obtained != "dim", name  # which cell is picked depends on the data
 
 
 def test_need_is_validated(tmp_path: Path) -> None:
