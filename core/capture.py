@@ -40,7 +40,7 @@ This module knows nothing of reuse: the view registry (:mod:`dslog_dagster.core.
 """
 
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,10 +86,6 @@ OnLost = Literal["raise", "all_to_all"]
 #: How the lineage of a call was obtained: annotated execution or a base/dim/gen view.
 Obtained = Literal["captured", "base", "dim", "gen"]
 
-# The all-to-all fallback materialises out_size * in_size pairs; beyond this it is refused
-# rather than exhausting memory.
-_ALL_TO_ALL_MAX_PAIRS = 200_000_000
-
 F64 = npt.NDArray[np.float64]
 #: ``(output index, input index) -> LineageRelation`` of one call.
 Relations = Mapping[tuple[int, int], LineageRelation]
@@ -126,8 +122,9 @@ class CaptureResult:
             this very call.
         tables: ``(output, input) -> LineageTable`` of the contributing relations, as the
             store keeps them: for every annotated capture (the factorised extraction produces
-            them directly, :mod:`~dslog_dagster.core.extraction`) and for a served view (not
-            for one served with ``need="considered"``). None for a flagged all-to-all result.
+            them directly, :mod:`~dslog_dagster.core.extraction`), for a flagged all-to-all
+            result (one row per pair) and for a served view (not for one served with
+            ``need="considered"``).
         demoted: signatures of views found wrong during this call (a warning was issued and
             the lineage was captured instead).
         considered_tables: the same as ``tables`` for the considered relations
@@ -259,56 +256,102 @@ def _lost_message(name: str, exc: BaseException) -> str:
 
 def _is_dtype_rejection(exc: BaseException) -> bool:
     text = str(exc)
-    return isinstance(exc, TypeError | ValueError) and "tracked_float" in text
+    return isinstance(exc, TypeError | ValueError) and (
+        "tracked_float" in text or "not supported for the input types" in text
+    )
 
 
-def _all_to_all(
+def _all_to_all_result(
+    plain: list[npt.NDArray[Any]],
+    value: Any,
+    inputs: Sequence[F64],
+    mode: Mode,
+    reason: str,
+    exact: Mapping[int, tuple[list[LineageTable], list[LineageTable] | None]] | None = None,
+) -> CaptureResult:
+    """A flagged result: the outputs of ``exact`` keep their captured tables, every other
+    output is related to every input cell (one ProvRC row per pair, whatever the sizes).
+
+    The outputs keep the dtype the function gave them (int64 indices stay int64): the
+    fallback records lineage, it never changes the values.
+    """
+    shapes = tuple(tuple(int(d) for d in a.shape) for a in inputs)
+    tables: dict[tuple[int, int], LineageTable] = {}
+    considered: dict[tuple[int, int], LineageTable] | None = {} if mode == "considered" else None
+    for o, out in enumerate(plain):
+        known = (exact or {}).get(o)
+        for i, shape in enumerate(shapes):
+            full = LineageTable.all_to_all(tuple(int(d) for d in out.shape), shape)
+            tables[(o, i)] = full if known is None else known[0][i]
+            if considered is not None:
+                kc = None if known is None else known[1]
+                considered[(o, i)] = full if kc is None else kc[i]
+    return CaptureResult(
+        value=value,
+        outputs=tuple(plain),
+        input_shapes=shapes,
+        relations=LazyRelations(tables),
+        considered=None if considered is None else LazyRelations(considered),
+        mode=mode,
+        flagged=True,
+        reason=reason,
+        tables=tables,
+        considered_tables=considered,
+    )
+
+
+def _plain_output(o: Any, k: int) -> npt.NDArray[Any]:
+    """Output ``k`` as the function returned it, as an array of its own dtype.
+
+    Raises:
+        UnsupportedArrayError: it is not numeric or boolean.
+    """
+    arr = np.asarray(o)
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        msg = (
+            f"Output {k} of the all-to-all fallback has dtype `{arr.dtype}`; lineage is "
+            "recorded for numeric and boolean arrays only. Return a numeric array."
+        )
+        raise UnsupportedArrayError(msg)
+    return arr
+
+
+def _rerun_all_to_all(
     func: Callable[..., Any],
     inputs: list[F64],
     kwargs: Mapping[str, Any],
     mode: Mode,
     reason: str,
 ) -> CaptureResult:
-    """Run ``func`` on plain float64 copies and relate every output cell to every input cell.
-
-    The outputs keep the dtype ``func`` gave them (int64 indices stay int64): the fallback
-    records lineage, it never changes the values.
-    """
+    """Run ``func`` on plain float64 copies (its annotated run raised) and relate every
+    output cell to every input cell. Only for functions that may run twice
+    (:func:`may_run_again`)."""
     result = func(*[a.copy() for a in inputs], **kwargs)
     outs, is_tuple = split_outputs(result)
-    plain: list[npt.NDArray[Any]] = []
-    for k, o in enumerate(outs):
-        arr = np.asarray(o)
-        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-            msg = (
-                f"Output {k} of the all-to-all fallback has dtype `{arr.dtype}`; lineage is "
-                "recorded for numeric and boolean arrays only. Return a numeric array."
-            )
-            raise UnsupportedArrayError(msg)
-        plain.append(arr)
-    relations: dict[tuple[int, int], LineageRelation] = {}
-    for o, out in enumerate(plain):
-        for i, inp in enumerate(inputs):
-            pairs = out.size * inp.size
-            if pairs > _ALL_TO_ALL_MAX_PAIRS:
-                msg = (
-                    f"The all-to-all fallback for output {o} × input {i} would hold {pairs} "
-                    "pairs; declare the lineage explicitly instead."
-                )
-                raise CaptureError(msg)
-            of = np.repeat(np.arange(out.size, dtype=np.int64), inp.size)
-            inf = np.tile(np.arange(inp.size, dtype=np.int64), out.size)
-            relations[(o, i)] = LineageRelation.from_flat(out.shape, inp.shape, of, inf)
-    value = plain_value(plain, outs, is_tuple)
-    return CaptureResult(
-        value=value,
-        outputs=tuple(plain),
-        input_shapes=tuple(a.shape for a in inputs),
-        relations=relations,
-        considered=dict(relations) if mode == "considered" else None,
-        mode=mode,
-        flagged=True,
-        reason=reason,
+    plain = [_plain_output(o, k) for k, o in enumerate(outs)]
+    return _all_to_all_result(plain, plain_value(plain, outs, is_tuple), inputs, mode, reason)
+
+
+def may_run_again(func: Callable[..., Any], pure: bool) -> bool:
+    """Whether a capture may call ``func`` a second time: the caller declared it pure, or it
+    is NumPy's own (a ufunc or a function of the ``numpy`` package, which have no side
+    effects). Anything else runs exactly once per capture."""
+    if pure or isinstance(func, np.ufunc):
+        return True
+    module = getattr(func, "__module__", None) or ""
+    return module == "numpy" or module.startswith("numpy.")
+
+
+def _once_refusal(name: str, exc: BaseException) -> LineageLostError:
+    where = _numpy_frame(exc)
+    via = f" in {where}" if where else ""
+    return LineageLostError(
+        f"`{name}` could not run on tracked_float arrays{via}: {exc}. The all-to-all "
+        f"fallback would have to call `{name}` a second time, on plain inputs, and a step runs "
+        'once unless it is declared pure: declare it pure (`Capture(on_lost="all_to_all", '
+        "pure=True)`, `@tracked_asset(pure=True)`) if calling it twice is harmless, rewrite "
+        "it with supported NumPy functions (docs/concepts/capture.md), or declare its "
+        "lineage yourself."
     )
 
 
@@ -340,7 +383,12 @@ class Capture:
             separately in :attr:`CaptureResult.considered`.
         on_lost: ``"raise"`` (default) raises :class:`LineageLostError` when lineage would be
             lost; ``"all_to_all"`` records every output cell as depending on every input cell
-            and flags the result.
+            and flags the result. When the function returned values without lineage, those
+            values are the result (the function ran once). When its annotated run raised
+            part-way, the fallback needs a second, plain run: it happens only when ``pure``
+            is True or ``func`` is NumPy's own, otherwise :class:`LineageLostError` says so.
+        pure: calling ``func`` twice is harmless (no side effects); lets the all-to-all
+            fallback re-run it on plain inputs.
 
     Raises:
         ValueError: ``mode`` or ``on_lost`` is not one of its values (when made).
@@ -357,6 +405,7 @@ class Capture:
 
     mode: Mode = "contributing"
     on_lost: OnLost = "raise"
+    pure: bool = False
 
     def __post_init__(self) -> None:
         check_options(self.mode, self.on_lost)
@@ -366,7 +415,7 @@ class Capture:
     ) -> CaptureResult:
         """Run ``func(*arrays, **kwargs)`` with annotated inputs; see :func:`capture`."""
         inputs = [as_input(a, k) for k, a in enumerate(arrays)]
-        return capture_inputs(func, inputs, self.mode, self.on_lost, kwargs)
+        return capture_inputs(func, inputs, self.mode, self.on_lost, kwargs, pure=self.pure)
 
 
 def capture(func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any) -> CaptureResult:
@@ -429,11 +478,14 @@ def capture_inputs(
     mode: Mode,
     on_lost: OnLost,
     kwargs: Mapping[str, Any],
+    *,
+    pure: bool = False,
 ) -> CaptureResult:
     """:func:`capture` on inputs already converted by :func:`as_input` (options unchecked).
 
     The building block of every annotated run: the view registry captures through it, and
-    so do its synthetic-input probes.
+    so do its synthetic-input probes. ``func`` runs once; only the all-to-all fallback of a
+    run that raised part-way calls it again, and only when :func:`may_run_again` allows.
     """
     name = func_name(func)
     if _annotator.active():
@@ -445,58 +497,83 @@ def capture_inputs(
     # This thread's capture, ended below by its epoch only: a path that ends a capture never
     # ends another one (each thread has its own, see native/src/tracked_float.cpp).
     epoch = _annotator.begin(1 if mode == "considered" else 0)
+    lost: str | None = None
     try:
         try:
             tracked = [_annotator.annotate(a)[0] for a in inputs]
             result = func(*tracked, **kwargs)
-            outs, is_tuple = split_outputs(result)
-            arrs = [tracked_output(o, k, name) for k, o in enumerate(outs)]
         except LineageLostError as e:
-            if on_lost == "all_to_all":
-                _annotator.end(epoch)  # free the arena before the plain run
-                return _all_to_all(func, inputs, kwargs, mode, str(e))
-            if name in str(e):
-                raise
-            msg = f"While capturing `{name}`: {e}"
-            raise LineageLostError(msg) from e
+            lost = str(e) if name in str(e) else f"While capturing `{name}`: {e}"
+            if on_lost != "all_to_all":
+                if name in str(e):
+                    raise
+                raise LineageLostError(lost) from e
+            if not may_run_again(func, pure):
+                raise _once_refusal(name, e) from e
         except DSLogError:
             raise
         except (TypeError, ValueError) as e:
             if not _is_dtype_rejection(e):
                 raise
-            msg = _lost_message(name, e)
-            if on_lost == "all_to_all":
-                _annotator.end(epoch)  # free the arena before the plain run
-                return _all_to_all(func, inputs, kwargs, mode, msg)
-            raise LineageLostError(msg) from e
-        shapes = [tuple(int(d) for d in a.shape) for a in inputs]
-        tables: dict[tuple[int, int], LineageTable] = {}
-        considered: dict[tuple[int, int], LineageTable] | None = (
-            {} if mode == "considered" else None
-        )
-        plain: list[npt.NDArray[Any]] = []
-        for o, arr in enumerate(arrs):
-            plain.append(_annotator.values(arr))
-            for which, target in ((False, tables), (True, considered)):
-                if target is None:
-                    continue
-                for i, table in enumerate(extract_tables(arr, shapes, which)):
-                    target[(o, i)] = table
-        annotation_bytes = int(_annotator.stats().get("bytes_used", 0))
+            lost = _lost_message(name, e)
+            if on_lost != "all_to_all":
+                raise LineageLostError(lost) from e
+            if not may_run_again(func, pure):
+                raise _once_refusal(name, e) from e
+        if lost is None:
+            return _extract(result, inputs, mode, on_lost, name)
     finally:
         _annotator.end(epoch)
+    return _rerun_all_to_all(func, inputs, kwargs, mode, lost)
+
+
+def _extract(
+    result: Any, inputs: list[F64], mode: Mode, on_lost: OnLost, name: str
+) -> CaptureResult:
+    """The result of a completed annotated run (the capture still running): the stored
+    tables of each tracked output; under ``on_lost="all_to_all"`` an output returned without
+    lineage keeps the value the function gave and is related to every input (flagged)."""
+    outs, is_tuple = split_outputs(result)
+    shapes = [tuple(int(d) for d in a.shape) for a in inputs]
+    tables: dict[tuple[int, int], LineageTable] = {}
+    considered: dict[tuple[int, int], LineageTable] | None = {} if mode == "considered" else None
+    plain: list[npt.NDArray[Any]] = []
+    exact: dict[int, tuple[list[LineageTable], list[LineageTable] | None]] = {}
+    lost: list[str] = []
+    for o, out in enumerate(outs):
+        try:
+            arr = tracked_output(out, o, name)
+        except LineageLostError as e:
+            if on_lost != "all_to_all":
+                raise
+            plain.append(_plain_output(out, o))
+            lost.append(str(e))
+            continue
+        plain.append(_annotator.values(arr))
+        contributing = extract_tables(arr, shapes, False)
+        exact[o] = (
+            contributing,
+            extract_tables(arr, shapes, True) if considered is not None else None,
+        )
+        for i, table in enumerate(contributing):
+            tables[(o, i)] = table
+        if considered is not None:
+            for i, table in enumerate(exact[o][1] or ()):
+                considered[(o, i)] = table
+    value = plain_value(plain, outs, is_tuple)
+    if lost:
+        return _all_to_all_result(plain, value, inputs, mode, " ".join(lost), exact)
     return CaptureResult(
-        value=plain_value(plain, outs, is_tuple),
+        value=value,
         outputs=tuple(plain),
         input_shapes=tuple(shapes),
         relations=LazyRelations(tables),
         considered=None if considered is None else LazyRelations(considered),
         mode=mode,
-        annotation_bytes=annotation_bytes,
+        annotation_bytes=int(_annotator.stats().get("bytes_used", 0)),
         tables=tables,
         considered_tables=considered,
     )
 
 
-#: The options of :func:`capture`.
 _DEFAULT = Capture()

@@ -113,6 +113,35 @@ class LineageTable:
             in_hi=in_hi,
         )
 
+    @classmethod
+    def all_to_all(cls, out_shape: Shape, in_shape: Shape) -> "LineageTable":
+        """The relation of every output cell to every input cell, as one ProvRC row (no row
+        when either array is empty): what a flagged fallback records, at the cost of one
+        row whatever the sizes."""
+        l, m = len(out_shape), len(in_shape)
+        n_pairs = int(np.prod(out_shape, dtype=np.int64)) * int(np.prod(in_shape, dtype=np.int64))
+        rows = 1 if n_pairs > 0 else 0
+
+        def col(values: Sequence[int], k: int) -> I64:
+            return np.asarray(values, dtype=np.int64).reshape(k, 1)[:, :rows].copy()
+
+        return cls.from_fields(
+            tuple(out_shape),
+            tuple(in_shape),
+            rows,
+            n_pairs,
+            (
+                col([0] * l, l),
+                col([d - 1 for d in out_shape], l),
+                col([-1] * m, m),
+                col([1] * m, m),
+                col([0] * m, m),
+                col([1] * m, m),
+                col([0] * m, m),
+                col([d - 1 for d in in_shape], m),
+            ),
+        )
+
     @property
     def stored_rows(self) -> int:
         """Rows the table is stored as: its ProvRC or columnar rows (a factored table,

@@ -154,8 +154,8 @@ class _StepRun:
         res = self.fn(*self.args, **kw)
         vals, out_names, rebuild = _split_outputs(res, self.ctx, self.is_gen, self.step_key)
         # The first call is the step's own. Reuse re-runs it (verification, probes on
-        # synthetic inputs) only when the step is declared pure, and a Spark step runs once
-        # per output: later runs must not replace the outputs' Output objects.
+        # synthetic inputs) and a Spark capture rebuilds its plan only when the step is
+        # declared pure: later runs must not replace the outputs' Output objects.
         if not self.called:
             self.called, self.out_names, self.rebuild = True, out_names, rebuild
         return vals
@@ -286,12 +286,12 @@ class _StepRun:
             )
             return result
         outs = capture_step(
-            lambda k, tracked: self.call(dict(tracked))[k],
+            lambda tracked: self.call(dict(tracked)),
             frames,
             rows,
-            n_outputs=lambda: len(self.out_names),
             policy="all_to_all" if self.policy == CapturePolicy.all_to_all else "capture",
             considered=self.mode == LineageMode.considered,
+            pure=self.opts.pure,
         )
         for out, out_name in zip(outs, self.out_names, strict=True):
             cap = out.capture

@@ -91,7 +91,9 @@ def obtain_lineage(
         )
         result = options.capture(func, *arrays, **signature_args)
     else:
-        result = Capture(mode=core_mode, on_lost=on_lost).run(func, *arrays, **signature_args)
+        result = Capture(mode=core_mode, on_lost=on_lost, pure=pure).run(
+            func, *arrays, **signature_args
+        )
     return result, time.perf_counter() - t0
 
 

@@ -51,3 +51,31 @@ def assert_lineage(cap: Any, input: int | str, rule: Rule, *, considered: bool =
             f"  columns: {cap.columns}"
         )
         raise AssertionError(msg)
+
+
+def same_lineage(auto: Any, lists: Any) -> None:
+    """``auto``'s relations equal ``lists``' (rows matched by value, see :func:`both`)."""
+    assert auto.columns == lists.columns
+
+    def values(cap: Any) -> list[tuple[Any, ...]]:
+        return [tuple(v for k, v in r.items() if k != ROW_ID) for r in output_rows(cap)]
+
+    a, b = values(auto), values(lists)
+    assert sorted(a, key=repr) == sorted(b, key=repr)
+    if len(set(a)) == len(a):
+        where = {row: i for i, row in enumerate(a)}
+        renumber = np.asarray([where[row] for row in b], np.int64)
+    else:  # repeated rows cannot be matched: the outputs must be in the same order
+        assert a == b
+        renumber = np.arange(len(a), dtype=np.int64)
+    for inp in auto.inputs:
+        for considered in (False, True):
+            got = lists.relation(inp.name, considered=considered)
+            moved = LineageRelation(
+                got.out_shape,
+                got.in_shape,
+                np.stack([renumber[got.out_cols[0]], got.out_cols[1]]),
+                got.in_cols,
+                got.out_cols.shape[1],
+            )
+            assert auto.relation(inp.name, considered=considered) == moved

@@ -358,7 +358,11 @@ class ViewRegistry:
         try:
             call = Call.of(func, code_version, key_mode, kwargs, inputs)
         except Unsignable:
-            return None if serve_only else capture_inputs(func, inputs, mode, on_lost, kwargs)
+            return (
+                None
+                if serve_only
+                else capture_inputs(func, inputs, mode, on_lost, kwargs, pure=pure)
+            )
         call.fast_key = fkey
         res = self.server.serve_call(
             call, func, inputs, kwargs, demoted, pure=pure, serve_only=serve_only
@@ -383,7 +387,7 @@ class ViewRegistry:
     ) -> CaptureResult:
         """Capture a call no view served and record it under its keys (the capture is the
         function's one run; only a pure call is also probed on synthetic inputs)."""
-        res = capture_inputs(func, inputs, mode, on_lost, kwargs)
+        res = capture_inputs(func, inputs, mode, on_lost, kwargs, pure=pure)
         self.stats["captured"] += 1
         dsig = self.finder.dim_key(call)
         nan_input = has_nan(inputs)

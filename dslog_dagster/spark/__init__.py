@@ -2,12 +2,14 @@
 
 Imports PySpark; ``dslog_dagster.core`` never imports this package.
 
-* :func:`capture_frames` / :class:`FrameCapture` — run PySpark code, get cell lineage.
+* :func:`capture_frames` / :class:`FrameCapture` — run PySpark code, get cell lineage
+  (:func:`capture_frame_outputs`: every output of a function returning several frames).
 * :func:`get_session` — the process's SparkSession with loopback-only defaults.
 * :func:`with_row_id` / :data:`ROW_ID` — dense, stable row ids.
 * :func:`as_array` — a tracked Spark step's output as a NumPy array, keeping its lineage.
 """
 
+from dslog_dagster.spark.capture import capture_frame_outputs as capture_frame_outputs
 from dslog_dagster.spark.capture import capture_frames as capture_frames
 from dslog_dagster.spark.frame import TrackedFrame as TrackedFrame
 from dslog_dagster.spark.frame_capture import FrameCapture as FrameCapture
@@ -23,6 +25,7 @@ __all__ = [
     "FrameInput",
     "TrackedFrame",
     "as_array",
+    "capture_frame_outputs",
     "capture_frames",
     "get_session",
     "with_row_id",

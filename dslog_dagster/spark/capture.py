@@ -24,6 +24,7 @@ otherwise (as lists, or their summaries as columns).
 
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -42,7 +43,7 @@ from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperation
 from dslog_dagster.spark.cell_lineage import SlotPlan, cell_tables, column_lineage, plan_slots
 from dslog_dagster.spark.context import CaptureContext, NeedLists, OnUnknown
 from dslog_dagster.spark.frame import TrackedFrame
-from dslog_dagster.spark.frame_capture import FrameCapture, FrameInput
+from dslog_dagster.spark.frame_capture import FrameCapture, FrameInput, KeptRows
 from dslog_dagster.spark.idtap import TapFailed, tap_ready, tapped_ids, tapping
 from dslog_dagster.spark.lineage import (
     RangeColumns,
@@ -61,7 +62,7 @@ from dslog_dagster.spark.summaries import SummariesMissing
 
 # FrameCapture, FrameInput and OnUnknown are part of this module's API (capture_frames takes
 # and returns them), defined where the result and the context live
-__all__ = ["FrameCapture", "FrameInput", "OnUnknown", "capture_frames"]
+__all__ = ["FrameCapture", "FrameInput", "OnUnknown", "capture_frame_outputs", "capture_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,43 @@ def capture_frames(
         SparkUnavailableError: the session's Python workers cannot import what the capture
             runs in them (checked first, see :func:`~dslog_dagster.spark.session.check_workers`).
     """
+    return _capture_run(func, frames, on_unknown, input_rows, aggregate, kwargs, outputs=None)[0]
+
+
+def capture_frame_outputs(
+    func: Callable[..., Any],
+    frames: Mapping[str, DataFrame] | Sequence[DataFrame],
+    *,
+    on_unknown: OnUnknown = "raise",
+    input_rows: Mapping[str, int] | Sequence[int] | None = None,
+    aggregate: Aggregate = "auto",
+    **kwargs: Any,
+) -> list[FrameCapture]:
+    """:func:`capture_frames` for a function that returns several frames (a tuple or list of
+    frames derived from its tracked inputs): one :class:`FrameCapture` per output, in order.
+
+    ``func`` is called once for all of them (a step with several outputs builds its plans in
+    one call), and each output gets its own pass; the inputs' kept rows are released with the
+    last capture. The reruns :func:`capture_frames` describes rerun ``func`` as for one output.
+
+    Raises:
+        UnsupportedFrameOperationError: as for :func:`capture_frames`, for any output.
+    """
+    return _capture_run(func, frames, on_unknown, input_rows, aggregate, kwargs, outputs="many")
+
+
+def _capture_run(
+    func: Callable[..., Any],
+    frames: Mapping[str, DataFrame] | Sequence[DataFrame],
+    on_unknown: OnUnknown,
+    input_rows: Mapping[str, int] | Sequence[int] | None,
+    aggregate: Aggregate,
+    kwargs: Mapping[str, Any],
+    *,
+    outputs: Literal["many"] | None,
+) -> list[FrameCapture]:
+    """The captures of ``func``'s output (``outputs=None``: one frame) or outputs
+    (``"many"``: a tuple or list of frames), with the reruns :func:`capture_frames` names."""
     if on_unknown not in ("raise", "all_to_all"):
         msg = f"on_unknown must be 'raise' or 'all_to_all', not {on_unknown!r}."
         raise ValueError(msg)
@@ -199,43 +237,50 @@ def capture_frames(
         if input_rows is not None:
             known = input_rows[name] if isinstance(input_rows, Mapping) else input_rows[i]
         prepared.append((*_prepare_input(df, cached, known), _dense_ids(df, known)))
-    mode: Literal["ranges", "lists"] = "ranges" if aggregate == "auto" else "lists"
-    record = True  # tapped aggregations record their summaries (spark.summaries)
-    retried: list[str] = []
-    while True:
-        try:
-            with _tap_root(mode, prepared) as root:
-                cap = _capture_once(
-                    func,
-                    frames,
-                    named,
-                    prepared,
-                    cached,
-                    on_unknown,
-                    mode,
-                    kwargs,
-                    t0,
-                    root,
-                    record,
-                )
-        except _SummariesFailed as e:
-            if not record:  # pragma: no cover (only recorded summaries signal it)
-                raise
-            log.info("Recorded range summaries not used (%s); carrying them instead.", e)
-            retried.append(type(e).__name__)
-            record = False
-            continue
-        except (NeedLists, _RangesFailed) as e:
-            if mode == "lists":  # pragma: no cover (lists mode never signals)
-                raise
-            retried.append(type(e).__name__)
-            mode = "lists"
-            continue
-        if mode == "lists" and retried:
-            cap.timings["retried_with_lists"] = 1.0
-        if "_SummariesFailed" in retried:
-            cap.timings["retried_carrying_summaries"] = 1.0
-        return cap
+    try:
+        mode: Literal["ranges", "lists"] = "ranges" if aggregate == "auto" else "lists"
+        record = True  # tapped aggregations record their summaries (spark.summaries)
+        retried: list[str] = []
+        while True:
+            try:
+                with _tap_root(mode, prepared) as root:
+                    caps = _capture_once(
+                        func,
+                        frames,
+                        named,
+                        prepared,
+                        cached,
+                        on_unknown,
+                        mode,
+                        kwargs,
+                        t0,
+                        root,
+                        record,
+                        outputs,
+                    )
+            except _SummariesFailed as e:
+                if not record:  # pragma: no cover (only recorded summaries signal it)
+                    raise
+                log.info("Recorded range summaries not used (%s); carrying them instead.", e)
+                retried.append(type(e).__name__)
+                record = False
+                continue
+            except (NeedLists, _RangesFailed) as e:
+                if mode == "lists":  # pragma: no cover (lists mode never signals)
+                    raise
+                retried.append(type(e).__name__)
+                mode = "lists"
+                continue
+            for cap in caps:
+                if mode == "lists" and retried:
+                    cap.timings["retried_with_lists"] = 1.0
+                if "_SummariesFailed" in retried:
+                    cap.timings["retried_carrying_summaries"] = 1.0
+            return caps
+    except BaseException:
+        for ids in cached:  # nothing is returned: drop the inputs' kept rows
+            ids.release()
+        raise
 
 
 @contextlib.contextmanager
@@ -270,14 +315,44 @@ def _capture_once(
     t0: float,
     tap_root: str | None,
     record: bool = True,
-) -> FrameCapture:
-    """One run of ``func`` and one pass over its output (see :func:`capture_frames`), in the
-    phases the module docstring names; aggregations record their ids under ``tap_root``
-    (:mod:`~dslog_dagster.spark.idtap`; None: no tap)."""
+    outputs: Literal["many"] | None = None,
+) -> list[FrameCapture]:
+    """One run of ``func`` and one pass over each of its outputs (see :func:`capture_frames`),
+    in the phases the module docstring names; aggregations record their ids under
+    ``tap_root`` (:mod:`~dslog_dagster.spark.idtap`; None: no tap)."""
     ctx = CaptureContext(
         on_unknown=on_unknown, aggregate=mode, tap_root=tap_root, record_summaries=record
     )
-    state, inputs = _plan(ctx, func, frames, named, prepared, kwargs)
+    states, inputs = _plan(ctx, func, frames, named, prepared, kwargs, outputs)
+    done: list[FrameCapture] = []
+    try:
+        for k, state in enumerate(states):
+            if k:
+                _clear_taps(ctx)
+                t0 = time.perf_counter()
+            done.append(_capture_output(ctx, state, inputs, t0))
+    except BaseException:
+        for cap in done:  # their own staged/marked rows; the inputs' stay for the rerun
+            cap.release()
+        raise
+    kept = KeptRows(cached, holders=len(done))
+    for cap in done:
+        cap.share_inputs(kept)
+    return done
+
+
+def _clear_taps(ctx: CaptureContext) -> None:
+    """Empty the tap directories between two outputs' passes: the next pass recomputes any
+    aggregation it shares with the last one and records it afresh."""
+    for d in ctx.tap_dirs:
+        for name in os.listdir(d):
+            os.unlink(os.path.join(d, name))
+
+
+def _capture_output(
+    ctx: CaptureContext, state: FrameState, inputs: list[FrameInput], t0: float
+) -> FrameCapture:
+    """The pass, read-back and product phases for one output of the plan."""
     t1 = time.perf_counter()
     slots = plan_slots(state, inputs)
     spec = _pass_spec(ctx, state, inputs, slots)
@@ -290,7 +365,8 @@ def _capture_once(
     }
     t_pass = time.perf_counter()
     n_out = out.got.offsets[-1]
-    staged, make_frames, made = _output_frames(out, spec, cached)
+    own: list[RowIds] = []
+    staged, make_frames, made = _output_frames(out, spec, own)
     contributing, considered = cell_tables(state, inputs, slots, row_table, n_out)
     columns = tuple(state.columns)
     col_lineage = column_lineage(state, inputs, columns)
@@ -315,7 +391,7 @@ def _capture_once(
             **({"tapped_rows": float(tapped)} if tapped else {}),
             "product_s": t2 - t_pass,
         },
-        _cached=cached,
+        _cached=list(own),
         _staged=staged,
         _frames=make_frames,
         _made=made,
@@ -329,9 +405,11 @@ def _plan(
     named: list[tuple[str, DataFrame]],
     prepared: list[Prepared],
     kwargs: Mapping[str, Any],
-) -> tuple[FrameState, list[FrameInput]]:
+    outputs: Literal["many"] | None = None,
+) -> tuple[list[FrameState], list[FrameInput]]:
     """The *plan* phase: ``func`` run on the tracked inputs; the state of the frame it
-    returned, and the inputs.
+    returned (``outputs="many"``: of each frame of the tuple or list it returned), and the
+    inputs.
 
     Raises:
         UnsupportedFrameOperationError: ``func`` returned something that is not a frame
@@ -347,14 +425,19 @@ def _plan(
         result = func(**{n: t for (n, _), t in zip(named, tracked, strict=True)}, **kwargs)
     else:
         result = func(*tracked, **kwargs)
-    if not isinstance(result, TrackedFrame):
-        msg = (
-            f"The captured function returned a `{type(result).__name__}`, not a frame derived "
-            "from its tracked inputs; build the output from the frames it receives (a frame "
-            "made with spark.sql/createDataFrame has no lineage to them)."
-        )
-        raise UnsupportedFrameOperationError(msg)
-    return result.lineage_state, inputs
+    many = outputs == "many" and isinstance(result, tuple | list)
+    results = list(result) if many else [result]
+    for k, r in enumerate(results):
+        if not isinstance(r, TrackedFrame):
+            which = f"output {k} of " if many else ""
+            msg = (
+                f"The captured function returned a `{type(r).__name__}` as {which}its result, "
+                "not a frame derived from its tracked inputs; build the output from the frames "
+                "it receives (a frame made with spark.sql/createDataFrame has no lineage to "
+                "them)."
+            )
+            raise UnsupportedFrameOperationError(msg)
+    return [cast("TrackedFrame", r).lineage_state for r in results], inputs
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,24 @@ from dslog_dagster.spark.staging import StagedOutput, remove_staging_dir
 if TYPE_CHECKING:
     from dslog_dagster.core.store import LineageStore
 
-__all__ = ["FrameCapture", "FrameInput"]
+__all__ = ["FrameCapture", "FrameInput", "KeptRows"]
+
+
+@dataclass
+class KeptRows:
+    """The input rows one capture run kept (their ids must stay stable), shared by the
+    captures of every output of that run and released with the last of them."""
+
+    rows: list[RowIds]
+    holders: int = 1
+
+    def release(self) -> None:
+        """One holder is done; the last one drops the kept rows."""
+        self.holders -= 1
+        if self.holders <= 0:
+            for r in self.rows:
+                r.release()
+            self.rows.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +93,7 @@ class FrameCapture:
     flagged: bool = False
     flagged_ops: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
-    _cached: list[RowIds] = field(default_factory=list, repr=False)
+    _cached: list[RowIds | KeptRows] = field(default_factory=list, repr=False)
     _staged: StagedOutput | None = field(default=None, repr=False)
     _frames: Callable[[], tuple[DataFrame, DataFrame]] | None = field(default=None, repr=False)
     _made: tuple[DataFrame, DataFrame] | None = field(default=None, repr=False)
@@ -189,6 +206,11 @@ class FrameCapture:
             timings=self.timings,
         )
         return op
+
+    def share_inputs(self, kept: KeptRows) -> None:
+        """Hold the inputs' kept rows with the other outputs of the same run (released with
+        the last of them)."""
+        self._cached.insert(0, kept)
 
     def release(self) -> None:
         """Drop the cached rows of the inputs (ids assigned here) and of the output, and the

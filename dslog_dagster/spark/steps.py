@@ -15,13 +15,13 @@ rows exactly as they are stored; user code sees
   since the conversion is the identity on ``(row, column)``. This is how a Spark asset feeds a
   NumPy asset, so one lineage query path crosses from Spark steps into NumPy steps.
 
-A step with several outputs (``@tracked_multi_asset``) is called once per output, each call
-captured on its own (Spark builds plans lazily, so this costs the plan, not the data; keep such
-functions free of side effects). This module does not import Dagster.
+A step with several outputs (``@tracked_multi_asset``) is called once for all of them
+(:func:`~dslog_dagster.spark.capture.capture_frame_outputs`); each output gets its own pass.
+This module does not import Dagster.
 """
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
-from dslog_dagster.spark.capture import FrameCapture, OnUnknown, capture_frames
+from dslog_dagster.spark.capture import FrameCapture, OnUnknown, capture_frame_outputs
 from dslog_dagster.spark.convert import to_numpy
 from dslog_dagster.spark.frame import TrackedFrame
 
@@ -105,25 +105,30 @@ class FrameStepOutput:
 
 
 def capture_step(
-    call: Callable[[int, Mapping[str, Any]], Any],
+    call: Callable[[Mapping[str, Any]], Sequence[Any]],
     frames: Mapping[str, DataFrame],
     rows: Mapping[str, int | None],
     *,
-    n_outputs: Callable[[], int],
     policy: Literal["capture", "all_to_all"],
     considered: bool,
+    pure: bool = False,
 ) -> list[FrameStepOutput]:
-    """Capture every output of a Spark step.
+    """Capture every output of a Spark step from one call of the user function.
+
+    A step not declared pure is captured with its aggregations carrying their ids as lists
+    (``aggregate="lists"``), the mode that never reruns the function. A pure step may use the
+    cheaper range summaries and the id tap, whose checks may rebuild the plan once more
+    (see :func:`~dslog_dagster.spark.capture_frames`); the lineage is the same.
 
     Args:
-        call: ``call(k, tracked_frames)`` runs the user function on the tracked inputs (by
-            parameter name) and returns its ``k``-th output value.
+        call: ``call(tracked_frames)`` runs the user function on the tracked inputs (by
+            parameter name) and returns its output values, in order.
         frames: the inputs with their ``ROW_ID`` column, by parameter name.
         rows: their row counts where known.
-        n_outputs: how many outputs the step returned (known after the first call).
         policy: ``"capture"`` raises on an operation without a lineage rule; ``"all_to_all"``
             records a flagged all-to-all relation for what depends on it.
         considered: register the considered tables (PROVision) instead of the contributing.
+        pure: the step is declared pure (its function may be called more than once).
 
     Raises:
         UnsupportedFrameOperationError: an output is not derived from the tracked inputs, or
@@ -131,63 +136,68 @@ def capture_step(
     """
     on_unknown: OnUnknown = "all_to_all" if policy == "all_to_all" else "raise"
     known = {n: r for n, r in rows.items() if r is not None}
+    arrays: dict[int, ArrayFromFrame] = {}
+
+    def run(**tracked: Any) -> list[Any]:
+        arrays.clear()  # a rerun of the capture (see capture_frames) sees the outputs afresh
+        return [_as_frame(k, v, arrays) for k, v in enumerate(call(tracked))]
+
+    t0 = time.perf_counter()
+    caps = capture_frame_outputs(
+        run,
+        dict(frames),
+        on_unknown=on_unknown,
+        input_rows=known if known and len(known) == len(frames) else None,
+        aggregate="auto" if pure else "lists",
+    )
+    seconds = (time.perf_counter() - t0) / max(len(caps), 1)
     outs: list[FrameStepOutput] = []
-    k = 0
-    while True:
-        target: dict[str, Any] = {}
+    try:
+        for k, cap in enumerate(caps):
+            outs.append(_step_output(cap, arrays.get(k), considered, seconds))
+    except BaseException:
+        for cap in caps:
+            cap.release()
+        raise
+    return outs
 
-        def run(_k: int = k, _target: dict[str, Any] = target, **tracked: Any) -> Any:
-            value = call(_k, tracked)
-            if isinstance(value, ArrayFromFrame):
-                _target["array"] = value
-                frame = value.frame
-                if value.columns is not None and isinstance(frame, TrackedFrame):
-                    frame = frame.select(*[F.col(f"`{c}`") for c in value.columns])
-                return frame
-            if isinstance(value, np.ndarray | np.generic):
-                msg = (
-                    "A tracked Spark step returned a NumPy array, whose rows and columns have "
-                    "no lineage to its DataFrame inputs; return `as_array(frame, columns)` "
-                    "(dslog_dagster.spark.as_array) instead."
-                )
-                raise UnsupportedFrameOperationError(msg)
-            return value
 
-        t0 = time.perf_counter()
-        try:
-            if known and len(known) == len(frames):
-                cap = capture_frames(run, dict(frames), on_unknown=on_unknown, input_rows=known)
-            else:
-                cap = capture_frames(run, dict(frames), on_unknown=on_unknown)
-        except BaseException:
-            for done in outs:  # a later output failed: nothing is stored, free the cached rows
-                done.capture.release()
-            raise
-        tables = dict(cap.considered if considered else cap.contributing)
-        arr_spec = target.get("array")
-        value: Any
-        if arr_spec is not None:
-            try:
-                value, conv = to_numpy(cap, list(cap.columns), dtype=arr_spec.dtype)
-            finally:
-                cap.release()
-            # to_numpy orders rows by row id (dense 0..n-1) and keeps the column order, so the
-            # conversion is the identity on (row, column): the array has the frame's lineage.
-            if conv.n_pairs != cap.n_rows * len(cap.columns):
-                msg = "Internal error: the frame-to-array conversion is not the identity."
-                raise InvalidRelationError(msg)
-        else:
-            value = cap.frame
-        outs.append(
-            FrameStepOutput(
-                value,
-                cap,
-                tables,
-                arr_spec is not None,
-                time.perf_counter() - t0,
-                cap.column_lineage,
-            )
+def _as_frame(k: int, value: Any, arrays: dict[int, ArrayFromFrame]) -> Any:
+    """Output ``k`` of the user function as the frame to capture (an :func:`as_array`
+    output's columns of its frame, remembered in ``arrays``)."""
+    if isinstance(value, ArrayFromFrame):
+        arrays[k] = value
+        frame = value.frame
+        if value.columns is not None and isinstance(frame, TrackedFrame):
+            frame = frame.select(*[F.col(f"`{c}`") for c in value.columns])
+        return frame
+    if isinstance(value, np.ndarray | np.generic):
+        msg = (
+            "A tracked Spark step returned a NumPy array, whose rows and columns have "
+            "no lineage to its DataFrame inputs; return `as_array(frame, columns)` "
+            "(dslog_dagster.spark.as_array) instead."
         )
-        k += 1
-        if k >= n_outputs():
-            return outs
+        raise UnsupportedFrameOperationError(msg)
+    return value
+
+
+def _step_output(
+    cap: FrameCapture, arr_spec: ArrayFromFrame | None, considered: bool, seconds: float
+) -> FrameStepOutput:
+    """What the step hands Dagster for one captured output (the NumPy array of an
+    :func:`as_array` output, whose cached rows are released here)."""
+    tables = dict(cap.considered if considered else cap.contributing)
+    value: Any
+    if arr_spec is not None:
+        try:
+            value, conv = to_numpy(cap, list(cap.columns), dtype=arr_spec.dtype)
+        finally:
+            cap.release()
+        # to_numpy orders rows by row id (dense 0..n-1) and keeps the column order, so the
+        # conversion is the identity on (row, column): the array has the frame's lineage.
+        if conv.n_pairs != cap.n_rows * len(cap.columns):
+            msg = "Internal error: the frame-to-array conversion is not the identity."
+            raise InvalidRelationError(msg)
+    else:
+        value = cap.frame
+    return FrameStepOutput(value, cap, tables, arr_spec is not None, seconds, cap.column_lineage)

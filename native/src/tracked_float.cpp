@@ -1060,13 +1060,11 @@ inline bool picked_second(BinInline op, double a, double b, double r) {
 }
 
 // Values of `m` element pairs into `out` (a and b gathered as doubles): NumPy's own float64
-// inner loop, fmax/fmin included, so the values are NumPy's bit for bit. maximum/minimum keep
-// NumPy's scalar rule (`a >= b || isnan(a) ? a : b`), which its clip, percentile and
-// where-based code paths on float64 follow; its SIMD maximum loop may return the other zero of
-// a (0.0, -0.0) pair (docs/limits.md).
+// inner loop, the picks (maximum/minimum/fmax/fmin) included, so the values are NumPy's bit
+// for bit (its loops return either zero of a (0.0, -0.0) pair; `picked_second` then gives the
+// lineage to the operand with the bits NumPy returned).
 void bin_values(const BinInfo& info, const double* a, const double* b, double* out, npy_intp m) {
-  if (info.kind == B_PICK &&
-      (info.f64.fn == nullptr || info.op == I_MAX || info.op == I_MIN)) {
+  if (info.kind == B_PICK && info.f64.fn == nullptr) {
     for (npy_intp i = 0; i < m; ++i) out[i] = second_wins(info.op, a[i], b[i]) ? b[i] : a[i];
   } else if (info.kind != B_PICK && info.op != I_NONE) {
     for (npy_intp i = 0; i < m; ++i) out[i] = inline_value(info.op, a[i], b[i]);
@@ -1374,6 +1372,25 @@ int arith_fast(BinInline op, bool in_place, Arena& ar, const char* a, const char
   }
 }
 
+// The value of a picking reduction (maximum/minimum/fmax/fmin) of a lane of `n` tracked
+// elements `sb` bytes apart into the accumulator value `v`: NumPy's own float64 loop called
+// once on the whole lane, as NumPy calls it for a float64 array. Its SIMD reduction may return
+// either zero of a (0.0, -0.0) tie depending on where the zeros sit in its vectors, so the
+// lane is laid out as the float64 array would be: contiguous, or with the same element step
+// (a tracked element is 16 bytes, a float64 8).
+double pick_reduce_value(const BinInfo& info, double v, const char* b, npy_intp n, npy_intp sb) {
+  constexpr npy_intp kMaxStep = 8;
+  const npy_intp step = (sb > 0 && sb % 16 == 0 && sb / 16 <= kMaxStep) ? sb / 16 : 1;
+  std::vector<double> buf(static_cast<size_t>(n > 0 ? (n - 1) * step + 1 : 0));
+  for (npy_intp i = 0; i < n; ++i) buf[static_cast<size_t>(i * step)] = load_v(b + i * sb);
+  char* args[3] = {reinterpret_cast<char*>(&v), reinterpret_cast<char*>(buf.data()),
+                   reinterpret_cast<char*>(&v)};
+  npy_intp d[1] = {n};
+  npy_intp st[3] = {0, npy_intp(8) * step, 0};
+  info.f64.fn(args, d, st, info.f64.data);
+  return v;
+}
+
 int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
                 const npy_intp* strides) {
   npy_intp n = dims[0];
@@ -1389,6 +1406,8 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
       if (info.pairwise) {
         double s = pairwise_sum(b, n, sb);
         v = info.op == I_SUB ? v - s : v + s;
+      } else if (info.kind == B_PICK && info.f64.fn != nullptr) {
+        v = pick_reduce_value(info, v, b, n, sb);
       } else if (info.kind == B_PICK || info.op != I_NONE) {
         for (npy_intp i = 0; i < n; ++i) {
           double x = load_v(b + i * sb);
@@ -1415,6 +1434,8 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
             hnd::epoch(h) == ar->epoch() && ar->prog_extend(h, x.h))
           continue;
         if (info.kind == B_PICK) {
+          // a reduction passes the first cell comparing equal to its result (0.0 == -0.0):
+          // NumPy's value, NumPy's float rules for which cell, ties to the first
           bool w = second_wins(info.op, cur, x.v);
           if (w) cur = x.v;
           if ((h | x.h) == 0) continue;
@@ -1464,7 +1485,11 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
           if (!ar || !handle_ok(x) || !handle_ok(y))
             return set_handle_error(first_bad({x, y})), -1;
           if (info.kind == B_PICK) {
-            bool w = picked_second(info.op, va[i], vb[i], vo[i]);
+            // in place (a reduction along a strided axis, `out=` the first operand): the first
+            // operand comparing equal keeps it, as in a whole-lane reduction; otherwise the
+            // operand with the bits NumPy's loop returned
+            bool w = in_place ? second_wins(info.op, va[i], vb[i])
+                              : picked_second(info.op, va[i], vb[i], vo[i]);
             if (in_place) {
               h = x;
               ar->acc_pick(h, y, w, 0);

@@ -28,10 +28,13 @@ Semantics (the contract the native annotator must match; also in the README of i
 2. **Picking ufuncs** ``maximum minimum fmax fmin`` (and so ``amax amin ptp``): the
    result carries the *contributing* set of the picked operand only; the *considered* set
    is the union of both operands' considered sets. The picked operand is the **first
-   operand whose value equals the result** (NaN matching NaN) — i.e. NumPy's
-   own ``a >= b ? a : b`` choice: ties go to the first operand, so a reduction keeps the
+   operand whose value equals the result** (NaN matching NaN), values being NumPy's float64
+   loop's for the whole call: ties go to the first operand, so a reduction keeps the
    **first occurrence** along the axis, and NaN propagation picks the first NaN
-   (``maximum``/``minimum``) while ``fmax``/``fmin`` pick the non-NaN operand.
+   (``maximum``/``minimum``) while ``fmax``/``fmin`` pick the non-NaN operand. Where NumPy's
+   SIMD loop returned one zero of a (0.0, -0.0) tie, the element-wise pick is the operand
+   with that zero's bits; a reduction keeps the first cell comparing equal (its value is
+   NumPy's zero).
    ``clip`` follows NumPy's own clip macro instead (``x > lo ? x : lo``, then
    ``m < hi ? m : hi``, NaN in ``x`` propagating): a value equal to a bound is taken from
    the bound (a constant bound: no contributing cell); considered = x and both bounds.
@@ -629,14 +632,6 @@ def _mul(a: Ref, b: Ref) -> Ref:
     return a * b
 
 
-def _max(a: Ref, b: Ref) -> Ref:
-    return pick(np.maximum, a, b)
-
-
-def _min(a: Ref, b: Ref) -> Ref:
-    return pick(np.minimum, a, b)
-
-
 def _nan_to(lane: list[Ref], const: float) -> list[Ref]:
     """``_replace_nan``: NaN cells become a constant (and so drop out of the lineage)."""
     return [Ref(const) if math.isnan(c.v) else c for c in lane]
@@ -663,9 +658,57 @@ ref_sum = _reduction(lambda lane: _fold(_add, lane))
 ref_prod = _reduction(lambda lane: _fold(_mul, lane))
 ref_nansum = _reduction(lambda lane: _fold(_add, _nan_to(lane, 0.0)))
 ref_nanprod = _reduction(lambda lane: _fold(_mul, _nan_to(lane, 1.0)))
-ref_amax = _reduction(lambda lane: _fold(_max, lane))
-ref_amin = _reduction(lambda lane: _fold(_min, lane))
-ref_ptp = _reduction(lambda lane: _fold(_max, lane) - _fold(_min, lane))
+
+
+def _first_equal(ufunc: Any) -> Callable[[Ref, Ref], Ref]:
+    """One step of a picking reduction: NumPy's float rules choose the value, and of two
+    operands comparing equal (``0.0 == -0.0``; NaN matching NaN) the first keeps it."""
+
+    def step(a: Ref, b: Ref) -> Ref:
+        with np.errstate(all="ignore"):
+            v = float(ufunc(_f64(a.v), _f64(b.v)))
+        chosen = a if _same(a.v, v) else b
+        return Ref(chosen.v, chosen.contrib, a.con | b.con)
+
+    return step
+
+
+def _pick_reduction(ufunc: Any) -> Callable[..., Any]:
+    """``ufunc.reduce`` (``maximum`` for ``amax``, ``fmax`` for ``nanmax``, ...): values are
+    NumPy's float64 reduction of the whole call (its SIMD loops return either zero of a
+    (0.0, -0.0) tie); the lineage is the first cell along the axis that compares equal to
+    the result (:func:`_first_equal`)."""
+
+    def run(x: object, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> object:
+        with np.errstate(all="ignore"):
+            want = np.asarray(ufunc.reduce(_values_of(x), axis=_axis_arg(axis)), np.float64)
+        values = iter(want.reshape(-1).tolist())
+
+        def lane_fn(lane: list[Ref]) -> list[Ref]:
+            acc = _fold(_first_equal(ufunc), lane)
+            return [Ref(next(values), acc.contrib, acc.con)]
+
+        return reduce_lanes(x, axis, keepdims, lane_fn)
+
+    return run
+
+
+def _axis_arg(axis: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
+    return axis if axis is None or isinstance(axis, int) else tuple(axis)
+
+
+ref_amax = _pick_reduction(np.maximum)
+ref_amin = _pick_reduction(np.minimum)
+
+
+def ref_ptp(x: object, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> object:
+    """``ptp`` is ``max - min`` of the lanes (NumPy's two reductions)."""
+    hi = as_obj(ref_amax(x, axis, keepdims))
+    lo = as_obj(ref_amin(x, axis, keepdims))
+    diff = np.frompyfunc(lambda a, b: lift(a) - lift(b), 2, 1)(hi, lo)
+    return diff if isinstance(diff, np.ndarray) else as_obj(diff)[()]
+
+
 ref_mean = _reduction(_mean)
 ref_var = _reduction(_var)
 ref_std = _reduction(lambda lane: combine(np.sqrt, _var(lane)))
@@ -1088,16 +1131,12 @@ def ref_nanstd(
 
 def ref_nanmax(x: object, axis: int | None = None, keepdims: bool = False) -> object:
     """``nanmax`` of an ndarray is ``np.fmax.reduce``: the first non-NaN maximum."""
-    return reduce_lanes(x, axis, keepdims, lambda lane: [_fold(_fpick(np.fmax), lane)])
+    return _pick_reduction(np.fmax)(x, axis, keepdims)
 
 
 def ref_nanmin(x: object, axis: int | None = None, keepdims: bool = False) -> object:
     """``nanmin`` of an ndarray is ``np.fmin.reduce``."""
-    return reduce_lanes(x, axis, keepdims, lambda lane: [_fold(_fpick(np.fmin), lane)])
-
-
-def _fpick(ufunc: Any) -> Callable[[Ref, Ref], Ref]:
-    return lambda a, b: pick(ufunc, a, b)
+    return _pick_reduction(np.fmin)(x, axis, keepdims)
 
 
 def ref_nan_to_num(

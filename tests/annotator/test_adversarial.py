@@ -234,6 +234,11 @@ LONG_LANE_FUNCS = [
     (np.median, {}),
     (np.quantile, {"q": [0.1, 0.5, 0.9]}),
     (np.unique, {}),
+    (np.max, {}),  # SIMD reductions return either zero of a (0.0, -0.0) tie
+    (np.min, {}),
+    (np.nanmax, {}),
+    (np.nanmin, {}),
+    (np.ptp, {}),
 ]
 
 
@@ -254,3 +259,32 @@ def test_long_lanes_of_signed_zeros_and_nans(data: Any, mode: Mode, which: int, 
         kw = {"kth": data.draw(st.integers(0, n - 1))}
     ref = REFERENCE[fn]
     check(lambda a: fn(a, **kw), lambda a: ref(a, **kw), [x], mode)
+
+
+@CI
+@given(
+    data=st.data(),
+    mode=st.sampled_from(MODES),
+    ufunc=st.sampled_from([np.maximum, np.minimum, np.fmax, np.fmin]),
+    rows=st.integers(1, 5),
+    n=st.integers(1, 40),
+    axis=st.sampled_from([None, 0, 1]),
+)
+def test_picks_of_signed_zeros_take_numpys_zero(
+    data: Any, mode: Mode, ufunc: Any, rows: int, n: int, axis: int | None
+) -> None:
+    """Element-wise picks and their reductions on lanes of 0.0/-0.0 (and some NaN/1.0): the
+    values are NumPy's, zero signs included, and the lineage is the cell with that zero."""
+    cells = st.sampled_from([0.0, -0.0, 0.0, -0.0, np.nan, 1.0])
+    x, y = (
+        np.array(data.draw(st.lists(cells, min_size=rows * n, max_size=rows * n))).reshape(rows, n)
+        for _ in range(2)
+    )
+    ref = REFERENCE[ufunc]
+    check(ufunc, ref, [x, y], mode)
+    check(lambda a: ufunc.reduce(a, axis=axis), lambda a: _reduce_ref(ufunc, a, axis), [x], mode)
+
+
+def _reduce_ref(ufunc: Any, a: Any, axis: int | None) -> Any:
+    by_ufunc = {np.maximum: np.max, np.minimum: np.min, np.fmax: np.nanmax, np.fmin: np.nanmin}
+    return REFERENCE[by_ufunc[ufunc]](a, axis=axis)

@@ -134,6 +134,54 @@ def clip_low(a: np.ndarray) -> np.ndarray:
     return np.maximum(a, 1.5)  # data-dependent: which cell wins depends on the values
 
 
+@tracked_asset(policy="all_to_all")
+def hot_cells(raw: np.ndarray) -> np.ndarray:
+    CALLS["hot_cells"] += 1
+    return np.argwhere(raw > 1.5)  # returned without lineage: the fallback keeps this value
+
+
+@tracked_asset(policy="all_to_all")
+def cast_once(raw: np.ndarray) -> np.ndarray:
+    CALLS["cast_once"] += 1
+    return raw.astype(np.float64) * 2.0  # the annotated run raises part-way
+
+
+@tracked_asset(policy="all_to_all", pure=True)
+def cast_pure(raw: np.ndarray) -> np.ndarray:
+    CALLS["cast_pure"] += 1
+    return raw.astype(np.float64) * 2.0
+
+
+def test_all_to_all_policy_runs_the_body_once_or_refuses(
+    instance: dg.DagsterInstance, io: DSLogIOManager
+) -> None:
+    """The fallback takes the values of the one run; a body whose annotated run raised is
+    called again only when declared pure, otherwise the step fails saying so."""
+    CALLS.clear()
+    res = _run([raw, hot_cells, cast_pure], 3, instance, io)
+    assert res.success
+    data = np.random.default_rng(3).uniform(1.0, 2.0, (8, 8))
+    np.testing.assert_array_equal(res.output_for_node("hot_cells"), np.argwhere(data > 1.5))
+    np.testing.assert_array_equal(res.output_for_node("cast_pure"), data * 2.0)
+    assert _md(res, "hot_cells")[m.FLAGGED] is True
+    assert _md(res, "cast_pure")[m.FLAGGED] is True
+    assert CALLS["hot_cells"] == 1
+    assert CALLS["cast_pure"] >= 2  # pure: re-run by the fallback (and maybe probed)
+    CALLS.clear()
+    failed = dg.materialize(
+        [raw, cast_once],
+        instance=instance,
+        resources={"io_manager": io},
+        selection=[cast_once],
+        raise_on_error=False,
+    )
+    assert not failed.success
+    error = str(failed.get_step_failure_events()[0].step_failure_data.error)
+    assert "LineageLostError" in error
+    assert "pure=True" in error
+    assert Counter({"cast_once": 1}) == CALLS
+
+
 def test_offline_probe_demotes_an_observed_view_of_data_dependent_code(tmp_path: Path) -> None:
     CALLS.clear()
     calls = CALLS

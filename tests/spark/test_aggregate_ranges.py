@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from frame_reference import assert_lineage, output_rows
+from frame_reference import assert_lineage, output_rows, same_lineage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Window
@@ -94,34 +94,6 @@ def both(fn: Any, frames: Any) -> tuple[Any, Any]:
     same_lineage(tapped, lists)
     assert "retried_with_lists" not in lists.timings
     return auto, lists
-
-
-def same_lineage(auto: Any, lists: Any) -> None:
-    """``auto``'s relations equal ``lists``' (rows matched by value, see :func:`both`)."""
-    assert auto.columns == lists.columns
-
-    def values(cap: Any) -> list[tuple[Any, ...]]:
-        return [tuple(v for k, v in r.items() if k != ROW_ID) for r in output_rows(cap)]
-
-    a, b = values(auto), values(lists)
-    assert sorted(a, key=repr) == sorted(b, key=repr)
-    if len(set(a)) == len(a):
-        where = {row: i for i, row in enumerate(a)}
-        renumber = np.asarray([where[row] for row in b], np.int64)
-    else:  # repeated rows cannot be matched: the outputs must be in the same order
-        assert a == b
-        renumber = np.arange(len(a), dtype=np.int64)
-    for inp in auto.inputs:
-        for considered in (False, True):
-            got = lists.relation(inp.name, considered=considered)
-            moved = LineageRelation(
-                got.out_shape,
-                got.in_shape,
-                np.stack([renumber[got.out_cols[0]], got.out_cols[1]]),
-                got.in_cols,
-                got.out_cols.shape[1],
-            )
-            assert auto.relation(inp.name, considered=considered) == moved
 
 
 def join_agg(f: Any, d: Any) -> Any:

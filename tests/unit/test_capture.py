@@ -11,9 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dslog_dagster import _annotator
 from dslog_dagster.core import TRACKED_FLOAT, Capture, LineageRelation, capture
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.testing import analytic
 from dslog_dagster.errors import (
     CaptureError,
@@ -386,6 +389,77 @@ def test_all_to_all_fallback_keeps_the_functions_output_dtypes() -> None:
     assert count.value.dtype == np.int64  # a NumPy scalar of the function's own dtype
     with pytest.raises(UnsupportedArrayError, match="numeric and boolean"):
         Capture(on_lost="all_to_all").run(lambda a: np.array(["a"]), x)
+
+
+def test_all_to_all_fallback_runs_a_function_once_unless_it_may_run_again() -> None:
+    """Issue 24: the fallback never calls user code a second time unless it is pure."""
+    x = np.array([[0.0, 2.0, -1.0], [3.0, 0.0, 5.0]])
+    calls: list[str] = []
+
+    def indices(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        calls.append("indices")
+        return a * 2.0, np.argwhere(a > 1.0)  # output 1 is returned without lineage
+
+    r = Capture(on_lost="all_to_all").run(indices, x)
+    assert calls == ["indices"]  # the values are those of the one run
+    assert r.flagged
+    assert r.reason is not None
+    assert "output 1" in r.reason
+    np.testing.assert_array_equal(r.value[1], np.argwhere(x > 1.0))
+    assert r.relation(0, 0) == capture(lambda a: a * 2.0, x).relation(0, 0)  # kept exact
+    assert r.relation(1, 0).n == np.argwhere(x > 1.0).size * x.size
+
+    def casts(a: np.ndarray) -> np.ndarray:
+        calls.append("casts")
+        return a.astype(np.float64) * 2.0  # the annotated run raises part-way
+
+    calls.clear()
+    with pytest.raises(LineageLostError, match="pure=True") as info:
+        Capture(on_lost="all_to_all").run(casts, x)
+    assert "second time" in str(info.value)
+    assert calls == ["casts"]
+    calls.clear()
+    r = Capture(on_lost="all_to_all", pure=True).run(casts, x)
+    assert calls == ["casts", "casts"]
+    assert r.flagged
+    np.testing.assert_array_equal(r.value, x * 2.0)
+    # NumPy's own functions have no side effects: they may run again without a declaration
+    fft = Capture(on_lost="all_to_all").run(np.fft.fft, x)
+    assert fft.flagged
+    np.testing.assert_array_equal(fft.value, np.fft.fft(x))
+
+
+def test_all_to_all_fallback_is_one_row_whatever_the_sizes() -> None:
+    """The fallback's tables are one ProvRC row per (output, input): no pair is written, so
+    an all-to-all relation of 10^13 pairs costs what a small one does."""
+    x = np.random.default_rng(1).random((1500, 1500))
+    r = Capture(on_lost="all_to_all").run(np.argwhere, x > 0.5)
+    assert r.flagged
+    assert r.tables is not None
+    table = r.tables[(0, 0)]
+    assert table.rows == 1
+    assert table.n_pairs == r.value.size * x.size
+    np.testing.assert_array_equal(r.value, np.argwhere(x > 0.5))
+
+
+@given(
+    st.lists(st.integers(0, 3), max_size=3),
+    st.lists(st.integers(0, 3), max_size=3),
+)
+def test_all_to_all_table_stands_for_every_pair(out: list[int], inp: list[int]) -> None:
+    table = LineageTable.all_to_all(tuple(out), tuple(inp))
+    no, ni = int(np.prod(out)), int(np.prod(inp))
+    o = np.indices(tuple(out)).reshape(len(out), no)  # 0-d: one cell, no coordinates
+    i = np.indices(tuple(inp)).reshape(len(inp), ni)
+    want = LineageRelation(
+        tuple(out),
+        tuple(inp),
+        np.repeat(o, ni, axis=1),
+        np.tile(i, (1, no)),
+        no * ni,
+    )
+    assert table.decompress() == want
+    assert table.n_pairs == no * ni
 
 
 def test_nan_aware_numpy_paths_give_numpys_values_and_skip_ignored_nans() -> None:
