@@ -165,8 +165,12 @@ class ValueSlot:
                 continue
             for ext in EXTENSIONS:
                 if name.endswith(ext):
+                    try:
+                        published = e.stat(follow_symlinks=False).st_mtime
+                    except FileNotFoundError:  # removed meanwhile
+                        continue
                     version = urllib.parse.unquote(name[: -len(ext)])
-                    out.append((version, Path(e.path), e.stat(follow_symlinks=False).st_mtime))
+                    out.append((version, Path(e.path), published))
         return out
 
     def legacy(self) -> Path | None:
@@ -253,20 +257,31 @@ class ValueSlot:
         finally:
             self.release(lease)
 
-    def lease(self, version: str) -> Path:
-        """Protect ``version`` from retention until :meth:`release` (or this process ends)."""
-        self.leases.mkdir(parents=True, exist_ok=True)
+    def lease(self, version: str) -> Path | None:
+        """Protect ``version`` from retention until :meth:`release` (or this process ends).
+
+        ``None`` when the lease cannot be written (a read-only copy of the values: no
+        retention can run there either, so the read goes ahead unprotected).
+        """
         lease = self.leases / f"{uuid.uuid4().hex}.lease"
         body = {"version": version, "host": socket.gethostname(), "pid": os.getpid()}
         tmp = lease.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body | {"t": time.time()}))
-        os.replace(tmp, lease)
+        try:
+            self.leases.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(body | {"t": time.time()}))
+            os.replace(tmp, lease)
+        except OSError as e:
+            _log.debug("dslog: could not lease `%s` version `%s`: %s", self.stem, version, e)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            return None
         return lease
 
     @staticmethod
-    def release(lease: Path) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            lease.unlink()
+    def release(lease: Path | None) -> None:
+        if lease is not None:
+            with contextlib.suppress(FileNotFoundError):
+                lease.unlink()
 
     def locate(self, version: str) -> Path:
         """The path of ``version``, waiting out a removal in progress (which backs off when
@@ -359,11 +374,16 @@ class ValueSlot:
                 os.replace(path, aside)
             except FileNotFoundError:
                 continue  # another process removed it
-            if version in self.live_leases():  # a reader leased it meanwhile: put it back
-                os.replace(aside, path)
-                continue
-            tomb = self.dir / (version_part(version) + _TOMBSTONE)
-            tomb.write_text(json.dumps({"t": retention.clock(), "rule": retention.describe()}))
+            try:
+                if version in self.live_leases():  # a reader leased it meanwhile: put it back
+                    os.replace(aside, path)
+                    continue
+                tomb = self.dir / (version_part(version) + _TOMBSTONE)
+                tomb.write_text(json.dumps({"t": retention.clock(), "rule": retention.describe()}))
+            except BaseException:
+                if os.path.lexists(aside):
+                    os.replace(aside, path)  # keep the value when its removal cannot be told
+                raise
             self.discard(aside)
             removed.append(version)
         if removed:

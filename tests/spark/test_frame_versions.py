@@ -103,8 +103,9 @@ def test_frame_versions_read_back_and_survive_a_failed_lineage_write(
         third = _run(io, instance, fout).run_id  # reads fmid's first version
         out = sorted(tuple(r) for r in io.load_value("fout", third).collect())
         assert out == [(*r, r[-1] + 1) for r in mid_v1]
-        with pytest.raises(ValueExpiredError):
-            ROUND["n"] = 3
-            for _ in range(3):
-                _run(io, instance, fsrc)
+        ROUND["n"] = 3
+        for _ in range(3):  # keep_last=3: the first version of fsrc goes
+            _run(io, instance, fsrc)
+        assert len(list((data / "fsrc.versions").glob("*.parquet"))) == 3
+        with pytest.raises(ValueExpiredError, match="keep_last=3"):
             io.load_value("fsrc", first)

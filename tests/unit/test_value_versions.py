@@ -188,3 +188,35 @@ def test_republishing_a_version_replaces_it_and_clears_its_tombstone(tmp_path: P
     with slot.reading("r0") as p:
         assert np.load(p).tolist() == [1.0, 1.0]
     assert not list(slot.dir.glob("*.expired"))
+
+
+def test_a_read_where_no_lease_can_be_written_still_reads(tmp_path: Path) -> None:
+    slot = ValueSlot(tmp_path / "x")
+    _publish(slot, "r0", np.arange(3.0), Clock())
+    slot.leases.write_text("not a directory")  # mkdir of the lease folder fails
+    assert slot.lease("r0") is None
+    with slot.reading("r0") as p:
+        assert np.load(p).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_removal_that_cannot_leave_its_tombstone_keeps_the_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    slot = ValueSlot(tmp_path / "x")
+    for i in range(2):
+        clock.t += 1
+        _publish(slot, f"r{i}", np.arange(3.0) + i, clock)
+    real = Path.write_text
+
+    def no_tombstones(self: Path, *args: object, **kwargs: object) -> int:
+        if self.name.endswith(".expired"):
+            msg = "[Errno 28] No space left on device"
+            raise OSError(msg)
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "write_text", no_tombstones)
+    with pytest.raises(OSError, match="No space left"):
+        slot.apply(Retention(keep_last=1, clock=clock), protect=set())
+    assert _stored(slot) == {"r0", "r1"}
+    assert np.load(slot.locate("r0")).tolist() == [0.0, 1.0, 2.0]
