@@ -2,6 +2,7 @@
 Parquet version that reads back equal to what the step returned, a failed lineage write
 changes no stored frame, and the next downstream-only run reads the previous version."""
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,22 @@ def test_frame_versions_read_back_and_survive_a_failed_lineage_write(
         third = _run(io, instance, fout).run_id  # reads fmid's first version
         out = sorted(tuple(r) for r in io.load_value("fout", third).collect())
         assert out == [(*r, r[-1] + 1) for r in mid_v1]
+        held = io.load_value("fsrc", second)  # a reader still using the second version
+        del back
+        gc.collect()  # the frames loaded above are gone: their leases end
         ROUND["n"] = 3
-        for _ in range(3):  # keep_last=3: the first version of fsrc goes
+        for _ in range(3):  # keep_last=3: the first version goes, the leased second stays
             _run(io, instance, fsrc)
-        assert len(list((data / "fsrc.versions").glob("*.parquet"))) == 3
+        names = {p.stem for p in (data / "fsrc.versions").glob("*.parquet")}
+        assert len(names) == 4
+        assert first not in names
+        assert second in names
+        assert sorted(tuple(r) for r in held.collect()) == _rows(2)  # Spark reads it lazily
         with pytest.raises(ValueExpiredError, match="keep_last=3"):
             io.load_value("fsrc", first)
+        del held
+        gc.collect()
+        _run(io, instance, fsrc)
+        names = {p.stem for p in (data / "fsrc.versions").glob("*.parquet")}
+        assert len(names) == 3
+        assert second not in names
