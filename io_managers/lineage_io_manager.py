@@ -32,9 +32,8 @@ import os
 import threading
 import urllib.parse
 import weakref
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import numpy as np
@@ -48,6 +47,9 @@ from dslog_dagster.resources import DSLogResource
 from dslog_dagster.settings import TrackingSettings
 from dslog_dagster.tracked_step import FrameSource
 from dslog_dagster.values import is_frame
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["DSLogIOManager"]
 
@@ -115,7 +117,6 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
     _settings_cache: dict[tuple[str, str | None], DSLogResource] = PrivateAttr(default_factory=dict)
     # (run id, step key, input name) -> the value version load_input read for it
     _reads: dict[tuple[str, str, str], str] = PrivateAttr(default_factory=dict)
-    _clock: Callable[[], float] | None = PrivateAttr(default=None)
 
     @classmethod
     def from_resource(cls, dslog: DSLogResource, base_dir: str | None = None) -> "DSLogIOManager":
@@ -167,7 +168,6 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
         return Retention(
             keep_last=self.keep_last,
             keep_for_s=None if hours is None else hours * 3600.0,
-            clock=self._clock or Retention().clock,
         )
 
     def _asset_slot(self, key: dg.AssetKey, partition: str | None) -> ValueSlot:
@@ -240,14 +240,16 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
         slot, key, pk = self._output_slot(context)
         pending = self._named_reads(context, take_pending(context))
         cap = pending.frame if pending is not None else None
-        tmp = slot.staging(".parquet")
+        tmp = None
         try:
+            tmp = slot.staging(".parquet")
             # a captured output is stored with the capture's row ids: the ones its lineage names
             info = stage_frame(cap if cap is not None else obj, tmp)
             writer = LineageWriter(self.dslog_settings(), self._base())
             md = writer.write_frame(context, pending, info.rows, info.schema)
         except BaseException:
-            slot.discard(tmp)
+            if tmp is not None:
+                slot.discard(tmp)
             raise
         finally:
             if cap is not None:
