@@ -22,6 +22,7 @@ from dslog_dagster.errors import LineageStorageError as LineageStorageError
 from dslog_dagster.errors import QueryError as QueryError
 from dslog_dagster.errors import SchemaVersionError as SchemaVersionError
 from dslog_dagster.errors import UnsupportedArrayError as UnsupportedArrayError
+from dslog_dagster.errors import ValueExpiredError as ValueExpiredError
 
 if TYPE_CHECKING:
     from dslog_dagster.decorators import tracked_asset as tracked_asset
@@ -68,6 +69,7 @@ __all__ = [
     "QueryError",
     "SchemaVersionError",
     "UnsupportedArrayError",
+    "ValueExpiredError",
     "__version__",
     "plain",
     "tracked_asset",

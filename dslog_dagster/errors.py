@@ -13,6 +13,7 @@ what was wrong and, when it is known, what to do about it.
     │   ├── SchemaVersionError             a file was written by an unknown format version
     │   └── LineageCorruptError            a file's bytes fail their checksum or do not parse
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
+    │   └── ValueExpiredError              an asset value version removed by retention
     ├── QueryError(ValueError)             a malformed lineage query
     ├── CaptureError                       annotated execution could not record lineage
     │   ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
@@ -82,6 +83,11 @@ class LineageNotFoundError(DSLogError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""
+
+
+class ValueExpiredError(LineageNotFoundError):
+    """A stored asset value version was removed by the IO manager's retention setting (its
+    lineage stays in the store; the value itself is gone)."""
 
 
 class QueryError(DSLogError, ValueError):

@@ -1,48 +1,61 @@
 """``DSLogIOManager``: NumPy arrays and Spark DataFrames in files, with their lineage.
 
-Array files (``base_dir`` defaults to the instance's storage directory):
+Every materialization's value is its own immutable version
+(:mod:`~dslog_dagster.io_managers.value_versions`), keyed by the run id, which is also the
+output array's version in the lineage store. The value's stem (``base_dir`` defaults to the
+instance's storage directory):
 
-* unpartitioned asset ``a/b`` -> ``<base_dir>/a/b.npy``;
-* partition ``p`` of ``a/b`` -> ``<base_dir>/a/b/<p, percent-encoded>.npy``;
-* op output (not an asset) -> ``<base_dir>/runs/<run_id>/<step_key>/<output>.npy``.
+* unpartitioned asset ``a/b`` -> ``<base_dir>/a/b``;
+* partition ``p`` of ``a/b`` -> ``<base_dir>/a/b/<p, percent-encoded>``;
+* op output (not an asset) -> ``<base_dir>/runs/<run_id>/<step_key>/<output>``;
 
-A Spark DataFrame takes the same path with ``.parquet`` instead of ``.npy``: a Parquet directory
-with the dense row-id column the lineage names rows by, and a ``_dslog_frame.json`` side-car
-(rows, schema), published atomically
-(:func:`~dslog_dagster.io_managers.spark_frames.store_frame`). Loading gives user code an
+holds ``<stem>.versions/<run id>.npy`` per version, and ``<stem>.npy`` links to the newest.
+A Spark DataFrame is ``<run id>.parquet`` instead: a Parquet directory with the dense row-id
+column the lineage names rows by, and a ``_dslog_frame.json`` side-car (rows, schema)
+(:func:`~dslog_dagster.io_managers.spark_frames.stage_frame`). Loading gives user code an
 ordinary DataFrame and offers the frame *with* ids to the tracked step
 (:class:`~dslog_dagster.tracked_step.FrameSource`); see :mod:`dslog_dagster.spark.steps`.
 
-The lineage itself is published by :mod:`~dslog_dagster.io_managers.writer` after the value is
-stored; the lineage store defaults to ``<base_dir>/.dslog``
-(:class:`~dslog_dagster.DSLogResource`).
+A value is staged under a temporary name, its lineage is committed by
+:mod:`~dslog_dagster.io_managers.writer`, and only then is the value renamed to its version: a
+failed lineage write changes nothing a reader can name. An input loads the version of the
+upstream's latest materialization Dagster records (whose lineage committed first), and the
+step's lineage names the version it loaded. ``keep_last`` / ``keep_for_hours`` bound how many
+versions are kept; :meth:`DSLogIOManager.load_value` reads any kept version. The lineage store
+defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLogResource`).
 """
 
-import contextlib
+import dataclasses
 import json
+import logging
 import os
 import threading
 import urllib.parse
-import uuid
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import numpy as np
 from pydantic import Field, PrivateAttr
 
-from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
+from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
+from dslog_dagster.io_managers.value_versions import Retention, ValueSlot
 from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.settings import TrackingSettings
 from dslog_dagster.tracked_step import FrameSource
 from dslog_dagster.values import is_frame
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 __all__ = ["DSLogIOManager"]
 
 _SETTINGS: dict[tuple[tuple[str, str | None], str], DSLogResource] = {}
 _SETTINGS_LOCK = threading.Lock()
+_log = logging.getLogger(__name__)
 
 
 def _safe_part(text: str) -> str:
@@ -82,8 +95,28 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="Spark conf for a session this IO manager starts."
     )
+    keep_last: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Value retention: keep the newest N versions of each asset value (None: no count "
+            "rule). With keep_for_hours too, a version is kept when either rule keeps it. "
+            "Neither set: every version is kept."
+        ),
+    )
+    keep_for_hours: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Value retention: keep versions published less than this many hours ago (None: no "
+            "age rule). The newest version, the one the latest materialization names and "
+            "versions a running step reads are never removed."
+        ),
+    )
     _instance_dir: str | None = PrivateAttr(default=None)
     _settings_cache: dict[tuple[str, str | None], DSLogResource] = PrivateAttr(default_factory=dict)
+    # (run id, step key, input name) -> the value version load_input read for it
+    _reads: dict[tuple[str, str, str], str] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def from_resource(cls, dslog: DSLogResource, base_dir: str | None = None) -> "DSLogIOManager":
@@ -128,22 +161,30 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
             self._settings_cache[key] = cached
         return cached
 
-    def _asset_path(self, key: dg.AssetKey, partition: str | None, ext: str = ".npy") -> Path:
-        parts = [_safe_part(p) for p in key.path]
-        if partition is None:
-            return self._base().joinpath(*parts[:-1], parts[-1] + ext)
-        return self._base().joinpath(*parts, _safe_part(partition) + ext)
-
-    def _op_path(self, run_id: str, step_key: str, output: str, ext: str = ".npy") -> Path:
-        return (
-            self._base()
-            / "runs"
-            / _safe_part(run_id)
-            / _safe_part(step_key)
-            / (_safe_part(output) + ext)
+    # ------------------------------------------------------------------ where values live
+    def retention(self) -> Retention:
+        """The value retention of this IO manager (:class:`~.value_versions.Retention`)."""
+        hours = self.keep_for_hours
+        return Retention(
+            keep_last=self.keep_last,
+            keep_for_s=None if hours is None else hours * 3600.0,
         )
 
-    def _output_path(self, context: dg.OutputContext, ext: str) -> Path:
+    def _asset_slot(self, key: dg.AssetKey, partition: str | None) -> ValueSlot:
+        parts = [_safe_part(p) for p in key.path]
+        if partition is None:
+            return ValueSlot(self._base().joinpath(*parts))
+        return ValueSlot(self._base().joinpath(*parts, _safe_part(partition)))
+
+    def _op_slot(self, run_id: str, step_key: str, output: str) -> ValueSlot:
+        return ValueSlot(
+            self._base() / "runs" / _safe_part(run_id) / _safe_part(step_key) / _safe_part(output)
+        )
+
+    def _output_slot(
+        self, context: dg.OutputContext
+    ) -> tuple[ValueSlot, dg.AssetKey | None, str | None]:
+        """The output's slot, asset key and partition key."""
         if context.has_asset_key:
             pk = None
             if context.has_asset_partitions:
@@ -152,9 +193,10 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
                 if pk is None:
                     msg = f"DSLogIOManager stores one partition per step, got {len(keys)}."
                     raise UnsupportedArrayError(msg)
-            return self._asset_path(context.asset_key, pk, ext)
-        return self._op_path(context.run_id, context.step_key, context.name, ext)
+            return self._asset_slot(context.asset_key, pk), context.asset_key, pk
+        return self._op_slot(context.run_id, context.step_key, context.name), None, None
 
+    # ------------------------------------------------------------------ storing
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if is_frame(obj):
             self._handle_frame(context, obj)
@@ -167,59 +209,194 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
                 "manager>) for other types."
             )
             raise UnsupportedArrayError(msg)
-        path = self._output_path(context, ".npy")
-        pending = take_pending(context)
+        slot, key, pk = self._output_slot(context)
+        pending = self._named_reads(context, take_pending(context))
         writer = LineageWriter(self.dslog_settings(), self._base())
         # the lineage's segment is staged and flushed while the value is written; it is
         # published (and its directories flushed) only once the value is stored
         job = writer.start(context, pending, arr.shape, arr.dtype, background=True)
+        tmp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-            try:
-                with tmp.open("wb") as f:
-                    np.save(f, arr, allow_pickle=False)
-                os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
+            tmp = slot.staging(".npy")
+            with tmp.open("wb") as f:
+                np.save(f, arr, allow_pickle=False)
+            md = job.finish()  # the lineage commits first; a failure leaves no new version
         except BaseException:
             job.abort()
+            if tmp is not None:
+                slot.discard(tmp)
             raise
+        path = self._publish(context, slot, tmp, ".npy", key, pk)
         md = {
             "path": dg.MetadataValue.path(str(path)),
             m.SHAPE: dg.MetadataValue.text(str(arr.shape)),
-        }
-        md |= job.finish()
+        } | md
         context.add_output_metadata(md)
 
     def _handle_frame(self, context: dg.OutputContext, obj: Any) -> None:
-        """Store a Spark DataFrame output with its row ids, then its lineage."""
-        from dslog_dagster.io_managers.spark_frames import store_frame
+        """Store a Spark DataFrame output with its row ids, then its lineage, then publish."""
+        from dslog_dagster.io_managers.spark_frames import stage_frame
 
-        path = self._output_path(context, ".parquet")
-        pending = take_pending(context)
+        slot, key, pk = self._output_slot(context)
+        pending = self._named_reads(context, take_pending(context))
         cap = pending.frame if pending is not None else None
+        tmp = None
         try:
+            tmp = slot.staging(".parquet")
             # a captured output is stored with the capture's row ids: the ones its lineage names
-            info = store_frame(cap if cap is not None else obj, path)
+            info = stage_frame(cap if cap is not None else obj, tmp)
             writer = LineageWriter(self.dslog_settings(), self._base())
-            md = {"path": dg.MetadataValue.path(str(path))}
-            md |= writer.write_frame(context, pending, info.rows, info.schema)
+            md = writer.write_frame(context, pending, info.rows, info.schema)
+        except BaseException:
+            if tmp is not None:
+                slot.discard(tmp)
+            raise
         finally:
             if cap is not None:
                 cap.release()
-        context.add_output_metadata(md)
+        path = self._publish(context, slot, tmp, ".parquet", key, pk)
+        context.add_output_metadata({"path": dg.MetadataValue.path(str(path))} | md)
 
-    def _load_stored(self, context: dg.InputContext, npy: Path, offer: bool = True) -> Any:
-        """The array stored at ``npy`` or the DataFrame beside it (``.parquet``), whichever is
-        newer (an asset may change kind between runs)."""
-        frame = npy.with_suffix(".parquet")
-        if frame.is_dir() and (not npy.exists() or frame.stat().st_mtime >= npy.stat().st_mtime):
-            return self._load_frame(context, frame, offer)
-        return self._load(npy)
+    def _publish(
+        self,
+        context: dg.OutputContext,
+        slot: ValueSlot,
+        tmp: Path,
+        ext: str,
+        key: dg.AssetKey | None,
+        pk: str | None,
+    ) -> Path:
+        """Rename the staged value to this run's version, then apply retention (a retention
+        failure is logged: the value and its lineage are stored)."""
+        retention = self.retention()
+        path = slot.publish(tmp, context.run_id, ext, retention.clock)
+        if not retention.keeps_all:
+            protect = {context.run_id}
+            try:
+                if key is not None:
+                    latest = _latest_run(context, key, pk)
+                    if latest is not None:
+                        protect.add(latest)
+                slot.apply(retention, protect)
+            except Exception as e:  # housekeeping; never fail a stored step for it
+                context.log.warning(f"dslog: value retention of `{slot.stem}` failed: {e}")
+        return path
 
-    def _load_frame(self, context: dg.InputContext, path: Path, offer: bool) -> Any:
+    def _named_reads(self, context: dg.OutputContext, pending: Any) -> Any:
+        """``pending`` with each input's version set to the value version loaded for it, so
+        the lineage names exactly the data the step read."""
+        if pending is None or not pending.inputs:
+            return pending
+        reads = self._reads
+        fixed = []
+        for ref in pending.inputs:
+            read = reads.get((context.run_id, context.step_key, ref.arg))
+            fixed.append(ref if read is None else dataclasses.replace(ref, version=read))
+        pending.inputs = tuple(fixed)
+        return pending
+
+    # ------------------------------------------------------------------ loading
+    def load_input(self, context: dg.InputContext) -> Any:
+        if context.has_asset_key:
+            key = context.asset_key
+            if context.has_asset_partitions:
+                keys = context.asset_partition_keys
+                if len(keys) == 1:
+                    return self._load_input_version(context, key, keys[0])
+                return {pk: self._load_input_version(context, key, pk, offer=False) for pk in keys}
+            return self._load_input_version(context, key, None)
+        up = context.upstream_output
+        if up is None:
+            msg = f"DSLogIOManager cannot load input `{context.name}`: it has no upstream output."
+            raise LineageStorageError(msg)
+        slot = self._op_slot(up.run_id, up.step_key, up.name)
+        return self._load_from(context, slot, up.run_id, offer=True)
+
+    def _load_input_version(
+        self, context: dg.InputContext, key: dg.AssetKey, pk: str | None, offer: bool = True
+    ) -> Any:
+        return self._load_from(
+            context, self._asset_slot(key, pk), _latest_run(context, key, pk), offer
+        )
+
+    def _load_from(
+        self, context: dg.InputContext, slot: ValueSlot, version: str | None, offer: bool
+    ) -> Any:
+        """Load ``version`` of ``slot`` (``None``: unknown, e.g. loaded outside a run: the newest
+        published), or a value file written before versioning."""
+        if version is None or slot.find(version) is None:
+            published = slot.versions()
+            if not published:
+                legacy = slot.legacy()
+                if legacy is not None:
+                    _info(
+                        context,
+                        f"dslog: `{legacy}` is a value file from before versioned values; "
+                        "reading it (the next materialization stores versioned values).",
+                    )
+                    return self._read(context, legacy, None, offer)
+            elif version is None:
+                version = max(published, key=lambda v: (v[2], v[0]))[0]
+        if version is None:
+            msg = f"No stored value at `{slot.stem}`; materialize the upstream asset first."
+            raise LineageNotFoundError(msg)
+        step = _step_ids(context)
+        if offer and step is not None and context.has_input_name:
+            with _SETTINGS_LOCK:
+                self._reads[(*step, context.name)] = version
+        lease = slot.lease(version)
+        try:
+            path = slot.locate(version)
+            return self._read(context, path, lease, offer)
+        except BaseException:
+            slot.release(lease)
+            raise
+
+    def _read(
+        self, context: dg.InputContext | None, path: Path, lease: Path | None, offer: bool
+    ) -> Any:
+        """The value at ``path``; an array's lease ends once it is in memory, a frame's when
+        the DataFrame is collected (Spark reads its files lazily)."""
+        if path.suffix == ".parquet":
+            df = self._load_frame(context, path, offer)
+            if lease is not None:
+                weakref.finalize(df, ValueSlot.release, lease)
+            return df
+        try:
+            return self._load(path)
+        finally:
+            if lease is not None:
+                ValueSlot.release(lease)
+
+    def load_value(
+        self,
+        asset_key: "dg.AssetKey | Sequence[str] | str",
+        version: str,
+        partition: str | None = None,
+    ) -> Any:
+        """The stored value of ``asset_key`` (partition) materialized by run ``version`` (the
+        version the lineage store records for it), e.g. to compare two materializations.
+
+        Raises:
+            ValueExpiredError: retention removed that version (raise ``keep_last`` or
+                ``keep_for_hours`` to keep more).
+            LineageNotFoundError: that run stored no value here.
+        """
+        if isinstance(asset_key, str):
+            key = dg.AssetKey.from_user_string(asset_key)
+        elif isinstance(asset_key, dg.AssetKey):
+            key = asset_key
+        else:
+            key = dg.AssetKey(list(asset_key))
+        slot = self._asset_slot(key, partition)
+        lease = slot.lease(version)
+        try:
+            return self._read(None, slot.locate(version), lease, offer=False)
+        except BaseException:
+            slot.release(lease)
+            raise
+
+    def _load_frame(self, context: dg.InputContext | None, path: Path, offer: bool) -> Any:
         """An ordinary DataFrame for user code; the frame with its row ids goes to the tracked
         step (:class:`~dslog_dagster.tracked_step.FrameSource`)."""
         from pyspark.sql import SparkSession
@@ -232,28 +409,10 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
         # re-apply this IO manager's SQL conf to it
         spark = SparkSession.getActiveSession() or get_session(self.spark_master, self.spark_conf)
         with_ids, rows = load_frame(spark, path)
-        step = tracked_step_of(context, attach=True) if offer else None
-        if step is not None:  # None: loaded outside a run
+        step = tracked_step_of(context, attach=True) if offer and context is not None else None
+        if step is not None and context is not None:  # None: loaded outside a run
             step.offer_frame_input(context.name, FrameSource(with_ids, rows, str(path)))
         return with_ids.drop(ROW_ID)
-
-    def load_input(self, context: dg.InputContext) -> Any:
-        if context.has_asset_key:
-            key = context.asset_key
-            if context.has_asset_partitions:
-                keys = context.asset_partition_keys
-                if len(keys) == 1:
-                    return self._load_stored(context, self._asset_path(key, keys[0]))
-                return {
-                    pk: self._load_stored(context, self._asset_path(key, pk), offer=False)
-                    for pk in keys
-                }
-            return self._load_stored(context, self._asset_path(key, None))
-        up = context.upstream_output
-        if up is None:
-            msg = f"DSLogIOManager cannot load input `{context.name}`: it has no upstream output."
-            raise LineageStorageError(msg)
-        return self._load_stored(context, self._op_path(up.run_id, up.step_key, up.name))
 
     @staticmethod
     def _load(path: Path) -> np.ndarray:
@@ -262,3 +421,57 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
         except FileNotFoundError as e:
             msg = f"No stored array at `{path}`; materialize the upstream asset first."
             raise LineageStorageError(msg) from e
+
+
+def _latest_run(
+    context: dg.InputContext | dg.OutputContext, key: dg.AssetKey, pk: str | None
+) -> str | None:
+    """Run id of the latest materialization Dagster records for ``key`` (partition ``pk``):
+    the version whose lineage committed last. ``None`` without an instance or a record.
+
+    Unpartitioned inside a step: the step's cached upstream record (the one the tracked step
+    names in its lineage too); otherwise the instance's event log.
+    """
+    if pk is None and isinstance(context, dg.InputContext):
+        try:
+            info = context.step_context.maybe_fetch_and_get_input_asset_version_info(key)
+        except Exception:  # outside a run, or a private API moved: ask the instance
+            info = None
+        if info is not None and info.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            return info.run_id
+    instance = _instance_of(context)
+    if instance is None:
+        return None
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[pk] if pk else None), limit=1
+    ).records
+    return records[0].run_id if records else None
+
+
+def _instance_of(context: dg.InputContext | dg.OutputContext) -> dg.DagsterInstance | None:
+    try:
+        return context.step_context.instance
+    except dg.DagsterInvariantViolationError:
+        pass
+    if isinstance(context, dg.InputContext):
+        try:
+            return context.instance
+        except dg.DagsterInvariantViolationError:
+            return None
+    return None
+
+
+def _step_ids(context: dg.InputContext) -> tuple[str, str] | None:
+    """(run id, step key) of the step loading ``context``'s input; ``None`` outside a run."""
+    try:
+        step_context = context.step_context
+    except dg.DagsterInvariantViolationError:
+        return None
+    return step_context.run_id, step_context.step.key
+
+
+def _info(context: dg.InputContext, message: str) -> None:
+    try:
+        context.log.info(message)
+    except dg.DagsterInvariantViolationError:  # loaded outside a run
+        _log.info(message)

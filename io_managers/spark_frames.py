@@ -33,6 +33,7 @@ __all__ = [
     "SparkFrameIOManager",
     "load_frame",
     "read_frame",
+    "stage_frame",
     "store_frame",
     "write_frame",
 ]
@@ -168,11 +169,30 @@ def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False
     return df if row_id else df.drop(ROW_ID)
 
 
-def store_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
-    """:func:`write_frame`, published atomically, with a side-car of rows and schema.
+def stage_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
+    """:func:`write_frame` to a new directory ``path``, plus the side-car of rows and schema.
 
-    The frame is written to a temporary sibling directory and renamed into place, so a reader
-    never sees a half-written frame and a failed write leaves the previous version intact.
+    The caller publishes it by renaming ``path`` (the versioned values of
+    :mod:`~dslog_dagster.io_managers.value_versions`), or removes it.
+
+    Raises:
+        LineageStorageError: the frame could not be written.
+    """
+    info = write_frame(df, path)
+    try:
+        side = {"rows": info.rows, "schema": [list(c) for c in info.schema]}
+        (Path(path) / SIDECAR).write_text(json.dumps(side))
+    except OSError as e:
+        msg = f"Could not write the DataFrame's side-car in `{path}`: {e}"
+        raise LineageStorageError(msg) from e
+    return info
+
+
+def store_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
+    """:func:`stage_frame` to a temporary sibling, renamed into place at ``path``.
+
+    A reader never sees a half-written frame and a failed write leaves the previous frame
+    intact.
 
     Raises:
         LineageStorageError: the frame could not be written or published.
@@ -183,9 +203,7 @@ def store_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
     tmp = target.parent / f".{target.name}.{token}.tmp"
     old = target.parent / f".{target.name}.{token}.old"
     try:
-        info = write_frame(df, tmp)
-        side = {"rows": info.rows, "schema": [list(c) for c in info.schema]}
-        (tmp / SIDECAR).write_text(json.dumps(side))
+        info = stage_frame(df, tmp)
         if target.exists():
             os.replace(target, old)
         os.replace(tmp, target)

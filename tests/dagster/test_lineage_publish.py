@@ -1,6 +1,7 @@
 """How the IO manager publishes a tracked step's lineage: staged (and flushed) while the value
-is stored, published only after the value is stored, durable before the step succeeds, and
-nothing visible when either half fails."""
+is written, published only after the value is written, durable before the step succeeds, the
+value's version named only after the lineage is published, and nothing visible when either
+half fails."""
 
 import os
 import threading
@@ -95,11 +96,14 @@ def test_served_step_is_published_after_its_value_and_flushed_before_success(
     assert op.outputs[0].version == res.run_id
     segment = str(Path(store_dir, "operations", f"{op.op_id}.parquet"))
     array_dir = str(Path(store_dir, "arrays", layout_module.array_dir_name("shifted")))
-    value = next(
-        i for i, (n, t) in enumerate(events) if n == "replace" and t.endswith("shifted.npy")
-    )
+    version = str(Path(io.base_dir or "", "shifted.versions", f"{res.run_id}.npy"))
+    value = events.index(("replace", version))
     published = events.index(("rename", segment))
-    assert value < published  # nothing of the lineage is visible before the value is stored
+    assert published < value  # the value is named as its version only after the lineage
+    link = next(
+        i for i, (n, t) in enumerate(events) if n == "replace" and t.endswith("/shifted.npy")
+    )
+    assert value < link  # the convenience link follows the named version
     staged = next(i for i, (n, t) in enumerate(events) if n == "rename" and t == segment)
     # the segment was flushed under .staging before it was published ...
     flushed = [t for n, t in events[:staged] if n == "fsync" and "/.staging/" in t]
