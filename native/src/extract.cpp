@@ -160,18 +160,28 @@ struct Sink {
   // binary search in a big set costs a cache miss per step, for every output cell).
   mutable std::vector<uint64_t> bits;
   mutable bool bits_tried = false;
+  // Cells found on the first membership test to be an arithmetic progression (a column of a
+  // union of lanes, e.g. standardize's mean ∪ std of one column): tested by its step, never
+  // by a binary search (a cache miss per step, for every output cell).
+  mutable uint64_t step = 0;
   bool contains(uint64_t c) const {
     if (c < lo || c > hi) return false;
-    if (prog) return (c - start) % stride == 0;
+    if (prog) return stride == 1 || (c - start) % stride == 0;
     if (!bits_tried) {
       bits_tried = true;
       const uint64_t span = hi - lo + 1;
       if (cells.size() >= 64 && span <= 64 * uint64_t(cells.size())) {
         bits.assign(size_t((span + 63) / 64), 0);
         for (uint64_t x : cells) bits[size_t((x - lo) >> 6)] |= uint64_t{1} << ((x - lo) & 63);
+      } else if (cells.size() >= 2) {
+        const uint64_t d = cells[1] - cells[0];
+        bool arith = true;
+        for (size_t t = 2; t < cells.size() && arith; ++t) arith = cells[t] - cells[t - 1] == d;
+        if (arith) step = d;
       }
     }
     if (!bits.empty()) return (bits[size_t((c - lo) >> 6)] >> ((c - lo) & 63)) & 1;
+    if (step != 0) return (c - lo) % step == 0;
     return std::binary_search(cells.begin(), cells.end(), c);
   }
   template <class F>
@@ -303,10 +313,14 @@ class Extractor {
           continue;
         }
       }
-      if (hnd::kind(h) == hnd::kJoin && spine(h)) {
+      if (hnd::kind(h) == hnd::kJoin && (quick_spine(h) || spine(h))) {
         // {a few cells} ∪ shared sets (x - x.mean(), standardize, softmax): the shared part
         // is analysed once per distinct combination, the cells checked against it.
-        const SpineEntry& e = spine_entry();
+        const SpineEntry& e = quick_hit_ ? spines_[quick_entry_] : spine_entry();
+        if (!quick_hit_ && quick_shape_) {
+          quick_other_ = spine_others_[0];
+          quick_entry_ = size_t(&e - spines_.data());
+        }
         cur2_.clear();
         for (uint64_t c : spine_cells_)
           if (!covered(e.sinks, c)) cur2_.push_back(c);
@@ -316,6 +330,15 @@ class Extractor {
           cur2_.erase(std::unique(cur2_.begin(), cur2_.end()), cur2_.end());
         }
         for (uint32_t sk : e.sinks) sinks_[sk].outs.add(i);
+        feed(i, cur2_.data(), cur2_.size());
+        have_prev = false;
+        continue;
+      }
+      if (hnd::kind(h) == hnd::kJoin && !quick_hit_ && spine_only_cells_) {
+        // A small union of cells: what analyse() would make of it, without a second walk.
+        cur2_.assign(spine_cells_.begin(), spine_cells_.end());
+        std::sort(cur2_.begin(), cur2_.end());
+        cur2_.erase(std::unique(cur2_.begin(), cur2_.end()), cur2_.end());
         feed(i, cur2_.data(), cur2_.size());
         have_prev = false;
         continue;
@@ -437,6 +460,25 @@ class Extractor {
     }
   }
 
+  // The lazy union h when it is {one cell} ∪ the shared set of the previous such union
+  // (x - x.mean(): every output cell's set is its own cell joined with the same mean): the
+  // spine without opening it again or looking its shared set up. False otherwise (then
+  // spine() decides).
+  bool quick_spine(Handle h) {
+    quick_hit_ = false;
+    if (!ar_.check(h)) throw BadHandle(h);
+    if (quick_other_ == 0) return false;
+    const auto sd = ar_.join_sides(h);
+    const bool first = hnd::kind(sd[0]) == hnd::kCell;
+    if (!first && hnd::kind(sd[1]) != hnd::kCell) return false;
+    if ((first ? sd[1] : sd[0]) != quick_other_) return false;
+    const uint64_t c = hnd::payload(first ? sd[0] : sd[1]);
+    if (c >= ncells_) throw ForgedCell();
+    spine_cells_.assign(1, c);
+    quick_hit_ = true;
+    return true;
+  }
+
   // The lazy union h as cells (kCell, kCell2 leaves) and at most kSpineMax other sets,
   // opening at most 8 unions; false when it is not of that shape.
   static constexpr size_t kSpineMax = 4;
@@ -444,6 +486,7 @@ class Extractor {
     if (!ar_.check(h)) throw BadHandle(h);
     spine_cells_.clear();
     spine_others_.clear();
+    spine_only_cells_ = false;
     Handle st[16];
     int top = 0, opened = 0;
     st[top++] = h;
@@ -477,7 +520,14 @@ class Extractor {
           throw ForgedHandle(t);
       }
     }
-    if (spine_others_.empty()) return false;
+    if (spine_others_.empty()) {
+      // Cells only (min-max scaling: {c, argmin} ∪ {argmax, argmin}): read here, once.
+      for (uint64_t c : spine_cells_)
+        if (c >= ncells_) throw ForgedCell();
+      spine_only_cells_ = true;
+      return false;
+    }
+    quick_shape_ = opened == 1 && spine_cells_.size() == 1 && spine_others_.size() == 1;
     for (uint64_t c : spine_cells_)
       if (c >= ncells_) throw ForgedCell();
     std::sort(spine_others_.begin(), spine_others_.end());
@@ -852,6 +902,11 @@ class Extractor {
   std::vector<SpineEntry> spines_;
   std::vector<uint64_t> spine_cells_, cur2_;
   std::vector<Handle> spine_others_;
+  // quick_spine(): the shared set of the last {cell} ∪ shared union and its spine entry.
+  Handle quick_other_ = 0;
+  size_t quick_entry_ = 0;
+  bool quick_hit_ = false, quick_shape_ = false;
+  bool spine_only_cells_ = false;  // spine(): false because the union holds cells only
   std::vector<Handle> stack_;
   std::vector<ListMemo> memos_;
   std::vector<int64_t> oc_, ac_;

@@ -65,6 +65,11 @@ STEPS: dict[str, Callable[[Any], Any]] = {
     "double": lambda a: a + a,
     "center": lambda a: a - a.mean(),
     "center0": lambda a: a - a.mean(axis=0),
+    # {cell} ∪ shared set with the cell on either side and the shared set changing along the
+    # scan (the extraction's quick path for repeated shared sets must notice every change)
+    "centers": lambda a: np.concatenate(
+        [a - a.mean(), a.mean(axis=1, keepdims=True) - a, a - a.sum()], axis=1
+    ),
     "standardize": lambda a: (a - a.mean(axis=0)) / (a.std(axis=0) + 1.0),
     "minmax": lambda a: (a - a.min()) / (a.max() - a.min() + 1.0),
     "softmax": lambda a: (
