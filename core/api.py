@@ -23,6 +23,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -33,11 +34,19 @@ from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
+from dslog_dagster.core.store.graph import (
+    Edge,
+    GraphPiece,
+    Node,
+    array_of,
+    load_records,
+    path_piece,
+    reachable_piece,
+)
 from dslog_dagster.errors import (
     InvalidRelationError,
     LineageCorruptError,
     LineageNotFoundError,
-    LineageStorageError,
     QueryError,
     ReuseError,
 )
@@ -292,12 +301,8 @@ class DSLog:
     def __init__(self, store: LineageStore | str | os.PathLike[str]) -> None:
         self.store = store if isinstance(store, LineageStore) else LineageStore(store)
         self._prepared: OrderedDict[tuple[str, str, str], PreparedHop | None] = OrderedDict()
-        self._graph_key: tuple[int, str] | None = None
-        self._ops: list[OperationRecord] = []
-        self._fwd: dict[str, list[tuple[OperationRecord, ArrayRecord]]] = {}
-        self._bwd: dict[str, list[tuple[OperationRecord, ArrayRecord]]] = {}
         self._plans: dict[tuple[Any, ...], QueryPlan] = {}
-        self._by_name: dict[str, dict[str, ArrayRecord]] = {}
+        self._plans_state: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         return f"DSLog({str(self.store.root)!r})"
@@ -381,7 +386,6 @@ class DSLog:
                     rec = self.store.register_operation(
                         op_name, ins, outs, lineage, args=op_args, capture_method=f"view-{hit.kind}"
                     )
-                    self._graph_key = None
                     return rec
         if capture is None:
             msg = (
@@ -407,7 +411,6 @@ class DSLog:
         rec = self.store.register_operation(
             op_name, ins, outs, lineage, args=op_args, capture_method=capture_method
         )
-        self._graph_key = None
         return rec
 
     def _declared_lineage(
@@ -440,36 +443,11 @@ class DSLog:
 
     # ------------------------------------------------------------- graph
 
-    def _refresh_graph(self) -> None:
-        """Reload the operation graph when another process (or we) registered something."""
-        ids = self.store.operation_ids()
-        key = (len(ids), ids[-1] if ids else "")
-        if key == self._graph_key:
-            return
-        known = {op.op_id for op in self._ops}
-        for op_id in ids:
-            if op_id in known:
-                continue
-            try:
-                op = self.store.get_operation(op_id)
-            except (LineageNotFoundError, LineageStorageError):
-                continue  # a damaged one is noted by the store: see _refuse_if_damaged
-            self._ops.append(op)
-            for r in (*op.inputs, *op.outputs):
-                self._by_name.setdefault(r.name, {})[r.array_id] = r
-            for o in op.outputs:
-                for i in op.inputs:
-                    self._fwd.setdefault(i.array_id, []).append((op, o))
-                    self._bwd.setdefault(o.array_id, []).append((op, i))
-        for lst in (*self._fwd.values(), *self._bwd.values()):
-            lst.sort(key=lambda e: e[0].op_id, reverse=True)
-        self._graph_key = key
-        self._plans.clear()
-
-    def _versions(self, ref: ArrayLikeRef) -> list[ArrayRecord]:
-        """Candidate records of a path element, newest first."""
+    def _versions(self, ref: ArrayLikeRef, piece: GraphPiece) -> list[Node]:
+        """Candidate versions of a path element, newest first: those operations of ``piece``
+        touch, and the newest registered one."""
         if isinstance(ref, ArrayRecord):
-            return [ref]
+            return [_node(ref)]
         if isinstance(ref, Array):
             if ref.version is not None:
                 rec = self.store.get_array(ref.name, ref.version)
@@ -478,25 +456,39 @@ class DSLog:
                         f"Array `{ref.name}` is registered with shape {rec.shape}, not {ref.shape}."
                     )
                     raise QueryError(msg)
-                return [rec]
+                return [_node(rec)]
             name = ref.name
         else:
             name = _name_of(ref)
-        latest = self.store.get_array(name)  # raises a clear "no such array" error
-        recs = dict(self._by_name.get(name, {}))
+        latest = piece.latest.get(name)
+        if latest is None:  # not indexed: read from the files (or a clear "no such array")
+            latest = _node(self.store.get_array(name))
+        recs = {n.array_id: n for n in piece.versions.get(name, [])}
         recs.setdefault(latest.array_id, latest)
-        return sorted(recs.values(), key=lambda r: (r.created_at, r.version or ""), reverse=True)
+        return sorted(recs.values(), key=Node.age_key, reverse=True)
 
-    def _neighbours(
-        self, rec: ArrayRecord, name: str
-    ) -> list[tuple[OperationRecord, ArrayRecord, Direction]]:
-        """Operations linking ``rec`` to an array named ``name``, newest first."""
-        out: list[tuple[OperationRecord, ArrayRecord, Direction]] = [
-            (op, o, "forward") for op, o in self._fwd.get(rec.array_id, []) if o.name == name
-        ]
-        out += [(op, i, "backward") for op, i in self._bwd.get(rec.array_id, []) if i.name == name]
-        out.sort(key=lambda e: e[0].op_id, reverse=True)
-        return out
+    def _hops(self, edges: Sequence[Edge]) -> list[Hop]:
+        """The hops of ``edges``, their operation records read a segment at a time.
+
+        Raises:
+            LineageNotFoundError / LineageCorruptError: an operation vanished (or is damaged)
+                since the catalog listed it.
+        """
+        ops = load_records(self.store, edges)
+        hops = []
+        for e in edges:
+            op = ops.get(e.op_id)
+            if op is None:  # moved by a compaction since the catalog listed it, or damaged
+                try:
+                    op = self.store.get_operation(e.op_id)
+                except LineageNotFoundError:
+                    # its file could not be read: if that is damage (now noted), say so
+                    self._refuse_if_damaged({e.src.name, e.dst.name})
+                    raise
+            src, dst = array_of(op, e.src.array_id), array_of(op, e.dst.array_id)
+            out, inp = (dst.name, src.name) if e.direction == "forward" else (src.name, dst.name)
+            hops.append(Hop(src, dst, e.direction, op, self._prepared_for(op, out, inp)))
+        return hops
 
     def _prepared_for(self, op: OperationRecord, out: str, inp: str) -> PreparedHop | None:
         key = (op.op_id, out, inp)
@@ -524,7 +516,6 @@ class DSLog:
         if isinstance(path, str | Array | ArrayRecord) or len(path) < 2:
             msg = "A query path is a sequence of at least two arrays, e.g. ['y', 'x']."
             raise QueryError(msg)
-        self._refresh_graph()
         key = tuple(
             (p.array_id,)
             if isinstance(p, ArrayRecord)
@@ -533,12 +524,16 @@ class DSLog:
             else (p,)
             for p in path
         )
+        names = [_name_of(p) for p in path]
+        piece = path_piece(self.store, names)  # one catalog read: the edges and versions
+        if piece.state != self._plans_state:  # something was registered since
+            self._plans.clear()
+            self._plans_state = piece.state
         cached = self._plans.get(key)
         if cached is not None:
             return cached
-        names = [_name_of(p) for p in path]
         self._refuse_if_damaged(set(names))
-        versions = [self._versions(p) for p in path]  # unknown arrays fail here, clearly
+        versions = [self._versions(p, piece) for p in path]  # unknown arrays fail here
         pinned = [
             {r.array_id for r in vs}
             if isinstance(p, ArrayRecord) or (isinstance(p, Array) and p.version is not None)
@@ -547,32 +542,28 @@ class DSLog:
         ]
         starts = versions[0]
         steps = 0
-        chain: list[tuple[OperationRecord, ArrayRecord, ArrayRecord, Direction]] = []
+        chain: list[Edge] = []
 
-        def search(rec: ArrayRecord, i: int) -> bool:
+        def search(node: Node, i: int) -> bool:
             nonlocal steps
             if i == len(names) - 1:
                 return True
-            for op, nxt, direction in self._neighbours(rec, names[i + 1]):
+            for edge in piece.neighbours(node.array_id, names[i + 1]):
                 steps += 1
                 if steps > MAX_PATH_SEARCH_STEPS:
                     return False
                 allowed = pinned[i + 1]
-                if allowed is not None and nxt.array_id not in allowed:
+                if allowed is not None and edge.dst.array_id not in allowed:
                     continue
-                chain.append((op, rec, nxt, direction))
-                if search(nxt, i + 1):
+                chain.append(edge)
+                if search(edge.dst, i + 1):
                     return True
                 chain.pop()
             return False
 
         if not any(search(s, 0) for s in starts):
-            raise LineageNotFoundError(self._no_path_message(names, starts))
-        hops = []
-        for op, src, dst, direction in chain:
-            out, inp = (dst.name, src.name) if direction == "forward" else (src.name, dst.name)
-            hops.append(Hop(src, dst, direction, op, self._prepared_for(op, out, inp)))
-        plan = QueryPlan(tuple(hops))
+            raise LineageNotFoundError(self._no_path_message(names, starts, piece))
+        plan = QueryPlan(tuple(self._hops(chain)))
         self._plans[key] = plan
         return plan
 
@@ -591,24 +582,10 @@ class DSLog:
                 )
                 raise LineageCorruptError(msg, self.store.root / rel)
 
-    def _reachable_names(self, start: ArrayRecord) -> set[str]:
-        """Names of every array linked to ``start`` through operations, either way."""
-        seen = {start.array_id}
-        names = {start.name}
-        todo = [start.array_id]
-        while todo:
-            u = todo.pop()
-            for _, nxt in (*self._fwd.get(u, []), *self._bwd.get(u, [])):
-                if nxt.array_id not in seen:
-                    seen.add(nxt.array_id)
-                    names.add(nxt.name)
-                    todo.append(nxt.array_id)
-        return names
-
-    def _no_path_message(self, names: list[str], starts: list[ArrayRecord]) -> str:
+    def _no_path_message(self, names: list[str], starts: list[Node], piece: GraphPiece) -> str:
         # find the first hop that no operation links, ignoring versions, for a useful message
         for a, b in itertools.pairwise(names):
-            linked = any(self._neighbours(r, b) for r in self._versions(a))
+            linked = any(piece.neighbours(r.array_id, b) for r in self._versions(a, piece))
             if not linked:
                 return (
                     f"No registered operation links `{a}` and `{b}` directly (in either "
@@ -654,17 +631,21 @@ class DSLog:
         Raises:
             LineageNotFoundError: unknown arrays or no path between them.
         """
-        self._refresh_graph()
-        s = self._versions(src)[0]
         d_name = _name_of(dst)
-        self._refuse_if_damaged({*self._reachable_names(s), d_name})
-        d_ids = {r.array_id for r in self._versions(dst)}  # one id when dst pins a version
+        piece = path_piece(self.store, [_name_of(src), d_name])
+        s = self._versions(src, piece)[0]
+        if self.store.damaged_arrays():  # only then: the names reachable from s either way
+            reach = reachable_piece(self.store, s.array_id, None)
+            reached = {e.dst.name for lst in reach.edges.values() for e in lst}
+            self._refuse_if_damaged({s.name, d_name, *reached})
+        d_ids = {r.array_id for r in self._versions(dst, piece)}  # one id when dst is pinned
         start = as_cells(s.shape, cells)
         tried: tuple[Direction, ...] = (
             ("forward", "backward") if direction is None else (direction,)
         )
         for way in tried:
-            result = self._union_over_paths(s, d_ids, start, way, run_hop or Hop.run)
+            edges = reachable_piece(self.store, s.array_id, way).edges
+            result = self._union_over_paths(s, d_ids, start, edges, run_hop or Hop.run)
             if result is not None:
                 return result
         if direction is None:
@@ -682,16 +663,16 @@ class DSLog:
 
     def _union_over_paths(
         self,
-        s: ArrayRecord,
+        s: Node,
         d_ids: set[str],
         start: CellSet,
-        direction: Direction,
+        edges: Mapping[str, list[Edge]],
         run_hop: Callable[[Hop, CellSet], CellSet],
     ) -> CellSet | None:
-        edges = self._fwd if direction == "forward" else self._bwd
+        """The union over every path of ``edges`` (the graph reachable from ``s`` one way)."""
         # nodes reachable from s, then a topological order of them (the graph is a DAG over
         # array versions; a cycle would mean an operation wrote one of its own inputs)
-        recs: dict[str, ArrayRecord] = {s.array_id: s}
+        recs: dict[str, Node] = {s.array_id: s}
         order: list[str] = []
         state: dict[str, int] = {}
 
@@ -700,7 +681,8 @@ class DSLog:
             state[u] = 1
             while stack:
                 node, it = stack[-1]
-                for _, nxt in it:
+                for e in it:
+                    nxt = e.dst
                     recs.setdefault(nxt.array_id, nxt)
                     st = state.get(nxt.array_id, 0)
                     if st == 1:
@@ -723,29 +705,36 @@ class DSLog:
         targets = [recs[u] for u in order if u in d_ids and u != s.array_id]
         if not targets:
             return None
-        target = max(targets, key=lambda r: (r.created_at, r.version or "")).array_id
+        target = max(targets, key=Node.age_key).array_id
         # only nodes that can reach the target matter
         useful = {target}
         for u in reversed(order):
-            if any(nxt.array_id in useful for _, nxt in edges.get(u, [])):
+            if any(e.dst.array_id in useful for e in edges.get(u, [])):
                 useful.add(u)
-        cells: dict[str, CellSet] = {s.array_id: start}
+        steps: list[Edge] = []  # in topological order of their source
         for u in order:
-            if u not in useful or u not in cells or u == target:
+            if u not in useful or u == target:
                 continue
             seen: set[str] = set()  # newest operation per (u, next) only: re-runs repeat it
-            for op, nxt in edges.get(u, []):
-                if nxt.array_id not in useful or nxt.array_id in seen:
-                    continue
-                seen.add(nxt.array_id)
-                out, inp = (
-                    (nxt.name, recs[u].name) if direction == "forward" else (recs[u].name, nxt.name)
-                )
-                hop = Hop(recs[u], nxt, direction, op, self._prepared_for(op, out, inp))
-                got = run_hop(hop, cells[u])
-                prev = cells.get(nxt.array_id)
-                cells[nxt.array_id] = got if prev is None else prev | got
+            for e in edges.get(u, []):
+                if e.dst.array_id in useful and e.dst.array_id not in seen:
+                    seen.add(e.dst.array_id)
+                    steps.append(e)
+        cells: dict[str, CellSet] = {s.array_id: start}
+        for e, hop in zip(steps, self._hops(steps), strict=True):
+            if e.src.array_id not in cells:
+                continue
+            got = run_hop(hop, cells[e.src.array_id])
+            prev = cells.get(e.dst.array_id)
+            cells[e.dst.array_id] = got if prev is None else prev | got
         return cells.get(target, CellSet.empty(recs[target].shape))
+
+
+def _node(rec: ArrayRecord) -> Node:
+    created = rec.created_at
+    if created.tzinfo is None:  # records are written in UTC
+        created = created.replace(tzinfo=UTC)
+    return Node(rec.array_id, rec.name, rec.version, tuple(rec.shape), created)
 
 
 # ----------------------------------------------------------------- module-level API

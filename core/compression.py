@@ -2,7 +2,7 @@
 
 :func:`~dslog_dagster.core.provrc.compress_provrc` is the ProvRC algorithm; the *choice*
 between its table and the columnar encoding is made here, because it weighs the two as they
-are stored (:func:`~dslog_dagster.core.format.table_file.encoded_size`), and the storage
+are stored (:func:`~dslog_dagster.core.format.blob.table_to_blob`), and the storage
 format sits above the table type it stores. So the layers read, bottom up: relations
 (:mod:`~dslog_dagster.core.relation`), tables and ProvRC (:mod:`~dslog_dagster.core.provrc`),
 their algebra (:mod:`~dslog_dagster.core.combine`), the file format
@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dslog_dagster.core.combine import check_shapes, merge_tables
-from dslog_dagster.core.format.table_file import encoded_size
+from dslog_dagster.core.format.blob import stored_as_parquet, table_to_blob
 from dslog_dagster.core.provrc import (
     DEFAULT_THREADS,
     LineageTable,
@@ -87,11 +87,14 @@ def compress(
 
 
 def columnar_is_smaller(provrc: LineageTable, columnar: LineageTable) -> bool:
-    """The close call of ``fallback="auto"``: keep the columnar table only when its file is
-    clearly smaller. ProvRC answers queries without expanding cells, so a few dozen bytes of
-    metadata on a tiny table are not worth losing that."""
-    provrc_size = encoded_size(provrc)
-    return encoded_size(columnar) < provrc_size - max(128, provrc_size // 20)
+    """The close call of ``fallback="auto"``, on the bytes the store keeps (the tables'
+    blobs): keep the columnar table only when it is clearly smaller. ProvRC answers queries
+    without expanding cells, so a few dozen bytes of metadata on a tiny table are not worth
+    losing that; but a ProvRC table larger than Parquet-zstd of its pairs (the columnar
+    table then stores that Parquet file) is never kept: the store is never worse than a
+    generic encoding."""
+    p, c = len(table_to_blob(provrc)), table_to_blob(columnar)
+    return len(c) < p - max(128, p // 20) or (stored_as_parquet(c) and len(c) < p)
 
 
 def expand_ranges(keys: I64, lo: I64, hi: I64) -> tuple[I64, I64]:

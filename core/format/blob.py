@@ -20,11 +20,22 @@ as row table × column table) has flags bit 3 set and, after ``rows, n_pairs``, 
 misreading the rest), ``k`` and per part the varint length and blob of its row table, then
 of its column table.
 
+A columnar table whose pairs Parquet-zstd stores in fewer bytes (random relations of short
+axes, where the byte planes leave zstd little to find) has flags bit 4 set (with bit 1) and,
+after ``rows, n_pairs``, a Parquet file (pyarrow's defaults, zstd) of its raw columns, outputs
+first: so a table is never stored larger than Parquet-zstd of its pairs plus this header.
+A reader of format 2-2 before this sees the file's first byte (``P``) as an unknown column
+code and refuses the blob as damaged; it never misreads it.
+
 A structured operation's table is one row, whose columns always get the default transforms:
 its blob is a few dozen bytes.
 """
 
+import io
+
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import xxhash
 
 from dslog_dagster.core.combine import factored_table
@@ -38,6 +49,7 @@ _BLOB_ZSTD = 1
 _BLOB_COLUMNAR = 2
 _BLOB_DEFAULT_TRANSFORMS = 4
 _BLOB_FACTORED = 8
+_BLOB_PARQUET = 16
 _FACTORED_MARK = 0xFF
 _MIN_COMPRESS = 64  # payloads below this are stored raw: a zstd frame costs ~10 bytes
 
@@ -157,7 +169,36 @@ def _table_to_blob(table: LineageTable) -> bytes:
                 _varint(head, spec.partner)
     if flags & _BLOB_ZSTD:
         _varint(head, len(payload))
-    return bytes(head) + body
+    blob = bytes(head) + body
+    if table.encoding == "columnar" and table.rows and len(table.raw):
+        parquet = _parquet_blob(table)
+        if len(parquet) < len(blob):
+            return parquet
+    return blob
+
+
+def stored_as_parquet(blob: bytes) -> bool:
+    """Whether ``blob`` holds a columnar table as a Parquet-zstd file of its pairs."""
+    return bool(blob) and not blob[0] & _BLOB_FACTORED and bool(blob[0] & _BLOB_PARQUET)
+
+
+def _parquet_blob(table: LineageTable) -> bytes:
+    """The blob of a columnar table as a Parquet-zstd file of its raw columns."""
+    cols = {f"c{i}": pa.array(c, pa.int64()) for i, c in enumerate(table.raw)}
+    buf = io.BytesIO()
+    pq.write_table(pa.table(cols), buf, compression="zstd")
+    return bytes(_head(_BLOB_COLUMNAR | _BLOB_PARQUET, table)) + buf.getvalue()
+
+
+def _columns_from_parquet(data: bytes, ncols: int, rows: int) -> list[np.ndarray]:
+    t = pq.read_table(pa.BufferReader(data))
+    if t.num_columns != ncols or t.num_rows != rows:
+        msg = f"its Parquet columns are {t.num_columns} x {t.num_rows}, not {ncols} x {rows}"
+        raise ValueError(msg)
+    if any(c.type != pa.int64() or c.null_count for c in t.columns):
+        msg = "its Parquet columns are not int64 without nulls"
+        raise ValueError(msg)
+    return [np.ascontiguousarray(c.to_numpy(), dtype=np.int64) for c in t.columns]
 
 
 def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
@@ -184,6 +225,12 @@ def table_from_blob(blob: bytes, source: str = "<memory>") -> LineageTable:
         l, m = len(shapes[0]), len(shapes[1])
         columnar = bool(flags & _BLOB_COLUMNAR)
         ncols = l + m if columnar else 2 * l + 6 * m
+        if flags & _BLOB_PARQUET:
+            if not columnar:
+                msg = "a Parquet payload for a ProvRC table"
+                raise ValueError(msg)
+            cols = _columns_from_parquet(blob[pos:], ncols, rows)
+            return table_from_columns(shapes[0], shapes[1], "columnar", rows, n_pairs, cols)
         specs = []
         if flags & _BLOB_DEFAULT_TRANSFORMS:
             packed = blob[pos : pos + (ncols + 1) // 2]

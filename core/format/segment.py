@@ -163,6 +163,7 @@ class Segment:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.bad_rows: dict[str, str] = {}
+        self._groups: dict[tuple[tuple[str, ...], int], pa.Table] = {}
         try:
             self._file = pq.ParquetFile(self.path)
         except FileNotFoundError:
@@ -244,7 +245,12 @@ class Segment:
         return t
 
     def _group(self, columns: list[str], group: int, i: int) -> pa.Table:
-        t = self._read(columns, group)
+        # kept while the file is open: reading a page of records from one pack reads each
+        # of its row groups once, not once per record
+        key = (tuple(columns), group)
+        t = self._groups.get(key)
+        if t is None:
+            t = self._groups[key] = self._read(columns, group)
         if i >= t.num_rows:
             self._fail(f"row group {group} is shorter than its operation ids")
         return t

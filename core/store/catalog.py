@@ -58,7 +58,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 import pyarrow as pa
 
+from dslog_dagster.core.store import array_dirs
 from dslog_dagster.core.store.arrays import ArrayFiles
+from dslog_dagster.core.store.catalog_schema import DDL, INTERNAL_TABLES, SCHEMAS, TABLES
 from dslog_dagster.core.store.layout import StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
@@ -78,94 +80,6 @@ CATALOG_SCHEMA_VERSION = "2"
 T = TypeVar("T")
 
 _SMALL_BATCH = 16
-_TABLES = ("arrays", "operations", "operation_arrays", "lineage_tables", "segments")
-
-_DDL = (
-    """CREATE TABLE IF NOT EXISTS catalog_meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS arrays (
-        array_id VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, version VARCHAR, shape BIGINT[],
-        ndim INTEGER, dtype VARCHAR, asset_key VARCHAR, created_at TIMESTAMP, path VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS operations (
-        op_id VARCHAR PRIMARY KEY, op_name VARCHAR NOT NULL, capture_method VARCHAR,
-        created_at TIMESTAMP, inputs VARCHAR[], outputs VARCHAR[], n_tables INTEGER,
-        args VARCHAR, timings VARCHAR, path VARCHAR)""",
-    """CREATE TABLE IF NOT EXISTS operation_arrays (
-        op_id VARCHAR, role VARCHAR, position INTEGER, name VARCHAR, version VARCHAR,
-        array_id VARCHAR, asset_key VARCHAR, shape BIGINT[],
-        PRIMARY KEY (op_id, role, position))""",
-    """CREATE TABLE IF NOT EXISTS lineage_tables (
-        op_id VARCHAR, op_name VARCHAR, output VARCHAR, input VARCHAR, output_version VARCHAR,
-        input_version VARCHAR, output_array_id VARCHAR, input_array_id VARCHAR,
-        output_asset_key VARCHAR, input_asset_key VARCHAR, encoding VARCHAR, rows BIGINT,
-        n_pairs BIGINT, bytes BIGINT, path VARCHAR, created_at TIMESTAMP, position INTEGER,
-        PRIMARY KEY (op_id, output, input))""",
-    """CREATE TABLE IF NOT EXISTS segments (path VARCHAR PRIMARY KEY)""",
-)
-
-_SHAPE = pa.list_(pa.int64())
-_TS = pa.timestamp("us")
-_SCHEMAS = {
-    "arrays": pa.schema(
-        [
-            ("array_id", pa.string()),
-            ("name", pa.string()),
-            ("version", pa.string()),
-            ("shape", _SHAPE),
-            ("ndim", pa.int32()),
-            ("dtype", pa.string()),
-            ("asset_key", pa.string()),
-            ("created_at", _TS),
-            ("path", pa.string()),
-        ]
-    ),
-    "operations": pa.schema(
-        [
-            ("op_id", pa.string()),
-            ("op_name", pa.string()),
-            ("capture_method", pa.string()),
-            ("created_at", _TS),
-            ("inputs", pa.list_(pa.string())),
-            ("outputs", pa.list_(pa.string())),
-            ("n_tables", pa.int32()),
-            ("args", pa.string()),
-            ("timings", pa.string()),
-            ("path", pa.string()),
-        ]
-    ),
-    "operation_arrays": pa.schema(
-        [
-            ("op_id", pa.string()),
-            ("role", pa.string()),
-            ("position", pa.int32()),
-            ("name", pa.string()),
-            ("version", pa.string()),
-            ("array_id", pa.string()),
-            ("asset_key", pa.string()),
-            ("shape", _SHAPE),
-        ]
-    ),
-    "lineage_tables": pa.schema(
-        [
-            ("op_id", pa.string()),
-            ("op_name", pa.string()),
-            ("output", pa.string()),
-            ("input", pa.string()),
-            ("output_version", pa.string()),
-            ("input_version", pa.string()),
-            ("output_array_id", pa.string()),
-            ("input_array_id", pa.string()),
-            ("output_asset_key", pa.string()),
-            ("input_asset_key", pa.string()),
-            ("encoding", pa.string()),
-            ("rows", pa.int64()),
-            ("n_pairs", pa.int64()),
-            ("bytes", pa.int64()),
-            ("path", pa.string()),
-            ("created_at", _TS),
-            ("position", pa.int32()),
-        ]
-    ),
-}
 
 
 class _Unavailable(Exception):
@@ -303,16 +217,16 @@ class LineageCatalog:
             delay = min(delay * 2, 0.2)
 
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
-        for ddl in _DDL:
+        for ddl in DDL:
             con.execute(ddl)
         rows = con.execute("SELECT value FROM catalog_meta WHERE key = 'schema_version'").fetchall()
         row = rows[0] if rows else None
         if row is not None and row[0] == CATALOG_SCHEMA_VERSION:
             return
         if row is not None:  # an older catalog layout: drop it, the next sync re-indexes
-            for name in _TABLES:
+            for name in (*TABLES, *INTERNAL_TABLES):
                 con.execute(f"DROP TABLE IF EXISTS {name}")
-            for ddl in _DDL:
+            for ddl in DDL:
                 con.execute(ddl)
         con.execute(
             "INSERT OR REPLACE INTO catalog_meta VALUES ('schema_version', ?)",
@@ -411,9 +325,13 @@ class LineageCatalog:
         """
         operations = self.operations
         vanished = False
+        known_segs = {r[0] for r in con.execute("SELECT path FROM segments").fetchall()}
+        if set(self.layout.segment_files()) == known_segs:
+            # nothing written or packed since the last sync (a listing of two directories):
+            # no segment needs opening; a damaged one is never marked indexed, so never here
+            return self._sync_arrays(con)
         on_disk = operations.refresh()
         where = operations.where
-        known_segs = {r[0] for r in con.execute("SELECT path FROM segments").fetchall()}
         new_segs = [rel for rel in on_disk if rel not in known_segs]
         gone_segs = [rel for rel in known_segs if rel not in on_disk]
         changed = 0
@@ -472,21 +390,49 @@ class LineageCatalog:
                 con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
             _insert_operations(con, records, paths)
             changed += len(records)
-        known_arrays = {r[0] for r in con.execute("SELECT path FROM arrays").fetchall()}
-        arrays = []
-        for file in self.arrays.files():
-            rel = self.layout.rel(file)
-            if rel in known_arrays:
-                continue
-            try:
-                arrays.append((self.arrays.load(file), rel))
-            except (DSLogError, FileNotFoundError) as e:
-                logger.debug("skipping array record %s: %s", file, e)
-        _insert_arrays(con, arrays)
-        changed += len(arrays)
+        changed += self._sync_arrays(con)
         if vanished and _attempt < _SYNC_RETRIES:
             changed += self._sync_in(con, _attempt + 1)
         return changed
+
+    def _sync_arrays(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Index the array records of the directories changed since the last sync (see
+        :mod:`~dslog_dagster.core.store.array_dirs`); returns how many were added."""
+        started = array_dirs.now_ns()
+        noted = dict(con.execute("SELECT dir, mtime_ns FROM array_dirs").fetchall())
+        on_disk = array_dirs.array_dirs(self.layout)
+        todo = array_dirs.changed_dirs(on_disk, noted)
+        if not todo:
+            return 0
+        known = {
+            r[0]
+            for r in con.execute(
+                "SELECT path FROM arrays WHERE split_part(path, '/', 2) IN "
+                "(SELECT unnest(?::VARCHAR[]))",
+                [todo],
+            ).fetchall()
+        }
+        arrays, clean = [], []
+        for d in todo:
+            ok = True
+            for rel in array_dirs.files_in(self.layout, d):
+                if rel in known:
+                    continue
+                try:
+                    arrays.append((self.arrays.load(self.layout.root / rel), rel))
+                except (DSLogError, FileNotFoundError) as e:
+                    ok = False  # retried (and noted as damage) by every sync
+                    logger.debug("skipping array record %s: %s", rel, e)
+            if ok and array_dirs.settled(on_disk[d], started):
+                clean.append((d, on_disk[d]))
+        _insert_arrays(con, arrays)
+        con.execute("DELETE FROM array_dirs WHERE dir IN (SELECT unnest(?::VARCHAR[]))", [todo])
+        if clean:
+            con.execute(
+                "INSERT INTO array_dirs SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[])",
+                [[d for d, _ in clean], [t for _, t in clean]],
+            )
+        return len(arrays)
 
     def sync(self) -> bool:
         """Index what other processes wrote; ``False`` if the catalog stayed locked."""
@@ -512,7 +458,7 @@ class LineageCatalog:
         """
 
         def rebuild_in(con: duckdb.DuckDBPyConnection) -> None:
-            for name in _TABLES:
+            for name in (*TABLES, *INTERNAL_TABLES):
                 con.execute(f"DELETE FROM {name}")
             self._sync_in(con)
 
@@ -559,12 +505,12 @@ class LineageCatalog:
             kinds = ", ".join(s.type.name for s in statements)
             msg = (
                 f"The catalog is read-only: pass exactly one SELECT statement (got {kinds}). "
-                f"Tables: {', '.join(_TABLES)}."
+                f"Tables: {', '.join(TABLES)}."
             )
             sandbox.close()
             raise QueryError(msg)
 
-        names = [t for t in _TABLES if t in sql.lower()]
+        names = [t for t in TABLES if t in sql.lower()]
 
         def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
             tables = {t: _to_arrow(con.sql(f"SELECT * FROM {t}")) for t in names}
@@ -574,6 +520,12 @@ class LineageCatalog:
             return self._read(run)
         finally:
             sandbox.close()
+
+    def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Sync, then run ``fn`` (trusted internal queries, several in one connection: each
+        connection costs tens of ms) on the catalog, or on an in-memory one built from the
+        files when the file stays locked or is unusable."""
+        return self._read(fn)
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Rows of a trusted internal query, after a sync."""
@@ -616,7 +568,7 @@ def _run_sandboxed(
         extra = ""
         if isinstance(e, duckdb.PermissionException):
             extra = " The catalog SQL reads the catalog tables only, never files or the network."
-        msg = f"The catalog query failed: {e}.{extra} Tables: {', '.join(_TABLES)}."
+        msg = f"The catalog query failed: {e}.{extra} Tables: {', '.join(TABLES)}."
         raise QueryError(msg) from e
 
 
@@ -628,7 +580,7 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    schema = _SCHEMAS[table]
+    schema = SCHEMAS[table]
     cols = ", ".join(schema.names)
     if len(rows) <= _SMALL_BATCH:
         # A writer indexes a handful of rows: one parameterised statement is the cheapest.

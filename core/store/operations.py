@@ -12,6 +12,7 @@ A damaged segment (or a damaged row of a pack) is noted in the handle's
 held raise :class:`~dslog_dagster.errors.LineageCorruptError` naming it.
 """
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -181,6 +182,34 @@ class OperationFiles:
                 continue
             self.records[op_id] = rec
             out.append(rec)
+        return out
+
+    def read_many(self, hints: Mapping[str, str]) -> dict[str, OperationRecord]:
+        """The records of the operations ``hints`` maps to the segment (root-relative path)
+        that held them, each segment opened once. Those not found where hinted (moved by a
+        compaction, damaged: noted in :attr:`damage`) are left out: read them one by one
+        with :meth:`read`, which looks for them.
+        """
+        out: dict[str, OperationRecord] = {}
+        by_seg: dict[str, list[str]] = {}
+        for op_id, rel in hints.items():
+            rec = self.records.get(op_id)
+            if rec is not None:
+                out[op_id] = rec
+            else:
+                by_seg.setdefault(rel, []).append(op_id)
+        for rel, ops in by_seg.items():
+            try:
+                with segment.Segment(self.layout.inside(rel)) as seg:
+                    texts = []
+                    for op_id in ops:
+                        with contextlib.suppress(KeyError, LineageCorruptError):
+                            texts.append((op_id, seg.record(op_id)))
+            except (OSError, DSLogError):
+                continue  # vanished or damaged: read() looks for them, or reports the damage
+            for op_id, text in texts:
+                with contextlib.suppress(DSLogError):
+                    out[op_id] = self.records[op_id] = self.parse(text, rel, op_id)
         return out
 
     def ids(self) -> list[str]:

@@ -46,7 +46,7 @@ import errno
 import logging
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,7 @@ from dslog_dagster.core.store.layout import (
     version_file_name,
 )
 from dslog_dagster.core.store.lineage import encode_lineage, operation_segment
+from dslog_dagster.core.store.listing import between_query, page_query, pages
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.prepared import PreparedOperation
 from dslog_dagster.core.store.records import (
@@ -720,25 +721,48 @@ class LineageStore:
         """
         return self.catalog.query(query, params)
 
-    def operations(self, op_name: str | None = None) -> list[OperationRecord]:
-        """All operations (of ``op_name`` when given), oldest first."""
-        if op_name is None:
-            ids = self.catalog.column("SELECT op_id FROM operations ORDER BY op_id")
-        else:
-            ids = self.catalog.column(
-                "SELECT op_id FROM operations WHERE op_name = ? ORDER BY op_id", [op_name]
-            )
-        return self._load_ops(ids)
+    def operations(
+        self, op_name: str | None = None, *, limit: int | None = None, after: str | None = None
+    ) -> list[OperationRecord]:
+        """Operations (of ``op_name`` when given), oldest first: all of them, or one page.
 
-    def _load_ops(self, ids: Sequence[str]) -> list[OperationRecord]:
+        Args:
+            op_name: only operations of this name.
+            limit: at most this many (a page); ``None``: every one (on a big store prefer
+                :meth:`iter_operations`, which holds one page at a time).
+            after: only operations whose id sorts after this one (the last id of the previous
+                page): pages never repeat or skip an operation while writers add others.
+
+        Raises:
+            QueryError: ``limit`` is not a positive integer or ``after`` not an operation id.
+        """
+        rows = self.catalog.rows(*page_query(op_name, limit, after))
+        return self._load_ops(rows)
+
+    def iter_operations(
+        self, op_name: str | None = None, *, page_size: int = 1000
+    ) -> Iterator[OperationRecord]:
+        """Every operation (of ``op_name`` when given), oldest first, read a page at a time.
+
+        Each operation on disk when the iteration starts is yielded exactly once, in op id
+        order; one registered meanwhile is yielded when its id sorts after the page being
+        read (op ids start with their registration time).
+        """
+        return pages(
+            lambda n, after: self.operations(op_name, limit=n, after=after),
+            lambda op: op.op_id,
+            page_size,
+        )
+
+    def _load_ops(self, rows: Sequence[tuple[Any, ...]]) -> list[OperationRecord]:
+        """The records of catalog rows ``(op_id, segment path)``, read a segment at a time;
+        a vanished or damaged one is left out (damage is noted in :attr:`damage`, said here)."""
+        ids = [str(r[0]) for r in rows]
+        found = self.operation_files.read_many({str(r[0]): str(r[1]) for r in rows})
         out = []
         for op_id in ids:
-            try:
-                out.append(self.get_operation(op_id))
-            except LineageNotFoundError:
-                logger.debug("operation %s vanished from %s", op_id, self.root)
-            except LineageStorageError:
-                continue  # damaged: noted in self.damage, said below
+            with contextlib.suppress(LineageNotFoundError, LineageStorageError):
+                out.append(found[op_id] if op_id in found else self.get_operation(op_id))
         self.damage.warn(list(self.damage.damaged), str(self.root))
         return out
 
@@ -771,22 +795,5 @@ class LineageStore:
 
         An :class:`ArrayRecord` matches its version only; a name matches every version.
         """
-        conds, params = [], []
-        for role, x in (("input", a), ("output", b)):
-            if isinstance(x, ArrayRecord):
-                conds.append(
-                    f"EXISTS (SELECT 1 FROM operation_arrays x WHERE x.op_id = o.op_id "
-                    f"AND x.role = '{role}' AND x.array_id = ?)"
-                )
-                params.append(x.array_id)
-            else:
-                conds.append(
-                    f"EXISTS (SELECT 1 FROM operation_arrays x WHERE x.op_id = o.op_id "
-                    f"AND x.role = '{role}' AND x.name = ?)"
-                )
-                params.append(check_name(x, "Array name"))
-        ids = self.catalog.column(
-            f"SELECT o.op_id FROM operations o WHERE {' AND '.join(conds)} ORDER BY o.op_id",
-            params,
-        )
-        return self._load_ops(ids)
+        rows = self.catalog.rows(*between_query(a, b))
+        return self._load_ops(rows)
