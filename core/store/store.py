@@ -66,6 +66,7 @@ from dslog_dagster.core.store.compaction import (
     compact,
 )
 from dslog_dagster.core.store.damage import DamageLog
+from dslog_dagster.core.store.failures import discard, storage_error
 from dslog_dagster.core.store.integrity import STORE_ID_RE, VerifyReport, quarantine, verify
 from dslog_dagster.core.store.layout import (
     OP_ID_RE,
@@ -152,8 +153,7 @@ class LineageStore:
             for sub in ("arrays", "operations", "packs", ".staging"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            msg = f"Could not create the lineage store at `{self.root}`: {e}"
-            raise LineageStorageError(msg) from e
+            raise storage_error(e, "create the store's folders", self.root) from e
         self.store_id = files.claim_store_id(self.root, self.durable)
         self.damage = DamageLog()
         if not STORE_ID_RE.match(self.store_id):
@@ -416,11 +416,10 @@ class LineageStore:
             self.staging_dir.mkdir(parents=True, exist_ok=True)
             files.write_synced(tmp, segment, self.durable)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
-            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
-            raise LineageStorageError(msg) from e
+            discard(tmp)
+            raise storage_error(e, f"write operation `{op_id}`", self.root) from e
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
             raise
         return tmp
 
@@ -500,11 +499,10 @@ class LineageStore:
             elif durable:
                 files.fsync_dirs([final.parent, *dirs])
         except OSError as e:
-            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
-            raise LineageStorageError(msg) from e
+            raise storage_error(e, f"write operation `{op_id}`", self.root) from e
         finally:
             if not renamed:  # after the rename it is gone: no system call to learn that
-                tmp.unlink(missing_ok=True)
+                discard(tmp)
         for rec, d in zip(new_outs, dirs, strict=True):
             path = d / link_file_name(rec.version)
             self.array_files.remember(path, rec)
