@@ -33,6 +33,7 @@ from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
+from dslog_dagster.core.store.records import check_name, dtype_name
 from dslog_dagster.errors import (
     InvalidRelationError,
     LineageCorruptError,
@@ -81,9 +82,10 @@ class Array:
         dtype: str = "float64",
         version: str | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            msg = f"An array needs a non-empty name, got {name!r}."
-            raise InvalidRelationError(msg)
+        name = check_name(name, "Array name")
+        if version is not None:
+            version = check_name(version, f"Version of array `{name}`")
+        dtype_name(dtype, f"Array `{name}`")  # refused here, not when it is registered
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "shape", as_shape(shape, f"Array `{name}`"))
         object.__setattr__(self, "dtype", str(np.dtype(dtype)))
@@ -176,11 +178,8 @@ def _from_callable(
         except Exception as e:
             msg = f"{where}: the capture callable failed on output cell {b}: {e}"
             raise InvalidRelationError(msg) from e
-        for a in cells if cells is not None else ():
-            cell = (int(a),) if isinstance(a, int | np.integer) else tuple(int(x) for x in a)
-            if len(cell) != m:
-                msg = f"{where}: capture({b}) returned {a!r}; input cells have {m} indices."
-                raise InvalidRelationError(msg)
+        for a in _returned_cells(cells, b, where):
+            cell = _input_cell(a, b, m, where)
             outs.append(tuple(int(x) for x in b))
             ins.append(cell)
     n = len(outs)
@@ -189,6 +188,50 @@ def _from_callable(
     if not out_shape and not in_shape:
         return LineageRelation.from_columns((), (), [], [], n=min(n, 1))
     return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=n)
+
+
+def _returned_cells(cells: object, b: tuple[int, ...], where: str) -> Iterable[Any]:
+    """What a per-cell capture returned for output cell ``b``: an iterable of input cells
+    (``None``: no cells).
+
+    Raises:
+        InvalidRelationError: anything else (an int is not a list of cells).
+    """
+    if cells is None:
+        return ()
+    if isinstance(cells, str | bytes | Mapping) or not isinstance(cells, Iterable):
+        msg = (
+            f"{where}: capture({b}) returned {cells!r} (`{type(cells).__name__}`); a per-cell "
+            "capture returns an iterable of input cells, e.g. `[(i, j)]` or `[i]` for a rank-1 "
+            "input (`[]` or None: no cells)."
+        )
+        raise InvalidRelationError(msg)
+    return cells
+
+
+def _input_cell(a: object, b: tuple[int, ...], m: int, where: str) -> tuple[int, ...]:
+    """One input cell ``a`` that a per-cell capture returned for output cell ``b``, as a
+    tuple of ``m`` ints.
+
+    Raises:
+        InvalidRelationError: not an int (rank 1) or a tuple of ``m`` ints.
+    """
+    cell: tuple[Any, ...] | None = None
+    if isinstance(a, int | np.integer) and not isinstance(a, bool | np.bool_):
+        cell = (a,)
+    elif isinstance(a, tuple | list) or (isinstance(a, np.ndarray) and a.ndim == 1):
+        cell = tuple(a)
+    if (
+        cell is None
+        or len(cell) != m
+        or any(isinstance(x, bool | np.bool_) or not isinstance(x, int | np.integer) for x in cell)
+    ):
+        msg = (
+            f"{where}: capture({b}) returned the input cell {a!r}; input cells are tuples of "
+            f"{m} integers" + (" (or one integer)" if m == 1 else "") + "."
+        )
+        raise InvalidRelationError(msg)
+    return tuple(int(x) for x in cell)
 
 
 def _from_box_pairs(

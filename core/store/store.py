@@ -340,9 +340,11 @@ class LineageStore:
 
         Raises:
             InvalidRelationError: unknown output/input in ``lineage``, shapes that do not match
-                the registered arrays, bad names/args/timings.
+                the registered arrays, bad names/args/timings, an output that is one of the
+                inputs (same name and version).
             LineageNotFoundError: an input/output array is not registered.
-            LineageStorageError: the segment could not be written (nothing is left behind).
+            LineageStorageError: the segment could not be written (nothing is left behind;
+                :class:`~dslog_dagster.errors.StoreFullError` and its siblings say why).
         """
         op_name = check_name(op_name, "Operation name")
         capture_method = check_name(capture_method, f"Capture method of operation `{op_name}`")
@@ -394,6 +396,18 @@ class LineageStore:
             return rec
 
         outs = tuple(output(a) for a in outputs)
+        read = {r.array_id for r in ins}
+        loops = [r for r in outs if r.array_id in read]
+        if loops:
+            r = loops[0]
+            v = "the default version" if r.version is None else f"version `{r.version}`"
+            msg = (
+                f"Operation `{op_name}` writes array `{r.name}` ({v}), which it also reads: an "
+                "array version is immutable, so an operation cannot produce its own input. "
+                "Register the result as a new version (`NewArray(name, shape, version=...)`) "
+                "or under another name."
+            )
+            raise InvalidRelationError(msg)
         for role, recs in (("input", ins), ("output", outs)):
             names = [r.name for r in recs]
             dups = sorted({n for n in names if names.count(n) > 1})
