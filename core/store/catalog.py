@@ -582,7 +582,8 @@ class LineageCatalog:
         code = errno_of_text(str(e))
         if code is not None:
             doing = f"write the catalog `{self.path}`"
-            raise storage_error(code, doing, self.layout.root, detail=str(e)) from e
+            root = self.layout.root
+            raise storage_error(code, doing, root, detail=str(e), path=self.path) from e
 
     # ----------------------------------------------------------------- queries
 

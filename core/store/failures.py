@@ -49,8 +49,10 @@ def errno_of_text(text: str) -> int | None:
 
 
 def _writable(folder: Path) -> bool:
+    """Whether ``folder`` may be written: this user has write access and its mode is not
+    read-only for everyone (``chmod a-w``, which the superuser's access ignores)."""
     try:
-        return os.access(folder, os.W_OK)
+        return os.access(folder, os.W_OK) and bool(os.stat(folder).st_mode & 0o222)
     except (OSError, ValueError):
         return True
 
@@ -61,6 +63,7 @@ def storage_error(
     root: str | os.PathLike[str],
     *,
     detail: str = "",
+    path: str | os.PathLike[str] | None = None,
 ) -> LineageStorageError:
     """The :mod:`dslog_dagster.errors` error for failure ``e`` (an ``OSError`` or an errno)
     while the store at ``root`` was ``doing`` something ("write operation `x`").
@@ -68,10 +71,13 @@ def storage_error(
     The message says what happened, that nothing half-written is visible, and what to do. The
     returned error carries the errno of ``e`` (``err.errno``; its file is named in the
     message: setting ``filename`` would make ``str(err)`` OSError's terse form), so code
-    catching ``OSError`` can still look at it. Raise it ``from e``.
+    catching ``OSError`` can still look at it. Raise it ``from e``. ``path`` names the file
+    when ``e`` is an errno (read from a message); ``detail`` replaces its reason.
     """
     code = e.errno if isinstance(e, OSError) else e
-    filename = e.filename if isinstance(e, OSError) else None
+    filename = e.filename if isinstance(e, OSError) else path
+    if filename is not None:
+        filename = os.fsdecode(filename)
     reason = detail or (f"{e.strerror or e}" if isinstance(e, OSError) else "")
     where = f"`{filename}`" if filename else "a file of the store"
     head = f"Could not {doing} in the lineage store at `{root}`"
