@@ -20,6 +20,7 @@ not continue a path that reached ``y`` version 2); pin a version with an :class:
 
 import itertools
 import os
+import reprlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -201,7 +202,8 @@ def _returned_cells(cells: object, b: tuple[int, ...], where: str) -> Iterable[A
         return ()
     if isinstance(cells, str | bytes | Mapping) or not isinstance(cells, Iterable):
         msg = (
-            f"{where}: capture({b}) returned {cells!r} (`{type(cells).__name__}`); a per-cell "
+            f"{where}: capture({b}) returned {reprlib.repr(cells)} "
+            f"(`{type(cells).__name__}`); a per-cell "
             "capture returns an iterable of input cells, e.g. `[(i, j)]` or `[i]` for a rank-1 "
             "input (`[]` or None: no cells)."
         )
@@ -227,7 +229,8 @@ def _input_cell(a: object, b: tuple[int, ...], m: int, where: str) -> tuple[int,
         or any(isinstance(x, bool | np.bool_) or not isinstance(x, int | np.integer) for x in cell)
     ):
         msg = (
-            f"{where}: capture({b}) returned the input cell {a!r}; input cells are tuples of "
+            f"{where}: capture({b}) returned the input cell {reprlib.repr(a)}; "
+            "input cells are tuples of "
             f"{m} integers" + (" (or one integer)" if m == 1 else "") + "."
         )
         raise InvalidRelationError(msg)
@@ -241,13 +244,13 @@ def _from_box_pairs(
     ins: list[I64] = []
     for p in pairs:
         if not (isinstance(p, tuple | list) and len(p) == 2):
-            msg = f"{where}: box captures are (output box, input box) pairs; got {p!r}."
+            msg = f"{where}: box captures are (output box, input box) pairs; got {reprlib.repr(p)}."
             raise InvalidRelationError(msg)
         try:
             ob = as_cells(out_shape, p[0] if isinstance(p[0], tuple | slice) else (p[0],))
             ib = as_cells(in_shape, p[1] if isinstance(p[1], tuple | slice) else (p[1],))
         except QueryError as e:
-            msg = f"{where}: bad box pair {p!r}: {e}"
+            msg = f"{where}: bad box pair {reprlib.repr(p)}: {e}"
             raise InvalidRelationError(msg) from e
         o, i = ob.to_indices().T, ib.to_indices().T
         no, ni = o.shape[1], i.shape[1]
@@ -564,9 +567,15 @@ class DSLog:
             QueryError: a path of fewer than two arrays.
             LineageNotFoundError: an unknown array, or consecutive arrays no operation links.
         """
-        if isinstance(path, str | Array | ArrayRecord) or len(path) < 2:
+        if (
+            isinstance(path, str | Array | ArrayRecord)
+            or not isinstance(path, Sequence)
+            or len(path) < 2
+        ):
             msg = "A query path is a sequence of at least two arrays, e.g. ['y', 'x']."
             raise QueryError(msg)
+        for p in path:
+            _name_of(p)  # names, Arrays or ArrayRecords only (a clear error, up front)
         self._refresh_graph()
         key = tuple(
             (p.array_id,)
@@ -657,7 +666,8 @@ class DSLog:
                     f"No registered operation links `{a}` and `{b}` directly (in either "
                     f"direction), so the path {names} cannot be queried. If they are linked "
                     "through other arrays, name those in the path or ask for the union over "
-                    f"every path (`lineage_between({a!r}, {b!r})`, `dslog query --between`); "
+                    f"every path (`lineage_between({reprlib.repr(a)}, {reprlib.repr(b)})`, "
+                    "`dslog query --between`); "
                     "otherwise register the operation that reads one and writes the other."
                 )
         have = ", ".join(f"`{r.version}`" for r in starts)

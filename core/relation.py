@@ -9,6 +9,7 @@ Set semantics: duplicates are allowed on input and removed by :meth:`LineageRela
 Validation happens here, once, so the native kernels can trust their input.
 """
 
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,8 @@ INT64_MAX = int(np.iinfo(np.int64).max)
 def _extent(d: object, shape: object, what: str) -> int:
     if isinstance(d, bool | np.bool_) or not isinstance(d, int | np.integer):
         msg = (
-            f"{what} shape `{shape!r}` has extent `{d!r}` of type `{type(d).__name__}`; "
+            f"{what} shape `{reprlib.repr(shape)}` has extent `{reprlib.repr(d)}` of type "
+            f"`{type(d).__name__}`; "
             "extents must be integers (a float such as 3.5 is refused, not truncated)."
         )
         raise UnsupportedArrayError(msg)
@@ -54,7 +56,9 @@ def as_shape(shape: Sequence[int] | int, what: str) -> Shape:
                 raise TypeError
             items = list(shape)  # type: ignore[arg-type]
         except TypeError as e:
-            msg = f"{what} shape `{shape!r}` is not an integer or a sequence of integers."
+            msg = (
+                f"{what} shape `{reprlib.repr(shape)}` is not an integer or a sequence of integers."
+            )
             raise UnsupportedArrayError(msg) from e
     out = tuple(_extent(d, shape, what) for d in items)
     if any(d < 0 for d in out):
@@ -228,7 +232,7 @@ class LineageRelation:
         out_cols = _column_list(out_cols, "output")
         in_cols = _column_list(in_cols, "input")
         if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer)):
-            msg = f"`n={n!r}` must be an integer number of pairs."
+            msg = f"`n={reprlib.repr(n)}` must be an integer number of pairs."
             raise InvalidRelationError(msg)
         if len(out_cols) != len(osh):
             msg = (

@@ -5,6 +5,7 @@ sets compare equal and counts are exact. :func:`as_cells` reads every spelling a
 use (``np.s_`` boxes, index tuples, boolean masks, flat indices) into one.
 """
 
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -138,7 +139,7 @@ class CellSet:
     @classmethod
     def from_mask(cls, mask: npt.ArrayLike, shape: Sequence[int] | int | None = None) -> "CellSet":
         """The ``True`` cells of a boolean mask (of the array's shape when ``shape`` is given)."""
-        m = np.asarray(mask)
+        m = _array(mask, "cell mask")
         if m.dtype != np.bool_:
             msg = f"A cell mask must be boolean, got dtype `{m.dtype}`."
             raise QueryError(msg)
@@ -329,7 +330,7 @@ def _int_matrix(x: npt.ArrayLike, d: int, what: str, shape: Shape = ()) -> I64:
 def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] | None:
     """Inclusive bounds of a NumPy basic-indexing key of ints and unit-step slices."""
     if len(key) > len(shape):
-        msg = f"Box {key!r} has {len(key)} axes; the array has rank {len(shape)}."
+        msg = f"Box {reprlib.repr(key)} has {len(key)} axes; the array has rank {len(shape)}."
         raise QueryError(msg)
     lo, hi = [], []
     for axis, n in enumerate(shape):
@@ -338,7 +339,8 @@ def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] |
             start, stop, step = k.indices(n)
             if step != 1:
                 msg = (
-                    f"Slice {k!r} on axis {axis} has step {step}; boxes need unit steps. "
+                    f"Slice {reprlib.repr(k)} on axis {axis} has step {step}; boxes need unit "
+                    "steps. "
                     "Pass a mask or flat indices for strided cells."
                 )
                 raise QueryError(msg)
@@ -355,7 +357,7 @@ def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] |
             lo.append(i)
             hi.append(i)
         else:
-            msg = f"Box entry {k!r} on axis {axis} is neither an int nor a slice."
+            msg = f"Box entry {reprlib.repr(k)} on axis {axis} is neither an int nor a slice."
             raise QueryError(msg)
     return lo, hi
 
@@ -363,12 +365,12 @@ def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] |
 def _index_tuples(cells: list[Any], d: int) -> I64:
     if any(len(c) != d for c in cells):
         bad = next(c for c in cells if len(c) != d)
-        msg = f"Cell {bad!r} has {len(bad)} indices; the array has rank {d}."
+        msg = f"Cell {reprlib.repr(bad)} has {len(bad)} indices; the array has rank {d}."
         raise QueryError(msg)
     try:
         return np.asarray(cells, dtype=np.int64).reshape(len(cells), d)
     except (TypeError, ValueError, OverflowError) as e:
-        msg = f"Index tuples must hold integers; got {cells[0]!r}, ..."
+        msg = f"Index tuples must hold integers; got {reprlib.repr(cells[0])}, ..."
         raise QueryError(msg) from e
 
 
@@ -415,7 +417,9 @@ def as_cells(shape: Sequence[int] | int, cells: object) -> CellSet:
         for c in cells:
             key = c if isinstance(c, tuple) else (c,)
             if not _is_box_key(key) and len(key) != len(s):
-                msg = f"Cell {key!r} has {len(key)} indices; the array has rank {len(s)}."
+                msg = (
+                    f"Cell {reprlib.repr(key)} has {len(key)} indices; the array has rank {len(s)}."
+                )
                 raise QueryError(msg)
             if (b := _box_of(s, key)) is not None:
                 bounds.append(b)

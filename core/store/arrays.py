@@ -237,6 +237,7 @@ class ArrayFiles:
                 return known
         name = check_name(name, "Array name")
         if version is not None:
+            version = check_name(version, f"Version of array `{name}`")
             # the version's two possible record files, not a listing of every version (an
             # asset gains a version per run: a tracked step resolves its inputs this way)
             directory = self.layout.array_dir(name)

@@ -596,6 +596,11 @@ class LineageCatalog:
         if not isinstance(sql, str) or not sql.strip():
             msg = "The catalog query is empty; pass one SELECT statement."
             raise QueryError(msg)
+        try:
+            sql.encode("utf-8")
+        except UnicodeEncodeError as e:
+            msg = f"The catalog query is not valid Unicode text ({e}); pass one SELECT statement."
+            raise QueryError(msg) from e
         sandbox = _sandbox()
         try:
             statements = sandbox.extract_statements(sql)

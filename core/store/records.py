@@ -13,6 +13,7 @@ read back.
 import hashlib
 import json
 import math
+import reprlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -239,7 +240,7 @@ def check_name(name: object, what: str) -> str:
         InvalidRelationError: it is not.
     """
     if not isinstance(name, str):
-        msg = f"{what} must be a string, got `{type(name).__name__}` ({name!r})."
+        msg = f"{what} must be a string, got `{type(name).__name__}` ({reprlib.repr(name)})."
         raise InvalidRelationError(msg)
     if not name or "\x00" in name:
         msg = f"{what} `{name!r}` is empty or contains a NUL character; pass a non-empty name."
@@ -264,10 +265,10 @@ def dtype_name(dtype: object, what: str) -> str:
     """
     try:
         return np.dtype(dtype).name  # type: ignore[call-overload,no-any-return]
-    except (TypeError, ValueError, SyntaxError) as e:
+    except (TypeError, ValueError, SyntaxError, RecursionError) as e:
         msg = (
-            f"{what} has dtype `{dtype!r}`, which NumPy does not understand; pass a NumPy "
-            'dtype or its name, e.g. `"float64"`.'
+            f"{what} has dtype `{reprlib.repr(dtype)}`, which NumPy does not understand; "
+            'pass a NumPy dtype or its name, e.g. `"float64"`.'
         )
         raise UnsupportedArrayError(msg) from e
 
@@ -319,7 +320,8 @@ def _args_value(op_name: str, v: Any, where: str, depth: int) -> Any:
         return int(v)
     if isinstance(v, float):
         if not math.isfinite(v):
-            _refuse_args(op_name, where, f"{v!r} is not finite; JSON has no NaN or infinity")
+            why = f"{reprlib.repr(v)} is not finite; JSON has no NaN or infinity"
+            _refuse_args(op_name, where, why)
         return float(v)
     if isinstance(v, np.generic) and not isinstance(v, np.object_):
         return _args_value(op_name, v.item(), where, depth)
@@ -334,11 +336,12 @@ def _args_value(op_name: str, v: Any, where: str, depth: int) -> Any:
         for k, x in sorted(v.items(), key=lambda kv: str(kv[0])):
             if not isinstance(k, str):
                 why = (
-                    f"its key {k!r} is a `{type(k).__name__}`, not a string; JSON would turn "
+                    f"its key {reprlib.repr(k)} is a `{type(k).__name__}`, not a string; "
+                    "JSON would turn "
                     f"it into {json.dumps(str(k))}, so it would not read back as given"
                 )
                 _refuse_args(op_name, where, why)
-            out[k] = _args_value(op_name, x, f"{where}[{k!r}]", depth + 1)
+            out[k] = _args_value(op_name, x, f"{where}[{reprlib.repr(k)}]", depth + 1)
         return out
     if isinstance(v, list | tuple | set | frozenset):
         return [_args_value(op_name, x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
@@ -384,7 +387,10 @@ def normalise_timings(op_name: str, timings: Mapping[str, float] | None) -> dict
         except (TypeError, ValueError):
             fv = math.nan
         if not isinstance(k, str) or not math.isfinite(fv):
-            msg = f"Operation `{op_name}` timing `{k!r}` = {v!r} is not a finite number of seconds."
+            msg = (
+                f"Operation `{op_name}` timing `{reprlib.repr(k)}` = {reprlib.repr(v)} is not "
+                "a finite number of seconds."
+            )
             raise InvalidRelationError(msg)
         out[k] = fv
     return out
@@ -406,7 +412,7 @@ def _normalise_asset_key(asset_key: object, name: str) -> str | None:
         return check_name("/".join(parts), what)
     msg = (
         f'{what} must be a string (`"a/b"`) or a non-empty sequence of non-empty strings '
-        f'(`["a", "b"]`), got `{asset_key!r}`.'
+        f'(`["a", "b"]`), got `{reprlib.repr(asset_key)}`.'
     )
     raise InvalidRelationError(msg)
 

@@ -45,6 +45,7 @@ import contextlib
 import errno
 import logging
 import os
+import reprlib
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -538,12 +539,12 @@ class LineageStore:
             LineageNotFoundError: no such operation.
             LineageStorageError / SchemaVersionError: the record is damaged or too new.
         """
-        rec = self.operation_files.records.get(op_id)
+        rec = self.operation_files.records.get(op_id) if isinstance(op_id, str) else None
         if rec is not None:
             return rec
         if not isinstance(op_id, str) or not OP_ID_RE.match(op_id):
             msg = (
-                f"`{op_id!r}` is not an operation id (48 lowercase hex characters); "
+                f"`{reprlib.repr(op_id)}` is not an operation id (48 lowercase hex characters); "
                 "list ids with `store.operations()`."
             )
             raise LineageNotFoundError(msg)
@@ -737,6 +738,7 @@ class LineageStore:
         if op_name is None:
             ids = self.catalog.column("SELECT op_id FROM operations ORDER BY op_id")
         else:
+            op_name = check_name(op_name, "Operation name")
             ids = self.catalog.column(
                 "SELECT op_id FROM operations WHERE op_name = ? ORDER BY op_id", [op_name]
             )
