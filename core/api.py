@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from dslog_dagster.core.compression import compress
+from dslog_dagster.core.declared import from_box_pairs, from_callable
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
-from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
+from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.core.store.records import check_name, dtype_name
 from dslog_dagster.errors import (
@@ -136,7 +137,7 @@ class Lineage:
                 raise InvalidRelationError(msg)
             return cap
         if callable(cap):
-            return _from_callable(cap, out_shape, in_shape, where)
+            return from_callable(cap, out_shape, in_shape, where)
         if isinstance(cap, np.ndarray) and cap.dtype != object:
             l, m = len(out_shape), len(in_shape)
             if cap.ndim != 2 or cap.shape[1] != l + m:
@@ -147,7 +148,7 @@ class Lineage:
                 raise InvalidRelationError(msg)
             return LineageRelation.from_pairs(out_shape, in_shape, cap[:, :l], cap[:, l:])
         if isinstance(cap, list | tuple):
-            return _from_box_pairs(list(cap), out_shape, in_shape, where)
+            return from_box_pairs(list(cap), out_shape, in_shape, where)
         msg = (
             f"{where}: cannot use a capture of type {type(cap).__name__}; pass a "
             "LineageRelation, a per-cell callable, (output box, input box) pairs or a pair matrix."
@@ -165,102 +166,6 @@ def _name_of(a: ArrayLikeRef) -> str:
         return a
     msg = f"Expected an array name, Array or ArrayRecord, got {type(a).__name__}."
     raise QueryError(msg)
-
-
-def _from_callable(
-    cap: CellCapture, out_shape: Shape, in_shape: Shape, where: str
-) -> LineageRelation:
-    outs: list[tuple[int, ...]] = []
-    ins: list[tuple[int, ...]] = []
-    m = len(in_shape)
-    for b in np.ndindex(*out_shape):
-        try:
-            cells = cap(tuple(int(x) for x in b))
-        except Exception as e:
-            msg = f"{where}: the capture callable failed on output cell {b}: {e}"
-            raise InvalidRelationError(msg) from e
-        for a in _returned_cells(cells, b, where):
-            cell = _input_cell(a, b, m, where)
-            outs.append(tuple(int(x) for x in b))
-            ins.append(cell)
-    n = len(outs)
-    oc = np.asarray(outs, dtype=np.int64).reshape(n, len(out_shape)).T
-    ic = np.asarray(ins, dtype=np.int64).reshape(n, m).T
-    if not out_shape and not in_shape:
-        return LineageRelation.from_columns((), (), [], [], n=min(n, 1))
-    return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=n)
-
-
-def _returned_cells(cells: object, b: tuple[int, ...], where: str) -> Iterable[Any]:
-    """What a per-cell capture returned for output cell ``b``: an iterable of input cells
-    (``None``: no cells).
-
-    Raises:
-        InvalidRelationError: anything else (an int is not a list of cells).
-    """
-    if cells is None:
-        return ()
-    if isinstance(cells, str | bytes | Mapping) or not isinstance(cells, Iterable):
-        msg = (
-            f"{where}: capture({b}) returned {reprlib.repr(cells)} "
-            f"(`{type(cells).__name__}`); a per-cell "
-            "capture returns an iterable of input cells, e.g. `[(i, j)]` or `[i]` for a rank-1 "
-            "input (`[]` or None: no cells)."
-        )
-        raise InvalidRelationError(msg)
-    return cells
-
-
-def _input_cell(a: object, b: tuple[int, ...], m: int, where: str) -> tuple[int, ...]:
-    """One input cell ``a`` that a per-cell capture returned for output cell ``b``, as a
-    tuple of ``m`` ints.
-
-    Raises:
-        InvalidRelationError: not an int (rank 1) or a tuple of ``m`` ints.
-    """
-    cell: tuple[Any, ...] | None = None
-    if isinstance(a, int | np.integer) and not isinstance(a, bool | np.bool_):
-        cell = (a,)
-    elif isinstance(a, tuple | list) or (isinstance(a, np.ndarray) and a.ndim == 1):
-        cell = tuple(a)
-    if (
-        cell is None
-        or len(cell) != m
-        or any(isinstance(x, bool | np.bool_) or not isinstance(x, int | np.integer) for x in cell)
-    ):
-        msg = (
-            f"{where}: capture({b}) returned the input cell {reprlib.repr(a)}; "
-            "input cells are tuples of "
-            f"{m} integers" + (" (or one integer)" if m == 1 else "") + "."
-        )
-        raise InvalidRelationError(msg)
-    return tuple(int(x) for x in cell)
-
-
-def _from_box_pairs(
-    pairs: list[Any], out_shape: Shape, in_shape: Shape, where: str
-) -> LineageRelation:
-    outs: list[I64] = []
-    ins: list[I64] = []
-    for p in pairs:
-        if not (isinstance(p, tuple | list) and len(p) == 2):
-            msg = f"{where}: box captures are (output box, input box) pairs; got {reprlib.repr(p)}."
-            raise InvalidRelationError(msg)
-        try:
-            ob = as_cells(out_shape, p[0] if isinstance(p[0], tuple | slice) else (p[0],))
-            ib = as_cells(in_shape, p[1] if isinstance(p[1], tuple | slice) else (p[1],))
-        except QueryError as e:
-            msg = f"{where}: bad box pair {reprlib.repr(p)}: {e}"
-            raise InvalidRelationError(msg) from e
-        o, i = ob.to_indices().T, ib.to_indices().T
-        no, ni = o.shape[1], i.shape[1]
-        outs.append(np.repeat(o, ni, axis=1))
-        ins.append(np.tile(i, (1, no)))
-    if not out_shape and not in_shape:
-        return LineageRelation.from_columns((), (), [], [], n=min(sum(x.shape[1] for x in outs), 1))
-    oc = np.hstack(outs) if outs else np.zeros((len(out_shape), 0), np.int64)
-    ic = np.hstack(ins) if ins else np.zeros((len(in_shape), 0), np.int64)
-    return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=oc.shape[1])
 
 
 def _as_tables(

@@ -54,7 +54,7 @@ def as_shape(shape: Sequence[int] | int, what: str) -> Shape:
         try:
             if isinstance(shape, str | bytes | np.bool_ | bool):
                 raise TypeError
-            items = list(shape)  # type: ignore[arg-type]
+            items = list(shape)
         except TypeError as e:
             msg = (
                 f"{what} shape `{reprlib.repr(shape)}` is not an integer or a sequence of integers."

@@ -273,6 +273,27 @@ def dtype_name(dtype: object, what: str) -> str:
         raise UnsupportedArrayError(msg) from e
 
 
+def check_no_self_loop(
+    op_name: str, ins: Sequence[ArrayRecord], outs: Sequence[ArrayRecord]
+) -> None:
+    """Refuse an operation that writes one of its own inputs (same name and version).
+
+    Raises:
+        InvalidRelationError: it does.
+    """
+    read = {r.array_id for r in ins}
+    for r in outs:
+        if r.array_id in read:
+            v = "the default version" if r.version is None else f"version `{r.version}`"
+            msg = (
+                f"Operation `{op_name}` writes array `{r.name}` ({v}), which it also reads: an "
+                "array version is immutable, so an operation cannot produce its own input. "
+                "Register the result as a new version (`NewArray(name, shape, version=...)`) "
+                "or under another name."
+            )
+            raise InvalidRelationError(msg)
+
+
 def array_id(name: str, version: str | None) -> str:
     """The stable id of array ``(name, version)``: the same in every process."""
     return hashlib.sha256(json.dumps([name, version]).encode()).hexdigest()[:16]

@@ -86,6 +86,7 @@ from dslog_dagster.core.store.records import (
     TableRecord,
     array_record,
     check_name,
+    check_no_self_loop,
     normalise_args,
     normalise_timings,
 )
@@ -397,18 +398,7 @@ class LineageStore:
             return rec
 
         outs = tuple(output(a) for a in outputs)
-        read = {r.array_id for r in ins}
-        loops = [r for r in outs if r.array_id in read]
-        if loops:
-            r = loops[0]
-            v = "the default version" if r.version is None else f"version `{r.version}`"
-            msg = (
-                f"Operation `{op_name}` writes array `{r.name}` ({v}), which it also reads: an "
-                "array version is immutable, so an operation cannot produce its own input. "
-                "Register the result as a new version (`NewArray(name, shape, version=...)`) "
-                "or under another name."
-            )
-            raise InvalidRelationError(msg)
+        check_no_self_loop(op_name, ins, outs)
         for role, recs in (("input", ins), ("output", outs)):
             names = [r.name for r in recs]
             dups = sorted({n for n in names if names.count(n) > 1})
