@@ -20,6 +20,7 @@ not continue a path that reached ``y`` version 2); pin a version with an :class:
 
 import itertools
 import os
+import reprlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,9 +31,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from dslog_dagster.core.compression import compress
+from dslog_dagster.core.declared import from_box_pairs, from_callable
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
-from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_shape
+from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.core.store.graph import (
     Edge,
@@ -43,6 +45,7 @@ from dslog_dagster.core.store.graph import (
     path_piece,
     reachable_piece,
 )
+from dslog_dagster.core.store.records import check_name, dtype_name
 from dslog_dagster.errors import (
     InvalidRelationError,
     LineageCorruptError,
@@ -90,9 +93,10 @@ class Array:
         dtype: str = "float64",
         version: str | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            msg = f"An array needs a non-empty name, got {name!r}."
-            raise InvalidRelationError(msg)
+        name = check_name(name, "Array name")
+        if version is not None:
+            version = check_name(version, f"Version of array `{name}`")
+        dtype_name(dtype, f"Array `{name}`")  # refused here, not when it is registered
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "shape", as_shape(shape, f"Array `{name}`"))
         object.__setattr__(self, "dtype", str(np.dtype(dtype)))
@@ -142,7 +146,7 @@ class Lineage:
                 raise InvalidRelationError(msg)
             return cap
         if callable(cap):
-            return _from_callable(cap, out_shape, in_shape, where)
+            return from_callable(cap, out_shape, in_shape, where)
         if isinstance(cap, np.ndarray) and cap.dtype != object:
             l, m = len(out_shape), len(in_shape)
             if cap.ndim != 2 or cap.shape[1] != l + m:
@@ -153,7 +157,7 @@ class Lineage:
                 raise InvalidRelationError(msg)
             return LineageRelation.from_pairs(out_shape, in_shape, cap[:, :l], cap[:, l:])
         if isinstance(cap, list | tuple):
-            return _from_box_pairs(list(cap), out_shape, in_shape, where)
+            return from_box_pairs(list(cap), out_shape, in_shape, where)
         msg = (
             f"{where}: cannot use a capture of type {type(cap).__name__}; pass a "
             "LineageRelation, a per-cell callable, (output box, input box) pairs or a pair matrix."
@@ -171,59 +175,6 @@ def _name_of(a: ArrayLikeRef) -> str:
         return a
     msg = f"Expected an array name, Array or ArrayRecord, got {type(a).__name__}."
     raise QueryError(msg)
-
-
-def _from_callable(
-    cap: CellCapture, out_shape: Shape, in_shape: Shape, where: str
-) -> LineageRelation:
-    outs: list[tuple[int, ...]] = []
-    ins: list[tuple[int, ...]] = []
-    m = len(in_shape)
-    for b in np.ndindex(*out_shape):
-        try:
-            cells = cap(tuple(int(x) for x in b))
-        except Exception as e:
-            msg = f"{where}: the capture callable failed on output cell {b}: {e}"
-            raise InvalidRelationError(msg) from e
-        for a in cells if cells is not None else ():
-            cell = (int(a),) if isinstance(a, int | np.integer) else tuple(int(x) for x in a)
-            if len(cell) != m:
-                msg = f"{where}: capture({b}) returned {a!r}; input cells have {m} indices."
-                raise InvalidRelationError(msg)
-            outs.append(tuple(int(x) for x in b))
-            ins.append(cell)
-    n = len(outs)
-    oc = np.asarray(outs, dtype=np.int64).reshape(n, len(out_shape)).T
-    ic = np.asarray(ins, dtype=np.int64).reshape(n, m).T
-    if not out_shape and not in_shape:
-        return LineageRelation.from_columns((), (), [], [], n=min(n, 1))
-    return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=n)
-
-
-def _from_box_pairs(
-    pairs: list[Any], out_shape: Shape, in_shape: Shape, where: str
-) -> LineageRelation:
-    outs: list[I64] = []
-    ins: list[I64] = []
-    for p in pairs:
-        if not (isinstance(p, tuple | list) and len(p) == 2):
-            msg = f"{where}: box captures are (output box, input box) pairs; got {p!r}."
-            raise InvalidRelationError(msg)
-        try:
-            ob = as_cells(out_shape, p[0] if isinstance(p[0], tuple | slice) else (p[0],))
-            ib = as_cells(in_shape, p[1] if isinstance(p[1], tuple | slice) else (p[1],))
-        except QueryError as e:
-            msg = f"{where}: bad box pair {p!r}: {e}"
-            raise InvalidRelationError(msg) from e
-        o, i = ob.to_indices().T, ib.to_indices().T
-        no, ni = o.shape[1], i.shape[1]
-        outs.append(np.repeat(o, ni, axis=1))
-        ins.append(np.tile(i, (1, no)))
-    if not out_shape and not in_shape:
-        return LineageRelation.from_columns((), (), [], [], n=min(sum(x.shape[1] for x in outs), 1))
-    oc = np.hstack(outs) if outs else np.zeros((len(out_shape), 0), np.int64)
-    ic = np.hstack(ins) if ins else np.zeros((len(in_shape), 0), np.int64)
-    return LineageRelation.from_columns(out_shape, in_shape, list(oc), list(ic), n=oc.shape[1])
 
 
 def _as_tables(
@@ -513,9 +464,15 @@ class DSLog:
             QueryError: a path of fewer than two arrays.
             LineageNotFoundError: an unknown array, or consecutive arrays no operation links.
         """
-        if isinstance(path, str | Array | ArrayRecord) or len(path) < 2:
+        if (
+            isinstance(path, str | Array | ArrayRecord)
+            or not isinstance(path, Sequence)
+            or len(path) < 2
+        ):
             msg = "A query path is a sequence of at least two arrays, e.g. ['y', 'x']."
             raise QueryError(msg)
+        for p in path:
+            _name_of(p)  # names, Arrays or ArrayRecords only (a clear error, up front)
         key = tuple(
             (p.array_id,)
             if isinstance(p, ArrayRecord)
@@ -591,7 +548,8 @@ class DSLog:
                     f"No registered operation links `{a}` and `{b}` directly (in either "
                     f"direction), so the path {names} cannot be queried. If they are linked "
                     "through other arrays, name those in the path or ask for the union over "
-                    f"every path (`lineage_between({a!r}, {b!r})`, `dslog query --between`); "
+                    f"every path (`lineage_between({reprlib.repr(a)}, {reprlib.repr(b)})`, "
+                    "`dslog query --between`); "
                     "otherwise register the operation that reads one and writes the other."
                 )
         have = ", ".join(f"`{r.version}`" for r in starts)

@@ -9,6 +9,7 @@ Set semantics: duplicates are allowed on input and removed by :meth:`LineageRela
 Validation happens here, once, so the native kernels can trust their input.
 """
 
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,17 +24,55 @@ Shape = tuple[int, ...]
 I64 = npt.NDArray[np.int64]
 
 
+INT64_MAX = int(np.iinfo(np.int64).max)
+"""Largest extent, cell count and flat index: indices are int64 everywhere."""
+
+
+def _extent(d: object, shape: object, what: str) -> int:
+    if isinstance(d, bool | np.bool_) or not isinstance(d, int | np.integer):
+        msg = (
+            f"{what} shape `{reprlib.repr(shape)}` has extent `{reprlib.repr(d)}` of type "
+            f"`{type(d).__name__}`; "
+            "extents must be integers (a float such as 3.5 is refused, not truncated)."
+        )
+        raise UnsupportedArrayError(msg)
+    return int(d)
+
+
 def as_shape(shape: Sequence[int] | int, what: str) -> Shape:
-    """Normalise a shape to a tuple of non-negative Python ints."""
-    if isinstance(shape, int | np.integer):
-        shape = (int(shape),)
-    try:
-        out = tuple(int(d) for d in shape)
-    except TypeError as e:
-        msg = f"{what} shape `{shape!r}` is not a sequence of integers."
-        raise UnsupportedArrayError(msg) from e
+    """Normalise a shape to a tuple of non-negative Python ints whose cell count, and so
+    every flat (C-order) index, fits in int64.
+
+    Raises:
+        UnsupportedArrayError: not an integer or a sequence of integers (floats, strings
+            and booleans are refused, never truncated or converted).
+        InvalidRelationError: a negative extent, or more than 2**63 - 1 cells.
+    """
+    if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
+        items: list[object] = [shape]
+    else:
+        try:
+            if isinstance(shape, str | bytes | np.bool_ | bool):
+                raise TypeError
+            items = list(shape)
+        except TypeError as e:
+            msg = (
+                f"{what} shape `{reprlib.repr(shape)}` is not an integer or a sequence of integers."
+            )
+            raise UnsupportedArrayError(msg) from e
+    out = tuple(_extent(d, shape, what) for d in items)
     if any(d < 0 for d in out):
         msg = f"{what} shape `{out}` has a negative extent."
+        raise InvalidRelationError(msg)
+    cells = 1
+    for d in out:
+        cells *= d
+    if max(out, default=0) > INT64_MAX or cells > INT64_MAX:
+        size = f"{cells} cells" if cells else f"an extent of {max(out)}"
+        msg = (
+            f"{what} shape `{out}` has {size}, more than 2**63 - 1: its indices would "
+            "overflow int64. dslog supports arrays of at most 2**63 - 1 cells."
+        )
         raise InvalidRelationError(msg)
     return out
 
@@ -41,11 +80,19 @@ def as_shape(shape: Sequence[int] | int, what: str) -> Shape:
 def as_index_column(col: Any, name: str) -> I64:
     """``col`` as a contiguous int64 index column named ``name`` in messages.
 
+    An empty column (``[]``, whose NumPy dtype is float64) is an empty int64 column.
+
     Raises:
         UnsupportedArrayError: not integers, or not 1-D.
-        InvalidRelationError: unsigned values beyond the int64 range.
+        InvalidRelationError: values beyond the int64 range.
     """
-    arr = np.asarray(col)
+    try:
+        arr = np.asarray(col)
+    except (TypeError, ValueError, OverflowError) as e:
+        msg = f"Index column `{name}` is not an array of integers ({e})."
+        raise UnsupportedArrayError(msg) from e
+    if arr.ndim == 1 and arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         msg = (
             f"Index column `{name}` has dtype `{arr.dtype}`; lineage indices must be integers. "
@@ -55,10 +102,59 @@ def as_index_column(col: Any, name: str) -> I64:
     if arr.ndim != 1:
         msg = f"Index column `{name}` has shape {arr.shape}; expected a 1-D column."
         raise UnsupportedArrayError(msg)
-    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        msg = f"Index column `{name}` holds values beyond the int64 range."
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > INT64_MAX:
+        msg = (
+            f"Index column `{name}` holds {int(arr.max())}, beyond the int64 range of "
+            "indices; no array has such a cell."
+        )
         raise InvalidRelationError(msg)
     return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _column_list(cols: Any, side: str) -> list[Any]:
+    """The ``side`` index columns as a list (one per axis).
+
+    Raises:
+        UnsupportedArrayError: not a sequence of columns.
+    """
+    if isinstance(cols, np.ndarray):
+        return list(cols) if cols.ndim >= 1 else [cols]
+    if isinstance(cols, str | bytes) or not isinstance(cols, Sequence):
+        msg = (
+            f"The {side} index columns must be a sequence of columns (one per axis), got "
+            f"`{type(cols).__name__}`."
+        )
+        raise UnsupportedArrayError(msg)
+    return list(cols)
+
+
+def _index_tuples(x: Any, rank: int, side: str) -> npt.NDArray[Any]:
+    """``x`` as an ``(n, rank)`` matrix of ``side`` index tuples (for rank 1, a flat
+    sequence of ``n`` indices too; an empty sequence is no tuples at all).
+
+    Raises:
+        UnsupportedArrayError: not a matrix of that many columns.
+    """
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError, OverflowError) as e:
+        msg = f"The {side} index tuples are not an array of integers ({e})."
+        raise UnsupportedArrayError(msg) from e
+    if arr.ndim < 2:
+        if arr.ndim == 0 or not (rank == 1 or arr.size == 0):
+            msg = (
+                f"The {side} index tuples have shape {arr.shape}; expected (n, {rank}) for "
+                f"an array of rank {rank}."
+            )
+            raise UnsupportedArrayError(msg)
+        arr = arr.reshape(len(arr), rank)
+    if arr.ndim != 2 or arr.shape[1] != rank:
+        msg = (
+            f"The {side} index tuples have shape {arr.shape}; expected (n, {rank}) for an "
+            f"array of rank {rank}."
+        )
+        raise UnsupportedArrayError(msg)
+    return arr
 
 
 def _stacked(cols: list[I64], count: int, copy: bool) -> I64:
@@ -133,6 +229,11 @@ class LineageRelation:
         """
         osh = as_shape(out_shape, "Output")
         ish = as_shape(in_shape, "Input")
+        out_cols = _column_list(out_cols, "output")
+        in_cols = _column_list(in_cols, "input")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer)):
+            msg = f"`n={reprlib.repr(n)}` must be an integer number of pairs."
+            raise InvalidRelationError(msg)
         if len(out_cols) != len(osh):
             msg = (
                 f"Got {len(out_cols)} output index column(s) for an output of rank {len(osh)} "
@@ -181,13 +282,8 @@ class LineageRelation:
         """Build from ``(n, l)`` output index tuples and ``(n, m)`` input index tuples."""
         osh = as_shape(out_shape, "Output")
         ish = as_shape(in_shape, "Input")
-        oi = np.asarray(out_index)
-        ii = np.asarray(in_index)
-        oi = oi.reshape(len(oi), len(osh)) if oi.ndim < 2 else oi
-        ii = ii.reshape(len(ii), len(ish)) if ii.ndim < 2 else ii
-        if oi.ndim != 2 or ii.ndim != 2:
-            msg = "Index tuples must be 2-D arrays of shape (n, rank)."
-            raise UnsupportedArrayError(msg)
+        oi = _index_tuples(out_index, len(osh), "output")
+        ii = _index_tuples(in_index, len(ish), "input")
         if len(oi) != len(ii):
             msg = f"{len(oi)} output index tuples but {len(ii)} input index tuples."
             raise InvalidRelationError(msg)

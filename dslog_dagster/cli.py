@@ -460,7 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 141
     except DSLogError as e:
-        print(f"dslog: {e}", file=sys.stderr)
+        # one line (DuckDB's messages span several): scripts read the last line of stderr
+        print("dslog: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
 
 

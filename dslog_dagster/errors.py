@@ -11,7 +11,13 @@ what was wrong and, when it is known, what to do about it.
     ├── CompressionError                   ProvRC failed (wraps the native error)
     ├── LineageStorageError(OSError)       reading/writing the store or its catalog failed
     │   ├── SchemaVersionError             a file was written by an unknown format version
-    │   └── LineageCorruptError            a file's bytes fail their checksum or do not parse
+    │   ├── LineageCorruptError            a file's bytes fail their checksum or do not parse
+    │   ├── StoreFullError                 no space left on the store's disk (ENOSPC, EDQUOT)
+    │   ├── StoreReadOnlyError             the store's file system or folder is read-only
+    │   │                                  (EROFS, or a folder the user may not write)
+    │   ├── StorePermissionError(PermissionError)
+    │   │                                  the OS refused access to a file (EACCES, EPERM)
+    │   └── CatalogLockedError             another process kept the catalog locked
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
     │   └── ValueExpiredError              an asset value version removed by retention
     ├── QueryError(ValueError)             a malformed lineage query
@@ -76,6 +82,28 @@ class LineageCorruptError(LineageStorageError):
     def __init__(self, message: str, path: object = "") -> None:
         super().__init__(message)
         self.path = str(path)
+
+
+class StoreFullError(LineageStorageError):
+    """The file system holding the store is full (``ENOSPC``) or the user's quota is used up
+    (``EDQUOT``). Nothing half-written is left visible: free space and run again."""
+
+
+class StoreReadOnlyError(LineageStorageError):
+    """The store cannot be written: its file system is mounted read-only (``EROFS``) or its
+    folder is not writable by this user. Reading the store still works."""
+
+
+class StorePermissionError(LineageStorageError, PermissionError):
+    """The operating system refused access to a file or folder of the store (``EACCES``,
+    ``EPERM``): give the user running dslog access to it."""
+
+
+class CatalogLockedError(LineageStorageError):
+    """Another process kept the catalog (``catalog.duckdb``) locked for the whole timeout.
+
+    Raised only for a real lock held by another process (DuckDB's "Conflicting lock is
+    held"), never for a full disk or a damaged catalog file."""
 
 
 class LineageNotFoundError(DSLogError, KeyError):

@@ -5,6 +5,7 @@ sets compare equal and counts are exact. :func:`as_cells` reads every spelling a
 use (``np.s_`` boxes, index tuples, boolean masks, flat indices) into one.
 """
 
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dslog_dagster.core.native import kernels
-from dslog_dagster.core.relation import I64, Shape, as_shape
+from dslog_dagster.core.relation import I64, INT64_MAX, Shape, as_shape
 from dslog_dagster.errors import QueryError
 
 __all__ = ["CellSet", "as_cells", "empty_boxes"]
@@ -71,8 +72,8 @@ class CellSet:
         """
         s = as_shape(shape, "Array")
         d = len(s)
-        lo_a = _int_matrix(lo, d, "box lower bounds")
-        hi_a = _int_matrix(hi, d, "box upper bounds")
+        lo_a = _int_matrix(lo, d, "box lower bounds", s)
+        hi_a = _int_matrix(hi, d, "box upper bounds", s)
         if lo_a.shape != hi_a.shape:
             msg = f"Box bounds have shapes {lo_a.shape} and {hi_a.shape}; they must match."
             raise QueryError(msg)
@@ -95,13 +96,10 @@ class CellSet:
             QueryError: non-integer or out-of-range indices.
         """
         s = as_shape(shape, "Array")
-        arr = np.asarray(flat)
+        arr = _array(flat, "flat cell indices")
         if arr.size == 0:
             return cls.empty(s)
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-            msg = f"Flat cell indices must be integers, got dtype `{arr.dtype}`."
-            raise QueryError(msg)
-        arr = np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
+        arr = _int64(arr.reshape(-1), "flat cell indices", s)
         size = int(np.prod(s, dtype=np.int64))
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= size:
@@ -122,7 +120,7 @@ class CellSet:
         """
         s = as_shape(shape, "Array")
         d = len(s)
-        idx = _int_matrix(indices, d, "cell indices")
+        idx = _int_matrix(indices, d, "cell indices", s)
         if idx.shape[0] == 0:
             return cls.empty(s)
         ext = np.asarray(s, dtype=np.int64)
@@ -141,7 +139,7 @@ class CellSet:
     @classmethod
     def from_mask(cls, mask: npt.ArrayLike, shape: Sequence[int] | int | None = None) -> "CellSet":
         """The ``True`` cells of a boolean mask (of the array's shape when ``shape`` is given)."""
-        m = np.asarray(mask)
+        m = _array(mask, "cell mask")
         if m.dtype != np.bool_:
             msg = f"A cell mask must be boolean, got dtype `{m.dtype}`."
             raise QueryError(msg)
@@ -170,21 +168,63 @@ class CellSet:
     def is_empty(self) -> bool:
         return self.n_boxes == 0
 
+    def _listable(self, cells: int, item_bytes: int, what: str) -> None:
+        """Refuse to list ``cells`` cells of ``item_bytes`` each as ``what`` when no memory
+        could hold them (the boxes themselves always fit)."""
+        if cells * item_bytes > INT64_MAX:
+            msg = (
+                f"The {cells} cells of this set (array of shape {self.shape}) are too many to "
+                f"list as {what}; use its boxes (`lo`/`hi`, `to_slices()`, `to_arrow()`) or "
+                "`count()`."
+            )
+            raise QueryError(msg)
+
+    def _out_of_memory(self, e: MemoryError, what: str) -> QueryError:
+        msg = (
+            f"Not enough memory to list the {self.count()} cells of this set (array of shape "
+            f"{self.shape}) as {what} ({e}); use its boxes (`lo`/`hi`, `to_slices()`, "
+            "`to_arrow()`) or `count()`."
+        )
+        return QueryError(msg)
+
     def to_flat(self) -> I64:
-        """Sorted flat (C-order) indices of the cells."""
-        out: I64 = kernels.boxes_to_flat(self.lo, self.hi, list(self.shape))
+        """Sorted flat (C-order) indices of the cells.
+
+        Raises:
+            QueryError: too many cells to hold in memory.
+        """
+        self._listable(self.count(), 8, "flat indices")
+        try:
+            out: I64 = kernels.boxes_to_flat(self.lo, self.hi, list(self.shape))
+        except MemoryError as e:
+            raise self._out_of_memory(e, "flat indices") from e
         return out
 
     def to_indices(self) -> I64:
-        """Cells as a sorted ``(n, d)`` array of index tuples."""
+        """Cells as a sorted ``(n, d)`` array of index tuples.
+
+        Raises:
+            QueryError: too many cells to hold in memory.
+        """
+        self._listable(self.count(), 8 * max(self.rank, 1), "index tuples")
         flat = self.to_flat()
         if self.rank == 0:
             return empty_boxes(flat.size, 0)
-        return np.stack(np.unravel_index(flat, self.shape), axis=1).astype(np.int64)
+        try:
+            return np.stack(np.unravel_index(flat, self.shape), axis=1).astype(np.int64)
+        except MemoryError as e:
+            raise self._out_of_memory(e, "index tuples") from e
 
     def to_mask(self) -> npt.NDArray[np.bool_]:
-        """A boolean mask over the array, ``True`` on the cells."""
-        mask = np.zeros(self.shape, dtype=np.bool_)
+        """A boolean mask over the array, ``True`` on the cells.
+
+        Raises:
+            QueryError: the array is too large to hold a mask of it in memory.
+        """
+        try:
+            mask = np.zeros(self.shape, dtype=np.bool_)
+        except MemoryError as e:
+            raise self._out_of_memory(e, "a mask") from e
         kernels.fill_mask(self.lo, self.hi, mask.view(np.uint8))
         return mask
 
@@ -243,25 +283,54 @@ def _fmt_box(lo: I64, hi: I64) -> str:
     return "[" + ", ".join(f"{int(a)}:{int(b) + 1}" for a, b in zip(lo, hi, strict=True)) + "]"
 
 
-def _int_matrix(x: npt.ArrayLike, d: int, what: str) -> I64:
-    arr = np.asarray(x)
-    if arr.size == 0:  # keeps the count of 0-d cells, which have no coordinates
-        return empty_boxes(arr.shape[0] if arr.ndim == 2 and arr.shape[1] == d else 0, d)
+def _array(x: object, what: str) -> npt.NDArray[Any]:
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError, OverflowError) as e:
+        msg = f"The {what} are not an array of integers ({e})."
+        raise QueryError(msg) from e
+
+
+def _int64(arr: npt.NDArray[Any], what: str, shape: Shape) -> I64:
+    """``arr`` (non-empty) as int64, refusing non-integers and values beyond int64 (a uint64
+    ``2**64 - 1`` must not become ``-1``, which counts from the end)."""
+    if arr.dtype == object:
+        try:
+            arr = np.asarray(arr.tolist(), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as e:
+            msg = (
+                f"The {what} must be integers within the int64 range (every cell index of an "
+                f"array of shape {shape} is): {e}."
+            )
+            raise QueryError(msg) from e
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         msg = f"The {what} must be integers, got dtype `{arr.dtype}`."
         raise QueryError(msg)
+    if arr.dtype == np.uint64 and int(arr.max()) > INT64_MAX:
+        msg = (
+            f"The {what} hold {int(arr.max())}, which is outside the array of shape {shape} "
+            "(beyond the int64 range of cell indices)."
+        )
+        raise QueryError(msg)
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _int_matrix(x: npt.ArrayLike, d: int, what: str, shape: Shape = ()) -> I64:
+    arr = _array(x, what)
+    if arr.size == 0:  # keeps the count of 0-d cells, which have no coordinates
+        return empty_boxes(arr.shape[0] if arr.ndim == 2 and arr.shape[1] == d else 0, d)
     if arr.ndim == 1 and d == 1:
         arr = arr.reshape(-1, 1)
     if arr.ndim != 2 or arr.shape[1] != d:
         msg = f"The {what} have shape {arr.shape}; expected (n, {d}) for an array of rank {d}."
         raise QueryError(msg)
-    return np.ascontiguousarray(arr, dtype=np.int64)
+    return _int64(arr, what, shape)
 
 
 def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] | None:
     """Inclusive bounds of a NumPy basic-indexing key of ints and unit-step slices."""
     if len(key) > len(shape):
-        msg = f"Box {key!r} has {len(key)} axes; the array has rank {len(shape)}."
+        msg = f"Box {reprlib.repr(key)} has {len(key)} axes; the array has rank {len(shape)}."
         raise QueryError(msg)
     lo, hi = [], []
     for axis, n in enumerate(shape):
@@ -270,7 +339,8 @@ def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] |
             start, stop, step = k.indices(n)
             if step != 1:
                 msg = (
-                    f"Slice {k!r} on axis {axis} has step {step}; boxes need unit steps. "
+                    f"Slice {reprlib.repr(k)} on axis {axis} has step {step}; boxes need unit "
+                    "steps. "
                     "Pass a mask or flat indices for strided cells."
                 )
                 raise QueryError(msg)
@@ -287,7 +357,7 @@ def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] |
             lo.append(i)
             hi.append(i)
         else:
-            msg = f"Box entry {k!r} on axis {axis} is neither an int nor a slice."
+            msg = f"Box entry {reprlib.repr(k)} on axis {axis} is neither an int nor a slice."
             raise QueryError(msg)
     return lo, hi
 
@@ -295,12 +365,12 @@ def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] |
 def _index_tuples(cells: list[Any], d: int) -> I64:
     if any(len(c) != d for c in cells):
         bad = next(c for c in cells if len(c) != d)
-        msg = f"Cell {bad!r} has {len(bad)} indices; the array has rank {d}."
+        msg = f"Cell {reprlib.repr(bad)} has {len(bad)} indices; the array has rank {d}."
         raise QueryError(msg)
     try:
         return np.asarray(cells, dtype=np.int64).reshape(len(cells), d)
-    except (TypeError, ValueError) as e:
-        msg = f"Index tuples must hold integers; got {cells[0]!r}, ..."
+    except (TypeError, ValueError, OverflowError) as e:
+        msg = f"Index tuples must hold integers; got {reprlib.repr(cells[0])}, ..."
         raise QueryError(msg) from e
 
 
@@ -347,7 +417,9 @@ def as_cells(shape: Sequence[int] | int, cells: object) -> CellSet:
         for c in cells:
             key = c if isinstance(c, tuple) else (c,)
             if not _is_box_key(key) and len(key) != len(s):
-                msg = f"Cell {key!r} has {len(key)} indices; the array has rank {len(s)}."
+                msg = (
+                    f"Cell {reprlib.repr(key)} has {len(key)} indices; the array has rank {len(s)}."
+                )
                 raise QueryError(msg)
             if (b := _box_of(s, key)) is not None:
                 bounds.append(b)
@@ -364,7 +436,7 @@ def as_cells(shape: Sequence[int] | int, cells: object) -> CellSet:
         return CellSet.from_indices(s, [cells])
     try:
         arr = np.asarray(cells)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         msg = f"Cannot interpret {type(cells).__name__} as query cells."
         raise QueryError(msg) from e
     if arr.dtype == np.bool_:

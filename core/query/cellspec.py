@@ -27,6 +27,9 @@ def parse_box(text: str) -> tuple[int | slice, ...]:
     Raises:
         QueryError: an entry that is neither an int nor an ``a:b`` slice.
     """
+    if not isinstance(text, str):
+        msg = f"A box of cells is text such as `0:10,3`, got `{type(text).__name__}`."
+        raise QueryError(msg)
     text = text.strip()
     if not text:
         return (slice(None),)
@@ -64,6 +67,9 @@ def cells_from_spec(
     s = as_shape(shape, "Array")
     result = CellSet.empty(s)
     keys = []
+    if isinstance(boxes, str) or not isinstance(boxes, Sequence):
+        msg = f'Boxes of cells are a list of texts such as `["0:10,3"]`, got `{boxes!r:.60}`.'
+        raise QueryError(msg)
     for text in boxes:
         key: list[int | slice] = []
         for axis, k in enumerate(parse_box(text)):
@@ -79,8 +85,15 @@ def cells_from_spec(
         keys.append(tuple(key))
     if keys:
         result = result | as_cells(s, keys)
+    if isinstance(indices, str | bytes) or not isinstance(indices, Sequence | np.ndarray):
+        msg = f"Index lists must be a list of index lists, got `{type(indices).__name__}`."
+        raise QueryError(msg)
     if len(indices):
-        idx = np.asarray([list(c) for c in indices], dtype=np.int64)
+        try:
+            idx = np.asarray([list(c) for c in indices], dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as e:
+            msg = f"Index lists must be lists of integers within int64, one per axis ({e})."
+            raise QueryError(msg) from e
         if idx.ndim != 2 or idx.shape[1] != len(s):
             msg = (
                 f"Index lists must each have {len(s)} entries (one per axis of an array of "

@@ -22,6 +22,7 @@ from typing import Any
 from dslog_dagster.core.format import segment
 from dslog_dagster.core.store import files
 from dslog_dagster.core.store.damage import DamageLog
+from dslog_dagster.core.store.failures import storage_error
 from dslog_dagster.core.store.layout import (
     LINK_SUFFIX,
     StoreLayout,
@@ -213,10 +214,10 @@ class ArrayFiles:
         data = record_json(record.to_json())
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            published = files.publish_once(final, data, self.durable)
+            published = files.publish_once(final, data, self.durable, self.layout.staging_dir)
         except OSError as e:
-            msg = f"Could not write the record of array `{record.name}` to `{final}`: {e}"
-            raise LineageStorageError(msg) from e
+            doing = f"write the record of array `{record.name}` (`{final}`)"
+            raise storage_error(e, doing, self.layout.root) from e
         if not published:
             existing = self.existing(record)
             assert existing is not None  # publish_once failed because the file exists
@@ -236,6 +237,7 @@ class ArrayFiles:
                 return known
         name = check_name(name, "Array name")
         if version is not None:
+            version = check_name(version, f"Version of array `{name}`")
             # the version's two possible record files, not a listing of every version (an
             # asset gains a version per run: a tracked step resolves its inputs this way)
             directory = self.layout.array_dir(name)

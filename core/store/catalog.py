@@ -61,10 +61,17 @@ import pyarrow as pa
 from dslog_dagster.core.store import array_dirs
 from dslog_dagster.core.store.arrays import ArrayFiles
 from dslog_dagster.core.store.catalog_schema import DDL, INTERNAL_TABLES, SCHEMAS, TABLES
+from dslog_dagster.core.store.failures import discard, errno_of_text, storage_error
 from dslog_dagster.core.store.layout import StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
-from dslog_dagster.errors import DamagedStoreWarning, DSLogError, LineageStorageError, QueryError
+from dslog_dagster.errors import (
+    CatalogLockedError,
+    DamagedStoreWarning,
+    DSLogError,
+    LineageStorageError,
+    QueryError,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -91,22 +98,28 @@ class _Unavailable(Exception):
 
 
 def _is_retryable(e: BaseException) -> bool:
+    """Whether DuckDB's error ``e`` is a conflict with another connection that goes away by
+    itself (a lock held by another process, a write-write conflict between threads), as
+    opposed to a full disk or a damaged file, which no retry mends. Matched on DuckDB's own
+    words: "lock" alone would match "block" in a damage report."""
     text = str(e).lower()
     if isinstance(e, duckdb.TransactionException):
-        return True  # write-write conflict between threads of one process
+        return "conflict" in text  # write-write conflict between threads of one process
     if isinstance(e, duckdb.ConnectionException) and "different configuration" in text:
         return True  # another thread of this process holds it in another mode
-    return isinstance(e, duckdb.IOException) and "lock" in text
+    return isinstance(e, duckdb.IOException) and any(k in text for k in _LOCK_WORDS)
 
 
-_NOT_DAMAGE = ("permission denied", "read-only", "read only", "no space", "disk full")
+_LOCK_WORDS = ("could not set lock", "conflicting lock")
+"""How DuckDB says another process holds the database file."""
 
 
 def _is_damage(reason: str) -> bool:
     """Whether DuckDB's ``reason`` for refusing the catalog file means the file is damaged
-    (rather than the file system refusing us, where deleting it would not help)."""
+    (rather than the file system refusing us — full, read-only, permission — where deleting
+    it would not help, or another process holding it)."""
     text = reason.lower()
-    return not any(k in text for k in _NOT_DAMAGE)
+    return errno_of_text(text) is None and not any(k in text for k in _LOCK_WORDS)
 
 
 def _text(v: Any) -> Any:
@@ -186,10 +199,12 @@ class LineageCatalog:
         attempts = 0
         while True:
             attempts += 1
+            existed = self.path.exists()
             try:
                 con = duckdb.connect(str(self.path))
             except duckdb.Error as e:
                 if not _is_retryable(e):
+                    self._drop_unborn(existed, e)
                     raise _Unavailable(str(e), locked=False) from e
                 err: duckdb.Error = e
             else:
@@ -202,6 +217,8 @@ class LineageCatalog:
                 except duckdb.Error as e:
                     _rollback(con)
                     if not _is_retryable(e):
+                        con.close()
+                        self._drop_unborn(existed, e)
                         raise _Unavailable(str(e), locked=False) from e
                     err = e
                 except BaseException:
@@ -215,6 +232,15 @@ class LineageCatalog:
                 raise _Unavailable(msg, locked=True) from err
             time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.2)
+
+    def _drop_unborn(self, existed: bool, e: duckdb.Error) -> None:
+        """Remove the catalog file this connection was creating when the file system refused
+        to write it (a full disk): left there, the next reader would take the partial file
+        for a damaged catalog. A catalog that existed before is never touched here."""
+        if existed or errno_of_text(str(e)) is None:
+            return
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            discard(p)
 
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
         for ddl in DDL:
@@ -451,10 +477,14 @@ class LineageCatalog:
     def rebuild(self) -> None:
         """Re-create the catalog from the files.
 
-        A damaged catalog file is deleted and re-created.
+        A damaged catalog file is deleted and re-created. A catalog the file system refuses
+        (full, read-only, permission) is left as it was.
 
         Raises:
-            LineageStorageError: another process kept the catalog locked for 30 seconds.
+            CatalogLockedError: another process kept the catalog locked for 30 seconds.
+            StoreFullError / StoreReadOnlyError / StorePermissionError: the file system
+                refused the catalog (it is unchanged).
+            LineageStorageError: it could not be re-created for another reason.
         """
 
         def rebuild_in(con: duckdb.DuckDBPyConnection) -> None:
@@ -467,21 +497,39 @@ class LineageCatalog:
             self._run(rebuild_in, timeout)
             return
         except _Unavailable as e:
-            if e.locked:
-                msg = (
-                    f"The catalog `{self.path}` stayed locked by another process for "
-                    f"{timeout:.0f} s; rebuild it when no run is writing to the store."
-                )
-                raise LineageStorageError(msg) from e
-            logger.warning("catalog %s is unusable (%s); re-creating it", self.path, e)
+            self._refused(e, timeout)
+            logger.warning("catalog %s is damaged (%s); re-creating it", self.path, e)
             self.recovered = str(e)
         for p in (self.path, self.path.with_name(self.path.name + ".wal")):
-            p.unlink(missing_ok=True)
+            try:
+                p.unlink(missing_ok=True)
+            except OSError as err:
+                doing = f"remove the damaged catalog `{p}` (to rebuild it)"
+                raise storage_error(err, doing, self.layout.root) from err
         try:
             self._run(rebuild_in, timeout)
         except _Unavailable as e:
-            msg = f"Could not re-create the catalog `{self.path}`: {e}"
+            self._refused(e, timeout)
+            msg = (
+                f"Could not re-create the catalog `{self.path}`: {e}. The lineage files are "
+                "intact; delete the catalog file and run `dslog rebuild-catalog` again."
+            )
             raise LineageStorageError(msg) from e
+
+    def _refused(self, e: "_Unavailable", timeout: float) -> None:
+        """Raise the error a rebuild reports for ``e`` unless it means the file is damaged
+        (then return: the caller deletes and re-creates it)."""
+        if e.locked:
+            msg = (
+                f"The catalog `{self.path}` stayed locked by another process for "
+                f"{timeout:.0f} s ({e}); rebuild it when no run is writing to the store."
+            )
+            raise CatalogLockedError(msg) from e
+        code = errno_of_text(str(e))
+        if code is not None:
+            doing = f"write the catalog `{self.path}`"
+            root = self.layout.root
+            raise storage_error(code, doing, root, detail=str(e), path=self.path) from e
 
     # ----------------------------------------------------------------- queries
 
@@ -494,6 +542,11 @@ class LineageCatalog:
         if not isinstance(sql, str) or not sql.strip():
             msg = "The catalog query is empty; pass one SELECT statement."
             raise QueryError(msg)
+        try:
+            sql.encode("utf-8")
+        except UnicodeEncodeError as e:
+            msg = f"The catalog query is not valid Unicode text ({e}); pass one SELECT statement."
+            raise QueryError(msg) from e
         sandbox = _sandbox()
         try:
             statements = sandbox.extract_statements(sql)

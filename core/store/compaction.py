@@ -21,6 +21,7 @@ from dslog_dagster.core.format import segment
 from dslog_dagster.core.format.blob import table_from_blob
 from dslog_dagster.core.store import files
 from dslog_dagster.core.store.catalog import LineageCatalog
+from dslog_dagster.core.store.failures import storage_error
 from dslog_dagster.core.store.layout import StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.records import now, parse_operation
@@ -68,8 +69,7 @@ def compaction_lock(path: Path, timeout: float) -> Iterator[bool]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        msg = f"Could not open the compaction lock `{path}`: {e}"
-        raise LineageStorageError(msg) from e
+        raise storage_error(e, f"open the compaction lock `{path}`", path.parent) from e
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -147,6 +147,7 @@ def _compact_locked(
 ) -> CompactionResult:
     """:func:`compact` under the lock: choose the small segments, write their operations into
     packs of about ``pack_bytes``, publish the packs, then delete the packed files."""
+    files.clean_stale_tmp(layout.arrays_dir)
     segs = operations.refresh()
     candidates: list[tuple[str, int]] = []
     for rel in segs:
@@ -201,10 +202,17 @@ def _compact_locked(
         )
         packs.append(rel)
         bytes_after += len(data)
-    # Every operation of the packed files is now in a published pack: drop the files.
+    # Every operation of the packed files is now in a published pack: drop the files. One
+    # that cannot go (the store turned read-only) leaves its operations in two segments with
+    # identical content, which readers accept, as between a publish and its unlinks.
     for rel, _ in packed_files:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(layout.root / rel)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            doing = f"remove the packed segment `{rel}` (its pack is published)"
+            raise storage_error(e, doing, layout.root) from e
     files.fsync_dir(layout.operations_dir)
     files.fsync_dir(layout.packs_dir)
     operations.refresh()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dslog_dagster.core.store.failures import discard, storage_error
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
 from dslog_dagster.errors import LineageStorageError
 
@@ -83,10 +84,14 @@ class PreparedOperation:
         try:
             for f in flush:
                 f.result()
+        except OSError as e:
+            doing = f"flush operation `{self.record.op_id}`"
+            raise storage_error(e, doing, self.store.root) from e
         except Exception as e:
             msg = f"Could not flush operation `{self.record.op_id}` in `{self.store.root}`: {e}"
             raise LineageStorageError(msg) from e
 
     def abort(self) -> None:
-        """Drop the staged segment: the operation is never published."""
-        self.tmp.unlink(missing_ok=True)
+        """Drop the staged segment: the operation is never published. Never raises (it runs
+        while another error propagates); a file it cannot remove is a stale staging file."""
+        discard(self.tmp)

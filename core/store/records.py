@@ -13,12 +13,13 @@ read back.
 import hashlib
 import json
 import math
+import reprlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -239,7 +240,7 @@ def check_name(name: object, what: str) -> str:
         InvalidRelationError: it is not.
     """
     if not isinstance(name, str):
-        msg = f"{what} must be a string, got `{type(name).__name__}` ({name!r})."
+        msg = f"{what} must be a string, got `{type(name).__name__}` ({reprlib.repr(name)})."
         raise InvalidRelationError(msg)
     if not name or "\x00" in name:
         msg = f"{what} `{name!r}` is empty or contains a NUL character; pass a non-empty name."
@@ -254,6 +255,43 @@ def check_name(name: object, what: str) -> str:
         )
         raise InvalidRelationError(msg) from e
     return name
+
+
+def dtype_name(dtype: object, what: str) -> str:
+    """The NumPy name of ``dtype`` (anything :class:`numpy.dtype` accepts) for ``what``.
+
+    Raises:
+        UnsupportedArrayError: NumPy does not understand it.
+    """
+    try:
+        return np.dtype(dtype).name  # type: ignore[call-overload,no-any-return]
+    except (TypeError, ValueError, SyntaxError, RecursionError) as e:
+        msg = (
+            f"{what} has dtype `{reprlib.repr(dtype)}`, which NumPy does not understand; "
+            'pass a NumPy dtype or its name, e.g. `"float64"`.'
+        )
+        raise UnsupportedArrayError(msg) from e
+
+
+def check_no_self_loop(
+    op_name: str, ins: Sequence[ArrayRecord], outs: Sequence[ArrayRecord]
+) -> None:
+    """Refuse an operation that writes one of its own inputs (same name and version).
+
+    Raises:
+        InvalidRelationError: it does.
+    """
+    read = {r.array_id for r in ins}
+    for r in outs:
+        if r.array_id in read:
+            v = "the default version" if r.version is None else f"version `{r.version}`"
+            msg = (
+                f"Operation `{op_name}` writes array `{r.name}` ({v}), which it also reads: an "
+                "array version is immutable, so an operation cannot produce its own input. "
+                "Register the result as a new version (`NewArray(name, shape, version=...)`) "
+                "or under another name."
+            )
+            raise InvalidRelationError(msg)
 
 
 def array_id(name: str, version: str | None) -> str:
@@ -279,47 +317,81 @@ def array_record(spec: "NewArray") -> ArrayRecord:
     if version is not None:
         version = check_name(version, f"Version of array `{name}`")
     shp = as_shape(spec.shape, f"Array `{name}`")
-    try:
-        dt = np.dtype(spec.dtype).name
-    except TypeError as e:
-        msg = f"Array `{name}` has dtype `{spec.dtype!r}`, which NumPy does not understand."
-        raise UnsupportedArrayError(msg) from e
+    dt = dtype_name(spec.dtype, f"Array `{name}`")
     _, created = now()
-    key = _normalise_asset_key(spec.asset_key)
+    key = _normalise_asset_key(spec.asset_key, name)
     return ArrayRecord(name, shp, dt, key, version, array_id(name, version), created)
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, tuple | set | frozenset):
-        return list(obj)
-    msg = f"value of type `{type(obj).__name__}` is not JSON-serialisable"
-    raise TypeError(msg)
+ARGS_MAX_DEPTH = 64
+"""Deepest nesting of lists and dicts in an operation's ``args`` (deeper is refused up front,
+before it can exhaust Python's recursion limit in the JSON encoder or a reader)."""
+
+
+def _args_value(op_name: str, v: Any, where: str, depth: int) -> Any:
+    """``v`` (the value at ``where`` in an operation's args) as stored JSON.
+
+    Raises:
+        InvalidRelationError: a value JSON cannot hold as it is, a key that is not a string,
+            or nesting deeper than :data:`ARGS_MAX_DEPTH`.
+    """
+    if v is None or isinstance(v, bool | str):
+        return v
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            why = f"{reprlib.repr(v)} is not finite; JSON has no NaN or infinity"
+            _refuse_args(op_name, where, why)
+        return float(v)
+    if isinstance(v, np.generic) and not isinstance(v, np.object_):
+        return _args_value(op_name, v.item(), where, depth)
+    if depth >= ARGS_MAX_DEPTH:
+        _refuse_args(op_name, where, f"it nests deeper than {ARGS_MAX_DEPTH} levels")
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind in "biuf" and (v.dtype.kind != "f" or bool(np.isfinite(v).all())):
+            return v.tolist()  # plain numbers all the way down: nothing else to check
+        return _args_value(op_name, v.tolist(), where, depth)
+    if isinstance(v, Mapping):
+        out = {}
+        for k, x in sorted(v.items(), key=lambda kv: str(kv[0])):
+            if not isinstance(k, str):
+                why = (
+                    f"its key {reprlib.repr(k)} is a `{type(k).__name__}`, not a string; "
+                    "JSON would turn "
+                    f"it into {json.dumps(str(k))}, so it would not read back as given"
+                )
+                _refuse_args(op_name, where, why)
+            out[k] = _args_value(op_name, x, f"{where}[{reprlib.repr(k)}]", depth + 1)
+        return out
+    if isinstance(v, list | tuple | set | frozenset):
+        return [_args_value(op_name, x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
+    _refuse_args(op_name, where, f"a value of type `{type(v).__name__}` is not JSON")
+
+
+def _refuse_args(op_name: str, where: str, why: str) -> NoReturn:
+    msg = (
+        f"Operation `{op_name}` args cannot be stored: at `{where}`, {why}. Pass strings, "
+        "finite numbers, booleans, None, lists and dicts with string keys (NumPy scalars and "
+        f"arrays are fine), nested at most {ARGS_MAX_DEPTH} deep."
+    )
+    raise InvalidRelationError(msg)
 
 
 def normalise_args(op_name: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``args`` as stored: JSON values only (NumPy scalars and arrays converted).
+    """``args`` as stored: JSON values only (NumPy scalars and arrays converted, tuples and
+    sets as lists, keys sorted). Every key must be a string: keys are kept as given or
+    refused, never converted.
 
     Raises:
-        InvalidRelationError: not a mapping, or not storable as JSON.
+        InvalidRelationError: not a mapping, or not storable as JSON as it is.
     """
     if args is None:
         return {}
     if not isinstance(args, Mapping):
         msg = f"Operation `{op_name}` args must be a mapping, got `{type(args).__name__}`."
         raise InvalidRelationError(msg)
-    try:
-        text = json.dumps(dict(args), default=_json_default, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as e:
-        msg = (
-            f"Operation `{op_name}` args cannot be stored as JSON ({e}). Pass strings, numbers, "
-            "booleans, None, lists and dicts with string keys (NumPy scalars/arrays are fine)."
-        )
-        raise InvalidRelationError(msg) from e
-    out: dict[str, Any] = json.loads(text)
+    out: dict[str, Any] = _args_value(op_name, args, "args", 0)
     return out
 
 
@@ -336,17 +408,34 @@ def normalise_timings(op_name: str, timings: Mapping[str, float] | None) -> dict
         except (TypeError, ValueError):
             fv = math.nan
         if not isinstance(k, str) or not math.isfinite(fv):
-            msg = f"Operation `{op_name}` timing `{k!r}` = {v!r} is not a finite number of seconds."
+            msg = (
+                f"Operation `{op_name}` timing `{reprlib.repr(k)}` = {reprlib.repr(v)} is not "
+                "a finite number of seconds."
+            )
             raise InvalidRelationError(msg)
         out[k] = fv
     return out
 
 
-def _normalise_asset_key(asset_key: str | Sequence[str] | None) -> str | None:
-    if asset_key is None or isinstance(asset_key, str):
-        return asset_key
-    parts = [str(p) for p in asset_key]
-    return "/".join(parts)
+def _normalise_asset_key(asset_key: object, name: str) -> str | None:
+    """``asset_key`` as stored: ``"a/b"`` for ``"a/b"`` or ``["a", "b"]``.
+
+    Raises:
+        InvalidRelationError: neither a string nor a sequence of strings, or empty.
+    """
+    if asset_key is None:
+        return None
+    what = f"Asset key of array `{name}`"
+    if isinstance(asset_key, str):
+        return check_name(asset_key, what)
+    parts = getattr(asset_key, "path", asset_key)  # a Dagster AssetKey
+    if isinstance(parts, Sequence) and parts and all(isinstance(p, str) and p for p in parts):
+        return check_name("/".join(parts), what)
+    msg = (
+        f'{what} must be a string (`"a/b"`) or a non-empty sequence of non-empty strings '
+        f'(`["a", "b"]`), got `{reprlib.repr(asset_key)}`.'
+    )
+    raise InvalidRelationError(msg)
 
 
 def check_version(d: Mapping[str, Any], path: Path) -> bool:

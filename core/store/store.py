@@ -45,6 +45,7 @@ import contextlib
 import errno
 import logging
 import os
+import reprlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -66,6 +67,7 @@ from dslog_dagster.core.store.compaction import (
     compact,
 )
 from dslog_dagster.core.store.damage import DamageLog
+from dslog_dagster.core.store.failures import discard, storage_error
 from dslog_dagster.core.store.integrity import STORE_ID_RE, VerifyReport, quarantine, verify
 from dslog_dagster.core.store.layout import (
     OP_ID_RE,
@@ -85,6 +87,7 @@ from dslog_dagster.core.store.records import (
     TableRecord,
     array_record,
     check_name,
+    check_no_self_loop,
     normalise_args,
     normalise_timings,
 )
@@ -153,8 +156,7 @@ class LineageStore:
             for sub in ("arrays", "operations", "packs", ".staging"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            msg = f"Could not create the lineage store at `{self.root}`: {e}"
-            raise LineageStorageError(msg) from e
+            raise storage_error(e, "create the store's folders", self.root) from e
         self.store_id = files.claim_store_id(self.root, self.durable)
         self.damage = DamageLog()
         if not STORE_ID_RE.match(self.store_id):
@@ -341,9 +343,11 @@ class LineageStore:
 
         Raises:
             InvalidRelationError: unknown output/input in ``lineage``, shapes that do not match
-                the registered arrays, bad names/args/timings.
+                the registered arrays, bad names/args/timings, an output that is one of the
+                inputs (same name and version).
             LineageNotFoundError: an input/output array is not registered.
-            LineageStorageError: the segment could not be written (nothing is left behind).
+            LineageStorageError: the segment could not be written (nothing is left behind;
+                :class:`~dslog_dagster.errors.StoreFullError` and its siblings say why).
         """
         op_name = check_name(op_name, "Operation name")
         capture_method = check_name(capture_method, f"Capture method of operation `{op_name}`")
@@ -395,6 +399,7 @@ class LineageStore:
             return rec
 
         outs = tuple(output(a) for a in outputs)
+        check_no_self_loop(op_name, ins, outs)
         for role, recs in (("input", ins), ("output", outs)):
             names = [r.name for r in recs]
             dups = sorted({n for n in names if names.count(n) > 1})
@@ -417,11 +422,10 @@ class LineageStore:
             self.staging_dir.mkdir(parents=True, exist_ok=True)
             files.write_synced(tmp, segment, self.durable)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
-            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
-            raise LineageStorageError(msg) from e
+            discard(tmp)
+            raise storage_error(e, f"write operation `{op_id}`", self.root) from e
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
             raise
         return tmp
 
@@ -501,11 +505,10 @@ class LineageStore:
             elif durable:
                 files.fsync_dirs([final.parent, *dirs])
         except OSError as e:
-            msg = f"Could not write operation `{op_id}` to the store at `{self.root}`: {e}"
-            raise LineageStorageError(msg) from e
+            raise storage_error(e, f"write operation `{op_id}`", self.root) from e
         finally:
             if not renamed:  # after the rename it is gone: no system call to learn that
-                tmp.unlink(missing_ok=True)
+                discard(tmp)
         for rec, d in zip(new_outs, dirs, strict=True):
             path = d / link_file_name(rec.version)
             self.array_files.remember(path, rec)
@@ -527,14 +530,11 @@ class LineageStore:
             LineageNotFoundError: no such operation.
             LineageStorageError / SchemaVersionError: the record is damaged or too new.
         """
-        rec = self.operation_files.records.get(op_id)
+        rec = self.operation_files.records.get(op_id) if isinstance(op_id, str) else None
         if rec is not None:
             return rec
         if not isinstance(op_id, str) or not OP_ID_RE.match(op_id):
-            msg = (
-                f"`{op_id!r}` is not an operation id (48 lowercase hex characters); "
-                "list ids with `store.operations()`."
-            )
+            msg = f"`{reprlib.repr(op_id)}` is not an operation id (see `store.operations()`)."
             raise LineageNotFoundError(msg)
         try:
             return self.operation_files.read(op_id)

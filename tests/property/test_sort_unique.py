@@ -19,7 +19,9 @@ def pair_matrices(draw: Any) -> tuple[int, np.ndarray]:
     m = draw(st.integers(1, 3))
     n = draw(st.integers(0, 300))
     wide = draw(st.booleans())  # wide ranges force the non-packed fallback
-    hi = 2**40 if wide else draw(st.integers(1, 12))
+    # wide: each side's columns as wide as an array of at most 2**63 - 1 cells allows
+    small = draw(st.integers(1, 12))
+    hi = [2 ** (62 // l)] * l + [2 ** (62 // m)] * m if wide else [small] * (l + m)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     mat = rng.integers(0, hi, size=(n, l + m))
     if n and draw(st.booleans()):
