@@ -106,6 +106,13 @@ def storage_error(
             "Give the user running dslog read and write access to the store folder and "
             "everything in it (e.g. `chown -R`), then run again."
         )
+    elif code == errno.ENOTDIR:
+        cls = LineageStorageError
+        msg = (
+            f"{head}: part of the path {where} is a file, not a folder ({reason}). Nothing was "
+            "changed. Point the store (`DSLogResource(store_dir=...)`, `LineageStore(path)`) "
+            "at a folder, or move that file away, then run again."
+        )
     else:
         cls = LineageStorageError
         msg = f"{head}: {reason or e}. Nothing half-written was left visible."

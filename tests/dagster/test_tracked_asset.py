@@ -287,7 +287,8 @@ def test_lineage_write_failure_fails_the_step(instance: dg.DagsterInstance, tmp_
     err = res.get_step_failure_events()[0].step_failure_data.error
     text = str(err) + "".join(str(c) for c in _causes(err))
     assert LineageStorageError.__name__ in text
-    assert "Could not create the lineage store" in text
+    assert "Could not create the store's folders" in text
+    assert "is a file, not a folder" in text
     assert res.get_asset_materialization_events() == []
 
 

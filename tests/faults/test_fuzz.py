@@ -41,8 +41,20 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-_NESTED: list[Any] = []
-_cur = _NESTED
+
+class _Deep(list[Any]):
+    """A list nested deeper than Python's recursion limit, whose own repr is short: hypothesis
+    prints the arguments of every example under CI, and its printer recurses."""
+
+    def __repr__(self) -> str:
+        return "[[[...3000 levels...]]]"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+
+_NESTED = _Deep()
+_cur: list[Any] = _NESTED
 for _ in range(3000):  # deeper than Python's recursion limit
     _cur.append([])
     _cur = _cur[0]
