@@ -336,7 +336,11 @@ def _box_of(shape: Shape, key: tuple[Any, ...]) -> tuple[list[int], list[int]] |
     for axis, n in enumerate(shape):
         k = key[axis] if axis < len(key) else slice(None)
         if isinstance(k, slice):
-            start, stop, step = k.indices(n)
+            try:
+                start, stop, step = k.indices(n)
+            except (TypeError, ValueError) as e:  # slice("a"), slice(0, 4, 0)
+                msg = f"Slice {reprlib.repr(k)} on axis {axis} is not a slice of integers: {e}."
+                raise QueryError(msg) from e
             if step != 1:
                 msg = (
                     f"Slice {reprlib.repr(k)} on axis {axis} has step {step}; boxes need unit "

@@ -143,6 +143,14 @@ def test_cells_never_raise_bare(shape: Any, cells: Any, boxes: Any, indices: Any
     _no_bare_exception(lambda: parse_box(boxes))
 
 
+def test_a_box_with_a_slice_of_strings_is_a_query_error() -> None:
+    """Found by the fuzz test under CI: ``slice(None, "a")`` in a box raised a bare TypeError."""
+    with pytest.raises(DSLogError, match="not a slice of integers"):
+        as_cells((4,), [slice(None), slice(None, "a")]).count()
+    with pytest.raises(DSLogError, match="not a slice of integers"):
+        as_cells((4,), (slice(0, 4, 0),)).count()
+
+
 @FUZZ
 @given(a=SHAPES, b=SHAPES, c=VALUES, d=VALUES, n=VALUES)
 def test_relations_never_raise_bare(a: Any, b: Any, c: Any, d: Any, n: Any) -> None:
