@@ -267,25 +267,23 @@ def _all_to_all_result(
     inputs: Sequence[F64],
     mode: Mode,
     reason: str,
-    exact: Mapping[int, tuple[list[LineageTable], list[LineageTable] | None]] | None = None,
+    captured: tuple[dict[tuple[int, int], LineageTable], dict[tuple[int, int], LineageTable] | None]
+    | None = None,
 ) -> CaptureResult:
-    """A flagged result: the outputs of ``exact`` keep their captured tables, every other
-    output is related to every input cell (one ProvRC row per pair, whatever the sizes).
+    """A flagged result: the ``captured`` (contributing, considered) tables of the outputs
+    that have them are kept, every other (output, input) pair relates every output cell to
+    every input cell (one ProvRC row, whatever the sizes).
 
     The outputs keep the dtype the function gave them (int64 indices stay int64): the
     fallback records lineage, it never changes the values.
     """
     shapes = tuple(tuple(int(d) for d in a.shape) for a in inputs)
-    tables: dict[tuple[int, int], LineageTable] = {}
-    considered: dict[tuple[int, int], LineageTable] | None = {} if mode == "considered" else None
+    tables, considered = captured or ({}, {} if mode == "considered" else None)
     for o, out in enumerate(plain):
-        known = (exact or {}).get(o)
         for i, shape in enumerate(shapes):
-            full = LineageTable.all_to_all(tuple(int(d) for d in out.shape), shape)
-            tables[(o, i)] = full if known is None else known[0][i]
-            if considered is not None:
-                kc = None if known is None else known[1]
-                considered[(o, i)] = full if kc is None else kc[i]
+            for target in (tables, considered):
+                if target is not None and (o, i) not in target:
+                    target[(o, i)] = LineageTable.all_to_all(tuple(out.shape), shape)
     return CaptureResult(
         value=value,
         outputs=tuple(plain),
@@ -538,7 +536,6 @@ def _extract(
     tables: dict[tuple[int, int], LineageTable] = {}
     considered: dict[tuple[int, int], LineageTable] | None = {} if mode == "considered" else None
     plain: list[npt.NDArray[Any]] = []
-    exact: dict[int, tuple[list[LineageTable], list[LineageTable] | None]] = {}
     lost: list[str] = []
     for o, out in enumerate(outs):
         try:
@@ -550,19 +547,13 @@ def _extract(
             lost.append(str(e))
             continue
         plain.append(_annotator.values(arr))
-        contributing = extract_tables(arr, shapes, False)
-        exact[o] = (
-            contributing,
-            extract_tables(arr, shapes, True) if considered is not None else None,
-        )
-        for i, table in enumerate(contributing):
-            tables[(o, i)] = table
-        if considered is not None:
-            for i, table in enumerate(exact[o][1] or ()):
-                considered[(o, i)] = table
+        for which, target in ((False, tables), (True, considered)):
+            if target is not None:
+                for i, table in enumerate(extract_tables(arr, shapes, which)):
+                    target[(o, i)] = table
     value = plain_value(plain, outs, is_tuple)
     if lost:
-        return _all_to_all_result(plain, value, inputs, mode, " ".join(lost), exact)
+        return _all_to_all_result(plain, value, inputs, mode, " ".join(lost), (tables, considered))
     return CaptureResult(
         value=value,
         outputs=tuple(plain),
