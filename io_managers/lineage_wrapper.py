@@ -110,8 +110,9 @@ def with_lineage(
     """Add cell-level lineage to an existing IO manager.
 
     The inner IO manager stores the values exactly as before; the lineage of tracked steps goes
-    into the store of ``dslog`` (default: ``$DSLOG_STORE``, else ``.dslog`` under the inner IO
-    manager's ``base_dir`` or the instance storage directory). A Spark DataFrame output of a
+    into the store of ``dslog`` (its ``store_dir``, else ``$DSLOG_STORE``, else ``.dslog`` in the
+    instance storage directory: the store the query assets and checks of the same resource
+    read). Pass the ``DSLogResource`` the Definitions bind under ``"dslog"``. A Spark DataFrame output of a
     tracked step is handed to ``inner`` with one extra column, the row ids its lineage names
     (``dslog_dagster.spark.ROW_ID``); ``inner`` must store it like any other column (Parquet,
     Delta and table IO managers do). Loading drops it again before user code sees the frame.
@@ -136,8 +137,10 @@ def with_lineage(
             mgr = inner.create_io_manager(init_context)
         else:
             mgr = inner
-        base = getattr(inner, "base_dir", None)
-        if not base and init_context.instance is not None:
+        # the store's default base is the instance's storage (never the inner base_dir), so
+        # it is the store the resource's query assets and checks read
+        base = None
+        if init_context.instance is not None:
             base = init_context.instance.storage_directory()
         return _LineageIOManager(mgr, LineageWriter(settings, base))
 

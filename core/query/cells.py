@@ -235,6 +235,10 @@ class CellSet:
             for lo, hi in zip(self.lo, self.hi, strict=True)
         ]
 
+    def box_text(self, i: int = 0) -> str:
+        """Box ``i`` written as in messages: half-open ``start:stop`` per axis (``"0:128, 5:7"``)."""
+        return _fmt_box(self.lo[i], self.hi[i])[1:-1]
+
     def to_arrow(self) -> pa.Table:
         """The boxes as an Arrow table: columns ``lo_i``/``hi_i`` (inclusive) per axis ``i``.
 
