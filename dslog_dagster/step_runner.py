@@ -189,6 +189,10 @@ class _StepRun:
         first_op, code_version = _op_identity(
             self.ctx, self.all_outputs[0], self.opts.op_code_version
         )
+        # views record the function's name: name them after the step's asset (or op), so the
+        # reuse-signature table says which step a view serves
+        call.__qualname__ = call.__name__ = first_op
+        call.__module__ = None  # type: ignore[assignment]
         registry, identity, sig_args, store = None, "", {}, None
         assert self.settings is not None
         if self.settings.reuse:
