@@ -435,11 +435,7 @@ def _expects_lineage(assets_or_keys: Iterable[AssetRef]) -> list[dg.AssetKey]:
     keys: list[dg.AssetKey] = []
     for a in assets_or_keys:
         if isinstance(a, dg.AssetsDefinition):
-            keys += [
-                k
-                for k in a.keys
-                if any(d.asset_key != k for d in a.specs_by_key[k].deps)
-            ]
+            keys += [k for k in a.keys if any(d.asset_key != k for d in a.specs_by_key[k].deps)]
         elif isinstance(a, dg.AssetSpec):
             if any(d.asset_key != a.key for d in a.deps):
                 keys.append(a.key)
@@ -494,7 +490,9 @@ def lineage_checks(
     ]
 
 
-_READABLE_DOC = "ERROR if the stored lineage of the latest materialization is missing or unreadable."
+_READABLE_DOC = (
+    "ERROR if the stored lineage of the latest materialization is missing or unreadable."
+)
 _SHAPE_DOC = "ERROR if the stored lineage disagrees with the asset's (materialized) shape."
 _COVERAGE_DOC = "Every output cell has lineage or is declared constant (WARN by default)."
 

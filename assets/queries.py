@@ -142,8 +142,10 @@ def launch_config_schema() -> dict[str, dg.Field]:
     and boxes checked by Dagster at launch (a malformed one never starts a run).
 
     Examples:
-        >>> job = dg.Definitions(assets=[lineage_query_asset()]).resolve_implicit_global_asset_job_def()
-        >>> bad = {"ops": {"lineage_query": {"config": {"source": "a", "target": "b", "cells": ["0:x"]}}}}
+        >>> defs = dg.Definitions(assets=[lineage_query_asset()])
+        >>> job = defs.resolve_implicit_global_asset_job_def()
+        >>> query = {"source": "a", "target": "b", "cells": ["0:x"]}
+        >>> bad = {"ops": {"lineage_query": {"config": query}}}
         >>> try:
         ...     dg.validate_run_config(job, bad)
         ... except dg.DagsterInvalidConfigError as e:

@@ -51,22 +51,22 @@ def open_store(root: str | os.PathLike[str], *, durable: bool = True) -> Lineage
 
 
 class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[type-arg]
-    """Lineage settings shared by the tracked decorators, the IO managers and query assets.
+    """Lineage settings shared by the tracked decorators, the IO managers and query assets,
+    and the one lineage store of the deployment.
 
-    The tracking fields are :class:`~dslog_dagster.settings.TrackingSettings`; this resource
-    adds the query engine and the handles on the store (store, reuse registry, query session).
+    The tracking fields are those of TrackingSettings; this resource adds the query engine and
+    the handles on the store (store, reuse registry, query session). Pass the same object to
+    the IO manager (DSLogIOManager(dslog=dslog)) and bind it under "dslog", so lineage is
+    written where the query assets and checks read it. (Plain text: Dagster shows this
+    docstring in the launchpad.)
 
     Examples:
-        .. code-block:: python
-
-            dslog = DSLogResource(policy="capture")
-            defs = dg.Definitions(
-                assets=[...],
-                resources={
-                    "io_manager": DSLogIOManager(dslog=dslog, base_dir="data"),
-                    "dslog": dslog,
-                },
-            )
+        >>> import dagster as dg
+        >>> from dslog_dagster import DSLogIOManager
+        >>> dslog = DSLogResource(policy="capture")
+        >>> resources = {"io_manager": DSLogIOManager(dslog=dslog, base_dir="data"),
+        ...              "dslog": dslog}
+        >>> defs = dg.Definitions(assets=[], resources=resources)
     """
 
     query_engine: QueryEngine = Field(

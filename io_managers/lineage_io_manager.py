@@ -43,7 +43,8 @@ from pydantic import Field, PrivateAttr
 
 from dslog_dagster.errors import (
     ConfigurationError,
-    LineageNotFoundError, LineageStorageError,
+    LineageNotFoundError,
+    LineageStorageError,
     UnsupportedArrayError,
 )
 from dslog_dagster.io_managers import metadata as m
@@ -71,30 +72,27 @@ def _safe_part(text: str) -> str:
 
 
 class DSLogIOManager(dg.ConfigurableIOManager):
-    """Stores NumPy arrays as ``.npy`` files, Spark DataFrames as Parquet with row ids, and the
-    cell-level lineage of tracked steps (``dagster/column_lineage`` too for frames).
+    """Stores NumPy arrays as .npy files, Spark DataFrames as Parquet with row ids, and the
+    cell-level lineage of tracked steps (dagster/column_lineage too for frames).
 
-    The lineage settings and the store come from ``dslog``, a
-    :class:`~dslog_dagster.DSLogResource`: pass the one the Definitions bind under ``"dslog"``,
-    so the IO manager writes lineage where the query assets and checks read it, and the
-    launchpad shows each setting once (under ``dslog``). Without ``dslog`` the IO manager makes
-    its own resource from the lineage settings given as keywords (``policy=``, ``mode=``, ...),
-    which resolves the store by the same rule (``store_dir``, ``$DSLOG_STORE``, else
-    ``.dslog`` in the instance storage directory).
+    The lineage settings and the store come from `dslog`, a DSLogResource: pass the one the
+    Definitions bind under "dslog", so the IO manager writes lineage where the query assets
+    and checks read it, and the launchpad shows each setting once (under dslog). Without
+    `dslog` the IO manager makes its own resource from lineage settings given as keywords
+    (policy=, mode=, ...), which finds the store by the same rule (store_dir, $DSLOG_STORE,
+    else .dslog in the instance storage directory). `base_dir` places values only.
 
-    Works with :func:`~dslog_dagster.tracked_asset`, ``tracked_multi_asset`` and ``tracked_op``;
-    values of untracked assets are stored without lineage. Partitioned assets store one file
-    per partition; a downstream step reading several partitions gets ``{partition: array}``.
+    Works with tracked_asset, tracked_multi_asset and tracked_op; values of untracked assets
+    are stored without lineage. Partitioned assets store one file per partition; a downstream
+    step reading several partitions gets {partition: array}. (Plain text: Dagster shows this
+    docstring in the launchpad.)
 
     Examples:
-        .. code-block:: python
-
-            dslog = DSLogResource(policy="capture")
-            defs = dg.Definitions(
-                assets=[image, smoothed],
-                resources={"io_manager": DSLogIOManager(dslog=dslog, base_dir="data"),
-                           "dslog": dslog},
-            )
+        >>> import dagster as dg
+        >>> from dslog_dagster import DSLogResource
+        >>> dslog = DSLogResource(policy="capture")
+        >>> io_manager = DSLogIOManager(dslog=dslog, base_dir="data")
+        >>> defs = dg.Definitions(assets=[], resources={"io_manager": io_manager, "dslog": dslog})
     """
 
     dslog: DSLogResource

@@ -112,10 +112,12 @@ def with_lineage(
     The inner IO manager stores the values exactly as before; the lineage of tracked steps goes
     into the store of ``dslog`` (its ``store_dir``, else ``$DSLOG_STORE``, else ``.dslog`` in the
     instance storage directory: the store the query assets and checks of the same resource
-    read). Pass the ``DSLogResource`` the Definitions bind under ``"dslog"``. A Spark DataFrame output of a
-    tracked step is handed to ``inner`` with one extra column, the row ids its lineage names
-    (``dslog_dagster.spark.ROW_ID``); ``inner`` must store it like any other column (Parquet,
-    Delta and table IO managers do). Loading drops it again before user code sees the frame.
+    read). Pass the ``DSLogResource`` the Definitions bind under ``"dslog"``.
+
+    A Spark DataFrame output of a tracked step is handed to ``inner`` with one extra column,
+    the row ids its lineage names (``dslog_dagster.spark.ROW_ID``); ``inner`` must store it
+    like any other column (Parquet, Delta and table IO managers do). Loading drops it again
+    before user code sees the frame.
 
     Args:
         inner: a Pythonic IO manager (``dg.FilesystemIOManager(...)``, any

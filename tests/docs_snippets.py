@@ -23,10 +23,7 @@ LANGUAGES = frozenset({"python", "py", "bash", "text", "toml", "yaml"})
 
 # Dagster initialises a nested resource (DSLogIOManager's `dslog`) through its own deprecated
 # InitResourceContext.dagster_run; the same filter is in pyproject.toml's pytest settings.
-_DAGSTER_OWN_WARNING = (
-    "ignore:InitResourceContext.dagster_run is deprecated"
-    ":DeprecationWarning"
-)
+_DAGSTER_OWN_WARNING = "ignore:InitResourceContext.dagster_run is deprecated:DeprecationWarning"
 _RUNNER = (
     "import pathlib, sys; code = pathlib.Path(sys.argv[1]).read_text(); "
     "exec(compile(code, sys.argv[2], 'exec'), {'__name__': '__main__'})"
@@ -83,8 +80,17 @@ def run_in_fresh_interpreter(page: Path, language: str, cwd: Path) -> None:
     code.write_text(script(page, language))
     env = {k: v for k, v in os.environ.items() if k != "DSLOG_STORE"}
     done = subprocess.run(
-        [sys.executable, "-W", "error", "-W", _DAGSTER_OWN_WARNING, "-c", _RUNNER, str(code)]
-        + [str(page)],
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-W",
+            _DAGSTER_OWN_WARNING,
+            "-c",
+            _RUNNER,
+            str(code),
+            str(page),
+        ],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -236,7 +236,7 @@ class CellSet:
         ]
 
     def box_text(self, i: int = 0) -> str:
-        """Box ``i`` written as in messages: half-open ``start:stop`` per axis (``"0:128, 5:7"``)."""
+        """Box ``i`` as messages write it: half-open ``start:stop`` per axis (``"0:128, 5:7"``)."""
         return _fmt_box(self.lo[i], self.hi[i])[1:-1]
 
     def to_arrow(self) -> pa.Table:

@@ -48,7 +48,8 @@ def _module(blocks: list[tuple[Path, int, str]]) -> str:
 
 def _load(name: str, path: Path) -> object:
     spec = importlib.util.spec_from_file_location(f"docs_project_{name}", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
@@ -71,9 +72,7 @@ def test_docs_project_runs_green_with_lineage(
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     saved = [
-        k
-        for k in graph.get_all_asset_keys()
-        if graph.get(k).tags.get(m.SAVED_QUERY_TAG) == "true"
+        k for k in graph.get_all_asset_keys() if graph.get(k).tags.get(m.SAVED_QUERY_TAG) == "true"
     ]
     assert saved, f"project {name} declares no saved query"
     tracked = [
@@ -82,7 +81,8 @@ def test_docs_project_runs_green_with_lineage(
         if k not in saved and k.to_user_string() != "lineage_query"
     ]
     with_deps = [k for k in tracked if graph.get(k).parent_keys]
-    assert with_deps and graph.asset_check_keys
+    assert with_deps
+    assert graph.asset_check_keys
     run_config: dict[str, object] = dict(QUIET)
     if "lineage_query" in keys:  # the ad-hoc query, configured as in the launchpad
         down = with_deps[0]
@@ -105,9 +105,11 @@ def test_docs_project_runs_green_with_lineage(
         assert not failed, json.dumps(failed, indent=1)
         for key in saved:  # every saved query answered with some cells
             event = instance.get_latest_materialization_event(key)
-            assert event is not None and event.asset_materialization is not None
+            assert event is not None
+            assert event.asset_materialization is not None
             cells = event.asset_materialization.metadata[m.RESULT_CELLS].value
-            assert isinstance(cells, int) and cells > 0, key
+            assert isinstance(cells, int), key
+            assert cells > 0, key
         # the lineage of every tracked asset leads back to each of its upstream assets
         dslog = (defs.resources or {})["dslog"]
         assert isinstance(dslog, DSLogResource)

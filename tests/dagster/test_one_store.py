@@ -139,5 +139,6 @@ def test_a_check_reading_another_store_says_which_stores(tmp_path: Path) -> None
     passed, text = checks["smoothed:dslog_lineage_readable"]
     assert not passed
     assert str(tmp_path / "read") in text
-    assert "another store" in text and "DSLogIOManager(dslog=dslog" in text
+    assert "another store" in text
+    assert "DSLogIOManager(dslog=dslog" in text
     assert "register_array" not in text
