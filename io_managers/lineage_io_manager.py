@@ -131,7 +131,15 @@ class DSLogIOManager(dg.ConfigurableIOManager):
             "versions a running step reads are never removed."
         ),
     )
+    resource_key: str = Field(
+        default="dslog",
+        description=(
+            "Key of the DSLogResource this IO manager's dslog is bound under: settings edited "
+            "for that resource in the launchpad apply to the IO manager too."
+        ),
+    )
     _instance_dir: str | None = PrivateAttr(default=None)
+    _launched: DSLogResource | None = PrivateAttr(default=None)
     _settings_cache: dict[tuple[str, str | None], DSLogResource] = PrivateAttr(default_factory=dict)
     # (run id, step key, input name) -> the value version load_input read for it
     _reads: dict[tuple[str, str, str], str] = PrivateAttr(default_factory=dict)
@@ -158,6 +166,20 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         if context.instance is not None:
             self._instance_dir = context.instance.storage_directory()
+        # Settings edited in the launchpad for the `dslog` resource are in the run config only
+        # (Dagster builds a nested resource from its defaults): apply them here too, so each
+        # setting has one place in the launchpad and it governs capture as well.
+        run = context.run
+        resources = (run.run_config or {}).get("resources") if run is not None else None
+        edits = ((resources or {}).get(self.resource_key) or {}).get("config")
+        if edits:
+            own = {name: getattr(self.dslog, name) for name in DSLogResource.model_fields}
+            self._launched = DSLogResource(**{**own, **edits})
+
+    @property
+    def _resource(self) -> DSLogResource:
+        """The resource's settings, with this run's launchpad edits of it."""
+        return self._launched if self._launched is not None else self.dslog
 
     def _base(self) -> Path:
         if self.base_dir:
@@ -173,12 +195,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
 
     def tracking_settings(self) -> dict[str, Any]:
         """The lineage settings of this IO manager's resource (as keyword arguments)."""
-        return self.dslog.tracking_settings()
-
-    @property
-    def policy(self) -> Any:
-        """The resource's default capture policy."""
-        return self.dslog.policy
+        return self._resource.tracking_settings()
 
     def dslog_settings(self) -> DSLogResource:
         """The lineage settings the tracked decorators read (policy, mode, reuse), with the
@@ -188,14 +205,15 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         key = (str(self._store_base()), os.environ.get("DSLOG_STORE"))
         cached = self._settings_cache.get(key)
         if cached is None:
-            fields = {**self.dslog.tracking_settings(), "query_engine": self.dslog.query_engine}
+            res = self._resource
+            fields = {**res.tracking_settings(), "query_engine": res.query_engine}
             # Dagster builds a new IO manager object for every run, so the settings are also
             # kept process-wide, keyed by every field: two DSLogResource inits cost ~10 ms.
             shared = (key, json.dumps(fields, sort_keys=True, default=str))
             cached = _SETTINGS.get(shared)
             if cached is None:
                 cached = DSLogResource(
-                    **{**fields, "store_dir": str(self.dslog.resolve_store_dir(key[0]))}
+                    **{**fields, "store_dir": str(res.resolve_store_dir(key[0]))}
                 )
                 with _SETTINGS_LOCK:
                     _SETTINGS[shared] = cached

@@ -149,6 +149,8 @@ def test_reuse_signature_asset_renders_the_views_table(instance, store_dir) -> N
     rows = [r.data for r in mat.metadata["dslog/views"].value.records]
     assert [r["signature"] for r in rows] == ["sig-b", "sig-a", "sig-c"]  # most hits first
     assert rows[1] == {
+        "asset": "",  # a row without an `op` names no step
+        "step": "",
         "signature": "sig-a",
         "kind": "base",
         "hits": 3,

@@ -142,3 +142,17 @@ def test_a_check_reading_another_store_says_which_stores(tmp_path: Path) -> None
     assert "another store" in text
     assert "DSLogIOManager(dslog=dslog" in text
     assert "register_array" not in text
+
+
+def test_launchpad_edits_of_the_resource_reach_the_io_manager(tmp_path: Path) -> None:
+    dslog = DSLogResource(store_dir=str(tmp_path / "s"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "data"))
+    defs = dg.Definitions(assets=[image, smoothed], resources={"io_manager": io, "dslog": dslog})
+    job = defs.resolve_implicit_global_asset_job_def()
+    edited = {**QUIET, "resources": {"dslog": {"config": {"policy": "off"}}}}
+    with dg.instance_for_test() as instance:
+        for run_config, want in ((edited, "off"), (QUIET, "captured")):
+            result = job.execute_in_process(instance=instance, run_config=run_config)
+            assert result.success
+            (mat,) = result.asset_materializations_for_node("smoothed")
+            assert mat.metadata["dslog/obtained"].value == want
