@@ -142,7 +142,9 @@ def launch_config_schema() -> dict[str, dg.Field]:
     and boxes checked by Dagster at launch (a malformed one never starts a run).
 
     Examples:
-        >>> defs = dg.Definitions(assets=[lineage_query_asset()])
+        >>> from dslog_dagster import DSLogResource
+        >>> defs = dg.Definitions(assets=[lineage_query_asset()],
+        ...                       resources={"dslog": DSLogResource()})
         >>> job = defs.resolve_implicit_global_asset_job_def()
         >>> query = {"source": "a", "target": "b", "cells": ["0:x"]}
         >>> bad = {"ops": {"lineage_query": {"config": query}}}
