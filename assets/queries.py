@@ -234,7 +234,8 @@ def run_lineage_query(
     """
     src_name = _array(config.source, config.source_partition)
     dst_name = _array(config.target, config.target_partition)
-    src = log.store.get_array(src_name)
+    src = _stored(log, config.source, src_name)
+    _stored(log, config.target, dst_name)
     boxes = config.cells if config.cells or config.indices else [":"]
     start = cells_from_spec(src.shape, boxes, config.indices)
     if config.direction != "auto":
@@ -275,6 +276,22 @@ def run_lineage_query(
         raise LineageNotFoundError(msg) from last
     assert last is not None
     raise last
+
+
+def _stored(log: DSLog, key: str, name: str) -> ArrayRecord:
+    """The newest version of ``name``; if there is none, an error that says which store was read
+    and what to do (not the store API's advice to register the array by hand)."""
+    try:
+        return log.store.get_array(name)
+    except LineageNotFoundError as e:
+        empty = " (it is empty)" if not log.store.arrays() else ""
+        msg = (
+            f"The lineage store `{log.store.root}`{empty}, the `dslog` resource's, has no lineage "
+            f"of asset `{key}` (array `{name}`). Materialize it with lineage tracking, with an "
+            "IO manager given this resource (DSLogIOManager(dslog=dslog) or "
+            "with_lineage(io, dslog)), or check the asset key and partition."
+        )
+        raise LineageNotFoundError(msg) from e
 
 
 def _versions(log: DSLog, name: str) -> list[ArrayRecord]:

@@ -156,3 +156,21 @@ def test_launchpad_edits_of_the_resource_reach_the_io_manager(tmp_path: Path) ->
             assert result.success
             (mat,) = result.asset_materializations_for_node("smoothed")
             assert mat.metadata["dslog/obtained"].value == want
+
+
+def test_a_query_on_a_store_without_the_asset_says_which_store(tmp_path: Path) -> None:
+    from dslog_dagster.assets import lineage_query_asset
+
+    empty = tmp_path / "empty"
+    config = {"ops": {"lineage_query": {"config": {"source": "smoothed", "target": "image"}}}}
+    with pytest.raises(dg.Failure) as failure:
+        dg.materialize(
+            [lineage_query_asset()],
+            resources={"dslog": DSLogResource(store_dir=str(empty))},
+            run_config={**QUIET, **config},
+        )
+    text = str(failure.value.description)
+    assert f"`{empty}` (it is empty)" in text
+    assert "asset `smoothed`" in text
+    assert "DSLogIOManager(dslog=dslog)" in text
+    assert "register_array" not in text
