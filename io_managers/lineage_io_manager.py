@@ -170,8 +170,8 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         # (Dagster builds a nested resource from its defaults): apply them here too, so each
         # setting has one place in the launchpad and it governs capture as well.
         run = context.run
-        resources = (run.run_config or {}).get("resources") if run is not None else None
-        edits = ((resources or {}).get(self.resource_key) or {}).get("config")
+        resources: Any = (run.run_config or {}).get("resources") if run is not None else None
+        edits: Any = ((resources or {}).get(self.resource_key) or {}).get("config")
         if edits:
             own = {name: getattr(self.dslog, name) for name in DSLogResource.model_fields}
             self._launched = DSLogResource(**{**own, **edits})
