@@ -235,7 +235,8 @@ def tracked_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
         f"`{name}` returned {kind} as output {k}, not a tracked_float value, so its lineage "
         "was not captured (it was computed outside NumPy, converted to a plain dtype, or is "
         "an index/boolean result that carries no data lineage). Return the NumPy result, "
-        "declare the lineage yourself, or capture with "
+        "declare the lineage yourself (`Lineage(out, in, capture)` in the core API, "
+        "`lineage=` on a tracked Dagster step), or capture with "
         '`Capture(on_lost="all_to_all").run(...)` to record an explicit all-to-all relation.'
     )
     raise LineageLostError(msg)
