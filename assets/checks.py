@@ -39,7 +39,7 @@ import dagster as dg
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.assets.queries import DEFAULT_RESOURCE_KEY
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.query import CellSet, prepare
+from dslog_dagster.core.query import CellSet, format_box, prepare
 from dslog_dagster.core.query.cellspec import cells_from_spec
 from dslog_dagster.core.store import ArrayRecord, OperationRecord
 from dslog_dagster.errors import DSLogError, LineageNotFoundError
@@ -406,6 +406,7 @@ def _check_coverage(
             + (f" or are declared constant ({consts.count():,})." if boxes else "."),
             metadata=meta,
         )
+    first = format_box(missing.start[0], missing.stop[0])
     meta[m.CHECK_UNCOVERED_PREVIEW] = boxes_preview(missing, 10)
     meta[m.CHECK_UNCOVERED_PICTURE] = dg.MetadataValue.md(
         cells_markdown(f"cells of {loc.array.name} without lineage", missing)
@@ -415,9 +416,9 @@ def _check_coverage(
         severity=severity,
         description=(
             f"{missing.count():,} of {total:,} cells of `{loc.array.name}` have no lineage and "
-            f"are not declared constant (first box: {missing.box_text(0)}). If the step sets "
+            f"are not declared constant (first box: {first}). If the step sets "
             f"them to constants on purpose, declare them: lineage_checks(constant_cells="
-            f'{{"{loc.array.name}": ["{missing.box_text(0)}"]}}) or `{m.CONSTANT_CELLS}` '
+            f'{{"{loc.array.name}": ["{first}"]}}) or `{m.CONSTANT_CELLS}` '
             "metadata; otherwise the capture lost them: report it as a dslog bug."
         ),
         metadata=meta,

@@ -105,6 +105,10 @@ def _is_retryable(e: BaseException) -> bool:
     text = str(e).lower()
     if isinstance(e, duckdb.TransactionException):
         return "conflict" in text  # write-write conflict between threads of one process
+    if isinstance(e, duckdb.ConstraintException) and "duplicate key" in text:
+        # Another connection committed the same record after this transaction began:
+        # INSERT OR IGNORE skips only rows its own snapshot sees. A new transaction does.
+        return True
     if isinstance(e, duckdb.ConnectionException) and "different configuration" in text:
         return True  # another thread of this process holds it in another mode
     return isinstance(e, duckdb.IOException) and any(k in text for k in _LOCK_WORDS)
@@ -648,7 +652,10 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any
     try:
         con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) SELECT {cols} FROM {view}")
     finally:
-        con.unregister(view)
+        # In a transaction the insert aborted, unregistering fails too ("transaction is
+        # aborted"): that must not replace the insert's own error, which says what happened.
+        with contextlib.suppress(duckdb.Error):
+            con.unregister(view)
 
 
 def _insert_arrays(

@@ -164,7 +164,7 @@ def test_coverage_gap_warns_unless_declared_constant(instance, store_dir) -> Non
     assert gap.severity == dg.AssetCheckSeverity.WARN
     assert gap.metadata["dslog/cells_without_lineage"].value == SHAPE[1]
     assert "data:image/png;base64," in gap.metadata["dslog/uncovered_picture"].value
-    assert gap.metadata["dslog/uncovered_preview"].value.records[0].data["hi_1"] == SHAPE[1] - 1
+    assert gap.metadata["dslog/uncovered_preview"].value.records[0].data["stop_1"] == SHAPE[1]
     ok = ev[("bordered_declared", CHECK_COVERAGE)]
     assert ok.passed, ok.description
     assert ok.metadata["dslog/constant_cells_declared"].value == SHAPE[1]
