@@ -1,9 +1,12 @@
-"""Turning cell sets into metadata the Dagster UI renders: small pictures and preview tables.
+"""Turning cell sets into metadata the Dagster UI renders: pictures and preview tables.
 
 Pictures are drawn from the boxes of a :class:`CellSet`, never from a full mask of the array,
 so a query over a 100k × 100k array costs a few hundred kilobytes of picture, not 10 GB of
 booleans. The array is projected onto its last two axes and binned down to at most
-``MAX_PICTURE_SIDE`` cells per side; a bin is lit when any of its cells is selected.
+``MAX_PICTURE_SIDE`` cells per side; a bin is lit when any of its cells is selected. The
+picture is drawn like the tracked outputs' (:func:`dslog_dagster.pictures.render`): axes
+counting the array's cells, the selection in the first highlight colour, a legend saying how
+many cells it is, and a caption that is never cut.
 """
 
 from typing import Any
@@ -12,7 +15,7 @@ import dagster as dg
 import numpy as np
 
 from dslog_dagster.core.query import CellSet
-from dslog_dagster.pictures import cells_png, png_markdown
+from dslog_dagster.pictures import png_markdown, render
 
 MAX_PICTURE_SIDE = 256
 """Bins per side of a picture (larger arrays are binned down)."""
@@ -22,9 +25,15 @@ MAX_PICTURE_BOXES = 200_000
 
 def binned_mask(cells: CellSet, max_side: int = MAX_PICTURE_SIDE) -> tuple[np.ndarray, str]:
     """A ≤ ``max_side``² boolean picture of ``cells`` and a caption saying how it was made."""
+    grid, note, _ = _binned(cells, max_side)
+    return grid, note
+
+
+def _binned(cells: CellSet, max_side: int) -> tuple[np.ndarray, str, tuple[int, int]]:
+    """:func:`binned_mask` and the cells per bin along the grid's rows and columns."""
     shape = cells.shape
     if len(shape) == 0:
-        return np.full((1, 1), cells.count() > 0), "0-d array"
+        return np.full((1, 1), cells.count() > 0), "0-d array", (1, 1)
     axes = [len(shape) - 1] if len(shape) == 1 else [len(shape) - 2, len(shape) - 1]
     sizes = [shape[a] for a in axes]
     bins = [max(1, -(-n // max_side)) for n in sizes]
@@ -42,18 +51,25 @@ def binned_mask(cells: CellSet, max_side: int = MAX_PICTURE_SIDE) -> tuple[np.nd
         notes.append("binned " + "×".join(map(str, bins)) + " cells per pixel")
     if k < cells.n_boxes:
         notes.append(f"first {k:,} of {cells.n_boxes:,} boxes drawn")
-    return (grid.reshape(1, -1) if grid.ndim == 1 else grid), "; ".join(notes)
+    per_bin = (1, bins[0]) if len(bins) == 1 else (bins[0], bins[1])
+    return (grid.reshape(1, -1) if grid.ndim == 1 else grid), "; ".join(notes), per_bin
 
 
 def cells_markdown(title: str, cells: CellSet) -> str:
     """Markdown with a caption and a picture of ``cells`` (kept short: the OSS UI shows
     markdown under 1000 characters inline, longer behind a "[Show Markdown]" link)."""
-    grid, note = binned_mask(cells)
-    png = cells_png(grid)
+    grid, note, per_bin = _binned(cells, MAX_PICTURE_SIDE)
     total = int(np.prod(cells.shape))
-    caption = f"**{title}**: {cells.count():,} of {total:,} cells, shape {tuple(cells.shape)}"
+    count = cells.count()
+    caption = f"**{title}**: {count:,} of {total:,} cells, shape {tuple(cells.shape)}"
     if note:
         caption += f" ({note})"
+    png = render(
+        highlights=[(f"selected: {count:,} cell{'s' * (count != 1)}", grid)],
+        title=f"{title}, shape {tuple(cells.shape)}",
+        notes=[note] if note else (),
+        cells_per_bin=per_bin,
+    ).png
     return f"{caption}\n\n{png_markdown(png, title)}"
 
 

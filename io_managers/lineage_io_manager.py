@@ -214,7 +214,7 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
         writer = LineageWriter(self.dslog_settings(), self._base())
         # the lineage's segment is staged and flushed while the value is written; it is
         # published (and its directories flushed) only once the value is stored
-        job = writer.start(context, pending, arr.shape, arr.dtype, background=True)
+        job = writer.start(context, pending, arr.shape, arr.dtype, background=True, values=arr)
         tmp = None
         try:
             tmp = slot.staging(".npy")
