@@ -269,7 +269,8 @@ class LineageMetadata(BaseModel):
         lines.append(head)
         if self.inputs:
             ins = ", ".join(
-                f"`{arg}` = `{ref['array']}` version `{ref['version']}`"
+                (f"`{arg}` = " if arg != ref["array"] else "")
+                + f"`{ref['array']}` version `{ref['version']}`"
                 for arg, ref in self.inputs.items()
             )
             lines.append(f"**Inputs** {ins}")

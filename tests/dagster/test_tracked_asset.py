@@ -79,7 +79,7 @@ def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
     assert rec["inputs"] == {"src": r2.run_id}
     # the UI shows the record as markdown
     assert f"`colsum` version `{r2.run_id}` by `colsum@v1`" in md[m.RECORD]
-    assert f"`src` = `src` version `{r2.run_id}`" in md[m.RECORD]
+    assert f"**Inputs** `src` version `{r2.run_id}`" in md[m.RECORD]
     # lean metadata: at most five dslog/* entries, figures formatted with units
     assert len([k for k in md if k.startswith("dslog/")]) <= 5
     figures = m.record_figures(md[m.RECORD])
