@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import xxhash
 
 from dslog_dagster.core.format.blob import table_digest
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, prepare
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.reuse.keys import content_hash
 from dslog_dagster.pictures import HIGHLIGHT_RGB, Picture, format_value, png_markdown, render
 
 __all__ = [
@@ -190,7 +190,7 @@ def _picture_key(
     digests = tuple((name, table_digest(rel)) for name, rel in inputs)  # type: ignore[arg-type]
     data = None
     if values is not None:
-        data = (values.dtype.str, xxhash.xxh3_128_digest(np.ascontiguousarray(values)))
+        data = content_hash(values)  # XXH3-128 of dtype, shape and bytes
     return (
         output,
         tuple(int(d) for d in out_shape),
