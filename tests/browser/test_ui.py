@@ -85,16 +85,11 @@ OLD_KEYS = [
     "dslog/capture_share",
     "dslog/status",
 ]
-# assets whose lineage checks must pass on a fresh run (the source assets raw_frame and
-# dark_frame carry checks that fail until checks leave source assets: issue 29 item 2)
-GREEN_CHECKS = [
-    "calibrated",
-    "smoothed",
-    "thresholded",
-    "hotspots",
-    "top_hotspots",
-    "peak_stats",
-]
+# Every check passes on a fresh run except those on these source assets, whose checks fail
+# until checks leave source assets (issue 29 item 2, another branch); then none is left out.
+RED_SOURCE_CHECKS = {"raw_frame", "dark_frame"}
+# assets that carry lineage checks in the example
+CHECKED = {"calibrated", "smoothed"}
 # the highlight colours of dslog_dagster.pictures.HIGHLIGHT_RGB (red, orange, green, ...)
 HIGHLIGHTS = [
     [214, 39, 40],
@@ -323,6 +318,29 @@ def _assert_highlighted(samples: list[dict[str, Any]], at_least: int) -> None:
             assert s["swatch"][k] >= 100, (k, s)
 
 
+def _pictures_on(page: Any, shot: str) -> list[dict[str, Any]]:
+    """Sample every picture of the page: those shown inline, and those behind "[Show
+    Markdown]" (the UI shows markdown longer than 1000 characters, such as a heat map's data
+    URI, in a dialog): each dialog with a picture is opened, sampled, kept as a screenshot and
+    closed."""
+    samples = []
+    if page.locator("img[src^='data:image/png']").count():
+        _assert_picture_shown(page)
+        samples += _sample_pictures(page)
+    buttons = page.get_by_text("[Show Markdown]", exact=True)
+    for i in range(buttons.count()):
+        buttons.nth(i).click()
+        dialog = page.get_by_role("dialog").last
+        dialog.wait_for()
+        if dialog.locator("img[src^='data:image/png']").count():
+            _assert_picture_shown(page)
+            samples += _sample_pictures(page)
+            page.screenshot(path=str(ARTIFACTS / f"{shot}_markdown_{i}.png"), full_page=True)
+        page.keyboard.press("Escape")
+        dialog.wait_for(state="hidden")
+    return samples
+
+
 def _assert_formatted(page: Any) -> None:
     """No long float on the page (the metadata used to show `50210.408602150535`)."""
     text = page.inner_text("body")
@@ -363,10 +381,9 @@ def test_asset_pages_show_lineage_metadata_and_picture(server: Server) -> None:
 
     _materialize(server)
     statuses = _check_statuses(server)
-    for asset in GREEN_CHECKS:
-        mine = {name: st for (a, name), st in statuses.items() if a == asset}
-        assert mine, f"no lineage checks on `{asset}`: {statuses}"
-        assert set(mine.values()) == {"SUCCEEDED"}, (asset, mine)
+    assert {a for a, _ in statuses} >= CHECKED, statuses
+    red = {k: st for k, st in statuses.items() if st != "SUCCEEDED"}
+    assert {a for a, _ in red} <= RED_SOURCE_CHECKS, red
     server.graphql("mutation { setNuxSeen }")  # no community pop-up over the screenshots
     ARTIFACTS.mkdir(exist_ok=True)
     for old in ARTIFACTS.glob("ui_*.png"):
@@ -407,10 +424,10 @@ def test_asset_pages_show_lineage_metadata_and_picture(server: Server) -> None:
                     page.get_by_text("Succeeded").nth(len(texts) - 1).wait_for()
                     assert page.get_by_text("Failed").count() == 0
                 if picture:
-                    _assert_picture_shown(page)
                     # a tracked asset: its hottest cells and the cells feeding them, several
                     # colours; the query: its selection
-                    _assert_highlighted(_sample_pictures(page), 2 if asset == "smoothed" else 1)
+                    samples = _pictures_on(page, f"ui_{asset.replace('/', '_')}_{tab}")
+                    _assert_highlighted(samples, 2 if asset == "smoothed" else 1)
                 if tab == "events":
                     for old in OLD_KEYS:
                         assert page.get_by_text(old, exact=True).count() == 0, old
