@@ -120,6 +120,9 @@ def test_repeated_runs_take_lineage_from_reuse_views_equal_to_capture(
     assert obtained[0] == {"colsum": "captured", "rev": "captured"}
     assert obtained[-1]["colsum"] in ("base", "dim", "gen")
     assert obtained[-1]["rev"] in ("base", "dim", "gen")
+    served = _md(res, "colsum")  # a served step is as lean as a captured one
+    assert len([k for k in served if k.startswith("dslog/")]) <= 5
+    assert m.record_figures(served[m.RECORD])["lineage pairs"].startswith("12 (")
     # the served view's tables draw the same picture as the captured relation
     assert "data:image/png;base64," in pictures[0]
     assert pictures[-1] == pictures[0]
