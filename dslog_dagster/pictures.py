@@ -277,6 +277,166 @@ class Picture:
         return (x0, y0, x0 + self.cell_px[1], y0 + self.cell_px[0])
 
 
+@dataclass(frozen=True)
+class _Grid:
+    """The grid's pixels (palette indices) and how array cells map onto them."""
+
+    pixels: np.ndarray
+    named: bool
+    fr: int
+    fc: int
+    row_px: int
+    col_px: int
+    lo: float
+    hi: float
+    has_nan: bool
+    pooled_masks: list[np.ndarray]
+
+
+def _grid(
+    vals: np.ndarray | None,
+    masks: list[np.ndarray],
+    h: int,
+    w: int,
+    columns: Sequence[str] | None,
+) -> _Grid:
+    """Pool or scale the 2-d grid, colour the values and the highlighted sets."""
+    named = columns is not None and 0 < len(columns) <= _MAX_NAMED_COLUMNS and len(columns) == w
+    # pooling: square cells, except a frame's named columns (each keeps its own column)
+    limit = MAX_VALUE_CELLS if vals is not None else MAX_SIDE
+    fr = max(1, -(-h // limit))
+    fc = 1 if named else max(1, -(-w // limit))
+    if not named:
+        fr = fc = max(fr, fc)
+    gh, gw = -(-h // fr), -(-w // fc)
+    if named:
+        assert columns is not None
+        col_px = max(24, *(_text_width(c) + 8 for c in columns))
+        row_px = max(1, min(16, _MIN_SIDE // gh))
+    else:
+        up = max(1, min(max(1, _MIN_SIDE // max(gh, gw)), MAX_SIDE // max(gh, gw)))
+        row_px = col_px = up
+        if gh * row_px < _MIN_THICKNESS:
+            row_px = -(-_MIN_THICKNESS // gh)
+        if gw * col_px < _MIN_THICKNESS:
+            col_px = -(-_MIN_THICKNESS // gw)
+    # the grid's palette indices
+    lo = hi = 0.0
+    has_nan = False
+    if vals is not None:
+        pooled = _max_pool(vals, fr, fc)
+        finite = np.isfinite(pooled)
+        has_nan = not bool(finite.all())
+        if finite.any():
+            lo, hi = float(pooled[finite].min()), float(pooled[finite].max())
+        with np.errstate(invalid="ignore", over="ignore"):
+            if hi > lo:
+                scaled = (pooled - lo) * ((RAMP_LEVELS - 1) / (hi - lo))
+            else:
+                scaled = np.full(pooled.shape, RAMP_LEVELS // 3, dtype=np.float64)
+            idx = np.where(finite, np.clip(scaled, 0, RAMP_LEVELS - 1), _NAN).astype(np.uint8)
+    else:
+        idx = np.full((gh, gw), _EMPTY, dtype=np.uint8)
+    pooled_masks = [_any_pool(mk, fr, fc) for mk in masks]
+    for k in range(len(pooled_masks) - 1, -1, -1):  # the first set on top
+        idx[pooled_masks[k]] = _HL + k
+    pixels = np.repeat(np.repeat(idx, row_px, axis=0), col_px, axis=1)
+    if min(row_px, col_px) >= _GRID_FROM:
+        pixels[::row_px, :] = _LINE
+        pixels[:, ::col_px] = _LINE
+    return _Grid(pixels, named, fr, fc, row_px, col_px, lo, hi, has_nan, pooled_masks)
+
+
+def _draw_axes(
+    draw: ImageDraw.ImageDraw,
+    g: "_Grid",
+    columns: Sequence[str] | None,
+    cells_per_bin: tuple[int, int],
+    hw: tuple[int, int],
+    frame: tuple[int, int, int, int],
+) -> None:
+    """Column axis above the grid (indices or names), row axis left of it, and rings around
+    small highlighted sets whose cells are only a few pixels wide."""
+    left, top, ay, width = frame
+    rb, cb = cells_per_bin
+    h, w = hw
+    font = _font()
+    row_px, col_px, fr, fc = g.row_px, g.col_px, g.fr, g.fc
+    grid_h = g.pixels.shape[0]
+    row_ticks = _ticks(h * rb)
+    row_labels = [f"{t:,}" for t in row_ticks]
+    col_ticks = [] if g.named else _ticks(w * cb)
+    col_labels = [f"{t:,}" for t in col_ticks]
+    # column axis above the grid
+    if g.named:
+        assert columns is not None
+        for j, name in enumerate(columns):
+            cx = left + j * col_px + (col_px - _text_width(name)) // 2
+            draw.text((cx, ay + 1), name, fill=_TEXT, font=font)
+    else:
+        for t, s in zip(col_ticks, col_labels, strict=True):
+            cx = left + (t // cb // fc) * col_px + col_px // 2
+            tx = min(max(0, cx - _text_width(s) // 2), width - _text_width(s) - 1)
+            draw.text((tx, ay), s, fill=_TEXT, font=font)
+            draw.line([(cx, top - 3), (cx, top - 1)], fill=_AXIS)
+    # row axis left of the grid
+    for t, s in zip(row_ticks, row_labels, strict=True):
+        cy = top + (t // rb // fr) * row_px + row_px // 2
+        ty = min(max(top - 2, cy - _LINE_H // 2), top + grid_h - _LINE_H + 2)
+        draw.text((left - 6 - _text_width(s), ty), s, fill=_TEXT, font=font)
+        draw.line([(left - 4, cy), (left - 2, cy)], fill=_AXIS)
+    # rings around small highlighted sets whose cells are only a few pixels wide
+    if min(row_px, col_px) < 6:
+        for k in range(len(g.pooled_masks) - 1, -1, -1):
+            rows, cols = np.nonzero(g.pooled_masks[k])
+            if 0 < rows.size <= 16:
+                for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+                    x0, y0 = left + c * col_px, top + r * row_px
+                    draw.rectangle(
+                        [(x0 - 4, y0 - 4), (x0 + col_px + 3, y0 + row_px + 3)],
+                        outline=_HL + k,
+                        width=2,
+                    )
+
+
+def _draw_footer(
+    img: Image.Image,
+    draw: ImageDraw.ImageDraw,
+    y0: int,
+    g: "_Grid | None",
+    legend_lines: list[list[str]],
+    note_lines: list[str],
+) -> list[tuple[int, int, int, int]]:
+    """Colour bar (a heat map, ``g``), legend and notes from ``y0`` down; the swatches' boxes."""
+    font = _font()
+    bar_h = 22
+    y = y0
+    if g is not None:  # colour bar: the value range
+        lo_s, hi_s = format_value(g.lo), format_value(g.hi)
+        bar = np.linspace(0, RAMP_LEVELS - 1, 100).astype(np.uint8)
+        bx = 4 + _text_width(lo_s) + 4
+        img.paste(Image.fromarray(np.repeat(bar[None, :], 8, axis=0), mode="P"), (bx, y + 3))
+        draw.text((4, y), lo_s, fill=_TEXT, font=font)
+        draw.text((bx + 104, y), hi_s, fill=_TEXT, font=font)
+        if g.has_nan:
+            nx = bx + 104 + _text_width(hi_s) + 10
+            draw.rectangle([(nx, y + 3), (nx + 9, y + 10)], fill=_NAN)
+            draw.text((nx + 13, y), "not finite", fill=_TEXT, font=font)
+        y += bar_h
+    swatches = []
+    for k, lines in enumerate(legend_lines):
+        sw = (4, y + 2, 14, y + 12)
+        draw.rectangle([sw[:2], (sw[2] - 1, sw[3] - 1)], fill=_HL + k)
+        swatches.append(sw)
+        for ln in lines:
+            draw.text((20, y), ln, fill=_TEXT, font=font)
+            y += _LINE_H
+    for ln in note_lines:
+        draw.text((4, y), ln, fill=_AXIS, font=font)
+        y += _LINE_H
+    return swatches
+
+
 def render(
     values: npt.ArrayLike | None = None,
     highlights: Sequence[tuple[str, npt.ArrayLike]] = (),
@@ -332,59 +492,13 @@ def render(
     empty = h == 0 or w == 0
     if empty:
         h, w, vals, masks = 1, 1, None, [np.zeros((1, 1), dtype=bool) for _ in masks]
-    named = columns is not None and 0 < len(columns) <= _MAX_NAMED_COLUMNS and len(columns) == w
-    # pooling: square cells, except a frame's named columns (each keeps its own column)
-    limit = MAX_VALUE_CELLS if vals is not None else MAX_SIDE
-    fr = max(1, -(-h // limit))
-    fc = 1 if named else max(1, -(-w // limit))
-    if not named:
-        fr = fc = max(fr, fc)
-    gh, gw = -(-h // fr), -(-w // fc)
-    if named:
-        assert columns is not None
-        col_px = max(24, *(_text_width(c) + 8 for c in columns))
-        row_px = max(1, min(16, _MIN_SIDE // gh))
-    else:
-        up = max(1, min(max(1, _MIN_SIDE // max(gh, gw)), MAX_SIDE // max(gh, gw)))
-        row_px = col_px = up
-        if gh * row_px < _MIN_THICKNESS:
-            row_px = -(-_MIN_THICKNESS // gh)
-        if gw * col_px < _MIN_THICKNESS:
-            col_px = -(-_MIN_THICKNESS // gw)
-    # the grid's palette indices
-    lo = hi = 0.0
-    has_nan = False
-    if vals is not None:
-        pooled = _max_pool(vals, fr, fc)
-        finite = np.isfinite(pooled)
-        has_nan = not bool(finite.all())
-        if finite.any():
-            lo, hi = float(pooled[finite].min()), float(pooled[finite].max())
-        with np.errstate(invalid="ignore", over="ignore"):
-            if hi > lo:
-                scaled = (pooled - lo) * ((RAMP_LEVELS - 1) / (hi - lo))
-            else:
-                scaled = np.full(pooled.shape, RAMP_LEVELS // 3, dtype=np.float64)
-            idx = np.where(finite, np.clip(scaled, 0, RAMP_LEVELS - 1), _NAN).astype(np.uint8)
-    else:
-        idx = np.full((gh, gw), _EMPTY, dtype=np.uint8)
-    pooled_masks = [_any_pool(mk, fr, fc) for mk in masks]
-    for k in range(len(pooled_masks) - 1, -1, -1):  # the first set on top
-        idx[pooled_masks[k]] = _HL + k
-    pixels = np.repeat(np.repeat(idx, row_px, axis=0), col_px, axis=1)
-    if min(row_px, col_px) >= _GRID_FROM:
-        pixels[::row_px, :] = _LINE
-        pixels[:, ::col_px] = _LINE
-    grid_w, grid_h = gw * col_px, gh * row_px
+    g = _grid(vals, masks, h, w, columns)
+    fr, fc, row_px, col_px = g.fr, g.fc, g.row_px, g.col_px
+    grid_w, grid_h = g.pixels.shape[1], g.pixels.shape[0]
 
-    # text: caption, axes, colour bar, legend, notes
-    # ticks count array cells (a binned grid's bins hold cells_per_bin cells each)
-    rb, cb = cells_per_bin
-    row_ticks = _ticks(h * rb)
-    row_labels = [f"{t:,}" for t in row_ticks]
-    left = max(_text_width(s) for s in row_labels) + 10
-    col_ticks = [] if named else _ticks(w * cb)
-    col_labels = [f"{t:,}" for t in col_ticks]
+    # text: caption, axes, colour bar, legend, notes; ticks count array cells (a binned
+    # grid's bins hold cells_per_bin cells each)
+    left = max(_text_width(f"{t:,}") for t in _ticks(h * cells_per_bin[0])) + 10
     legend = [_plain(label) for label, _ in highlights]
     extra = [_plain(n) for n in notes]
     title = _plain(title) if title else title
@@ -414,7 +528,7 @@ def render(
     height = top + grid_h + 6 + bar_h + legend_h + len(note_lines) * _LINE_H + 4
 
     img = Image.new("P", (width, height), _BG)
-    img.paste(Image.fromarray(pixels, mode="P"), (left, top))
+    img.paste(Image.fromarray(g.pixels, mode="P"), (left, top))
     draw = ImageDraw.Draw(img)
     font = _font()
     y = 2
@@ -424,61 +538,10 @@ def render(
         cap_right = max(cap_right, 4 + _text_width(ln))
         y += _LINE_H
     caption_box = (4, 2, cap_right, 2 + len(caption) * _LINE_H) if caption else (0, 0, 0, 0)
-    # column axis above the grid
-    ay = cap_h
-    if named:
-        assert columns is not None
-        for j, name in enumerate(columns):
-            cx = left + j * col_px + (col_px - _text_width(name)) // 2
-            draw.text((cx, ay + 1), name, fill=_TEXT, font=font)
-    else:
-        for t, s in zip(col_ticks, col_labels, strict=True):
-            cx = left + (t // cb // fc) * col_px + col_px // 2
-            tx = min(max(0, cx - _text_width(s) // 2), width - _text_width(s) - 1)
-            draw.text((tx, ay), s, fill=_TEXT, font=font)
-            draw.line([(cx, top - 3), (cx, top - 1)], fill=_AXIS)
-    # row axis left of the grid
-    for t, s in zip(row_ticks, row_labels, strict=True):
-        cy = top + (t // rb // fr) * row_px + row_px // 2
-        ty = min(max(top - 2, cy - _LINE_H // 2), top + grid_h - _LINE_H + 2)
-        draw.text((left - 6 - _text_width(s), ty), s, fill=_TEXT, font=font)
-        draw.line([(left - 4, cy), (left - 2, cy)], fill=_AXIS)
-    # rings around small highlighted sets whose cells are only a few pixels wide
-    if min(row_px, col_px) < 6:
-        for k in range(len(pooled_masks) - 1, -1, -1):
-            rows, cols = np.nonzero(pooled_masks[k])
-            if 0 < rows.size <= 16:
-                for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-                    x0, y0 = left + c * col_px, top + r * row_px
-                    draw.rectangle(
-                        [(x0 - 4, y0 - 4), (x0 + col_px + 3, y0 + row_px + 3)],
-                        outline=_HL + k,
-                        width=2,
-                    )
-    y = top + grid_h + 6
-    if vals is not None:  # colour bar: the value range
-        lo_s, hi_s = format_value(lo), format_value(hi)
-        bar = np.linspace(0, RAMP_LEVELS - 1, 100).astype(np.uint8)
-        bx = 4 + _text_width(lo_s) + 4
-        img.paste(Image.fromarray(np.repeat(bar[None, :], 8, axis=0), mode="P"), (bx, y + 3))
-        draw.text((4, y), lo_s, fill=_TEXT, font=font)
-        draw.text((bx + 104, y), hi_s, fill=_TEXT, font=font)
-        if has_nan:
-            nx = bx + 104 + _text_width(hi_s) + 10
-            draw.rectangle([(nx, y + 3), (nx + 9, y + 10)], fill=_NAN)
-            draw.text((nx + 13, y), "not finite", fill=_TEXT, font=font)
-        y += bar_h
-    swatches = []
-    for k, lines in enumerate(legend_lines):
-        sw = (4, y + 2, 14, y + 12)
-        draw.rectangle([sw[:2], (sw[2] - 1, sw[3] - 1)], fill=_HL + k)
-        swatches.append(sw)
-        for ln in lines:
-            draw.text((20, y), ln, fill=_TEXT, font=font)
-            y += _LINE_H
-    for ln in note_lines:
-        draw.text((4, y), ln, fill=_AXIS, font=font)
-        y += _LINE_H
+    _draw_axes(draw, g, columns, cells_per_bin, (h, w), (left, top, cap_h, width))
+    swatches = _draw_footer(
+        img, draw, top + grid_h + 6, g if vals is not None else None, legend_lines, note_lines
+    )
     img.putpalette(_PALETTE_BYTES)
     buf = io.BytesIO()
     img.save(buf, format="PNG", compress_level=3)
