@@ -1,8 +1,11 @@
-"""Turning cell sets into metadata the Dagster UI renders: small pictures and preview tables.
+"""Turning cell sets into metadata the Dagster UI renders: pictures and preview tables.
 
 Pictures are drawn from the boxes of a :class:`CellSet`, never from a full mask of the array,
 so a query over a 100k × 100k array costs a few hundred kilobytes of picture, not 10 GB of
-booleans (:func:`~dslog_dagster.core.display.binned_mask`, shared with the notebook pictures).
+booleans (:func:`~dslog_dagster.core.display.binned`, shared with the notebook pictures). The
+picture is drawn like the tracked outputs' (:func:`dslog_dagster.pictures.render`): axes
+counting the array's cells, the selection in the first highlight colour, a legend saying how
+many cells it is, and a caption that is never cut.
 """
 
 from typing import Any
@@ -10,20 +13,26 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from dslog_dagster.core.display import binned_mask
+from dslog_dagster.core.display import binned
 from dslog_dagster.core.query import CellSet
-from dslog_dagster.pictures import cells_png, png_markdown
+from dslog_dagster.pictures import png_markdown, render
 
 
 def cells_markdown(title: str, cells: CellSet) -> str:
     """Markdown with a caption and a picture of ``cells`` (kept short: the OSS UI shows
     markdown under 1000 characters inline, longer behind a "[Show Markdown]" link)."""
-    grid, note = binned_mask(cells.shape, cells.lo, cells.hi)
-    png = cells_png(grid)
+    grid, note, per_bin = binned(cells.shape, cells.lo, cells.hi)
     total = int(np.prod(cells.shape))
-    caption = f"**{title}**: {cells.count():,} of {total:,} cells, shape {tuple(cells.shape)}"
+    count = cells.count()
+    caption = f"**{title}**: {count:,} of {total:,} cells, shape {tuple(cells.shape)}"
     if note:
         caption += f" ({note})"
+    png = render(
+        highlights=[(f"selected: {count:,} cell{'s' * (count != 1)}", grid)],
+        title=f"{title}, shape {tuple(cells.shape)}",
+        notes=[note] if note else (),
+        cells_per_bin=per_bin,
+    ).png
     return f"{caption}\n\n{png_markdown(png, title)}"
 
 

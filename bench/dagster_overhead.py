@@ -34,18 +34,22 @@ over the repeats) and the per-step best (each step's least time over the repeats
 Both apply the same estimator to tracked and untracked runs; the per-step best is the less
 noisy one on a shared machine, where one slow step spoils a whole run. A breakdown of one
 served step follows: the untracked step, the tracked one, and the parts of it the plugin
-measures itself (``dslog/capture_s``: reuse lookup and the user function; ``dslog/write_s``:
+measures itself (the ``seconds`` row of ``dslog/record``: capture = reuse lookup and the user
+function; write =
 the one flushed lineage file, its publish and the metadata — the file is staged and flushed in
 a thread while the value is written, so part of it overlaps the value's write; the rest is
 Dagster's and the value's).
 
-Goal (issue 6): ≤ 1.05x untracked when lineage comes from reuse views (the served steps).
+Goal (issues 6 and 29): the steps served from reuse views ≤ 1.05x untracked (per-step best) on
+the persistent instance and ≤ 1.10x on the in-memory one, with the lean metadata (at most five
+``dslog/*`` entries per output).
 
 Run: ``.venv/bin/python bench/dagster_overhead.py [--size 256] [--repeat 3]``. Informational,
 not a CI gate (a smoke test runs it at toy size).
 """
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
@@ -61,7 +65,9 @@ sys.path.insert(0, str(ROOT / "example_project"))
 from hotspots.definitions import make_defs  # noqa: E402
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-GOAL = 1.05
+GOAL = {"persistent": 1.05, "ephemeral": 1.10}
+"""Issue 29's goal for the served steps, per instance (the persistent one is what `dg dev`
+uses; Dagster's own cost per step is least in memory, so the plugin's share is largest)."""
 SERVED = ("base", "dim", "gen")
 
 
@@ -114,17 +120,31 @@ def timed(
     for ev in res.get_asset_materialization_events():
         md = ev.materialization.metadata
         info["md"][(ev.step_key, ev.asset_key.to_user_string())] = dict(md)
-        for k in ("capture_s", "write_s"):
-            if f"dslog/{k}" in md:
-                info[k] += float(md[f"dslog/{k}"].value)
-                part = info["parts"].setdefault(ev.step_key, {})
-                part[k] = part.get(k, 0.0) + float(md[f"dslog/{k}"].value)
+        for k, sec in _seconds(md).items():
+            info[k] += sec
+            part = info["parts"].setdefault(ev.step_key, {})
+            part[k] = part.get(k, 0.0) + sec
         info["by_step"][ev.step_key] = str(md["dslog/obtained"].value)
     for ev in res.get_step_success_events():
         info["step_s"][ev.step_key] = ev.event_specific_data.duration_ms / 1000.0
     info["cpu_s"] = dict(_STEP_CPU)
     info["obtained"] = ",".join(sorted(set(info["by_step"].values())))
     return wall, info
+
+
+def _seconds(md: Any) -> dict[str, float]:
+    """``capture_s`` and ``write_s`` from the ``seconds`` row of ``dslog/record``'s summary
+    table (2 significant digits: enough for the breakdown)."""
+    from dslog_dagster.io_managers.metadata import record_figures
+
+    record = md.get("dslog/record")
+    row = record_figures(str(record.value)).get("seconds", "") if record is not None else ""
+    out = {}
+    for name, key in (("capture", "capture_s"), ("write", "write_s")):
+        found = re.search(rf"{name} ([0-9.,]+) s", row)
+        if found:
+            out[key] = float(found.group(1).replace(",", ""))
+    return out
 
 
 _ABLATION: dict[str, Any] = {"kind": None, "replay": {}}
@@ -205,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.instance == "persistent":
             (work / "home").mkdir()
-            opened = dg.DagsterInstance.local_temp(str(work / "home"))
+            # telemetry off, as the browser test and CI do: its log writes are not ours
+            opened = dg.DagsterInstance.local_temp(
+                str(work / "home"), overrides={"telemetry": {"enabled": False}}
+            )
         else:
             opened = dg.DagsterInstance.ephemeral()
         with opened as instance:
@@ -314,11 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| untracked step (Dagster, value file, user code) | {best_off * ms:.2f} |")
         print(f"| tracked step | {best_on * ms:.2f} |")
         print(
-            f"| - reuse lookup + user code (`dslog/capture_s`) | "
+            f"| - reuse lookup + user code (record: capture) | "
             f"{parts[('on', 'capture_s')] * ms:.2f} |"
         )
         print(
-            f"| - lineage file (fsync) + metadata (`dslog/write_s`) | "
+            f"| - lineage file (fsync) + metadata (record: write) | "
             f"{parts[('on', 'write_s')] * ms:.2f} |"
         )
         print(f"| - same with `durable=False` | {parts[('lazy', 'write_s')] * ms:.2f} |")
@@ -336,16 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| Goal | measured | result |")
     print("|---|---|---|")
-    goal = f"steps served from reuse views ≤ {GOAL:.2f}x the same steps untracked"
+    target = GOAL[args.instance]
+    goal = f"steps served from reuse views ≤ {target:.2f}x the same steps untracked"
     if served:
         ratio = served_on / served_off
         best = best_on / best_off
-        verdict = "PASS" if best <= GOAL else "FAIL"
+        verdict = "PASS" if best <= target else "FAIL"
         print(f"| {goal} | {best:.2f}x per-step best ({ratio:.2f}x best run) | {verdict} |")
     else:
         print(f"| {goal} | no step was served from a view | FAIL |")
-    whole = f"whole job ≤ {GOAL:.2f}x untracked (data-dependent steps must capture)"
-    verdict = "PASS" if second / untracked <= GOAL else "FAIL"
+    whole = f"whole job ≤ {target:.2f}x untracked (data-dependent steps must capture)"
+    verdict = "PASS" if second / untracked <= target else "FAIL"
     print(f"| {whole} | {second / untracked:.2f}x | {verdict} |")
     return 0
 

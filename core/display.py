@@ -27,7 +27,7 @@ from dslog_dagster.pictures import cells_png
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["HTML_ROWS", "MAX_PICTURE_BOXES", "MAX_PICTURE_SIDE", "binned_mask"]
+__all__ = ["HTML_ROWS", "MAX_PICTURE_BOXES", "MAX_PICTURE_SIDE", "binned", "binned_mask"]
 
 HTML_ROWS = 20
 """Boxes or table rows an HTML repr lists before it says how many more there are."""
@@ -62,8 +62,17 @@ def binned_mask(
     cells per side; a bin is lit when any of its cells is selected, so no selected cell ever
     disappears from a picture.
     """
+    grid, note, _ = binned(shape, lo, hi, max_side)
+    return grid, note
+
+
+def binned(
+    shape: tuple[int, ...], lo: I64, hi: I64, max_side: int = MAX_PICTURE_SIDE
+) -> tuple[npt.NDArray[np.bool_], str, tuple[int, int]]:
+    """:func:`binned_mask` and the cells per bin along the picture's rows and columns (what
+    axes drawn over the picture count in)."""
     if len(shape) == 0:
-        return np.full((1, 1), len(lo) > 0), "0-d array"
+        return np.full((1, 1), len(lo) > 0), "0-d array", (1, 1)
     axes = [len(shape) - 1] if len(shape) == 1 else [len(shape) - 2, len(shape) - 1]
     sizes = [shape[a] for a in axes]
     bins = [max(1, -(-n // max_side)) for n in sizes]
@@ -81,7 +90,8 @@ def binned_mask(
         notes.append("binned " + "×".join(map(str, bins)) + " cells per pixel")
     if k < len(lo):
         notes.append(f"first {k:,} of {len(lo):,} boxes drawn")
-    return (grid.reshape(1, -1) if grid.ndim == 1 else grid), "; ".join(notes)
+    per_bin = (1, bins[0]) if len(bins) == 1 else (bins[0], bins[1])
+    return (grid.reshape(1, -1) if grid.ndim == 1 else grid), "; ".join(notes), per_bin
 
 
 def _pandas_frame(table: pa.Table, what: str) -> Any:

@@ -139,7 +139,7 @@ def tracked_asset(
             output). Only then may reuse run it more than once per materialization: probes
             on synthetic inputs before confirming a view, sampled re-runs to verify a served
             one. By default (False) the function runs exactly once per materialization and
-            views are confirmed from observed runs alone (``dslog/status`` says how).
+            views are confirmed from observed runs alone (``dslog/record`` says how).
         lineage: declare the lineage instead of capturing it, for code the annotator cannot
             run (compiled code, external services, non-float outputs): one of the core API's
             capture forms (a per-cell callable ``capture(out_index) -> input cells``,

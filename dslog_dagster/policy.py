@@ -22,7 +22,7 @@ class CapturePolicy(enum.StrEnum):
     * ``all_to_all`` — like ``capture``, but where lineage would be lost record the explicit
       all-to-all relation instead (an over-approximation), flagged in the metadata.
     * ``reuse_only`` — never annotate; take lineage from a confirmed reuse view only. Without
-      one the step runs unchanged and records **no** lineage, and ``dslog/status`` says so.
+      one the step runs unchanged and records **no** lineage, and ``dslog/record`` says so.
     * ``off`` — run the step unchanged and record nothing.
     """
 

@@ -388,8 +388,9 @@ class _StepRun:
 
 
 def _reuse_status(result: CaptureResult, registry: ViewRegistry | None, pure: bool) -> str | None:
-    """``dslog/status`` of a NumPy step run with a reuse registry: where the lineage came
-    from, how the serving view was confirmed and checked, and whether the step is pure."""
+    """The status sentence (in ``dslog/record``) of a NumPy step run with a reuse registry:
+    where the lineage came from, how the serving view was confirmed and checked, and whether
+    the step is pure."""
     if registry is None:
         return None
     runs = (

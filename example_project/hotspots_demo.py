@@ -21,6 +21,7 @@ from hotspots.assets import PATH_TO_RAW
 from hotspots.definitions import make_defs
 
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.io_managers.metadata import record_figures
 
 # Dagster's console logger at WARNING: the demo prints its own summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -48,13 +49,10 @@ def main(argv: list[str] | None = None) -> int:
                 key = ev.materialization.asset_key.to_user_string()
                 obtained = md["dslog/obtained"].value
                 line = f"  {key:<14} lineage {obtained:<8}"
-                if "dslog/raw_rows" in md:
-                    line += (
-                        f" {md['dslog/raw_rows'].value:>7} pairs -> "
-                        f"{md['dslog/stored_rows'].value:>5} rows, "
-                        f"{md['dslog/stored_bytes'].value:>6} B "
-                        f"(x{md['dslog/compression_ratio'].value:.0f})"
-                    )
+                figures = record_figures(str(md["dslog/record"].value))
+                if "lineage pairs" in figures:
+                    pairs = figures["lineage pairs"].split(" (")[0]
+                    line += f" {pairs:>7} pairs -> {figures.get('stored', '')}"
                 print(line)
         print(
             "  (runs 1-2 captured and taught the reuse registry. The inputs did not change, so "

@@ -24,6 +24,7 @@ from hotspots.definitions import make_defs
 from hotspots.spark import PATH_TO_BASICS
 
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.io_managers.metadata import record_figures
 from dslog_dagster.io_managers.spark_frames import read_frame
 from dslog_dagster.spark import ROW_ID, get_session
 
@@ -57,12 +58,12 @@ def main(argv: list[str] | None = None) -> int:
             md = ev.materialization.metadata
             key = ev.materialization.asset_key.to_user_string()
             line = f"  {key:<15} {md['dslog/shape'].value:<10} lineage {md['dslog/obtained'].value}"
-            if "dslog/raw_rows" in md:
+            figures = record_figures(str(md["dslog/record"].value))
+            if "lineage pairs" in figures:
+                pairs = figures["lineage pairs"].split(" (")[0]
                 line += (
-                    f" {md['dslog/raw_rows'].value:>7} pairs -> "
-                    f"{md['dslog/stored_rows'].value:>4} rows, "
-                    f"{md['dslog/stored_bytes'].value:>5} B, capture "
-                    f"{md['dslog/capture_s'].value:.1f} s"
+                    f" {pairs:>7} pairs -> {figures.get('stored', '')}; "
+                    f"{figures.get('seconds', '')}"
                 )
             print(line)
         queries = defs.resolve_implicit_global_asset_job_def().execute_in_process(

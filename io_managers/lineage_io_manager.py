@@ -275,7 +275,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         writer = LineageWriter(self.dslog_settings(), self._store_base())
         # the lineage's segment is staged and flushed while the value is written; it is
         # published (and its directories flushed) only once the value is stored
-        job = writer.start(context, pending, arr.shape, arr.dtype, background=True)
+        job = writer.start(context, pending, arr.shape, arr.dtype, background=True, values=arr)
         tmp = None
         try:
             tmp = slot.staging(".npy")

@@ -39,11 +39,12 @@ class _LineageIOManager(dg.IOManager):
         pending = take_pending(context)
         shape: tuple[int, ...] = ()
         dtype: Any = "float64"
+        arr = None
         if pending is not None and pending.obtained not in ("off", "none"):
             arr = np.asarray(obj)
             shape, dtype = arr.shape, arr.dtype
         # staged while the inner IO manager stores the value, published once it did
-        job = self.writer.start(context, pending, shape, dtype, background=True)
+        job = self.writer.start(context, pending, shape, dtype, background=True, values=arr)
         try:
             self.inner.handle_output(context, obj)
         except BaseException:

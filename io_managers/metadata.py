@@ -4,70 +4,59 @@ Every ``dslog/...`` key the plugin writes is a constant here — the tracked out
 below, and those of the query assets, the reuse-signatures asset, the lineage checks and the
 run tags of the automation — so the assets, checks and tests use the same strings.
 
-An output whose lineage (or array version) is recorded in the store gets these entries, few on
-purpose: Dagster serializes, stores and reads back every entry of every materialization (twice:
-in the materialization and the handled-output event), ~35 us per entry on the bench machine,
-which was a tenth of a step served from a reuse view with the 22 entries of earlier versions.
+A tracked output carries at most five ``dslog/...`` entries, few on purpose: Dagster
+serializes, stores and reads back every entry of every materialization (twice: in the
+materialization and the handled-output event), 40-80 us per entry, which was a tenth of a step
+served from a reuse view with the 17 entries of earlier versions. Numbers are formatted for a
+reader (``50,210×``, ``4.2 MB``, seconds to 2 significant digits); programs read the exact
+figures from the store by ``dslog/op_id``.
 
-=========================  =====================================================================
-key                        value
-=========================  =====================================================================
-``dslog/obtained``         how lineage was obtained: ``captured`` (annotator), ``base``/``dim``/
-                           ``gen`` (a reuse view), ``source`` (no tracked
-                           inputs: only the array version is registered)
-``dslog/signature``        the reuse signature the lineage came from (``none`` for captures
-                           that fed no view)
-``dslog/op_id``            the registered operation: everything else the store recorded (array
-                           name and version, operation name, inputs and their versions,
-                           arguments) is ``LineageStore.get_operation(op_id)``
-``dslog/raw_rows``         (output cell, input cell) pairs, summed over inputs
-``dslog/raw_bytes``        those pairs as int64 columns (``pairs * (l + m) * 8``)
-``dslog/stored_rows``      rows of the stored tables (ProvRC rows, or raw rows when columnar)
-``dslog/stored_bytes``     bytes of the stored table blobs
-``dslog/compression_ratio`` ``raw_bytes / stored_bytes``
-``dslog/capture_s``        seconds of the annotated run of the step, or of the reuse lookup and
-                           the plain run when a view served it (includes the user code)
-``dslog/write_s``          seconds spent compressing and registering lineage in the store
-``dslog/capture_share``    ``(capture_s + write_s) / seconds from compute start to lineage
-                           stored``
-``dslog/record``           markdown: what the store recorded (array and version, operation,
-                           inputs and their versions, policy and mode, store directory)
-``dslog/lineage``          markdown: per input, a table and a PNG of the input cells feeding a
-                           sample of output cells
-``dslog/flagged``          ``True`` when an all-to-all relation stands in for lost lineage
-                           (only then), with ``dslog/flag_reason``
-``dslog/status``           a sentence, when there is something to say (e.g. source arrays)
-=========================  =====================================================================
-
-An output with nothing recorded (``dslog/obtained`` ``off``: policy off; ``none``: reuse_only
-without a view) gets ``dslog/obtained``, ``dslog/signature`` (``none``), ``dslog/policy``,
-``dslog/mode``, ``dslog/flagged`` and ``dslog/status`` saying why.
+=====================  =========================================================================
+key                    value
+=====================  =========================================================================
+``dslog/shape``        the stored value's shape (a DataFrame: ``(rows, columns)``), written by
+                       the IO manager; the lineage checks read it
+``dslog/obtained``     how lineage was obtained: ``captured`` (annotator), ``all-to-all`` (lost
+                       lineage replaced by an all-to-all relation: flagged, the record says
+                       why), ``base``/``dim``/``gen`` (a reuse view), ``source`` (no tracked
+                       inputs: only the array version is registered), ``off``/``none`` (nothing
+                       recorded: policy off, or reuse_only without a view)
+``dslog/op_id``        the registered operation: everything the store recorded (array name and
+                       version, operation, inputs and their versions, arguments, the tables) is
+                       ``LineageStore.get_operation(op_id)``
+``dslog/record``       markdown: what was stored (array and version, operation, inputs and their
+                       versions) and one summary table with units: lineage pairs and their raw
+                       bytes, stored rows and bytes, the compression ratio, capture and write
+                       seconds and their share of the step, the reuse signature, the store
+                       (relative to the value directory, never an absolute path); a sentence
+                       when there is something to say (why nothing was recorded, a flag)
+``dslog/lineage``      markdown: the output's data as a heat map with its most informative cells
+                       (the hottest) in distinct colours, and each input with the cells feeding
+                       each of them in the same colour (:mod:`dslog_dagster.pictures`)
+=====================  =========================================================================
 
 DataFrame assets (Spark steps) also get Dagster's own keys: ``dagster/column_lineage`` (per
 output column, the upstream asset columns its values came from, from the capture's analyzed
-plan), ``dagster/column_schema`` and ``dagster/row_count``; ``dslog/shape`` is
-``(rows, columns)``, the frame as a lineage array.
+plan), ``dagster/column_schema`` and ``dagster/row_count``.
 """
 
 import json
-import threading
-from collections import OrderedDict
+import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from dslog_dagster.core.format.blob import table_digest
-from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.core.query import CellSet, prepare
-from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.pictures import cells_png, png_markdown
+from dslog_dagster.io_managers.lineage_picture import (
+    clear_picture_cache,
+    lineage_markdown,
+    sample_cells,
+)
 
 __all__ = [
-    "CAPTURE_S",
-    "CAPTURE_SHARE",
+    "ALL_TO_ALL",
     "CHECK_ARRAY",
     "CHECK_CELLS",
     "CHECK_CELLS_WITHOUT_LINEAGE",
@@ -86,18 +75,11 @@ __all__ = [
     "CHECK_VERSION",
     "COLUMN_LINEAGE",
     "COLUMN_SCHEMA",
-    "COMPRESSION_RATIO",
     "CONSTANT_CELLS",
-    "FLAGGED",
-    "FLAG_REASON",
     "LINEAGE",
-    "MODE",
     "OBTAINED",
     "OP_ID",
-    "POLICY",
     "QUERY_JSON",
-    "RAW_BYTES",
-    "RAW_ROWS",
     "RECORD",
     "RESULT_BOXES",
     "RESULT_CELLS",
@@ -107,41 +89,27 @@ __all__ = [
     "ROW_COUNT",
     "SAVED_QUERY_TAG",
     "SHAPE",
-    "SIGNATURE",
     "SOURCE_PICTURE",
-    "STATUS",
-    "STORED_BYTES",
-    "STORED_ROWS",
     "TARGET_SHAPE",
     "UPSTREAM_STORAGE_ID_TAG",
     "VIEWS_BY_KIND",
     "VIEWS_TABLE",
     "VIEW_COUNT",
     "VIEW_HITS",
-    "WRITE_S",
     "LineageMetadata",
+    "clear_picture_cache",
     "column_lineage",
+    "format_bytes",
+    "format_ratio",
+    "format_seconds",
     "lineage_markdown",
+    "record_figures",
     "sample_cells",
 ]
 
 # ------------------------------------------------------------------ tracked outputs
 OBTAINED = "dslog/obtained"
-SIGNATURE = "dslog/signature"
-POLICY = "dslog/policy"
-MODE = "dslog/mode"
-FLAGGED = "dslog/flagged"
-FLAG_REASON = "dslog/flag_reason"
-STATUS = "dslog/status"
 OP_ID = "dslog/op_id"
-RAW_ROWS = "dslog/raw_rows"
-RAW_BYTES = "dslog/raw_bytes"
-STORED_ROWS = "dslog/stored_rows"
-STORED_BYTES = "dslog/stored_bytes"
-COMPRESSION_RATIO = "dslog/compression_ratio"
-CAPTURE_S = "dslog/capture_s"
-WRITE_S = "dslog/write_s"
-CAPTURE_SHARE = "dslog/capture_share"
 LINEAGE = "dslog/lineage"
 RECORD = "dslog/record"
 #: the stored value's shape (a DataFrame: ``(rows, columns)``); the shape check reads it as a
@@ -150,6 +118,8 @@ SHAPE = "dslog/shape"
 #: user metadata declaring cells without lineage on purpose (JSON box strings), read by the
 #: coverage check
 CONSTANT_CELLS = "dslog/constant_cells"
+#: ``dslog/obtained`` of a flagged output: an all-to-all relation stands in for lost lineage
+ALL_TO_ALL = "all-to-all"
 # Dagster's own keys that the plugin fills
 COLUMN_LINEAGE = "dagster/column_lineage"
 COLUMN_SCHEMA = "dagster/column_schema"
@@ -196,8 +166,52 @@ UPSTREAM_STORAGE_ID_TAG = "dslog/upstream_storage_id"
 SAVED_QUERY_TAG = "dslog/saved_query"
 
 
+def format_bytes(n: float) -> str:
+    """``96 B``, ``1.2 kB``, ``4.2 MB``, ``3.1 GB`` (decimal units, 2 significant digits)."""
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 999.5 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{_sig2(n)} {unit}"
+        n /= 1000.0
+    raise AssertionError  # pragma: no cover - the loop returns
+
+
+def _sig2(x: float) -> str:
+    """``x`` to 2 significant digits, thousands separated, no exponent."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    digits = 1 - math.floor(math.log10(abs(x)))
+    r = round(x, digits)
+    return f"{r:,.{max(0, digits)}f}"
+
+
+def format_seconds(s: float) -> str:
+    """Seconds to 2 significant digits: ``0.0034 s``, ``1.2 s``, ``130 s``."""
+    return f"{_sig2(s)} s"
+
+
+def format_ratio(r: float) -> str:
+    """A compression ratio: ``50,210×`` (whole numbers from 10 up), ``3.4×`` below."""
+    return f"{r:,.0f}×" if r >= 10 else f"{r:.1f}×"
+
+
+def _store_label(store: str | None, base: str | None) -> str:
+    """The store directory without machine paths: relative to the value directory when it
+    lies under it, else its last component."""
+    if store is None:
+        return "?"
+    root = Path(store)
+    if base is not None:
+        try:
+            return root.relative_to(Path(base)).as_posix()
+        except ValueError:
+            pass
+    return root.name
+
+
 class LineageMetadata(BaseModel):
-    """The ``dslog/...`` metadata of one materialization; fields map to the key constants."""
+    """What a tracked output recorded; :meth:`to_metadata` turns it into the ``dslog/...``
+    entries (module docstring)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -213,6 +227,7 @@ class LineageMetadata(BaseModel):
     op_id: str | None = None
     op_name: str | None = None
     store: str | None = None
+    base_dir: str | None = None
     inputs: dict[str, dict[str, str | None]] | None = None
     raw_rows: int | None = None
     raw_bytes: int | None = None
@@ -224,202 +239,78 @@ class LineageMetadata(BaseModel):
     lineage_md: str | None = None
 
     def to_metadata(self) -> dict[str, Any]:
-        """Dagster metadata values (int/float values get Plots in the UI).
-
-        An output recorded in the store gets few entries (each costs Dagster ~35 us to
-        serialize, store and read back, twice: in the materialization and the handled-output
-        event): the issue's figures as numbers, the operation id, the record (array,
-        version, operation, inputs, policy, store) as one markdown entry and the picture. An
-        output with nothing recorded (``off``, ``none``) says why: policy, mode and status.
-        """
-        if self.array is None:
-            md: dict[str, Any] = {
-                OBTAINED: dg.MetadataValue.text(self.obtained),
-                SIGNATURE: dg.MetadataValue.text(self.signature or "none"),
-                POLICY: dg.MetadataValue.text(self.policy),
-                MODE: dg.MetadataValue.text(self.mode),
-                FLAGGED: dg.MetadataValue.bool(self.flagged),
-            }
-            if self.status:
-                md[STATUS] = dg.MetadataValue.text(self.status)
-            return md
-        md = {
-            OBTAINED: dg.MetadataValue.text(self.obtained),
-            SIGNATURE: dg.MetadataValue.text(self.signature or "none"),
-        }
-        if self.flagged:
-            md[FLAGGED] = dg.MetadataValue.bool(True)
-            if self.flag_reason:
-                md[FLAG_REASON] = dg.MetadataValue.text(self.flag_reason)
-        if self.status:
-            md[STATUS] = dg.MetadataValue.text(self.status)
+        """At most four entries (the IO manager adds ``dslog/shape``): how lineage was
+        obtained, the operation id, the record with its summary table, and the picture."""
+        obtained = ALL_TO_ALL if self.flagged else self.obtained
+        md: dict[str, Any] = {OBTAINED: dg.MetadataValue.text(obtained)}
         if self.op_id is not None:
             md[OP_ID] = dg.MetadataValue.text(self.op_id)
-        for key, num in (
-            (RAW_ROWS, self.raw_rows),
-            (RAW_BYTES, self.raw_bytes),
-            (STORED_ROWS, self.stored_rows),
-            (STORED_BYTES, self.stored_bytes),
-        ):
-            if num is not None:
-                md[key] = dg.MetadataValue.int(int(num))
-        if self.raw_bytes is not None and self.stored_bytes:
-            md[COMPRESSION_RATIO] = dg.MetadataValue.float(self.raw_bytes / self.stored_bytes)
-        for key, sec in ((CAPTURE_S, self.capture_s), (WRITE_S, self.write_s)):
-            if sec is not None:
-                md[key] = dg.MetadataValue.float(float(sec))
-        if self.step_s is not None and self.step_s > 0 and self.capture_s is not None:
-            share = (self.capture_s + (self.write_s or 0.0)) / self.step_s
-            md[CAPTURE_SHARE] = dg.MetadataValue.float(min(1.0, share))
         md[RECORD] = dg.MetadataValue.md(self.record_markdown())
         if self.lineage_md:
             md[LINEAGE] = dg.MetadataValue.md(self.lineage_md)
         return md
 
     def record_markdown(self) -> str:
-        """``dslog/record``: what the store recorded, for a reader of the UI (programs read it
-        from the store by ``dslog/op_id``). Its own entry, not the head of ``dslog/lineage``:
-        the UI shows markdown under 1000 characters inline, longer markdown behind a link,
-        and the picture should stay in view."""
+        """``dslog/record``: what the store recorded and the summary table, for a reader of
+        the UI (programs read the store by ``dslog/op_id``). Kept under 1000 characters where
+        it can be: the UI shows longer markdown behind a link."""
+        lines = []
+        if self.flagged:
+            why = f": {self.flag_reason}" if self.flag_reason else ""
+            lines.append(f"**Flagged**: an all-to-all relation stands in for lost lineage{why}")
+        if self.status:
+            lines.append(self.status)
+        if self.array is None:  # nothing recorded
+            lines.append(f"Policy `{self.policy}`, mode `{self.mode}`.")
+            return "  \n".join(lines)
         head = f"**Stored** `{self.array}` version `{self.version}`"
         if self.op_name is not None:
-            head += f" by operation `{self.op_name}` (`{self.op_id}`)"
-        lines = [
-            head + f"; policy `{self.policy}`, mode `{self.mode}`; store `{self.store}`",
-        ]
+            head += f" by `{self.op_name}`"
+        lines.append(head)
         if self.inputs:
             ins = ", ".join(
-                f"`{arg}`: `{ref['array']}` version `{ref['version']}`"
+                (f"`{arg}` = " if arg != ref["array"] else "")
+                + f"`{ref['array']}` version `{ref['version']}`"
                 for arg, ref in self.inputs.items()
             )
             lines.append(f"**Inputs** {ins}")
-        return "  \n".join(lines)
+        rows = [("policy, mode", f"`{self.policy}`, `{self.mode}`")]
+        if self.raw_rows is not None:
+            raw = f"{self.raw_rows:,}"
+            if self.raw_bytes is not None:
+                raw += f" ({format_bytes(self.raw_bytes)} as int64 columns)"
+            rows.append(("lineage pairs", raw))
+        if self.stored_rows is not None and self.stored_bytes is not None:
+            stored = f"{self.stored_rows:,} rows, {format_bytes(self.stored_bytes)}"
+            if self.raw_bytes is not None and self.stored_bytes:
+                stored += f", ratio {format_ratio(self.raw_bytes / self.stored_bytes)}"
+            rows.append(("stored", stored))
+        timing = []
+        if self.capture_s is not None:
+            timing.append(f"capture {format_seconds(self.capture_s)}")
+        if self.write_s is not None:
+            timing.append(f"write {format_seconds(self.write_s)}")
+        if timing and self.step_s and self.step_s > 0 and self.capture_s is not None:
+            share = min(1.0, (self.capture_s + (self.write_s or 0.0)) / self.step_s)
+            timing.append(f"{share:.0%} of the step")
+        if timing:
+            rows.append(("seconds", ", ".join(timing)))
+        if self.signature:
+            rows.append(("reuse signature", f"`{self.signature[:16]}`"))
+        rows.append(("store", f"`{_store_label(self.store, self.base_dir)}`"))
+        table = ["", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+        return "  \n".join(lines) + "\n" + "\n".join(table)
 
 
-def sample_cells(shape: Sequence[int], k: int) -> np.ndarray:
-    """``k`` output cells (flat indices) spread evenly over an array, first and last included."""
-    size = int(np.prod(shape, dtype=np.int64))
-    if size == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.unique(np.linspace(0, size - 1, num=min(k, size)).round().astype(np.int64))
-
-
-def _flat(cols: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    if len(shape) == 0:
-        return np.zeros(cols.shape[1] if cols.ndim == 2 else 0, dtype=np.int64)
-    flat: np.ndarray = np.ravel_multi_index(tuple(cols), tuple(shape)).astype(np.int64)
-    return flat
-
-
-def _feeding_and_used(
-    lineage: LineageRelation | LineageTable, sample: np.ndarray
-) -> tuple[np.ndarray, int]:
-    """Flat input cells feeding the ``sample`` output cells, and how many input cells feed any.
-
-    A compressed table answers both with two backward queries over its intervals, never
-    expanding the relation (a reuse hit must not pay for a cell-by-cell walk of its lineage).
-    """
-    if isinstance(lineage, LineageTable):
-        hop = prepare(lineage)
-        feeding = hop.run(CellSet.from_flat(lineage.out_shape, sample), "backward").to_flat()
-        used = hop.run(CellSet.full(lineage.out_shape), "backward").count()
-        return np.unique(feeding), int(used)
-    of = _flat(lineage.out_cols, lineage.out_shape)
-    inf = _flat(lineage.in_cols, lineage.in_shape)
-    return np.unique(inf[np.isin(of, sample)]), int(np.unique(inf).size)
-
-
-def lineage_markdown(
-    output: str,
-    out_shape: Sequence[int],
-    inputs: Sequence[tuple[str, LineageRelation | LineageTable]],
-    k: int,
-    max_pictures: int = 4,
-) -> str:
-    """Markdown: which cells of each input feed a sample of ``k`` output cells (with PNGs).
-
-    Also gives each input's coverage (the share of its cells that feed any output cell).
-
-    Cached when every input's lineage is a compressed table (a served reuse view hands the
-    same tables on every hit, and drawing cost about as much as the step itself): the key is
-    the output name and shape, ``k``, ``max_pictures`` and each input's name with the
-    :func:`~dslog_dagster.core.format.blob.table_digest` of its table, i.e. everything the
-    markdown is computed from, so a hit is exactly what a fresh render would give.
-    """
-    key = _picture_key(output, out_shape, inputs, k, max_pictures)
-    if key is not None:
-        with _picture_lock:
-            hit = _pictures.get(key)
-            if hit is not None:
-                _pictures.move_to_end(key)
-                return hit
-    text = _render_markdown(output, out_shape, inputs, k, max_pictures)
-    if key is not None:
-        with _picture_lock:
-            _pictures[key] = text
-            while len(_pictures) > _PICTURE_CACHE_SIZE:
-                _pictures.popitem(last=False)
-    return text
-
-
-_PICTURE_CACHE_SIZE = 256
-_pictures: "OrderedDict[tuple[Any, ...], str]" = OrderedDict()
-_picture_lock = threading.Lock()
-
-
-def _picture_key(
-    output: str,
-    out_shape: Sequence[int],
-    inputs: Sequence[tuple[str, LineageRelation | LineageTable]],
-    k: int,
-    max_pictures: int,
-) -> tuple[Any, ...] | None:
-    """The cache key of a lineage picture, ``None`` when an input is an uncompressed relation
-    (a capture: drawn once, never served again, so not worth digesting)."""
-    if not all(isinstance(rel, LineageTable) for _, rel in inputs):
-        return None
-    digests = tuple((name, table_digest(rel)) for name, rel in inputs)  # type: ignore[arg-type]
-    return (output, tuple(int(d) for d in out_shape), int(k), int(max_pictures), digests)
-
-
-def clear_picture_cache() -> None:
-    """Forget every cached lineage picture (tests)."""
-    with _picture_lock:
-        _pictures.clear()
-
-
-def _render_markdown(
-    output: str,
-    out_shape: Sequence[int],
-    inputs: Sequence[tuple[str, LineageRelation | LineageTable]],
-    k: int,
-    max_pictures: int,
-) -> str:
-    sample = sample_cells(out_shape, k)
-    idx = ", ".join(
-        str(tuple(int(i) for i in np.unravel_index(s, tuple(out_shape)))) if out_shape else "()"
-        for s in sample
-    )
-    lines = [
-        f"**Cell lineage of `{output}`** — input cells feeding output cells {idx}",
-        "",
-        "| input | cells feeding the sample | input cells used by any output | coverage |",
-        "|---|---|---|---|",
-    ]
-    pictures = []
-    for n, (name, rel) in enumerate(inputs):
-        in_size = int(np.prod(rel.in_shape, dtype=np.int64))
-        feeding, used = _feeding_and_used(rel, sample)
-        cov = used / in_size if in_size else 0.0
-        lines.append(f"| `{name}` | {feeding.size} | {used} of {in_size} | {cov:.1%} |")
-        if n < max_pictures:
-            mask = np.zeros(in_size, dtype=bool)
-            mask[feeding] = True
-            png = cells_png(mask.reshape(rel.in_shape), title=f"{name}: {feeding.size} cells")
-            pictures.append(png_markdown(png, f"{name} cells feeding the sample of {output}"))
-    if pictures:
-        lines += ["", *pictures]
-    return "\n".join(lines)
+def record_figures(record: str) -> dict[str, str]:
+    """The summary table of a ``dslog/record`` as ``{row name: formatted value}`` (tests and
+    scripts that show the figures)."""
+    out = {}
+    for line in record.splitlines():
+        parts = [p.strip() for p in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(parts) == 2 and parts[0] and set(parts[0]) != {"-"}:
+            out[parts[0]] = parts[1]
+    return out
 
 
 def inputs_json(refs: Sequence[Any]) -> dict[str, dict[str, str | None]]:

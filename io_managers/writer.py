@@ -107,7 +107,7 @@ class LineageWriter:
         """
         pending = take_pending(context)
         arr = np.asarray(value)
-        return self.write_pending(context, pending, arr.shape, arr.dtype)
+        return self.write_pending(context, pending, arr.shape, arr.dtype, values=arr)
 
     def write_frame(
         self,
@@ -125,7 +125,7 @@ class LineageWriter:
             m.ROW_COUNT: dg.MetadataValue.int(shape[0]),
             m.COLUMN_SCHEMA: dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in schema]),
         }
-        md |= self.write_pending(context, pending, shape, "float64")
+        md |= self.write_pending(context, pending, shape, "float64", columns=[n for n, _ in schema])
         if pending is not None and pending.column_lineage is not None:
             md[m.COLUMN_LINEAGE] = m.column_lineage(
                 pending.column_lineage, pending.inputs, [n for n, _ in schema]
@@ -138,12 +138,16 @@ class LineageWriter:
         pending: PendingLineage | None,
         shape: tuple[int, ...],
         dtype: Any,
+        *,
+        values: np.ndarray | None = None,
+        columns: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """Register ``pending`` (already popped) for an output of ``shape`` and ``dtype``.
 
         A DataFrame output is the array ``(rows, columns)`` (see :mod:`dslog_dagster.spark`).
+        ``values`` (the output's data) and ``columns`` (a frame's names) are for the picture.
         """
-        return self.start(context, pending, shape, dtype).finish()
+        return self.start(context, pending, shape, dtype, values=values, columns=columns).finish()
 
     def start(
         self,
@@ -153,6 +157,8 @@ class LineageWriter:
         dtype: Any,
         *,
         background: bool = False,
+        values: np.ndarray | None = None,
+        columns: Sequence[str] | None = None,
     ) -> "LineageJob":
         """Begin registering ``pending``; :meth:`LineageJob.finish` completes it.
 
@@ -165,6 +171,7 @@ class LineageWriter:
         before: the worker only overlaps the flushes with the value's write and the metadata.
         """
         job = LineageJob(self, context, pending, shape, dtype)
+        job.values, job.columns = values, columns
         job.begin(background)
         return job
 
@@ -198,13 +205,13 @@ class LineageJob:
         self.store: LineageStore | None = None
         self.out_spec: NewArray | None = None
         self.lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
+        self.values: np.ndarray | None = None  # the output's data, for the picture
+        self.columns: Sequence[str] | None = None  # a DataFrame's column names
 
     def begin(self, background: bool) -> None:
         pending, context = self.pending, self.context
         if pending is None:
-            self.done = {
-                m.STATUS: dg.MetadataValue.text("Not a tracked step: no lineage recorded.")
-            }
+            self.done = {m.RECORD: dg.MetadataValue.md("Not a tracked step: no lineage recorded.")}
             return
         if pending.obtained in ("off", "none"):
             self.done = m.LineageMetadata(
@@ -311,6 +318,7 @@ class LineageJob:
                 array=self.name,
                 version=self.version,
                 store=str(store.root),
+                base_dir=self._base_dir(),
                 write_s=write_s,
                 step_s=time.perf_counter() - pending.started,
             ).to_metadata()
@@ -324,7 +332,15 @@ class LineageJob:
                 t.n_pairs * (len(rel.out_shape) + len(rel.in_shape)) * 8
                 for t, rel in zip(op.tables, lineage.values(), strict=True)
             )
-            picture = _picture(self.context, self.writer.settings, self.name, self.shape, lineage)
+            picture = _picture(
+                self.context,
+                self.writer.settings,
+                self.name,
+                self.shape,
+                lineage,
+                self.values,
+                self.columns,
+            )
             inputs = m.inputs_json(pending.inputs)
         finally:
             prepared.flushed()
@@ -342,6 +358,7 @@ class LineageJob:
             op_id=op.op_id,
             op_name=op.op_name,
             store=str(store.root),
+            base_dir=self._base_dir(),
             inputs=inputs,
             raw_rows=sum(t.n_pairs for t in op.tables),
             raw_bytes=raw_bytes,
@@ -352,6 +369,10 @@ class LineageJob:
             step_s=time.perf_counter() - pending.started,
             lineage_md=picture,
         ).to_metadata()
+
+    def _base_dir(self) -> str | None:
+        base = self.writer.base_dir
+        return None if base is None else os.fspath(base)
 
 
 _PICTURE_PAIRS = 2_000_000
@@ -365,6 +386,8 @@ def _picture(
     name: str,
     shape: tuple[int, ...],
     lineage: dict[tuple[str, str], LineageRelation | LineageTable],
+    values: np.ndarray | None,
+    columns: Sequence[str] | None,
 ) -> str | None:
     drawable = all(
         isinstance(rel, LineageTable) or rel.n <= _PICTURE_PAIRS for rel in lineage.values()
@@ -373,7 +396,12 @@ def _picture(
         return None
     try:
         return m.lineage_markdown(
-            name, shape, [(k[1], rel) for k, rel in lineage.items()], settings.picture_cells
+            name,
+            shape,
+            [(k[1], rel) for k, rel in lineage.items()],
+            settings.picture_cells,
+            values=values,
+            columns=columns,
         )
     except Exception as e:  # a picture is a nicety; never fail the step for it
         context.log.warning(f"dslog: could not draw the lineage picture of `{name}`: {e}")

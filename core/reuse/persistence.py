@@ -83,7 +83,7 @@ class ViewInfo:
     sampled_checks: int = 0
 
     def describe(self) -> str:
-        """One sentence: how the view was confirmed and checked since (for ``dslog/status``)."""
+        """One sentence: how the view was confirmed and checked since (for ``dslog/record``)."""
         runs = self.shapes_seen if self.kind == "gen" else self.matches + 1
         if self.confirmed_by == "probes":
             how = f"confirmed by {runs} captured run(s) and synthetic-input probes"

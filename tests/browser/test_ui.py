@@ -3,9 +3,17 @@
 Starts ``dagster-webserver`` on 127.0.0.1 with a temporary DAGSTER_HOME (telemetry off,
 ``DefaultRunCoordinator`` so launched runs start without a daemon), materializes the pipeline
 and a saved lineage query over GraphQL, then opens the asset pages in headless Debian Chromium
-(Playwright's Python API) and checks that the query's metadata and picture, and the lineage
-checks of a tracked asset, are on screen. Every request the page makes must stay on loopback.
-Screenshots are kept in ``test-artifacts/`` (git-ignored).
+(Playwright's Python API) and checks what a person sees:
+
+* every materialized asset's latest run succeeded, and its lineage checks passed (GraphQL);
+* the lean metadata (five ``dslog/*`` keys, none of the old ones) and no long float on the page
+  (numbers are formatted: ``50,210×``, 2 significant digits);
+* the pictures: each data-URI PNG on the page is drawn into a canvas *in the browser* and its
+  pixels sampled: a tracked asset's pictures show several highlight colours in the grid and a
+  solid legend swatch in each, the query's picture its selection in red with its swatch.
+
+Every request the page makes must stay on loopback. Screenshots are kept in
+``test-artifacts/`` (git-ignored).
 
 To point this test at another project, change only the constants below.
 """
@@ -13,6 +21,7 @@ To point this test at another project, change only the constants below.
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -51,13 +60,7 @@ PAGES = [
     (
         "smoothed",
         "events",
-        [
-            "dslog/lineage",
-            "dslog/record",
-            "dslog/obtained",
-            "dslog/compression_ratio",
-            "dslog/capture_s",
-        ],
+        ["dslog/lineage", "dslog/record", "dslog/obtained", "dslog/op_id", "dslog/shape"],
         True,
     ),
     (
@@ -72,6 +75,31 @@ PAGES = [
         ["dslog_lineage_readable", "dslog_lineage_shape", "dslog_lineage_coverage"],
         False,
     ),
+]
+# keys of earlier versions that the lean metadata folded into dslog/record
+OLD_KEYS = [
+    "dslog/compression_ratio",
+    "dslog/capture_s",
+    "dslog/raw_rows",
+    "dslog/signature",
+    "dslog/capture_share",
+    "dslog/status",
+]
+# Every check passes on a fresh run except those on these source assets, whose checks fail
+# until checks leave source assets (issue 29 item 2, another branch); then none is left out.
+RED_SOURCE_CHECKS = {"raw_frame", "dark_frame"}
+# assets that carry lineage checks in the example
+CHECKED = {"calibrated", "smoothed"}
+# the highlight colours of dslog_dagster.pictures.HIGHLIGHT_RGB (red, orange, green, ...)
+HIGHLIGHTS = [
+    [214, 39, 40],
+    [255, 127, 14],
+    [44, 160, 44],
+    [227, 82, 194],
+    [148, 103, 189],
+    [140, 86, 75],
+    [23, 190, 207],
+    [188, 189, 34],
 ]
 # -----------------------------------------------------------------------------------------
 CHROMIUM = os.environ.get("DSLOG_CHROMIUM", "/usr/bin/chromium")
@@ -207,6 +235,23 @@ LOCATIONS = """
 STATUS = "query S($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"
 
 
+CHECKS = """
+{ assetNodes { assetKey { path }
+  assetChecksOrError { ... on AssetChecks { checks { name
+    executionForLatestMaterialization { status } } } } } }"""
+
+
+def _check_statuses(server: Server) -> dict[tuple[str, str], str]:
+    """(asset, check) -> the status of the check's execution for the latest materialization."""
+    out = {}
+    for node in server.graphql(CHECKS)["assetNodes"]:
+        checks = (node.get("assetChecksOrError") or {}).get("checks") or []
+        for c in checks:
+            ex = c.get("executionForLatestMaterialization") or {}
+            out[("/".join(node["assetKey"]["path"]), c["name"])] = ex.get("status", "NONE")
+    return out
+
+
 def _materialize(server: Server) -> str:
     (repo,) = server.graphql(LOCATIONS)["repositoriesOrError"]["nodes"]
     params = {
@@ -231,6 +276,76 @@ def _materialize(server: Server) -> str:
         time.sleep(0.5)
     assert status == "SUCCESS", f"run {run_id} ended {status!r}\n{server.logs()}"
     return run_id
+
+
+SAMPLE_JS = """
+(colours) => [...document.querySelectorAll("img[src^='data:image/png']")].map(img => {
+  const c = document.createElement("canvas");
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext("2d");
+  g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data;
+  const grid = colours.map(() => 0), swatch = colours.map(() => 0);
+  for (let i = 0; i < d.length; i += 4) {
+    const x = (i / 4) % c.width;
+    for (let k = 0; k < colours.length; k++) {
+      const [r, gg, b] = colours[k];
+      if (d[i] === r && d[i + 1] === gg && d[i + 2] === b) {
+        if (x >= 4 && x < 14) swatch[k]++; else if (x >= 20) grid[k]++;
+      }
+    }
+  }
+  return {alt: img.alt, width: c.width, height: c.height, grid, swatch};
+})
+"""
+
+
+def _sample_pictures(page: Any) -> list[dict[str, Any]]:
+    """Each data-URI picture's pixels counted per highlight colour, in the grid (x >= 20) and in
+    the legend's swatch column (x in 4..13), by the browser itself."""
+    samples: list[dict[str, Any]] = page.evaluate(SAMPLE_JS, HIGHLIGHTS)
+    return samples
+
+
+def _assert_highlighted(samples: list[dict[str, Any]], at_least: int) -> None:
+    """Every picture shows ``at_least`` highlight colours in its grid, each with its legend
+    swatch (a solid 10 x 10 square: 100 pixels)."""
+    assert samples, "no picture"
+    for s in samples:
+        shown = [k for k, n in enumerate(s["grid"]) if n > 0]
+        assert len(shown) >= at_least, s
+        for k in shown:
+            assert s["swatch"][k] >= 100, (k, s)
+
+
+def _pictures_on(page: Any, shot: str) -> list[dict[str, Any]]:
+    """Sample every picture of the page: those shown inline, and those behind "[Show
+    Markdown]" (the UI shows markdown longer than 1000 characters, such as a heat map's data
+    URI, in a dialog): each dialog with a picture is opened, sampled, kept as a screenshot and
+    closed."""
+    samples = []
+    if page.locator("img[src^='data:image/png']").count():
+        _assert_picture_shown(page)
+        samples += _sample_pictures(page)
+    buttons = page.get_by_text("[Show Markdown]", exact=True)
+    for i in range(buttons.count()):
+        buttons.nth(i).click()
+        dialog = page.get_by_role("dialog").last
+        dialog.wait_for()
+        if dialog.locator("img[src^='data:image/png']").count():
+            _assert_picture_shown(page)
+            samples += _sample_pictures(page)
+            page.screenshot(path=str(ARTIFACTS / f"{shot}_markdown_{i}.png"), full_page=True)
+        page.keyboard.press("Escape")
+        dialog.wait_for(state="hidden")
+    return samples
+
+
+def _assert_formatted(page: Any) -> None:
+    """No long float on the page (the metadata used to show `50210.408602150535`)."""
+    text = page.inner_text("body")
+    long_floats = re.findall(r"\d\.\d{6,}", text)
+    assert long_floats == [], long_floats
 
 
 def _assert_picture_shown(page: Any) -> None:
@@ -265,6 +380,10 @@ def test_asset_pages_show_lineage_metadata_and_picture(server: Server) -> None:
     from playwright.sync_api import sync_playwright
 
     _materialize(server)
+    statuses = _check_statuses(server)
+    assert {a for a, _ in statuses} >= CHECKED, statuses
+    red = {k: st for k, st in statuses.items() if st != "SUCCEEDED"}
+    assert {a for a, _ in red} <= RED_SOURCE_CHECKS, red
     server.graphql("mutation { setNuxSeen }")  # no community pop-up over the screenshots
     ARTIFACTS.mkdir(exist_ok=True)
     for old in ARTIFACTS.glob("ui_*.png"):
@@ -305,7 +424,14 @@ def test_asset_pages_show_lineage_metadata_and_picture(server: Server) -> None:
                     page.get_by_text("Succeeded").nth(len(texts) - 1).wait_for()
                     assert page.get_by_text("Failed").count() == 0
                 if picture:
-                    _assert_picture_shown(page)
+                    # a tracked asset: its hottest cells and the cells feeding them, several
+                    # colours; the query: its selection
+                    samples = _pictures_on(page, f"ui_{asset.replace('/', '_')}_{tab}")
+                    _assert_highlighted(samples, 2 if asset == "smoothed" else 1)
+                if tab == "events":
+                    for old in OLD_KEYS:
+                        assert page.get_by_text(old, exact=True).count() == 0, old
+                    _assert_formatted(page)
                 shot = ARTIFACTS / f"ui_{asset.replace('/', '_')}_{tab}.png"
                 page.screenshot(path=str(shot), full_page=True)
         except Exception:

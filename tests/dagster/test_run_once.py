@@ -82,7 +82,7 @@ def test_body_runs_once_per_materialization_through_capture_confirmation_and_ser
         res = _run([raw, scaled, colmeans], k, instance, io)
         assert CALLS == {"scaled": 1, "colmeans": 1}, (k, CALLS)
         obtained.append((_md(res, "scaled")[m.OBTAINED], _md(res, "colmeans")[m.OBTAINED]))
-        statuses.append(_md(res, "scaled")[m.STATUS])
+        statuses.append(_md(res, "scaled")[m.RECORD])
         data = np.random.default_rng(k).uniform(1.0, 2.0, (8, 8))
         np.testing.assert_array_equal(res.output_for_node("scaled"), data * 2.0 + 1.0)
         np.testing.assert_array_equal(res.output_for_node("colmeans"), (data * 2.0 + 1.0).mean(0))
@@ -125,7 +125,7 @@ def test_pure_step_is_probed_and_says_so(instance: dg.DagsterInstance, io: DSLog
         CALLS.clear()
         res = _run([raw, pure_scaled], k, instance, io)
         calls.append(CALLS["pure_scaled"])
-        statuses.append(_md(res, "pure_scaled")[m.STATUS])
+        statuses.append(_md(res, "pure_scaled")[m.RECORD])
     # confirming the view ran the probes: many more calls on synthetic inputs
     assert max(calls) > 1
     assert "declared pure" in statuses[0]
@@ -167,8 +167,8 @@ def test_all_to_all_policy_runs_the_body_once_or_refuses(
     data = np.random.default_rng(3).uniform(1.0, 2.0, (8, 8))
     np.testing.assert_array_equal(res.output_for_node("hot_cells"), np.argwhere(data > 1.5))
     np.testing.assert_array_equal(res.output_for_node("cast_pure"), data * 2.0)
-    assert _md(res, "hot_cells")[m.FLAGGED] is True
-    assert _md(res, "cast_pure")[m.FLAGGED] is True
+    assert _md(res, "hot_cells")[m.OBTAINED] == m.ALL_TO_ALL
+    assert _md(res, "cast_pure")[m.OBTAINED] == m.ALL_TO_ALL
     assert CALLS["hot_cells"] == 1
     assert CALLS["cast_pure"] >= 2  # pure: re-run by the fallback (and maybe probed)
     CALLS.clear()

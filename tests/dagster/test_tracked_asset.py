@@ -1,11 +1,11 @@
 """@tracked_asset / @tracked_multi_asset / @tracked_op materialized in-process."""
 
+import re
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import numpy as np
-import pytest
 from recorded import recorded
 
 from dslog_dagster import (
@@ -18,6 +18,7 @@ from dslog_dagster import (
 )
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.errors import LineageLostError, LineageStorageError, UnsupportedArrayError
+from dslog_dagster.io_managers import lineage_picture
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.tracked_step import peek_pending
 
@@ -77,15 +78,24 @@ def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
     assert rec["version"] == r2.run_id
     assert rec["inputs"] == {"src": r2.run_id}
     # the UI shows the record as markdown
-    assert f"`colsum` version `{r2.run_id}` by operation `colsum@v1`" in md[m.RECORD]
-    assert f"`src`: `src` version `{r2.run_id}`" in md[m.RECORD]
-    assert md[m.RAW_ROWS] == 12
-    assert md[m.STORED_ROWS] >= 1
-    assert md[m.COMPRESSION_RATIO] == pytest.approx(md[m.RAW_BYTES] / md[m.STORED_BYTES])
+    assert f"`colsum` version `{r2.run_id}` by `colsum@v1`" in md[m.RECORD]
+    assert f"**Inputs** `src` version `{r2.run_id}`" in md[m.RECORD]
+    # lean metadata: at most five dslog/* entries, figures formatted with units
+    assert len([k for k in md if k.startswith("dslog/")]) <= 5
+    figures = m.record_figures(md[m.RECORD])
+    assert figures["lineage pairs"] == "12 (288 B as int64 columns)"  # 12 pairs * 3 ints * 8
+    op = DSLog(store_dir).store.get_operation(md[m.OP_ID])
+    stored_bytes = sum(t.stored_bytes for t in op.tables)
+    assert figures["stored"].startswith(f"{sum(t.rows for t in op.tables):,} rows, ")
+    assert f"ratio {m.format_ratio(288 / stored_bytes)}" in figures["stored"]
+    assert re.fullmatch(
+        r"capture [0-9.,]+ s, write [0-9.,]+ s, \d+% of the step", figures["seconds"]
+    )
+    assert figures["reuse signature"] not in ("", "`none`")  # the reuse key this capture fed
+    assert figures["store"] == "`.dslog`"  # relative to the value directory, no machine path
+    assert str(store_dir) not in md[m.RECORD]
     assert rec["op_name"] == "colsum@v1"
-    assert md[m.SIGNATURE] not in ("", "none")  # the reuse key this capture fed
     assert "data:image/png;base64," in md[m.LINEAGE]
-    assert 0 < md[m.CAPTURE_SHARE] <= 1
     log = DSLog(store_dir)
     ops = log.store.operations("colsum@v1")
     assert [op.args for op in ops] == [{"config": {"k": 2.0}}, {"config": {"k": 3.0}}]
@@ -110,6 +120,9 @@ def test_repeated_runs_take_lineage_from_reuse_views_equal_to_capture(
     assert obtained[0] == {"colsum": "captured", "rev": "captured"}
     assert obtained[-1]["colsum"] in ("base", "dim", "gen")
     assert obtained[-1]["rev"] in ("base", "dim", "gen")
+    served = _md(res, "colsum")  # a served step is as lean as a captured one
+    assert len([k for k in served if k.startswith("dslog/")]) <= 5
+    assert m.record_figures(served[m.RECORD])["lineage pairs"].startswith("12 (")
     # the served view's tables draw the same picture as the captured relation
     assert "data:image/png;base64," in pictures[0]
     assert pictures[-1] == pictures[0]
@@ -132,7 +145,7 @@ def test_reuse_only_serves_confirmed_views_and_records_nothing_without_one(
     res = dg.materialize([src, colsum], instance=instance, resources={"io_manager": only})
     md = _md(res, "colsum")
     assert md[m.OBTAINED] == "none"
-    assert "no confirmed reuse view" in md[m.STATUS]
+    assert "no confirmed reuse view" in md[m.RECORD]
     for _ in range(3):  # captures confirm a view
         dg.materialize([src, colsum], instance=instance, resources={"io_manager": io})
     res = dg.materialize([src, colsum], instance=instance, resources={"io_manager": only})
@@ -213,7 +226,7 @@ def test_multi_asset_and_generator_with_check(
     res = dg.materialize([src, halves, shifted], instance=instance, resources={"io_manager": io})
     assert res.output_for_node("halves", "hi").tolist() == [3.0, 7.0, 11.0]
     assert recorded(store_dir, _md(res, "halves", "lo"))["op_name"] == "lo@2"
-    assert _md(res, "halves", "hi")[m.RAW_ROWS] == 3
+    assert m.record_figures(_md(res, "halves", "hi")[m.RECORD])["lineage pairs"].startswith("3 (")
     assert res.get_asset_check_evaluations()[0].passed
     log = DSLog(store_dir)
     assert _cells(log, ["lo", "src"], [(1, 1)]) == {(1, 1)}
@@ -352,15 +365,16 @@ def test_policies_all_to_all_off_reuse_only(
         assert stored.dtype == np.int64
         np.testing.assert_array_equal(stored, want)
     flagged = _md(res, "grad_flagged")
-    assert flagged[m.FLAGGED] is True
-    assert "int64" in flagged[m.FLAG_REASON]
-    assert flagged[m.RAW_ROWS] == 12 * 12
+    assert flagged[m.OBTAINED] == m.ALL_TO_ALL
+    assert "**Flagged**" in flagged[m.RECORD]
+    assert "int64" in flagged[m.RECORD]
+    assert m.record_figures(flagged[m.RECORD])["lineage pairs"].startswith(f"{12 * 12} (")
     off = _md(res, "grad_off")
     assert off[m.OBTAINED] == "off"
     assert m.OP_ID not in off
     reuse = _md(res, "neg_reuse")
     assert reuse[m.OBTAINED] == "none"
-    assert "no confirmed reuse view" in reuse[m.STATUS]
+    assert "no confirmed reuse view" in reuse[m.RECORD]
     log = DSLog(store_dir)
     (op,) = log.store.operations("grad_flagged")
     assert op.capture_method == "all-to-all"
@@ -434,7 +448,7 @@ def test_with_lineage_wraps_an_existing_io_manager(
     # the resource's store (the instance's storage), not one under the inner base_dir
     store = Path(instance.storage_directory()) / ".dslog"
     assert not (tmp_path / "fs" / ".dslog").exists()
-    assert f"store `{store}`" in md[m.RECORD]
+    assert str(store) not in md[m.RECORD]  # no machine paths in the metadata
     assert recorded(store, md)["array"] == "rev"  # the operation is in that store
     assert (tmp_path / "fs" / "rev").exists()  # the inner IO manager stored the value
     assert _cells(DSLog(store), ["rev", "colsum", "src"], [0]) == {(r, 3) for r in range(3)}
@@ -496,7 +510,15 @@ def test_cached_pictures_of_served_steps_always_match_the_stored_lineage(
         md = _md(res, "below")
         op = log.store.get_operation(md[m.OP_ID])
         stored = log.store.read_lineage(op, "below", "square")
-        fresh = m._render_markdown("below", (n - 1, n), [("square", stored.decompress())], 4, 4)
+        fresh = lineage_picture._render_markdown(
+            "below",
+            (n - 1, n),
+            [("square", stored.decompress())],
+            4,
+            4,
+            res.output_for_node("below"),
+            None,
+        )
         assert f"`below` version `{res.run_id}`" in md[m.RECORD]
         assert md[m.LINEAGE] == fresh
         assert seen.setdefault(n, md[m.LINEAGE]) == md[m.LINEAGE]

@@ -16,7 +16,7 @@ from dslog_dagster.core import LineageRelation, compress
 from dslog_dagster.core.format import blob as blob_module
 from dslog_dagster.core.format.blob import table_digest, table_from_blob, table_to_blob
 from dslog_dagster.core.reuse.keys import content_hash
-from dslog_dagster.io_managers import metadata as m
+from dslog_dagster.io_managers import lineage_picture as m
 
 # ----------------------------------------------------------------------- content hash
 
@@ -103,7 +103,9 @@ def test_picture_cache_hit_is_the_fresh_render() -> None:
     again = m.lineage_markdown("thresholded", (16, 16), [("smoothed", compress(rel))], 4)
     assert again is first
     # ... and a hit is exactly what drawing from scratch gives
-    assert again == m._render_markdown("thresholded", (16, 16), [("smoothed", rel)], 4, 4)
+    assert again == m._render_markdown(
+        "thresholded", (16, 16), [("smoothed", rel)], 4, 4, None, None
+    )
 
 
 def test_picture_cache_never_answers_for_other_lineage() -> None:
@@ -111,7 +113,7 @@ def test_picture_cache_never_answers_for_other_lineage() -> None:
     other_rel = shifted((16, 16), -3)
     other = m.lineage_markdown("out", (16, 16), [("in", compress(other_rel))], 4)
     assert other != base
-    assert other == m._render_markdown("out", (16, 16), [("in", other_rel)], 4, 4)
+    assert other == m._render_markdown("out", (16, 16), [("in", other_rel)], 4, 4, None, None)
     # the output name, sample size and input names are part of what is drawn, and the key
     table = compress(shifted((16, 16), 2))
     renamed = m.lineage_markdown("out2", (16, 16), [("in", table)], 4)
@@ -119,6 +121,23 @@ def test_picture_cache_never_answers_for_other_lineage() -> None:
     other_input = m.lineage_markdown("out", (16, 16), [("in2", table)], 4)
     assert len({base, other, renamed, more_cells, other_input}) == 5
     assert len(m._pictures) == 5
+
+
+def test_picture_cache_keys_on_the_values_drawn() -> None:
+    # the heat map and the hottest cells come from the output's data: other data, other key
+    table = compress(shifted((16, 16), 2))
+    values = np.arange(256.0).reshape(16, 16)
+    first = m.lineage_markdown("out", (16, 16), [("in", table)], 4, values=values)
+    same = m.lineage_markdown("out", (16, 16), [("in", table)], 4, values=values.copy())
+    assert same is first
+    flipped = m.lineage_markdown("out", (16, 16), [("in", table)], 4, values=values[::-1].copy())
+    assert flipped != first
+    assert flipped == m._render_markdown(
+        "out", (16, 16), [("in", table)], 4, 4, values[::-1].copy(), None
+    )
+    as_int = m.lineage_markdown("out", (16, 16), [("in", table)], 4, values=values.astype(int))
+    assert len(m._pictures) == 3  # int and float data with equal values: two entries
+    assert as_int == first  # ... drawing the same picture
 
 
 def test_uncompressed_relations_are_drawn_not_cached() -> None:
