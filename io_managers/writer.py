@@ -32,6 +32,7 @@ from dslog_dagster.core.store import (
     NewArray,
     PreparedOperation,
 )
+from dslog_dagster.core.store.retraction import retract
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name, op_array_name
@@ -115,17 +116,19 @@ class LineageWriter:
         pending: PendingLineage | None,
         rows: int,
         schema: Sequence[tuple[str, str]],
+        *,
+        keep: "list[LineageJob] | None" = None,
     ) -> dict[str, Any]:
         """:meth:`write_pending` for a stored DataFrame of ``rows`` rows and ``schema``
         (visible columns and Spark types), plus the frame metadata Dagster shows: shape, row
-        count, column schema and column lineage."""
+        count, column schema and column lineage. ``keep``: as for :meth:`write_pending`."""
         shape = (int(rows), len(schema))
         md: dict[str, Any] = {
             m.SHAPE: dg.MetadataValue.text(str(shape)),
             m.ROW_COUNT: dg.MetadataValue.int(shape[0]),
             m.COLUMN_SCHEMA: dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in schema]),
         }
-        md |= self.write_pending(context, pending, shape, "float64")
+        md |= self.write_pending(context, pending, shape, "float64", keep=keep)
         if pending is not None and pending.column_lineage is not None:
             md[m.COLUMN_LINEAGE] = m.column_lineage(
                 pending.column_lineage, pending.inputs, [n for n, _ in schema]
@@ -138,12 +141,18 @@ class LineageWriter:
         pending: PendingLineage | None,
         shape: tuple[int, ...],
         dtype: Any,
+        *,
+        keep: "list[LineageJob] | None" = None,
     ) -> dict[str, Any]:
         """Register ``pending`` (already popped) for an output of ``shape`` and ``dtype``.
 
         A DataFrame output is the array ``(rows, columns)`` (see :mod:`dslog_dagster.spark`).
+        ``keep``: a list the job is appended to (to :meth:`LineageJob.retract` it later).
         """
-        return self.start(context, pending, shape, dtype).finish()
+        job = self.start(context, pending, shape, dtype)
+        if keep is not None:
+            keep.append(job)
+        return job.finish()
 
     def start(
         self,
@@ -198,6 +207,9 @@ class LineageJob:
         self.store: LineageStore | None = None
         self.out_spec: NewArray | None = None
         self.lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
+        self.published: tuple[str | None, list[ArrayRecord]] | None = None
+        """What ``finish`` made visible: the op id (``None``: a source step's array version
+        only) and the array versions registered with it."""
 
     def begin(self, background: bool) -> None:
         pending, context = self.pending, self.context
@@ -280,6 +292,19 @@ class LineageJob:
             self.prepared.abort()
             self.prepared = None
 
+    def retract(self) -> None:
+        """Remove what :meth:`finish` published (the value it describes was not stored; see
+        :mod:`~dslog_dagster.core.store.retraction`). Nothing published: nothing done.
+
+        Raises:
+            LineageStorageError / CatalogLockedError: it could not be removed.
+        """
+        if self.published is None or self.store is None:
+            return
+        op_id, arrays = self.published
+        retract(self.store, op_id, arrays)
+        self.published = None
+
     def finish(self) -> dict[str, Any]:
         """Publish the operation (durable when this returns) and build its metadata.
 
@@ -299,9 +324,10 @@ class LineageJob:
         assert store is not None
         assert spec is not None
         if self.prepared is None:  # a source step: only the array version
-            store.register_array(
+            rec = store.register_array(
                 spec.name, spec.shape, spec.dtype, asset_key=spec.asset_key, version=spec.version
             )
+            self.published = (None, [rec])
             write_s = self.seconds + time.perf_counter() - t0
             return m.LineageMetadata(
                 obtained=pending.obtained,
@@ -318,6 +344,7 @@ class LineageJob:
         # Visible now; its directories are flushed in a worker while the picture and the
         # figures are made, and finish() returns only once they are on disk.
         op = prepared.publish()
+        self.published = (op.op_id, list(op.outputs))
         try:
             lineage = self.lineage
             raw_bytes = sum(

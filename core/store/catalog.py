@@ -432,9 +432,16 @@ class LineageCatalog:
                 [todo],
             ).fetchall()
         }
-        listed = {
-            d: [r for r in array_dirs.files_in(self.layout, d) if r not in known] for d in todo
-        }
+        listed: dict[str, list[str]] = {}
+        present: set[str] = set()
+        for d in todo:
+            records, entries = array_dirs.files_in(self.layout, d)
+            listed[d] = [r for r in records if r not in known]
+            present |= entries
+        # records that vanished (a retracted step's, quarantined ones) leave the index
+        gone = sorted(known - present)
+        if gone:
+            con.execute("DELETE FROM arrays WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone])
         links = (r for rels in listed.values() for r in rels if r.endswith(LINK_SUFFIX))
         linked = link_check.recognised(self.layout, links, read or {})
         arrays, clean = [], []
