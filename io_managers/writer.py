@@ -4,7 +4,9 @@ Every lineage IO manager (:class:`~dslog_dagster.io_managers.DSLogIOManager`,
 :func:`~dslog_dagster.io_managers.with_lineage`) takes the output's
 :class:`~dslog_dagster.tracked_step.PendingLineage` from the step's
 :class:`~dslog_dagster.tracked_step.TrackedStep` (:func:`take_pending`) and writes it here,
-*after* the value is stored: the output's array version (name
+after the value is stored (``DSLogIOManager``: it names the value's version only once the
+lineage committed) or before (``with_lineage``, which retracts it with
+:meth:`LineageJob.retract` when the inner IO manager fails): the output's array version (name
 :func:`~dslog_dagster.naming.array_name`, version = run id), the upstream array versions it
 read, and one operation ``output <- inputs`` with its compressed tables. The operation's
 segment is staged and flushed in a worker thread while the value is written
