@@ -51,6 +51,9 @@ class OperationFiles:
         # its file vanishes (compaction); lookups then refresh and retry.
         self._seg_ops: dict[str, tuple[str, ...]] = {}
         self._where: dict[str, str] = {}
+        # op id -> the segment a read found it in (a hint, kept out of _where: a listing
+        # checks that every operation in _where is still on disk)
+        self._found: dict[str, str] = {}
 
     @property
     def where(self) -> Mapping[str, str]:
@@ -131,7 +134,7 @@ class OperationFiles:
             FileNotFoundError: no segment holds ``op_id``.
         """
         for attempt in range(MOVE_RETRIES):
-            rel = self._where.get(op_id)
+            rel = self._where.get(op_id) or self._found.get(op_id)
             if rel is None or attempt > 0:
                 self.refresh()
                 rel = self._where.get(op_id)
@@ -219,7 +222,7 @@ class OperationFiles:
                     out[op_id] = self.records[op_id] = self.parse(text, rel, op_id)
                     # found there: reading its tables needs no listing of every segment (if
                     # it moves, in_segment lists again)
-                    self._where.setdefault(op_id, rel)
+                    self._found[op_id] = rel
         return out
 
     def ids(self) -> list[str]:
