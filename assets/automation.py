@@ -1,6 +1,7 @@
 """Keeping saved lineage queries fresh: a schedule, sensors, and one Definitions helper.
 
-* :func:`saved_queries_schedule` — re-runs saved queries on a cron schedule.
+* :func:`saved_queries_schedule` — re-runs saved queries on a cron schedule; starts
+  **running**, like the sensors below.
 * :func:`lineage_query_sensor` — starts **running** (``DefaultSensorStatus.RUNNING``): when an
   asset a saved query depends on has a materialization newer than the query's latest one
   (new data means new lineage: each run is a new array version), it requests a run of that
@@ -11,6 +12,10 @@
   automation sensor starts STOPPED.
 * :func:`lineage_definitions` builds all of it (plus checks and the ad-hoc query) into one
   ``dg.Definitions`` to merge with the user's own.
+
+Why everything starts running: a schedule or sensor exists here only because the project asked
+for it in code (saved queries, a ``cron_schedule``), and a stopped one would silently leave the
+saved answers stale. Pass ``default_status=...STOPPED`` (or stop it in the UI) to opt out.
 """
 
 from collections.abc import Iterable, Sequence
@@ -25,7 +30,9 @@ from dslog_dagster.assets.queries import (
     saved_lineage_query,
 )
 from dslog_dagster.assets.signatures import ViewSource, reuse_signatures_asset
+from dslog_dagster.errors import ConfigurationError
 from dslog_dagster.io_managers import metadata as m
+from dslog_dagster.resources import DSLogResource
 
 __all__ = [
     "lineage_automation_sensor",
@@ -55,10 +62,11 @@ def saved_queries_schedule(
     cron_schedule: str = "0 3 * * *",
     *,
     name: str = SCHEDULE_NAME,
-    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
     execution_timezone: str | None = None,
 ) -> dg.ScheduleDefinition:
-    """A schedule materializing ``queries`` (e.g. nightly, after the pipeline ran)."""
+    """A schedule materializing ``queries`` (e.g. nightly, after the pipeline ran); it starts
+    running, like :func:`lineage_query_sensor` (see the module doc for why)."""
     if not queries:
         msg = "saved_queries_schedule needs at least one query asset."
         raise ValueError(msg)
@@ -148,6 +156,7 @@ def lineage_definitions(
     queries: Iterable[SavedLineageQuery | dg.AssetsDefinition] = (),
     assets: Iterable[AssetRef] = (),
     *,
+    dslog: DSLogResource | None = None,
     store_dir: str | None = None,
     resource_key: str = DEFAULT_RESOURCE_KEY,
     cron_schedule: str | None = None,
@@ -163,7 +172,14 @@ def lineage_definitions(
             :func:`saved_lineage_query`).
         assets: the user's tracked assets: included (when they are definitions) and checked
             with :func:`lineage_checks`.
-        store_dir: when given, binds ``DSLogResource(store_dir=...)`` under ``resource_key``.
+        dslog: the project's ``DSLogResource`` — the very object its own Definitions bind
+            under ``resource_key`` (and give the IO manager): bound here too, so
+            ``dg.Definitions.merge`` sees one resource. Leave it out when the project's
+            Definitions bind the resource and these do not need to run alone.
+        store_dir: for lineage definitions without a resource of their own elsewhere (e.g. a
+            separate code location): binds ``DSLogResource(store_dir=...)`` under
+            ``resource_key``. Not together with ``dslog``; a project that binds its own
+            resource sets ``store_dir`` on it instead.
         cron_schedule: when given, a schedule for the saved queries.
         adhoc_query: include the launchpad-configured ``lineage_query`` asset.
         checks: add the lineage checks for ``assets``.
@@ -178,11 +194,13 @@ def lineage_definitions(
         >>> @tracked_asset
         ... def smoothed(raw: np.ndarray) -> np.ndarray:
         ...     return raw * 2
-        >>> defs = dg.Definitions.merge(
-        ...     dg.Definitions(assets=[raw, smoothed]),
-        ...     lineage_definitions(
-        ...         queries=[SavedLineageQuery(name="q", source="smoothed", target="raw")],
-        ...         assets=[smoothed], store_dir=".dslog", cron_schedule="0 3 * * *"))
+        >>> from dslog_dagster import DSLogIOManager, DSLogResource
+        >>> dslog = DSLogResource(store_dir=".dslog")
+        >>> mine = dg.Definitions(assets=[raw, smoothed], resources={
+        ...     "dslog": dslog, "io_manager": DSLogIOManager(dslog=dslog)})
+        >>> defs = dg.Definitions.merge(mine, lineage_definitions(
+        ...     queries=[SavedLineageQuery(name="q", source="smoothed", target="raw")],
+        ...     assets=[smoothed], dslog=dslog, cron_schedule="0 3 * * *"))
     """
     built = [
         q
@@ -210,10 +228,16 @@ def lineage_definitions(
         sensors.append(lineage_query_sensor(plain))
     if eager:
         sensors.append(lineage_automation_sensor(eager))
-    resources = {}
-    if store_dir is not None:
-        from dslog_dagster.resources import DSLogResource
-
+    resources: dict[str, DSLogResource] = {}
+    if dslog is not None and store_dir is not None:
+        msg = (
+            "lineage_definitions got both `dslog` and `store_dir`: set store_dir on the "
+            "DSLogResource and pass only `dslog`."
+        )
+        raise ConfigurationError(msg)
+    if dslog is not None:
+        resources[resource_key] = dslog
+    elif store_dir is not None:
         resources[resource_key] = DSLogResource(store_dir=store_dir)
     return dg.Definitions(
         assets=defs_assets,

@@ -1,13 +1,16 @@
 """Asset checks on the lineage of tracked assets.
 
-:func:`lineage_checks` builds three checks per asset. Each looks at the asset's latest
-materialization, finds its array in the store (``array_name(key, partition)``, version = the
-run id that materialized it) and the operations that wrote that version:
+:func:`lineage_checks` gives each asset whose lineage is expected (an asset with upstream
+assets; source assets have none to check) three checks, run together in one step (a
+``multi_asset_check``). They look at the asset's latest materialization, find its array in the
+store (``array_name(key, partition)``, version = the run id that materialized it) and the
+operations that wrote that version:
 
 ``dslog_lineage_readable`` — severity **ERROR**
     The array version is registered, some operation wrote it, and every lineage table of those
     operations for it reads back and decompresses. A failure means queries over this asset
-    fail or are impossible: a missing, truncated or foreign file.
+    fail or are impossible: a missing, truncated or foreign file, or lineage written to another
+    store than the one the check reads (the message names both).
 ``dslog_lineage_shape`` — severity **ERROR**
     The registered shape equals the materialized value's shape where the materialization
     records one (``dslog/shape``, or ``dagster/row_count`` for the first axis), and every
@@ -16,16 +19,18 @@ run id that materialized it) and the operations that wrote that version:
 ``dslog_lineage_coverage`` — severity **WARN** by default
     Every cell of the output has lineage to some input, or is declared constant: by the
     ``constant_cells`` argument, or by ``dslog/constant_cells`` materialization metadata (a
-    JSON list of box strings such as ``["0,:"]``). Operations without inputs (source assets)
-    pass: all their cells are constants. Gaps do not make other answers wrong, only
+    JSON list of box strings such as ``["0,:"]``). Gaps do not make other answers wrong, only
     incomplete — hence WARN; pass ``coverage_severity=ERROR`` to make them fail hard.
 
-Failing checks say what was found in their description and metadata (array, version, bad
-tables with their errors, uncovered cell count with a picture and the first boxes).
+A materialization registered as a source array version (``dslog/obtained = source``: the step
+read no tracked input) passes all three: it has no lineage to check. Failing checks say what
+was found and what to do in their description, and the details in their metadata (array,
+version, bad tables with their errors, uncovered cell count with a picture and the first
+boxes, written ``start:stop`` per axis).
 """
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +39,10 @@ import dagster as dg
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.assets.queries import DEFAULT_RESOURCE_KEY
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.query import CellSet, prepare
+from dslog_dagster.core.query import CellSet, format_box, prepare
 from dslog_dagster.core.query.cellspec import cells_from_spec
 from dslog_dagster.core.store import ArrayRecord, OperationRecord
-from dslog_dagster.errors import DSLogError
+from dslog_dagster.errors import DSLogError, LineageNotFoundError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name
 
@@ -112,6 +117,44 @@ def _producer_ids(log: DSLog, metadata: Mapping[str, Any], rec: ArrayRecord) -> 
     return [str(i) for i in ids]
 
 
+def _meta_text(metadata: Mapping[str, Any], key: str) -> str | None:
+    v = metadata.get(key)
+    return None if v is None else str(getattr(v, "value", v))
+
+
+def _missing_lineage(key: dg.AssetKey, name: str, run_id: str, log: DSLog, mat: Any) -> str:
+    """Why the store this check reads has no lineage for the materialization, and what to do."""
+    what = f"`{key.to_user_string()}` (array `{name}`, version = run `{run_id}`)"
+    here = f"this check reads the lineage store `{log.store.root}` (its `dslog` resource's)"
+    obtained = _meta_text(mat.metadata, m.OBTAINED)
+    if obtained is None:
+        return (
+            f"The latest materialization of {what} has no lineage: its IO manager records none "
+            "(no dslog/* metadata). Store the asset with DSLogIOManager or with_lineage(...) "
+            "and materialize it again."
+        )
+    if obtained in ("off", "none"):
+        return (
+            f"The latest materialization of {what} recorded no lineage (dslog/obtained = "
+            f"{obtained}: policy off, or reuse_only without a view). Materialize it with the "
+            "capture policy to check its lineage."
+        )
+    versions = [r.version for r in log.store.arrays() if r.name == name]
+    if versions:
+        found = f"the store has {len(versions)} other version(s) of `{name}`, not this one"
+    elif not log.store.arrays():
+        found = "that store is empty"
+    else:
+        found = f"that store has no array `{name}`"
+    return (
+        f"The IO manager recorded lineage for {what} (dslog/obtained = {obtained}), but "
+        f"{here} and {found}: the IO manager wrote it to another store. Give the IO manager "
+        "the DSLogResource bound under `dslog` (DSLogIOManager(dslog=dslog, ...) or "
+        "with_lineage(io, dslog)), or the same store_dir and $DSLOG_STORE, and materialize "
+        "again."
+    )
+
+
 def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey) -> _Located:
     entry = context.instance.get_latest_materialization_event(key)
     mat = entry.asset_materialization if entry is not None else None
@@ -120,22 +163,40 @@ def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey
             dg.AssetCheckResult(
                 passed=False,
                 severity=dg.AssetCheckSeverity.WARN,
-                description=f"`{key.to_user_string()}` has not been materialized yet.",
+                description=f"`{key.to_user_string()}` has not been materialized yet: "
+                "materialize it, then run its checks.",
             )
         )
     name = array_name(key, mat.partition)
     meta_base = {m.CHECK_ARRAY: name, m.CHECK_VERSION: entry.run_id}
+    if _meta_text(mat.metadata, m.OBTAINED) == "source":
+        raise _Fail(
+            dg.AssetCheckResult(
+                passed=True,
+                description=f"`{key.to_user_string()}` is a source: its step read no tracked "
+                "input, so it has no lineage to check (its cells are where lineage starts).",
+                metadata=meta_base,
+            )
+        )
     try:
         rec = log.store.get_array(name, entry.run_id)
+    except LineageNotFoundError as e:
+        raise _Fail(
+            dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=_missing_lineage(key, name, entry.run_id, log, mat),
+                metadata=meta_base,
+            )
+        ) from e
     except DSLogError as e:
         raise _Fail(
             dg.AssetCheckResult(
                 passed=False,
                 severity=dg.AssetCheckSeverity.ERROR,
                 description=(
-                    f"No lineage is stored for the latest materialization of "
-                    f"`{key.to_user_string()}` (array `{name}`, version = run "
-                    f"`{entry.run_id}`): {e} Materialize it with lineage tracking on."
+                    f"The lineage of `{key.to_user_string()}` (array `{name}`, version = run "
+                    f"`{entry.run_id}`) cannot be read from `{log.store.root}`: {e}"
                 ),
                 metadata=meta_base,
             )
@@ -150,7 +211,8 @@ def _locate(context: dg.AssetCheckExecutionContext, log: DSLog, key: dg.AssetKey
                 dg.AssetCheckResult(
                     passed=False,
                     severity=dg.AssetCheckSeverity.ERROR,
-                    description=f"The operation `{op_id}` that wrote `{name}` is unreadable: {e}",
+                    description=f"The operation `{op_id}` that wrote `{name}` is unreadable: {e} "
+                    "Run `dslog fsck` on the store, then materialize the asset again.",
                     metadata={**meta_base, m.OP_ID: op_id},
                 )
             ) from e
@@ -179,7 +241,8 @@ def _check_readable(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
                 f"Array `{loc.array.name}` version `{loc.run_id}` is registered but no operation "
-                "wrote it, so it has no lineage to read."
+                "wrote it, so it has no lineage to read. If the asset is a source, leave it out "
+                "of lineage_checks; otherwise materialize it with a tracked decorator."
             ),
             metadata=meta,
         )
@@ -201,7 +264,8 @@ def _check_readable(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
             passed=False,
             severity=dg.AssetCheckSeverity.ERROR,
             description=f"{len(errors)} of {len(tables)} lineage table(s) are unreadable: "
-            + errors[0],
+            + errors[0]
+            + " Run `dslog fsck` on the store, then materialize the asset again.",
             metadata=meta,
         )
     return dg.AssetCheckResult(
@@ -264,7 +328,9 @@ def _check_shape(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
         return dg.AssetCheckResult(
             passed=False,
             severity=dg.AssetCheckSeverity.ERROR,
-            description="Lineage does not match the shapes: " + "; ".join(problems[:3]),
+            description="Lineage does not match the shapes: "
+            + "; ".join(problems[:3])
+            + ". Materialize the asset again; if it stays, report it as a dslog bug.",
             metadata=meta,
         )
     what = f" and the materialized shape ({source})" if source else ""
@@ -297,7 +363,16 @@ def _check_coverage(
             "is a constant of the pipeline.",
             metadata=meta,
         )
-    consts, boxes = _declared_constants(loc, constant)
+    try:
+        consts, boxes = _declared_constants(loc, constant)
+    except (DSLogError, ValueError) as e:
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=severity,
+            description=f"The constant cells declared for `{loc.array.name}` are not boxes of "
+            f"its shape {loc.array.shape}: {e} Fix `constant_cells` or `{m.CONSTANT_CELLS}`.",
+            metadata=meta,
+        )
     covered = consts
     for op, inp in _tables(loc):
         in_rec = next(a for a in op.inputs if a.name == inp)
@@ -331,6 +406,7 @@ def _check_coverage(
             + (f" or are declared constant ({consts.count():,})." if boxes else "."),
             metadata=meta,
         )
+    first = format_box(missing.start[0], missing.stop[0])
     meta[m.CHECK_UNCOVERED_PREVIEW] = boxes_preview(missing, 10)
     meta[m.CHECK_UNCOVERED_PICTURE] = dg.MetadataValue.md(
         cells_markdown(f"cells of {loc.array.name} without lineage", missing)
@@ -340,8 +416,10 @@ def _check_coverage(
         severity=severity,
         description=(
             f"{missing.count():,} of {total:,} cells of `{loc.array.name}` have no lineage and "
-            f"are not declared constant (first box: {missing.to_slices()[0]}). Declare constants "
-            f"with `{m.CONSTANT_CELLS}` metadata or fix the capture."
+            f"are not declared constant (first box: {first}). If the step sets "
+            f"them to constants on purpose, declare them: lineage_checks(constant_cells="
+            f'{{"{loc.array.name}": ["{first}"]}}) or `{m.CONSTANT_CELLS}` '
+            "metadata; otherwise the capture lost them: report it as a dslog bug."
         ),
         metadata=meta,
     )
@@ -352,6 +430,21 @@ def _complement(cells: CellSet) -> CellSet:
     return CellSet.from_mask(~cells.to_mask(), cells.shape)
 
 
+def _expects_lineage(assets_or_keys: Iterable[AssetRef]) -> list[dg.AssetKey]:
+    """The keys to check: every asset with an upstream asset (a source asset has no lineage);
+    keys given as keys or strings are all checked (a source then passes at run time)."""
+    keys: list[dg.AssetKey] = []
+    for a in assets_or_keys:
+        if isinstance(a, dg.AssetsDefinition):
+            keys += [k for k in a.keys if any(d.asset_key != k for d in a.specs_by_key[k].deps)]
+        elif isinstance(a, dg.AssetSpec):
+            if any(d.asset_key != a.key for d in a.deps):
+                keys.append(a.key)
+        else:
+            keys += _keys([a])
+    return list(dict.fromkeys(keys))
+
+
 def lineage_checks(
     assets_or_keys: Iterable[AssetRef],
     *,
@@ -360,7 +453,8 @@ def lineage_checks(
     coverage_severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.WARN,
     blocking: bool = False,
 ) -> list[dg.AssetChecksDefinition]:
-    """Three lineage checks (readable, shape, coverage) for each asset; see the module doc.
+    """The lineage checks (readable, shape, coverage) of each asset, one step per asset; see
+    the module doc. Source assets (definitions or specs without upstream assets) get none.
 
     Args:
         assets_or_keys: assets definitions, specs, keys or ``"a/b"`` strings.
@@ -379,31 +473,22 @@ def lineage_checks(
         >>> @tracked_asset
         ... def smoothed(raw: np.ndarray) -> np.ndarray:
         ...     return raw * 2
-        >>> defs = dg.Definitions(assets=[raw, smoothed], asset_checks=lineage_checks([smoothed]),
+        >>> checks = lineage_checks([raw, smoothed])  # raw is a source: no checks
+        >>> sorted(s.name for c in checks for s in c.check_specs)
+        ['dslog_lineage_coverage', 'dslog_lineage_readable', 'dslog_lineage_shape']
+        >>> defs = dg.Definitions(assets=[raw, smoothed], asset_checks=checks,
         ...                       resources={"dslog": DSLogResource(store_dir=".dslog")})
     """
-    out: list[dg.AssetChecksDefinition] = []
-    for key in _keys(assets_or_keys):
-        const = (constant_cells or {}).get(key.to_user_string())
-
-        def coverage(
-            log: DSLog, loc: _Located, c: Sequence[str] | None = const
-        ) -> dg.AssetCheckResult:
-            return _check_coverage(log, loc, c, coverage_severity)
-
-        out += [
-            _make(key, CHECK_READABLE, resource_key, blocking, _check_readable, _READABLE_DOC),
-            _make(key, CHECK_SHAPE, resource_key, blocking, _check_shape, _SHAPE_DOC),
-            _make(
-                key,
-                CHECK_COVERAGE,
-                resource_key,
-                blocking,
-                coverage,
-                _COVERAGE_DOC,
-            ),
-        ]
-    return out
+    return [
+        _asset_checks(
+            key,
+            resource_key,
+            blocking,
+            (constant_cells or {}).get(key.to_user_string()),
+            coverage_severity,
+        )
+        for key in _expects_lineage(assets_or_keys)
+    ]
 
 
 _READABLE_DOC = (
@@ -413,27 +498,56 @@ _SHAPE_DOC = "ERROR if the stored lineage disagrees with the asset's (materializ
 _COVERAGE_DOC = "Every output cell has lineage or is declared constant (WARN by default)."
 
 
-def _make(
+def _asset_checks(
     key: dg.AssetKey,
-    name: str,
     resource_key: str,
     blocking: bool,
-    body: Callable[[DSLog, _Located], dg.AssetCheckResult],
-    doc: str,
+    constant: Sequence[str] | None,
+    coverage_severity: dg.AssetCheckSeverity,
 ) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        asset=key,
-        name=name,
-        description=doc,
-        blocking=blocking,
+    """The three checks of ``key`` as one ``multi_asset_check``: one step locates the
+    materialization's lineage once and runs all three on it."""
+    bodies: list[tuple[str, str, Callable[[DSLog, _Located], dg.AssetCheckResult]]] = [
+        (CHECK_READABLE, _READABLE_DOC, _check_readable),
+        (CHECK_SHAPE, _SHAPE_DOC, _check_shape),
+        (
+            CHECK_COVERAGE,
+            _COVERAGE_DOC,
+            lambda log, loc: _check_coverage(log, loc, constant, coverage_severity),
+        ),
+    ]
+    specs = [
+        dg.AssetCheckSpec(name, asset=key, description=doc, blocking=blocking)
+        for name, doc, _ in bodies
+    ]
+
+    @dg.multi_asset_check(
+        specs=specs,
+        name=f"dslog_lineage_checks__{key.to_python_identifier()}",
         required_resource_keys={resource_key},
+        description=f"Lineage checks of {key.to_user_string()}: readable, shape, coverage.",
     )
-    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    def _checks(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         log: DSLog = getattr(context.resources, resource_key).session_for(context)
         try:
             loc = _locate(context, log, key)
         except _Fail as f:
-            return f.result
-        return body(log, loc)
+            for name, _, _ in bodies:
+                yield _named(f.result, key, name)
+            return
+        for name, _, body in bodies:
+            yield _named(body(log, loc), key, name)
 
-    return _check
+    return _checks
+
+
+def _named(result: dg.AssetCheckResult, key: dg.AssetKey, name: str) -> dg.AssetCheckResult:
+    """``result`` as the result of check ``name`` of ``key`` (a multi-check names each)."""
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=name,
+        passed=result.passed,
+        severity=result.severity,
+        description=result.description,
+        metadata=result.metadata,
+    )

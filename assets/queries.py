@@ -27,12 +27,14 @@ from typing import Any, Literal
 import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import Field
+from dagster._config.config_type import ConfigScalar, ConfigScalarKind
+from dagster._config.errors import PostProcessingError
+from pydantic import Field, field_validator
 
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.query import CellSet, Direction, QueryEngine, check_engine
-from dslog_dagster.core.query.cellspec import cells_from_spec
+from dslog_dagster.core.query.cellspec import cells_from_spec, parse_box
 from dslog_dagster.core.store import ArrayRecord
 from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, QueryError
 from dslog_dagster.io_managers import metadata as m
@@ -60,16 +62,27 @@ QUERIES_DIR = "queries"
 QueryDirection = Literal["auto", "forward", "backward"]
 
 
+def check_asset_key_text(text: str) -> str:
+    """``text`` if it reads as an asset key (``"a/b"``), else a :class:`QueryError`."""
+    if not isinstance(text, str) or not text.strip():
+        msg = "An asset key is text such as `images/raw`; got an empty value."
+        raise QueryError(msg)
+    if any(not part.strip() for part in text.split("/")):
+        msg = f"`{text}` is not an asset key: a part between `/` is empty (write e.g. `a/b`)."
+        raise QueryError(msg)
+    return text
+
+
 class LineageQueryConfig(dg.Config):
     """One lineage query, editable in the launchpad.
 
-    Cells are text so the launchpad can hold them: ``cells`` are boxes in NumPy index notation
-    (``"0:10,3"`` is rows 0–9 of column 3, ``"5"`` is row 5, ``":"`` is everything) and
-    ``indices`` are single cells as index lists (``[[0, 1], [2, 3]]``); the query starts from
-    their union, or from every cell of the source when both are empty.
+    Cells are text so the launchpad can hold them: `cells` are boxes in NumPy index notation
+    ("0:10,3" is rows 0-9 of column 3, "5" is row 5, ":" is everything) and `indices` are
+    single cells as index lists ([[0, 1], [2, 3]]); the query starts from their union, or from
+    every cell of the source when both are empty.
     """
 
-    source: str = Field(description="Asset key of the array whose cells you pick, e.g. `a/b`.")
+    source: str = Field(description="Asset key of the array whose cells you pick, e.g. a/b.")
     target: str = Field(description="Asset key of the array to carry them to (up or down).")
     cells: list[str] = Field(
         default=[],
@@ -86,6 +99,69 @@ class LineageQueryConfig(dg.Config):
     source_partition: str | None = Field(default=None, description="Partition of the source.")
     target_partition: str | None = Field(default=None, description="Partition of the target.")
     preview_rows: int = Field(default=20, ge=0, le=1000, description="Boxes in the preview.")
+
+    @field_validator("source", "target")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        return check_asset_key_text(v)
+
+    @field_validator("cells")
+    @classmethod
+    def _boxes(cls, v: list[str]) -> list[str]:
+        for box in v:
+            parse_box(box)
+        return v
+
+
+class _CheckedText(ConfigScalar):
+    """A text field Dagster validates when a run is launched (post-processing runs while the
+    run config is resolved, before a run exists), so a bad launchpad value is refused instead
+    of failing the query asset. The one hook Dagster offers for this is its config types'
+    ``post_process`` (not public API: :func:`launch_config_schema` keeps it in one place)."""
+
+    def __init__(self, key: str, description: str, check: Callable[[str], object]) -> None:
+        super().__init__(
+            key=key, given_name=key, scalar_kind=ConfigScalarKind.STRING, description=description
+        )
+        self._check = check
+
+    def post_process(self, value: Any) -> Any:
+        try:
+            self._check(value)
+        except QueryError as e:
+            raise PostProcessingError(str(e)) from e
+        return value
+
+
+_ASSET_KEY_TEXT = _CheckedText("DSLogAssetKey", "An asset key such as a/b.", check_asset_key_text)
+_BOX_TEXT = _CheckedText("DSLogBox", "A box of cells, NumPy style: 0:10,3.", parse_box)
+
+
+def launch_config_schema() -> dict[str, dg.Field]:
+    """The ad-hoc query's config schema: :class:`LineageQueryConfig`'s fields, with asset keys
+    and boxes checked by Dagster at launch (a malformed one never starts a run).
+
+    Examples:
+        >>> from dslog_dagster import DSLogResource
+        >>> defs = dg.Definitions(assets=[lineage_query_asset()],
+        ...                       resources={"dslog": DSLogResource()})
+        >>> job = defs.resolve_implicit_global_asset_job_def()
+        >>> query = {"source": "a", "target": "b", "cells": ["0:x"]}
+        >>> bad = {"ops": {"lineage_query": {"config": query}}}
+        >>> try:
+        ...     dg.validate_run_config(job, bad)
+        ... except dg.DagsterInvalidConfigError as e:
+        ...     print("refused:", "Cannot read `0:x`" in str(e))
+        refused: True
+    """
+    shape = LineageQueryConfig.to_fields_dict()
+    fields = dict(shape)
+    for name in ("source", "target"):
+        fields[name] = dg.Field(_ASSET_KEY_TEXT, description=shape[name].description)
+    fields["cells"] = dg.Field(
+        [_BOX_TEXT], default_value=[], is_required=False, description=shape["cells"].description
+    )
+    return fields
 
 
 class SavedLineageQuery(dg.Model):
@@ -158,7 +234,8 @@ def run_lineage_query(
     """
     src_name = _array(config.source, config.source_partition)
     dst_name = _array(config.target, config.target_partition)
-    src = log.store.get_array(src_name)
+    src = _stored(log, config.source, src_name)
+    _stored(log, config.target, dst_name)
     boxes = config.cells if config.cells or config.indices else [":"]
     start = cells_from_spec(src.shape, boxes, config.indices)
     if config.direction != "auto":
@@ -199,6 +276,22 @@ def run_lineage_query(
         raise LineageNotFoundError(msg) from last
     assert last is not None
     raise last
+
+
+def _stored(log: DSLog, key: str, name: str) -> ArrayRecord:
+    """The newest version of ``name``; if there is none, an error that says which store was read
+    and what to do (not the store API's advice to register the array by hand)."""
+    try:
+        return log.store.get_array(name)
+    except LineageNotFoundError as e:
+        empty = " (it is empty)" if not log.store.arrays() else ""
+        msg = (
+            f"The lineage store `{log.store.root}`{empty}, the `dslog` resource's, has no lineage "
+            f"of asset `{key}` (array `{name}`). Materialize it with lineage tracking, with an "
+            "IO manager given this resource (DSLogIOManager(dslog=dslog) or "
+            "with_lineage(io, dslog)), or check the asset key and partition."
+        )
+        raise LineageNotFoundError(msg) from e
 
 
 def _versions(log: DSLog, name: str) -> list[ArrayRecord]:
@@ -300,12 +393,12 @@ def lineage_query_asset(
         group_name=group_name,
         kinds={"dslog"},
         required_resource_keys={resource_key},
+        config_schema=launch_config_schema(),
         description=description
         or "Ad-hoc cell-level lineage query: configure source, target and cells in the launchpad.",
     )
-    def _adhoc_query(
-        context: dg.AssetExecutionContext, config: LineageQueryConfig
-    ) -> dg.MaterializeResult[Any]:
+    def _adhoc_query(context: dg.AssetExecutionContext) -> dg.MaterializeResult[Any]:
+        config = LineageQueryConfig(**context.op_execution_context.op_config)
         return _materialize(context, resource_key, config)
 
     return _adhoc_query

@@ -235,7 +235,8 @@ def tracked_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
         f"`{name}` returned {kind} as output {k}, not a tracked_float value, so its lineage "
         "was not captured (it was computed outside NumPy, converted to a plain dtype, or is "
         "an index/boolean result that carries no data lineage). Return the NumPy result, "
-        "declare the lineage yourself, or capture with "
+        "declare the lineage yourself (`Lineage(out, in, capture)` in the core API, "
+        "`lineage=` on a tracked Dagster step), or capture with "
         '`Capture(on_lost="all_to_all").run(...)` to record an explicit all-to-all relation.'
     )
     raise LineageLostError(msg)
@@ -502,27 +503,38 @@ def capture_inputs(
             result = func(*tracked, **kwargs)
         except LineageLostError as e:
             lost = str(e) if name in str(e) else f"While capturing `{name}`: {e}"
-            if on_lost != "all_to_all":
-                if name in str(e):
-                    raise
-                raise LineageLostError(lost) from e
-            if not may_run_again(func, pure):
-                raise _once_refusal(name, e) from e
+            _fall_back_or_raise(e, lost, on_lost, func, pure, name)
         except DSLogError:
             raise
         except (TypeError, ValueError) as e:
             if not _is_dtype_rejection(e):
                 raise
             lost = _lost_message(name, e)
-            if on_lost != "all_to_all":
-                raise LineageLostError(lost) from e
-            if not may_run_again(func, pure):
-                raise _once_refusal(name, e) from e
+            _fall_back_or_raise(e, lost, on_lost, func, pure, name)
         if lost is None:
             return _extract(result, inputs, mode, on_lost, name)
     finally:
         _annotator.end(epoch)
     return _rerun_all_to_all(func, inputs, kwargs, mode, lost)
+
+
+def _fall_back_or_raise(
+    e: BaseException,
+    lost: str,
+    on_lost: OnLost,
+    func: Callable[..., Any],
+    pure: bool,
+    name: str,
+) -> None:
+    """After the annotated run of ``func`` raised ``e`` (lineage lost, ``lost`` says how):
+    return only when the flagged all-to-all fallback may re-run it on plain inputs; otherwise
+    raise the error the user should see (the lost lineage, or the run-once refusal)."""
+    if on_lost != "all_to_all":
+        if isinstance(e, LineageLostError) and lost == str(e):
+            raise e
+        raise LineageLostError(lost) from e
+    if not may_run_again(func, pure):
+        raise _once_refusal(name, e) from e
 
 
 def _extract(

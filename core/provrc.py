@@ -40,6 +40,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster.core.display import TableDisplay
 from dslog_dagster.core.native import kernels
 from dslog_dagster.core.relation import I64, LineageRelation, Shape
 from dslog_dagster.errors import CompressionError
@@ -61,7 +62,7 @@ PROVRC_FIELDS = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo
 
 
 @dataclass(frozen=True, slots=True)
-class LineageTable:
+class LineageTable(TableDisplay):
     """A compressed lineage relation between one output and one input array.
 
     For ``encoding == "provrc"`` the ``out_*`` arrays are ``(l, rows)`` and the ``in_*``

@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from dslog_dagster.errors import CompressionError as CompressionError
+from dslog_dagster.errors import ConfigurationError as ConfigurationError
 from dslog_dagster.errors import DamagedStoreWarning as DamagedStoreWarning
 from dslog_dagster.errors import DSLogError as DSLogError
 from dslog_dagster.errors import InvalidRelationError as InvalidRelationError
@@ -58,6 +59,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CompressionError",
+    "ConfigurationError",
     "DSLogError",
     "DSLogIOManager",
     "DSLogResource",

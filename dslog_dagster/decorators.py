@@ -47,6 +47,7 @@ from typing import Any, TypeVar, overload
 
 import dagster as dg
 
+from dslog_dagster.declared_lineage import declared_lineage
 from dslog_dagster.errors import DSLogError
 from dslog_dagster.policy import CapturePolicy, LineageMode
 from dslog_dagster.step_runner import StepOptions, run_tracked_step
@@ -77,6 +78,32 @@ def _check_policy(
     return checked_policy, checked_mode
 
 
+def _options(
+    policy: CapturePolicy | str | None,
+    mode: LineageMode | str | None,
+    untracked_inputs: Iterable[str],
+    op_code_version: str | None,
+    pure: bool,
+    lineage: object,
+    fn: Callable[..., Any],
+    *,
+    multi: bool,
+) -> StepOptions:
+    """The decorator's arguments, checked when the decorator runs (so a mistake fails at
+    import, not in a run)."""
+    checked_policy, checked_mode = _check_policy(policy, mode)
+    declared = declared_lineage(lineage, fn, multi_output=multi)
+    if declared is not None and checked_policy not in (None, CapturePolicy.off):
+        msg = (
+            f"Step `{getattr(fn, '__name__', 'step')}` declares its lineage (`lineage=`), so "
+            f'nothing is captured and `policy="{checked_policy}"` does not apply; drop `policy=` '
+            '(or use policy="off" to record no lineage).'
+        )
+        raise DSLogError(msg)
+    untracked = frozenset(untracked_inputs)
+    return StepOptions(checked_policy, checked_mode, untracked, op_code_version, pure, declared)
+
+
 @overload
 def tracked_asset(compute_fn: F) -> dg.AssetsDefinition: ...
 @overload
@@ -87,6 +114,7 @@ def tracked_asset(
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
+    lineage: object = None,
     **asset_kwargs: Any,
 ) -> Callable[[F], dg.AssetsDefinition]: ...
 def tracked_asset(
@@ -96,6 +124,7 @@ def tracked_asset(
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
+    lineage: object = None,
     **asset_kwargs: Any,
 ) -> Any:
     """``@dg.asset`` with cell-level lineage of its NumPy inputs (usable bare or with args).
@@ -111,6 +140,14 @@ def tracked_asset(
             on synthetic inputs before confirming a view, sampled re-runs to verify a served
             one. By default (False) the function runs exactly once per materialization and
             views are confirmed from observed runs alone (``dslog/status`` says how).
+        lineage: declare the lineage instead of capturing it, for code the annotator cannot
+            run (compiled code, external services, non-float outputs): one of the core API's
+            capture forms (a per-cell callable ``capture(out_index) -> input cells``,
+            ``(output box, input box)`` pairs, a pair matrix, a ``LineageRelation`` or
+            ``LineageTable``) for the only tracked input, or ``{input name: form or None}``.
+            The function runs once, unannotated; the declaration is checked against the real
+            shapes, stored and queried like captured lineage, and shown as ``declared``
+            (:mod:`dslog_dagster.declared_lineage`).
         **asset_kwargs: everything ``dg.asset`` accepts.
 
     Examples:
@@ -119,10 +156,14 @@ def tracked_asset(
             @tracked_asset(code_version="1")
             def smoothed(image: np.ndarray) -> np.ndarray:
                 return (image[:-1] + image[1:]) / 2
+
+            @tracked_asset(lineage=lambda b: [(b[0] + k,) for k in range(3)])
+            def window_sums(series: np.ndarray) -> np.ndarray:  # opaque to the annotator
+                return compiled_moving_sum(series, 3)
     """
-    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None, pure)
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
+        opts = _options(policy, mode, untracked_inputs, None, pure, lineage, fn, multi=False)
         defined: dg.AssetsDefinition = dg.asset(**asset_kwargs)(_wrap(fn, opts))
         return defined
 
@@ -135,15 +176,17 @@ def tracked_multi_asset(
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
+    lineage: object = None,
     **multi_asset_kwargs: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """``@dg.multi_asset`` with lineage: every output asset gets its own operation in the
     store, with lineage from every tracked input. Return a tuple in ``outs`` order or yield
     ``dg.Output`` objects (other yielded events, e.g. check results, pass through).
-    ``pure``: as for :func:`tracked_asset`."""
-    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None, pure)
+    ``pure``: as for :func:`tracked_asset`. ``lineage``: as for :func:`tracked_asset`, keyed
+    by output name (``{output: form or {input: form or None}}``)."""
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
+        opts = _options(policy, mode, untracked_inputs, None, pure, lineage, fn, multi=True)
         return dg.multi_asset(**multi_asset_kwargs)(_wrap(fn, opts))
 
     return deco
@@ -159,6 +202,7 @@ def tracked_op(
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
+    lineage: object = None,
     **op_kwargs: Any,
 ) -> Callable[[F], dg.OpDefinition]: ...
 def tracked_op(
@@ -168,18 +212,19 @@ def tracked_op(
     mode: LineageMode | str | None = None,
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
+    lineage: object = None,
     **op_kwargs: Any,
 ) -> Any:
     """``@dg.op`` with lineage. Op outputs that are not assets are named
     :func:`~dslog_dagster.naming.op_array_name` ``(step key, output name)`` in the store,
-    versioned by run id. ``pure``: as for :func:`tracked_asset`."""
-    opts = StepOptions(*_check_policy(policy, mode), frozenset(untracked_inputs), None, pure)
+    versioned by run id. ``pure``: as for :func:`tracked_asset`. ``lineage``: as for
+    :func:`tracked_asset`; keyed by output name when ``out`` is a dict of outputs."""
 
     def deco(fn: Callable[..., Any]) -> dg.OpDefinition:
         cv = op_kwargs.get("code_version") or op_kwargs.get("version")
-        defined: dg.OpDefinition = dg.op(**op_kwargs)(
-            _wrap(fn, StepOptions(opts.policy, opts.mode, opts.untracked, cv, opts.pure))
-        )
+        multi = isinstance(op_kwargs.get("out"), dict)
+        opts = _options(policy, mode, untracked_inputs, cv, pure, lineage, fn, multi=multi)
+        defined: dg.OpDefinition = dg.op(**op_kwargs)(_wrap(fn, opts))
         return defined
 
     return deco(compute_fn) if compute_fn is not None else deco

@@ -21,6 +21,8 @@ what was wrong and, when it is known, what to do about it.
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
     │   └── ValueExpiredError              an asset value version removed by retention
     ├── QueryError(ValueError)             a malformed lineage query
+    ├── ConfigurationError(ValueError)     Dagster definitions or settings that contradict
+    │                                      each other (two stores, settings given twice)
     ├── CaptureError                       annotated execution could not record lineage
     │   ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
     │   │                                  a function that rejects tracked_float, float())
@@ -120,6 +122,11 @@ class ValueExpiredError(LineageNotFoundError):
 
 class QueryError(DSLogError, ValueError):
     """A lineage query is malformed."""
+
+
+class ConfigurationError(DSLogError, ValueError):
+    """Definitions or settings contradict each other (e.g. two lineage stores, or lineage
+    settings given both to an IO manager and to its resource)."""
 
 
 class CaptureError(DSLogError):

@@ -1,15 +1,13 @@
 """``DSLogResource``: where the lineage store lives and how tracked steps capture lineage.
 
-Where the store lives (first that applies):
+Where the store lives (first that applies) — one rule for the IO managers, the query assets
+and the checks, so a deployment has one store:
 
 1. ``store_dir`` when set;
 2. the ``DSLOG_STORE`` environment variable (the same default as the core's module-level API);
-3. ``<IO manager base_dir>/.dslog`` — :class:`~dslog_dagster.io_managers.DSLogIOManager` keeps
-   the lineage beside the arrays it stores; its ``base_dir`` itself defaults to the Dagster
-   instance's storage directory (``$DAGSTER_HOME/storage``), like Dagster's own
-   filesystem IO manager;
-4. ``<instance storage directory>/.dslog`` for :func:`~dslog_dagster.io_managers.with_lineage`
-   around an IO manager that has no base directory.
+3. ``<instance storage directory>/.dslog`` (``$DAGSTER_HOME/storage/.dslog``).
+
+An IO manager's ``base_dir`` places asset values only, never the lineage.
 """
 
 import os
@@ -53,22 +51,22 @@ def open_store(root: str | os.PathLike[str], *, durable: bool = True) -> Lineage
 
 
 class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[type-arg]
-    """Lineage settings shared by the tracked decorators, the IO managers and query assets.
+    """Lineage settings shared by the tracked decorators, the IO managers and query assets,
+    and the one lineage store of the deployment.
 
-    The tracking fields are :class:`~dslog_dagster.settings.TrackingSettings`; this resource
-    adds the query engine and the handles on the store (store, reuse registry, query session).
+    The tracking fields are those of TrackingSettings; this resource adds the query engine and
+    the handles on the store (store, reuse registry, query session). Pass the same object to
+    the IO manager (DSLogIOManager(dslog=dslog)) and bind it under "dslog", so lineage is
+    written where the query assets and checks read it. (Plain text: Dagster shows this
+    docstring in the launchpad.)
 
     Examples:
-        .. code-block:: python
-
-            dslog = DSLogResource(policy="capture")
-            defs = dg.Definitions(
-                assets=[...],
-                resources={
-                    "io_manager": DSLogIOManager.from_resource(dslog, base_dir="data"),
-                    "dslog": dslog,
-                },
-            )
+        >>> import dagster as dg
+        >>> from dslog_dagster import DSLogIOManager
+        >>> dslog = DSLogResource(policy="capture")
+        >>> resources = {"io_manager": DSLogIOManager(dslog=dslog, base_dir="data"),
+        ...              "dslog": dslog}
+        >>> defs = dg.Definitions(assets=[], resources=resources)
     """
 
     query_engine: QueryEngine = Field(
@@ -134,9 +132,8 @@ class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[
     def session_for(self, context: "dg.AssetExecutionContext | dg.OpExecutionContext") -> DSLog:
         """The session a query asset or check uses inside a run.
 
-        Without ``store_dir`` or ``$DSLOG_STORE`` this is the store of a
-        :class:`~dslog_dagster.io_managers.DSLogIOManager` with the default ``base_dir`` (the
-        instance storage directory). An IO manager with its own ``base_dir`` keeps its store
-        under that directory: give the resource the same ``store_dir`` then.
+        Without ``store_dir`` or ``$DSLOG_STORE`` this is ``.dslog`` in the instance storage
+        directory: the store every :class:`~dslog_dagster.io_managers.DSLogIOManager` and
+        ``with_lineage`` IO manager of this resource writes, whatever their ``base_dir``.
         """
         return self.session(context.instance.storage_directory())

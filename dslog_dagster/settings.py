@@ -27,8 +27,9 @@ class TrackingSettings(dg.Config):
     store_dir: str | None = Field(
         default=None,
         description=(
-            "Directory of the lineage store. Default: $DSLOG_STORE, else `.dslog` under the IO "
-            "manager's base directory (or the instance storage directory)."
+            "Directory of the lineage store, shared by the IO managers, query assets and checks "
+            "of this resource. Default: $DSLOG_STORE, else .dslog in the Dagster instance's "
+            "storage directory."
         ),
     )
     policy: CapturePolicy = Field(

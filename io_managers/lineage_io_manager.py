@@ -22,7 +22,9 @@ failed lineage write changes nothing a reader can name. An input loads the versi
 upstream's latest materialization Dagster records (whose lineage committed first), and the
 step's lineage names the version it loaded. ``keep_last`` / ``keep_for_hours`` bound how many
 versions are kept; :meth:`DSLogIOManager.load_value` reads any kept version. The lineage store
-defaults to ``<base_dir>/.dslog`` (:class:`~dslog_dagster.DSLogResource`).
+is the one of the IO manager's :class:`~dslog_dagster.DSLogResource` (``dslog``): the same
+store the deployment's query assets and checks read, whatever ``base_dir`` is (``base_dir``
+places values, never lineage).
 """
 
 import dataclasses
@@ -39,7 +41,12 @@ import dagster as dg
 import numpy as np
 from pydantic import Field, PrivateAttr
 
-from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, UnsupportedArrayError
+from dslog_dagster.errors import (
+    ConfigurationError,
+    LineageNotFoundError,
+    LineageStorageError,
+    UnsupportedArrayError,
+)
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.io_managers.value_versions import Retention, ValueSlot
 from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
@@ -64,26 +71,37 @@ def _safe_part(text: str) -> str:
     return part.replace(".", "%2E") if set(part) <= {"."} else part
 
 
-class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
-    """Stores NumPy arrays as ``.npy`` files, Spark DataFrames as Parquet with row ids, and the
-    cell-level lineage of tracked steps (``dagster/column_lineage`` too for frames).
+class DSLogIOManager(dg.ConfigurableIOManager):
+    """Stores NumPy arrays as .npy files, Spark DataFrames as Parquet with row ids, and the
+    cell-level lineage of tracked steps (dagster/column_lineage too for frames).
 
-    Works with :func:`~dslog_dagster.tracked_asset`, ``tracked_multi_asset`` and ``tracked_op``;
-    values of untracked assets are stored without lineage. Partitioned assets store one file
-    per partition; a downstream step reading several partitions gets ``{partition: array}``.
+    The lineage settings and the store come from `dslog`, a DSLogResource: pass the one the
+    Definitions bind under "dslog", so the IO manager writes lineage where the query assets
+    and checks read it, and the launchpad shows each setting once (under dslog). Without
+    `dslog` the IO manager makes its own resource from lineage settings given as keywords
+    (policy=, mode=, ...), which finds the store by the same rule (store_dir, $DSLOG_STORE,
+    else .dslog in the instance storage directory). `base_dir` places values only.
+
+    Works with tracked_asset, tracked_multi_asset and tracked_op; values of untracked assets
+    are stored without lineage. Partitioned assets store one file per partition; a downstream
+    step reading several partitions gets {partition: array}. (Plain text: Dagster shows this
+    docstring in the launchpad.)
 
     Examples:
-        .. code-block:: python
-
-            defs = dg.Definitions(
-                assets=[image, smoothed],
-                resources={"io_manager": DSLogIOManager(base_dir="data", policy="capture")},
-            )
+        >>> import dagster as dg
+        >>> from dslog_dagster import DSLogResource
+        >>> dslog = DSLogResource(policy="capture")
+        >>> io_manager = DSLogIOManager(dslog=dslog, base_dir="data")
+        >>> defs = dg.Definitions(assets=[], resources={"io_manager": io_manager, "dslog": dslog})
     """
 
+    dslog: DSLogResource
     base_dir: str | None = Field(
         default=None,
-        description="Where arrays are stored; default: the instance's storage directory.",
+        description=(
+            "Where asset values are stored; default: the instance's storage directory. The "
+            "lineage store is the dslog resource's, wherever the values are."
+        ),
     )
     spark_master: str = Field(
         default="local[*]",
@@ -113,19 +131,55 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
             "versions a running step reads are never removed."
         ),
     )
+    resource_key: str = Field(
+        default="dslog",
+        description=(
+            "Key of the DSLogResource this IO manager's dslog is bound under: settings edited "
+            "for that resource in the launchpad apply to the IO manager too."
+        ),
+    )
     _instance_dir: str | None = PrivateAttr(default=None)
+    _launched: DSLogResource | None = PrivateAttr(default=None)
     _settings_cache: dict[tuple[str, str | None], DSLogResource] = PrivateAttr(default_factory=dict)
     # (run id, step key, input name) -> the value version load_input read for it
     _reads: dict[tuple[str, str, str], str] = PrivateAttr(default_factory=dict)
 
+    def __init__(self, **data: Any) -> None:
+        # The lineage settings may be given as keywords (the IO manager then makes its own
+        # DSLogResource from them), or as the resource itself; not both.
+        settings = {k: data.pop(k) for k in list(data) if k in TrackingSettings.model_fields}
+        if data.get("dslog") is None:
+            data["dslog"] = DSLogResource(**settings)
+        elif settings:
+            msg = (
+                f"DSLogIOManager got both `dslog` and lineage settings {sorted(settings)}: set "
+                "them on the DSLogResource passed as `dslog`."
+            )
+            raise ConfigurationError(msg)
+        super().__init__(**data)
+
     @classmethod
     def from_resource(cls, dslog: DSLogResource, base_dir: str | None = None) -> "DSLogIOManager":
-        """An IO manager with the settings of ``dslog`` (one source of truth in Definitions)."""
-        return cls(base_dir=base_dir, **dslog.tracking_settings())
+        """The IO manager of ``dslog`` (the same as ``DSLogIOManager(dslog=dslog, ...)``)."""
+        return cls(dslog=dslog, base_dir=base_dir)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         if context.instance is not None:
             self._instance_dir = context.instance.storage_directory()
+        # Settings edited in the launchpad for the `dslog` resource are in the run config only
+        # (Dagster builds a nested resource from its defaults): apply them here too, so each
+        # setting has one place in the launchpad and it governs capture as well.
+        run = context.run
+        resources: Any = (run.run_config or {}).get("resources") if run is not None else None
+        edits: Any = ((resources or {}).get(self.resource_key) or {}).get("config")
+        if edits:
+            own = {name: getattr(self.dslog, name) for name in DSLogResource.model_fields}
+            self._launched = DSLogResource(**{**own, **edits})
+
+    @property
+    def _resource(self) -> DSLogResource:
+        """The resource's settings, with this run's launchpad edits of it."""
+        return self._launched if self._launched is not None else self.dslog
 
     def _base(self) -> Path:
         if self.base_dir:
@@ -134,25 +188,32 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
             return Path(self._instance_dir)
         return Path.cwd()
 
+    def _store_base(self) -> Path:
+        """Where the resource's default store lives: the instance storage directory (what the
+        query assets and checks use too), or the working directory outside a run."""
+        return Path(self._instance_dir) if self._instance_dir else Path.cwd()
+
+    def tracking_settings(self) -> dict[str, Any]:
+        """The lineage settings of this IO manager's resource (as keyword arguments)."""
+        return self._resource.tracking_settings()
+
     def dslog_settings(self) -> DSLogResource:
         """The lineage settings the tracked decorators read (policy, mode, reuse), with the
-        store directory resolved against this IO manager's base directory."""
-        # Built once per base directory and $DSLOG_STORE: a resource's pydantic init costs
+        store directory resolved (by the resource's rule, against the instance's storage)."""
+        # Built once per store base and $DSLOG_STORE: a resource's pydantic init costs
         # milliseconds, and every tracked step and output asks for these settings.
-        key = (str(self._base()), os.environ.get("DSLOG_STORE"))
+        key = (str(self._store_base()), os.environ.get("DSLOG_STORE"))
         cached = self._settings_cache.get(key)
         if cached is None:
-            # the tracking settings (a resource field that only concerns queries, not
-            # storing, keeps the resource's default)
-            fields = self.tracking_settings()
+            res = self._resource
+            fields = {**res.tracking_settings(), "query_engine": res.query_engine}
             # Dagster builds a new IO manager object for every run, so the settings are also
             # kept process-wide, keyed by every field: two DSLogResource inits cost ~10 ms.
             shared = (key, json.dumps(fields, sort_keys=True, default=str))
             cached = _SETTINGS.get(shared)
             if cached is None:
-                unresolved = DSLogResource(**fields)
                 cached = DSLogResource(
-                    **{**fields, "store_dir": str(unresolved.resolve_store_dir(self._base()))}
+                    **{**fields, "store_dir": str(res.resolve_store_dir(key[0]))}
                 )
                 with _SETTINGS_LOCK:
                     _SETTINGS[shared] = cached
@@ -211,7 +272,7 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
             raise UnsupportedArrayError(msg)
         slot, key, pk = self._output_slot(context)
         pending = self._named_reads(context, take_pending(context))
-        writer = LineageWriter(self.dslog_settings(), self._base())
+        writer = LineageWriter(self.dslog_settings(), self._store_base())
         # the lineage's segment is staged and flushed while the value is written; it is
         # published (and its directories flushed) only once the value is stored
         job = writer.start(context, pending, arr.shape, arr.dtype, background=True)
@@ -245,7 +306,7 @@ class DSLogIOManager(dg.ConfigurableIOManager, TrackingSettings):
             tmp = slot.staging(".parquet")
             # a captured output is stored with the capture's row ids: the ones its lineage names
             info = stage_frame(cap if cap is not None else obj, tmp)
-            writer = LineageWriter(self.dslog_settings(), self._base())
+            writer = LineageWriter(self.dslog_settings(), self._store_base())
             md = writer.write_frame(context, pending, info.rows, info.schema)
         except BaseException:
             if tmp is not None:

@@ -152,8 +152,11 @@ def with_lineage(
     The inner IO manager stores the values exactly as before, once the step's lineage is
     committed: a failed lineage write leaves the stored values untouched, and a failed value
     write removes the lineage committed for it (see the module docstring). The lineage of
-    tracked steps goes into the store of ``dslog`` (default: ``$DSLOG_STORE``, else
-    ``.dslog`` under the inner IO manager's ``base_dir`` or the instance storage directory).
+    tracked steps goes into the store of ``dslog`` (its ``store_dir``, else ``$DSLOG_STORE``,
+    else ``.dslog`` in the instance storage directory: the store the query assets and checks
+    of the same resource read). Pass the ``DSLogResource`` the Definitions bind under
+    ``"dslog"``.
+
     A Spark DataFrame output of a tracked step is handed to ``inner`` with one extra column,
     the row ids its lineage names (``dslog_dagster.spark.ROW_ID``); ``inner`` must store it
     like any other column (Parquet, Delta and table IO managers do). Loading drops it again
@@ -179,8 +182,10 @@ def with_lineage(
             mgr = inner.create_io_manager(init_context)
         else:
             mgr = inner
-        base = getattr(inner, "base_dir", None)
-        if not base and init_context.instance is not None:
+        # the store's default base is the instance's storage (never the inner base_dir), so
+        # it is the store the resource's query assets and checks read
+        base = None
+        if init_context.instance is not None:
             base = init_context.instance.storage_directory()
         return _LineageIOManager(mgr, LineageWriter(settings, base))
 

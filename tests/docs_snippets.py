@@ -21,10 +21,31 @@ FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.S | re.M)
 # Fence languages a page may use: python (runs), py (runs on Spark), the rest never run.
 LANGUAGES = frozenset({"python", "py", "bash", "text", "toml", "yaml"})
 
+# Dagster initialises a nested resource (DSLogIOManager's `dslog`) through its own deprecated
+# InitResourceContext.dagster_run; the same filter is in pyproject.toml's pytest settings.
+_DAGSTER_OWN_WARNING = "ignore:InitResourceContext.dagster_run is deprecated:DeprecationWarning"
 _RUNNER = (
     "import pathlib, sys; code = pathlib.Path(sys.argv[1]).read_text(); "
     "exec(compile(code, sys.argv[2], 'exec'), {'__name__': '__main__'})"
 )
+
+
+# A ```python block right after `<!-- dslog-project: NAME -->` belongs to project NAME
+# (CONTRIBUTING.md, "Docs"); tests/dagster/test_docs_project.py builds each project.
+PROJECT_MARK = re.compile(r"^<!-- dslog-project: ([\w-]+) -->\n```python\n(.*?)^```", re.S | re.M)
+PROJECT_SOURCES = (README, DOCS / "getting-started.md", DOCS / "dagster.md")
+"""Where project snippets are looked for, in the order their blocks join a project."""
+
+
+def projects() -> dict[str, list[tuple[Path, int, str]]]:
+    """Each project's blocks as (page, line of the block's first code line, code), in order."""
+    found: dict[str, list[tuple[Path, int, str]]] = {}
+    for page in PROJECT_SOURCES:
+        text = page.read_text()
+        for m in PROJECT_MARK.finditer(text):
+            line = text.count("\n", 0, m.start(2)) + 1
+            found.setdefault(m.group(1), []).append((page, line, m.group(2)))
+    return found
 
 
 def pages() -> list[Path]:
@@ -59,7 +80,17 @@ def run_in_fresh_interpreter(page: Path, language: str, cwd: Path) -> None:
     code.write_text(script(page, language))
     env = {k: v for k, v in os.environ.items() if k != "DSLOG_STORE"}
     done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", _RUNNER, str(code), str(page)],
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-W",
+            _DAGSTER_OWN_WARNING,
+            "-c",
+            _RUNNER,
+            str(code),
+            str(page),
+        ],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -33,6 +33,11 @@ def mp_job() -> dg.JobDefinition:
     defs = dg.Definitions(
         assets=[mp_raw, mp_neg, mp_pair],
         jobs=[dg.define_asset_job("mp_job", executor_def=dg.multiprocess_executor)],
-        resources={"io_manager": DSLogIOManager(base_dir=os.environ["DSLOG_MP_BASE"])},
+        resources={
+            "io_manager": DSLogIOManager(
+                base_dir=os.environ["DSLOG_MP_BASE"],
+                store_dir=os.path.join(os.environ["DSLOG_MP_BASE"], ".dslog"),
+            )
+        },
     )
     return defs.resolve_job_def("mp_job")

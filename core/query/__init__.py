@@ -9,6 +9,8 @@
 
 from dslog_dagster.core.query.cells import CellSet as CellSet
 from dslog_dagster.core.query.cells import as_cells as as_cells
+from dslog_dagster.core.query.cells import format_box as format_box
+from dslog_dagster.core.query.cells import format_slices as format_slices
 from dslog_dagster.core.query.cellspec import cells_from_spec as cells_from_spec
 from dslog_dagster.core.query.cellspec import parse_box as parse_box
 from dslog_dagster.core.query.engine import Direction as Direction
@@ -27,6 +29,8 @@ __all__ = [
     "as_cells",
     "cells_from_spec",
     "check_engine",
+    "format_box",
+    "format_slices",
     "parse_box",
     "prepare",
     "query_path",

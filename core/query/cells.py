@@ -14,11 +14,12 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dslog_dagster.core.display import CellsDisplay
 from dslog_dagster.core.native import kernels
 from dslog_dagster.core.relation import I64, INT64_MAX, Shape, as_shape
 from dslog_dagster.errors import QueryError
 
-__all__ = ["CellSet", "as_cells", "empty_boxes"]
+__all__ = ["CellSet", "as_cells", "empty_boxes", "format_box", "format_slices"]
 
 
 def empty_boxes(k: int, d: int) -> I64:
@@ -27,13 +28,18 @@ def empty_boxes(k: int, d: int) -> I64:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class CellSet:
+class CellSet(CellsDisplay):
     """An exact set of cells of an array, as disjoint boxes in canonical order.
 
-    ``lo`` and ``hi`` are ``(K, d)`` int64 arrays of inclusive bounds; box ``k`` covers
-    ``lo[k, i] <= x_i <= hi[k, i]`` on every axis ``i``. Build one with :func:`as_cells` or the
-    ``from_*`` constructors; they normalise, so two cell sets are equal exactly when they hold
-    the same cells.
+    Every form a person reads or a program exports uses Python's half-open convention:
+    ``start`` / ``stop`` (box ``k`` covers ``start[k, i] <= x_i < stop[k, i]``), ``str()`` and
+    ``repr()`` (``0:128, 0:128``), :meth:`to_slices`, :meth:`to_arrow` and :meth:`to_pandas`
+    (columns ``start_i`` / ``stop_i``), :meth:`from_ranges`. The fields ``lo`` and ``hi`` are
+    the kernels' form: ``(K, d)`` int64 arrays of *inclusive* bounds, as the ProvRC tables of
+    the papers store intervals (``hi = stop - 1``); :meth:`from_boxes` takes that form.
+
+    Build one with :func:`as_cells` or the ``from_*`` constructors; they normalise, so two cell
+    sets are equal exactly when they hold the same cells.
     """
 
     shape: Shape
@@ -62,10 +68,30 @@ class CellSet:
         return cls(s, empty_boxes(1, len(s)), np.asarray([s], dtype=np.int64).reshape(1, -1) - 1)
 
     @classmethod
+    def from_ranges(
+        cls, shape: Sequence[int] | int, start: npt.ArrayLike, stop: npt.ArrayLike
+    ) -> "CellSet":
+        """Cells of the union of half-open boxes ``start <= x < stop`` (``(K, d)`` each).
+
+        The inverse of :attr:`start` / :attr:`stop` and of :meth:`to_arrow`'s columns. A box
+        with ``stop <= start`` on an axis is empty.
+
+        Raises:
+            QueryError: wrong rank, or a box reaches outside the array.
+        """
+        s = as_shape(shape, "Array")
+        stop_a = _int_matrix(stop, len(s), "box stops", s)
+        if stop_a.size and int(stop_a.min()) < -INT64_MAX:
+            msg = "The box stops must be above the int64 minimum."
+            raise QueryError(msg)
+        return cls.from_boxes(s, start, stop_a - 1)
+
+    @classmethod
     def from_boxes(
         cls, shape: Sequence[int] | int, lo: npt.ArrayLike, hi: npt.ArrayLike
     ) -> "CellSet":
-        """Cells of the union of boxes with inclusive bounds ``lo``/``hi`` of shape ``(K, d)``.
+        """Cells of the union of boxes with *inclusive* bounds ``lo``/``hi`` of shape ``(K, d)``
+        (the kernels' form; :meth:`from_ranges` takes Python's half-open ``start``/``stop``).
 
         Raises:
             QueryError: wrong rank, or a box reaches outside the array.
@@ -235,22 +261,72 @@ class CellSet:
             for lo, hi in zip(self.lo, self.hi, strict=True)
         ]
 
-    def to_arrow(self) -> pa.Table:
-        """The boxes as an Arrow table: columns ``lo_i``/``hi_i`` (inclusive) per axis ``i``.
+    @property
+    def start(self) -> I64:
+        """``(K, d)`` first cell of each box per axis (half-open form, equal to ``lo``)."""
+        return self.lo
 
-        The array shape is in the schema metadata (``dslog.shape``); a 0-d array has no
-        columns and one row when its cell is in the set.
+    @property
+    def stop(self) -> I64:
+        """``(K, d)`` one past the last cell of each box per axis (half-open form)."""
+        return self.hi + 1
+
+    def to_arrow(self) -> pa.Table:
+        """The boxes as an Arrow table: half-open columns ``start_i``/``stop_i`` per axis ``i``.
+
+        Box ``k`` covers ``start_i <= x_i < stop_i`` on every axis, as ``array[start:stop]``
+        selects. The array shape is in the schema metadata (``dslog.shape``, with
+        ``dslog.bounds = half-open``); a 0-d array has no columns and one row when its cell is
+        in the set. :meth:`from_arrow` reads it back.
         """
         cols: dict[str, Any] = {}
         for i in range(self.rank):
-            cols[f"lo_{i}"] = pa.array(self.lo[:, i], pa.int64())
-            cols[f"hi_{i}"] = pa.array(self.hi[:, i], pa.int64())
-        meta = {b"dslog.shape": ",".join(map(str, self.shape)).encode()}
+            cols[f"start_{i}"] = pa.array(self.lo[:, i], pa.int64())
+            cols[f"stop_{i}"] = pa.array(self.hi[:, i] + 1, pa.int64())
+        meta = {
+            b"dslog.shape": ",".join(map(str, self.shape)).encode(),
+            b"dslog.bounds": b"half-open",
+        }
         if not cols:
             return pa.table(
                 {"cell": pa.array([0] * self.n_boxes, pa.int8())}
             ).replace_schema_metadata(meta)
         return pa.table(cols).replace_schema_metadata(meta)
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> "CellSet":
+        """The cell set :meth:`to_arrow` wrote (a query asset's Parquet file, read back).
+
+        Raises:
+            QueryError: the table has no ``dslog.shape`` metadata or not the columns
+                :meth:`to_arrow` writes.
+        """
+        meta = table.schema.metadata or {}
+        raw = meta.get(b"dslog.shape")
+        if raw is None:
+            msg = (
+                "The table has no `dslog.shape` schema metadata; only tables written by "
+                "`CellSet.to_arrow()` (or a query asset's Parquet file) can be read back."
+            )
+            raise QueryError(msg)
+        try:
+            shape = tuple(int(v) for v in raw.decode().split(",") if v != "")
+        except ValueError as e:
+            msg = f"The table's `dslog.shape` metadata {raw!r} is not a shape."
+            raise QueryError(msg) from e
+        if not shape:
+            return cls.full(()) if table.num_rows else cls.empty(())
+        want = [c for i in range(len(shape)) for c in (f"start_{i}", f"stop_{i}")]
+        if table.column_names != want:
+            msg = (
+                f"The table has columns {table.column_names}; a cell set of rank {len(shape)} "
+                f"is written as {want} (half-open bounds)."
+            )
+            raise QueryError(msg)
+        cols = [table.column(c).to_numpy(zero_copy_only=False) for c in want]
+        start = np.stack(cols[0::2], axis=1) if table.num_rows else empty_boxes(0, len(shape))
+        stop = np.stack(cols[1::2], axis=1) if table.num_rows else empty_boxes(0, len(shape))
+        return cls.from_ranges(shape, start, stop)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CellSet):
@@ -278,9 +354,37 @@ class CellSet:
         more = f", … {self.n_boxes - 4} more" if self.n_boxes > 4 else ""
         return f"CellSet(shape={self.shape}, cells={self.count()}, boxes=[{boxes}{more}])"
 
+    def __str__(self) -> str:
+        """The boxes as a person writes them: ``0:128, 0:128`` for one box, ``[0:2, 1:2],
+        [5:6, 0:3]`` for several (the first four, then how many more), ``no cells``."""
+        if self.n_boxes == 0:
+            return "no cells"
+        if self.n_boxes == 1:
+            return format_box(self.lo[0], self.hi[0] + 1)
+        shown = ", ".join(_fmt_box(a, b) for a, b in zip(self.lo[:4], self.hi[:4], strict=True))
+        more = f" and {self.n_boxes - 4:,} more boxes" if self.n_boxes > 4 else ""
+        return shown + more
+
+
+def format_box(start: Sequence[int] | npt.ArrayLike, stop: Sequence[int] | npt.ArrayLike) -> str:
+    """One box in Python's half-open convention: ``0:128, 0:128`` (a 0-d cell: ``()``).
+
+    The single formatting rule for bounds in messages, previews, pictures and the CLI; an axis
+    of one cell is written ``5:6``, as the slice that selects it.
+    """
+    pairs = [(int(a), int(b)) for a, b in zip(np.ravel(start), np.ravel(stop), strict=True)]
+    return ", ".join(f"{a}:{b}" for a, b in pairs) if pairs else "()"
+
+
+def format_slices(key: Sequence[slice]) -> str:
+    """A tuple of slices with set starts and stops (as :meth:`CellSet.to_slices` gives) in the
+    half-open form of :func:`format_box`: ``(slice(0, 128), slice(0, 128))`` -> ``0:128, 0:128``.
+    """
+    return format_box([s.start for s in key], [s.stop for s in key])
+
 
 def _fmt_box(lo: I64, hi: I64) -> str:
-    return "[" + ", ".join(f"{int(a)}:{int(b) + 1}" for a, b in zip(lo, hi, strict=True)) + "]"
+    return "[" + format_box(lo, np.asarray(hi) + 1) + "]"
 
 
 def _array(x: object, what: str) -> npt.NDArray[Any]:

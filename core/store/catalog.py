@@ -101,11 +101,10 @@ def _is_retryable(e: BaseException) -> bool:
     text = str(e).lower()
     if isinstance(e, duckdb.TransactionException):
         return "conflict" in text  # write-write conflict between threads of one process
-    if isinstance(e, duckdb.ConstraintException):
-        # Every insert is INSERT OR IGNORE, so a duplicate key is another thread's transaction
-        # inserting the same rows concurrently (DuckDB reports that conflict this way): a
-        # retry sees its rows and ignores them. Not damage: the file must not be deleted.
-        return "duplicate key" in text
+    if isinstance(e, duckdb.ConstraintException) and "duplicate key" in text:
+        # Another connection committed the same record after this transaction began:
+        # INSERT OR IGNORE skips only rows its own snapshot sees. A new transaction does.
+        return True
     if isinstance(e, duckdb.ConnectionException) and "different configuration" in text:
         return True  # another thread of this process holds it in another mode
     return isinstance(e, duckdb.IOException) and any(k in text for k in _LOCK_WORDS)

@@ -25,13 +25,13 @@ class FrameConfig(dg.Config):
 
 
 class ThresholdConfig(dg.Config):
-    """A cell is hot when it exceeds the frame mean by ``sigmas`` standard deviations."""
+    """A cell is hot when it exceeds the frame mean by `sigmas` standard deviations."""
 
     sigmas: float = 2.5
 
 
 class TileConfig(dg.Config):
-    """Hotspots are located per square tile of ``tile`` x ``tile`` cells."""
+    """Hotspots are located per square tile of `tile` x `tile` cells."""
 
     tile: int = 16
 
@@ -110,7 +110,7 @@ def hotspots(config: TileConfig, thresholded: np.ndarray) -> np.ndarray:
     },
 )
 def summary(config: SummaryConfig, hotspots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The brightest ``top`` tile peaks (descending) and (max, total, mean) of all peaks."""
+    """The brightest `top` tile peaks (descending) and (max, total, mean) of all peaks."""
     peaks = hotspots.ravel()
     top = np.sort(peaks)[::-1][: config.top]
     stats = np.stack([peaks.max(), peaks.sum(), peaks.mean()])

@@ -24,7 +24,7 @@ import dagster as dg
 
 from dslog_dagster import DSLogIOManager, DSLogResource
 from dslog_dagster.assets import SavedLineageQuery, lineage_definitions
-from hotspots.assets import PIPELINE, calibrated, dark_frame, raw_frame, smoothed
+from hotspots.assets import PIPELINE, calibrated, smoothed
 from hotspots.spark import spark_assets, spark_resources, titles_job
 
 hotspot_job = dg.define_asset_job(
@@ -67,17 +67,19 @@ def make_defs(
         # one process per run: a process per step costs seconds each on a small machine
         executor=dg.in_process_executor,
         resources={
-            "io_manager": DSLogIOManager.from_resource(dslog, base_dir=base_dir),
+            "io_manager": DSLogIOManager(dslog=dslog, base_dir=base_dir),
             "dslog": dslog,
             **spark_resources,
         },
     )
     lineage = lineage_definitions(
         queries=SAVED_QUERIES,
-        # Lineage checks on the steps where every output cell has lineage. From `thresholded`
-        # on, cells below the threshold are the constant 0.0 (no input cell produced them), so
-        # the coverage check would rightly warn there. The "dslog" resource comes from above.
-        assets=[raw_frame, dark_frame, calibrated, smoothed],
+        # Lineage checks on the steps where every output cell has lineage (the sources
+        # raw_frame and dark_frame have none to check). From `thresholded` on, cells below the
+        # threshold are the constant 0.0 (no input cell produced them), so the coverage check
+        # would rightly warn there.
+        assets=[calibrated, smoothed],
+        dslog=dslog,  # the same resource object as above: one store, one resource
         cron_schedule="0 3 * * *",
     )
     return dg.Definitions.merge(pipeline, lineage)

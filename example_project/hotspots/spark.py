@@ -40,7 +40,7 @@ SPARK = {"spark"}
 
 
 class TitlesConfig(dg.Config):
-    """The generated ``title.basics``/``title.episode`` tables."""
+    """The generated `title.basics`/`title.episode` tables."""
 
     n_titles: int = 300
     seed: int = 0
@@ -48,19 +48,19 @@ class TitlesConfig(dg.Config):
 
 @tracked_asset(group_name=GROUP, kinds=SPARK, code_version="1")
 def title_basics(config: TitlesConfig, spark: SparkSessionResource) -> DataFrame:
-    """IMDB-like ``title.basics`` (source)."""
+    """IMDB-like `title.basics` (source)."""
     return make_tables(spark.get_session(), config.n_titles, config.seed)[0]
 
 
 @tracked_asset(group_name=GROUP, kinds=SPARK, code_version="1")
 def title_episodes(config: TitlesConfig, spark: SparkSessionResource) -> DataFrame:
-    """IMDB-like ``title.episode`` (source)."""
+    """IMDB-like `title.episode` (source)."""
     return make_tables(spark.get_session(), config.n_titles, config.seed)[1]
 
 
 @tracked_asset(group_name=GROUP, kinds=SPARK, code_version="1")
 def titles_joined(title_basics: DataFrame, title_episodes: DataFrame) -> DataFrame:
-    """Step 1: inner join on ``tconst`` (each row keeps both sides' rows)."""
+    """Step 1: inner join on `tconst` (each row keeps both sides' rows)."""
     return join_titles(title_basics, title_episodes)
 
 
@@ -72,7 +72,7 @@ def titles_clean(titles_joined: DataFrame) -> DataFrame:
 
 @tracked_asset(group_name=GROUP, kinds=SPARK, code_version="1")
 def titles_summed(titles_clean: DataFrame) -> DataFrame:
-    """Step 3: ``seasonEpisode = seasonNumber + episodeNumber``."""
+    """Step 3: `seasonEpisode = seasonNumber + episodeNumber`."""
     return add_columns(titles_clean)
 
 
@@ -84,7 +84,7 @@ def titles_encoded(titles_summed: DataFrame) -> DataFrame:
 
 @tracked_asset(group_name=GROUP, kinds=SPARK, code_version="1")
 def titles_final(titles_encoded: DataFrame) -> DataFrame:
-    """Step 5: add a constant to ``runtimeMinutes``."""
+    """Step 5: add a constant to `runtimeMinutes`."""
     return add_constant(titles_encoded)
 
 

@@ -1381,7 +1381,11 @@ int arith_fast(BinInline op, bool in_place, Arena& ar, const char* a, const char
 double pick_reduce_value(const BinInfo& info, double v, const char* b, npy_intp n, npy_intp sb) {
   constexpr npy_intp kMaxStep = 8;
   const npy_intp step = (sb > 0 && sb % 16 == 0 && sb / 16 <= kMaxStep) ? sb / 16 : 1;
-  std::vector<double> buf(static_cast<size_t>(n > 0 ? (n - 1) * step + 1 : 0));
+  // One buffer per thread, grown on demand: a reduction over many lanes (np.max(x, axis=1))
+  // calls this once per lane and must not allocate each time.
+  thread_local std::vector<double> buf;
+  const size_t need = static_cast<size_t>(n > 0 ? (n - 1) * step + 1 : 0);
+  if (buf.size() < need) buf.resize(need);
   for (npy_intp i = 0; i < n; ++i) buf[static_cast<size_t>(i * step)] = load_v(b + i * sb);
   char* args[3] = {reinterpret_cast<char*>(&v), reinterpret_cast<char*>(buf.data()),
                    reinterpret_cast<char*>(&v)};

@@ -27,8 +27,11 @@ def instance() -> Iterator[dg.DagsterInstance]:
 
 @pytest.fixture
 def io(tmp_path: Path) -> DSLogIOManager:
-    """Arrays under ``tmp_path/data``, lineage in ``tmp_path/data/.dslog``."""
-    return DSLogIOManager(base_dir=str(tmp_path / "data"))
+    """Arrays under ``tmp_path/data``, lineage in ``tmp_path/data/.dslog`` (its resource's
+    ``store_dir``: a test's instance storage ends with the test)."""
+    return DSLogIOManager(
+        base_dir=str(tmp_path / "data"), store_dir=str(tmp_path / "data" / ".dslog")
+    )
 
 
 @pytest.fixture

@@ -68,7 +68,11 @@ def _evaluations(
 
 
 def test_checks_pass_on_good_lineage(instance, store_dir) -> None:
-    ev = _evaluations(instance, store_dir, PIPELINE, lineage_checks(PIPELINE))
+    # images/raw is a source (no upstream asset): given as a definition it gets no checks;
+    # named by key it is checked, and an operation without inputs passes
+    assert not [c for c in lineage_checks(PIPELINE) if RAW in {s.asset_key for s in c.check_specs}]
+    checks = [*lineage_checks(PIPELINE), *lineage_checks(["images/raw"])]
+    ev = _evaluations(instance, store_dir, PIPELINE, checks)
     assert len(ev) == 12
     failed = {k: e.description for k, e in ev.items() if not e.passed}
     assert failed == {}
@@ -90,7 +94,8 @@ def test_missing_lineage_is_an_error(instance, store_dir) -> None:
         e = ev[("untracked", name)]
         assert not e.passed
         assert e.severity == dg.AssetCheckSeverity.ERROR
-        assert "No lineage is stored" in e.description
+        assert "has no lineage: its IO manager records none" in e.description
+        assert "DSLogIOManager or with_lineage" in e.description
         assert e.metadata["dslog/array"].value == "untracked"
 
 
@@ -159,7 +164,7 @@ def test_coverage_gap_warns_unless_declared_constant(instance, store_dir) -> Non
     assert gap.severity == dg.AssetCheckSeverity.WARN
     assert gap.metadata["dslog/cells_without_lineage"].value == SHAPE[1]
     assert "data:image/png;base64," in gap.metadata["dslog/uncovered_picture"].value
-    assert gap.metadata["dslog/uncovered_preview"].value.records[0].data["hi_1"] == SHAPE[1] - 1
+    assert gap.metadata["dslog/uncovered_preview"].value.records[0].data["stop_1"] == SHAPE[1]
     ok = ev[("bordered_declared", CHECK_COVERAGE)]
     assert ok.passed, ok.description
     assert ok.metadata["dslog/constant_cells_declared"].value == SHAPE[1]

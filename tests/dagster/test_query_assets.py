@@ -83,15 +83,16 @@ def test_adhoc_backward_query_unions_every_path(materialized) -> None:
         got.to_arrow().replace_schema_metadata(table.schema.metadata)
     )
     assert json.loads(table.schema.metadata[b"dslog.query"])["target_array"] == "images/raw"
-    rebuilt = CellSet.from_boxes(
+    rebuilt = CellSet.from_ranges(
         SHAPE,
-        np.stack([table["lo_0"].to_numpy(), table["lo_1"].to_numpy()], axis=1),
-        np.stack([table["hi_0"].to_numpy(), table["hi_1"].to_numpy()], axis=1),
+        np.stack([table["start_0"].to_numpy(), table["start_1"].to_numpy()], axis=1),
+        np.stack([table["stop_0"].to_numpy(), table["stop_1"].to_numpy()], axis=1),
     )
-    assert rebuilt == got
+    assert rebuilt == got == CellSet.from_arrow(table)
     # preview and picture
     preview = meta["dslog/result_preview"].value
-    assert preview.records[0].data["lo_0"] == int(got.lo[0, 0])
+    assert preview.records[0].data["start_0"] == int(got.lo[0, 0])
+    assert preview.records[0].data["stop_0"] == int(got.hi[0, 0]) + 1
     assert sum(r.data["cells"] for r in preview.records) == len(want)
     for key, title in [
         ("dslog/result_picture", "linked cells of images/raw"),

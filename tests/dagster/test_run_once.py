@@ -70,7 +70,11 @@ def test_body_runs_once_per_materialization_through_capture_confirmation_and_ser
     instance: dg.DagsterInstance, tmp_path: Path
 ) -> None:
     # verify_rate 0.25: every 4th call of a view is captured as a check (observed, no re-run)
-    io = DSLogIOManager(base_dir=str(tmp_path / "data"), verify_rate=0.25)
+    io = DSLogIOManager(
+        base_dir=str(tmp_path / "data"),
+        store_dir=str(tmp_path / "data" / ".dslog"),
+        verify_rate=0.25,
+    )
     obtained: list[tuple[str, str]] = []
     statuses: list[str] = []
     for k in range(10):
@@ -287,9 +291,17 @@ def _stored_equal(assets: list[Any], nodes: list[str], tmp_path: Path) -> None:
         off = dg.materialize(
             assets,
             instance=inst,
-            resources={"io_manager": DSLogIOManager(base_dir=str(tmp_path / "off"), policy="off")},
+            resources={
+                "io_manager": DSLogIOManager(
+                    base_dir=str(tmp_path / "off"),
+                    store_dir=str(tmp_path / "off" / ".dslog"),
+                    policy="off",
+                )
+            },
         )
-        io = DSLogIOManager(base_dir=str(tmp_path / "on"))
+        io = DSLogIOManager(
+            base_dir=str(tmp_path / "on"), store_dir=str(tmp_path / "on" / ".dslog")
+        )
         for _ in range(3):
             on = dg.materialize(assets, instance=inst, resources={"io_manager": io})
             for node in nodes:

@@ -128,7 +128,7 @@ def test_repeated_runs_take_lineage_from_reuse_views_equal_to_capture(
 def test_reuse_only_serves_confirmed_views_and_records_nothing_without_one(
     instance: dg.DagsterInstance, io: DSLogIOManager
 ) -> None:
-    only = DSLogIOManager(base_dir=io.base_dir, policy="reuse_only")
+    only = DSLogIOManager(base_dir=io.base_dir, store_dir=io.dslog.store_dir, policy="reuse_only")
     res = dg.materialize([src, colsum], instance=instance, resources={"io_manager": only})
     md = _md(res, "colsum")
     assert md[m.OBTAINED] == "none"
@@ -383,7 +383,8 @@ def test_durable_setting_reaches_the_store_and_lineage_is_stored_either_way(
 ) -> None:
     for durable in (False, True):
         base = tmp_path / str(durable)
-        io = DSLogIOManager.from_resource(DSLogResource(durable=durable), base_dir=str(base))
+        dslog = DSLogResource(durable=durable, store_dir=str(base / ".dslog"))
+        io = DSLogIOManager.from_resource(dslog, base_dir=str(base))
         res = dg.materialize([src, colsum], instance=instance, resources={"io_manager": io})
         assert _md(res, "colsum")[m.OBTAINED] == "captured"
         assert io.dslog_settings().store().durable is durable
@@ -430,7 +431,9 @@ def test_with_lineage_wraps_an_existing_io_manager(
     io = with_lineage(dg.FilesystemIOManager(base_dir=str(tmp_path / "fs")))
     res = dg.materialize([src, colsum, rev], instance=instance, resources={"io_manager": io})
     md = _md(res, "rev")
-    store = tmp_path / "fs" / ".dslog"
+    # the resource's store (the instance's storage), not one under the inner base_dir
+    store = Path(instance.storage_directory()) / ".dslog"
+    assert not (tmp_path / "fs" / ".dslog").exists()
     assert f"store `{store}`" in md[m.RECORD]
     assert recorded(store, md)["array"] == "rev"  # the operation is in that store
     assert (tmp_path / "fs" / "rev").exists()  # the inner IO manager stored the value

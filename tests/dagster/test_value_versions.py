@@ -66,7 +66,7 @@ def test_failed_lineage_write_leaves_downstream_reading_the_previous_value(
     instance: dg.DagsterInstance, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tmp_path / "data"
-    io = DSLogIOManager(base_dir=str(data))
+    io = DSLogIOManager(base_dir=str(data), store_dir=str(data / ".dslog"))
     ROUND["n"] = 1
     first = _run(instance, io).run_id  # a, b, c version 1
     ROUND["n"] = 2
@@ -114,7 +114,9 @@ def test_failed_lineage_write_leaves_downstream_reading_the_previous_value(
 def test_downstream_in_the_same_run_reads_the_value_just_published(
     instance: dg.DagsterInstance, tmp_path: Path
 ) -> None:
-    io = DSLogIOManager(base_dir=str(tmp_path / "data"))
+    io = DSLogIOManager(
+        base_dir=str(tmp_path / "data"), store_dir=str(tmp_path / "data" / ".dslog")
+    )
     for n in (1, 2):
         ROUND["n"] = n
         res = _run(instance, io)
@@ -127,7 +129,9 @@ def test_downstream_in_the_same_run_reads_the_value_just_published(
 def test_keep_last_removes_old_versions_and_says_so_when_one_is_read(
     instance: dg.DagsterInstance, tmp_path: Path
 ) -> None:
-    io = DSLogIOManager(base_dir=str(tmp_path / "data"), keep_last=2)
+    io = DSLogIOManager(
+        base_dir=str(tmp_path / "data"), store_dir=str(tmp_path / "data" / ".dslog"), keep_last=2
+    )
     runs = []
     for n in (1, 2, 3, 4):
         ROUND["n"] = n
@@ -151,7 +155,9 @@ def test_keep_last_one_keeps_the_version_the_latest_materialization_names(
 ) -> None:
     """With keep_last=1, publishing a new version keeps the previous one while Dagster's latest
     materialization still names it (it becomes the latest only when handle_output returns)."""
-    io = DSLogIOManager(base_dir=str(tmp_path / "data"), keep_last=1)
+    io = DSLogIOManager(
+        base_dir=str(tmp_path / "data"), store_dir=str(tmp_path / "data" / ".dslog"), keep_last=1
+    )
     ROUND["n"] = 1
     first = _run(instance, io, a).run_id
     ROUND["n"] = 2
@@ -170,7 +176,7 @@ def test_legacy_unversioned_value_is_read_with_a_log_line(
     """A project stored before versioned values: `b.npy` is a plain file; a run of only c
     reads it (and says so), and the next materialization of b stores a version."""
     data = tmp_path / "data"
-    io = DSLogIOManager(base_dir=str(data))
+    io = DSLogIOManager(base_dir=str(data), store_dir=str(data / ".dslog"))
     ROUND["n"] = 1
     first = _run(instance, io).run_id
     legacy = np.arange(12.0).reshape(4, 3) * 7.0

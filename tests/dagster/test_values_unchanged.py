@@ -68,7 +68,9 @@ ASSETS = [_asset(b, p) for b in BODIES for p in ("capture", "off")]
 
 
 def test_tracked_and_untracked_assets_store_identical_values(tmp_path: Path) -> None:
-    io = DSLogIOManager(base_dir=str(tmp_path / "data"))
+    io = DSLogIOManager(
+        base_dir=str(tmp_path / "data"), store_dir=str(tmp_path / "data" / ".dslog")
+    )
     with dg.instance_for_test() as instance:
         res = dg.materialize([raw, *ASSETS], instance=instance, resources={"io_manager": io})
     assert res.success

@@ -71,7 +71,7 @@ def test_frame_versions_read_back_and_survive_a_failed_lineage_write(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tmp_path / "data"
-    io = DSLogIOManager(base_dir=str(data), keep_last=3)
+    io = DSLogIOManager(base_dir=str(data), store_dir=str(data / ".dslog"), keep_last=3)
     with dg.instance_for_test() as instance:
         ROUND["n"] = 1
         first = _run(io, instance).run_id

@@ -96,7 +96,7 @@ def nested(facts: DataFrame) -> DataFrame:
 
 def test_spark_steps_run_once_per_materialization(spark: Any, tmp_path: Path) -> None:
     resources = {
-        "io_manager": DSLogIOManager(base_dir=str(tmp_path)),
+        "io_manager": DSLogIOManager(base_dir=str(tmp_path), store_dir=str(tmp_path / ".dslog")),
         "spark": SparkSessionResource(master="local[2]"),
     }
     with dg.instance_for_test() as inst:

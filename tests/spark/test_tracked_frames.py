@@ -113,7 +113,7 @@ def base(
 
 def _resources(root: Path, **io: Any) -> dict[str, Any]:
     return {
-        "io_manager": DSLogIOManager(base_dir=str(root), **io),
+        "io_manager": DSLogIOManager(base_dir=str(root), store_dir=str(root / ".dslog"), **io),
         "spark": SparkSessionResource(master="local[2]"),
     }
 

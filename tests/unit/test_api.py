@@ -260,8 +260,8 @@ def test_cli_query(log: DSLog, capsys: Any) -> None:
     assert main(["query", root, "s", "a", "--cells", "1:3"]) == 0
     out = capsys.readouterr()
     assert [line.split() for line in out.out.splitlines()] == [
-        ["lo_0", "hi_0", "lo_1", "hi_1"],
-        ["1", "2", "0", "2"],
+        ["start_0", "stop_0", "start_1", "stop_1"],
+        ["1", "3", "0", "3"],
     ]
     assert "6 cell(s) in 1 box(es)" in out.err
     assert main(["query", root, "a", "s", "--cells", "0,0", "--cells", "3,2", "--count"]) == 0

@@ -1,11 +1,12 @@
 """Cell sets: every accepted cell specification, the canonical box form and the outputs."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core.query import CellSet, as_cells
+from dslog_dagster.core.query import CellSet, as_cells, format_box, format_slices
 from dslog_dagster.errors import DSLogError, QueryError
 
 
@@ -114,12 +115,15 @@ def test_bad_cells_raise_clear_errors(spec, message) -> None:  # type: ignore[no
 def test_outputs() -> None:
     cells = as_cells((3, 4), [np.s_[0, 1:3], np.s_[2, :]])
     table = cells.to_arrow()
-    assert table.column_names == ["lo_0", "hi_0", "lo_1", "hi_1"]
+    assert table.column_names == ["start_0", "stop_0", "start_1", "stop_1"]
     assert table.schema.metadata[b"dslog.shape"] == b"3,4"
+    assert table.schema.metadata[b"dslog.bounds"] == b"half-open"
     assert sorted(zip(*[table[c].to_pylist() for c in table.column_names], strict=True)) == [
-        (0, 0, 1, 2),
-        (2, 2, 0, 3),
+        (0, 1, 1, 3),
+        (2, 3, 0, 4),
     ]
+    assert CellSet.from_arrow(table) == cells
+    assert str(cells) == "[0:1, 1:3], [2:3, 0:4]"
     assert cells.to_indices().tolist() == [[0, 1], [0, 2], [2, 0], [2, 1], [2, 2], [2, 3]]
     assert cells.count() == 6
     a = np.arange(12).reshape(3, 4)
@@ -151,3 +155,44 @@ def test_dense_and_sorted_normalisation_agree(shape, n, seed, big) -> None:  # t
     assert np.array_equal(a[0], b[0])
     assert np.array_equal(a[1], b[1])
     assert np.array_equal(CellSet(shape, *a).to_mask(), _painted(shape, lo, hi))
+
+
+@given(box_sets())
+def test_half_open_forms_round_trip_and_select_the_same_cells(case) -> None:  # type: ignore[no-untyped-def]
+    """start/stop, from_ranges, to_arrow/from_arrow, to_pandas, to_slices and str() all use
+    Python's half-open convention and describe exactly the set's cells."""
+    shape, lo, hi = case
+    cells = CellSet.from_boxes(shape, lo, hi) if lo else CellSet.empty(shape)
+    assert CellSet.from_ranges(shape, cells.start, cells.stop) == cells
+    assert CellSet.from_arrow(cells.to_arrow()) == cells
+    frame = cells.to_pandas()
+    assert list(frame.columns) == [
+        c for i in range(len(shape)) for c in (f"start_{i}", f"stop_{i}")
+    ]
+    mask = np.zeros(shape, dtype=bool)
+    for row, key in zip(frame.itertuples(index=False), cells.to_slices(), strict=True):
+        bounds = tuple(slice(row[2 * i], row[2 * i + 1]) for i in range(len(shape)))
+        assert bounds == key
+        mask[bounds] = True
+    assert np.array_equal(mask, cells.to_mask())
+    if cells.n_boxes == 1:
+        assert str(cells) == format_slices(cells.to_slices()[0])
+    elif cells.n_boxes == 0:
+        assert str(cells) == "no cells"
+
+
+def test_half_open_helpers_and_bad_tables() -> None:
+    assert format_box([0, 5], [128, 6]) == "0:128, 5:6"
+    assert format_slices((slice(0, 128), slice(0, 128))) == "0:128, 0:128"
+    assert str(CellSet.full((128, 128))) == "0:128, 0:128"
+    assert CellSet.from_ranges((4, 4), [[1, 1]], [[1, 3]]).is_empty()  # stop <= start: empty
+    with pytest.raises(QueryError, match="outside the array"):
+        CellSet.from_ranges((4, 4), [[0, 0]], [[5, 1]])
+    with pytest.raises(QueryError, match=r"dslog\.shape"):
+        CellSet.from_arrow(pa.table({"start_0": [0], "stop_0": [1]}))
+    old = pa.table({"lo_0": [0], "hi_0": [1]}).replace_schema_metadata({b"dslog.shape": b"4"})
+    with pytest.raises(QueryError, match="half-open"):
+        CellSet.from_arrow(old)
+    zero_d = CellSet.full(())
+    assert CellSet.from_arrow(zero_d.to_arrow()) == zero_d
+    assert CellSet.from_arrow(CellSet.empty(()).to_arrow()) == CellSet.empty(())

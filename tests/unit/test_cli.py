@@ -142,14 +142,14 @@ def test_query_formats(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, *argv)
     assert code == 0
     assert [line.split() for line in out.splitlines()] == [
-        ["lo_0", "hi_0", "lo_1", "hi_1"],
-        ["0", "2", "1", "1"],
+        ["start_0", "stop_0", "start_1", "stop_1"],
+        ["0", "3", "1", "2"],
     ]
     assert "3 cell(s) in 1 box(es)" in err
     _, out, _ = run(capsys, *argv, "--format", "json")
-    assert json.loads(out) == [{"lo_0": 0, "hi_0": 2, "lo_1": 1, "hi_1": 1}]
+    assert json.loads(out) == [{"start_0": 0, "stop_0": 3, "start_1": 1, "stop_1": 2}]
     _, out, _ = run(capsys, *argv, "--format", "csv")
-    assert out == "lo_0,hi_0,lo_1,hi_1\n0,2,1,1\n"
+    assert out == "start_0,stop_0,start_1,stop_1\n0,3,1,2\n"
     _, out, _ = run(capsys, *argv, "--count", "--format", "json")
     assert json.loads(out) == {"cells": 3}
 

@@ -7,10 +7,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_core_imports_without_dagster_or_spark() -> None:
+def test_core_imports_without_dagster_spark_or_pandas() -> None:
     code = (
         "import sys, dslog_dagster.core, dslog_dagster.core.format;"
-        "bad = [m for m in ('dagster', 'pyspark') if m in sys.modules];"
+        "bad = [m for m in ('dagster', 'pyspark', 'pandas') if m in sys.modules];"
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -139,13 +139,16 @@ def test_lineage_settings_are_shared_only_between_equal_io_managers(
     from dslog_dagster import DSLogIOManager
 
     monkeypatch.delenv("DSLOG_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)  # outside a run, the resource's default store is the cwd's
 
     base = str(tmp_path)
     first = DSLogIOManager(base_dir=base, policy="capture").dslog_settings()
     assert DSLogIOManager(base_dir=base, policy="capture").dslog_settings() is first
     off = DSLogIOManager(base_dir=base, policy="off").dslog_settings()
     lazy = DSLogIOManager(base_dir=base, durable=False).dslog_settings()
-    other = DSLogIOManager(base_dir=str(tmp_path / "other")).dslog_settings()
+    other = DSLogIOManager(
+        base_dir=str(tmp_path / "other"), store_dir=str(tmp_path / "other" / ".dslog")
+    ).dslog_settings()
     assert (off.policy, lazy.durable) == ("off", False)
     assert first.policy == "capture"
     assert first.durable

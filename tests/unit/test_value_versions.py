@@ -225,9 +225,15 @@ def test_a_removal_that_cannot_leave_its_tombstone_keeps_the_value(
 def test_io_manager_fields_make_the_retention(tmp_path: Path) -> None:
     from dslog_dagster import DSLogIOManager
 
-    assert DSLogIOManager(base_dir=str(tmp_path)).retention().keeps_all
-    r = DSLogIOManager(base_dir=str(tmp_path), keep_last=3, keep_for_hours=2).retention()
+    assert (
+        DSLogIOManager(base_dir=str(tmp_path), store_dir=str(tmp_path / ".dslog"))
+        .retention()
+        .keeps_all
+    )
+    r = DSLogIOManager(
+        base_dir=str(tmp_path), store_dir=str(tmp_path / ".dslog"), keep_last=3, keep_for_hours=2
+    ).retention()
     assert (r.keep_last, r.keep_for_s) == (3, 7200.0)
     assert r.describe() == "keep_last=3, keep_for_hours=2"
     with pytest.raises(ValueError, match="keep_last"):
-        DSLogIOManager(base_dir=str(tmp_path), keep_last=0)
+        DSLogIOManager(base_dir=str(tmp_path), store_dir=str(tmp_path / ".dslog"), keep_last=0)

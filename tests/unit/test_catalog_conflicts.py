@@ -1,0 +1,80 @@
+"""Catalog writes that race another connection are retried, never taken for damage.
+
+A reader's sync and a writer index the same records in separate transactions; the one that
+commits second gets DuckDB's "Duplicate key" (INSERT OR IGNORE skips only rows its snapshot
+sees). Before the fix, cleaning up the aborted transaction replaced that error with "transaction
+is aborted", which was taken for a damaged catalog: the file was deleted and rebuilt, with a
+DamagedStoreWarning (an error under the test suite's settings). Seen as a flaky failure of
+``tests/unit/test_store_paging.py``.
+"""
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from dslog_dagster.core.store.catalog import _is_retryable
+from dslog_dagster.core.store.catalog_rows import insert
+from dslog_dagster.core.store.catalog_schema import DDL, SCHEMAS
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    insert(con, table, {c: [r[c] for r in rows] for c in SCHEMAS[table].names})
+
+
+def _rows(n: int) -> list[dict[str, Any]]:
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    rows = [
+        {
+            "array_id": f"id-{k}",
+            "name": "x",
+            "version": f"v{k}",
+            "shape": [2, 2],
+            "ndim": 2,
+            "dtype": "float64",
+            "asset_key": None,
+            "created_at": when,
+            "path": "arrays/x",
+        }
+        for k in range(n)
+    ]
+    assert set(rows[0]) == set(SCHEMAS["arrays"].names)
+    return rows
+
+
+@pytest.mark.parametrize("n", [3, 40])  # the parameterised path and the Arrow path
+def test_a_concurrent_commit_of_the_same_records_gives_a_retryable_error(
+    tmp_path: Path, n: int
+) -> None:
+    path = str(tmp_path / "catalog.duckdb")
+    setup = duckdb.connect(path)
+    for ddl in DDL:
+        setup.execute(ddl)
+    setup.close()
+    a, b = duckdb.connect(path), duckdb.connect(path)
+    try:
+        a.execute("BEGIN TRANSACTION")
+        a.execute("SELECT count(*) FROM arrays").fetchall()  # a's snapshot starts here
+        _insert(b, "arrays", _rows(n))  # b commits the same records first (autocommit)
+        with pytest.raises(duckdb.Error) as info:
+            _insert(a, "arrays", _rows(n))
+        # the insert's own error (not the cleanup's "transaction is aborted"), and a retry
+        # in a new transaction is what mends it
+        assert isinstance(info.value, duckdb.ConstraintException)
+        assert _is_retryable(info.value)
+        a.execute("ROLLBACK")
+        _insert(a, "arrays", _rows(n))  # the retry: skipped as already there
+        assert a.execute("SELECT count(*) FROM arrays").fetchone() == (n,)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_other_constraint_errors_are_not_retried() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (k VARCHAR NOT NULL)")
+    with pytest.raises(duckdb.ConstraintException) as info:
+        con.execute("INSERT INTO t VALUES (NULL)")
+    assert not _is_retryable(info.value)
