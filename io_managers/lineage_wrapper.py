@@ -1,24 +1,45 @@
 """``with_lineage(inner)``: cell-level lineage for any existing IO manager.
 
 The inner IO manager stores the values; this wrapper publishes the lineage of tracked steps
-(:mod:`~dslog_dagster.io_managers.writer`) once it did. A DataFrame output of a tracked step
-reaches the inner manager *with* its row-id column (``ROW_ID``), since that manager need not
-keep row order; loading takes the column off for user code and offers the frame with ids to the
-tracked step (:class:`~dslog_dagster.tracked_step.FrameSource`). Untracked outputs reach it
-unchanged.
+(:mod:`~dslog_dagster.io_managers.writer`). A DataFrame output of a tracked step reaches the
+inner manager *with* its row-id column (``ROW_ID``), since that manager need not keep row
+order; loading takes the column off for user code and offers the frame with ids to the tracked
+step (:class:`~dslog_dagster.tracked_step.FrameSource`). Untracked outputs reach it unchanged.
+
+**Lineage first.** The inner manager's storage is not ours to version: whatever it stores is
+what downstream steps load. So the lineage is committed (published and flushed) *before* the
+inner manager is handed the value:
+
+* the lineage write fails: the step fails and the inner manager is never called, so nothing
+  downstream reads changed (a later run reads the previous value, and its lineage names the
+  version the latest materialization names, which is still the previous one);
+* the inner write fails: the step fails, and the operation and output array version just
+  committed are *removed* (:func:`~dslog_dagster.core.store.retraction.retract`), since they
+  describe a value that was never stored and a query by name would follow that version as
+  the newest. Removing rather than marking keeps every reader (catalog, queries, other
+  processes' fresh handles) right without each learning a new kind of record. When the
+  removal itself fails, the step's error says so and names the operation, never silently.
 """
 
+import logging
 from typing import Any
 
 import dagster as dg
 import numpy as np
 
-from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
+from dslog_dagster.io_managers.writer import (
+    LineageJob,
+    LineageWriter,
+    take_pending,
+    tracked_step_of,
+)
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.tracked_step import FrameSource
 from dslog_dagster.values import is_frame
 
 __all__ = ["with_lineage"]
+
+_log = logging.getLogger(__name__)
 
 
 class _LineageIOManager(dg.IOManager):
@@ -43,14 +64,32 @@ class _LineageIOManager(dg.IOManager):
         if pending is not None and pending.obtained not in ("off", "none"):
             arr = np.asarray(obj)
             shape, dtype = arr.shape, arr.dtype
-        # staged while the inner IO manager stores the value, published once it did
-        job = self.writer.start(context, pending, shape, dtype, background=True, values=arr)
+        # lineage first (see the module docstring): a failure here stores nothing
+        job = self.writer.start(context, pending, shape, dtype, values=arr)
+        md = job.finish()
+        self._store(context, obj, [job])
+        context.add_output_metadata(md)
+
+    def _store(self, context: dg.OutputContext, obj: Any, jobs: "list[LineageJob]") -> None:
+        """Hand ``obj`` to the inner manager; when that fails, retract the lineage ``jobs``
+        committed for it (the inner manager's error is the one raised)."""
         try:
             self.inner.handle_output(context, obj)
-        except BaseException:
-            job.abort()
+        except BaseException as e:
+            for job in jobs:
+                try:
+                    job.retract()
+                except Exception as err:  # never hides the inner manager's error
+                    op_id = job.published[0] if job.published else None
+                    note = (
+                        f"dslog: the lineage committed for this output (operation `{op_id}`, "
+                        f"version `{job.version}`) describes a value that was not stored, and "
+                        f"removing it failed: {err}. A query by name may follow that version; "
+                        "query the version the latest materialization names instead."
+                    )
+                    _log.error(note)
+                    e.add_note(note)
             raise
-        context.add_output_metadata(job.finish())
 
     def _handle_frame(self, context: dg.OutputContext, obj: Any) -> None:
         """Hand the inner IO manager the frame *with* its row-id column, then add lineage.
@@ -63,9 +102,10 @@ class _LineageIOManager(dg.IOManager):
         from dslog_dagster.spark.rowid import ROW_ID, with_row_id
 
         pending = take_pending(context)
+        jobs: list[LineageJob] = []
         if pending is None or pending.obtained == "off":
-            self.inner.handle_output(context, obj)
-            md = self.writer.write_pending(context, pending, (0, 0), "float64")
+            md = self.writer.write_pending(context, pending, (0, 0), "float64", keep=jobs)
+            self._store(context, obj, jobs)
             context.add_output_metadata(md)
             return
         cap = pending.frame
@@ -76,13 +116,13 @@ class _LineageIOManager(dg.IOManager):
             else:  # a source step: number the rows now
                 numbered = with_row_id(obj)
                 stored, rows = numbered.frame, int(numbered.n)
-            self.inner.handle_output(context, stored)
             schema = [
                 (f.name, f.dataType.simpleString())
                 for f in stored.schema.fields
                 if f.name != ROW_ID
             ]
-            md = self.writer.write_frame(context, pending, rows, schema)
+            md = self.writer.write_frame(context, pending, rows, schema, keep=jobs)
+            self._store(context, stored, jobs)
         finally:
             if cap is not None:
                 cap.release()
@@ -110,10 +150,13 @@ def with_lineage(
 ) -> dg.IOManagerDefinition:
     """Add cell-level lineage to an existing IO manager.
 
-    The inner IO manager stores the values exactly as before; the lineage of tracked steps goes
-    into the store of ``dslog`` (its ``store_dir``, else ``$DSLOG_STORE``, else ``.dslog`` in the
-    instance storage directory: the store the query assets and checks of the same resource
-    read). Pass the ``DSLogResource`` the Definitions bind under ``"dslog"``.
+    The inner IO manager stores the values exactly as before, once the step's lineage is
+    committed: a failed lineage write leaves the stored values untouched, and a failed value
+    write removes the lineage committed for it (see the module docstring). The lineage of
+    tracked steps goes into the store of ``dslog`` (its ``store_dir``, else ``$DSLOG_STORE``,
+    else ``.dslog`` in the instance storage directory: the store the query assets and checks
+    of the same resource read). Pass the ``DSLogResource`` the Definitions bind under
+    ``"dslog"``.
 
     A Spark DataFrame output of a tracked step is handed to ``inner`` with one extra column,
     the row ids its lineage names (``dslog_dagster.spark.ROW_ID``); ``inner`` must store it

@@ -4,7 +4,9 @@ Every lineage IO manager (:class:`~dslog_dagster.io_managers.DSLogIOManager`,
 :func:`~dslog_dagster.io_managers.with_lineage`) takes the output's
 :class:`~dslog_dagster.tracked_step.PendingLineage` from the step's
 :class:`~dslog_dagster.tracked_step.TrackedStep` (:func:`take_pending`) and writes it here,
-*after* the value is stored: the output's array version (name
+after the value is stored (``DSLogIOManager``: it names the value's version only once the
+lineage committed) or before (``with_lineage``, which retracts it with
+:meth:`LineageJob.retract` when the inner IO manager fails): the output's array version (name
 :func:`~dslog_dagster.naming.array_name`, version = run id), the upstream array versions it
 read, and one operation ``output <- inputs`` with its compressed tables. The operation's
 segment is staged and flushed in a worker thread while the value is written
@@ -32,6 +34,7 @@ from dslog_dagster.core.store import (
     NewArray,
     PreparedOperation,
 )
+from dslog_dagster.core.store.retraction import retract
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name, op_array_name
@@ -115,17 +118,21 @@ class LineageWriter:
         pending: PendingLineage | None,
         rows: int,
         schema: Sequence[tuple[str, str]],
+        *,
+        keep: "list[LineageJob] | None" = None,
     ) -> dict[str, Any]:
         """:meth:`write_pending` for a stored DataFrame of ``rows`` rows and ``schema``
         (visible columns and Spark types), plus the frame metadata Dagster shows: shape, row
-        count, column schema and column lineage."""
+        count, column schema and column lineage. ``keep``: as for :meth:`write_pending`."""
         shape = (int(rows), len(schema))
         md: dict[str, Any] = {
             m.SHAPE: dg.MetadataValue.text(str(shape)),
             m.ROW_COUNT: dg.MetadataValue.int(shape[0]),
             m.COLUMN_SCHEMA: dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in schema]),
         }
-        md |= self.write_pending(context, pending, shape, "float64", columns=[n for n, _ in schema])
+        md |= self.write_pending(
+            context, pending, shape, "float64", columns=[n for n, _ in schema], keep=keep
+        )
         if pending is not None and pending.column_lineage is not None:
             md[m.COLUMN_LINEAGE] = m.column_lineage(
                 pending.column_lineage, pending.inputs, [n for n, _ in schema]
@@ -141,13 +148,18 @@ class LineageWriter:
         *,
         values: np.ndarray | None = None,
         columns: Sequence[str] | None = None,
+        keep: "list[LineageJob] | None" = None,
     ) -> dict[str, Any]:
         """Register ``pending`` (already popped) for an output of ``shape`` and ``dtype``.
 
         A DataFrame output is the array ``(rows, columns)`` (see :mod:`dslog_dagster.spark`).
         ``values`` (the output's data) and ``columns`` (a frame's names) are for the picture.
+        ``keep``: a list the job is appended to (to :meth:`LineageJob.retract` it later).
         """
-        return self.start(context, pending, shape, dtype, values=values, columns=columns).finish()
+        job = self.start(context, pending, shape, dtype, values=values, columns=columns)
+        if keep is not None:
+            keep.append(job)
+        return job.finish()
 
     def start(
         self,
@@ -207,6 +219,9 @@ class LineageJob:
         self.lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
         self.values: np.ndarray | None = None  # the output's data, for the picture
         self.columns: Sequence[str] | None = None  # a DataFrame's column names
+        self.published: tuple[str | None, list[ArrayRecord]] | None = None
+        """What ``finish`` made visible: the op id (``None``: a source step's array version
+        only) and the array versions registered with it."""
 
     def begin(self, background: bool) -> None:
         pending, context = self.pending, self.context
@@ -287,6 +302,19 @@ class LineageJob:
             self.prepared.abort()
             self.prepared = None
 
+    def retract(self) -> None:
+        """Remove what :meth:`finish` published (the value it describes was not stored; see
+        :mod:`~dslog_dagster.core.store.retraction`). Nothing published: nothing done.
+
+        Raises:
+            LineageStorageError / CatalogLockedError: it could not be removed.
+        """
+        if self.published is None or self.store is None:
+            return
+        op_id, arrays = self.published
+        retract(self.store, op_id, arrays)
+        self.published = None
+
     def finish(self) -> dict[str, Any]:
         """Publish the operation (durable when this returns) and build its metadata.
 
@@ -306,9 +334,10 @@ class LineageJob:
         assert store is not None
         assert spec is not None
         if self.prepared is None:  # a source step: only the array version
-            store.register_array(
+            rec = store.register_array(
                 spec.name, spec.shape, spec.dtype, asset_key=spec.asset_key, version=spec.version
             )
+            self.published = (None, [rec])
             write_s = self.seconds + time.perf_counter() - t0
             return m.LineageMetadata(
                 obtained=pending.obtained,
@@ -326,6 +355,7 @@ class LineageJob:
         # Visible now; its directories are flushed in a worker while the picture and the
         # figures are made, and finish() returns only once they are on disk.
         op = prepared.publish()
+        self.published = (op.op_id, list(op.outputs))
         try:
             lineage = self.lineage
             raw_bytes = sum(

@@ -16,7 +16,7 @@ sync retries (and reports) it.
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from dslog_dagster.core.store.layout import StoreLayout, record_files
 
@@ -46,14 +46,14 @@ def changed_dirs(on_disk: Mapping[str, int], noted: Mapping[str, int]) -> list[s
     return sorted(d for d, t in on_disk.items() if noted.get(d) != t)
 
 
-def files_in(layout: StoreLayout, d: str) -> Iterator[str]:
-    """Root-relative paths of the array record files in directory ``d`` (none if it is gone)."""
+def files_in(layout: StoreLayout, d: str) -> tuple[list[str], set[str]]:
+    """Root-relative paths of the array record files in directory ``d`` (of a version with
+    two records, the one to read), and of every entry in it (both empty if it is gone)."""
     try:
         names = os.listdir(layout.arrays_dir / d)
     except (FileNotFoundError, NotADirectoryError):
-        return
-    for f in record_files(names):
-        yield f"arrays/{d}/{f}"
+        return [], set()
+    return [f"arrays/{d}/{f}" for f in record_files(names)], {f"arrays/{d}/{f}" for f in names}
 
 
 def settled(mtime_ns: int, started_ns: int) -> bool:

@@ -46,23 +46,21 @@ moves the paths of the operations a compaction packed, so the index follows comp
 """
 
 import contextlib
-import json
 import logging
 import random
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 
-from dslog_dagster.core.store import array_dirs
+from dslog_dagster.core.store import array_dirs, catalog_rows, link_check
 from dslog_dagster.core.store.arrays import ArrayFiles
-from dslog_dagster.core.store.catalog_schema import DDL, INTERNAL_TABLES, SCHEMAS, TABLES
+from dslog_dagster.core.store.catalog_schema import DDL, INTERNAL_TABLES, TABLES
 from dslog_dagster.core.store.failures import discard, errno_of_text, storage_error
-from dslog_dagster.core.store.layout import StoreLayout
+from dslog_dagster.core.store.layout import LINK_SUFFIX, StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
 from dslog_dagster.errors import (
@@ -85,8 +83,6 @@ CATALOG_SCHEMA_VERSION = "2"
 """Bumped when the catalog tables change; an old catalog is dropped and re-indexed."""
 
 T = TypeVar("T")
-
-_SMALL_BATCH = 16
 
 
 class _Unavailable(Exception):
@@ -124,25 +120,6 @@ def _is_damage(reason: str) -> bool:
     it would not help, or another process holding it)."""
     text = reason.lower()
     return errno_of_text(text) is None and not any(k in text for k in _LOCK_WORDS)
-
-
-def _text(v: Any) -> Any:
-    """``v`` as the catalog stores it: a string that is not valid UTF-8 (a lone surrogate in a
-    name registered before such names were refused) is escaped, so one odd name cannot stop
-    the catalog; the records themselves are read from the files."""
-    if isinstance(v, str):
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            return v.encode("utf-8", "backslashreplace").decode("utf-8")
-        return v
-    if isinstance(v, list):
-        return [_text(x) for x in v]
-    return v
-
-
-def _naive_utc(dt: datetime) -> datetime:
-    return dt.astimezone(UTC).replace(tzinfo=None)
 
 
 def _to_arrow(rel: Any) -> pa.Table:
@@ -315,7 +292,7 @@ class LineageCatalog:
 
         def index(con: duckdb.DuckDBPyConnection) -> None:
             path = f"operations/{record.op_id}.parquet"
-            _insert_operations(con, [record], {record.op_id: path})
+            catalog_rows.insert_operations(con, [record], {record.op_id: path})
             con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [path])
 
         return self._try_index(index, record.op_id)
@@ -330,7 +307,9 @@ class LineageCatalog:
 
     def index_array(self, record: ArrayRecord, path: str) -> bool:
         """Best-effort indexing of a just-written array record; ``False`` when left to readers."""
-        return self._try_index(lambda con: _insert_arrays(con, [(record, path)]), record.name)
+        return self._try_index(
+            lambda con: catalog_rows.insert_arrays(con, [(record, path)]), record.name
+        )
 
     def _try_index(self, fn: Callable[[duckdb.DuckDBPyConnection], None], what: str) -> bool:
         try:
@@ -355,6 +334,7 @@ class LineageCatalog:
         """
         operations = self.operations
         vanished = False
+        read: dict[str, tuple[OperationRecord, str]] = {}  # op id -> record, its segment
         known_segs = {r[0] for r in con.execute("SELECT path FROM segments").fetchall()}
         if set(self.layout.segment_files()) == known_segs:
             # nothing written or packed since the last sync (a listing of two directories):
@@ -377,13 +357,12 @@ class LineageCatalog:
                 on_disk = operations.refresh()
                 where = operations.where
                 new_segs = [rel for rel in on_disk if rel not in known_segs]
-            for (op_id,) in rows:
-                changed += 1
-                if op_id in where:
-                    _move_operation(con, op_id, where[op_id])
-                else:
-                    for table in ("operations", "operation_arrays", "lineage_tables"):
-                        con.execute(f"DELETE FROM {table} WHERE op_id = ?", [op_id])
+            changed += len(rows)
+            # one statement each for every moved and every deleted operation
+            catalog_rows.move_operations(
+                con, {op_id: where[op_id] for (op_id,) in rows if op_id in where}
+            )
+            catalog_rows.delete_operations(con, [op_id for (op_id,) in rows if op_id not in where])
             con.execute(
                 "DELETE FROM segments WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone_segs]
             )
@@ -415,19 +394,29 @@ class LineageCatalog:
                             records.append(r)
                             paths[r.op_id] = rel
                             known_ops.add(r.op_id)
+                            read[r.op_id] = (r, rel)
                     if partly_damaged:
                         continue  # not marked indexed: every sync notes its damaged rows
                 con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
-            _insert_operations(con, records, paths)
+            catalog_rows.insert_operations(con, records, paths)
             changed += len(records)
-        changed += self._sync_arrays(con)
+        changed += self._sync_arrays(con, read)
         if vanished and _attempt < _SYNC_RETRIES:
             changed += self._sync_in(con, _attempt + 1)
         return changed
 
-    def _sync_arrays(self, con: duckdb.DuckDBPyConnection) -> int:
+    def _sync_arrays(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        read: Mapping[str, tuple[OperationRecord, str]] | None = None,
+    ) -> int:
         """Index the array records of the directories changed since the last sync (see
-        :mod:`~dslog_dagster.core.store.array_dirs`); returns how many were added."""
+        :mod:`~dslog_dagster.core.store.array_dirs`); returns how many were added.
+
+        ``read``: the operation records this sync read (op id -> record, its segment). The
+        link records of their outputs that are byte copies of a pack row read here are taken
+        from it (:mod:`~dslog_dagster.core.store.link_check`), the others read one by one.
+        """
         started = array_dirs.now_ns()
         noted = dict(con.execute("SELECT dir, mtime_ns FROM array_dirs").fetchall())
         on_disk = array_dirs.array_dirs(self.layout)
@@ -442,11 +431,25 @@ class LineageCatalog:
                 [todo],
             ).fetchall()
         }
-        arrays, clean = [], []
+        listed: dict[str, list[str]] = {}
+        present: set[str] = set()
         for d in todo:
+            records, entries = array_dirs.files_in(self.layout, d)
+            listed[d] = [r for r in records if r not in known]
+            present |= entries
+        # records that vanished (a retracted step's, quarantined ones) leave the index
+        gone = sorted(known - present)
+        if gone:
+            con.execute("DELETE FROM arrays WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone])
+        links = (r for rels in listed.values() for r in rels if r.endswith(LINK_SUFFIX))
+        linked = link_check.recognised(self.layout, links, read or {})
+        arrays, clean = [], []
+        for d, rels in listed.items():
             ok = True
-            for rel in array_dirs.files_in(self.layout, d):
-                if rel in known:
+            for rel in rels:
+                rec = linked.get(rel)
+                if rec is not None:
+                    arrays.append((rec, rel))
                     continue
                 try:
                     arrays.append((self.arrays.load(self.layout.root / rel), rel))
@@ -455,7 +458,7 @@ class LineageCatalog:
                     logger.debug("skipping array record %s: %s", rel, e)
             if ok and array_dirs.settled(on_disk[d], started):
                 clean.append((d, on_disk[d]))
-        _insert_arrays(con, arrays)
+        catalog_rows.insert_arrays(con, arrays)
         con.execute("DELETE FROM array_dirs WHERE dir IN (SELECT unnest(?::VARCHAR[]))", [todo])
         if clean:
             con.execute(
@@ -632,121 +635,3 @@ def _run_sandboxed(
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
     with contextlib.suppress(duckdb.Error):  # no transaction was open
         con.execute("ROLLBACK")
-
-
-def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
-    schema = SCHEMAS[table]
-    cols = ", ".join(schema.names)
-    if len(rows) <= _SMALL_BATCH:
-        # A writer indexes a handful of rows: one parameterised statement is the cheapest.
-        one = "(" + ", ".join("?" * len(schema.names)) + ")"
-        params = [_text(r[c]) for r in rows for c in schema.names]
-        values = ", ".join([one] * len(rows))
-        con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES {values}", params)
-        return
-    data = pa.Table.from_pylist([{c: _text(v) for c, v in r.items()} for r in rows], schema=schema)
-    view = f"_dslog_new_{table}"
-    con.register(view, data)
-    try:
-        con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) SELECT {cols} FROM {view}")
-    finally:
-        # In a transaction the insert aborted, unregistering fails too ("transaction is
-        # aborted"): that must not replace the insert's own error, which says what happened.
-        with contextlib.suppress(duckdb.Error):
-            con.unregister(view)
-
-
-def _insert_arrays(
-    con: duckdb.DuckDBPyConnection, items: Iterable[tuple[ArrayRecord, str]]
-) -> None:
-    _insert(
-        con,
-        "arrays",
-        [
-            {
-                "array_id": a.array_id,
-                "name": a.name,
-                "version": a.version,
-                "shape": list(a.shape),
-                "ndim": len(a.shape),
-                "dtype": a.dtype,
-                "asset_key": a.asset_key,
-                "created_at": _naive_utc(a.created_at),
-                "path": path,
-            }
-            for a, path in items
-        ],
-    )
-
-
-def _move_operation(con: duckdb.DuckDBPyConnection, op_id: str, path: str) -> None:
-    for table in ("operations", "lineage_tables"):
-        con.execute(f"UPDATE {table} SET path = ? WHERE op_id = ?", [path, op_id])
-
-
-def _insert_operations(
-    con: duckdb.DuckDBPyConnection,
-    records: Sequence[OperationRecord],
-    where: Mapping[str, str],
-) -> None:
-    ops, members, tables = [], [], []
-    for r in records:
-        created = _naive_utc(r.created_at)
-        ops.append(
-            {
-                "op_id": r.op_id,
-                "op_name": r.op_name,
-                "capture_method": r.capture_method,
-                "created_at": created,
-                "inputs": [a.name for a in r.inputs],
-                "outputs": [a.name for a in r.outputs],
-                "n_tables": len(r.tables),
-                "args": json.dumps(r.args, sort_keys=True),
-                "timings": json.dumps(r.timings),
-                "path": where[r.op_id],
-            }
-        )
-        by_name = {}
-        for role, arrs in (("input", r.inputs), ("output", r.outputs)):
-            for pos, a in enumerate(arrs):
-                by_name[role, a.name] = a
-                members.append(
-                    {
-                        "op_id": r.op_id,
-                        "role": role,
-                        "position": pos,
-                        "name": a.name,
-                        "version": a.version,
-                        "array_id": a.array_id,
-                        "asset_key": a.asset_key,
-                        "shape": list(a.shape),
-                    }
-                )
-        for position, t in enumerate(r.tables):
-            o, i = by_name["output", t.output], by_name["input", t.input]
-            tables.append(
-                {
-                    "op_id": r.op_id,
-                    "op_name": r.op_name,
-                    "output": t.output,
-                    "input": t.input,
-                    "output_version": o.version,
-                    "input_version": i.version,
-                    "output_array_id": o.array_id,
-                    "input_array_id": i.array_id,
-                    "output_asset_key": o.asset_key,
-                    "input_asset_key": i.asset_key,
-                    "encoding": t.encoding,
-                    "rows": t.rows,
-                    "n_pairs": t.n_pairs,
-                    "bytes": t.stored_bytes,
-                    "path": where[r.op_id],
-                    "created_at": created,
-                    "position": position,
-                }
-            )
-    _insert(con, "operations", ops)
-    _insert(con, "operation_arrays", members)
-    _insert(con, "lineage_tables", tables)

@@ -15,8 +15,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from dslog_dagster.core.store.catalog import _insert, _is_retryable
+from dslog_dagster.core.store.catalog import _is_retryable
+from dslog_dagster.core.store.catalog_rows import insert
 from dslog_dagster.core.store.catalog_schema import DDL, SCHEMAS
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    insert(con, table, {c: [r[c] for r in rows] for c in SCHEMAS[table].names})
 
 
 def _rows(n: int) -> list[dict[str, Any]]:
