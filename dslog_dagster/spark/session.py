@@ -55,9 +55,9 @@ LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 """JVM options of a new session with a local master, unless the caller's conf sets
 ``spark.driver.extraJavaOptions``. Only the JIT's quick first tier (C1): a local session runs
 many short jobs of small data (lineage capture), where the optimising tier (C2) spends more CPU
-compiling than it ever saves. Measured on 2 cores: the JVM's CPU for starting a session and
-storing two 300-row frames fell from 47 s to 25 s, and the first step of ``titles_job`` from
-76 s to NN s (see docs/spark.md, "Start-up")."""
+compiling than it ever saves. Measured on a busy 2-core machine: the JVM's CPU for starting
+a session and storing two 300-row frames fell from 47 s to 25 s, and for the example's
+``titles_job`` from ~68 s to ~36 s (docs/spark.md, "Start-up and progress")."""
 
 
 def _cores() -> int:
