@@ -34,7 +34,7 @@ from dslog_dagster.spark.progress import watch
 
 __all__ = [
     "DEFAULT_CONF",
-    "LOCAL_JAVA_OPTIONS",
+    "FAST_START_JAVA_OPTIONS",
     "check_workers",
     "get_session",
     "shuffle_partitions",
@@ -51,13 +51,15 @@ DEFAULT_CONF: dict[str, str] = {
 """Spark conf every session gets unless the caller overrides a key (and
 ``spark.sql.shuffle.partitions``, see :func:`shuffle_partitions`)."""
 
-LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
-"""JVM options of a new session with a local master, unless the caller's conf sets
-``spark.driver.extraJavaOptions``. Only the JIT's quick first tier (C1): a local session runs
-many short jobs of small data (lineage capture), where the optimising tier (C2) spends more CPU
-compiling than it ever saves. Measured on a busy 2-core machine: the JVM's CPU for starting
-a session and storing two 300-row frames fell from 47 s to 25 s, and for the example's
-``titles_job`` from ~68 s to ~36 s (docs/spark.md, "Start-up and progress")."""
+FAST_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""JVM options for a local session that runs short jobs on small data (pass them as
+``conf={"spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS}``; the example project
+does): only the JIT's quick first tier (C1). Starting Spark and its first jobs is mostly the
+JVM compiling its own code, and the optimising tier (C2) spends more CPU compiling than short
+jobs ever win back. Measured on a busy 2-core machine: the JVM's CPU for the example's
+``titles_job`` fell from ~68 s to ~36 s (docs/spark.md, "Start-up and progress"). Not a
+default: long jobs on large data run faster with both tiers (``bench/spark_capture.py`` at
+10^6 rows was slower with this option)."""
 
 
 def _cores() -> int:
@@ -128,8 +130,6 @@ def get_session(
         jar = tap_jar()
         if jar is not None:
             merged["spark.jars"] = ",".join(filter(None, [merged.get("spark.jars"), str(jar)]))
-    if _is_local(master) and "spark.driver.extraJavaOptions" not in asked:
-        merged["spark.driver.extraJavaOptions"] = LOCAL_JAVA_OPTIONS
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in merged.items():
         builder = builder.config(k, v)
@@ -141,10 +141,6 @@ def get_session(
         raise SparkUnavailableError(msg) from e
     watch(session)
     return session
-
-
-def _is_local(master: str) -> bool:
-    return re.fullmatch(r"local(\[.*\])?", master.strip()) is not None
 
 
 # (application id, worker interpreter) of sessions whose workers were checked

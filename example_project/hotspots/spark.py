@@ -35,6 +35,7 @@ from relational_pipeline import (
 from dslog_dagster import tracked_asset
 from dslog_dagster.spark import as_array
 from dslog_dagster.spark.resource import SparkSessionResource
+from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS
 
 GROUP = "titles"
 SPARK = {"spark"}
@@ -117,7 +118,13 @@ spark_assets: list[dg.AssetsDefinition] = [
     title_features,
     genre_runtime,
 ]
-spark_resources: dict[str, Any] = {"spark": SparkSessionResource(master="local[*]")}
+# Small frames, short jobs: the JVM's first JIT tier only (half the JVM's CPU to start Spark
+# and run the first steps; see FAST_START_JAVA_OPTIONS and docs/spark.md, "Start-up").
+spark_resources: dict[str, Any] = {
+    "spark": SparkSessionResource(
+        master="local[*]", conf={"spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS}
+    )
+}
 
 titles_job = dg.define_asset_job(
     "titles_job",
