@@ -25,12 +25,14 @@ demo: $(STAMP)
 	$(PY) example_project/hotspots_demo.py
 	$(PY) example_project/titles_demo.py
 
-# The Dagster UI on the hotspot project (http://127.0.0.1:3000), with a repo-local DAGSTER_HOME.
+# The Dagster UI on the example project (http://127.0.0.1:3000), with a repo-local DAGSTER_HOME:
+# `dg dev` in example_project/ (a dg project: see its pyproject.toml).
 DAGSTER_HOME_DIR ?= $(CURDIR)/.dagster-home
+UI_PORT ?= 3000
 ui: $(STAMP)
 	@mkdir -p $(DAGSTER_HOME_DIR)
 	@test -f $(DAGSTER_HOME_DIR)/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > $(DAGSTER_HOME_DIR)/dagster.yaml
-	cd example_project && DAGSTER_HOME=$(DAGSTER_HOME_DIR) ../$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -m hotspots.definitions
+	cd example_project && DAGSTER_HOME=$(DAGSTER_HOME_DIR) ../$(VENV)/bin/dg dev -h 127.0.0.1 -p $(UI_PORT)
 
 # The browser test drives Debian's chromium through Playwright; install it when missing.
 browser-prereqs:

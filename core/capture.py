@@ -47,6 +47,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster.core import progress
 from dslog_dagster.core.extraction import LazyRelations, extract_tables
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.provrc import LineageTable
@@ -499,8 +500,13 @@ def capture_inputs(
     lost: str | None = None
     try:
         try:
-            tracked = [_annotator.annotate(a)[0] for a in inputs]
-            result = func(*tracked, **kwargs)
+            label = progress.subject(name)
+            with progress.phase(f"annotated run of `{label}`", _input_sizes(inputs)) as ph:
+                tracked = [_annotator.annotate(a)[0] for a in inputs]
+                result = func(*tracked, **kwargs)
+                used = int(_annotator.stats().get("bytes_used", 0))
+                if used:
+                    ph.note(f"{progress.fmt_bytes(used)} of annotation lists")
         except LineageLostError as e:
             lost = str(e) if name in str(e) else f"While capturing `{name}`: {e}"
             _fall_back_or_raise(e, lost, on_lost, func, pure, name)
@@ -512,7 +518,16 @@ def capture_inputs(
             lost = _lost_message(name, e)
             _fall_back_or_raise(e, lost, on_lost, func, pure, name)
         if lost is None:
-            return _extract(result, inputs, mode, on_lost, name)
+            with progress.phase(f"extraction of `{progress.subject(name)}`'s lineage") as ph:
+                res = _extract(result, inputs, mode, on_lost, name)
+                tables = list(res.tables.values()) if res.tables else []
+                pairs = sum(t.n_pairs for t in tables)
+                rows = sum(t.rows for t in tables)
+                ph.note(
+                    f"{len(tables)} table(s)",
+                    f"{progress.fmt_count(pairs)} pairs -> {progress.fmt_count(rows)} rows",
+                )
+            return res
     finally:
         _annotator.end(epoch)
     return _rerun_all_to_all(func, inputs, kwargs, mode, lost)
@@ -535,6 +550,14 @@ def _fall_back_or_raise(
         raise LineageLostError(lost) from e
     if not may_run_again(func, pure):
         raise _once_refusal(name, e) from e
+
+
+def _input_sizes(inputs: list[F64]) -> str:
+    """``2 inputs, 32,768 cells (262.1 KB)`` for a phase line."""
+    cells = sum(int(a.size) for a in inputs)
+    nbytes = sum(int(a.nbytes) for a in inputs)
+    noun = "input" if len(inputs) == 1 else "inputs"
+    return f"{len(inputs)} {noun}, {progress.fmt_count(cells)} cells ({progress.fmt_bytes(nbytes)})"
 
 
 def _extract(

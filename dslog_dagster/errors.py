@@ -33,7 +33,8 @@ what was wrong and, when it is known, what to do about it.
     │                                      a DataFrame operation the Spark capture does not
     │                                      understand (never guessed)
     ├── ReuseError                         a provenance view cannot be used or stored
-    └── SparkUnavailableError(RuntimeError)  Java/Spark missing or the session did not start
+    ├── SparkUnavailableError(RuntimeError)  Java/Spark missing or the session did not start
+    └── MissingExtraError(ImportError)     an optional dependency (an extra) is not installed
 
 Warnings (not errors: the call still gets correct lineage, captured instead of reused):
 
@@ -184,3 +185,8 @@ class UnsupportedFrameOperationError(CaptureError, NotImplementedError):
 
 class SparkUnavailableError(DSLogError, RuntimeError):
     """Spark cannot run here: no Java runtime, or the SparkSession did not start."""
+
+
+class MissingExtraError(DSLogError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the
+    extra (``pip install 'dslog-dagster[spark]'``)."""

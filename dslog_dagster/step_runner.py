@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import numpy as np
 
+from dslog_dagster.core import progress
 from dslog_dagster.core.capture import CaptureResult
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.reuse import ViewRegistry
@@ -114,11 +115,13 @@ class _StepRun:
         self.rebuild: Callable[[list[Any]], Any] = list
 
     def run(self) -> Any:
-        try:
-            return self._dispatch()
-        except BaseException:
-            self.tracked.discard()  # user code (or capture) failed: nothing is handed over
-            raise
+        # progress lines of the capture (and of Spark work in user code) go to the run log
+        with progress.report_to(self.ctx.log, about=self.step_key):
+            try:
+                return self._dispatch()
+            except BaseException:
+                self.tracked.discard()  # user code (or capture) failed: nothing is handed over
+                raise
 
     def _dispatch(self) -> Any:
         if self.settings is None:

@@ -13,7 +13,6 @@ Usage: python example_project/titles_demo.py [BASE_DIR] [--titles N]
 import argparse
 import shutil
 import sys
-import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -28,9 +27,6 @@ from dslog_dagster.io_managers.metadata import record_figures
 from dslog_dagster.io_managers.spark_frames import read_frame
 from dslog_dagster.spark import ROW_ID, get_session
 
-# PySpark 4.3.0 warns on every Arrow conversion that it does not fully support pandas 3 (the
-# conversions used here work); keep the demo's output readable.
-warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
 # Dagster's console logger at WARNING: the demo prints its own summary.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 

@@ -41,6 +41,7 @@ import dagster as dg
 import numpy as np
 from pydantic import Field, PrivateAttr
 
+from dslog_dagster.core import progress
 from dslog_dagster.errors import (
     ConfigurationError,
     LineageNotFoundError,
@@ -305,7 +306,10 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         try:
             tmp = slot.staging(".parquet")
             # a captured output is stored with the capture's row ids: the ones its lineage names
-            info = stage_frame(cap if cap is not None else obj, tmp)
+            what = key.to_user_string() if key is not None else context.name
+            with progress.phase(f"storing frame `{what}`", sink=context.log) as ph:
+                info = stage_frame(cap if cap is not None else obj, tmp)
+                ph.note(f"{info.rows:,} rows, {len(info.schema)} columns")
             writer = LineageWriter(self.dslog_settings(), self._store_base())
             md = writer.write_frame(context, pending, info.rows, info.schema)
         except BaseException:

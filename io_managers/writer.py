@@ -26,6 +26,7 @@ import dagster as dg
 import numpy as np
 
 from dslog_dagster.core import background as background_tasks
+from dslog_dagster.core import progress
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store import (
@@ -222,6 +223,8 @@ class LineageJob:
         self.published: tuple[str | None, list[ArrayRecord]] | None = None
         """What ``finish`` made visible: the op id (``None``: a source step's array version
         only) and the array versions registered with it."""
+        #: the step's run log, taken in the caller's thread (``_prepare`` may run in a worker)
+        self.sink: progress.Sink = _step_log(context)
 
     def begin(self, background: bool) -> None:
         pending, context = self.pending, self.context
@@ -275,16 +278,24 @@ class LineageJob:
                 method = pending.capture_method
             elif pending.obtained not in ("captured",):
                 method = f"reuse-{pending.obtained}"
-            # the output array is registered with its operation: one flushed file per step
-            self.prepared = store.prepare_operation(
-                pending.op_name,
-                in_recs,
-                [spec],
-                self.lineage,
-                args=pending.op_args,
-                capture_method=method,
-                timings={"capture_s": pending.capture_s},
-            )
+            # A served step's write is milliseconds of a budget of milliseconds: its line is
+            # logged only when it runs long (a log event costs Dagster about as much).
+            with progress.phase(
+                f"compression and write of `{self.name}`'s lineage",
+                quiet=pending.obtained != "captured",
+                sink=self.sink,
+            ) as ph:
+                # the output array is registered with its operation: one flushed file per step
+                self.prepared = store.prepare_operation(
+                    pending.op_name,
+                    in_recs,
+                    [spec],
+                    self.lineage,
+                    args=pending.op_args,
+                    capture_method=method,
+                    timings={"capture_s": pending.capture_s},
+                )
+                ph.note(*_write_sizes(self.prepared.record))
         except BaseException as e:  # re-raised by finish() in the step's thread
             self.failure = e
         finally:
@@ -403,6 +414,31 @@ class LineageJob:
     def _base_dir(self) -> str | None:
         base = self.writer.base_dir
         return None if base is None else os.fspath(base)
+
+
+def _step_log(context: dg.OutputContext) -> progress.Sink:
+    """The run log of the step handling ``context`` (else this thread's progress sink)."""
+    try:
+        log = context.log
+    except Exception:  # an output context built without a step has no log
+        log = None
+    return progress.current_sink() if log is None else log
+
+
+def _write_sizes(record: Any) -> list[str]:
+    """Size details of a prepared operation's line: pairs, stored rows and bytes, and the
+    seconds compression and encoding took (the rest of the phase is the write)."""
+    tables = record.tables
+    pairs = sum(t.n_pairs for t in tables)
+    rows = sum(t.rows for t in tables)
+    stored = sum(t.stored_bytes for t in tables)
+    timings = record.timings
+    return [
+        f"{progress.fmt_count(pairs)} pairs -> {progress.fmt_count(rows)} rows",
+        progress.fmt_bytes(stored),
+        f"compression {progress.fmt_seconds(float(timings.get('compress_s', 0.0)))}",
+        f"encoding {progress.fmt_seconds(float(timings.get('encode_s', 0.0)))}",
+    ]
 
 
 _PICTURE_PAIRS = 2_000_000

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster.core import progress
 from dslog_dagster.core.capture import Mode, capture_inputs
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.reuse.views import TableKey, compress_all, only_parts, table_sets_equal
@@ -117,7 +118,8 @@ class Prober:
     def _run(self, name: str) -> dict[TableKey, LineageTable] | None:
         if name not in self._tables:
             try:
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                # quiet: a probe's phases would repeat the step's own lines in its run log
+                with warnings.catch_warnings(), np.errstate(all="ignore"), progress.silenced():
                     warnings.simplefilter("ignore")
                     r = capture_inputs(self.func, self._data[name], self.mode, "raise", self.kwargs)
                 self._tables[name] = compress_all(

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 import pyarrow as pa
 
+from dslog_dagster.core import progress
 from dslog_dagster.core.store import array_dirs, catalog_rows, link_check
 from dslog_dagster.core.store.arrays import ArrayFiles
 from dslog_dagster.core.store.catalog_schema import DDL, INTERNAL_TABLES, TABLES
@@ -175,6 +176,16 @@ class LineageCatalog:
         Raises:
             _Unavailable: still locked after ``timeout`` seconds, or the file is unusable.
         """
+        # a wait of a second or more is reported in the run log (core.progress)
+        with contextlib.ExitStack() as waited:
+            return self._retry(fn, timeout, waited)
+
+    def _retry(
+        self,
+        fn: Callable[[duckdb.DuckDBPyConnection], T],
+        timeout: float,
+        waited: contextlib.ExitStack,
+    ) -> T:
         deadline = time.monotonic() + timeout
         delay = 0.005
         attempts = 0
@@ -211,6 +222,8 @@ class LineageCatalog:
             if remaining <= 0:
                 msg = f"{err} (gave up after {attempts} attempts)"
                 raise _Unavailable(msg, locked=True) from err
+            if attempts == 1:
+                waited.enter_context(progress.waiting(f"the lock of the catalog `{self.path}`"))
             time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.2)
 

@@ -9,6 +9,8 @@ Imports PySpark; ``dslog_dagster.core`` never imports this package.
 * :func:`as_array` — a tracked Spark step's output as a NumPy array, keeping its lineage.
 """
 
+# first: without PySpark, refuse naming the `[spark]` extra
+import dslog_dagster.spark.requirement  # noqa: F401
 from dslog_dagster.spark.capture import capture_frame_outputs as capture_frame_outputs
 from dslog_dagster.spark.capture import capture_frames as capture_frames
 from dslog_dagster.spark.frame import TrackedFrame as TrackedFrame

@@ -20,6 +20,7 @@ from dslog_dagster.core.compression import compress
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError
+from dslog_dagster.extras import require
 from dslog_dagster.spark.rowid import ROW_ID
 
 __all__ = ["from_numpy", "to_arrow", "to_numpy", "to_pandas"]
@@ -86,7 +87,12 @@ def to_arrow(
 def to_pandas(
     frame: Any, columns: Sequence[str] | None = None, **kwargs: Any
 ) -> tuple[Any, LineageTable]:
-    """Like :func:`to_arrow`, as a pandas DataFrame (index = position, ordered by row id)."""
+    """Like :func:`to_arrow`, as a pandas DataFrame (index = position, ordered by row id).
+
+    Raises:
+        MissingExtraError: pandas is not installed (the ``[pandas]`` extra).
+    """
+    require("pandas", "to_pandas()")
     table, lineage = to_arrow(frame, columns, **kwargs)
     return table.to_pandas(), lineage
 

@@ -63,7 +63,7 @@ import pyarrow as pa
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from dslog_dagster.core import background
+from dslog_dagster.core import background, progress
 from dslog_dagster.core.compression import compress, compress_ranges, expand_ranges, union_tables
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
@@ -149,9 +149,10 @@ def tap_jar() -> Path | None:
         src.write_bytes(source)
         out = Path(tmp) / "classes"
         cmd = [javac, "--release", "17", "-nowarn", "-cp", os.pathsep.join(classpath)]
-        done = subprocess.run(
-            [*cmd, "-d", str(out), str(src)], capture_output=True, text=True, check=False
-        )
+        with progress.phase("compiling the id tap (once per machine and PySpark version)"):
+            done = subprocess.run(
+                [*cmd, "-d", str(out), str(src)], capture_output=True, text=True, check=False
+            )
         if done.returncode != 0:
             log.warning(
                 "Could not compile the id tap (%s); aggregations with shuffled keys find "

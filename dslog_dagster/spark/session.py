@@ -27,10 +27,18 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from dslog_dagster.core import progress
 from dslog_dagster.errors import SparkUnavailableError
 from dslog_dagster.spark.java import require_java
+from dslog_dagster.spark.progress import watch
 
-__all__ = ["DEFAULT_CONF", "check_workers", "get_session", "shuffle_partitions"]
+__all__ = [
+    "DEFAULT_CONF",
+    "FAST_START_JAVA_OPTIONS",
+    "check_workers",
+    "get_session",
+    "shuffle_partitions",
+]
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -42,6 +50,16 @@ DEFAULT_CONF: dict[str, str] = {
 }
 """Spark conf every session gets unless the caller overrides a key (and
 ``spark.sql.shuffle.partitions``, see :func:`shuffle_partitions`)."""
+
+FAST_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""JVM options for a local session that runs short jobs on small data (pass them as
+``conf={"spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS}``; the example project
+does): only the JIT's quick first tier (C1). Starting Spark and its first jobs is mostly the
+JVM compiling its own code, and the optimising tier (C2) spends more CPU compiling than short
+jobs ever win back. Measured on a busy 2-core machine: the JVM's CPU for the example's
+``titles_job`` fell from ~68 s to ~36 s (docs/spark.md, "Start-up and progress"). Not a
+default: long jobs on large data run faster with both tiers (``bench/spark_capture.py`` at
+10^6 rows was slower with this option)."""
 
 
 def _cores() -> int:
@@ -104,6 +122,7 @@ def get_session(
         for k, v in asked.items():
             if k.startswith("spark.sql."):
                 active.conf.set(k, v)
+        watch(active)
         return active
     if id_tap:
         from dslog_dagster.spark.idtap import tap_jar
@@ -115,10 +134,13 @@ def get_session(
     for k, v in merged.items():
         builder = builder.config(k, v)
     try:
-        return builder.getOrCreate()
+        with progress.waiting(f"the Spark session to start (master `{master}`; JVM start)"):
+            session = builder.getOrCreate()
     except Exception as e:  # the JVM gateway raises plain Exceptions / RuntimeErrors
         msg = f"Could not start Spark (master `{master}`): {e}"
         raise SparkUnavailableError(msg) from e
+    watch(session)
+    return session
 
 
 # (application id, worker interpreter) of sessions whose workers were checked

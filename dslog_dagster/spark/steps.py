@@ -29,6 +29,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from dslog_dagster.core import progress
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.capture import FrameCapture, OnUnknown, capture_frame_outputs
 from dslog_dagster.spark.convert import to_numpy
@@ -143,13 +144,16 @@ def capture_step(
         return [_as_frame(k, v, arrays) for k, v in enumerate(call(tracked))]
 
     t0 = time.perf_counter()
-    caps = capture_frame_outputs(
-        run,
-        dict(frames),
-        on_unknown=on_unknown,
-        input_rows=known if known and len(known) == len(frames) else None,
-        aggregate="auto" if pure else "lists",
-    )
+    sizes = ", ".join(f"`{n}` {r:,} rows" for n, r in known.items())
+    with progress.phase(f"Spark capture of `{progress.subject('step')}`", sizes) as ph:
+        caps = capture_frame_outputs(
+            run,
+            dict(frames),
+            on_unknown=on_unknown,
+            input_rows=known if known and len(known) == len(frames) else None,
+            aggregate="auto" if pure else "lists",
+        )
+        ph.note(f"{len(caps)} output(s)")
     seconds = (time.perf_counter() - t0) / max(len(caps), 1)
     outs: list[FrameStepOutput] = []
     try:

@@ -85,9 +85,6 @@ OLD_KEYS = [
     "dslog/capture_share",
     "dslog/status",
 ]
-# Every check passes on a fresh run except those on these source assets, whose checks fail
-# until checks leave source assets (issue 29 item 2, another branch); then none is left out.
-RED_SOURCE_CHECKS = {"raw_frame", "dark_frame"}
 # assets that carry lineage checks in the example
 CHECKED = {"calibrated", "smoothed"}
 # the highlight colours of dslog_dagster.pictures.HIGHLIGHT_RGB (red, orange, green, ...)
@@ -383,7 +380,8 @@ def test_asset_pages_show_lineage_metadata_and_picture(server: Server) -> None:
     statuses = _check_statuses(server)
     assert {a for a, _ in statuses} >= CHECKED, statuses
     red = {k: st for k, st in statuses.items() if st != "SUCCEEDED"}
-    assert {a for a, _ in red} <= RED_SOURCE_CHECKS, red
+    assert red == {}, red  # every check green on a fresh run (source assets carry none)
+    assert not {a for a, _ in statuses} & {"raw_frame", "dark_frame"}, statuses
     server.graphql("mutation { setNuxSeen }")  # no community pop-up over the screenshots
     ARTIFACTS.mkdir(exist_ok=True)
     for old in ARTIFACTS.glob("ui_*.png"):
