@@ -102,6 +102,10 @@ def _is_retryable(e: BaseException) -> bool:
     text = str(e).lower()
     if isinstance(e, duckdb.TransactionException):
         return "conflict" in text  # write-write conflict between threads of one process
+    if isinstance(e, duckdb.BinderException) and "unique file handle conflict" in text:
+        # Another thread of this process is attaching or closing the same file in DuckDB's
+        # instance cache at this moment; the next connection finds it settled.
+        return True
     if isinstance(e, duckdb.ConstraintException) and "duplicate key" in text:
         # Another connection committed the same record after this transaction began:
         # INSERT OR IGNORE skips only rows its own snapshot sees. A new transaction does.

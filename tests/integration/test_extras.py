@@ -49,7 +49,7 @@ def test_numpy_pipeline_runs_without_pyspark_and_pandas(tmp_path: Path) -> None:
     import dagster as dg
     import dslog_dagster, dslog_dagster.core, dslog_dagster.io_managers, dslog_dagster.assets
     import dslog_dagster.cli
-    from dslog_dagster import DSLogIOManager, tracked_asset
+    from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
     from dslog_dagster.core.api import DSLog
 
     @tracked_asset
@@ -60,9 +60,9 @@ def test_numpy_pipeline_runs_without_pyspark_and_pandas(tmp_path: Path) -> None:
     def b(a: np.ndarray) -> np.ndarray:
         return np.cumsum(a)
 
-    res = dg.materialize(
-        [a, b], resources={{"io_manager": DSLogIOManager(base_dir={str(tmp_path / "d")!r})}}
-    )
+    dslog = DSLogResource(store_dir={str(tmp_path / "d" / ".dslog")!r})
+    io = DSLogIOManager(dslog=dslog, base_dir={str(tmp_path / "d")!r})
+    res = dg.materialize([a, b], resources={{"io_manager": io, "dslog": dslog}})
     assert res.success
     log = DSLog({str(tmp_path / "d" / ".dslog")!r})
     assert log.prov_query(["b", "a"], [5]).to_indices().ravel().tolist() == [0, 1, 2, 3, 4, 5]

@@ -78,3 +78,15 @@ def test_other_constraint_errors_are_not_retried() -> None:
     with pytest.raises(duckdb.ConstraintException) as info:
         con.execute("INSERT INTO t VALUES (NULL)")
     assert not _is_retryable(info.value)
+
+
+def test_a_file_handle_conflict_between_threads_is_retryable() -> None:
+    """Two threads of one process opening the catalog while DuckDB's instance cache attaches
+    or closes it get a Binder error naming the conflict (seen under CI load in the paging
+    test): a retry finds it settled, it is not damage. Other binder errors are not retried."""
+    conflict = duckdb.BinderException(
+        'Binder Error: Unique file handle conflict: Cannot attach "catalog" - the database file '
+        '"/s/catalog.duckdb" is already attached by database "catalog"'
+    )
+    assert _is_retryable(conflict)
+    assert not _is_retryable(duckdb.BinderException('Binder Error: Table "x" does not exist'))

@@ -17,12 +17,14 @@ from dslog_dagster.core.display import HTML_ROWS
 from dslog_dagster.core.provrc import PROVRC_FIELDS, LineageTable
 from dslog_dagster.core.query import CellSet, as_cells
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.pictures import HIGHLIGHT_RGB
 
 
 def _lit(png: bytes) -> np.ndarray:
-    """Pixels of the picture's body that are not the background (white/grey grid)."""
+    """Pixels drawn in the selection's colour (the first highlight colour; the legend's swatch
+    has it too, so an empty selection is not zero)."""
     img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
-    return np.abs(img - img[-1, -1]).sum(axis=2) > 0
+    return np.all(img == np.asarray(HIGHLIGHT_RGB[0]), axis=2)
 
 
 def test_cell_set_html_lists_half_open_boxes_and_says_how_many_more() -> None:
@@ -41,7 +43,7 @@ def test_cell_set_pictures_light_the_cells() -> None:
     empty = CellSet.empty((8, 8))._repr_png_()
     some = as_cells((8, 8), np.s_[2:4, 5])._repr_png_()
     assert Image.open(io.BytesIO(some)).format == "PNG"
-    assert _lit(some).sum() > _lit(empty).sum()
+    assert _lit(some).sum() > _lit(empty).sum() + 2 * 16  # two cells of at least 4 × 4 pixels
     image = as_cells((8, 8), np.s_[2:4, 5]).plot(title="two cells")
     assert isinstance(image, Image.Image)
     assert image.width > 8

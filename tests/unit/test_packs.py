@@ -2,6 +2,7 @@
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -187,11 +188,11 @@ def test_reader_retries_when_the_file_vanishes_mid_read(
     real = segment_module.Segment
     calls = {"n": 0}
 
-    def racing(path: Path) -> Segment:
+    def racing(path: Path, op_ids: Sequence[str] | None = None) -> Segment:
         calls["n"] += 1
         if calls["n"] == 1:
             compactor.compact()
-        return real(path)
+        return real(path, op_ids)
 
     monkeypatch.setattr(segment_module, "Segment", racing)
     assert store.read_lineage(ops[1], "y", "x").decompress() == an.sum_axis((6, 5), 1)
