@@ -294,14 +294,8 @@ def phase(
     """
     ph = Phase(label, sink or current_sink(), quiet=quiet, wait=False)
     ph.note(*details)
-    key = _HEARTBEAT.add(ph)
-    failed = True
-    try:
+    with _running(ph):
         yield ph
-        failed = False
-    finally:
-        _HEARTBEAT.remove(key)
-        ph.end(failed)
 
 
 @contextlib.contextmanager
@@ -309,10 +303,17 @@ def waiting(what: str, sink: Sink | None = None) -> Iterator[Phase]:
     """Mark a wait for ``what`` (``"the catalog lock"``): silent when shorter than
     :data:`QUIET_MIN_S`, else heartbeats while it lasts and one line with how long it took."""
     ph = Phase(what, sink or current_sink(), quiet=True, wait=True)
+    with _running(ph):
+        yield ph
+
+
+@contextlib.contextmanager
+def _running(ph: Phase) -> Iterator[None]:
+    """Heartbeats for ``ph`` while the body runs, then its end line (saying whether it failed)."""
     key = _HEARTBEAT.add(ph)
     failed = True
     try:
-        yield ph
+        yield
         failed = False
     finally:
         _HEARTBEAT.remove(key)
