@@ -38,6 +38,7 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -150,39 +151,31 @@ def _pad(grid: np.ndarray, fr: int, fc: int, fill: object) -> np.ndarray:
 
 def _any_pool(grid: npt.NDArray[np.bool_], fr: int, fc: int) -> npt.NDArray[np.bool_]:
     """Pool by ``fr`` rows and ``fc`` columns; a pixel is on when any covered cell is."""
-    if fr == fc == 1:
-        return grid
-    g = _pad(grid, fr, fc, False)
-    if fc > 1:
-        cols = g[:, 0::fc].copy()
-        for i in range(1, fc):
-            np.logical_or(cols, g[:, i::fc], out=cols)
-        g = cols
-    if fr > 1:
-        rows = g[0::fr].copy()
-        for i in range(1, fr):
-            np.logical_or(rows, g[i::fr], out=rows)
-        g = rows
-    return g
+    return _pool(grid, fr, fc, False, np.logical_or)
 
 
 def _max_pool(grid: npt.NDArray[np.float64], fr: int, fc: int) -> npt.NDArray[np.float64]:
-    """Pool by the maximum, ignoring NaN unless every covered cell is NaN (``fmax``).
+    """Pool by the maximum, ignoring NaN unless every covered cell is NaN (``fmax``)."""
+    return _pool(grid, fr, fc, np.nan, np.fmax)
 
-    Element-wise ``fmax`` over the ``f`` strided slices of each axis: a reduction over a short
-    inner axis is several times slower in NumPy."""
+
+def _pool(grid: npt.NDArray[Any], fr: int, fc: int, fill: Any, op: np.ufunc) -> npt.NDArray[Any]:
+    """Reduce ``fr`` × ``fc`` blocks with the binary ufunc ``op`` (padding with ``fill``).
+
+    Element-wise ``op`` over the strided slices of each axis: a reduction over a short inner
+    axis is several times slower in NumPy."""
     if fr == fc == 1:
         return grid
-    g = _pad(grid, fr, fc, np.nan)
+    g = _pad(grid, fr, fc, fill)
     if fc > 1:
         cols = g[:, 0::fc].copy()
         for i in range(1, fc):
-            np.fmax(cols, g[:, i::fc], out=cols)
+            op(cols, g[:, i::fc], out=cols)
         g = cols
     if fr > 1:
         rows = g[0::fr].copy()
         for i in range(1, fr):
-            np.fmax(rows, g[i::fr], out=rows)
+            op(rows, g[i::fr], out=rows)
         g = rows
     return g
 
