@@ -101,7 +101,10 @@ def _is_retryable(e: BaseException) -> bool:
     words: "lock" alone would match "block" in a damage report."""
     text = str(e).lower()
     if isinstance(e, duckdb.TransactionException):
-        return "conflict" in text  # write-write conflict between threads of one process
+        # a write-write conflict between threads of one process, or a record another
+        # connection committed while this transaction held the same one uncommitted (DuckDB
+        # checks that key at COMMIT: "Failed to commit: ... duplicate key")
+        return "conflict" in text or "duplicate key" in text
     if isinstance(e, duckdb.BinderException) and "unique file handle conflict" in text:
         # Another thread of this process is attaching or closing the same file in DuckDB's
         # instance cache at this moment; the next connection finds it settled.
@@ -124,7 +127,13 @@ def _is_damage(reason: str) -> bool:
     (rather than the file system refusing us — full, read-only, permission — where deleting
     it would not help, or another process holding it)."""
     text = reason.lower()
+    if any(k in text for k in _CONFLICT_WORDS):
+        return False  # a race with another connection that outlasted the retries
     return errno_of_text(text) is None and not any(k in text for k in _LOCK_WORDS)
+
+
+_CONFLICT_WORDS = ("constraint violation", "duplicate key", "conflict")
+"""How DuckDB names a conflict between connections: never a reason to delete the catalog."""
 
 
 def _to_arrow(rel: Any) -> pa.Table:

@@ -72,6 +72,43 @@ def test_a_concurrent_commit_of_the_same_records_gives_a_retryable_error(
         b.close()
 
 
+def test_the_same_records_committed_first_elsewhere_fail_our_commit_retryably(
+    tmp_path: Path,
+) -> None:
+    """Both transactions insert the record uncommitted; the second to COMMIT gets a
+    TransactionException naming the duplicate key (seen in CI as a DamagedStoreWarning from
+    ``test_store_paging``: the catalog was deleted as damaged). A retry skips the record."""
+    path = str(tmp_path / "catalog.duckdb")
+    setup = duckdb.connect(path)
+    for ddl in DDL:
+        setup.execute(ddl)
+    setup.close()
+    a, b = duckdb.connect(path), duckdb.connect(path)
+    try:
+        a.execute("BEGIN TRANSACTION")
+        _insert(a, "arrays", _rows(3))
+        b.execute("BEGIN TRANSACTION")
+        _insert(b, "arrays", _rows(3))
+        a.execute("COMMIT")
+        with pytest.raises(duckdb.Error) as info:
+            b.execute("COMMIT")
+        assert isinstance(info.value, duckdb.TransactionException)
+        assert _is_retryable(info.value)
+        _rollback_quietly(b)
+        _insert(b, "arrays", _rows(3))
+        assert b.execute("SELECT count(*) FROM arrays").fetchone() == (3,)
+    finally:
+        a.close()
+        b.close()
+
+
+def _rollback_quietly(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass  # a failed COMMIT has already ended the transaction
+
+
 def test_other_constraint_errors_are_not_retried() -> None:
     con = duckdb.connect()
     con.execute("CREATE TABLE t (k VARCHAR NOT NULL)")
@@ -90,3 +127,14 @@ def test_a_file_handle_conflict_between_threads_is_retryable() -> None:
     )
     assert _is_retryable(conflict)
     assert not _is_retryable(duckdb.BinderException('Binder Error: Table "x" does not exist'))
+
+
+def test_a_conflict_that_outlasts_the_retries_is_not_taken_for_damage() -> None:
+    from dslog_dagster.core.store.catalog import _is_damage
+
+    assert not _is_damage(
+        "TransactionContext Error: Failed to commit: PRIMARY KEY or UNIQUE constraint "
+        'violation: duplicate key "a, y, x" (gave up after 40 attempts)'
+    )
+    assert not _is_damage("TransactionContext Error: Catalog write-write conflict on create")
+    assert _is_damage("Serialization Error: Failed to deserialize: field id mismatch")
