@@ -290,6 +290,43 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prov(args: argparse.Namespace) -> int:
+    from dslog_dagster.core.api import DSLog
+    from dslog_dagster.core.query.cellspec import cells_from_spec
+    from dslog_dagster.export import asset_document, query_document, to_text
+
+    log = DSLog(_store(args.store))
+    names = list(args.path)
+    if len(names) == 1:
+        if args.cells:
+            msg = "--cells selects cells of a query path: name at least two arrays."
+            raise DSLogError(msg)
+        doc = asset_document(
+            log,
+            names[0],
+            version=args.version,
+            depth=args.depth,
+            cells=not args.no_cells,
+            max_rows=args.max_rows,
+        )
+    else:
+        if args.version is not None or args.depth is not None or args.no_cells:
+            msg = "--version, --depth and --no-cells apply to one array's document, not a path."
+            raise DSLogError(msg)
+        source = log.store.get_array(names[0])
+        doc = query_document(log, names, cells_from_spec(source.shape, args.cells or [":"]))
+    text = to_text(doc, args.prov_format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(
+            f"wrote {len(text):,} characters of PROV-{args.prov_format.upper()} to {args.output}",
+            file=sys.stderr,
+        )
+    else:
+        print(text)
+    return 0
+
+
 def _subcommand(
     sub: Any,
     name: str,
@@ -367,6 +404,30 @@ def build_parser() -> argparse.ArgumentParser:
         formats=True,
     )
     _query_options(p)
+    p = _subcommand(
+        sub,
+        "prov",
+        "W3C PROV of an array version (one name) or of a query's answer (a path)",
+        "  dslog prov data/.dslog images/hot > hot.prov.json\n"
+        "  dslog prov data/.dslog images/hot --depth 1 --prov-format provn\n"
+        "  dslog prov data/.dslog images/hot images/smoothed images/raw --cells 0:2,0:2\n",
+        _prov,
+    )
+    p.add_argument("path", nargs="+", help="one array (its derivation) or a query path")
+    p.add_argument("--version", help="the array's version (default: the latest)")
+    p.add_argument("--depth", type=int, help="upstream operations to include (default: all)")
+    p.add_argument(
+        "--no-cells", action="store_true", help="arrays and operations only, no cell boxes"
+    )
+    p.add_argument(
+        "--max-rows",
+        type=int,
+        default=100_000,
+        help="refuse a document spelling out more ProvRC rows than this (default 100000)",
+    )
+    p.add_argument("--cells", action="append", help="with a path: a box of the first array")
+    p.add_argument("--prov-format", choices=["json", "provn"], default="json")
+    p.add_argument("--output", help="write the document to this file instead of stdout")
     _subcommand(
         sub,
         "compact",

@@ -21,6 +21,8 @@ what was wrong and, when it is known, what to do about it.
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
     │   └── ValueExpiredError              an asset value version removed by retention
     ├── QueryError(ValueError)             a malformed lineage query
+    ├── ExportError(ValueError)            lineage cannot be exported as asked (PROV size
+    │                                      limit, unknown format, a foreign document)
     ├── ConfigurationError(ValueError)     Dagster definitions or settings that contradict
     │                                      each other (two stores, settings given twice)
     ├── CaptureError                       annotated execution could not record lineage
@@ -123,6 +125,11 @@ class ValueExpiredError(LineageNotFoundError):
 
 class QueryError(DSLogError, ValueError):
     """A lineage query is malformed."""
+
+
+class ExportError(DSLogError, ValueError):
+    """Lineage cannot be exported as asked (too large for the format, an unknown format, a
+    document dslog did not write)."""
 
 
 class ConfigurationError(DSLogError, ValueError):
