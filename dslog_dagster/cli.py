@@ -327,6 +327,35 @@ def _prov(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diff(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from dslog_dagster.core.change import explain_change
+    from dslog_dagster.core.store import ArrayRecord
+    from dslog_dagster.io_managers.value_versions import ValueSlot, asset_stem
+
+    store = _store(args.store)
+    base = Path(args.values)
+    if not base.is_dir():
+        msg = f"No values folder at `{base}`: give the DSLogIOManager's base_dir (--values)."
+        raise DSLogError(msg)
+
+    def load(rec: ArrayRecord) -> Any:
+        if rec.asset_key is None or rec.version is None:
+            return None
+        slot = ValueSlot(asset_stem(base, rec.asset_key, rec.name))
+        path = slot.find(rec.version)
+        if path is None or path.suffix != ".npy":
+            return None
+        return np.load(path, allow_pickle=False)
+
+    expl = explain_change(store, args.array, args.version_a, args.version_b, load)
+    rows = expl.rows()
+    _emit(rows, list(rows[0]), args.format)
+    print(expl.summary(), file=sys.stderr)
+    return 0
+
+
 def _subcommand(
     sub: Any,
     name: str,
@@ -428,6 +457,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cells", action="append", help="with a path: a box of the first array")
     p.add_argument("--prov-format", choices=["json", "provn"], default="json")
     p.add_argument("--output", help="write the document to this file instead of stdout")
+    p = _subcommand(
+        sub,
+        "diff",
+        "explain how two versions of an asset differ: changed cells traced upstream",
+        "  dslog diff data/.dslog images/hot RUN_A RUN_B --values data\n",
+        _diff,
+        formats=True,
+    )
+    p.add_argument("array", help="the array (an asset key path, `name[partition]`)")
+    p.add_argument("version_a", help="the earlier version (the run id that materialized it)")
+    p.add_argument("version_b", help="the later version")
+    p.add_argument(
+        "--values", required=True, help="where the DSLogIOManager keeps values (its base_dir)"
+    )
     _subcommand(
         sub,
         "compact",

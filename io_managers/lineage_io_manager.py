@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import threading
-import urllib.parse
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +48,7 @@ from dslog_dagster.errors import (
     UnsupportedArrayError,
 )
 from dslog_dagster.io_managers import metadata as m
-from dslog_dagster.io_managers.value_versions import Retention, ValueSlot
+from dslog_dagster.io_managers.value_versions import Retention, ValueSlot, safe_part
 from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.settings import TrackingSettings
@@ -64,12 +63,6 @@ __all__ = ["DSLogIOManager"]
 _SETTINGS: dict[tuple[tuple[str, str | None], str], DSLogResource] = {}
 _SETTINGS_LOCK = threading.Lock()
 _log = logging.getLogger(__name__)
-
-
-def _safe_part(text: str) -> str:
-    """A path component that cannot escape its directory (partition keys may hold ``/``)."""
-    part = urllib.parse.quote(text, safe="")
-    return part.replace(".", "%2E") if set(part) <= {"."} else part
 
 
 class DSLogIOManager(dg.ConfigurableIOManager):
@@ -233,14 +226,14 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         )
 
     def _asset_slot(self, key: dg.AssetKey, partition: str | None) -> ValueSlot:
-        parts = [_safe_part(p) for p in key.path]
+        parts = [safe_part(p) for p in key.path]
         if partition is None:
             return ValueSlot(self._base().joinpath(*parts))
-        return ValueSlot(self._base().joinpath(*parts, _safe_part(partition)))
+        return ValueSlot(self._base().joinpath(*parts, safe_part(partition)))
 
     def _op_slot(self, run_id: str, step_key: str, output: str) -> ValueSlot:
         return ValueSlot(
-            self._base() / "runs" / _safe_part(run_id) / _safe_part(step_key) / _safe_part(output)
+            self._base() / "runs" / safe_part(run_id) / safe_part(step_key) / safe_part(output)
         )
 
     def _output_slot(
