@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster.core.query import CellSet, PreparedHop, prepare, run_hops
-from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
+from dslog_dagster.core.query import CellSet
+from dslog_dagster.core.store import ArrayRecord, LineageStore
+from dslog_dagster.core.trace import Trace, trace
 from dslog_dagster.errors import LineageNotFoundError, QueryError
 
 __all__ = ["ArrayChange", "ChangeExplanation", "ValueLoader", "changed_cells", "explain_change"]
@@ -169,74 +170,6 @@ def changed_cells(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> CellSet:
     return CellSet.from_mask(np.asarray(differ, dtype=bool), a.shape)
 
 
-@dataclass
-class _Trace:
-    """One version's backward trace: cells per reached array version, and the graph."""
-
-    cells: dict[str, CellSet] = field(default_factory=dict)  # array_id -> traced cells
-    records: dict[str, ArrayRecord] = field(default_factory=dict)
-    hops: dict[str, int] = field(default_factory=dict)
-    producer: dict[str, OperationRecord | None] = field(default_factory=dict)
-
-
-def _producer(store: LineageStore, a: ArrayRecord) -> OperationRecord | None:
-    ops = store.sql(
-        "SELECT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
-        "ORDER BY op_id DESC LIMIT 1",
-        [a.array_id],
-    ).column("op_id")
-    ids = ops.to_pylist()
-    return store.get_operation(str(ids[0])) if ids else None
-
-
-def _trace(store: LineageStore, start: ArrayRecord, cells: CellSet) -> _Trace:
-    """Carry ``cells`` of ``start`` backward through every upstream operation (the most
-    recent producer of each array version), accumulating per array version; new cells only
-    are carried on, so a DAG with shared ancestors is walked once per new cell set."""
-    tr = _Trace()
-    tr.cells[start.array_id] = cells
-    tr.records[start.array_id] = start
-    tr.hops[start.array_id] = 0
-    work: list[tuple[str, CellSet]] = [(start.array_id, cells)]
-    prepared: dict[tuple[str, str, str], PreparedHop] = {}
-    while work:
-        aid, new = work.pop()
-        rec = tr.records[aid]
-        if aid not in tr.producer:
-            tr.producer[aid] = _producer(store, rec)
-        op = tr.producer[aid]
-        if op is None or new.is_empty():
-            continue
-        for t in op.tables:
-            if t.output != rec.name:
-                continue
-            inp = next(i for i in op.inputs if i.name == t.input)
-            key = (op.op_id, t.output, t.input)
-            hop = prepared.get(key)
-            if hop is None:
-                hop = prepared[key] = prepare(store.read_lineage(op, t.output, t.input))
-            reached = run_hops([(hop, "backward")], new)
-            before = tr.cells.get(inp.array_id)
-            tr.records.setdefault(inp.array_id, inp)
-            depth = tr.hops[aid] + 1
-            tr.hops[inp.array_id] = min(tr.hops.get(inp.array_id, depth), depth)
-            if before is None:
-                tr.cells[inp.array_id] = reached
-                grown = reached
-            else:
-                union = before | reached
-                if union == before:
-                    continue
-                tr.cells[inp.array_id] = union
-                grown = CellSet.from_mask(union.to_mask() & ~before.to_mask(), union.shape)
-            work.append((inp.array_id, grown))
-    return tr
-
-
-def _by_name(tr: _Trace) -> dict[str, str]:
-    return {rec.name: aid for aid, rec in tr.records.items()}
-
-
 def explain_change(
     store: LineageStore,
     name: str,
@@ -276,8 +209,9 @@ def explain_change(
         notes.append(
             f"{name} changed shape from {val_a.shape} to {val_b.shape}: every cell is traced."
         )
-    ta, tb = _trace(store, rec_a, start_a), _trace(store, rec_b, start_b)
-    names_a, names_b = _by_name(ta), _by_name(tb)
+    ta = trace(store, rec_a, start_a, "backward")
+    tb = trace(store, rec_b, start_b, "backward")
+    names_a, names_b = ta.by_name(), tb.by_name()
     order = sorted(
         set(names_a) | set(names_b),
         key=lambda n: (
@@ -300,8 +234,8 @@ def _array_change(
     name: str,
     aid_a: str | None,
     aid_b: str | None,
-    ta: _Trace,
-    tb: _Trace,
+    ta: Trace,
+    tb: Trace,
     load: ValueLoader,
 ) -> ArrayChange:
     ra = ta.records[aid_a] if aid_a else None
@@ -312,7 +246,7 @@ def _array_change(
         tb.hops.get(aid_b or "", 1 << 30),
         ta.hops.get(aid_a or "", 1 << 30),
     )
-    op = tb.producer.get(aid_b or "") or ta.producer.get(aid_a or "")
+    op = tb.producers.get(aid_b or "") or ta.producers.get(aid_a or "")
     producer = op.op_name if op is not None else None
     if ra is not None and rb is not None and ra.shape != rb.shape:
         full = CellSet.full(rb.shape)
@@ -361,8 +295,8 @@ def _union(sets: Iterable[CellSet]) -> CellSet:
 
 def _mark_origins(
     changes: dict[str, ArrayChange],
-    tb: _Trace,
-    ta: _Trace,
+    tb: Trace,
+    ta: Trace,
     names_b: dict[str, str],
     names_a: dict[str, str],
 ) -> dict[str, ArrayChange]:
@@ -372,7 +306,7 @@ def _mark_origins(
     for n, c in changes.items():
         if c.changed is None or c.changed.is_empty():
             continue
-        op = tb.producer.get(names_b.get(n, "")) or ta.producer.get(names_a.get(n, ""))
+        op = tb.producers.get(names_b.get(n, "")) or ta.producers.get(names_a.get(n, ""))
         if op is None:
             out[n] = dataclasses.replace(c, origin=True)
             continue
