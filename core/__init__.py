@@ -14,6 +14,10 @@
 * :mod:`dslog_dagster.core.store` — the lineage store and its embedded DuckDB catalog.
 * :mod:`dslog_dagster.core.query` — exact cell sets and in-situ queries over tables.
 * :mod:`~dslog_dagster.core.api` — the DSLog session API over a store.
+* :mod:`~dslog_dagster.core.trace` — carry cells through every operation upstream or
+  downstream of an array version.
+* :mod:`~dslog_dagster.core.provenance_queries` — the DPDS canned provenance queries (why,
+  how, history, spread, invalidated) at item, record and feature granularity.
 * :mod:`~dslog_dagster.core.change` — explain a change between two versions of an array
   (PROVision's version-inconsistency tracing).
 * :mod:`dslog_dagster.core.testing` — test oracles and query baselines (not used by the

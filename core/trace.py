@@ -84,17 +84,16 @@ def _edges(store: LineageStore, ids: Iterable[str], role: str) -> dict[str, list
     if not wanted:
         return out
     order = "DESC" if role == "output" else "ASC"
-    rows = store.sql(
+    rows = store.catalog.rows(
         "SELECT DISTINCT array_id, op_id FROM operation_arrays "
         f"WHERE role = ? AND list_contains(?, array_id) ORDER BY op_id {order}",
         [role, wanted],
-    ).to_pylist()
+    )
     ops: dict[str, OperationRecord] = {}
-    for r in rows:
-        op_id = str(r["op_id"])
+    for array_id, op_id in rows:
         if op_id not in ops:
-            ops[op_id] = store.get_operation(op_id)
-        out[str(r["array_id"])].append(ops[op_id])
+            ops[op_id] = store.get_operation(str(op_id))
+        out[str(array_id)].append(ops[op_id])
     return out
 
 

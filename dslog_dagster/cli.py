@@ -356,6 +356,28 @@ def _diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _provenance(args: argparse.Namespace) -> int:
+    from dslog_dagster.core import provenance_queries as pq
+    from dslog_dagster.core.query.cellspec import cells_from_spec
+
+    store = _store(args.store)
+    if args.question == "invalidated":
+        if args.cells or args.row is not None or args.column is not None or args.version:
+            msg = "`invalidated` takes an operation id only (no cells, rows, columns or version)."
+            raise DSLogError(msg)
+        ans = pq.invalidated(store, args.target)
+    else:
+        rec = store.get_array(args.target, args.version)
+        cells = cells_from_spec(rec.shape, args.cells) if args.cells else None
+        sel = pq.select(rec.shape, cells=cells, row=args.row, column=args.column)
+        ask = {"why": pq.why, "how": pq.how, "history": pq.history, "spread": pq.spread}
+        ans = ask[args.question](store, rec, sel)
+    rows = ans.rows()
+    _emit(rows, list(rows[0]) if rows else ["array"], args.format)
+    print(ans.summary(), file=sys.stderr)
+    return 0
+
+
 def _subcommand(
     sub: Any,
     name: str,
@@ -471,6 +493,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--values", required=True, help="where the DSLogIOManager keeps values (its base_dir)"
     )
+    p = _subcommand(
+        sub,
+        "provenance",
+        "DPDS provenance queries: why, how, history, spread of cells; what an operation dropped",
+        "  dslog provenance data/.dslog why frames/joined --row 3 --column 2\n"
+        "  dslog provenance data/.dslog how frames/joined --row 3\n"
+        "  dslog provenance data/.dslog spread frames/raw --column 1 --format json\n"
+        "  dslog provenance data/.dslog invalidated OP_ID\n",
+        _provenance,
+        formats=True,
+    )
+    p.add_argument("question", choices=["why", "how", "history", "spread", "invalidated"])
+    p.add_argument("target", help="the array (an operation id for `invalidated`)")
+    p.add_argument("--version", help="the array's version (default: the latest)")
+    p.add_argument("--row", type=int, help="a record (with --column: an item)")
+    p.add_argument("--column", type=int, help="a feature (with --row: an item)")
+    p.add_argument("--cells", action="append", help="any box of the array, e.g. 0:10,3")
     _subcommand(
         sub,
         "compact",

@@ -215,13 +215,13 @@ def _upstream(
     catalog query per hop (a catalog read costs a connection; a chain's hops are few)."""
     frontier, seen_arrays, seen_ops, hop = [start.array_id], {start.array_id}, set[str](), 0
     while frontier and (depth is None or hop < depth):
-        ops = store.sql(
+        ops = store.catalog.column(
             "SELECT DISTINCT op_id FROM operation_arrays "
             "WHERE role = 'output' AND list_contains(?, array_id) ORDER BY op_id",
             [frontier],
-        ).column("op_id")
+        )
         nxt: list[str] = []
-        for op_id in ops.to_pylist():
+        for op_id in ops:
             if op_id in seen_ops:
                 continue
             seen_ops.add(op_id)
