@@ -40,6 +40,64 @@ def _table(rows: list[dict[str, Any]]) -> dg.TableMetadataValue:
     )
 
 
+def _answer(
+    context: dg.AssetExecutionContext,
+    resource_key: str,
+    key: dg.AssetKey,
+    question: pq.Question,
+    partition: str | None,
+    row: int | None,
+    column: int | None,
+    cells: Sequence[str],
+) -> dg.MaterializeResult[Any]:
+    """Answer ``question`` on the latest materialization of ``key`` (see
+    :func:`provenance_query_asset`)."""
+    log = getattr(context.resources, resource_key).session_for(context)
+    entry = context.instance.get_latest_materialization_event(key)
+    if entry is None:
+        raise dg.Failure(
+            description=f"`{key.to_user_string()}` has not been materialized yet: "
+            "materialize it first."
+        )
+    try:
+        rec = log.store.get_array(array_name(key, partition), entry.run_id)
+        if question == "invalidated":
+            producers = log.store.catalog.column(
+                "SELECT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
+                "ORDER BY op_id DESC LIMIT 1",
+                [rec.array_id],
+            )
+            if not producers:
+                msg = (
+                    f"`{rec.name}` version `{rec.version}` is a source: no step produced "
+                    "it, so nothing was dropped."
+                )
+                raise QueryError(msg)
+            ans = pq.invalidated(log.store, str(producers[0]))
+        else:
+            sel = pq.select(
+                rec.shape,
+                cells=cells_from_spec(rec.shape, list(cells)) if cells else None,
+                row=row,
+                column=column,
+            )
+            ask = {"why": pq.why, "how": pq.how, "history": pq.history, "spread": pq.spread}
+            ans = ask[question](log.store, rec, sel)
+    except DSLogError as e:
+        raise dg.Failure(description=str(e)) from e
+    rows = ans.rows()
+    context.log.info(ans.summary())
+    return dg.MaterializeResult(
+        metadata={
+            "dslog/question": question,
+            "dslog/about": f"{rec.name} @ {rec.version}",
+            "dslog/answer": _table(rows),
+            "dslog/summary": dg.MetadataValue.md("```\n" + ans.summary() + "\n```"),
+            "dslog/arrays": len(ans.arrays),
+        }
+    )
+
+
 def provenance_query_asset(
     name: str,
     question: pq.Question,
@@ -115,49 +173,6 @@ def provenance_query_asset(
         description=text,
     )
     def _provenance(context: dg.AssetExecutionContext) -> dg.MaterializeResult[Any]:
-        log = getattr(context.resources, resource_key).session_for(context)
-        entry = context.instance.get_latest_materialization_event(key)
-        if entry is None:
-            raise dg.Failure(
-                description=f"`{key.to_user_string()}` has not been materialized yet: "
-                "materialize it first."
-            )
-        try:
-            rec = log.store.get_array(array_name(key, partition), entry.run_id)
-            if question == "invalidated":
-                producers = log.store.catalog.column(
-                    "SELECT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
-                    "ORDER BY op_id DESC LIMIT 1",
-                    [rec.array_id],
-                )
-                if not producers:
-                    msg = (
-                        f"`{rec.name}` version `{rec.version}` is a source: no step produced "
-                        "it, so nothing was dropped."
-                    )
-                    raise QueryError(msg)
-                ans = pq.invalidated(log.store, str(producers[0]))
-            else:
-                sel = pq.select(
-                    rec.shape,
-                    cells=cells_from_spec(rec.shape, list(cells)) if cells else None,
-                    row=row,
-                    column=column,
-                )
-                ask = {"why": pq.why, "how": pq.how, "history": pq.history, "spread": pq.spread}
-                ans = ask[question](log.store, rec, sel)
-        except DSLogError as e:
-            raise dg.Failure(description=str(e)) from e
-        rows = ans.rows()
-        context.log.info(ans.summary())
-        return dg.MaterializeResult(
-            metadata={
-                "dslog/question": question,
-                "dslog/about": f"{rec.name} @ {rec.version}",
-                "dslog/answer": _table(rows),
-                "dslog/summary": dg.MetadataValue.md("```\n" + ans.summary() + "\n```"),
-                "dslog/arrays": len(ans.arrays),
-            }
-        )
+        return _answer(context, resource_key, key, question, partition, row, column, cells)
 
     return _provenance

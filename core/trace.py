@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dslog_dagster.core.on_demand import DEFERRED, deferred_error
 from dslog_dagster.core.query import CellSet, PreparedHop, prepare, run_hops
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 
@@ -123,6 +124,7 @@ def trace(
             tr.producers.setdefault(aid, ops[0] if ops else None)
         if new.is_empty():
             continue
+        ops = _without_deferred(ops)
         for op in ops:
             for t in op.tables:
                 here, there = (t.output, t.input) if back else (t.input, t.output)
@@ -151,6 +153,24 @@ def trace(
                     grown = CellSet.from_mask(union.to_mask() & ~before.to_mask(), union.shape)
                 work.append((other.array_id, grown))
     return tr
+
+
+def _without_deferred(ops: list[OperationRecord]) -> list[OperationRecord]:
+    """``ops`` without the on-demand operations that were reconstructed (their
+    reconstructions are in ``ops`` too); one that was not makes the walk refuse.
+
+    Raises:
+        DeferredLineageError: an operation ran on demand and has no reconstruction.
+    """
+    rebuilt = {op.args.get("reconstructs") for op in ops}
+    out = []
+    for op in ops:
+        if op.capture_method == DEFERRED:
+            if op.op_id not in rebuilt:
+                raise deferred_error(op)
+            continue
+        out.append(op)
+    return out
 
 
 def _cross(

@@ -327,15 +327,14 @@ def _prov(args: argparse.Namespace) -> int:
     return 0
 
 
-def _diff(args: argparse.Namespace) -> int:
+def _values_loader(folder: str) -> Any:
+    """A value loader over the values a DSLogIOManager keeps under ``folder`` (its base_dir)."""
     import numpy as np
 
-    from dslog_dagster.core.change import explain_change
     from dslog_dagster.core.store import ArrayRecord
     from dslog_dagster.io_managers.value_versions import ValueSlot, asset_stem
 
-    store = _store(args.store)
-    base = Path(args.values)
+    base = Path(folder)
     if not base.is_dir():
         msg = f"No values folder at `{base}`: give the DSLogIOManager's base_dir (--values)."
         raise DSLogError(msg)
@@ -343,16 +342,53 @@ def _diff(args: argparse.Namespace) -> int:
     def load(rec: ArrayRecord) -> Any:
         if rec.asset_key is None or rec.version is None:
             return None
-        slot = ValueSlot(asset_stem(base, rec.asset_key, rec.name))
-        path = slot.find(rec.version)
+        path = ValueSlot(asset_stem(base, rec.asset_key, rec.name)).find(rec.version)
         if path is None or path.suffix != ".npy":
             return None
         return np.load(path, allow_pickle=False)
 
+    return load
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from dslog_dagster.core.change import explain_change
+
+    store = _store(args.store)
+    load = _values_loader(args.values)
     expl = explain_change(store, args.array, args.version_a, args.version_b, load)
     rows = expl.rows()
     _emit(rows, list(rows[0]), args.format)
     print(expl.summary(), file=sys.stderr)
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    import importlib
+
+    from dslog_dagster.core.api import DSLog
+    from dslog_dagster.core.on_demand import trace
+    from dslog_dagster.core.query.cellspec import cells_from_spec
+
+    for module in args.import_module or []:
+        try:
+            importlib.import_module(module)  # registers the module's tracked steps
+        except ImportError as e:
+            msg = f"Cannot import `{module}` (--import): {e}"
+            raise DSLogError(msg) from e
+    log = DSLog(_store(args.store))
+    names = list(args.path)
+    source = log.store.get_array(names[0])
+    cells = cells_from_spec(source.shape, args.cells or [":"])
+    result, done = trace(log, names, cells, _values_loader(args.values))
+    for r in done:
+        print(
+            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…) in {r.seconds:.2f} s",
+            file=sys.stderr,
+        )
+    table = result.to_arrow()
+    rows = table.to_pylist()
+    _emit(rows, table.column_names, args.format)
+    print(f"{result.count():,} cell(s)", file=sys.stderr)
     return 0
 
 
@@ -455,6 +491,33 @@ def build_parser() -> argparse.ArgumentParser:
         formats=True,
     )
     _query_options(p)
+    _lineage_commands(sub)
+    _subcommand(
+        sub,
+        "compact",
+        "pack small operations into shared pack files",
+        "  dslog compact data/.dslog\n",
+        _compact,
+    )
+    p = _subcommand(
+        sub,
+        "fsck",
+        "check every file of the store against its checksum (exit 3 when damaged)",
+        "  dslog fsck data/.dslog\n  dslog fsck data/.dslog --quarantine\n",
+        _fsck,
+    )
+    p.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="move damaged files to STORE/quarantine/ so the rest of the store works; "
+        "rebuild the catalog",
+    )
+    return parser
+
+
+def _lineage_commands(sub: Any) -> None:
+    """The subcommands that answer provenance questions beyond a path query: PROV export,
+    the DPDS questions, on-demand traces and change explanations."""
     p = _subcommand(
         sub,
         "prov",
@@ -479,6 +542,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cells", action="append", help="with a path: a box of the first array")
     p.add_argument("--prov-format", choices=["json", "provn"], default="json")
     p.add_argument("--output", help="write the document to this file instead of stdout")
+    p = _subcommand(
+        sub,
+        "trace",
+        "a path query that first reconstructs the lineage of on-demand steps on the path",
+        "  dslog trace data/.dslog hot smoothed raw --cells 0:2,0:2 --values data \\\n"
+        "      --import my_project.definitions\n",
+        _trace,
+        formats=True,
+    )
+    p.add_argument("path", nargs="+", help="array names, first to last (at least two)")
+    p.add_argument("--cells", action="append", help="a box of the first array (default: all)")
+    p.add_argument(
+        "--values", required=True, help="where the DSLogIOManager keeps values (its base_dir)"
+    )
+    p.add_argument(
+        "--import",
+        dest="import_module",
+        action="append",
+        help="a module defining the on-demand steps (imported so they can be re-run)",
+    )
     p = _subcommand(
         sub,
         "diff",
@@ -510,27 +593,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row", type=int, help="a record (with --column: an item)")
     p.add_argument("--column", type=int, help="a feature (with --row: an item)")
     p.add_argument("--cells", action="append", help="any box of the array, e.g. 0:10,3")
-    _subcommand(
-        sub,
-        "compact",
-        "pack small operations into shared pack files",
-        "  dslog compact data/.dslog\n",
-        _compact,
-    )
-    p = _subcommand(
-        sub,
-        "fsck",
-        "check every file of the store against its checksum (exit 3 when damaged)",
-        "  dslog fsck data/.dslog\n  dslog fsck data/.dslog --quarantine\n",
-        _fsck,
-    )
-    p.add_argument(
-        "--quarantine",
-        action="store_true",
-        help="move damaged files to STORE/quarantine/ so the rest of the store works; "
-        "rebuild the catalog",
-    )
-    return parser
 
 
 def _query_options(p: argparse.ArgumentParser) -> None:

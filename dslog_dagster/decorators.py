@@ -47,6 +47,7 @@ from typing import Any, TypeVar, overload
 
 import dagster as dg
 
+from dslog_dagster.core.on_demand import register_step_function
 from dslog_dagster.declared_lineage import declared_lineage
 from dslog_dagster.errors import DSLogError
 from dslog_dagster.policy import CapturePolicy, LineageMode
@@ -241,6 +242,8 @@ def _wrap(fn: Callable[..., Any], opts: StepOptions) -> Callable[..., Any]:
             "without lineage."
         )
         raise DSLogError(msg)
+    # any process that imports the step can re-run it for on-demand lineage
+    register_step_function(fn)
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)

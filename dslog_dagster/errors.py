@@ -19,6 +19,8 @@ what was wrong and, when it is known, what to do about it.
     │   │                                  the OS refused access to a file (EACCES, EPERM)
     │   └── CatalogLockedError             another process kept the catalog locked
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
+    │   ├── DeferredLineageError           a step ran on demand and its lineage was not
+    │   │                                  reconstructed yet (`trace` does it)
     │   └── ValueExpiredError              an asset value version removed by retention
     ├── QueryError(ValueError)             a malformed lineage query
     ├── ExportError(ValueError)            lineage cannot be exported as asked (PROV size
@@ -28,6 +30,8 @@ what was wrong and, when it is known, what to do about it.
     ├── CaptureError                       annotated execution could not record lineage
     │   ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
     │   │                                  a function that rejects tracked_float, float())
+    │   ├── ReconstructionError            on-demand lineage cannot be rebuilt (code changed,
+    │   │                                  value expired, step not deterministic)
     │   ├── StaleLineageError              a tracked array outlived its capture
     │   │   └── ForgedLineageError         a tracked array made from raw bytes
     │   │                                  (`.view(tracked_float)`, `np.frombuffer`)
@@ -118,6 +122,11 @@ class LineageNotFoundError(DSLogError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class DeferredLineageError(LineageNotFoundError):
+    """A query met a step that ran with ``policy="on_demand"`` and whose lineage has not been
+    reconstructed yet (``trace`` / ``dslog trace`` reconstruct it)."""
+
+
 class ValueExpiredError(LineageNotFoundError):
     """A stored asset value version was removed by the IO manager's retention setting (its
     lineage stays in the store; the value itself is gone)."""
@@ -145,6 +154,11 @@ class LineageLostError(CaptureError, TypeError):
     """Lineage would be silently dropped: a cast of ``tracked_float`` to a plain dtype, a NumPy
     function that does not support the dtype, ``float()`` of a tracked value, or code that
     returns plain numbers. Raised instead of recording a wrong (empty) lineage."""
+
+
+class ReconstructionError(CaptureError):
+    """On-demand lineage could not be reconstructed: the step's code changed, a value it needs
+    expired, or re-running it does not give the stored output."""
 
 
 class StaleLineageError(CaptureError):
