@@ -142,6 +142,12 @@ class _StepRun:
         if self.opts.lineage is not None:
             return self.run_declared(self.opts.lineage, names)
         if any(is_frame(self.kwargs[n]) for n in names):
+            if self.policy == CapturePolicy.on_demand:
+                msg = (
+                    f'Step `{self.step_key}` reads DataFrames: policy="on_demand" covers NumPy '
+                    'steps only so far; use policy="capture" (or "off") for it.'
+                )
+                raise ConfigurationError(msg)
             return self.run_frames(names)
         for n in names:
             if not is_trackable(self.kwargs[n]):
