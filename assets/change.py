@@ -11,56 +11,27 @@ metadata carry the explanation: counts and percentages (as PROVision reports the
 upstream array, and a picture of the changed cells.
 
 Values come from the deployment's :class:`~dslog_dagster.io_managers.DSLogIOManager`, which
-keeps every materialization as its own version (:func:`value_loader`); a value it no longer
-holds (retention) or never held (an intermediate array) is reported as not comparable.
+keeps every materialization as its own version (``DSLogIOManager.value_loader()``); a value
+it no longer holds (retention) or never held (an intermediate array) is reported as not
+comparable.
 """
 
 from collections.abc import Iterable
 from typing import Any
 
 import dagster as dg
-import numpy as np
 
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.assets.checks import AssetRef, _expects_lineage
 from dslog_dagster.assets.queries import DEFAULT_RESOURCE_KEY
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.change import ChangeExplanation, ValueLoader, explain_change
-from dslog_dagster.core.store import ArrayRecord
-from dslog_dagster.errors import DSLogError, LineageNotFoundError
+from dslog_dagster.core.change import ChangeExplanation, explain_change
+from dslog_dagster.errors import DSLogError
 from dslog_dagster.naming import array_name
 
-__all__ = ["CHECK_CHANGE", "change_checks", "explain_asset_change", "value_loader"]
+__all__ = ["CHECK_CHANGE", "change_checks", "explain_asset_change"]
 
 CHECK_CHANGE = "dslog_explain_change"
-
-
-def _partition_of(rec: ArrayRecord) -> str | None:
-    """The partition key in an array name ``key[partition]`` (``None``: unpartitioned)."""
-    key = rec.asset_key
-    if key is None or rec.name == key:
-        return None
-    if rec.name.startswith(key + "[") and rec.name.endswith("]"):
-        return rec.name[len(key) + 1 : -1]
-    return None
-
-
-def value_loader(io_manager: Any) -> ValueLoader:
-    """A :data:`~dslog_dagster.core.change.ValueLoader` over the values ``io_manager`` (a
-    :class:`~dslog_dagster.io_managers.DSLogIOManager`) keeps per version: an array version of
-    an asset gives its stored NumPy value; anything else (an op output, a DataFrame, a
-    version removed by retention) gives ``None``."""
-
-    def load(rec: ArrayRecord) -> np.ndarray | None:
-        if rec.asset_key is None or rec.version is None:
-            return None
-        try:
-            value = io_manager.load_value(rec.asset_key, rec.version, _partition_of(rec))
-        except LineageNotFoundError:  # not stored here, or expired (a subclass)
-            return None
-        return value if isinstance(value, np.ndarray) else None
-
-    return load
 
 
 def explain_asset_change(
@@ -79,7 +50,7 @@ def explain_asset_change(
     """
     key = dg.AssetKey.from_user_string(asset_key) if isinstance(asset_key, str) else asset_key
     return explain_change(
-        log.store, array_name(key, partition), version_a, version_b, value_loader(io_manager)
+        log.store, array_name(key, partition), version_a, version_b, io_manager.value_loader()
     )
 
 

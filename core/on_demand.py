@@ -26,7 +26,7 @@ code location can reconstruct.
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,7 @@ __all__ = [
     "RECONSTRUCTED",
     "Reconstruction",
     "ValueLoader",
+    "answering",
     "deferred_args",
     "deferred_error",
     "function_key",
@@ -63,6 +64,7 @@ ValueLoader = Callable[[ArrayRecord], "npt.NDArray[Any] | None"]
 """The stored value of an array version (``None``: not stored or expired)."""
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {}
+T = TypeVar("T")
 
 
 def function_key(fn: Callable[..., Any]) -> str:
@@ -213,8 +215,28 @@ def deferred_error(op: OperationRecord) -> DeferredLineageError:
     return DeferredLineageError(
         f"The lineage of `{op.op_name}` (operation `{op.op_id}`) was not captured: the step ran "
         'with policy="on_demand". Reconstruct it first — dslog_dagster.core.on_demand.trace, '
-        "`dslog trace`, or a lineage query asset with on_demand=True — then query again."
+        "`dslog trace`, or a saved lineage query with on_demand=True — then query again.",
+        op.op_id,
     )
+
+
+def answering(
+    store: LineageStore, query: Callable[[], T], load: ValueLoader, *, limit: int = 1000
+) -> tuple[T, list[Reconstruction]]:
+    """Run ``query`` (any lineage query), reconstructing each deferred operation it meets
+    and running it again, until it answers; returns the answer and what was reconstructed.
+
+    Raises:
+        ReconstructionError: a deferred operation cannot be reconstructed.
+    """
+    done: list[Reconstruction] = []
+    while True:
+        try:
+            return query(), done
+        except DeferredLineageError as e:
+            if not e.op_id or len(done) >= limit or e.op_id in {r.deferred.op_id for r in done}:
+                raise
+            done.append(reconstruct(store, e.op_id, load))
 
 
 def trace(
@@ -224,7 +246,7 @@ def trace(
     operation the path crosses; returns the answer and what was reconstructed."""
     done: list[Reconstruction] = []
     plan = dslog.plan(path)
-    deferred = [h.operation for h in plan.hops if is_deferred(h.operation)]
+    deferred = [h.operation for h in plan.hops if h.prepared is None and is_deferred(h.operation)]
     for op in deferred:
         done.append(reconstruct(dslog.store, op, load))
     if deferred:  # the reconstructed operations are newer: the path takes them now

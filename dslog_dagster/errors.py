@@ -124,7 +124,11 @@ class LineageNotFoundError(DSLogError, KeyError):
 
 class DeferredLineageError(LineageNotFoundError):
     """A query met a step that ran with ``policy="on_demand"`` and whose lineage has not been
-    reconstructed yet (``trace`` / ``dslog trace`` reconstruct it)."""
+    reconstructed yet (``trace`` / ``dslog trace`` reconstruct it). ``op_id`` names it."""
+
+    def __init__(self, msg: str, op_id: str = "") -> None:
+        super().__init__(msg)
+        self.op_id = op_id
 
 
 class ValueExpiredError(LineageNotFoundError):

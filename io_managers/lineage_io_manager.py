@@ -56,7 +56,9 @@ from dslog_dagster.tracked_step import FrameSource
 from dslog_dagster.values import is_frame
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    from dslog_dagster.core.store import ArrayRecord
 
 __all__ = ["DSLogIOManager"]
 
@@ -453,6 +455,25 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         except BaseException:
             slot.release(lease)
             raise
+
+    def value_loader(self) -> "Callable[[ArrayRecord], np.ndarray | None]":
+        """The stored NumPy value of an array version of an asset (``None``: an op output, a
+        DataFrame, or a version not kept here): what explaining a change and on-demand
+        lineage read (:data:`dslog_dagster.core.on_demand.ValueLoader`)."""
+
+        def load(rec: "ArrayRecord") -> np.ndarray | None:
+            if rec.asset_key is None or rec.version is None:
+                return None
+            partition = None
+            if rec.name != rec.asset_key and rec.name.startswith(rec.asset_key + "["):
+                partition = rec.name[len(rec.asset_key) + 1 : -1]
+            try:
+                value = self.load_value(rec.asset_key, rec.version, partition)
+            except LineageNotFoundError:  # not stored here, or expired (a subclass)
+                return None
+            return value if isinstance(value, np.ndarray) else None
+
+        return load
 
     def _load_frame(self, context: dg.InputContext | None, path: Path, offer: bool) -> Any:
         """An ordinary DataFrame for user code; the frame with its row ids goes to the tracked

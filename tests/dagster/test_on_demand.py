@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
-from dslog_dagster.assets import lineage_checks
-from dslog_dagster.assets.change import value_loader
+from dslog_dagster.assets import lineage_checks, saved_lineage_query
 from dslog_dagster.cli import main
 from dslog_dagster.core import on_demand
 from dslog_dagster.core.api import DSLog
@@ -68,7 +67,7 @@ def test_on_demand_equals_captured_and_runs_the_step_once(tmp_path: Path) -> Non
     assert op.tables == ()
     with pytest.raises(DeferredLineageError, match='policy="on_demand"'):
         log.prov_query(PATH, np.s_[1])
-    answer, done = on_demand.trace(log, PATH, np.s_[1], value_loader(io))
+    answer, done = on_demand.trace(log, PATH, np.s_[1], io.value_loader())
     assert [r.deferred.op_id for r in done] == [op.op_id]
     assert CALLS["scaled"] == 2  # re-run once, under capture
     # the same pipeline fully captured gives the same cells
@@ -78,7 +77,7 @@ def test_on_demand_equals_captured_and_runs_the_step_once(tmp_path: Path) -> Non
     # kept: the next query needs no re-run
     again = DSLog(log.store.root)
     assert again.prov_query(PATH, np.s_[1]) == answer
-    _, more = on_demand.trace(again, PATH, np.s_[1], value_loader(io))
+    _, more = on_demand.trace(again, PATH, np.s_[1], io.value_loader())
     assert more == []
     assert CALLS["scaled"] == 2
 
@@ -96,7 +95,7 @@ def test_changed_code_and_expired_values_are_refused(tmp_path: Path) -> None:
     on_demand._FUNCTIONS[key] = changed
     try:
         with pytest.raises(ReconstructionError, match=r"code of .* changed"):
-            on_demand.reconstruct(log.store, op, value_loader(io))
+            on_demand.reconstruct(log.store, op, io.value_loader())
     finally:
         on_demand._FUNCTIONS[key] = original
     with pytest.raises(ReconstructionError, match="not stored"):
@@ -104,7 +103,7 @@ def test_changed_code_and_expired_values_are_refused(tmp_path: Path) -> None:
 
     # a stored output that re-running does not give back
     def tampered(rec):  # type: ignore[no-untyped-def]
-        value = value_loader(io)(rec)
+        value = io.value_loader()(rec)
         return value + 1.0 if rec.name == "scaled" else value
 
     with pytest.raises(ReconstructionError, match="not deterministic"):
@@ -146,3 +145,36 @@ def test_dslog_trace_reconstructs_from_the_command_line(
     assert boxes == [(0, 3, 1, 2)]
     assert main([*args, "--import", "no_such_module_here"]) == 2
     assert "Cannot import `no_such_module_here`" in capsys.readouterr().err
+
+
+def test_a_saved_query_with_on_demand_reconstructs_and_one_without_says_why(
+    tmp_path: Path,
+) -> None:
+    lazy = saved_lineage_query(
+        "origin", source="col_sums", target="raw", cells=["1"], on_demand=True
+    )
+    strict = saved_lineage_query("origin_strict", source="col_sums", target="raw", cells=["1"])
+    dslog = DSLogResource(store_dir=str(tmp_path / "store"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "values"))
+    resources = {"dslog": dslog, "io_manager": io}
+    with dg.instance_for_test() as instance:
+        assert dg.materialize(
+            [raw, scaled, col_sums], resources=resources, instance=instance
+        ).success
+        failed = dg.materialize(
+            [raw, scaled, col_sums, strict],
+            selection=[strict],
+            resources=resources,
+            instance=instance,
+            raise_on_error=False,
+        )
+        assert not failed.success
+        (failure,) = failed.get_step_failure_events()
+        assert 'policy="on_demand"' in str(failure.event_specific_data)
+        res = dg.materialize(
+            [raw, scaled, col_sums, lazy], selection=[lazy], resources=resources, instance=instance
+        )
+    assert res.success
+    (mat,) = res.asset_materializations_for_node("origin")
+    assert mat.metadata["dslog/reconstructed"].value == 1
+    assert mat.metadata["dslog/result_cells"].value == 3
