@@ -64,6 +64,7 @@ ValueLoader = Callable[[ArrayRecord], "npt.NDArray[Any] | None"]
 """The stored value of an array version (``None``: not stored or expired)."""
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {}
+_EXTRA: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 T = TypeVar("T")
 
 
@@ -72,10 +73,20 @@ def function_key(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def register_step_function(fn: Callable[..., Any]) -> str:
-    """Make ``fn`` re-runnable by :func:`reconstruct` in this process; returns its key."""
+def register_step_function(
+    fn: Callable[..., Any], extra: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> str:
+    """Make ``fn`` re-runnable by :func:`reconstruct` in this process; returns its key.
+
+    ``extra`` rebuilds the keyword arguments that are not tracked arrays (a step's config)
+    from the deferred operation's recorded ``args``.
+    """
     key = function_key(fn)
     _FUNCTIONS[key] = fn
+    if extra is None:
+        _EXTRA.pop(key, None)
+    else:
+        _EXTRA[key] = extra
     return key
 
 
@@ -90,7 +101,7 @@ def deferred_args(
     """What a deferred operation records in ``args["on_demand"]``: the function's key and
     code identity, the step's parameter per input array name, and the lineage mode."""
     return {
-        "function": register_step_function(fn),
+        "function": function_key(fn),
         "code": code_identity(fn),
         "inputs": dict(inputs),
         "mode": mode,
@@ -166,8 +177,14 @@ def reconstruct(
     mode: CaptureMode = "considered" if info.get("mode") == "considered" else "contributing"
     t0 = time.perf_counter()
 
+    rebuild = _EXTRA.get(str(info.get("function")))
+    try:
+        extra = rebuild(dict(rec.args)) if rebuild is not None else {}
+    except Exception as e:  # a recorded config the step's Config class no longer accepts
+        raise _refuse(rec, f"its recorded arguments no longer build: {e}") from e
+
     def call(*arrays: Any) -> Any:
-        return fn(**dict(zip(names, arrays, strict=True)))
+        return fn(**dict(zip(names, arrays, strict=True)), **extra)
 
     result = Capture(mode=mode).run(call, *args)
     seconds = time.perf_counter() - t0

@@ -42,6 +42,7 @@ run) a decorated function runs unchanged, without capture.
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, overload
 
@@ -243,7 +244,7 @@ def _wrap(fn: Callable[..., Any], opts: StepOptions) -> Callable[..., Any]:
         )
         raise DSLogError(msg)
     # any process that imports the step can re-run it for on-demand lineage
-    register_step_function(fn)
+    register_step_function(fn, _config_rebuilder(fn))
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
@@ -264,6 +265,27 @@ def _wrap(fn: Callable[..., Any], opts: StepOptions) -> Callable[..., Any]:
         return run_tracked_step(fn, ctx, args, kwargs, opts, is_gen=False)
 
     return wrapper
+
+
+def _config_rebuilder(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """How to rebuild ``fn``'s Dagster ``Config`` parameters from a deferred operation's
+    recorded arguments (the op config is ``args["config"]``), for on-demand re-runs."""
+    try:
+        hints = typing.get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters)
+    except (NameError, TypeError, ValueError):  # unresolvable annotations: no config rebuilt
+        return None
+    configs = {
+        p: t for p in params if isinstance(t := hints.get(p), type) and issubclass(t, dg.Config)
+    }
+    if not configs:
+        return None
+
+    def rebuild(args: dict[str, Any]) -> dict[str, Any]:
+        recorded = args.get("config") or {}
+        return {p: t(**recorded) for p, t in configs.items()}
+
+    return rebuild
 
 
 def _current_context() -> dg.OpExecutionContext | None:

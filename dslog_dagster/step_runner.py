@@ -202,11 +202,16 @@ class _StepRun:
     def run_on_demand(self, names: list[str], refs: tuple[InputRef, ...]) -> Any:
         """policy="on_demand": the step runs unchanged; the IO manager registers its input and
         output versions with what re-running it needs (:mod:`dslog_dagster.core.on_demand`)."""
-        if self.args or set(self.kwargs) != set(names) or self.is_gen:
+        others = [k for k in self.kwargs if k not in names]
+        if (
+            self.args
+            or self.is_gen
+            or any(not isinstance(self.kwargs[k], dg.Config) for k in others)
+        ):
             msg = (
                 f'Step `{self.step_key}` cannot use policy="on_demand": re-running it later '
-                "needs a function of its tracked array inputs alone (no config, context, "
-                'untracked inputs or generator); use policy="capture" for it.'
+                "needs a function of its tracked array inputs and its config alone (no "
+                'context, untracked inputs or generator); use policy="capture" for it.'
             )
             raise ConfigurationError(msg)
         result = self.run_plain()

@@ -110,26 +110,41 @@ def test_changed_code_and_expired_values_are_refused(tmp_path: Path) -> None:
         on_demand.reconstruct(log.store, op, tampered)
 
 
-def test_a_step_with_config_cannot_be_on_demand(tmp_path: Path) -> None:
-    class Factor(dg.Config):
-        k: float = 2.0
+class Factor(dg.Config):
+    k: float = 2.0
 
-    @tracked_asset(policy="on_demand")
-    def with_config(config: Factor, raw: np.ndarray) -> np.ndarray:
-        return raw * config.k
 
+@tracked_asset(policy="on_demand")
+def configured(config: Factor, raw: np.ndarray) -> np.ndarray:
+    return np.roll(raw, 1, axis=1) * config.k
+
+
+@tracked_asset(policy="on_demand")
+def with_context(context: dg.AssetExecutionContext, raw: np.ndarray) -> np.ndarray:
+    return raw * 2.0
+
+
+def test_a_step_with_config_is_rerun_with_its_recorded_config(tmp_path: Path) -> None:
     dslog = DSLogResource(store_dir=str(tmp_path / "store"))
     io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "values"))
+    resources = {"dslog": dslog, "io_manager": io}
+    run_config = {"ops": {"configured": {"config": {"k": 5.0}}}}
     with dg.instance_for_test() as instance:
         res = dg.materialize(
-            [raw, with_config],
-            resources={"dslog": dslog, "io_manager": io},
-            instance=instance,
-            raise_on_error=False,
+            [raw, configured], resources=resources, instance=instance, run_config=run_config
         )
-    assert not res.success
-    failure = res.get_step_failure_events()[0]
-    assert 'cannot use policy="on_demand"' in str(failure.event_specific_data.error)
+        assert res.success
+        # k = 5 recorded: the re-run reproduces the stored value (k = 2 would not)
+        log = dslog.session()
+        got, done = on_demand.trace(log, ["configured", "raw"], np.s_[0, 0], io.value_loader())
+        assert len(done) == 1
+        assert got.to_indices().tolist() == [[0, 3]]  # roll by one column: column 3 → 0
+        failed = dg.materialize(
+            [raw, with_context], resources=resources, instance=instance, raise_on_error=False
+        )
+    assert not failed.success
+    (failure,) = failed.get_step_failure_events()
+    assert 'cannot use policy="on_demand"' in str(failure.event_specific_data)
 
 
 def test_dslog_trace_reconstructs_from_the_command_line(

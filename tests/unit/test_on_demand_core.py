@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from dslog_dagster.core import Capture
 from dslog_dagster.core.api import Array, DSLog, Lineage
-from dslog_dagster.core.on_demand import DEFERRED, deferred_args, reconstruct, trace
+from dslog_dagster.core.on_demand import (
+    DEFERRED,
+    deferred_args,
+    reconstruct,
+    register_step_function,
+    trace,
+)
 from dslog_dagster.core.store import ArrayRecord
 from dslog_dagster.errors import DeferredLineageError
 
@@ -77,6 +83,7 @@ def test_reconstructed_lineage_equals_captured(
         table = Capture().run(fn, x).tables[0, 0]
         eager.register_operation(fn.__name__, [src], [dst], [Lineage(dst, src, table)])
         if deferred[k]:
+            register_step_function(fn)
             lazy.store.register_operation(
                 fn.__name__,
                 [lazy.array(src)],
