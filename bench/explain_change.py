@@ -30,35 +30,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from image_steps import above, blur
 
 from dslog_dagster.core import Capture
 from dslog_dagster.core.api import Array, DSLog, Lineage
 from dslog_dagster.core.change import explain_change
 from dslog_dagster.core.store import ArrayRecord
 
-THRESHOLD = 0.6
-
-
-def blur(x: np.ndarray) -> np.ndarray:
-    p = np.pad(x, 1, mode="edge")
-    n, m = x.shape
-    out = p[0:n, 0:m]
-    for i in range(3):
-        for j in range(3):
-            if i or j:
-                out = out + p[i : i + n, j : j + m]
-    return out / 9.0
-
-
-def hot(y: np.ndarray) -> np.ndarray:
-    return np.where(y > THRESHOLD, y, 0.0)
-
 
 def register(log: DSLog, values: Path, v: str, raw: np.ndarray) -> None:
     shape = raw.shape
     cap_s = Capture().run(blur, raw)
     smoothed = np.asarray(cap_s.value)
-    cap_h = Capture().run(hot, smoothed)
+    cap_h = Capture().run(above, smoothed)
     x, y, z = (Array(n, shape, version=v) for n in ("raw", "smoothed", "hot"))
     log.register_operation("blur", [x], [y], [Lineage(y, x, cap_s.tables[0, 0])])
     log.register_operation("hot", [y], [z], [Lineage(z, y, cap_h.tables[0, 0])])
@@ -103,7 +87,7 @@ def main() -> None:
             expl = explain_change(session.store, "hot", "a", "b", load)
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        Capture().run(lambda x: hot(blur(x)), raw_b)
+        Capture().run(lambda x: above(blur(x)), raw_b)
         recapture = time.perf_counter() - t0
     assert expl is not None
     best, plain = min(times), min(diff_times)

@@ -28,26 +28,12 @@ from typing import Any
 
 import dagster as dg
 import numpy as np
+from image_steps import above, blur
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
 from dslog_dagster.core import on_demand
 
 SIZE = {"n": 512}
-
-
-def _blur(x: np.ndarray) -> np.ndarray:
-    p = np.pad(x, 1, mode="edge")
-    n, m = x.shape
-    out = p[0:n, 0:m]
-    for i in range(3):
-        for j in range(3):
-            if i or j:
-                out = out + p[i : i + n, j : j + m]
-    return out / 9.0
-
-
-def _hot(y: np.ndarray) -> np.ndarray:
-    return np.where(y > 0.6, y, 0.0)
 
 
 def _assets(policy: str) -> list[dg.AssetsDefinition]:
@@ -57,11 +43,11 @@ def _assets(policy: str) -> list[dg.AssetsDefinition]:
 
     @tracked_asset(name="smoothed", policy=policy)
     def smoothed(raw: np.ndarray) -> np.ndarray:
-        return _blur(raw)
+        return blur(raw)
 
     @tracked_asset(name="hot", policy=policy)
     def hot(smoothed: np.ndarray) -> np.ndarray:
-        return _hot(smoothed)
+        return above(smoothed)
 
     return [raw, smoothed, hot]
 
