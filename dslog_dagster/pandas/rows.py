@@ -70,7 +70,8 @@ class RowMap:
         """New row ``k`` ← old row ``positions[k]`` (``-1``: a row from nowhere, e.g. the
         missing side of an outer join)."""
         positions = np.asarray(positions, np.int64)
-        indptr = self._indptr()
+        # one spare entry: a frame of no rows still answers row 0 (with no pairs)
+        indptr = np.append(self._indptr(), self.n_pairs)
         valid = positions >= 0
         pos = np.where(valid, positions, 0)
         counts = np.where(valid, indptr[pos + 1] - indptr[pos], 0).astype(np.int64)
