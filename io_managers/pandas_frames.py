@@ -54,8 +54,22 @@ def from_stored(df: pd.DataFrame, where: str) -> pd.DataFrame:
 
 
 def write_pandas(df: pd.DataFrame, path: Path) -> None:
-    """Store ``df`` with its row ids at ``path`` (one Parquet file, zstd)."""
-    with_row_ids(df).to_parquet(path, compression="zstd")
+    """Store ``df`` with its row ids at ``path`` (one Parquet file, zstd).
+
+    Raises:
+        UnsupportedArrayError: Parquet cannot hold a column (mixed types in one column,
+            labels that are not strings).
+    """
+    import pyarrow as pa
+
+    try:
+        with_row_ids(df).to_parquet(path, compression="zstd")
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        msg = (
+            f"The frame cannot be stored as Parquet ({e}). Give each column one type (e.g. "
+            "`astype(str)` a column that mixes text and numbers) and string column labels."
+        )
+        raise UnsupportedArrayError(msg) from e
 
 
 def read_pandas(path: Path) -> Any:

@@ -30,7 +30,7 @@ _ENCODED = ["object", "string", "category"]
 
 
 def get_dummies(
-    data: TrackedDataFrame,
+    data: TrackedDataFrame | TrackedSeries,
     prefix: Any = None,
     prefix_sep: Any = "_",
     dummy_na: bool = False,
@@ -43,6 +43,14 @@ def get_dummies(
     op = "pandas.get_dummies"
     if sparse:
         raise refuse(op, "sparse=True")
+    if isinstance(data, TrackedSeries):  # every indicator from the series' cell of its row
+        value = pd.get_dummies(
+            data.plain, prefix=prefix, prefix_sep=prefix_sep, dummy_na=dummy_na,
+            drop_first=drop_first, dtype=dtype,
+        )  # fmt: skip
+        check_labels(value, op)
+        state = data.frame_state.with_columns([data.lineage] * value.shape[1])
+        return TrackedDataFrame(value, state)
     df = data.plain
     value = pd.get_dummies(
         df, prefix=prefix, prefix_sep=prefix_sep, dummy_na=dummy_na, columns=columns,
