@@ -272,7 +272,8 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         arr = np.asarray(obj)
         if arr.dtype == object or arr.dtype.kind in "OUSV":
             msg = (
-                f"DSLogIOManager stores NumPy arrays and DataFrames; output `{context.name}` of step "
+                "DSLogIOManager stores NumPy arrays and DataFrames; output "
+                f"`{context.name}` of step "
                 f"`{context.step_key}` is a `{type(obj).__name__}`. Use with_lineage(<your IO "
                 "manager>) for other types."
             )

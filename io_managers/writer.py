@@ -354,7 +354,11 @@ class LineageJob:
         assert spec is not None
         if self.prepared is None:  # a source step: only the array version
             rec = store.register_array(
-                spec.name, spec.shape, spec.dtype, asset_key=spec.asset_key, version=spec.version,
+                spec.name,
+                spec.shape,
+                spec.dtype,
+                asset_key=spec.asset_key,
+                version=spec.version,
                 columns=spec.columns,
             )
             self.published = (None, [rec])

@@ -79,7 +79,7 @@ class ArrayRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form stored in array record files and in operation records."""
-        d = {
+        d: dict[str, Any] = {
             "name": self.name,
             "shape": list(self.shape),
             "dtype": self.dtype,

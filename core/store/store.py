@@ -223,8 +223,7 @@ class LineageStore:
             shape: the array's shape.
             dtype: anything :class:`numpy.dtype` accepts.
             asset_key: the Dagster asset key, as ``"a/b"`` or ``["a", "b"]``.
-            version: data version; ``None`` is the default version.
-            columns: a frame's schema, ``(column name, dtype)`` per column.
+            version: data version; ``None`` is the default version. ``columns``: a frame's schema.
 
         Returns:
             The stored record (the existing one when already registered).

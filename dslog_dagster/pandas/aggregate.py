@@ -16,6 +16,7 @@ output row ``g`` pools its member rows (:meth:`~dslog_dagster.pandas.rows.RowMap
 Functions given as callables have no rule and are refused.
 """
 
+import copy
 from collections.abc import Hashable
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
+from dslog_dagster.pandas.rules import register
 from dslog_dagster.pandas.series import TrackedSeries, refuse
 from dslog_dagster.pandas.state import ColumnLineage, FrameState, Pairs
 
@@ -50,17 +52,17 @@ class TrackedGroupBy:
         **kw: Any,
     ) -> None:
         if kw:
-            raise refuse("DataFrame.groupby", f"options {sorted(kw)}")
+            refuse("DataFrame.groupby", f"options {sorted(kw)}")
         keys = list(by) if isinstance(by, list | tuple) else [by]
         for k in keys:
             if isinstance(k, TrackedSeries | pd.Series) or callable(k) or k not in frame.columns:
-                raise refuse("DataFrame.groupby", "grouping by something other than columns")
+                refuse("DataFrame.groupby", "grouping by something other than columns")
         self._f, self._keys, self._by = frame, keys, by
         self._opts = {"sort": sort, "dropna": dropna}
         self._as_index = as_index
         self._selection = selection
         df = frame.plain
-        codes = df.groupby(by, **self._opts).ngroup()  # type: ignore[call-overload]
+        codes = df.groupby(by, **self._opts).ngroup()
         c = np.asarray(codes.fillna(-1).to_numpy(), np.int64)
         self._valid = c >= 0
         self._codes = c
@@ -70,9 +72,8 @@ class TrackedGroupBy:
         self._all = st.ctx.remap(lambda m: m.gather(c[self._valid], self._rows, self._n))
 
     def __getitem__(self, key: Any) -> "TrackedGroupBy":
-        g = TrackedGroupBy.__new__(TrackedGroupBy)
-        g.__dict__.update(self.__dict__)
-        g._selection = key
+        g = copy.copy(self)
+        g.__dict__.update(_selection=key)
         return g
 
     def _grouped(self) -> Any:
@@ -91,14 +92,14 @@ class TrackedGroupBy:
 
     def _value_lineage(self, col: Hashable, func: str) -> ColumnLineage:
         f = self._f
-        lin = f.lineage_state.columns[f.columns.get_loc(col)]  # type: ignore[index]
+        lin = f.lineage_state.columns[f.columns.get_loc(col)]
         vals = f.plain[col]
         considered = self._gathered(lin.full())
         notnull = np.asarray(vals.notna().to_numpy(), bool)
         if func in _NON_NULL:
             mask = notnull
         elif func in _PICK:
-            per_row = f.plain.groupby(self._by, **self._opts)[col].transform(func)  # type: ignore[call-overload]
+            per_row = f.plain.groupby(self._by, **self._opts)[col].transform(func)
             mask = notnull & np.asarray((vals == per_row).to_numpy(), bool)
         elif func in _ENDS:
             idx = np.flatnonzero(notnull & self._valid)
@@ -114,15 +115,19 @@ class TrackedGroupBy:
 
     def _state(self, columns: list[ColumnLineage]) -> FrameState:
         st = self._f.lineage_state
-        key_lins = [st.columns[self._f.columns.get_loc(k)] for k in self._keys]  # type: ignore[index]
+        key_lins = [st.columns[self._f.columns.get_loc(k)] for k in self._keys]
         key_pairs: Pairs = frozenset()
         for kl in key_lins:
             key_pairs |= kl.full()
-        keys = [ColumnLineage(self._gathered(kl.contrib), self._gathered(kl.consid)) for kl in key_lins]
+        keys = [
+            ColumnLineage(self._gathered(kl.contrib), self._gathered(kl.consid)) for kl in key_lins
+        ]
         row = self._gathered(st.row_consid | key_pairs)
         if not self._as_index:
             return FrameState(st.ctx, self._n, (*keys, *columns), row, sources=st.sources)
-        return FrameState(st.ctx, self._n, tuple(columns), row, sources=st.sources, index=tuple(keys))
+        return FrameState(
+            st.ctx, self._n, tuple(columns), row, sources=st.sources, index=tuple(keys)
+        )
 
     def _specs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[Hashable, str]]:
         """``(source column, function)`` per output column, in pandas' output order."""
@@ -130,7 +135,7 @@ class TrackedGroupBy:
         sel = self._selection
         if kwargs:
             if args:
-                raise refuse(op, "positional and named aggregations together")
+                refuse(op, "positional and named aggregations together")
             specs = []
             for v in kwargs.values():
                 col, func = (v.column, v.aggfunc) if isinstance(v, pd.NamedAgg) else v
@@ -144,12 +149,12 @@ class TrackedGroupBy:
                 cols = list(sel) if isinstance(sel, list) else [sel]
             specs = [(c, args[0]) for c in cols]
         else:
-            raise refuse(op, "aggregations other than a function name, a dict or named ones")
+            refuse(op, "aggregations other than a function name, a dict or named ones")
         for col, func in specs:
             if not isinstance(func, str) or func not in FUNCS:
-                raise refuse(op, f"the function {func!r} (supported: {sorted(FUNCS)})")
+                refuse(op, f"the function {func!r} (supported: {sorted(FUNCS)})")
             if col not in self._f.columns or col in self._keys:
-                raise refuse(op, f"aggregating `{col}`")
+                refuse(op, f"aggregating `{col}`")
         return specs
 
     def agg(self, *args: Any, **kwargs: Any) -> Any:
@@ -165,11 +170,11 @@ class TrackedGroupBy:
         state = self._state(columns)
         if isinstance(res, pd.Series):
             if len(state.columns) != 1 or len(res) != self._n:
-                raise refuse(op, "a result dslog cannot line up with its groups")
+                refuse(op, "a result dslog cannot line up with its groups")
             return TrackedSeries(res, state.columns[0], state)
         check_labels(res, op)
         if res.shape != (self._n, len(state.columns)):
-            raise refuse(op, "a result dslog cannot line up with its groups")
+            refuse(op, "a result dslog cannot line up with its groups")
         return TrackedDataFrame(res, state)
 
     def size(self) -> Any:
@@ -216,4 +221,7 @@ class TrackedGroupBy:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        raise refuse(f"DataFrameGroupBy.{name}")
+        refuse(f"DataFrameGroupBy.{name}")
+
+
+register("groupby", TrackedGroupBy)

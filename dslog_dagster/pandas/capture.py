@@ -22,20 +22,21 @@ import pandas as pd
 
 from dslog_dagster.core.combine import factored_table
 from dslog_dagster.core.compression import compress
+from dslog_dagster.core.constant_tables import empty_table, full_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
+from dslog_dagster.pandas import aggregate, combine, reshape  # noqa: F401  (they register their rules)
 from dslog_dagster.pandas.dispatch import install
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
-from dslog_dagster.pandas.rows import RowMap
 from dslog_dagster.pandas.series import TrackedSeries
 from dslog_dagster.pandas.state import FrameInput, FrameState, PandasContext
-from dslog_dagster.core.constant_tables import empty_table, full_table
 
 if TYPE_CHECKING:
-    from dslog_dagster.core.capture import CaptureResult
+    from dslog_dagster.core.capture import CaptureResult, Mode
     from dslog_dagster.core.store import LineageStore
     from dslog_dagster.core.store.records import ArrayRecord
+    from dslog_dagster.pandas.rows import RowMap
 
 __all__ = ["PandasCapture", "capture_pandas", "frame_input", "schema_of"]
 
@@ -81,7 +82,7 @@ class PandasCapture:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.frame.shape  # type: ignore[return-value]
+        return (int(self.frame.shape[0]), int(self.frame.shape[1]))
 
     @property
     def schema(self) -> tuple[tuple[str, str], ...]:
@@ -176,7 +177,11 @@ def _tables(
     row_tables: dict[frozenset[int], LineageTable] = {}
     for i, inp in enumerate(inputs):
         if state.all_to_all:
-            t = full_table(out_shape, inp.shape) if i in state.sources else empty_table(out_shape, inp.shape)
+            t = (
+                full_table(out_shape, inp.shape)
+                if i in state.sources
+                else empty_table(out_shape, inp.shape)
+            )
             contributing[inp.name] = considered[inp.name] = t
             continue
         for which, dest in (("contrib", contributing), ("consid", considered)):
@@ -251,7 +256,11 @@ def capture_pandas(
     """
     install()
     t0 = time.perf_counter()
-    named = dict(frames) if isinstance(frames, Mapping) else {f"input{k}": f for k, f in enumerate(frames)}
+    named = (
+        dict(frames)
+        if isinstance(frames, Mapping)
+        else {f"input{k}": f for k, f in enumerate(frames)}
+    )
     for n, f in named.items():
         if not isinstance(f, pd.DataFrame):
             msg = f"Input `{n}` is a `{type(f).__name__}`; a pandas capture takes DataFrames."
@@ -271,12 +280,15 @@ def capture_pandas(
         contributing, considered = _tables(st, inputs)
         captures.append(
             PandasCapture(
-                out.plain, inputs, contributing, considered,
+                out.plain,
+                inputs,
+                contributing,
+                considered,
                 _column_lineage(st, inputs, list(out.plain.columns)),
                 tuple(ctx.flagged_ops),
                 time.perf_counter() - t0,
                 {"run": t_run},
-            )  # fmt: skip
+            )
         )
     return captures
 
@@ -291,16 +303,14 @@ class _Relations(Mapping[tuple[int, int], LineageRelation]):
         return self._caps[key[0]].relation(key[1], considered=self._considered)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter(
-            (o, i) for o, c in enumerate(self._caps) for i in range(len(c.inputs))
-        )
+        return iter((o, i) for o, c in enumerate(self._caps) for i in range(len(c.inputs)))
 
     def __len__(self) -> int:
         return sum(len(c.inputs) for c in self._caps)
 
 
 def as_capture_result(
-    func: Callable[..., Any], frames: Sequence[Any], mode: str, kwargs: Mapping[str, Any]
+    func: Callable[..., Any], frames: Sequence[Any], mode: "Mode", kwargs: Mapping[str, Any]
 ) -> "CaptureResult":
     """:func:`dslog_dagster.core.capture.capture` of a function over DataFrames: a
     ``CaptureResult`` whose ``value`` is the output frame (or tuple of frames) and whose
@@ -312,18 +322,22 @@ def as_capture_result(
     value = caps[0].frame if single else tuple(c.frame for c in caps)
     considered = mode == "considered"
     flagged = any(c.flagged for c in caps)
+    reason = None
+    if flagged:
+        ops = ", ".join(caps[0].flagged_ops)
+        reason = f"No cell-level rule for {ops}: all-to-all within the row."
+    keys = [(o, i) for o, c in enumerate(caps) for i in range(len(c.inputs))]
     return CaptureResult(
         value=value,
         outputs=tuple(np.asarray(c.frame.to_numpy()) for c in caps),
         input_shapes=tuple(i.shape for i in caps[0].inputs),
         relations=_Relations(caps, False),
         considered=_Relations(caps, True) if considered else None,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         flagged=flagged,
-        reason=(f"No cell-level rule for {', '.join(caps[0].flagged_ops)}: all-to-all within the row." if flagged else None),
-        tables={(o, i): c.table(i) for o, c in enumerate(caps) for i in range(len(c.inputs))},
+        reason=reason,
+        tables={(o, i): caps[o].table(i) for o, i in keys},
         considered_tables=(
-            {(o, i): c.table(i, considered=True) for o, c in enumerate(caps) for i in range(len(c.inputs))}
-            if considered else None
+            {(o, i): caps[o].table(i, considered=True) for o, i in keys} if considered else None
         ),
-    )  # fmt: skip
+    )

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
+from dslog_dagster.pandas.rules import register
 from dslog_dagster.pandas.series import refuse
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, FrameState
 
@@ -41,7 +42,7 @@ def _side_state(state: FrameState, positions: np.ndarray) -> FrameState:
 def _key_pairs(frame: TrackedDataFrame, keys: Sequence[Hashable]) -> frozenset[tuple[int, int]]:
     out: frozenset[tuple[int, int]] = frozenset()
     for k in keys:
-        out |= frame.lineage_state.columns[frame.columns.get_loc(k)].full()  # type: ignore[index]
+        out |= frame.lineage_state.columns[frame.columns.get_loc(k)].full()
     return out
 
 
@@ -61,7 +62,7 @@ def _joined(
     value = res.drop(columns=[_LPOS, _RPOS])
     check_labels(value, op)
     if len(tokens) != value.shape[1]:
-        raise refuse(op, "its columns could not be traced to the two sides")
+        refuse(op, "its columns could not be traced to the two sides")
     # both sides' row considered lineage and their key cells, on the rows each side has
     lst = left.lineage_state.considering(_key_pairs(left, lkeys))
     rst = right.lineage_state.considering(_key_pairs(right, rkeys))
@@ -73,8 +74,8 @@ def _joined(
         elif isinstance(t, tuple) and t[0] == "R":
             cols.append(rs.columns[t[1]])
         else:  # a key pandas coalesced: from both matched key cells
-            lk = ls.columns[left.columns.get_loc(t)]  # type: ignore[index]
-            rk = rs.columns[right.columns.get_loc(t)]  # type: ignore[index]
+            lk = ls.columns[left.columns.get_loc(t)]
+            rk = rs.columns[right.columns.get_loc(t)]
             cols.append(lk.union(rk))
     state = FrameState(
         ls.ctx,
@@ -111,7 +112,7 @@ def _tokens(
         elif c in keys and c in right.columns:
             out.append(("R", right.columns.get_loc(c)))
         else:
-            raise refuse(op, f"an output column `{c}` dslog cannot trace to one side")
+            refuse(op, f"an output column `{c}` dslog cannot trace to one side")
     return out
 
 
@@ -119,9 +120,9 @@ def merge(left: TrackedDataFrame, right: Any, **kw: Any) -> TrackedDataFrame:
     """``left.merge(right, how=..., on=... | left_on=/right_on=, suffixes=...)``."""
     op = "DataFrame.merge"
     if not isinstance(right, TrackedDataFrame):
-        raise refuse(op, "the other frame is not tracked (pass it as a capture input)")
+        refuse(op, "the other frame is not tracked (pass it as a capture input)")
     if kw.get("left_index") or kw.get("right_index") or kw.get("indicator"):
-        raise refuse(op, "index joins or indicator= (use on= / left_on= / right_on=)")
+        refuse(op, "index joins or indicator= (use on= / left_on= / right_on=)")
     on = _as_list(kw.get("on"))
     lkeys = on or _as_list(kw.get("left_on"))
     rkeys = on or _as_list(kw.get("right_on"))
@@ -144,7 +145,7 @@ def join(left: TrackedDataFrame, other: Any, **kw: Any) -> TrackedDataFrame:
     (not a cell: only ``on=``'s left key cells are considered)."""
     op = "DataFrame.join"
     if not isinstance(other, TrackedDataFrame):
-        raise refuse(op, "the other frame is not tracked (pass it as a capture input)")
+        refuse(op, "the other frame is not tracked (pass it as a capture input)")
     lkeys = _as_list(kw.get("on"))
     lp = left.plain.assign(**{_LPOS: np.arange(len(left), dtype=np.int64)})
     rp = other.plain.assign(**{_RPOS: np.arange(len(other), dtype=np.int64)})
@@ -153,18 +154,25 @@ def join(left: TrackedDataFrame, other: Any, **kw: Any) -> TrackedDataFrame:
     return _joined(left, other, res, tokens, lkeys, [], op)
 
 
-def concat(frames: Sequence[Any], *, axis: Any = 0, join: str = "outer", ignore_index: bool = False, **kw: Any) -> TrackedDataFrame:
+def concat(
+    frames: Sequence[Any],
+    *,
+    axis: Any = 0,
+    join: str = "outer",
+    ignore_index: bool = False,
+    **kw: Any,
+) -> TrackedDataFrame:
     """``pd.concat`` of tracked frames: ``axis=0`` stacks rows (a column takes each part's
     column of the same label), ``axis=1`` puts columns side by side, rows aligned on the index
     as pandas aligns them (positions found by concatenating position series the same way)."""
     op = "pandas.concat"
     if kw:
-        raise refuse(op, f"options {sorted(kw)}")
+        refuse(op, f"options {sorted(kw)}")
     parts = list(frames)
     if not parts or not all(isinstance(f, TrackedDataFrame) for f in parts):
-        raise refuse(op, "every part must be a tracked frame")
+        refuse(op, "every part must be a tracked frame")
     plain = [f.plain for f in parts]
-    value = pd.concat(plain, axis=axis, join=join, ignore_index=ignore_index)  # type: ignore[call-overload]
+    value = pd.concat(plain, axis=axis, join=join, ignore_index=ignore_index)
     check_labels(value, op)
     ctx = parts[0].lineage_state.ctx
     if axis in (0, "index"):
@@ -180,7 +188,7 @@ def concat(frames: Sequence[Any], *, axis: Any = 0, join: str = "outer", ignore_
             lin = NO_LINEAGE
             for f, moved in zip(parts, moved_parts, strict=True):
                 if c in f.columns:
-                    lin = lin.union(moved.columns[f.columns.get_loc(c)])  # type: ignore[index]
+                    lin = lin.union(moved.columns[f.columns.get_loc(c)])
             cols.append(lin)
         row: frozenset[tuple[int, int]] = frozenset()
         for moved in moved_parts:
@@ -190,7 +198,7 @@ def concat(frames: Sequence[Any], *, axis: Any = 0, join: str = "outer", ignore_
     pos = pd.concat(
         [pd.Series(np.arange(len(f), dtype=np.int64), index=f.index) for f in parts],
         axis=1,
-        join=join,  # type: ignore[arg-type]
+        join=join,
     )
     cols, row = [], frozenset()
     for i, f in enumerate(parts):
@@ -207,3 +215,7 @@ def _sources(parts: Sequence[TrackedDataFrame]) -> frozenset[int]:
     for f in parts:
         out |= f.lineage_state.sources
     return out
+
+
+register("merge", merge)
+register("join", join)

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dslog_dagster.pandas.rows import ranges
+from dslog_dagster.pandas.rules import register, rule
 from dslog_dagster.pandas.series import TrackedSeries, refuse
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, FrameState
 
@@ -38,9 +39,11 @@ __all__ = ["TrackedDataFrame", "check_labels"]
 def check_labels(df: pd.DataFrame, op: str) -> None:
     """Refuse frames the cell space cannot name: repeated or multi-level column labels."""
     if isinstance(df.columns, pd.MultiIndex):
-        raise refuse(op, "multi-level column labels (flatten them first)")
+        refuse(op, "multi-level column labels (flatten them first)")
     if not df.columns.is_unique:
-        raise refuse(op, f"repeated column labels {sorted(map(str, df.columns[df.columns.duplicated()]))}")
+        refuse(
+            op, f"repeated column labels {sorted(map(str, df.columns[df.columns.duplicated()]))}"
+        )
 
 
 def _positions_of(df: pd.DataFrame, run: Callable[[pd.DataFrame], Any]) -> tuple[Any, np.ndarray]:
@@ -84,13 +87,13 @@ class TrackedDataFrame:
     def _lin(self, label: Hashable) -> ColumnLineage:
         return self._state.columns[self._pos(label)]
 
-    def _columns_like(self, df: pd.DataFrame, state: FrameState, op: str) -> "TrackedDataFrame":
+    def columns_like(self, df: pd.DataFrame, state: FrameState, op: str) -> "TrackedDataFrame":
         """``df`` (same rows as ``state``) whose columns are some of this frame's, by label."""
         check_labels(df, op)
         cols = []
         for c in df.columns:
             if c not in self._df.columns:
-                raise refuse(op, f"it made a column `{c}` of unknown origin")
+                refuse(op, f"it made a column `{c}` of unknown origin")
             cols.append(state.columns[self._pos(c)])
         return TrackedDataFrame(df, state.with_columns(cols))
 
@@ -99,7 +102,7 @@ class TrackedDataFrame:
     ) -> "tuple[pd.DataFrame, FrameState, np.ndarray]":
         res, positions = _positions_of(self._df, run)
         if not isinstance(res, pd.DataFrame) or list(res.columns) != list(self._df.columns):
-            raise refuse(op, "it changed the columns")
+            refuse(op, "it changed the columns")
         return res, self._state.rows_taken(positions, keep_rank=keep_rank), positions
 
     def series(self, label: Hashable) -> TrackedSeries:
@@ -121,7 +124,7 @@ class TrackedDataFrame:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self._df.shape  # type: ignore[return-value]
+        return (int(self._df.shape[0]), int(self._df.shape[1]))
 
     @property
     def empty(self) -> bool:
@@ -142,13 +145,13 @@ class TrackedDataFrame:
         df = self.__dict__.get("_df")
         if df is not None and name in df.columns:
             return self.series(name)
-        raise refuse(f"DataFrame.{name}")
+        refuse(f"DataFrame.{name}")
 
     def to_numpy(self, *a: Any, **k: Any) -> Any:
-        raise refuse("DataFrame.to_numpy", "the array would carry no lineage")
+        refuse("DataFrame.to_numpy", "the array would carry no lineage")
 
     def __array__(self, *a: Any, **k: Any) -> Any:
-        raise refuse("DataFrame.__array__", "the array would carry no lineage")
+        refuse("DataFrame.__array__", "the array would carry no lineage")
 
     def __iter__(self) -> Any:
         return iter(self._df.columns)
@@ -157,30 +160,36 @@ class TrackedDataFrame:
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, TrackedSeries):
-            return self._filter(key, "DataFrame.__getitem__")
+            return self.filter_rows(key, "DataFrame.__getitem__")
         if isinstance(key, list | pd.Index):
-            return self._columns_like(self._df[key], self._state, "DataFrame.__getitem__")
-        if isinstance(key, slice | np.ndarray) or isinstance(key, pd.Series):
-            raise refuse("DataFrame.__getitem__", "filter with a tracked boolean series")
+            return self.columns_like(self._df[key], self._state, "DataFrame.__getitem__")
+        if isinstance(key, slice | np.ndarray | pd.Series):
+            refuse("DataFrame.__getitem__", "filter with a tracked boolean series")
         return self.series(key)
 
     def __setitem__(self, key: Hashable, value: Any) -> None:
         new = self.assign(**{str(key): value}) if isinstance(key, str) else None
         if new is None:
-            raise refuse("DataFrame.__setitem__", "only string column labels")
-        self._df, self._state = new._df, new._state
+            refuse("DataFrame.__setitem__", "only string column labels")
+        self._df, self._state = new.plain, new.lineage_state
 
-    def drop(self, labels: Any = None, *, columns: Any = None, axis: Any = 0, **kw: Any) -> "TrackedDataFrame":
+    def drop(
+        self, labels: Any = None, *, columns: Any = None, axis: Any = 0, **kw: Any
+    ) -> "TrackedDataFrame":
         if kw.get("index") is not None or (labels is not None and axis in (0, "index")):
-            raise refuse("DataFrame.drop", "dropping rows by label (filter instead)")
+            refuse("DataFrame.drop", "dropping rows by label (filter instead)")
         cols = columns if columns is not None else labels
         res = self._df.drop(columns=cols, errors=kw.get("errors", "raise"))
-        return self._columns_like(res, self._state, "DataFrame.drop")
+        return self.columns_like(res, self._state, "DataFrame.drop")
 
-    def rename(self, mapper: Any = None, *, columns: Any = None, axis: Any = None, **kw: Any) -> "TrackedDataFrame":
+    def rename(
+        self, mapper: Any = None, *, columns: Any = None, axis: Any = None, **kw: Any
+    ) -> "TrackedDataFrame":
         if kw.get("index") is not None or (mapper is not None and axis not in (1, "columns")):
-            raise refuse("DataFrame.rename", "renaming index labels (rename columns=...)")
-        res = self._df.rename(columns=columns if columns is not None else mapper, errors=kw.get("errors", "ignore"))
+            refuse("DataFrame.rename", "renaming index labels (rename columns=...)")
+        res = self._df.rename(
+            columns=columns if columns is not None else mapper, errors=kw.get("errors", "ignore")
+        )
         check_labels(res, "DataFrame.rename")
         return TrackedDataFrame(res, self._state)
 
@@ -201,7 +210,7 @@ class TrackedDataFrame:
         levels = res.shape[1] - self._df.shape[1]
         index = list(st.index) if st.index else [NO_LINEAGE] * levels
         if len(index) != levels:
-            raise refuse("DataFrame.reset_index", "an index whose levels dslog lost track of")
+            refuse("DataFrame.reset_index", "an index whose levels dslog lost track of")
         return TrackedDataFrame(res, replace(st, columns=(*index, *st.columns), index=()))
 
     def assign(self, **kwargs: Any) -> "TrackedDataFrame":
@@ -215,15 +224,15 @@ class TrackedDataFrame:
                 value = value(TrackedDataFrame(df, state.with_columns(cols)))
             if isinstance(value, TrackedSeries):
                 if value.frame_state.space is not state.space:
-                    raise refuse("DataFrame.assign", f"`{name}` comes from a frame with other rows")
+                    refuse("DataFrame.assign", f"`{name}` comes from a frame with other rows")
                 plain, lin = value.plain, value.lineage
             elif isinstance(value, pd.Series | pd.DataFrame | TrackedDataFrame):
-                raise refuse("DataFrame.assign", f"`{name}` is an untracked pandas object")
+                refuse("DataFrame.assign", f"`{name}` is an untracked pandas object")
             else:
                 plain, lin = value, NO_LINEAGE
             df = df.assign(**{name: plain})
             if name in self._df.columns or len(cols) == df.shape[1]:
-                cols[df.columns.get_loc(name)] = lin  # type: ignore[index]
+                cols[df.columns.get_loc(name)] = lin
             else:
                 cols.append(lin)
         return TrackedDataFrame(df, state.with_columns(cols))
@@ -244,49 +253,47 @@ class TrackedDataFrame:
             s = run(self.series(c), a)
             out[c], cols[j] = s.plain, s.lineage
         if isinstance(arg, dict) and set(arg) - set(self._df.columns):
-            raise refuse(op, f"unknown columns {sorted(map(str, set(arg) - set(self._df.columns)))}")
+            refuse(op, f"unknown columns {sorted(map(str, set(arg) - set(self._df.columns)))}")
         df = pd.DataFrame(out, index=self._df.index, columns=self._df.columns)
         return TrackedDataFrame(df, self._state.with_columns(cols))
 
     def fillna(self, value: Any = None, **kw: Any) -> "TrackedDataFrame":
         """``fillna(value)`` or ``fillna({column: value})``; see :meth:`TrackedSeries.fillna`."""
         if kw:
-            raise refuse("DataFrame.fillna", f"options {sorted(kw)}")
+            refuse("DataFrame.fillna", f"options {sorted(kw)}")
         res = self._per_column("DataFrame.fillna", lambda s, v: s.fillna(v), value)
-        return TrackedDataFrame(self._df.fillna(value), res._state)
+        return TrackedDataFrame(self._df.fillna(value), res.lineage_state)
 
     def replace(self, to_replace: Any = None, value: Any = None, **kw: Any) -> "TrackedDataFrame":
         if kw:
-            raise refuse("DataFrame.replace", f"options {sorted(kw)}")
-        res = self._per_column(
-            "DataFrame.replace", lambda s, _: s.replace(to_replace, value), None
-        )
-        return TrackedDataFrame(self._df.replace(to_replace, value), res._state)
+            refuse("DataFrame.replace", f"options {sorted(kw)}")
+        res = self._per_column("DataFrame.replace", lambda s, _: s.replace(to_replace, value), None)
+        return TrackedDataFrame(self._df.replace(to_replace, value), res.lineage_state)
 
     def clip(self, lower: Any = None, upper: Any = None) -> "TrackedDataFrame":
         res = self._per_column("DataFrame.clip", lambda s, _: s.clip(lower, upper), None)
-        return TrackedDataFrame(self._df.clip(lower, upper), res._state)
+        return TrackedDataFrame(self._df.clip(lower, upper), res.lineage_state)
 
     def where(self, cond: Any, other: Any = np.nan) -> "TrackedDataFrame":
         if not isinstance(cond, TrackedSeries):
-            raise refuse("DataFrame.where", "the condition must be a tracked boolean series")
+            refuse("DataFrame.where", "the condition must be a tracked boolean series")
         res = self._per_column("DataFrame.where", lambda s, _: s.where(cond, other), None)
-        return TrackedDataFrame(self._df.where(cond.plain, other, axis=0), res._state)
+        return TrackedDataFrame(self._df.where(cond.plain, other, axis=0), res.lineage_state)
 
     def mask(self, cond: Any, other: Any = np.nan) -> "TrackedDataFrame":
         if not isinstance(cond, TrackedSeries):
-            raise refuse("DataFrame.mask", "the condition must be a tracked boolean series")
+            refuse("DataFrame.mask", "the condition must be a tracked boolean series")
         res = self._per_column("DataFrame.mask", lambda s, _: s.mask(cond, other), None)
-        return TrackedDataFrame(self._df.mask(cond.plain, other, axis=0), res._state)
+        return TrackedDataFrame(self._df.mask(cond.plain, other, axis=0), res.lineage_state)
 
     # ------------------------------------------------------------------ rows
 
-    def _filter(self, mask: TrackedSeries, op: str) -> "TrackedDataFrame":
+    def filter_rows(self, mask: TrackedSeries, op: str) -> "TrackedDataFrame":
         if mask.frame_state.space is not self._state.space:
-            raise refuse(op, "the mask comes from a frame with other rows")
+            refuse(op, "the mask comes from a frame with other rows")
         keep = np.asarray(mask.plain.to_numpy(), dtype=object)
         if mask.plain.dtype != bool:
-            raise refuse(op, "the mask is not a boolean series")
+            refuse(op, "the mask is not a boolean series")
         positions = np.flatnonzero(keep.astype(bool)).astype(np.int64)
         res = self._df[mask.plain]
         state = self._state.considering(mask.lineage.full()).rows_taken(positions)
@@ -295,7 +302,7 @@ class TrackedDataFrame:
     def query(self, expr: str, **kw: Any) -> "TrackedDataFrame":
         """Rows where ``expr`` holds; the cells of the columns it names are considered."""
         if kw:
-            raise refuse("DataFrame.query", f"options {sorted(kw)}")
+            refuse("DataFrame.query", f"options {sorted(kw)}")
         res, positions = _positions_of(self._df, lambda d: d.query(expr, level=1))
         names = _query_names(expr)
         used = [c for c in self._df.columns if str(c) in names]
@@ -308,9 +315,9 @@ class TrackedDataFrame:
     ) -> "TrackedDataFrame":
         """Rows without nulls (in ``subset``); the checked cells are considered."""
         if kw:
-            raise refuse("DataFrame.dropna", f"options {sorted(kw)} (rows only)")
+            refuse("DataFrame.dropna", f"options {sorted(kw)} (rows only)")
         cols = list(subset) if subset is not None else list(self._df.columns)
-        res, positions = _positions_of(self._df, lambda d: d.dropna(how=how, subset=subset))  # type: ignore[call-overload]
+        res, positions = _positions_of(self._df, lambda d: d.dropna(how=how, subset=subset))
         state = self._state.considering(self._pairs(cols)).rows_taken(positions)
         return TrackedDataFrame(res, state)
 
@@ -337,7 +344,7 @@ class TrackedDataFrame:
     def sort_values(self, by: Any, **kw: Any) -> "TrackedDataFrame":
         """Rows in another order; the sort keys are remembered for a following ``head``."""
         if kw.get("inplace") or kw.get("axis", 0) not in (0, "index") or kw.get("key") is not None:
-            raise refuse("DataFrame.sort_values", "inplace, axis=1 or key= sorts")
+            refuse("DataFrame.sort_values", "inplace, axis=1 or key= sorts")
         ignore = kw.pop("ignore_index", False)
         keys = [by] if not isinstance(by, list) else by
         res, state, _ = self._rows(lambda d: d.sort_values(by, **kw), "DataFrame.sort_values")
@@ -358,17 +365,17 @@ class TrackedDataFrame:
 
     def _top(self, op: str, n: int, columns: Any, keep: str) -> "TrackedDataFrame":
         if keep not in ("first", "last"):
-            raise refuse(f"DataFrame.{op}", "keep='all' (ties beyond n rows)")
+            refuse(f"DataFrame.{op}", "keep='all' (ties beyond n rows)")
         keys = [columns] if not isinstance(columns, list) else columns
         res, state, positions = self._rows(
             lambda d: getattr(d, op)(n, columns, keep=keep), f"DataFrame.{op}"
         )
         return TrackedDataFrame(res, _top_k(self._state, state, positions, self._pairs(keys)))
 
-    def drop_duplicates(self, subset: Any = None, *, keep: Any = "first", ignore_index: bool = False) -> "TrackedDataFrame":
-        from dslog_dagster.pandas.reshape import drop_duplicates
-
-        return drop_duplicates(self, subset, keep, ignore_index)
+    def drop_duplicates(
+        self, subset: Any = None, *, keep: Any = "first", ignore_index: bool = False
+    ) -> "TrackedDataFrame":
+        return rule("drop_duplicates")(self, subset, keep, ignore_index)  # type: ignore[no-any-return]
 
     @property
     def iloc(self) -> "_Indexer":
@@ -381,26 +388,18 @@ class TrackedDataFrame:
     # ------------------------------------------------------------------ other modules
 
     def merge(self, right: "TrackedDataFrame", **kw: Any) -> "TrackedDataFrame":
-        from dslog_dagster.pandas.combine import merge
-
-        return merge(self, right, **kw)
+        return rule("merge")(self, right, **kw)  # type: ignore[no-any-return]
 
     def join(self, other: "TrackedDataFrame", **kw: Any) -> "TrackedDataFrame":
-        from dslog_dagster.pandas.combine import join
-
-        return join(self, other, **kw)
+        return rule("join")(self, other, **kw)  # type: ignore[no-any-return]
 
     def groupby(self, by: Any, **kw: Any) -> Any:
-        from dslog_dagster.pandas.aggregate import TrackedGroupBy
-
-        return TrackedGroupBy(self, by, **kw)
+        return rule("groupby")(self, by, **kw)
 
     def apply(self, func: Callable[..., Any], axis: Any = 0, **kw: Any) -> Any:
-        from dslog_dagster.pandas.reshape import apply_rows
-
         if axis not in (1, "columns"):
-            raise refuse("DataFrame.apply", "only row-wise apply (axis=1) has a rule")
-        return apply_rows(self, func, **kw)
+            refuse("DataFrame.apply", "only row-wise apply (axis=1) has a rule")
+        return rule("apply_rows")(self, func, **kw)
 
 
 def _top_k(
@@ -436,23 +435,23 @@ class _Indexer:
         rows, cols = key if isinstance(key, tuple) and len(key) == 2 else (key, slice(None))
         frame = f
         if isinstance(rows, TrackedSeries):
-            frame = f._filter(rows, op)
+            frame = f.filter_rows(rows, op)
         elif not (isinstance(rows, slice) and rows == slice(None)):
             if isinstance(rows, pd.Series | pd.DataFrame):
-                raise refuse(op, "an untracked pandas row selector")
+                refuse(op, "an untracked pandas row selector")
             pos = pd.Series(np.arange(len(f), dtype=np.int64), index=f.index)
             sel = pos.iloc[rows] if self._positional else pos.loc[rows]
             if not isinstance(sel, pd.Series):
-                raise refuse(op, "selecting a single row (use a list or a slice)")
+                refuse(op, "selecting a single row (use a list or a slice)")
             positions = np.asarray(sel.to_numpy(), np.int64)
             res = f.plain.iloc[positions]
             frame = TrackedDataFrame(res, f.lineage_state.rows_taken(positions))
         if isinstance(cols, slice) and cols == slice(None):
             return frame
         if not isinstance(cols, list | slice):
-            raise refuse(op, "selecting a single column (use frame[column] or a list)")
+            refuse(op, "selecting a single column (use frame[column] or a list)")
         sub = frame.plain.iloc[:, cols] if self._positional else frame.plain.loc[:, cols]
-        return frame._columns_like(sub, frame.lineage_state, op)
+        return frame.columns_like(sub, frame.lineage_state, op)
 
 
 def _query_names(expr: str) -> set[str]:
@@ -468,6 +467,9 @@ def _query_names(expr: str) -> set[str]:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
-        raise refuse("DataFrame.query", f"an expression dslog cannot read ({e.msg})") from e
+        refuse("DataFrame.query", f"an expression dslog cannot read ({e.msg})")
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     return {quoted.get(n, n) for n in names}
+
+
+register("frame", TrackedDataFrame)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from dslog_dagster.pandas.frame import TrackedDataFrame, _positions_of, check_labels
 from dslog_dagster.pandas.rows import ranges
+from dslog_dagster.pandas.rules import register
 from dslog_dagster.pandas.series import TrackedSeries, refuse
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, Pairs
 
@@ -42,7 +43,7 @@ def get_dummies(
     """``pd.get_dummies`` of a tracked frame; see the module docstring."""
     op = "pandas.get_dummies"
     if sparse:
-        raise refuse(op, "sparse=True")
+        refuse(op, "sparse=True")
     if isinstance(data, TrackedSeries):  # every indicator from the series' cell of its row
         value = pd.get_dummies(
             data.plain, prefix=prefix, prefix_sep=prefix_sep, dummy_na=dummy_na,
@@ -57,7 +58,9 @@ def get_dummies(
         drop_first=drop_first, dtype=dtype,
     )  # fmt: skip
     check_labels(value, op)
-    encoded = list(columns) if columns is not None else list(df.select_dtypes(include=_ENCODED).columns)
+    encoded = (
+        list(columns) if columns is not None else list(df.select_dtypes(include=_ENCODED).columns)
+    )
     st = data.lineage_state
     lin = {c: st.columns[j] for j, c in enumerate(df.columns)}
     cols = [lin[c] for c in df.columns if c not in encoded]
@@ -65,7 +68,7 @@ def get_dummies(
         width = pd.get_dummies(df[[c]], dummy_na=dummy_na, drop_first=drop_first).shape[1]
         cols.extend([lin[c]] * width)
     if len(cols) != value.shape[1]:
-        raise refuse(op, "indicator columns dslog cannot trace to their source columns")
+        refuse(op, "indicator columns dslog cannot trace to their source columns")
     return TrackedDataFrame(value, st.with_columns(cols))
 
 
@@ -74,14 +77,20 @@ def drop_duplicates(
 ) -> TrackedDataFrame:
     """``frame.drop_duplicates(subset, keep=keep)``; see the module docstring."""
     df = frame.plain
-    cols = list(df.columns) if subset is None else ([subset] if not isinstance(subset, list | tuple) else list(subset))
+    cols = (
+        list(df.columns)
+        if subset is None
+        else ([subset] if not isinstance(subset, list | tuple) else list(subset))
+    )
     res, positions = _positions_of(df, lambda d: d.drop_duplicates(subset=subset, keep=keep))
     if ignore_index:
         res = res.reset_index(drop=True)
     st = frame.lineage_state
     codes = np.asarray(df.groupby(cols, dropna=False, sort=False).ngroup().to_numpy(), np.int64)
     order = np.argsort(codes, kind="stable").astype(np.int64)
-    counts_all = np.bincount(codes, minlength=int(codes.max()) + 1 if codes.size else 0).astype(np.int64)
+    counts_all = np.bincount(codes, minlength=int(codes.max()) + 1 if codes.size else 0).astype(
+        np.int64
+    )
     starts_all = (np.cumsum(counts_all) - counts_all).astype(np.int64)
     g = codes[positions]
     counts = counts_all[g]
@@ -90,7 +99,7 @@ def drop_duplicates(
     move = st.ctx.remap(lambda m: m.gather(out, rows, int(positions.size)))
     compared: Pairs = frozenset()
     for c in cols:
-        compared |= st.columns[df.columns.get_loc(c)].full()  # type: ignore[index]
+        compared |= st.columns[df.columns.get_loc(c)].full()
     after = st.rows_taken(positions).considering((move(s), c) for s, c in compared)
     return TrackedDataFrame(res, after)
 
@@ -100,10 +109,14 @@ def apply_rows(frame: TrackedDataFrame, func: Callable[..., Any], **kw: Any) -> 
     flagged."""
     res = frame.plain.apply(func, axis=1, **kw)
     if not isinstance(res, pd.Series):
-        raise refuse("DataFrame.apply", "a row-wise apply that returns several columns")
+        refuse("DataFrame.apply", "a row-wise apply that returns several columns")
     st = frame.lineage_state
     lin = NO_LINEAGE
     for c in st.columns:
         lin = lin.union(c)
     st.ctx.flagged_ops.append("DataFrame.apply(axis=1)")
     return TrackedSeries(res, ColumnLineage(lin.contrib, lin.consid), st)
+
+
+register("drop_duplicates", drop_duplicates)
+register("apply_rows", apply_rows)

@@ -62,9 +62,7 @@ class RowMap:
         return int(self.out.size)
 
     def _indptr(self) -> I64:
-        return np.searchsorted(self.out, np.arange(self.n_out + 1, dtype=np.int64)).astype(
-            np.int64
-        )
+        return np.searchsorted(self.out, np.arange(self.n_out + 1, dtype=np.int64)).astype(np.int64)
 
     def take(self, positions: I64) -> "RowMap":
         """New row ``k`` ← old row ``positions[k]`` (``-1``: a row from nowhere, e.g. the

@@ -17,25 +17,30 @@ lineage of every cell it came from; use ``groupby(...).agg`` or ``transform`` in
 import operator
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import numpy as np
 import pandas as pd
 
 from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.pandas.rules import rule
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, FrameState
 
 __all__ = ["TrackedSeries", "refuse"]
 
 
-def refuse(op: str, why: str = "") -> UnsupportedFrameOperationError:
-    """The error for an operation without a lineage rule, naming it."""
+def refuse(op: str, why: str = "") -> NoReturn:
+    """Raise the error for an operation without a lineage rule, naming it.
+
+    Raises:
+        UnsupportedFrameOperationError: always.
+    """
     msg = (
         f"`{op}` has no lineage rule in dslog's pandas capture, so its lineage would be a "
         f"guess{': ' + why if why else ''}. Use the supported operations (docs/pandas.md), "
         "or run this part in an untracked step."
     )
-    return UnsupportedFrameOperationError(msg)
+    raise UnsupportedFrameOperationError(msg)
 
 
 def _null(s: pd.Series) -> np.ndarray:
@@ -68,27 +73,26 @@ class TrackedSeries:
 
     def _same(self, series: Any, lineage: ColumnLineage) -> "TrackedSeries":
         if not isinstance(series, pd.Series):
-            raise refuse("Series method", f"it returned a `{type(series).__name__}`")
+            refuse("Series method", f"it returned a `{type(series).__name__}`")
         return TrackedSeries(series, lineage, self._state)
 
     def _other(self, other: Any, op: str) -> tuple[Any, ColumnLineage]:
         """The plain value of an operand and its lineage."""
         if isinstance(other, TrackedSeries):
-            if other._state.space is not self._state.space:
-                raise refuse(
+            if other.frame_state.space is not self._state.space:
+                refuse(
                     op,
                     "the two series come from frames with different rows (pandas would align "
                     "them on the index); combine columns of one frame, or merge first",
                 )
-            return other._s, other._lin
+            return other.plain, other.lineage
         if isinstance(other, pd.Series | pd.DataFrame):
-            raise refuse(op, "an untracked pandas operand aligns on its index")
-        from dslog_dagster.pandas.frame import TrackedDataFrame
-
-        if isinstance(other, TrackedDataFrame):
-            raise refuse(op, "a series combined with a whole frame")
+            refuse(op, "an untracked pandas operand aligns on its index")
+        frame_class = cast("type", rule("frame"))
+        if isinstance(other, frame_class):
+            refuse(op, "a series combined with a whole frame")
         if isinstance(other, np.ndarray) and other.ndim > 0 and other.size != len(self._s):
-            raise refuse(op, "an array operand of another length")
+            refuse(op, "an array operand of another length")
         return other, NO_LINEAGE
 
     def _binary(self, other: Any, fn: Callable[[Any, Any], Any], op: str) -> "TrackedSeries":
@@ -111,7 +115,7 @@ class TrackedSeries:
 
     @property
     def shape(self) -> tuple[int]:
-        return self._s.shape  # type: ignore[return-value]
+        return (len(self._s),)
 
     @property
     def empty(self) -> bool:
@@ -124,19 +128,17 @@ class TrackedSeries:
         return repr(self._s)
 
     def __bool__(self) -> bool:
-        raise refuse("Series.__bool__", "the truth value of a series is ambiguous")
+        refuse("Series.__bool__", "the truth value of a series is ambiguous")
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        raise refuse(f"Series.{name}")
+        refuse(f"Series.{name}")
 
     def to_frame(self, name: Any = None) -> Any:
         """A one-column tracked frame of the same rows."""
-        from dslog_dagster.pandas.frame import TrackedDataFrame
-
         df = self._s.to_frame() if name is None else self._s.to_frame(name)
-        return TrackedDataFrame(df, self._state.with_columns([self._lin]))
+        return rule("frame")(df, self._state.with_columns([self._lin]))
 
     def reset_index(self, drop: bool = False, name: Any = None) -> Any:
         """The index back as columns (see :meth:`TrackedDataFrame.reset_index`)."""
@@ -229,7 +231,7 @@ class TrackedSeries:
 
     def rename(self, name: Any) -> "TrackedSeries":
         if callable(name) or isinstance(name, dict):
-            raise refuse("Series.rename", "only a new name is supported")
+            refuse("Series.rename", "only a new name is supported")
         return self._same(self._s.rename(name), self._lin)
 
     def isna(self) -> "TrackedSeries":
@@ -243,20 +245,20 @@ class TrackedSeries:
 
     def isin(self, values: Any) -> "TrackedSeries":
         if isinstance(values, TrackedSeries):
-            raise refuse("Series.isin", "membership in a tracked series reads every row")
+            refuse("Series.isin", "membership in a tracked series reads every row")
         return self._same(self._s.isin(values), self._lin)
 
     def between(self, left: Any, right: Any, inclusive: str = "both") -> "TrackedSeries":
         lv, ll = self._other(left, "Series.between")
         rv, rl = self._other(right, "Series.between")
-        res = self._s.between(lv, rv, inclusive=inclusive)  # type: ignore[arg-type]
+        res = self._s.between(lv, rv, inclusive=inclusive)
         return self._same(res, self._lin.union(ll).union(rl))
 
     def map(self, arg: Any, na_action: Any = None) -> "TrackedSeries":
         """Each cell from the same cell (a dict, a Series of values, or a function of one
         value)."""
         if isinstance(arg, TrackedSeries):
-            raise refuse("Series.map", "mapping through a tracked series reads other rows")
+            refuse("Series.map", "mapping through a tracked series reads other rows")
         return self._same(self._s.map(arg, na_action=na_action), self._lin)
 
     # ------------------------------------------------------------------ choosing values
@@ -276,7 +278,7 @@ class TrackedSeries:
         """A null cell gets ``value`` (a literal: no contributing cell; or the same row of a
         tracked series); the null cell decided it (considered)."""
         if kwargs:
-            raise refuse("Series.fillna", f"options {sorted(kwargs)} (use ffill/bfill rules)")
+            refuse("Series.fillna", f"options {sorted(kwargs)} (use ffill/bfill rules)")
         v, lin = self._other(value, "Series.fillna")
         null = _null(self._s)
         return self._same(self._s.fillna(v), self._choose(~null, lin, self._lin.deciding()))
@@ -297,14 +299,14 @@ class TrackedSeries:
         value, lin = self._other(cond, op)
         arr = np.asarray(value.to_numpy() if isinstance(value, pd.Series) else value)
         if arr.dtype != bool or arr.shape != (len(self._s),):
-            raise refuse(op, "the condition must be a boolean series or array of the same rows")
+            refuse(op, "the condition must be a boolean series or array of the same rows")
         return arr, lin
 
     def clip(self, lower: Any = None, upper: Any = None) -> "TrackedSeries":
         """A cell outside the bounds becomes the bound (a literal): the old cell decided it."""
         for b in (lower, upper):
             if not (b is None or np.isscalar(b)):
-                raise refuse("Series.clip", "only scalar bounds are supported")
+                refuse("Series.clip", "only scalar bounds are supported")
         res = self._s.clip(lower, upper)
         vals = self._s
         clipped = np.zeros(len(vals), bool)
@@ -317,10 +319,10 @@ class TrackedSeries:
     def replace(self, to_replace: Any = None, value: Any = None, **kwargs: Any) -> "TrackedSeries":
         """A matched cell becomes a literal: the old cell decided it (considered)."""
         if kwargs or isinstance(to_replace, TrackedSeries) or isinstance(value, TrackedSeries):
-            raise refuse("Series.replace", "only literal values (no regex, no method)")
+            refuse("Series.replace", "only literal values (no regex, no method)")
         if isinstance(to_replace, dict):
             if value is not None or any(isinstance(v, dict) for v in to_replace.values()):
-                raise refuse("Series.replace", "nested replacement dictionaries")
+                refuse("Series.replace", "nested replacement dictionaries")
             keys = list(to_replace)
             res = self._s.replace(to_replace)
         else:
@@ -331,30 +333,30 @@ class TrackedSeries:
 
     # ------------------------------------------------------------------ refused
 
-    def _reduction(self, op: str) -> UnsupportedFrameOperationError:
-        return refuse(
+    def _reduction(self, op: str) -> NoReturn:
+        refuse(
             f"Series.{op}",
             "a reduction to one plain number would lose the lineage of every cell it came "
             "from; use groupby(...).agg or transform",
         )
 
     def sum(self, *a: Any, **k: Any) -> Any:
-        raise self._reduction("sum")
+        self._reduction("sum")
 
     def mean(self, *a: Any, **k: Any) -> Any:
-        raise self._reduction("mean")
+        self._reduction("mean")
 
     def max(self, *a: Any, **k: Any) -> Any:
-        raise self._reduction("max")
+        self._reduction("max")
 
     def min(self, *a: Any, **k: Any) -> Any:
-        raise self._reduction("min")
+        self._reduction("min")
 
     def to_numpy(self, *a: Any, **k: Any) -> Any:
-        raise refuse("Series.to_numpy", "the array would carry no lineage")
+        refuse("Series.to_numpy", "the array would carry no lineage")
 
     def __array__(self, *a: Any, **k: Any) -> Any:
-        raise refuse("Series.__array__", "the array would carry no lineage")
+        refuse("Series.__array__", "the array would carry no lineage")
 
     def __iter__(self) -> Any:
-        raise refuse("Series.__iter__", "plain values would carry no lineage")
+        refuse("Series.__iter__", "plain values would carry no lineage")

@@ -26,7 +26,7 @@ import numpy as np
 
 from dslog_dagster.pandas.rows import I64, RowMap
 
-__all__ = ["NO_LINEAGE", "ColumnLineage", "FrameInput", "FrameState", "PandasContext", "Pairs"]
+__all__ = ["NO_LINEAGE", "ColumnLineage", "FrameInput", "FrameState", "Pairs", "PandasContext"]
 
 Pairs = frozenset[tuple[int, int]]
 """``(slot id, input column)`` pairs."""

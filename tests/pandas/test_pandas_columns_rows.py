@@ -71,7 +71,11 @@ def test_column_operations(fn, cols) -> None:
     [
         (lambda d: d[d["a"] > 0], lambda d: d[d["a"] > 0], ["a"]),
         (lambda d: d[(d.a > 0) & (d.c < 50)], lambda d: d[(d.a > 0) & (d.c < 50)], ["a", "c"]),
-        (lambda d: d.query("a > 0 and c != 30"), lambda d: d.query("a > 0 and c != 30"), ["a", "c"]),
+        (
+            lambda d: d.query("a > 0 and c != 30"),
+            lambda d: d.query("a > 0 and c != 30"),
+            ["a", "c"],
+        ),
         (lambda d: d.dropna(subset=["a"]), lambda d: d.dropna(subset=["a"]), ["a"]),
         (lambda d: d.dropna(), lambda d: d.dropna(), ["a", "b", "c"]),
         (lambda d: d.loc[d.c > 20, ["c", "a"]], lambda d: d.loc[d.c > 20, ["c", "a", "_r"]], ["c"]),
@@ -79,7 +83,11 @@ def test_column_operations(fn, cols) -> None:
         (lambda d: d.loc[[9, 7]], lambda d: d.loc[[9, 7]], []),
         (lambda d: d.iloc[1:4, [2, 0]], lambda d: d.iloc[1:4, [2, 0, 3]], []),
         (lambda d: d.tail(2), lambda d: d.tail(2), []),
-        (lambda d: d.sort_values("c", ascending=False), lambda d: d.sort_values("c", ascending=False), []),
+        (
+            lambda d: d.sort_values("c", ascending=False),
+            lambda d: d.sort_values("c", ascending=False),
+            [],
+        ),
     ],
 )
 def test_row_selections(fn, ref, pred) -> None:
@@ -106,7 +114,9 @@ def test_fillna_value_and_dict_and_replace() -> None:
         for k in range(len(df)):
             for j, c in enumerate(out.columns):
                 old, new = df[c].iloc[k], out[c].iloc[k]
-                replaced = (pd.isna(old) and not pd.isna(new)) or (c == "c" and old == 10 and new == 11)
+                replaced = (pd.isna(old) and not pd.isna(new)) or (
+                    c == "c" and old == 10 and new == 11
+                )
                 if not replaced:
                     contrib.add((k, j, k, j))
                 else:
@@ -120,7 +130,9 @@ def test_fillna_value_and_dict_and_replace() -> None:
 def test_where_mask_clip() -> None:
     df = _df()
     cond = df["c"] > 20
-    cap = run(lambda d: d.assign(w=d.a.where(d.c > 20, d.c), m=d.c.mask(d.c > 20), k=d.c.clip(15, 45)), df)
+    cap = run(
+        lambda d: d.assign(w=d.a.where(d.c > 20, d.c), m=d.c.mask(d.c > 20), k=d.c.clip(15, 45)), df
+    )
     a, c = col(df, "a"), col(df, "c")
     contrib, consid = set(), set()
     for k in range(len(df)):
@@ -179,8 +191,11 @@ def test_get_dummies_and_drop_duplicates() -> None:
 
 def test_row_wise_apply_is_flagged_all_to_all_within_the_row() -> None:
     df = _df()
-    cap = run(lambda d: d.apply(lambda row: str(row["b"]) + str(row["c"]), axis=1).to_frame("s"), df)
-    assert cap.flagged and "DataFrame.apply(axis=1)" in cap.flagged_ops
+    cap = run(
+        lambda d: d.apply(lambda row: str(row["b"]) + str(row["c"]), axis=1).to_frame("s"), df
+    )
+    assert cap.flagged
+    assert "DataFrame.apply(axis=1)" in cap.flagged_ops
     want = {(k, 0, k, c) for k in range(5) for c in range(3)}
     check(cap, 0, want, considered=False)
 
@@ -215,7 +230,11 @@ def test_capture_api_dispatches_frames_and_refuses_frames_as_arrays() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.0, np.nan]), st.integers(-3, 3)), min_size=0, max_size=12),
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 1.0, 2.0, np.nan]), st.integers(-3, 3)),
+        min_size=0,
+        max_size=12,
+    ),
     st.integers(-2, 2),
 )
 def test_filters_on_random_frames(rows, t) -> None:

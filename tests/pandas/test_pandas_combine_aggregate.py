@@ -15,7 +15,9 @@ KEYS = st.sampled_from([1.0, 2.0, 3.0, np.nan])
 
 def frames(prefix: str):
     return st.lists(st.tuples(KEYS, st.integers(0, 9)), min_size=0, max_size=8).map(
-        lambda rows: pd.DataFrame(rows, columns=["k", prefix]).astype({"k": "float64", prefix: "int64"})
+        lambda rows: pd.DataFrame(rows, columns=["k", prefix]).astype(
+            {"k": "float64", prefix: "int64"}
+        )
     )
 
 
@@ -151,7 +153,9 @@ def test_groupby_forms_and_reset_index() -> None:
     ):
         cap = run(fn, df)
         assert cap.column_lineage["k"] == {"input0": ["k"]}
-        check(cap, 0, {(0, 0, 0, 0), (0, 0, 2, 0), (1, 0, 1, 0)} | _value_pairs(cap), considered=False)
+        check(
+            cap, 0, {(0, 0, 0, 0), (0, 0, 2, 0), (1, 0, 1, 0)} | _value_pairs(cap), considered=False
+        )
 
 
 def _value_pairs(cap) -> set:
@@ -166,7 +170,13 @@ def test_size_and_count_have_only_considered_lineage() -> None:
     df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1.0, np.nan, 4.0]})
     cap = run(lambda d: d.groupby("k", as_index=False).agg(n=("v", "count")), df)
     check(cap, 0, {(0, 0, 0, 0), (0, 0, 2, 0), (1, 0, 1, 0)}, considered=False)
-    consid = {(g, j, r, c) for g, mem in ((0, [0, 2]), (1, [1])) for j in (0, 1) for r in mem for c in ((0, 1) if j else (0,))}
+    consid = {
+        (g, j, r, c)
+        for g, mem in ((0, [0, 2]), (1, [1]))
+        for j in (0, 1)
+        for r in mem
+        for c in ((0, 1) if j else (0,))
+    }
     check(cap, 0, consid, considered=True)
 
 

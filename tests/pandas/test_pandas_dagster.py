@@ -19,7 +19,9 @@ from dslog_dagster.errors import UnsupportedFrameOperationError
 from dslog_dagster.io_managers.pandas_frames import ROW_ID
 
 DF_A = pd.DataFrame({"key1": ["a", "a", "b", None], "key2": [1, 1, 2, 1], "A": [10, 11, 12, 13]})
-DF_B = pd.DataFrame({"key1": ["a", "b", "b", None], "key2": [1, 2, 2, 1], "C": ["c0", None, "c2", "c3"]})
+DF_B = pd.DataFrame(
+    {"key1": ["a", "b", "b", None], "key2": [1, 2, 2, 1], "C": ["c0", None, "c2", "c3"]}
+)
 DF_C = pd.DataFrame({"key1": ["a", "b"], "key2": [1, 2], "E": ["E1", None], "F": ["f0", None]})
 
 
@@ -56,13 +58,13 @@ def prepared(df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame) -> pd.D
 
 
 @tracked_asset(mode="considered")
-def prepared_considered(
-    df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame
-) -> pd.DataFrame:
+def prepared_considered(df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame) -> pd.DataFrame:
     return pipeline(df_A, df_B, df_C)
 
 
-def _cells(log: DSLog, path: list[str], cell: tuple[int, int], shape: tuple[int, int]) -> set[tuple[int, int]]:
+def _cells(
+    log: DSLog, path: list[str], cell: tuple[int, int], shape: tuple[int, int]
+) -> set[tuple[int, int]]:
     flat = log.prov_query(path, np.s_[cell[0], cell[1]]).to_flat()
     return {(int(r), int(c)) for r, c in zip(*np.unravel_index(flat, shape), strict=True)}
 
@@ -89,7 +91,8 @@ def test_dpds_running_example_end_to_end(tmp_path: Path, wrapped: bool) -> None:
     log = DSLog(str(tmp_path / "store"))
     rec = log.store.get_array("prepared")
     assert rec.shape == (5, 7)
-    assert rec.columns is not None and [n for n, _ in rec.columns] == list(expected.columns)
+    assert rec.columns is not None
+    assert [n for n, _ in rec.columns] == list(expected.columns)
     # rows of the output: A0+B0+C0, A1+B0+C0, A2+B1+C1, A2+B2+C1, A3+B3 (null keys) + no C
     q = lambda path, cell, shape: _cells(log, path, cell, shape)  # noqa: E731
     # F of row 0 is df_C's F of row 0; F of row 3 was imputed ("Fx"): no contributing cell
@@ -123,7 +126,7 @@ def test_stored_frame_keeps_its_row_ids(tmp_path: Path) -> None:
     res = dg.materialize([df_A], resources={"io_manager": io, "dslog": dslog})
     assert res.success
     files = list((tmp_path / "data").rglob("*.parquet"))
-    stored = pd.read_parquet([f for f in files if f.is_file()][0])
+    stored = pd.read_parquet(next(f for f in files if f.is_file()))
     assert stored[ROW_ID].tolist() == [0, 1, 2, 3]
     # shuffled on disk, the rows come back in id order
     shuffled = stored.iloc[[2, 0, 3, 1]]
