@@ -261,6 +261,27 @@ class TrackedSeries:
             refuse("Series.map", "mapping through a tracked series reads other rows")
         return self._same(self._s.map(arg, na_action=na_action), self._lin)
 
+    # ------------------------------------------------------------------ moving rows
+
+    def _shifted_lineage(self, periods: int) -> ColumnLineage:
+        """The lineage of the cell ``periods`` rows earlier, per row (none off the ends)."""
+        n = len(self._s)
+        src = np.arange(n, dtype=np.int64) - periods
+        src[(src < 0) | (src >= n)] = -1
+        return self._lin.mapped(self._state.ctx.remap(lambda rows: rows.take(src)))
+
+    def shift(self, periods: int = 1) -> "TrackedSeries":
+        """Row ``k`` holds the cell of row ``k - periods`` (none where that is off the end)."""
+        if not isinstance(periods, int):
+            refuse("Series.shift", "only an integer number of periods (no freq=)")
+        return self._same(self._s.shift(periods), self._shifted_lineage(periods))
+
+    def diff(self, periods: int = 1) -> "TrackedSeries":
+        """Row ``k`` from the cells of rows ``k`` and ``k - periods``."""
+        if not isinstance(periods, int):
+            refuse("Series.diff", "only an integer number of periods")
+        return self._same(self._s.diff(periods), self._lin.union(self._shifted_lineage(periods)))
+
     # ------------------------------------------------------------------ choosing values
 
     def _choose(

@@ -251,3 +251,20 @@ def test_filters_on_random_frames(rows, t) -> None:
             consid |= {(k, j, r, 1), (k, j, r, j)}
     check(cap, 0, contrib, considered=False)
     check(cap, 0, contrib | consid, considered=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 7), st.integers(-3, 3))
+def test_shift_and_diff_take_the_cell_periods_rows_away(n, periods) -> None:
+    df = pd.DataFrame({"v": np.arange(n, dtype="float64") ** 2})
+    fn = lambda d: d.assign(s=d.v.shift(periods), d=d.v.diff(periods))  # noqa: E731
+    cap = run(fn, df)
+    want = set()
+    for k in range(n):
+        want.add((k, 0, k, 0))
+        want.add((k, 2, k, 0))
+        if 0 <= k - periods < n:
+            want.add((k, 1, k - periods, 0))
+            want.add((k, 2, k - periods, 0))
+    check(cap, 0, want, considered=False)
+    check(cap, 0, want, considered=True)

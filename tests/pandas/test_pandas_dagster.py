@@ -147,3 +147,20 @@ def test_unsupported_operation_fails_the_step_and_stores_nothing(tmp_path: Path)
     log = DSLog(str(tmp_path / "store"))
     with pytest.raises(KeyError):
         log.store.get_array("bad")
+
+
+def test_a_pandas_step_runs_once_per_materialization(tmp_path: Path) -> None:
+    calls = []
+
+    @tracked_asset
+    def counted(df_A: pd.DataFrame) -> pd.DataFrame:
+        calls.append(1)
+        return df_A[df_A.A > 10]
+
+    dslog = DSLogResource(store_dir=str(tmp_path / "store"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "data"))
+    for _ in range(3):
+        assert dg.materialize([df_A, counted], resources={"io_manager": io, "dslog": dslog}).success
+    assert len(calls) == 3
+    log = DSLog(str(tmp_path / "store"))
+    assert _cells(log, ["counted", "df_A"], (0, 2), (4, 3)) == {(1, 2)}
