@@ -85,6 +85,11 @@ def test_dpds_running_example_end_to_end(tmp_path: Path, wrapped: bool) -> None:
         )
         assert res.success
         value = res.output_for_node("prepared")
+        md = res.asset_materializations_for_node("prepared")[0].metadata
+    deps = md["dagster/column_lineage"].value.deps_by_column
+    assert [(d.asset_key.to_user_string(), d.column_name) for d in deps["F"]] == [("df_C", "F")]
+    assert {d.asset_key.to_user_string() for d in deps["key1"]} == {"df_A", "df_B", "df_C"}
+    assert [c.name for c in md["dagster/column_schema"].value.columns][:3] == ["key1", "key2", "A"]
     expected = pipeline(DF_A, DF_B, DF_C)
     pd.testing.assert_frame_equal(value, expected)
     assert list(expected.columns) == ["key1", "key2", "A", "C", "F", "E1", "Ex"]
