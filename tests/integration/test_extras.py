@@ -89,6 +89,10 @@ def test_spark_and_pandas_features_name_their_extra(tmp_path: Path) -> None:
         require("pandas", "to_pandas()")
     except MissingExtraError as e:
         print("pandas:", e)
+    try:
+        import dslog_dagster.pandas
+    except MissingExtraError as e:
+        print("pandas capture:", e)
     """
     done = _run(code, ("pyspark", "pandas"), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -97,6 +101,8 @@ def test_spark_and_pandas_features_name_their_extra(tmp_path: Path) -> None:
     assert lines[0].endswith("Install the extra: pip install 'dslog-dagster[spark]'.")
     assert lines[1].startswith("pandas: to_pandas() needs `pandas`")
     assert lines[1].endswith("pip install 'dslog-dagster[pandas]'.")
+    assert lines[2].startswith("pandas capture: pandas capture needs `pandas`")
+    assert lines[2].endswith("pip install 'dslog-dagster[pandas]'.")
 
 
 def _project() -> dict[str, object]:
