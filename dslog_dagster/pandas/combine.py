@@ -54,6 +54,8 @@ def _joined(
     lkeys: list[Hashable],
     rkeys: list[Hashable],
     op: str,
+    *,
+    keep_index: bool = False,
 ) -> TrackedDataFrame:
     """The output of a join whose rows came from ``res[_LPOS]`` / ``res[_RPOS]`` and whose
     columns are ``tokens`` (``("L", j)``, ``("R", j)`` or a coalesced key's name)."""
@@ -66,6 +68,9 @@ def _joined(
     # both sides' row considered lineage and their key cells, on the rows each side has
     lst = left.lineage_state.considering(_key_pairs(left, lkeys))
     rst = right.lineage_state.considering(_key_pairs(right, rkeys))
+    if keep_index:  # a join on the index: index levels holding cells (group keys) are keys
+        lst = lst.considering(_index_pairs(lst) if not lkeys else frozenset())
+        rst = rst.considering(_index_pairs(rst))
     ls, rs = _side_state(lst, lpos), _side_state(rst, rpos)
     cols: list[ColumnLineage] = []
     for t in tokens:
@@ -83,8 +88,16 @@ def _joined(
         tuple(cols),
         ls.row_consid | rs.row_consid,
         sources=ls.sources | rs.sources,
+        index=ls.index if keep_index else (),
     )
     return TrackedDataFrame(value, state)
+
+
+def _index_pairs(state: FrameState) -> frozenset[tuple[int, int]]:
+    out: frozenset[tuple[int, int]] = frozenset()
+    for lin in state.index:
+        out |= lin.full()
+    return out
 
 
 def _tokens(
@@ -151,7 +164,7 @@ def join(left: TrackedDataFrame, other: Any, **kw: Any) -> TrackedDataFrame:
     rp = other.plain.assign(**{_RPOS: np.arange(len(other), dtype=np.int64)})
     res = lp.join(rp, **kw)
     tokens = _tokens(left.plain, other.plain, lambda a, b: a.join(b, **kw), set(lkeys), op)
-    return _joined(left, other, res, tokens, lkeys, [], op)
+    return _joined(left, other, res, tokens, lkeys, [], op, keep_index=True)
 
 
 def concat(
@@ -171,6 +184,9 @@ def concat(
     parts = list(frames)
     if not parts or not all(isinstance(f, TrackedDataFrame) for f in parts):
         refuse(op, "every part must be a tracked frame")
+    by_rows = axis in (0, "index")
+    if (not by_rows or not ignore_index) and any(f.lineage_state.index for f in parts):
+        refuse(op, "parts whose index holds group keys (reset_index() them first)")
     plain = [f.plain for f in parts]
     value = pd.concat(plain, axis=axis, join=join, ignore_index=ignore_index)
     check_labels(value, op)

@@ -190,3 +190,46 @@ def test_self_merge_keeps_both_sides_apart(how) -> None:
         a, b = int(m["_a"].iloc[k]), int(m["_b"].iloc[k])
         want |= {(k, 0, a, 0), (k, 0, b, 0), (k, 1, a, 1), (k, 2, b, 1)}
     check(cap, 0, want, considered=False)
+
+
+def test_concat_of_group_by_results_needs_their_keys_as_columns() -> None:
+    df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1.0, 2.0, 4.0]})
+    totals = lambda d: d.groupby("k")[["v"]].sum()  # noqa: E731
+    # the index of a group-by result holds the key cells; concatenating it keeps nothing
+    # silently: it is refused until reset_index() makes the keys columns again
+    from dslog_dagster.errors import UnsupportedFrameOperationError
+
+    with pytest.raises(UnsupportedFrameOperationError, match="group keys"):
+        capture_pandas(lambda d: pd.concat([totals(d), totals(d)]), [df])
+    cap = run(lambda d: pd.concat([totals(d).reset_index(), totals(d).reset_index()]), df)
+    check(
+        cap,
+        0,
+        {
+            (0, 0, 0, 0),
+            (0, 0, 2, 0),
+            (1, 0, 1, 0),
+            (2, 0, 0, 0),
+            (2, 0, 2, 0),
+            (3, 0, 1, 0),
+            (0, 1, 0, 1),
+            (0, 1, 2, 1),
+            (1, 1, 1, 1),
+            (2, 1, 0, 1),
+            (2, 1, 2, 1),
+            (3, 1, 1, 1),
+        },
+        considered=False,
+    )
+
+
+def test_join_on_a_group_by_index_considers_the_group_keys() -> None:
+    df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1.0, 2.0, 4.0]})
+    fn = lambda d: d.join(d.groupby("k")[["v"]].sum(), on="k", rsuffix="_t")  # noqa: E731
+    cap = run(fn, df)
+    group = {0: [0, 2], 1: [1], 2: [0, 2]}
+    contrib = {(r, j, r, j) for r in range(3) for j in range(2)}
+    contrib |= {(r, 2, m, 1) for r in range(3) for m in group[r]}
+    consid = {(r, j, m, 0) for r in range(3) for j in range(3) for m in [r, *group[r]]}
+    check(cap, 0, contrib, considered=False)
+    check(cap, 0, contrib | consid, considered=True)
