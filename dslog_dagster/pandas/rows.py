@@ -53,8 +53,9 @@ class RowMap:
         src = np.asarray(src, np.int64)
         if out.size:
             key = out * max(n_src, 1) + src
-            key = np.unique(key)
-            out, src = key // max(n_src, 1), key % max(n_src, 1)
+            if not bool(np.all(key[1:] > key[:-1])):  # already sorted and unique: kept as is
+                key = np.unique(key)
+                out, src = key // max(n_src, 1), key % max(n_src, 1)
         return cls(out, src, n_out, n_src)
 
     @property
