@@ -393,6 +393,12 @@ class TrackedDataFrame:
     def join(self, other: "TrackedDataFrame", **kw: Any) -> "TrackedDataFrame":
         return rule("join")(self, other, **kw)  # type: ignore[no-any-return]
 
+    def explode(self, column: Any, ignore_index: bool = False) -> "TrackedDataFrame":
+        return rule("explode")(self, column, ignore_index)  # type: ignore[no-any-return]
+
+    def melt(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return rule("melt")(self, *args, **kw)  # type: ignore[no-any-return]
+
     def groupby(self, by: Any, **kw: Any) -> Any:
         return rule("groupby")(self, by, **kw)
 

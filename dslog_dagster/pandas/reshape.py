@@ -8,6 +8,11 @@ row-wise ``apply``.
 * ``drop_duplicates``: the rows pandas kept (found with positions as labels); each kept row
   considered the compared cells (``subset``) of every row of its duplicate group — they
   decided that this row is the one kept.
+* ``explode(column)``: each generated row takes the lineage of the row it came from; the
+  exploded cell comes from the list cell it was an element of.
+* ``melt(id_vars, value_vars)``: row ``b·n + i`` is row ``i`` of block ``b``; its id cells come
+  from row ``i``'s, its value from row ``i``'s cell of the ``b``-th value column, and the
+  ``variable`` column holds column names (literals).
 * ``apply(func, axis=1)`` returning one value per row: ``func`` is opaque, so each result cell
   is recorded as contributed by every cell of its row and the capture is flagged.
 """
@@ -104,6 +109,50 @@ def drop_duplicates(
     return TrackedDataFrame(res, after)
 
 
+def explode(frame: TrackedDataFrame, column: Any, ignore_index: bool = False) -> TrackedDataFrame:
+    """``frame.explode(column)``; see the module docstring."""
+    res, positions = _positions_of(frame.plain, lambda d: d.explode(column))
+    if ignore_index:
+        res = res.reset_index(drop=True)
+    check_labels(res, "DataFrame.explode")
+    return TrackedDataFrame(res, frame.lineage_state.rows_taken(positions))
+
+
+def melt(
+    frame: TrackedDataFrame,
+    id_vars: Any = None,
+    value_vars: Any = None,
+    var_name: Any = None,
+    value_name: Any = "value",
+) -> TrackedDataFrame:
+    """``frame.melt(...)``; see the module docstring."""
+    op = "DataFrame.melt"
+    df = frame.plain
+    ids = (
+        []
+        if id_vars is None
+        else ([id_vars] if not isinstance(id_vars, list | tuple) else list(id_vars))
+    )
+    if value_vars is None:
+        values = [c for c in df.columns if c not in ids]
+    else:
+        values = [value_vars] if not isinstance(value_vars, list | tuple) else list(value_vars)
+    res = df.melt(id_vars=id_vars, value_vars=value_vars, var_name=var_name, value_name=value_name)
+    check_labels(res, op)
+    n, b = len(df), len(values)
+    if res.shape != (n * b, len(ids) + 2):
+        refuse(op, "a result dslog cannot line up with its rows")
+    st = frame.lineage_state
+    moved = st.rows_taken(np.tile(np.arange(n, dtype=np.int64), b))
+    pos = {c: j for j, c in enumerate(df.columns)}
+    value = NO_LINEAGE
+    block = np.repeat(np.arange(b), n)
+    for k, c in enumerate(values):
+        value = value.union(moved.restricted(moved.columns[pos[c]], block == k))
+    cols = [moved.columns[pos[c]] for c in ids] + [NO_LINEAGE, value]
+    return TrackedDataFrame(res, moved.with_columns(cols))
+
+
 def apply_rows(frame: TrackedDataFrame, func: Callable[..., Any], **kw: Any) -> TrackedSeries:
     """``frame.apply(func, axis=1)`` with one value per row: all-to-all within the row,
     flagged."""
@@ -120,3 +169,5 @@ def apply_rows(frame: TrackedDataFrame, func: Callable[..., Any], **kw: Any) -> 
 
 register("drop_duplicates", drop_duplicates)
 register("apply_rows", apply_rows)
+register("explode", explode)
+register("melt", melt)

@@ -268,3 +268,18 @@ def test_shift_and_diff_take_the_cell_periods_rows_away(n, periods) -> None:
             want.add((k, 2, k - periods, 0))
     check(cap, 0, want, considered=False)
     check(cap, 0, want, considered=True)
+
+
+def test_explode_and_melt() -> None:
+    df = pd.DataFrame({"id": [1, 2, 3], "xs": [[1, 2], [], [3]], "a": [0.5, 0.6, 0.7]})
+    cap = run(lambda d: d.explode("xs"), df)
+    ids = [0, 0, 1, 2]
+    want = {(k, j, r, j) for k, r in enumerate(ids) for j in range(3)}
+    check(cap, 0, want, considered=False)
+    wide = pd.DataFrame({"id": [1, 2], "x": [3.0, 4.0], "y": [5.0, 6.0]})
+    cap = run(lambda d: d.melt(id_vars=["id"], value_vars=["x", "y"]), wide)
+    # rows: (0, x), (1, x), (0, y), (1, y); columns id, variable, value
+    want = {(0, 0, 0, 0), (1, 0, 1, 0), (2, 0, 0, 0), (3, 0, 1, 0)}
+    want |= {(0, 2, 0, 1), (1, 2, 1, 1), (2, 2, 0, 2), (3, 2, 1, 2)}
+    check(cap, 0, want, considered=False)
+    check(cap, 0, want, considered=True)
