@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
+from dslog_dagster.pandas.rows import ranges
 from dslog_dagster.pandas.rules import register
 from dslog_dagster.pandas.series import TrackedSeries, refuse
 from dslog_dagster.pandas.state import ColumnLineage, FrameState, Pairs
@@ -176,6 +177,56 @@ class TrackedGroupBy:
         if res.shape != (self._n, len(state.columns)):
             refuse(op, "a result dslog cannot line up with its groups")
         return TrackedDataFrame(res, state)
+
+    def transform(self, func: Any) -> Any:
+        """Each row gets its group's aggregate (same rows as the frame, so the result can be
+        assigned back): the function's rule over the row's group, with the group's key cells
+        and what its members considered as considered lineage. Pairs grow as the sum of the
+        squared group sizes."""
+        op = "DataFrameGroupBy.transform"
+        if not isinstance(func, str) or func not in FUNCS:
+            refuse(op, f"the function {func!r} (supported: {sorted(FUNCS)})")
+        sel = self._selection
+        if sel is None:
+            cols = [c for c in self._f.columns if c not in self._keys]
+        else:
+            cols = list(sel) if isinstance(sel, list) else [sel]
+        res = self._grouped().transform(func)
+        st = self._f.lineage_state
+        n = st.n_rows
+        g = self._codes
+        valid = np.flatnonzero(self._valid).astype(np.int64)
+        order = valid[np.argsort(g[valid], kind="stable")]
+        counts_all = np.bincount(g[valid], minlength=self._n).astype(np.int64)
+        starts_all = (np.cumsum(counts_all) - counts_all).astype(np.int64)
+        counts = counts_all[g[valid]]
+        out = np.repeat(valid, counts)
+        peers = order[ranges(starts_all[g[valid]], counts)]
+        rows_g = self._f.lineage_state.ctx.remap(lambda m: m.gather(out, peers, n))
+        lins = []
+        for c in cols:
+            agg = self._value_lineage(c, func)  # in the groups' rows: bring it to each member
+            back = self._to_members(agg)
+            lins.append(back)
+        key_pairs: Pairs = frozenset()
+        for k in self._keys:
+            key_pairs |= st.columns[self._f.columns.get_loc(k)].full()
+        decided = frozenset((rows_g(s), c) for s, c in key_pairs | st.row_consid)
+        lins = [ColumnLineage(lin.contrib, lin.consid | decided) for lin in lins]
+        if isinstance(res, pd.Series):
+            if len(lins) != 1:
+                refuse(op, "a result dslog cannot line up with its columns")
+            return TrackedSeries(res, lins[0], st)
+        check_labels(res, op)
+        if res.shape[1] != len(lins):
+            refuse(op, "a result dslog cannot line up with its columns")
+        return TrackedDataFrame(res, st.with_columns(lins))
+
+    def _to_members(self, lin: ColumnLineage) -> ColumnLineage:
+        """Lineage over the groups' rows, taken to every member row of each group."""
+        positions = np.where(self._valid, self._codes, -1)
+        move = self._f.lineage_state.ctx.remap(lambda m: m.take(positions))
+        return lin.mapped(move)
 
     def size(self) -> Any:
         """Rows per group: only considered lineage (the keys and what the rows considered)."""

@@ -233,3 +233,33 @@ def test_join_on_a_group_by_index_considers_the_group_keys() -> None:
     consid = {(r, j, m, 0) for r in range(3) for j in range(3) for m in [r, *group[r]]}
     check(cap, 0, contrib, considered=False)
     check(cap, 0, contrib | consid, considered=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.tuples(KEYS, st.sampled_from([0.0, 1.0, 5.0, np.nan])), min_size=1, max_size=9),
+    st.sampled_from(["sum", "max", "count", "first"]),
+)
+def test_groupby_transform_gives_each_row_its_group(rows, func) -> None:
+    df = pd.DataFrame(rows, columns=["k", "v"]).astype("float64")
+    fn = lambda d: d.assign(t=d.groupby("k")["v"].transform(func))  # noqa: E731
+    cap = run(fn, df)
+    vals, keys = df.v.to_numpy(), df.k.to_numpy()
+    per_row = df.groupby("k")["v"].transform(func).to_numpy()
+    contrib = {(i, j, i, j) for i in range(len(df)) for j in range(2)}
+    consid = set()
+    for i in range(len(df)):
+        if np.isnan(keys[i]):
+            continue
+        mem = [r for r in range(len(df)) if keys[r] == keys[i]]
+        nn = [r for r in mem if not np.isnan(vals[r])]
+        picked = {
+            "sum": nn,
+            "max": [r for r in nn if vals[r] == per_row[i]],
+            "count": [],
+            "first": nn[:1],
+        }[func]
+        contrib |= {(i, 2, r, 1) for r in picked}
+        consid |= {(i, 2, r, c) for r in mem for c in (0, 1)}
+    check(cap, 0, contrib, considered=False)
+    check(cap, 0, contrib | consid, considered=True)
