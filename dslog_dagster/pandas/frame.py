@@ -182,6 +182,21 @@ class TrackedDataFrame:
         res = self._df.drop(columns=cols, errors=kw.get("errors", "raise"))
         return self.columns_like(res, self._state, "DataFrame.drop")
 
+    def select_dtypes(self, include: Any = None, exclude: Any = None) -> "TrackedDataFrame":
+        """The columns of some dtypes (a column selection)."""
+        res = self._df.select_dtypes(include=include, exclude=exclude)
+        return self.columns_like(res, self._state, "DataFrame.select_dtypes")
+
+    def isna(self) -> "TrackedDataFrame":
+        """Each cell from the same cell."""
+        return TrackedDataFrame(self._df.isna(), self._state)
+
+    def notna(self) -> "TrackedDataFrame":
+        return TrackedDataFrame(self._df.notna(), self._state)
+
+    isnull = isna
+    notnull = notna
+
     def rename(
         self, mapper: Any = None, *, columns: Any = None, axis: Any = None, **kw: Any
     ) -> "TrackedDataFrame":

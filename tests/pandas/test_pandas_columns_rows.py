@@ -56,6 +56,8 @@ def same_rows(out_ids, df, out_cols, extra_consid=()):
         (lambda d: d.assign(s=d["a"] + d["c"], k=1), ["a", "b", "c", ["a", "c"], None]),
         (lambda d: d.assign(a=d.c * 2), ["c", "b", "c"]),
         (lambda d: d.copy().reset_index(drop=True), ["a", "b", "c"]),
+        (lambda d: d.select_dtypes("number"), ["a", "c"]),
+        (lambda d: d.isna(), ["a", "b", "c"]),
     ],
 )
 def test_column_operations(fn, cols) -> None:
