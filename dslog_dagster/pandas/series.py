@@ -300,6 +300,8 @@ class TrackedSeries:
         tracked series); the null cell decided it (considered)."""
         if kwargs:
             refuse("Series.fillna", f"options {sorted(kwargs)} (use ffill/bfill rules)")
+        if isinstance(value, dict):
+            refuse("Series.fillna", "a value per index label")
         v, lin = self._other(value, "Series.fillna")
         null = _null(self._s)
         return self._same(self._s.fillna(v), self._choose(~null, lin, self._lin.deciding()))
