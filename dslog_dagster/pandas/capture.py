@@ -26,7 +26,7 @@ from dslog_dagster.core.constant_tables import empty_table, full_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
-from dslog_dagster.pandas import aggregate, combine, reshape  # noqa: F401  (they register their rules)
+from dslog_dagster.pandas import aggregate, combine, reshape, window  # noqa: F401  (they register their rules)
 from dslog_dagster.pandas.dispatch import install
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
 from dslog_dagster.pandas.series import TrackedSeries

@@ -276,6 +276,10 @@ class TrackedSeries:
             refuse("Series.shift", "only an integer number of periods (no freq=)")
         return self._same(self._s.shift(periods), self._shifted_lineage(periods))
 
+    def rolling(self, window: Any, min_periods: Any = None, **kw: Any) -> Any:
+        """A trailing window of ``window`` rows (:mod:`dslog_dagster.pandas.window`)."""
+        return rule("rolling")(self, window, min_periods, **kw)
+
     def diff(self, periods: int = 1) -> "TrackedSeries":
         """Row ``k`` from the cells of rows ``k`` and ``k - periods``."""
         if not isinstance(periods, int):

@@ -285,3 +285,31 @@ def test_explode_and_melt() -> None:
     want |= {(0, 2, 0, 1), (1, 2, 1, 1), (2, 2, 0, 2), (3, 2, 1, 2)}
     check(cap, 0, want, considered=False)
     check(cap, 0, want, considered=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, 1.0, 2.0, np.nan]), min_size=0, max_size=9),
+    st.integers(1, 4),
+    st.sampled_from(["sum", "max", "count", "mean"]),
+    st.sampled_from([None, 1]),
+)
+def test_rolling_windows(values, w, func, min_periods) -> None:
+    df = pd.DataFrame({"v": values}, dtype="float64")
+    fn = lambda d: d.assign(r=getattr(d.v.rolling(w, min_periods=min_periods), func)())  # noqa: E731
+    cap = run(fn, df)
+    res = fn(df)["r"].to_numpy()
+    v = df.v.to_numpy()
+    contrib = {(k, 0, k, 0) for k in range(len(df))}
+    consid = set()
+    for k in range(len(df)):
+        win = [r for r in range(max(0, k - w + 1), k + 1)]
+        consid |= {(k, 1, r, 0) for r in win}
+        if np.isnan(res[k]) or func == "count":
+            continue
+        if func == "max":
+            contrib |= {(k, 1, r, 0) for r in win if v[r] == res[k]}
+        else:
+            contrib |= {(k, 1, r, 0) for r in win if not np.isnan(v[r])}
+    check(cap, 0, contrib, considered=False)
+    check(cap, 0, contrib | consid, considered=True)
