@@ -20,6 +20,7 @@ method — never a guess.
 """
 
 import ast
+import inspect
 import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
@@ -315,10 +316,19 @@ class TrackedDataFrame:
         return TrackedDataFrame(res, state)
 
     def query(self, expr: str, **kw: Any) -> "TrackedDataFrame":
-        """Rows where ``expr`` holds; the cells of the columns it names are considered."""
-        if kw:
-            refuse("DataFrame.query", f"options {sorted(kw)}")
-        res, positions = _positions_of(self._df, lambda d: d.query(expr, level=1))
+        """Rows where ``expr`` holds; the cells of the columns it names are considered.
+        ``@name`` reads the caller's variables, as in pandas."""
+        extra = set(kw) - {"local_dict", "global_dict"}
+        if extra:
+            refuse("DataFrame.query", f"options {sorted(extra)}")
+        caller = inspect.currentframe().f_back  # type: ignore[union-attr]
+        assert caller is not None
+        scope = {
+            "local_dict": kw.get("local_dict", caller.f_locals),
+            "global_dict": kw.get("global_dict", caller.f_globals),
+        }
+        del caller
+        res, positions = _positions_of(self._df, lambda d: d.query(expr, **scope))
         names = _query_names(expr)
         used = [c for c in self._df.columns if str(c) in names]
         pairs = frozenset().union(*(self._lin(c).full() for c in used)) if used else frozenset()

@@ -263,3 +263,37 @@ def test_groupby_transform_gives_each_row_its_group(rows, func) -> None:
         consid |= {(i, 2, r, c) for r in mem for c in (0, 1)}
     check(cap, 0, contrib, considered=False)
     check(cap, 0, contrib | consid, considered=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(frames("x"), frames("y"), st.integers(0, 9))
+def test_merge_filter_groupby_composed(a, b, t) -> None:
+    b = b.astype({"y": "float64"})
+
+    def fn(p, q, t=t):  # `t` is a local of the frame that calls query (as pandas reads @t)
+        m = p.merge(q, on="k", how="left")
+        return m.query("x > @t").groupby("k", dropna=False, as_index=False).agg(s=("y", "sum"))
+
+    cap = run(fn, a, b)
+    m = with_ids(a, "_l").merge(with_ids(b, "_r"), on="k", how="left")
+    f = m[m.x > t]
+    groups = [
+        list(zip(g["_l"], g["_r"], g["y"], strict=True))
+        for _, g in f.groupby("k", dropna=False, sort=True)
+    ]
+    c = {0: set(), 1: set()}
+    k = {0: set(), 1: set()}
+    for g, mem in enumerate(groups):
+        for l_, r_, y in mem:
+            l = rid(l_)
+            r = rid(r_)
+            c[0].add((g, 0, l, 0))
+            k[0] |= {(g, j, l, col) for j in (0, 1) for col in (0, 1)}
+            if r is not None:
+                c[1].add((g, 0, r, 0))
+                k[1] |= {(g, j, r, 0) for j in (0, 1)} | {(g, 1, r, 1)}
+                if not np.isnan(y):
+                    c[1].add((g, 1, r, 1))
+    for i in (0, 1):
+        check(cap, i, c[i], considered=False)
+        check(cap, i, c[i] | k[i], considered=True)
