@@ -39,6 +39,7 @@ This module knows nothing of reuse: the view registry (:mod:`dslog_dagster.core.
 :func:`split_outputs`, :func:`tracked_output`, :func:`plain_value`, :func:`func_name`).
 """
 
+import importlib
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,10 +191,27 @@ def _numpy_frame(exc: BaseException) -> str | None:
     return found
 
 
+def is_pandas(a: Any) -> bool:
+    """A pandas object (checked without importing pandas)?"""
+    return type(a).__module__.split(".")[0] == "pandas"
+
+
 def as_input(a: Any, k: int) -> F64:
-    """Input ``k`` as a C-contiguous float64 array (no copy when it already is one)."""
+    """Input ``k`` as a C-contiguous float64 array (no copy when it already is one).
+
+    Raises:
+        UnsupportedArrayError: not a real numeric array, a tracked array, or a pandas object
+            (converting it would lose its names and dtypes: frames go to ``capture``).
+    """
     if type(a) is np.ndarray and a.dtype == np.float64 and a.flags.c_contiguous:
         return a
+    if is_pandas(a):
+        msg = (
+            f"Input {k} is a pandas `{type(a).__name__}`; converting it to an array would lose "
+            "its column names and dtypes. Pass DataFrames to `capture(fn, df)` (the pandas "
+            "capture; reuse views serve NumPy arrays only), or pass `df.to_numpy()` yourself."
+        )
+        raise UnsupportedArrayError(msg)
     arr = np.asarray(a)
     if arr.dtype == TRACKED_FLOAT:
         msg = (
@@ -414,6 +432,11 @@ class Capture:
         self, func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any
     ) -> CaptureResult:
         """Run ``func(*arrays, **kwargs)`` with annotated inputs; see :func:`capture`."""
+        if any(is_pandas(a) for a in arrays):
+            # pandas frames go to the pandas capture (imported only when one is passed: the
+            # core never imports pandas)
+            frames = importlib.import_module("dslog_dagster.pandas.capture")
+            return frames.as_capture_result(func, arrays, self.mode, kwargs)  # type: ignore[no-any-return]
         inputs = [as_input(a, k) for k, a in enumerate(arrays)]
         return capture_inputs(func, inputs, self.mode, self.on_lost, kwargs, pure=self.pure)
 
@@ -435,7 +458,9 @@ def capture(func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any) 
             tuple/list of them. Positional only, so ``func`` may itself take a ``func``
             keyword.
         *arrays: the inputs whose cells are tracked (any real numeric dtype, any rank; they are
-            converted to float64).
+            converted to float64). pandas DataFrames go to the pandas capture instead
+            (``func`` gets tracked frames; the result's ``value`` is the output frame and its
+            relations name cells ``(row, column)``; see ``docs/pandas.md``).
         **kwargs: passed to ``func`` (not tracked), all of them.
 
     Returns:

@@ -31,7 +31,7 @@ from dslog_dagster.policy import CapturePolicy, LineageMode
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.tracked_step import InputRef, PendingLineage, TrackedStep
 from dslog_dagster.tracking import lineage_of, obtain_lineage
-from dslog_dagster.values import is_frame, is_trackable, plain_arrays
+from dslog_dagster.values import is_frame, is_pandas_frame, is_trackable, plain_arrays
 
 if TYPE_CHECKING:
     from dslog_dagster.core.provrc import LineageTable
@@ -149,6 +149,8 @@ class _StepRun:
                 )
                 raise ConfigurationError(msg)
             return self.run_frames(names)
+        if any(is_pandas_frame(self.kwargs[n]) for n in names):
+            return self.run_pandas(names)
         for n in names:
             if not is_trackable(self.kwargs[n]):
                 raise _reject(n, self.kwargs[n], self.step_key)
@@ -431,6 +433,61 @@ class _StepRun:
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([o.value for o in outs])
+
+    # ------------------------------------------------------------ pandas steps
+
+    def run_pandas(self, names: list[str]) -> Any:
+        """A tracked step whose inputs are pandas DataFrames (:mod:`dslog_dagster.pandas`):
+        the function runs once on tracked frames; each output frame's lineage names cells
+        ``(row position, column position)`` of the inputs as loaded (rows in id order)."""
+        from dslog_dagster.pandas.capture import capture_pandas
+
+        for n in names:
+            if not is_pandas_frame(self.kwargs[n]):
+                msg = (
+                    f"Tracked step `{self.step_key}` mixes pandas DataFrame and "
+                    f"`{type(self.kwargs[n]).__name__}` inputs (`{n}`); a tracked pandas step "
+                    "takes DataFrames. Pass the other input in `untracked_inputs`, or convert "
+                    "it in its own step."
+                )
+                raise UnsupportedArrayError(msg)
+        if self.policy == CapturePolicy.reuse_only:
+            result = self.run_plain()
+            self.hand_over_untracked(
+                "none",
+                'policy="reuse_only": reuse views serve NumPy steps only, so this pandas step '
+                'ran without capture and recorded no lineage (use policy="capture").',
+            )
+            return result
+        # policy="all_to_all" captures like "capture": a pandas operation without a rule
+        # fails the step (UnsupportedFrameOperationError names it) rather than being guessed
+        refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
+        caps = capture_pandas(
+            self.fn,
+            {n: self.kwargs[n] for n in names},
+            call=lambda tracked: self.call(dict(zip(names, tracked, strict=True))),
+        )
+        considered = self.mode == LineageMode.considered
+        for cap, out_name in zip(caps, self.out_names, strict=True):
+            reason = None
+            if cap.flagged:
+                reason = (
+                    f"No cell-level rule for {', '.join(cap.flagged_ops)}: each result cell is "
+                    "recorded as depending on every cell of its row (over-approximation)."
+                )
+            pending = self.pending(
+                out_name,
+                inputs=refs,
+                relations=tuple(cap.table(n, considered=considered) for n in names),
+                obtained="captured",
+                flagged=cap.flagged,
+                reason=reason,
+                capture_s=cap.seconds,
+                column_lineage=cap.column_lineage,
+                capture_method="pandas-flagged" if cap.flagged else "pandas",
+            )
+            self.tracked.hand_over(out_name, pending)
+        return self.rebuild([c.frame for c in caps])
 
 
 # ------------------------------------------------------------------ step facts

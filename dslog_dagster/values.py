@@ -1,8 +1,8 @@
-"""What kind of value a tracked step handles: NumPy arrays it can track, Spark DataFrames, and
-the plain values of a step that ran without capture.
+"""What kind of value a tracked step handles: NumPy arrays it can track, Spark and pandas
+DataFrames, and the plain values of a step that ran without capture.
 
 Shared by the decorators (which inputs to track) and the IO managers (how to store an output).
-PySpark is never imported here: a process that never imported it has no frames.
+PySpark and pandas are never imported here: a process that never imported them has no frames.
 """
 
 import sys
@@ -14,7 +14,7 @@ import numpy as np
 from dslog_dagster.core.capture import TRACKED_FLOAT
 from dslog_dagster.core.native import annotator
 
-__all__ = ["is_frame", "is_trackable", "plain", "plain_arrays"]
+__all__ = ["is_frame", "is_pandas_frame", "is_trackable", "plain", "plain_arrays"]
 
 
 def plain(x: Any) -> Any:
@@ -34,6 +34,12 @@ def is_frame(v: Any) -> bool:
     """A Spark DataFrame? (Checked without importing PySpark: no PySpark, no frames.)"""
     sql = sys.modules.get("pyspark.sql")
     return sql is not None and isinstance(v, sql.DataFrame)
+
+
+def is_pandas_frame(v: Any) -> bool:
+    """A pandas DataFrame? (Checked without importing pandas: no pandas, no frames.)"""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(v, pd.DataFrame)
 
 
 def is_trackable(v: Any) -> bool:

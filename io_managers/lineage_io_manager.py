@@ -1,4 +1,4 @@
-"""``DSLogIOManager``: NumPy arrays and Spark DataFrames in files, with their lineage.
+"""``DSLogIOManager``: NumPy arrays and Spark and pandas DataFrames in files, with their lineage.
 
 Every materialization's value is its own immutable version
 (:mod:`~dslog_dagster.io_managers.value_versions`), keyed by the run id, which is also the
@@ -15,6 +15,9 @@ column the lineage names rows by, and a ``_dslog_frame.json`` side-car (rows, sc
 (:func:`~dslog_dagster.io_managers.spark_frames.stage_frame`). Loading gives user code an
 ordinary DataFrame and offers the frame *with* ids to the tracked step
 (:class:`~dslog_dagster.tracked_step.FrameSource`); see :mod:`dslog_dagster.spark.steps`.
+A pandas DataFrame is ``<run id>.parquet`` as one file, with the row ids as a column that
+loading sorts by and drops (:mod:`~dslog_dagster.io_managers.pandas_frames`): row positions are
+the rows the lineage names.
 
 A value is staged under a temporary name, its lineage is committed by
 :mod:`~dslog_dagster.io_managers.writer`, and only then is the value renamed to its version: a
@@ -53,7 +56,7 @@ from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracke
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.settings import TrackingSettings
 from dslog_dagster.tracked_step import FrameSource
-from dslog_dagster.values import is_frame
+from dslog_dagster.values import is_frame, is_pandas_frame
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -258,10 +261,14 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         if is_frame(obj):
             self._handle_frame(context, obj)
             return
+        if is_pandas_frame(obj):
+            self._handle_pandas(context, obj)
+            return
         arr = np.asarray(obj)
         if arr.dtype == object or arr.dtype.kind in "OUSV":
             msg = (
-                f"DSLogIOManager stores NumPy arrays; output `{context.name}` of step "
+                "DSLogIOManager stores NumPy arrays and DataFrames; output "
+                f"`{context.name}` of step "
                 f"`{context.step_key}` is a `{type(obj).__name__}`. Use with_lineage(<your IO "
                 "manager>) for other types."
             )
@@ -314,6 +321,26 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         finally:
             if cap is not None:
                 cap.release()
+        path = self._publish(context, slot, tmp, ".parquet", key, pk)
+        context.add_output_metadata({"path": dg.MetadataValue.path(str(path))} | md)
+
+    def _handle_pandas(self, context: dg.OutputContext, obj: Any) -> None:
+        """Store a pandas DataFrame output as one Parquet file with its row ids, then its
+        lineage (with the frame's schema), then publish."""
+        from dslog_dagster.io_managers.pandas_frames import schema_of, write_pandas
+
+        slot, key, pk = self._output_slot(context)
+        pending = self._named_reads(context, take_pending(context))
+        tmp = None
+        try:
+            tmp = slot.staging(".parquet")
+            write_pandas(obj, tmp)
+            writer = LineageWriter(self.dslog_settings(), self._store_base())
+            md = writer.write_frame(context, pending, len(obj), schema_of(obj))
+        except BaseException:
+            if tmp is not None:
+                slot.discard(tmp)
+            raise
         path = self._publish(context, slot, tmp, ".parquet", key, pk)
         context.add_output_metadata({"path": dg.MetadataValue.path(str(path))} | md)
 
@@ -417,6 +444,14 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     ) -> Any:
         """The value at ``path``; an array's lease ends once it is in memory, a frame's when
         the DataFrame is collected (Spark reads its files lazily)."""
+        if path.suffix == ".parquet" and path.is_file():  # pandas: one file; Spark: a directory
+            from dslog_dagster.io_managers.pandas_frames import read_pandas
+
+            try:
+                return read_pandas(path)
+            finally:
+                if lease is not None:
+                    ValueSlot.release(lease)
         if path.suffix == ".parquet":
             df = self._load_frame(context, path, offer)
             if lease is not None:

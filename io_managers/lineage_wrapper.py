@@ -35,7 +35,7 @@ from dslog_dagster.io_managers.writer import (
 )
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.tracked_step import FrameSource
-from dslog_dagster.values import is_frame
+from dslog_dagster.values import is_frame, is_pandas_frame
 
 __all__ = ["with_lineage"]
 
@@ -56,6 +56,9 @@ class _LineageIOManager(dg.IOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if is_frame(obj):
             self._handle_frame(context, obj)
+            return
+        if is_pandas_frame(obj):
+            self._handle_pandas(context, obj)
             return
         pending = take_pending(context)
         shape: tuple[int, ...] = ()
@@ -130,8 +133,30 @@ class _LineageIOManager(dg.IOManager):
                 numbered.release()
         context.add_output_metadata(md)
 
+    def _handle_pandas(self, context: dg.OutputContext, obj: Any) -> None:
+        """Hand the inner IO manager the pandas frame with its row ids (``ROW_ID``, the row
+        positions its lineage names), then add lineage; :meth:`load_input` sorts by the ids
+        and drops them. An untracked output is handed over unchanged."""
+        from dslog_dagster.io_managers.pandas_frames import schema_of, with_row_ids
+
+        pending = take_pending(context)
+        jobs: list[LineageJob] = []
+        if pending is None or pending.obtained == "off":
+            md = self.writer.write_pending(context, pending, (0, 0), "float64", keep=jobs)
+            self._store(context, obj, jobs)
+        else:
+            md = self.writer.write_frame(context, pending, len(obj), schema_of(obj), keep=jobs)
+            self._store(context, with_row_ids(obj), jobs)
+        context.add_output_metadata(md)
+
     def load_input(self, context: dg.InputContext) -> Any:
         value = self.inner.load_input(context)
+        if is_pandas_frame(value):
+            from dslog_dagster.io_managers.pandas_frames import ROW_ID, from_stored
+
+            if ROW_ID not in value.columns:
+                return value  # stored untracked: its rows are named by their positions
+            return from_stored(value, f"{type(self.inner).__name__} input {context.name}")
         if not is_frame(value):
             return value
         from dslog_dagster.spark.rowid import ROW_ID

@@ -133,8 +133,9 @@ class LineageWriter:
             m.COLUMN_SCHEMA: dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in schema]),
         }
         md |= self.write_pending(
-            context, pending, shape, "float64", columns=[n for n, _ in schema], keep=keep
-        )
+            context, pending, shape, "float64", columns=[n for n, _ in schema], keep=keep,
+            schema=schema,
+        )  # fmt: skip
         if pending is not None and pending.column_lineage is not None:
             md[m.COLUMN_LINEAGE] = m.column_lineage(
                 pending.column_lineage, pending.inputs, [n for n, _ in schema]
@@ -151,14 +152,18 @@ class LineageWriter:
         values: np.ndarray | None = None,
         columns: Sequence[str] | None = None,
         keep: "list[LineageJob] | None" = None,
+        schema: Sequence[tuple[str, str]] | None = None,
     ) -> dict[str, Any]:
         """Register ``pending`` (already popped) for an output of ``shape`` and ``dtype``.
 
         A DataFrame output is the array ``(rows, columns)`` (see :mod:`dslog_dagster.spark`).
         ``values`` (the output's data) and ``columns`` (a frame's names) are for the picture.
         ``keep``: a list the job is appended to (to :meth:`LineageJob.retract` it later).
+        ``schema``: a frame's ``(column name, dtype)`` pairs, recorded with its array.
         """
-        job = self.start(context, pending, shape, dtype, values=values, columns=columns)
+        job = self.start(
+            context, pending, shape, dtype, values=values, columns=columns, schema=schema
+        )
         if keep is not None:
             keep.append(job)
         return job.finish()
@@ -173,6 +178,7 @@ class LineageWriter:
         background: bool = False,
         values: np.ndarray | None = None,
         columns: Sequence[str] | None = None,
+        schema: Sequence[tuple[str, str]] | None = None,
     ) -> "LineageJob":
         """Begin registering ``pending``; :meth:`LineageJob.finish` completes it.
 
@@ -185,7 +191,7 @@ class LineageWriter:
         before: the worker only overlaps the flushes with the value's write and the metadata.
         """
         job = LineageJob(self, context, pending, shape, dtype)
-        job.values, job.columns = values, columns
+        job.values, job.columns, job.schema = values, columns, schema
         job.begin(background)
         return job
 
@@ -221,6 +227,7 @@ class LineageJob:
         self.lineage: dict[tuple[str, str], LineageRelation | LineageTable] = {}
         self.values: np.ndarray | None = None  # the output's data, for the picture
         self.columns: Sequence[str] | None = None  # a DataFrame's column names
+        self.schema: Sequence[tuple[str, str]] | None = None  # a DataFrame's names and dtypes
         self.published: tuple[str | None, list[ArrayRecord]] | None = None
         """What ``finish`` made visible: the op id (``None``: a source step's array version
         only) and the array versions registered with it."""
@@ -253,8 +260,9 @@ class LineageJob:
             store = writer.settings.store(writer.base_dir)
         self.store = store
         self.out_spec = NewArray(
-            self.name, self.shape, self.dtype, asset_key=asset_key, version=self.version
-        )
+            self.name, self.shape, self.dtype, asset_key=asset_key, version=self.version,
+            columns=self.schema,
+        )  # fmt: skip
         self.seconds += time.perf_counter() - t0
         deferred = pending.capture_method == DEFERRED
         if (pending.relations is None and not deferred) or not pending.inputs:
@@ -351,7 +359,12 @@ class LineageJob:
         assert spec is not None
         if self.prepared is None:  # a source step: only the array version
             rec = store.register_array(
-                spec.name, spec.shape, spec.dtype, asset_key=spec.asset_key, version=spec.version
+                spec.name,
+                spec.shape,
+                spec.dtype,
+                asset_key=spec.asset_key,
+                version=spec.version,
+                columns=spec.columns,
             )
             self.published = (None, [rec])
             write_s = self.seconds + time.perf_counter() - t0

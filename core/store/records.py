@@ -63,6 +63,9 @@ class ArrayRecord:
         version: asset/data version; ``None`` is the default version.
         array_id: stable id derived from ``(name, version)``: the same in every process.
         created_at: UTC time of the first registration.
+        columns: a frame's schema, ``(column name, dtype)`` per column (pandas and Spark
+            frames); ``None`` for an array. Stored only when set, so records without it (and
+            readers that predate it) are unchanged.
     """
 
     name: str
@@ -72,10 +75,11 @@ class ArrayRecord:
     version: str | None
     array_id: str
     created_at: datetime = field(compare=False)
+    columns: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form stored in array record files and in operation records."""
-        return {
+        d: dict[str, Any] = {
             "name": self.name,
             "shape": list(self.shape),
             "dtype": self.dtype,
@@ -84,6 +88,9 @@ class ArrayRecord:
             "array_id": self.array_id,
             "created_at": self.created_at.isoformat(),
         }
+        if self.columns is not None:
+            d["columns"] = [list(c) for c in self.columns]
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ArrayRecord":
@@ -96,7 +103,15 @@ class ArrayRecord:
             version=d.get("version"),
             array_id=str(d["array_id"]),
             created_at=datetime.fromisoformat(d["created_at"]),
+            columns=_columns(d.get("columns")),
         )
+
+
+def _columns(v: Any) -> tuple[tuple[str, str], ...] | None:
+    """A stored schema, or ``None`` (an array, or a record written before schemas)."""
+    if v is None:
+        return None
+    return tuple((str(n), str(t)) for n, t in v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +128,8 @@ class NewArray:
     dtype: Any = "float64"
     asset_key: str | Sequence[str] | None = None
     version: str | None = None
+    #: a frame's schema, ``(column name, dtype)`` per column
+    columns: Sequence[tuple[str, str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +337,13 @@ def array_record(spec: "NewArray") -> ArrayRecord:
     dt = dtype_name(spec.dtype, f"Array `{name}`")
     _, created = now()
     key = _normalise_asset_key(spec.asset_key, name)
-    return ArrayRecord(name, shp, dt, key, version, array_id(name, version), created)
+    cols = None
+    if spec.columns is not None:
+        cols = tuple((str(n), str(t)) for n, t in spec.columns)
+        if len(shp) != 2 or len(cols) != shp[1]:
+            msg = f"Array `{name}` has {len(cols)} schema columns for shape {shp}."
+            raise InvalidRelationError(msg)
+    return ArrayRecord(name, shp, dt, key, version, array_id(name, version), created, cols)
 
 
 ARGS_MAX_DEPTH = 64

@@ -211,6 +211,7 @@ class LineageStore:
         dtype: str | np.dtype[Any] | type = "float64",
         asset_key: str | Sequence[str] | None = None,
         version: str | None = None,
+        columns: Sequence[tuple[str, str]] | None = None,
     ) -> ArrayRecord:
         """Register an array (a node of the lineage graph); idempotent per ``(name, version)``.
 
@@ -222,7 +223,7 @@ class LineageStore:
             shape: the array's shape.
             dtype: anything :class:`numpy.dtype` accepts.
             asset_key: the Dagster asset key, as ``"a/b"`` or ``["a", "b"]``.
-            version: data version; ``None`` is the default version.
+            version: data version; ``None`` is the default version. ``columns``: a frame's schema.
 
         Returns:
             The stored record (the existing one when already registered).
@@ -237,7 +238,7 @@ class LineageStore:
         known = self.array_files.known(name, version) if valid else None
         if known is not None and known.shape == as_shape(shape, f"Array `{name}`"):
             return known  # a shape that differs takes the long way and raises there
-        record = array_record(NewArray(name, shape, dtype, asset_key, version))
+        record = array_record(NewArray(name, shape, dtype, asset_key, version, columns))
         existing = self.array_files.existing(record)
         if existing is not None:
             return existing

@@ -89,6 +89,10 @@ def test_spark_and_pandas_features_name_their_extra(tmp_path: Path) -> None:
         require("pandas", "to_pandas()")
     except MissingExtraError as e:
         print("pandas:", e)
+    try:
+        import dslog_dagster.pandas
+    except MissingExtraError as e:
+        print("pandas capture:", e)
     from dslog_dagster.core.store import LineageStore
     from dslog_dagster.export import asset_document
     store = LineageStore("s")
@@ -105,8 +109,10 @@ def test_spark_and_pandas_features_name_their_extra(tmp_path: Path) -> None:
     assert lines[0].endswith("Install the extra: pip install 'dslog-dagster[spark]'.")
     assert lines[1].startswith("pandas: to_pandas() needs `pandas`")
     assert lines[1].endswith("pip install 'dslog-dagster[pandas]'.")
-    assert lines[2].startswith("prov: Exporting lineage as W3C PROV needs `prov`")
-    assert lines[2].endswith("pip install 'dslog-dagster[export]'.")
+    assert lines[2].startswith("pandas capture: pandas capture needs `pandas`")
+    assert lines[2].endswith("pip install 'dslog-dagster[pandas]'.")
+    assert lines[3].startswith("prov: Exporting lineage as W3C PROV needs `prov`")
+    assert lines[3].endswith("pip install 'dslog-dagster[export]'.")
 
 
 def _project() -> dict[str, object]:

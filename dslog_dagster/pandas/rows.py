@@ -1,0 +1,108 @@
+"""Row maps: which source rows each row of a frame came from, as sorted NumPy pair arrays.
+
+pandas is eager, so the row lineage of every operation is known the moment it runs: a
+:class:`RowMap` holds the pairs ``(row of this frame, row of one input)`` as two int64 arrays
+sorted by frame row, and every rule is a vectorised map over them (NumPy only, no Python loop
+per row): ``take`` for operations that pick, reorder or repeat rows (filters, sorts, joins),
+``gather`` for operations that pool rows (group-bys, duplicates, top-k prefixes), ``union``
+for cells that come from several places. One map per *slot* is shared by every column whose
+cells come from those rows, which keeps a frame's cell lineage factored as row map × column
+pairs (see :mod:`dslog_dagster.pandas.state`).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["I64", "RowMap", "ranges"]
+
+I64 = npt.NDArray[np.int64]
+
+
+def ranges(starts: I64, counts: I64) -> I64:
+    """``concatenate([arange(s, s + c) for s, c in zip(starts, counts)])``, vectorised."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    offsets = np.repeat(ends - counts, counts)
+    return np.repeat(starts, counts) + (np.arange(total, dtype=np.int64) - offsets)
+
+
+@dataclass(frozen=True, eq=False)
+class RowMap:
+    """Pairs ``(out[i], src[i])``: row ``out[i]`` of a frame of ``n_out`` rows came from row
+    ``src[i]`` of an input of ``n_src`` rows. Sorted by ``(out, src)``, without repeats."""
+
+    out: I64
+    src: I64
+    n_out: int
+    n_src: int
+
+    @classmethod
+    def identity(cls, n: int) -> "RowMap":
+        """Each of ``n`` rows from the same row of the input."""
+        a = np.arange(n, dtype=np.int64)
+        return cls(a, a.copy(), n, n)
+
+    @classmethod
+    def from_pairs(cls, out: I64, src: I64, n_out: int, n_src: int) -> "RowMap":
+        """Pairs in any order, repeats allowed (sorted and made unique here)."""
+        out = np.asarray(out, np.int64)
+        src = np.asarray(src, np.int64)
+        if out.size:
+            key = out * max(n_src, 1) + src
+            if not bool(np.all(key[1:] > key[:-1])):  # already sorted and unique: kept as is
+                key = np.unique(key)
+                out, src = key // max(n_src, 1), key % max(n_src, 1)
+        return cls(out, src, n_out, n_src)
+
+    @property
+    def n_pairs(self) -> int:
+        return int(self.out.size)
+
+    def _indptr(self) -> I64:
+        return np.searchsorted(self.out, np.arange(self.n_out + 1, dtype=np.int64)).astype(np.int64)
+
+    def take(self, positions: I64) -> "RowMap":
+        """New row ``k`` ← old row ``positions[k]`` (``-1``: a row from nowhere, e.g. the
+        missing side of an outer join)."""
+        positions = np.asarray(positions, np.int64)
+        # one spare entry: a frame of no rows still answers row 0 (with no pairs)
+        indptr = np.append(self._indptr(), self.n_pairs)
+        valid = positions >= 0
+        pos = np.where(valid, positions, 0)
+        counts = np.where(valid, indptr[pos + 1] - indptr[pos], 0).astype(np.int64)
+        new_out = np.repeat(np.arange(positions.size, dtype=np.int64), counts)
+        idx = ranges(indptr[pos], counts)
+        return RowMap(new_out, self.src[idx], int(positions.size), self.n_src)
+
+    def restrict(self, keep: npt.NDArray[np.bool_]) -> "RowMap":
+        """Only the pairs of the rows where ``keep`` (same rows; the others have none)."""
+        mask = np.asarray(keep, bool)[self.out]
+        return RowMap(self.out[mask], self.src[mask], self.n_out, self.n_src)
+
+    def gather(self, out: I64, rows: I64, n_out: int) -> "RowMap":
+        """New row ``out[i]`` ← old row ``rows[i]`` for every ``i`` (a many-to-many pooling:
+        group members, duplicates, a top-k prefix), composed with this map."""
+        out = np.asarray(out, np.int64)
+        rows = np.asarray(rows, np.int64)
+        indptr = self._indptr()
+        counts = (indptr[rows + 1] - indptr[rows]).astype(np.int64)
+        idx = ranges(indptr[rows], counts)
+        return RowMap.from_pairs(np.repeat(out, counts), self.src[idx], n_out, self.n_src)
+
+    def union(self, other: "RowMap") -> "RowMap":
+        """Every pair of either map (same frame, same input)."""
+        return RowMap.from_pairs(
+            np.concatenate([self.out, other.out]),
+            np.concatenate([self.src, other.src]),
+            self.n_out,
+            self.n_src,
+        )
+
+    def shifted(self, offset: int, n_out: int) -> "RowMap":
+        """The same pairs with every frame row moved by ``offset`` in a frame of ``n_out``
+        rows (one part of a row-wise concat)."""
+        return RowMap(self.out + offset, self.src, n_out, self.n_src)

@@ -1,0 +1,171 @@
+"""The DPDS running example end to end through a Dagster job, queried backward by hand.
+
+Three source frames; two left joins on (key1, key2) with duplicate keys and a null key (pandas
+matches null keys to each other); ``fillna`` with a value and with a dict; a one-hot encoding
+of ``E`` concatenated as columns; ``E`` dropped. The output is stored by DSLogIOManager as
+Parquet with its row ids, and the lineage of a few cells is queried back to each source.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset, with_lineage
+from dslog_dagster.core.api import DSLog
+from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.io_managers.pandas_frames import ROW_ID
+
+DF_A = pd.DataFrame({"key1": ["a", "a", "b", None], "key2": [1, 1, 2, 1], "A": [10, 11, 12, 13]})
+DF_B = pd.DataFrame(
+    {"key1": ["a", "b", "b", None], "key2": [1, 2, 2, 1], "C": ["c0", None, "c2", "c3"]}
+)
+DF_C = pd.DataFrame({"key1": ["a", "b"], "key2": [1, 2], "E": ["E1", None], "F": ["f0", None]})
+
+
+def pipeline(df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame) -> pd.DataFrame:
+    df = pd.merge(df_A, df_B, on=["key1", "key2"], how="left")  # join
+    df = df.fillna("imputed")  # imputation
+    df = pd.merge(df, df_C, on=["key1", "key2"], how="left")  # join
+    df = df.fillna(value={"E": "Ex", "F": "Fx"})  # imputation
+    c = "E"
+    dummies = [pd.get_dummies(df[c])]  # one-hot encoding
+    df_dummies = pd.concat(dummies, axis=1)
+    df = pd.concat((df, df_dummies), axis=1)
+    return df.drop([c], axis=1)
+
+
+@tracked_asset
+def df_A() -> pd.DataFrame:
+    return DF_A.copy()
+
+
+@tracked_asset
+def df_B() -> pd.DataFrame:
+    return DF_B.copy()
+
+
+@tracked_asset
+def df_C() -> pd.DataFrame:
+    return DF_C.copy()
+
+
+@tracked_asset
+def prepared(df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame) -> pd.DataFrame:
+    return pipeline(df_A, df_B, df_C)
+
+
+@tracked_asset(mode="considered")
+def prepared_considered(df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame) -> pd.DataFrame:
+    return pipeline(df_A, df_B, df_C)
+
+
+def _cells(
+    log: DSLog, path: list[str], cell: tuple[int, int], shape: tuple[int, int]
+) -> set[tuple[int, int]]:
+    flat = log.prov_query(path, np.s_[cell[0], cell[1]]).to_flat()
+    return {(int(r), int(c)) for r, c in zip(*np.unravel_index(flat, shape), strict=True)}
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_dpds_running_example_end_to_end(tmp_path: Path, wrapped: bool) -> None:
+    dslog = DSLogResource(store_dir=str(tmp_path / "store"))
+    io = (
+        with_lineage(dg.FilesystemIOManager(base_dir=str(tmp_path / "fs")), dslog)
+        if wrapped
+        else DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "data"))
+    )
+    with dg.instance_for_test() as instance:
+        res = dg.materialize(
+            [df_A, df_B, df_C, prepared, prepared_considered],
+            resources={"io_manager": io, "dslog": dslog},
+            instance=instance,
+        )
+        assert res.success
+        value = res.output_for_node("prepared")
+        md = res.asset_materializations_for_node("prepared")[0].metadata
+    deps = md["dagster/column_lineage"].value.deps_by_column
+    assert [(d.asset_key.to_user_string(), d.column_name) for d in deps["F"]] == [("df_C", "F")]
+    assert {d.asset_key.to_user_string() for d in deps["key1"]} == {"df_A", "df_B", "df_C"}
+    assert [c.name for c in md["dagster/column_schema"].value.columns][:3] == ["key1", "key2", "A"]
+    expected = pipeline(DF_A, DF_B, DF_C)
+    pd.testing.assert_frame_equal(value, expected)
+    assert list(expected.columns) == ["key1", "key2", "A", "C", "F", "E1", "Ex"]
+    log = DSLog(str(tmp_path / "store"))
+    rec = log.store.get_array("prepared")
+    assert rec.shape == (5, 7)
+    assert rec.columns is not None
+    assert [n for n, _ in rec.columns] == list(expected.columns)
+    # rows of the output: A0+B0+C0, A1+B0+C0, A2+B1+C1, A2+B2+C1, A3+B3 (null keys) + no C
+    q = lambda path, cell, shape: _cells(log, path, cell, shape)  # noqa: E731
+    # F of row 0 is df_C's F of row 0; F of row 3 was imputed ("Fx"): no contributing cell
+    assert q(["prepared", "df_C"], (0, 4), (2, 4)) == {(0, 3)}
+    assert q(["prepared", "df_C"], (3, 4), (2, 4)) == set()
+    # the one-hot cell E1 of row 1 comes from E of df_C row 0
+    assert q(["prepared", "df_C"], (1, 5), (2, 4)) == {(0, 2)}
+    # key1 of row 3: a coalesced key, contributed by both matched key cells of each join
+    assert q(["prepared", "df_C"], (3, 0), (2, 4)) == {(1, 0)}
+    assert q(["prepared", "df_A"], (3, 0), (4, 3)) == {(2, 0)}
+    assert q(["prepared", "df_B"], (3, 0), (4, 3)) == {(2, 0)}
+    # key1 of row 4 was null, matched df_B's null key, then imputed: no contributing cell
+    assert q(["prepared", "df_A"], (4, 0), (4, 3)) == set()
+    # C of row 4 is df_B's C of row 3, found through the null-key match
+    assert q(["prepared", "df_B"], (4, 3), (4, 3)) == {(3, 2)}
+    # considered: the imputed F of row 3 considered df_C row 1's null F and its join keys
+    qc = lambda path, cell, shape: _cells(log, ["prepared_considered", *path[1:]], cell, shape)  # noqa: E731
+    assert qc(["x", "df_C"], (3, 4), (2, 4)) == {(1, 0), (1, 1), (1, 3)}
+    # ...and, back in df_A, the keys of A2 (the join that made the row) and A's own F: none
+    assert qc(["x", "df_A"], (3, 4), (4, 3)) == {(2, 0), (2, 1)}
+    # forward: df_B's C of row 1 (null, imputed) is contributed nowhere, considered by C of row 2
+    fwd = log.prov_query(["df_B", "prepared"], np.s_[1, 2]).to_flat()
+    assert fwd.size == 0
+    fwdc = log.prov_query(["df_B", "prepared_considered"], np.s_[1, 2]).to_flat()
+    assert set(np.unravel_index(fwdc, (5, 7))[0].tolist()) == {2}
+
+
+def test_stored_frame_keeps_its_row_ids(tmp_path: Path) -> None:
+    dslog = DSLogResource(store_dir=str(tmp_path / "store"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "data"))
+    res = dg.materialize([df_A], resources={"io_manager": io, "dslog": dslog})
+    assert res.success
+    files = list((tmp_path / "data").rglob("*.parquet"))
+    stored = pd.read_parquet(next(f for f in files if f.is_file()))
+    assert stored[ROW_ID].tolist() == [0, 1, 2, 3]
+    # shuffled on disk, the rows come back in id order
+    shuffled = stored.iloc[[2, 0, 3, 1]]
+    from dslog_dagster.io_managers.pandas_frames import from_stored
+
+    pd.testing.assert_frame_equal(from_stored(shuffled, "x"), DF_A)
+
+
+def test_unsupported_operation_fails_the_step_and_stores_nothing(tmp_path: Path) -> None:
+    @tracked_asset
+    def bad(df_A: pd.DataFrame) -> pd.DataFrame:
+        return df_A.pivot_table(index="key1")
+
+    dslog = DSLogResource(store_dir=str(tmp_path / "store"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "data"))
+    with pytest.raises(UnsupportedFrameOperationError, match=r"DataFrame\.pivot_table"):
+        dg.materialize([df_A, bad], resources={"io_manager": io, "dslog": dslog})
+    log = DSLog(str(tmp_path / "store"))
+    with pytest.raises(KeyError):
+        log.store.get_array("bad")
+
+
+def test_a_pandas_step_runs_once_per_materialization(tmp_path: Path) -> None:
+    calls = []
+
+    @tracked_asset
+    def counted(df_A: pd.DataFrame) -> pd.DataFrame:
+        calls.append(1)
+        return df_A[df_A.A > 10]
+
+    dslog = DSLogResource(store_dir=str(tmp_path / "store"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "data"))
+    for _ in range(3):
+        assert dg.materialize([df_A, counted], resources={"io_manager": io, "dslog": dslog}).success
+    assert len(calls) == 3
+    log = DSLog(str(tmp_path / "store"))
+    assert _cells(log, ["counted", "df_A"], (0, 2), (4, 3)) == {(1, 2)}
