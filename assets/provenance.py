@@ -77,7 +77,9 @@ def _answer(
         else:
             sel = pq.select(
                 rec.shape,
-                cells=cells_from_spec(rec.shape, list(cells)) if cells else None,
+                cells=cells_from_spec(rec.shape, list(cells), columns=rec.column_names)
+                if cells
+                else None,
                 row=row,
                 column=column,
             )

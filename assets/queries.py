@@ -116,7 +116,7 @@ class LineageQueryConfig(dg.Config):
     @classmethod
     def _boxes(cls, v: list[str]) -> list[str]:
         for box in v:
-            parse_box(box)
+            parse_box(box, names=True)  # a frame's column may be named; checked at run time
         return v
 
 
@@ -141,7 +141,11 @@ class _CheckedText(ConfigScalar):
 
 
 _ASSET_KEY_TEXT = _CheckedText("DSLogAssetKey", "An asset key such as a/b.", check_asset_key_text)
-_BOX_TEXT = _CheckedText("DSLogBox", "A box of cells, NumPy style: 0:10,3.", parse_box)
+_BOX_TEXT = _CheckedText(
+    "DSLogBox",
+    "A box of cells, NumPy style: 0:10,3 (a frame's column by name: 0:10,genres).",
+    lambda text: parse_box(text, names=True),
+)
 
 
 def launch_config_schema() -> dict[str, dg.Field]:
@@ -244,7 +248,7 @@ def run_lineage_query(
     src = _stored(log, config.source, src_name)
     _stored(log, config.target, dst_name)
     boxes = config.cells if config.cells or config.indices else [":"]
-    start = cells_from_spec(src.shape, boxes, config.indices)
+    start = cells_from_spec(src.shape, boxes, config.indices, columns=src.column_names)
     if config.direction != "auto":
         tried: tuple[Direction, ...] = (config.direction,)
     else:

@@ -221,7 +221,7 @@ def _query(args: argparse.Namespace) -> int:
         names = [array_name(n, p or None) for n, p in zip(names, parts, strict=True)]
     source = log.store.get_array(names[0])
     boxes = args.cells if args.cells else [":"]
-    cells = cells_from_spec(source.shape, boxes)
+    cells = cells_from_spec(source.shape, boxes, columns=source.column_names)
     if args.between and len(names) != 2:
         msg = f"--between takes exactly two arrays (source, target), got {len(names)}."
         raise DSLogError(msg)
@@ -314,7 +314,8 @@ def _prov(args: argparse.Namespace) -> int:
             msg = "--version, --depth and --no-cells apply to one array's document, not a path."
             raise DSLogError(msg)
         source = log.store.get_array(names[0])
-        doc = query_document(log, names, cells_from_spec(source.shape, args.cells or [":"]))
+        cells = cells_from_spec(source.shape, args.cells or [":"], columns=source.column_names)
+        doc = query_document(log, names, cells)
     text = to_text(doc, args.prov_format)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -378,7 +379,7 @@ def _trace(args: argparse.Namespace) -> int:
     log = DSLog(_store(args.store))
     names = list(args.path)
     source = log.store.get_array(names[0])
-    cells = cells_from_spec(source.shape, args.cells or [":"])
+    cells = cells_from_spec(source.shape, args.cells or [":"], columns=source.column_names)
     result, done = trace(log, names, cells, _values_loader(args.values))
     for r in done:
         print(
@@ -404,7 +405,9 @@ def _provenance(args: argparse.Namespace) -> int:
         ans = pq.invalidated(store, args.target)
     else:
         rec = store.get_array(args.target, args.version)
-        cells = cells_from_spec(rec.shape, args.cells) if args.cells else None
+        cells = (
+            cells_from_spec(rec.shape, args.cells, columns=rec.column_names) if args.cells else None
+        )
         sel = pq.select(rec.shape, cells=cells, row=args.row, column=args.column)
         ask = {"why": pq.why, "how": pq.how, "history": pq.history, "spread": pq.spread}
         ans = ask[args.question](store, rec, sel)

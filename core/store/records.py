@@ -77,6 +77,12 @@ class ArrayRecord:
     created_at: datetime = field(compare=False)
     columns: tuple[tuple[str, str], ...] | None = field(default=None, compare=False)
 
+    @property
+    def column_names(self) -> list[str] | None:
+        """A frame's column names, in order (``None``: an array, or a frame stored without
+        its schema)."""
+        return None if self.columns is None else [c[0] for c in self.columns]
+
     def to_json(self) -> dict[str, Any]:
         """The JSON form stored in array record files and in operation records."""
         d: dict[str, Any] = {

@@ -112,6 +112,8 @@ def _add_array(doc: "ProvBundle", a: ArrayRecord, seen: set[str]) -> str:
         attrs.append(("dslog:version", a.version))
     if a.asset_key is not None:
         attrs.append(("dslog:assetKey", a.asset_key))
+    if a.columns is not None:  # a frame: its schema, (name, dtype) per column
+        attrs.append(("dslog:columns", json.dumps([list(c) for c in a.columns])))
     doc.entity(qid, attrs)
     return qid
 

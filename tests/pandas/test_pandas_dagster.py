@@ -6,16 +6,21 @@ of ``E`` concatenated as columns; ``E`` dropped. The output is stored by DSLogIO
 Parquet with its row ids, and the lineage of a few cells is queried back to each source.
 """
 
+import json
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
 import pandas as pd
+import prov.model as pm
 import pytest
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset, with_lineage
+from dslog_dagster.cli import main
+from dslog_dagster.core import provenance_queries as pq
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.export import asset_document
 from dslog_dagster.io_managers.pandas_frames import ROW_ID
 
 DF_A = pd.DataFrame({"key1": ["a", "a", "b", None], "key2": [1, 1, 2, 1], "A": [10, 11, 12, 13]})
@@ -70,7 +75,9 @@ def _cells(
 
 
 @pytest.mark.parametrize("wrapped", [False, True])
-def test_dpds_running_example_end_to_end(tmp_path: Path, wrapped: bool) -> None:
+def test_dpds_running_example_end_to_end(
+    tmp_path: Path, wrapped: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
     dslog = DSLogResource(store_dir=str(tmp_path / "store"))
     io = (
         with_lineage(dg.FilesystemIOManager(base_dir=str(tmp_path / "fs")), dslog)
@@ -123,6 +130,24 @@ def test_dpds_running_example_end_to_end(tmp_path: Path, wrapped: bool) -> None:
     assert fwd.size == 0
     fwdc = log.prov_query(["df_B", "prepared_considered"], np.s_[1, 2]).to_flat()
     assert set(np.unravel_index(fwdc, (5, 7))[0].tolist()) == {2}
+    if wrapped:
+        return
+    # names: a column by name on the command line, the DPDS questions, and the PROV schema
+    store = str(tmp_path / "store")
+    assert main(["query", store, "prepared", "df_C", "--cells", "0,F", "--format", "json"]) == 0
+    (box,) = json.loads(capsys.readouterr().out)
+    assert (box["start_0"], box["stop_0"], box["start_1"], box["stop_1"]) == (0, 1, 3, 4)
+    assert main(["query", store, "prepared", "df_C", "--cells", "0,G"]) == 2
+    assert "No column `G`" in capsys.readouterr().err
+    why = pq.why(log.store, "prepared", pq.item((5, 7), 1, 5))
+    assert ("df_C", "0:1, 2:3") in [(a.name, str(a.cells)) for a in why.arrays]
+    doc = asset_document(log, "prepared", depth=1, cells=False)
+    (entity,) = [
+        e
+        for e in doc.get_records(pm.ProvEntity)
+        if "prepared" in str(e.get_attribute("dslog:name"))
+    ]
+    assert json.loads(entity.get_attribute("dslog:columns").pop())[5][0] == "E1"
 
 
 def test_stored_frame_keeps_its_row_ids(tmp_path: Path) -> None:
