@@ -260,7 +260,13 @@ def _query(args: argparse.Namespace) -> int:
         _write_parquet(table, Path(args.output))
         print(f"wrote {result.n_boxes} box(es) to {args.output}", file=sys.stderr)
     else:
-        _emit(table.to_pylist(), table.column_names, args.format)
+        rows, columns = table.to_pylist(), list(table.column_names)
+        target = log.store.get_array(names[-1]).column_names
+        if target is not None and result.rank == 2:  # a frame: name the columns of each box
+            for r in rows:
+                r["columns"] = ", ".join(target[r["start_1"] : r["stop_1"]])
+            columns.append("columns")
+        _emit(rows, columns, args.format)
     print(f"{result.count()} cell(s) in {result.n_boxes} box(es)", file=sys.stderr)
     return 0
 

@@ -137,6 +137,7 @@ def test_dpds_running_example_end_to_end(
     assert main(["query", store, "prepared", "df_C", "--cells", "0,F", "--format", "json"]) == 0
     (box,) = json.loads(capsys.readouterr().out)
     assert (box["start_0"], box["stop_0"], box["start_1"], box["stop_1"]) == (0, 1, 3, 4)
+    assert box["columns"] == "F"  # df_C's columns: key1, key2, E, F
     assert main(["query", store, "prepared", "df_C", "--cells", "0,G"]) == 2
     assert "No column `G`" in capsys.readouterr().err
     why = pq.why(log.store, "prepared", pq.item((5, 7), 1, 5))
