@@ -16,6 +16,8 @@ annotator (docs: `docs/concepts/capture.md`, "Positions") give them no lineage. 
   array without one), every tested cell for ``argwhere``/``nonzero``/``where``, the whole
   searched array for ``searchsorted`` (a binary search reads implementation-dependent cells;
   all of them is the bound that does not depend on NumPy's algorithm);
+* ``astype`` of a tracked array to an integer dtype gives positions, each carrying its own
+  cell's lineage (a position that went through a float64 asset comes back as one);
 * indexing with such an index (``x[idx]``, ``x.take(idx)``, ``np.take_along_axis``,
   ``x[rows, cols]``) or with a ``tracked_float`` index of integral values (a position carried
   through a Dagster asset arrives as one) passes the indexed cells' lineage as contributing,
@@ -100,16 +102,34 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
 
     # ---- values and lineage of every operation -------------------------------------------
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if kwargs.get("out") is not None or method not in ("__call__", "reduce", "accumulate"):
-            raise _lost(f"`{ufunc.__name__}.{method}` with `out=` on a position array")
+        what = f"`{ufunc.__name__}.{method}`"
+        if not _annotator.active():  # after the capture: plain integers
+            return getattr(ufunc, method)(*_plain(inputs), **_plain(kwargs))
+        if method not in ("__call__", "reduce", "accumulate"):
+            raise _lost(f"{what} on a position array")
+        out = kwargs.pop("out", None)
+        if out is None:
+            plain = getattr(ufunc, method)(*_plain(inputs), **kwargs)
+            return _wrap(plain, getattr(ufunc, method)(*_carriers(inputs, what), **kwargs), what)
+        outs = out if isinstance(out, tuple) else (out,)
+        if not all(isinstance(o, Positions) for o in outs) or len(outs) != 1:
+            raise _lost(f"{what} with `out=` other than one position array")
+        (target,) = outs
         plain = getattr(ufunc, method)(*_plain(inputs), **kwargs)
-        lineage = getattr(ufunc, method)(*_carriers(inputs, f"`{ufunc.__name__}`"), **kwargs)
-        return _wrap(plain, lineage, f"`{ufunc.__name__}`")
+        lin = getattr(ufunc, method)(*_carriers(inputs, what), **kwargs)
+        result = _wrap(plain, lin, what)
+        if not isinstance(result, Positions) or result.shape != target.shape:
+            raise _lost(f"{what} with `out=` a position array")
+        np.asarray(target).view(np.ndarray)[...] = np.asarray(result).view(np.ndarray)
+        target.carrier = result.carrier
+        return target
 
     def __array_function__(
         self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         name = f"`np.{getattr(func, '__name__', func)}`"
+        if not _annotator.active():  # after the capture: plain integers
+            return func(*_plain(args), **_plain(kwargs))
         method = _METHODS.get(func)
         if method is not None and args and isinstance(args[0], Positions):
             return getattr(args[0], method)(*args[1:], **kwargs)
@@ -135,7 +155,9 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
         return _wrap(plain, lineage, name)
 
     def __getitem__(self, key: Any) -> Any:
-        plain = np.asarray(self)[_plain(key)]
+        plain = np.asarray(self).view(np.ndarray)[_plain(key)]
+        if not _annotator.active():
+            return plain
         if self.carrier is None:
             raise _lost("Indexing a position array of unknown lineage")
         lineage = self.carrier[key]
@@ -148,21 +170,17 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
         return (self[i] for i in range(len(self)))
 
     def __index__(self) -> int:
-        if _annotator.considered():
-            raise _lost(
-                "A position used as a Python integer (a slice bound, `int()`, `range`) in "
-                'mode="considered"; index with the position array itself (`x[idx]`, '
-                "`np.take`)"
-            )
-        return operator.index(np.asarray(self)[()])
+        # A Python integer is control, as a Python comparison of a tracked scalar is.
+        return operator.index(np.asarray(self).view(np.ndarray)[()])
 
     __int__ = __index__
 
+    def __repr__(self) -> str:
+        return f"Positions({np.asarray(self).view(np.ndarray)!r})"
+
     def tolist(self) -> Any:  # type: ignore[override]
-        """NumPy's ``tolist`` (contributing mode only, like ``__index__``)."""
-        if _annotator.considered():
-            raise _lost('`tolist()` of a position array in mode="considered"')
-        return np.asarray(self).tolist()
+        """NumPy's ``tolist`` of the integers (Python integers are control)."""
+        return np.asarray(self).view(np.ndarray).tolist()
 
     # ---- ndarray methods mirrored on the carrier -------------------------------------------
     def _mirror(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -581,6 +599,17 @@ def _take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "
     return res
 
 
+def _astype(x: npt.NDArray[Any], dtype: Any, *args: Any, **kwargs: Any) -> Any:
+    """``astype`` of a tracked array: to an integer dtype it gives positions (a position
+    that went through a float64 asset comes back as one), each carrying its own cell's
+    lineage; any other dtype is NumPy's own (which refuses the lineage-dropping casts)."""
+    dt = np.dtype(dtype)
+    if not np.issubdtype(dt, np.integer):
+        return _ORIG["astype"](x, dtype, *args, **kwargs)
+    plain = _annotator.values(x).astype(dt, *args, **kwargs)
+    return _positions(plain, [x], None)
+
+
 # ---- the hook the native module calls ---------------------------------------------------------
 def _hook(name: str, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
     kw = kwargs or {}
@@ -598,13 +627,24 @@ def _hook(name: str, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | 
         return _searchsorted(self, *args, **kw)
     if name == "take":
         return _take(self, *args, **kw)
+    if name == "astype":
+        return _astype(self, *args, **kw)
     msg = f"positions hook: unknown method {name!r}"
     raise AssertionError(msg)
 
 
 _ORIG: dict[str, Callable[..., Any]] = {
     n: _annotator.original_method(n)
-    for n in ("nonzero", "argmax", "argmin", "searchsorted", "take", "argsort", "argpartition")
+    for n in (
+        "nonzero",
+        "argmax",
+        "argmin",
+        "searchsorted",
+        "take",
+        "astype",
+        "argsort",
+        "argpartition",
+    )
 }
 #: NumPy functions that call the method of the same name on their first argument.
 _METHODS: dict[Any, str] = {

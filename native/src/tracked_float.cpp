@@ -1864,7 +1864,8 @@ void wrap_sorting_methods() {
 // Positions: index-producing methods and indexing with tracked indices (core/positions.py)
 //
 // Integer results that name positions of a tracked array (nonzero, argmax, argmin, argsort,
-// argpartition, searchsorted) and indexing with a tracked index (`x[idx]`, `x.take(idx)`)
+// argpartition, searchsorted, and astype to an integer dtype: positions carried as floats)
+// and indexing with a tracked index (`x[idx]`, `x.take(idx)`)
 // have their lineage built in Python, from NumPy operations on tracked arrays plus one
 // primitive below (`positional`). So during a capture these methods and ndarray's subscript
 // call a Python hook when a tracked array (or a position array, the hook's own int subclass)
@@ -1878,9 +1879,9 @@ PyTypeObject* g_positions_type = nullptr;  // core.positions.Positions
 binaryfunc g_orig_subscript = nullptr;
 objobjargproc g_orig_ass_subscript = nullptr;
 
-constexpr int kHookedMethods = 5;
-const char* const kHookedNames[kHookedMethods] = {"nonzero", "argmax", "argmin", "searchsorted",
-                                                  "take"};
+constexpr int kHookedMethods = 6;
+const char* const kHookedNames[kHookedMethods] = {"nonzero", "argmax",       "argmin",
+                                                  "searchsorted", "take", "astype"};
 PyObject* g_orig_hooked[kHookedMethods] = {};
 
 // An array whose positions the hook must see: tracked_float, or a position array.
@@ -1956,6 +1957,7 @@ void wrap_position_methods() {
   wrap_ndarray_method(kHookedNames[2], &g_orig_hooked[2], &defs[2], &hooked_method<2>);
   wrap_ndarray_method(kHookedNames[3], &g_orig_hooked[3], &defs[3], &hooked_method<3>);
   wrap_ndarray_method(kHookedNames[4], &g_orig_hooked[4], &defs[4], &hooked_method<4>);
+  wrap_ndarray_method(kHookedNames[5], &g_orig_hooked[5], &defs[5], &hooked_method<5>);
   // ndarray's subscript slots: NumPy's PyMappingMethods is plain (writable) data, shared by
   // every ndarray; subclasses defined later copy the hooked pointers. `ndarray.__getitem__`
   // (the slot wrapper made at NumPy's import) keeps calling NumPy's own function.

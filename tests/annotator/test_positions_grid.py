@@ -305,17 +305,24 @@ def test_an_unmirrored_derivation_is_refused_not_guessed() -> None:
         Capture().run(lambda a: np.argwhere(a).view(np.ndarray).view(type(np.argwhere(a)))[0], x)
 
 
-def test_a_position_as_a_python_int_is_refused_in_considered_mode() -> None:
-    x = np.arange(6.0).reshape(2, 3)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_position_as_a_python_int_is_control(mode: str) -> None:
+    """A slice bound taken from a position is control (as ``if a.max() > 0`` is): the crop's
+    cells contribute, the position is not recorded."""
+    x = np.arange(12.0).reshape(3, 4)
 
     def crop(a: Any) -> Any:
-        r, c = np.argwhere(a > 0)[0] if False else np.argwhere(a)[0]
-        return a[r : r + 1, c : c + 2]
+        r, c = np.argwhere(a)[4]
+        stop = np.argwhere(a)[5]
+        stop += 1  # in place, as NumPy's trim_zeros does
+        return a[r : stop[0], c : c + 2]
 
-    got = Capture().run(crop, x)  # contributing: a slice bound is control
+    got = Capture(mode=mode).run(crop, x)
     _same_values(got.value, crop(x))
-    with pytest.raises(LineageLostError, match="Python integer"):
-        Capture(mode="considered").run(crop, x)
+    want = {((i, j), (1 + i, 1 + j)) for i in range(1) for j in range(2)}
+    assert _got(got, 0, 0, False) == want
+    if mode == "considered":
+        assert _got(got, 0, 0, True) == want
 
 
 @settings(max_examples=40, deadline=None)
