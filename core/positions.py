@@ -56,7 +56,7 @@ directly.
 import functools
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -73,16 +73,18 @@ _INDEX_ERROR = (
 )
 
 
-def _lost(what: str) -> LineageLostError:
-    return LineageLostError(
+def _fail(what: str, cause: BaseException | None = None) -> NoReturn:
+    """Raise :class:`LineageLostError`: ``what`` cannot carry positional lineage."""
+    msg = (
         f"{what}: the positional lineage cannot be followed there, so it would be lost. Use "
         "NumPy functions on the position array (indexing, arithmetic, stacking, `take`, "
         "`unravel_index`), or declare the step's lineage yourself (`lineage=` on a tracked "
         "Dagster step)."
     )
+    raise LineageLostError(msg) from cause
 
 
-class Positions(np.ndarray):  # type: ignore[type-arg]
+class Positions(np.ndarray):
     """An ``intp`` array of positions with its lineage carrier (see the module docstring).
 
     Attributes:
@@ -106,27 +108,25 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
         if not _annotator.active():  # after the capture: plain integers
             return getattr(ufunc, method)(*_plain(inputs), **_plain(kwargs))
         if method not in ("__call__", "reduce", "accumulate"):
-            raise _lost(f"{what} on a position array")
+            _fail(f"{what} on a position array")
         out = kwargs.pop("out", None)
         if out is None:
             plain = getattr(ufunc, method)(*_plain(inputs), **kwargs)
             return _wrap(plain, getattr(ufunc, method)(*_carriers(inputs, what), **kwargs), what)
         outs = out if isinstance(out, tuple) else (out,)
         if not all(isinstance(o, Positions) for o in outs) or len(outs) != 1:
-            raise _lost(f"{what} with `out=` other than one position array")
+            _fail(f"{what} with `out=` other than one position array")
         (target,) = outs
         plain = getattr(ufunc, method)(*_plain(inputs), **kwargs)
         lin = getattr(ufunc, method)(*_carriers(inputs, what), **kwargs)
         result = _wrap(plain, lin, what)
         if not isinstance(result, Positions) or result.shape != target.shape:
-            raise _lost(f"{what} with `out=` a position array")
+            _fail(f"{what} with `out=` a position array")
         np.asarray(target).view(np.ndarray)[...] = np.asarray(result).view(np.ndarray)
         target.carrier = result.carrier
         return target
 
-    def __array_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         name = f"`np.{getattr(func, '__name__', func)}`"
         if not _annotator.active():  # after the capture: plain integers
             return func(*_plain(args), **_plain(kwargs))
@@ -137,10 +137,18 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
         if at is not None and len(args) > at:  # positions used as an index, not as data
             data = [a for i, a in enumerate(args) if i != at]
             if not any(isinstance(a, Positions) for a in data):
-                return func._implementation(*args, **kwargs)  # the hooked subscript does it
+                return func._implementation(  # noqa: SLF001 (NumPy's undispatched function)
+                    *args, **kwargs
+                )  # the hooked subscript does it
             plain = func(*_plain(args), **_plain(kwargs))
             lin_args = [a if i == at else _carriers(a, name) for i, a in enumerate(args)]
-            return _wrap(plain, func._implementation(*lin_args, **kwargs), name)
+            return _wrap(
+                plain,
+                func._implementation(  # noqa: SLF001 (NumPy's undispatched function)
+                    *lin_args, **kwargs
+                ),
+                name,
+            )
         if func is np.unravel_index:
             return _unravel(*args, **kwargs)
         if func is np.ravel_multi_index:
@@ -151,7 +159,7 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
         except LineageLostError:
             raise
         except (TypeError, ValueError) as e:
-            raise _lost(f"{name} on a position array ({e})") from e
+            _fail(f"{name} on a position array ({e})", e)
         return _wrap(plain, lineage, name)
 
     def __getitem__(self, key: Any) -> Any:
@@ -159,7 +167,7 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
         if not _annotator.active():
             return plain
         if self.carrier is None:
-            raise _lost("Indexing a position array of unknown lineage")
+            _fail("Indexing a position array of unknown lineage")
         lineage = self.carrier[key]
         return _wrap(plain, lineage, "indexing")
 
@@ -178,7 +186,7 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
     def __repr__(self) -> str:
         return f"Positions({np.asarray(self).view(np.ndarray)!r})"
 
-    def tolist(self) -> Any:  # type: ignore[override]
+    def tolist(self) -> Any:
         """NumPy's ``tolist`` of the integers (Python integers are control)."""
         return np.asarray(self).view(np.ndarray).tolist()
 
@@ -186,58 +194,58 @@ class Positions(np.ndarray):  # type: ignore[type-arg]
     def _mirror(self, name: str, *args: Any, **kwargs: Any) -> Any:
         plain = getattr(np.asarray(self), name)(*_plain(args), **_plain(kwargs))
         if self.carrier is None:
-            raise _lost(f"`{name}` of a position array of unknown lineage")
+            _fail(f"`{name}` of a position array of unknown lineage")
         lineage = getattr(self.carrier, name)(*_carriers(args, name), **_carriers(kwargs, name))
         return _wrap(plain, lineage, f"`{name}`")
 
-    def reshape(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def reshape(self, *a: Any, **k: Any) -> Any:
         return self._mirror("reshape", *a, **k)
 
-    def ravel(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def ravel(self, *a: Any, **k: Any) -> Any:
         return self._mirror("ravel", *a, **k)
 
-    def flatten(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def flatten(self, *a: Any, **k: Any) -> Any:
         return self._mirror("flatten", *a, **k)
 
-    def copy(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def copy(self, *a: Any, **k: Any) -> Any:
         return self._mirror("copy", *a, **k)
 
-    def transpose(self, *a: Any) -> Any:  # type: ignore[override]
+    def transpose(self, *a: Any) -> Any:
         return self._mirror("transpose", *a)
 
     @property
-    def T(self) -> Any:  # type: ignore[override]  # noqa: N802
+    def T(self) -> Any:
         return self._mirror("transpose")
 
-    def squeeze(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def squeeze(self, *a: Any, **k: Any) -> Any:
         return self._mirror("squeeze", *a, **k)
 
-    def swapaxes(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def swapaxes(self, *a: Any, **k: Any) -> Any:
         return self._mirror("swapaxes", *a, **k)
 
-    def astype(self, dtype: Any, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def astype(self, dtype: Any, *a: Any, **k: Any) -> Any:
         if not np.issubdtype(np.dtype(dtype), np.integer):
-            raise _lost(f"`astype({np.dtype(dtype)})` of a position array")
+            _fail(f"`astype({np.dtype(dtype)})` of a position array")
         if np.dtype(dtype) != self.dtype:
-            raise _lost(f"`astype({np.dtype(dtype)})` of a position array (keep `intp`)")
+            _fail(f"`astype({np.dtype(dtype)})` of a position array (keep `intp`)")
         return self._mirror("copy")
 
-    def take(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def take(self, *a: Any, **k: Any) -> Any:
         return _take(self, *a, **k)
 
-    def argmax(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def argmax(self, *a: Any, **k: Any) -> Any:
         return _arg_pick(self, "argmax", *a, **k)
 
-    def argmin(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def argmin(self, *a: Any, **k: Any) -> Any:
         return _arg_pick(self, "argmin", *a, **k)
 
-    def argsort(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def argsort(self, *a: Any, **k: Any) -> Any:
         return _arrange(self, "argsort", *a, **k)
 
-    def nonzero(self) -> Any:  # type: ignore[override]
+    def nonzero(self) -> Any:
         return _nonzero(self)
 
-    def searchsorted(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+    def searchsorted(self, *a: Any, **k: Any) -> Any:
         return _searchsorted(self, *a, **k)
 
 
@@ -253,7 +261,7 @@ def carrier_of(p: Positions, what: str) -> npt.NDArray[Any]:
         LineageLostError: ``p`` was derived by an operation whose lineage is unknown.
     """
     if p.carrier is None:
-        raise _lost(f"{what}: a position array derived by an unmirrored ndarray method")
+        _fail(f"{what}: a position array derived by an unmirrored ndarray method")
     return p.carrier
 
 
@@ -297,7 +305,7 @@ def _wrap(plain: Any, lineage: Any, what: str) -> Any:
     """NumPy's result ``plain`` with the lineage of the same operation on the carriers."""
     if isinstance(plain, tuple):
         if not isinstance(lineage, tuple) or len(lineage) != len(plain):
-            raise _lost(f"{what} on a position array")
+            _fail(f"{what} on a position array")
         return tuple(_wrap(p, q, what) for p, q in zip(plain, lineage, strict=True))
     arr = np.asarray(plain)
     if arr.dtype == np.bool_:  # comparisons are control (docs, "Rules")
@@ -308,15 +316,15 @@ def _wrap(plain: Any, lineage: Any, what: str) -> Any:
         return plain  # metadata (`np.shape`, `np.ndim`): no cell values
     lin = np.asarray(lineage)
     if lin.dtype != TRACKED:
-        raise _lost(f"{what} on a position array")
+        _fail(f"{what} on a position array")
     if lin.shape != arr.shape:
-        raise _lost(f"{what} on a position array (lineage of shape {lin.shape}, not {arr.shape})")
+        _fail(f"{what} on a position array (lineage of shape {lin.shape}, not {arr.shape})")
     if np.issubdtype(arr.dtype, np.integer):
         return _positions(arr, [lin], None, scalar=not isinstance(plain, np.ndarray))
     if np.issubdtype(arr.dtype, np.floating) and arr.dtype.itemsize <= 8:
         out = _annotator.positional([_c(lin)], None, arr.astype(np.float64))
         return out if isinstance(plain, np.ndarray) else out[()]
-    raise _lost(f"{what} gave dtype `{arr.dtype}`")
+    _fail(f"{what} gave dtype `{arr.dtype}`")
 
 
 def _positions(
@@ -405,7 +413,7 @@ def _axis(args: tuple[Any, ...], kwargs: dict[str, Any], at: int, default: Any) 
 def _arg_pick(x: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """argmax / argmin (axis=None, out=None, *, keepdims=False)."""
     if kwargs.get("out") is not None or (len(args) > 1 and args[1] is not None):
-        raise _lost(f"`{name}` with `out=`")
+        _fail(f"`{name}` with `out=`")
     vals, src = _source(x, name)
     plain = _ORIG[name](vals, *args, **kwargs)
     axis = _axis(args, kwargs, 0, None)
@@ -467,7 +475,7 @@ def _searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any
     return _positions(idx, wins, lose, scalar=not isinstance(plain, np.ndarray))
 
 
-def _unravel(indices: Any, shape: Any, order: str = "C") -> tuple[Positions, ...]:
+def _unravel(indices: Any, shape: Any, order: Any = "C") -> tuple[Positions, ...]:
     plain = np.unravel_index(_plain(indices), shape, order=order)
     lin = carrier_of(indices, "unravel_index")
     return tuple(_positions(p, [lin], None, scalar=np.ndim(p) == 0) for p in plain)
@@ -513,8 +521,9 @@ def _index_lineage(key: Any, out_shape: tuple[int, ...]) -> tuple[Any, npt.NDArr
     if any(q is Ellipsis or q is None for q in plain_parts) or any(
         isinstance(q, np.ndarray) and q.dtype == np.bool_ for q in plain_parts
     ):
-        raise _lost(
-            'Indexing with a tracked index together with `...`, `None` or a boolean mask in mode="considered"'
+        _fail(
+            "Indexing with a tracked index together with `...`, `None` or a boolean mask in "
+            'mode="considered"'
         )
     ints = [i for i, q in enumerate(plain_parts) if isinstance(q, int | np.integer)]
     adv_all = sorted(set(adv) | set(ints))
@@ -528,9 +537,7 @@ def _index_lineage(key: Any, out_shape: tuple[int, ...]) -> tuple[Any, npt.NDArr
 
 def _union(arrays: list[npt.NDArray[Any]], shape: tuple[int, ...]) -> npt.NDArray[Any]:
     """One tracked array whose cells carry the union of ``arrays``' sets, as contributing."""
-    return _annotator.positional(
-        [_c(a) for a in arrays], None, np.zeros(shape, dtype=np.float64)
-    )
+    return _annotator.positional([_c(a) for a in arrays], None, np.zeros(shape, dtype=np.float64))
 
 
 def _consider(res: Any, index_lin: npt.NDArray[Any] | None) -> Any:
@@ -564,19 +571,19 @@ def _setitem(x: npt.NDArray[Any], key: Any, value: Any) -> None:
         value = _wrap(np.asarray(value).view(np.ndarray).astype(np.float64), value.carrier, "=")
     parts = key if isinstance(key, tuple) else (key,)
     if _annotator.considered() and any(_is_tracked(p) or is_positions(p) for p in parts):
-        raise _lost(
+        _fail(
             'Assigning through a tracked index (`x[idx] = v`) in mode="considered" (the '
             "index's lineage would not reach the assigned cells); build the result with "
             "`np.where` or indexing instead"
         )
     if x.dtype != TRACKED and _is_tracked(np.asarray(value)):
-        raise _lost("Assigning positions into a plain array")
+        _fail("Assigning positions into a plain array")
     _NP_SETITEM(x, _index_part_key(key), value)
 
 
 def _take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
     if out is not None:
-        raise _lost("`take` with `out=`")
+        _fail("`take` with `out=`")
     src = carrier_of(a, "take") if is_positions(a) else a
     plain_a = np.asarray(a).view(np.ndarray) if is_positions(a) else a
     plain_idx, lin = _index_part(indices)
@@ -667,9 +674,9 @@ def _install() -> None:
     """Install the native hook and the ``np.argwhere`` / ``np.where`` wrappers, once."""
     _annotator.set_position_hook(_hook, Positions)
     if getattr(np.argwhere, "__wrapped__", None) is not _NP_ARGWHERE:
-        np.argwhere = functools.wraps(_NP_ARGWHERE)(argwhere)  # type: ignore[assignment]
+        np.argwhere = functools.wraps(_NP_ARGWHERE)(argwhere)
     if getattr(np.where, "__wrapped__", None) is not _NP_WHERE:
-        np.where = functools.wraps(_NP_WHERE)(where)  # type: ignore[assignment]
+        np.where = functools.wraps(_NP_WHERE)(where)
 
 
 _install()

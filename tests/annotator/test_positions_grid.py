@@ -87,7 +87,9 @@ def ref_argwhere(x: np.ndarray, res: np.ndarray) -> list[tuple[Pairs, Pairs]]:
     if x.ndim == 0:
         pairs = [((k, j), ()) for k in range(res.shape[0]) for j in range(res.shape[1])]
         return [_ref_nonzero_like(x, [(o, c) for o, c in pairs])]
-    pairs = [((k, j), tuple(int(v) for v in res[k])) for k in range(len(res)) for j in range(x.ndim)]
+    pairs = [
+        ((k, j), tuple(int(v) for v in res[k])) for k in range(len(res)) for j in range(x.ndim)
+    ]
     return [_ref_nonzero_like(x, pairs)]
 
 
@@ -106,7 +108,7 @@ def ref_flatnonzero(x: np.ndarray, res: np.ndarray) -> list[tuple[Pairs, Pairs]]
 
 
 def _lane(shape: tuple[int, ...], at: Cell, axis: int) -> list[Cell]:
-    return [at[:axis] + (j,) + at[axis + 1 :] for j in range(shape[axis])]
+    return [(*at[:axis], j, *at[axis + 1 :]) for j in range(shape[axis])]
 
 
 def ref_arg_pick(x: np.ndarray, res: Any, axis: int | None) -> list[tuple[Pairs, Pairs]]:
@@ -117,7 +119,7 @@ def ref_arg_pick(x: np.ndarray, res: Any, axis: int | None) -> list[tuple[Pairs,
     contrib: Pairs = set()
     considered: Pairs = set()
     for o in _cells(res.shape):
-        at = o[:axis] + (int(res[o]),) + o[axis:]
+        at = (*o[:axis], int(res[o]), *o[axis:])
         contrib.add((o, at))
         considered |= {(o, c) for c in _lane(x.shape, at, axis)}
     return [(contrib, considered)]
@@ -126,12 +128,14 @@ def ref_arg_pick(x: np.ndarray, res: Any, axis: int | None) -> list[tuple[Pairs,
 def ref_arrange(x: np.ndarray, res: np.ndarray, axis: int | None) -> list[tuple[Pairs, Pairs]]:
     if axis is None:
         every = _cells(x.shape)
-        contrib = {((k,), tuple(int(v) for v in np.unravel_index(f, x.shape))) for k, f in enumerate(res)}
+        contrib = {
+            ((k,), tuple(int(v) for v in np.unravel_index(f, x.shape))) for k, f in enumerate(res)
+        }
         return [(contrib, {((k,), c) for k in range(len(res)) for c in every})]
     contrib = set()
     considered = set()
     for o in _cells(res.shape):
-        at = o[:axis] + (int(res[o]),) + o[axis + 1 :]
+        at = (*o[:axis], int(res[o]), *o[axis + 1 :])
         contrib.add((o, at))
         considered |= {(o, c) for c in _lane(x.shape, at, axis)}
     return [(contrib, considered)]
@@ -149,20 +153,42 @@ def _cases(ndim: int) -> list[Case]:
         ("flatnonzero", np.flatnonzero, ref_flatnonzero),
         ("argmax", np.argmax, lambda x, r: ref_arg_pick(x, r, None)),
         ("argmin", lambda a: a.argmin(), lambda x, r: ref_arg_pick(x, r, None)),
-        ("argsort-flat", lambda a: np.argsort(a, axis=None, kind="stable"), lambda x, r: ref_arrange(x, r, None)),
+        (
+            "argsort-flat",
+            lambda a: np.argsort(a, axis=None, kind="stable"),
+            lambda x, r: ref_arrange(x, r, None),
+        ),
     ]
     for ax in range(ndim):
         cases += [
-            (f"argmax-{ax}", lambda a, ax=ax: np.argmax(a, axis=ax), lambda x, r, ax=ax: ref_arg_pick(x, r, ax)),
-            (f"argmin-{ax}", lambda a, ax=ax: a.argmin(axis=ax), lambda x, r, ax=ax: ref_arg_pick(x, r, ax)),
-            (f"argsort-{ax}", lambda a, ax=ax: np.argsort(a, axis=ax, kind="stable"), lambda x, r, ax=ax: ref_arrange(x, r, ax)),
-            (f"argsort-quick-{ax}", lambda a, ax=ax: a.argsort(axis=ax), lambda x, r, ax=ax: ref_arrange(x, r, ax)),
+            (
+                f"argmax-{ax}",
+                lambda a, ax=ax: np.argmax(a, axis=ax),
+                lambda x, r, ax=ax: ref_arg_pick(x, r, ax),
+            ),
+            (
+                f"argmin-{ax}",
+                lambda a, ax=ax: a.argmin(axis=ax),
+                lambda x, r, ax=ax: ref_arg_pick(x, r, ax),
+            ),
+            (
+                f"argsort-{ax}",
+                lambda a, ax=ax: np.argsort(a, axis=ax, kind="stable"),
+                lambda x, r, ax=ax: ref_arrange(x, r, ax),
+            ),
+            (
+                f"argsort-quick-{ax}",
+                lambda a, ax=ax: a.argsort(axis=ax),
+                lambda x, r, ax=ax: ref_arrange(x, r, ax),
+            ),
         ]
     return cases
 
 
 GRID = [
-    pytest.param(shape, dtype, name, func, ref, mode, id=f"{name}-{shape}-{np.dtype(dtype).name}-{mode}")
+    pytest.param(
+        shape, dtype, name, func, ref, mode, id=f"{name}-{shape}-{np.dtype(dtype).name}-{mode}"
+    )
     for shape in SHAPES
     for dtype in DTYPES
     for name, func, ref in _cases(len(shape))
@@ -195,7 +221,9 @@ def test_positions_match_the_reference(
 # ---- indexing with positions and with tracked indices -------------------------------------------
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape", [(6,), (3, 4), (2, 3, 4)])
-def test_take_along_an_argsort_is_the_sorted_cell_plus_the_lane(shape: tuple[int, ...], mode: str) -> None:
+def test_take_along_an_argsort_is_the_sorted_cell_plus_the_lane(
+    shape: tuple[int, ...], mode: str
+) -> None:
     x = _data(shape, np.float64, seed=3)
 
     def f(a: Any) -> Any:
@@ -208,7 +236,7 @@ def test_take_along_an_argsort_is_the_sorted_cell_plus_the_lane(shape: tuple[int
     ax = x.ndim - 1
     contrib, considered = set(), set()
     for o in _cells(x.shape):
-        at = o[:ax] + (int(order[o]),)
+        at = (*o[:ax], int(order[o]))
         contrib.add((o, at))
         considered |= {(o, c) for c in _lane(x.shape, at, ax)}
     _check(r, [(contrib, considered)], mode)
@@ -226,7 +254,16 @@ def test_indexing_with_argwhere_rows_and_cols(mode: str) -> None:
     _same_values(r.value, x[x != 0] * 2.0)
     nz = [tuple(int(v) for v in c) for c in np.argwhere(x)]
     every = set(_cells(x.shape))
-    _check(r, [({((k,), c) for k, c in enumerate(nz)}, {((k,), c) for k in range(len(nz)) for c in every})], mode)
+    _check(
+        r,
+        [
+            (
+                {((k,), c) for k, c in enumerate(nz)},
+                {((k,), c) for k in range(len(nz)) for c in every},
+            )
+        ],
+        mode,
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -296,12 +333,17 @@ def test_unravel_index_and_arithmetic_keep_the_named_cell(mode: str) -> None:
     _same_values(r.value, want)
     cell = tuple(int(v) for v in np.unravel_index(np.argmax(x), x.shape))
     every = {(c,) for c in []} | set(_cells(x.shape))
-    _check(r, [({((), cell)}, {((), c) for c in every})] * 2 + [({((k,), cell) for k in range(2)}, {((k,), c) for k in range(2) for c in every})], mode)
+    _check(
+        r,
+        [({((), cell)}, {((), c) for c in every})] * 2
+        + [({((k,), cell) for k in range(2)}, {((k,), c) for k in range(2) for c in every})],
+        mode,
+    )
 
 
 def test_an_unmirrored_derivation_is_refused_not_guessed() -> None:
     x = np.arange(6.0).reshape(2, 3)
-    with pytest.raises(LineageLostError, match="unknown lineage|cannot be followed"):
+    with pytest.raises(LineageLostError, match=r"unknown lineage|cannot be followed"):
         Capture().run(lambda a: np.argwhere(a).view(np.ndarray).view(type(np.argwhere(a)))[0], x)
 
 
@@ -327,7 +369,11 @@ def test_a_position_as_a_python_int_is_control(mode: str) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    x=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4), elements=st.sampled_from([0.0, -0.0, 1.0, 2.0, -3.5])),
+    x=hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4),
+        elements=st.sampled_from([0.0, -0.0, 1.0, 2.0, -3.5]),
+    ),
     mode=st.sampled_from(MODES),
 )
 def test_argwhere_and_argsort_match_the_reference_on_any_array(x: np.ndarray, mode: str) -> None:
