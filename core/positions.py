@@ -55,6 +55,8 @@ directly.
 
 import functools
 import operator
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -265,6 +267,50 @@ def carrier_of(p: Positions, what: str) -> npt.NDArray[Any]:
     return p.carrier
 
 
+# ---- comparison masks ---------------------------------------------------------------------------
+_LOCAL = threading.local()
+
+
+def _masks() -> dict[int, list[Any]]:
+    """This thread's comparison masks: id -> [weakref to the mask, operands, source or None]."""
+    table: dict[int, list[Any]] | None = getattr(_LOCAL, "masks", None)
+    if table is None:
+        table = _LOCAL.masks = {}
+    return table
+
+
+def _register_mask(mask: Any, operands: tuple[Any, ...]) -> None:
+    """Remember the operands of a comparison of tracked arrays (the native hook calls this);
+    the entry goes when the mask does."""
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+        return
+    table = _masks()
+    key = id(mask)
+    table[key] = [weakref.ref(mask, lambda _, k=key, t=table: t.pop(k, None)), operands, None]
+
+
+def mask_source(mask: Any) -> npt.NDArray[Any] | None:
+    """The tracked array whose cells carry the lineage of a comparison's mask (the union of
+    the compared cells' sets, values 0/1), or None if ``mask`` is no comparison's result of
+    tracked arrays in this capture."""
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or isinstance(mask, Positions):
+        return None
+    entry = _masks().get(id(mask))
+    if entry is None or entry[0]() is not mask or not _annotator.active():
+        return None
+    if entry[2] is None:
+        lins = [
+            carrier_of(o, "a comparison") if isinstance(o, Positions) else o
+            for o in entry[1]
+            if _is_tracked(o) or isinstance(o, Positions)
+        ]
+        shape = mask.shape
+        wins = [_c(np.broadcast_to(lin, shape)) for lin in lins]
+        entry[2] = _annotator.positional(wins, None, mask.astype(np.float64))
+    out: npt.NDArray[Any] = entry[2]
+    return out
+
+
 # ---- substitution --------------------------------------------------------------------------
 def _plain(obj: Any) -> Any:
     """``obj`` with position arrays as plain ``intp`` arrays and tracked indices as ints."""
@@ -354,6 +400,10 @@ def _source(x: Any, what: str) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """(plain values, tracked lineage source) of a tracked or position array."""
     if isinstance(x, Positions):
         return np.asarray(x).view(np.ndarray), carrier_of(x, what)
+    if not _is_tracked(x):
+        src = mask_source(x)
+        assert src is not None
+        return np.asarray(x), src
     return _annotator.values(x), x
 
 
@@ -384,7 +434,7 @@ def _nonzero(x: Any) -> tuple[Positions, ...]:
 
 def argwhere(a: Any) -> Any:
     """``np.argwhere`` with positional lineage during a capture (NumPy's own otherwise)."""
-    if not (_annotator.active() and (_is_tracked(a) or isinstance(a, Positions))):
+    if not (_annotator.active() and _names_positions(a)):
         return _NP_ARGWHERE(a)
     if np.ndim(a) == 0:
         return argwhere(np.reshape(a, (1,)))[:, :0]
@@ -399,9 +449,14 @@ def _empty_rows(cols: tuple[Positions, ...], ndim: int) -> Positions:
     return stacked
 
 
+def _names_positions(a: Any) -> bool:
+    """A tracked array, a position array, or a comparison's mask of tracked arrays."""
+    return _is_tracked(a) or isinstance(a, Positions) or mask_source(a) is not None
+
+
 def where(condition: Any, *xy: Any) -> Any:
     """``np.where``; the one-argument form of a tracked condition gives position arrays."""
-    if xy or not (_annotator.active() and (_is_tracked(condition) or is_positions(condition))):
+    if xy or not (_annotator.active() and _names_positions(condition)):
         return _NP_WHERE(condition, *xy)
     return _nonzero(condition)
 
@@ -555,7 +610,16 @@ def _consider(res: Any, index_lin: npt.NDArray[Any] | None) -> Any:
 def _getitem(x: npt.NDArray[Any], key: Any) -> Any:
     res = _NP_GETITEM(x, _index_part_key(key))
     if not _annotator.considered():
-        return res
+        return res  # an index's lineage is considered only
+    parts = key if isinstance(key, tuple) else (key,)
+    if any(mask_source(p) is not None for p in parts):
+        if x.dtype != TRACKED:
+            return res  # constants picked by a mask stay constants (the mask is control)
+        # x[mask] is x[mask.nonzero()]: the positions of the true cells, as argwhere's
+        expanded: list[Any] = []
+        for p in parts:
+            expanded += list(_nonzero(p)) if mask_source(p) is not None else [p]
+        key = tuple(expanded)
     _, lin = _index_lineage(key, np.shape(res))
     return _consider(res, lin)
 
@@ -568,17 +632,20 @@ def _index_part_key(key: Any) -> Any:
 
 def _setitem(x: npt.NDArray[Any], key: Any, value: Any) -> None:
     if is_positions(value):  # the positions' lineage goes with their values
+        if x.dtype != TRACKED:
+            _fail("Assigning positions into a plain array")
         value = _wrap(np.asarray(value).view(np.ndarray).astype(np.float64), value.carrier, "=")
+    plain_key = _index_part_key(key)
+    _NP_SETITEM(x, plain_key, value)
     parts = key if isinstance(key, tuple) else (key,)
-    if _annotator.considered() and any(_is_tracked(p) or is_positions(p) for p in parts):
-        _fail(
-            'Assigning through a tracked index (`x[idx] = v`) in mode="considered" (the '
-            "index's lineage would not reach the assigned cells); build the result with "
-            "`np.where` or indexing instead"
-        )
-    if x.dtype != TRACKED and _is_tracked(np.asarray(value)):
-        _fail("Assigning positions into a plain array")
-    _NP_SETITEM(x, _index_part_key(key), value)
+    if not (_annotator.considered() and x.dtype == TRACKED):
+        return
+    if any(_is_tracked(p) or is_positions(p) for p in parts):
+        # the assigned cells (as stored: the last write of a repeated index wins) also
+        # consider the index that placed them
+        placed = _NP_GETITEM(x, plain_key)
+        _, lin = _index_lineage(key, np.shape(placed))
+        _NP_SETITEM(x, plain_key, _consider(placed, lin))
 
 
 def _take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
@@ -624,7 +691,11 @@ def _hook(name: str, self: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | 
         return _getitem(self, args[0])
     if name == "__setitem__":
         return _setitem(self, args[0], args[1])
+    if name == "compare":
+        return _register_mask(self, args)
     if name == "nonzero":
+        if not (_is_tracked(self) or mask_source(self) is not None):
+            return _ORIG["nonzero"](self)  # a bool array no comparison of ours made
         return _nonzero(self)
     if name in ("argmax", "argmin"):
         return _arg_pick(self, name, *args, **kw)

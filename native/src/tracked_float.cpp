@@ -1891,11 +1891,23 @@ inline bool carries_positions(PyObject* o) {
   return g_positions_type && PyObject_TypeCheck(o, g_positions_type);
 }
 
+// A plain bool array (a comparison's mask, maybe): the hook decides.
+inline bool is_bool_array(PyObject* o) {
+  return PyArray_Check(o) && PyArray_TYPE(reinterpret_cast<PyArrayObject*>(o)) == NPY_BOOL;
+}
+
+// A key part the hook must see: tracked, positions, or a bool mask (a comparison's, maybe).
+inline bool key_part_hooked(PyObject* o) {
+  return carries_positions(o) ||
+         (PyArray_Check(o) && PyArray_TYPE(reinterpret_cast<PyArrayObject*>(o)) == NPY_BOOL &&
+          PyArray_NDIM(reinterpret_cast<PyArrayObject*>(o)) > 0);
+}
+
 inline bool key_carries_positions(PyObject* key) {
-  if (carries_positions(key)) return true;
+  if (key_part_hooked(key)) return true;
   if (!PyTuple_Check(key)) return false;
   for (Py_ssize_t i = 0, n = PyTuple_GET_SIZE(key); i < n; ++i)
-    if (carries_positions(PyTuple_GET_ITEM(key, i))) return true;
+    if (key_part_hooked(PyTuple_GET_ITEM(key, i))) return true;
   return false;
 }
 
@@ -1922,7 +1934,8 @@ PyObject* call_hook(const char* name, PyObject* self, PyObject* const* args, Py_
 template <int K>
 PyObject* hooked_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                         PyObject* kwnames) {
-  bool hook = g_position_hook && t_arena && is_tracked_array(self);
+  bool hook = g_position_hook && t_arena &&
+              (is_tracked_array(self) || (K == 0 && is_bool_array(self)));
   // take and searchsorted: a tracked index or needle with any array
   if (!hook && g_position_hook && t_arena && (K == 3 || K == 4))
     for (Py_ssize_t i = 0; i < nargs && !hook; ++i) hook = carries_positions(args[i]);
@@ -1950,7 +1963,54 @@ int hooked_ass_subscript(PyObject* self, PyObject* key, PyObject* value) {
   return g_orig_ass_subscript(self, key, value);
 }
 
+// Comparisons of tracked arrays: NumPy's bool result is handed to the hook, which records the
+// operands the mask was computed from, so the positions of its true cells (`argwhere(x > t)`,
+// the DSLog thesis' `where(X > 0.5)`) and indexing with it (`x[x > t]`) carry their lineage.
+// The mask itself stays NumPy's plain bool array. Chained in front of whatever vectorcall the
+// ufunc had (NumPy's own, or the elementwise fast path).
+constexpr int kCompares = 6;
+const char* const kCompareNames[kCompares] = {"equal", "not_equal",    "less",
+                                              "less_equal", "greater", "greater_equal"};
+vectorcallfunc g_orig_compare[kCompares] = {};
+
+template <int K>
+PyObject* compare_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf,
+                             PyObject* kwnames) {
+  PyObject* res = g_orig_compare[K](callable, args, nargsf, kwnames);
+  if (!res || !g_position_hook || !t_arena || !PyArray_CheckExact(res)) return res;
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  bool tracked = false;
+  for (Py_ssize_t i = 0; i < nargs && i < 2 && !tracked; ++i) tracked = carries_positions(args[i]);
+  if (!tracked) return res;
+  PyObject* ops = PyTuple_New(nargs < 2 ? nargs : 2);
+  if (!ops) return Py_DECREF(res), nullptr;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ops); ++i) {
+    Py_INCREF(args[i]);
+    PyTuple_SET_ITEM(ops, i, args[i]);
+  }
+  PyObject* r = PyObject_CallFunction(g_position_hook, "sOOO", "compare", res, ops, Py_None);
+  Py_DECREF(ops);
+  if (!r) return Py_DECREF(res), nullptr;
+  Py_DECREF(r);
+  return res;
+}
+
+template <int K>
+void hook_compare(py::module_& umath) {
+  auto* uf = reinterpret_cast<PyUFuncObject*>(umath.attr(kCompareNames[K]).ptr());
+  if (uf->vectorcall == nullptr) throw std::runtime_error("a comparison ufunc has no vectorcall");
+  g_orig_compare[K] = uf->vectorcall;
+  uf->vectorcall = &compare_vectorcall<K>;
+}
+
 void wrap_position_methods() {
+  py::module_ np = py::module_::import("numpy");
+  hook_compare<0>(np);
+  hook_compare<1>(np);
+  hook_compare<2>(np);
+  hook_compare<3>(np);
+  hook_compare<4>(np);
+  hook_compare<5>(np);
   static PyMethodDef defs[kHookedMethods];
   wrap_ndarray_method(kHookedNames[0], &g_orig_hooked[0], &defs[0], &hooked_method<0>);
   wrap_ndarray_method(kHookedNames[1], &g_orig_hooked[1], &defs[1], &hooked_method<1>);
