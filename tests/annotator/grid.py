@@ -852,6 +852,8 @@ def _argmax_take(x: Any) -> Any:
 
 _same_ref("where", "4x3,4x3,x>0", _where_xy, [R2, R2])
 _same_ref("where", "4x3,x>0,else=0", _where_const, [R2])
+
+
 def _argmax_take_ref(x: Any) -> Any:
     """The picked cell of each column; its argmax position brings the column it compared as
     considered (positional lineage, ``dslog_dagster.core.positions``)."""
@@ -864,6 +866,8 @@ def _argmax_take_ref(x: Any) -> Any:
 
 add_custom("take_along_axis_argmax", "4x3,axis=0", _argmax_take, _argmax_take_ref, [R2])
 _same_ref("fancy_index", "4x3,[2,0,2]", lambda x: x[[2, 0, 2]], [R2])
+
+
 def _mask_index_ref(x: Any) -> Any:
     """``x[x > 0]`` is ``x[(x > 0).nonzero()]``: each kept cell, plus (considered) every cell
     the comparison tested (positional lineage of the mask's true cells)."""
