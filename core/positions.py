@@ -272,7 +272,8 @@ _LOCAL = threading.local()
 
 
 def _masks() -> dict[int, list[Any]]:
-    """This thread's comparison masks: id -> [weakref to the mask, operands, source or None]."""
+    """This thread's comparison masks: id -> [weakref to the mask, operands, source or None,
+    the mask's bits when the comparison returned it]."""
     table: dict[int, list[Any]] | None = getattr(_LOCAL, "masks", None)
     if table is None:
         table = _LOCAL.masks = {}
@@ -286,7 +287,10 @@ def _register_mask(mask: Any, operands: tuple[Any, ...]) -> None:
         return
     table = _masks()
     key = id(mask)
-    table[key] = [weakref.ref(mask, lambda _, k=key, t=table: t.pop(k, None)), operands, None]
+    # The bits are kept to tell the mask from what it may become in place: NumPy writes
+    # `m1 & m2` into a large temporary `m1` (temporary elision), and `m &= ...` does too.
+    ref = weakref.ref(mask, lambda _, k=key, t=table: t.pop(k, None))
+    table[key] = [ref, operands, None, mask.copy()]
 
 
 def mask_source(mask: Any) -> npt.NDArray[Any] | None:
@@ -298,6 +302,8 @@ def mask_source(mask: Any) -> npt.NDArray[Any] | None:
     entry = _masks().get(id(mask))
     if entry is None or entry[0]() is not mask or not _annotator.active():
         return None
+    if mask.shape != entry[3].shape or not np.array_equal(mask, entry[3]):
+        return None  # changed in place since the comparison: no longer its result
     if entry[2] is None:
         lins = [
             carrier_of(o, "a comparison") if isinstance(o, Positions) else o
@@ -436,8 +442,9 @@ def argwhere(a: Any) -> Any:
     """``np.argwhere`` with positional lineage during a capture (NumPy's own otherwise)."""
     if not (_annotator.active() and _names_positions(a)):
         return _NP_ARGWHERE(a)
-    if np.ndim(a) == 0:
-        return argwhere(np.reshape(a, (1,)))[:, :0]
+    if np.ndim(a) == 0:  # NumPy's own way: argwhere of the 1-d array, no columns
+        base = a if _is_tracked(a) or is_positions(a) else mask_source(a)
+        return argwhere(np.reshape(base, (1,)))[:, :0]
     cols = _nonzero(a)
     return np.stack(cols, axis=1) if cols[0].size else _empty_rows(cols, np.ndim(a))
 

@@ -148,6 +148,10 @@ Case = tuple[str, Callable[[Any], Any], Callable[[np.ndarray, Any], list[tuple[P
 def _cases(ndim: int) -> list[Case]:
     cases: list[Case] = [
         ("argwhere", np.argwhere, ref_argwhere),
+        # the thesis' `where(X > 0.5)`: positions of a comparison's mask name the compared cells
+        ("argwhere-mask", lambda a: np.argwhere(a > 0), ref_argwhere),
+        ("nonzero-mask", lambda a: np.nonzero(a <= 0), ref_nonzero),
+        ("where1-mask", lambda a: np.where(a != 1), ref_nonzero),
         ("where1", lambda a: np.where(a), ref_nonzero),
         ("nonzero", np.nonzero, ref_nonzero),
         ("flatnonzero", np.flatnonzero, ref_flatnonzero),
@@ -208,6 +212,12 @@ def test_positions_match_the_reference(
         want = func(x64)
     except (ValueError, TypeError) as e:  # NumPy refuses (nonzero of 0-d, argmax of empty)
         with pytest.raises(type(e)):
+            Capture(mode=mode).run(func, x)  # type: ignore[arg-type]
+        return
+    if name.endswith("-mask") and shape == ():
+        # a comparison of 0-d arrays is NumPy's bool singleton (np.True_), which can carry no
+        # link: its positions have no lineage, and returning them says so
+        with pytest.raises(LineageLostError, match="returned a `int64` array"):
             Capture(mode=mode).run(func, x)  # type: ignore[arg-type]
         return
     r = Capture(mode=mode).run(func, x)  # type: ignore[arg-type]
@@ -390,3 +400,65 @@ def test_grid_covers_every_position_function() -> None:
     names = {n.split("-")[0] for s in SHAPES for n, _, _ in _cases(len(s))}
     assert names >= {"argwhere", "where1", "nonzero", "flatnonzero", "argmax", "argmin", "argsort"}
     assert list(itertools.product(SHAPES, DTYPES))  # 7 shapes x 4 dtypes
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4), (0, 3)])
+def test_a_mask_index_is_its_true_cells_positions(shape: tuple[int, ...], mode: str) -> None:
+    """``x[x > t]`` is ``x[(x > t).nonzero()]``: each kept cell contributes, every tested cell
+    is considered; with a tracked threshold the threshold cell is considered too."""
+    x = _data(shape, np.float64, seed=11)
+    t = np.array(0.0)
+    r = Capture(mode=mode).run(lambda a, b: a[a > b] + 1.0, x, t)
+    _same_values(r.value, x[x > 0.0] + 1.0)
+    kept = [tuple(int(v) for v in c) for c in np.argwhere(x > 0.0)]
+    every = set(_cells(x.shape))
+    contrib = {((k,), c) for k, c in enumerate(kept)}
+    considered = {((k,), c) for k in range(len(kept)) for c in every}
+    _check(r, [(contrib, considered)], mode, inputs=2)
+    if mode == "considered":
+        assert _got(r, 0, 1, True) == {((k,), ()) for k in range(len(kept))}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_positions_that_went_through_a_float_asset_index_again(mode: str) -> None:
+    """A Dagster asset of ``np.argwhere`` coordinates reaches the next step as float64;
+    ``astype(np.intp)`` makes them positions again, each carrying its own cell."""
+    x = np.arange(12.0).reshape(3, 4) * 1.5
+    coords = np.array([[2.0, 1.0], [0.0, 3.0], [2.0, 1.0]])
+
+    def crop(a: Any, c: Any) -> Any:
+        ij = c.astype(np.intp)
+        return a[ij[:, 0:1] + np.array([0]), ij[:, 1:2] + np.array([0, -1])]
+
+    r = Capture(mode=mode).run(crop, x, coords)
+    want = crop(x, coords)
+    _same_values(r.value, want)
+    ij = coords.astype(np.intp)
+    contrib = {
+        ((k, j), (int(ij[k, 0]), int(ij[k, 1]) - j)) for k in range(len(ij)) for j in range(2)
+    }
+    assert _got(r, 0, 0, False) == contrib
+    assert _got(r, 0, 1, False) == set()
+    if mode == "considered":
+        assert _got(r, 0, 1, True) == {
+            ((k, j), (k, c)) for k in range(3) for j in range(2) for c in range(2)
+        }
+    assert Capture().run(lambda c: c.astype(np.intp), coords).value.dtype == np.intp
+
+
+def test_a_mask_changed_in_place_is_control_again() -> None:
+    """NumPy writes ``m1 & m2`` into a large temporary ``m1`` (temporary elision), and
+    ``m &= ...`` changes a mask in place: neither is the comparison's result any more, so
+    their positions carry no lineage (returning them says so)."""
+    x = np.random.default_rng(1).random((400, 400))  # large enough for NumPy's elision
+    with pytest.raises(LineageLostError):
+        Capture().run(lambda a: np.argwhere((a > 0.5) & (a < 0.9)), x)
+
+    def in_place(a: Any) -> Any:
+        m = a > 0.5
+        m &= a < 0.9
+        return np.argwhere(m)
+
+    with pytest.raises(LineageLostError):
+        Capture().run(in_place, x)
