@@ -289,7 +289,10 @@ def _register_mask(mask: Any, operands: tuple[Any, ...]) -> None:
     key = id(mask)
     # The bits are kept to tell the mask from what it may become in place: NumPy writes
     # `m1 & m2` into a large temporary `m1` (temporary elision), and `m &= ...` does too.
-    ref = weakref.ref(mask, lambda _, k=key, t=table: t.pop(k, None))
+    def forget(_: object, k: int = key, t: dict[int, list[Any]] = table) -> None:
+        t.pop(k, None)
+
+    ref = weakref.ref(mask, forget)
     table[key] = [ref, operands, None, mask.copy()]
 
 
@@ -443,7 +446,7 @@ def argwhere(a: Any) -> Any:
     if not (_annotator.active() and _names_positions(a)):
         return _NP_ARGWHERE(a)
     if np.ndim(a) == 0:  # NumPy's own way: argwhere of the 1-d array, no columns
-        base = a if _is_tracked(a) or is_positions(a) else mask_source(a)
+        base: Any = a if _is_tracked(a) or is_positions(a) else mask_source(a)
         return argwhere(np.reshape(base, (1,)))[:, :0]
     cols = _nonzero(a)
     return np.stack(cols, axis=1) if cols[0].size else _empty_rows(cols, np.ndim(a))
