@@ -287,6 +287,7 @@ def _register_mask(mask: Any, operands: tuple[Any, ...]) -> None:
         return
     table = _masks()
     key = id(mask)
+
     # The bits are kept to tell the mask from what it may become in place: NumPy writes
     # `m1 & m2` into a large temporary `m1` (temporary elision), and `m &= ...` does too.
     def forget(_: object, k: int = key, t: dict[int, list[Any]] = table) -> None:
