@@ -412,7 +412,8 @@ def _source(x: Any, what: str) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         return np.asarray(x).view(np.ndarray), carrier_of(x, what)
     if not _is_tracked(x):
         src = mask_source(x)
-        assert src is not None
+        if src is None:
+            _fail(f"`{what}` of a bool array that is no comparison's result")
         return np.asarray(x), src
     return _annotator.values(x), x
 
@@ -449,15 +450,7 @@ def argwhere(a: Any) -> Any:
     if np.ndim(a) == 0:  # NumPy's own way: argwhere of the 1-d array, no columns
         base: Any = a if _is_tracked(a) or is_positions(a) else mask_source(a)
         return argwhere(np.reshape(base, (1,)))[:, :0]
-    cols = _nonzero(a)
-    return np.stack(cols, axis=1) if cols[0].size else _empty_rows(cols, np.ndim(a))
-
-
-def _empty_rows(cols: tuple[Positions, ...], ndim: int) -> Positions:
-    stacked = np.stack(cols, axis=1)
-    assert isinstance(stacked, Positions)
-    assert stacked.shape == (0, ndim)
-    return stacked
+    return np.stack(_nonzero(a), axis=1)  # NumPy's transpose(nonzero(a)), k x ndim
 
 
 def _names_positions(a: Any) -> bool:
