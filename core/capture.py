@@ -100,11 +100,12 @@ class CaptureResult:
 
     Attributes:
         value: the real result, as ``func`` would have returned it on float64 inputs: a
-            float64 array, an ``np.float64`` scalar, or a tuple of those. A flagged
-            all-to-all result keeps the function's own output dtypes (``np.argwhere`` gives
-            int64, a comparison bool).
-        outputs: every output as an array (0-d for scalars), in order: float64, or the
-            function's own dtype for a flagged all-to-all result.
+            float64 array, an ``np.float64`` scalar, or a tuple of those; positions
+            (``np.argwhere``, ``argmax``, ... of tracked arrays,
+            :mod:`~dslog_dagster.core.positions`) are NumPy's own integers. A flagged
+            all-to-all result keeps the function's own output dtypes (a comparison bool).
+        outputs: every output as an array (0-d for scalars), in order: float64, positions'
+            integers, or the function's own dtype for a flagged all-to-all result.
         input_shapes: shapes of the captured inputs, in argument order.
         relations: ``(output index, input index) -> LineageRelation`` of the contributing
             cells (sorted, duplicate-free); every pair is present, possibly empty. For a call
