@@ -33,10 +33,17 @@ from pydantic import Field, field_validator
 
 from dslog_dagster.assets._render import boxes_preview, cells_markdown
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.on_demand import Reconstruction, answering
 from dslog_dagster.core.query import CellSet, Direction, QueryEngine, check_engine
 from dslog_dagster.core.query.cellspec import cells_from_spec, parse_box
 from dslog_dagster.core.store import ArrayRecord
-from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, QueryError
+from dslog_dagster.errors import (
+    DeferredLineageError,
+    LineageNotFoundError,
+    LineageStorageError,
+    QueryError,
+    ReconstructionError,
+)
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name
 
@@ -255,6 +262,8 @@ def run_lineage_query(
         for way in tried:
             try:
                 cells = between(src_name, dst_name, start, direction=way)
+            except DeferredLineageError:
+                raise  # the path is there; its lineage is on demand (not "no chain")
             except LineageNotFoundError as e:
                 last = e
                 continue
@@ -345,13 +354,32 @@ def query_metadata(result: LineageQueryResult, path: Path | None) -> dict[str, A
 
 
 def _materialize(
-    context: dg.AssetExecutionContext, resource_key: str, config: LineageQueryConfig
+    context: dg.AssetExecutionContext,
+    resource_key: str,
+    config: LineageQueryConfig,
+    io_manager_key: str | None = None,
 ) -> dg.MaterializeResult[Any]:
+    """Run ``config``; with ``io_manager_key`` (``on_demand=True``), first reconstruct the
+    lineage of every on-demand step the query meets, from the values that IO manager keeps."""
     dslog = getattr(context.resources, resource_key)
     log: DSLog = dslog.session_for(context)
+    rebuilt: list[Reconstruction] = []
     try:
-        result = run_lineage_query(log, config, engine=dslog.query_engine)
-    except (LineageNotFoundError, QueryError) as e:
+        if io_manager_key is None:
+            result = run_lineage_query(log, config, engine=dslog.query_engine)
+        else:
+            io = getattr(context.resources, io_manager_key)
+            result, rebuilt = answering(
+                log.store,
+                lambda: run_lineage_query(log, config, engine=dslog.query_engine),
+                io.value_loader(),
+            )
+            for r in rebuilt:
+                context.log.info(
+                    f"reconstructed the lineage of on-demand step `{r.deferred.op_name}` "
+                    f"(re-run under capture in {r.seconds:.2f} s)"
+                )
+    except (LineageNotFoundError, QueryError, ReconstructionError) as e:
         # the message says what to do; Dagster shows it as the step failure
         raise dg.Failure(description=str(e)) from e
     key = context.asset_key
@@ -365,7 +393,10 @@ def _materialize(
         f"{result.direction} lineage {result.source.name} -> {result.target.name}: "
         f"{result.cells.count()} cell(s) in {result.cells.n_boxes} box(es), written to {path}"
     )
-    return dg.MaterializeResult(metadata=query_metadata(result, path))
+    meta = query_metadata(result, path)
+    if io_manager_key is not None:
+        meta["dslog/reconstructed"] = len(rebuilt)
+    return dg.MaterializeResult(metadata=meta)
 
 
 def lineage_query_asset(
@@ -419,13 +450,18 @@ def saved_lineage_query(
     group_name: str = DEFAULT_QUERY_GROUP,
     resource_key: str = DEFAULT_RESOURCE_KEY,
     description: str | None = None,
+    on_demand: bool = False,
+    io_manager_key: str = "io_manager",
 ) -> dg.AssetsDefinition:
     """One stable asset per saved query, depending on its source and target assets.
 
     Pass a :class:`SavedLineageQuery`, or its name plus the query's fields. ``eager=True``
     gives the asset ``AutomationCondition.eager()``, so an automation-condition sensor
     re-runs it whenever an upstream asset materializes; otherwise
-    :func:`~dslog_dagster.assets.lineage_query_sensor` does.
+    :func:`~dslog_dagster.assets.lineage_query_sensor` does. ``on_demand=True`` reconstructs
+    the lineage of steps that ran with ``policy="on_demand"`` when the query meets them (from
+    the values the ``io_manager_key`` IO manager keeps; see
+    :mod:`dslog_dagster.core.on_demand`) instead of failing.
 
     Examples:
         >>> asset = saved_lineage_query("hot_pixels_origin", source="images/hotspots",
@@ -465,12 +501,12 @@ def saved_lineage_query(
         group_name=group_name,
         kinds={"dslog"},
         deps=[dg.AssetKey.from_user_string(d) for d in deps],
-        required_resource_keys={resource_key},
+        required_resource_keys={resource_key, io_manager_key} if on_demand else {resource_key},
         automation_condition=dg.AutomationCondition.eager() if query.eager else None,
         description=text,
         tags={m.SAVED_QUERY_TAG: "true"},
     )
     def _saved_query(context: dg.AssetExecutionContext) -> dg.MaterializeResult[Any]:
-        return _materialize(context, resource_key, config)
+        return _materialize(context, resource_key, config, io_manager_key if on_demand else None)
 
     return _saved_query

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from image_steps import blur
 
 from dslog_dagster import _annotator
 
@@ -172,21 +173,9 @@ def big_aggregate(cells: int) -> dict[str, float]:
 # annotated beforehand (the papers' figure).
 
 
-def _blur(a: Any) -> Any:
-    """The example project's smoothing: 3×3 box blur of an edge-padded frame."""
-    h, w = a.shape
-    padded = np.pad(a, 1, mode="edge")
-    total = padded[0:h, 0:w]
-    for dy in range(3):
-        for dx in range(3):
-            if dy or dx:
-                total = total + padded[dy : dy + h, dx : dx + w]
-    return total / 9.0
-
-
 def _hotspot(a: Any) -> Any:
     """The example project's hotspot step: blur, ``mean + 2.5·std`` level, ``np.where``."""
-    s = _blur(a)
+    s = blur(a)
     level = s.mean() + 2.5 * s.std()
     return np.where(s > level, s, 0.0)
 
@@ -213,7 +202,7 @@ def _e2e_workloads() -> dict[str, tuple[Callable[..., Any], list[np.ndarray], st
         "softmax rows": (_softmax_rows, [x], "stats"),
         "x - x.mean()": (lambda a: a - a.mean(), [x], "stats"),
         "PCA projection (10)": (lambda a: (a - a.mean(axis=0)) @ comps, [x], "stats"),
-        "3x3 box blur 1024²": (_blur, [frame], "stencil"),
+        "3x3 box blur 1024²": (blur, [frame], "stencil"),
         "hotspot step 1024²": (_hotspot, [frame], "stencil"),
         "matmul 1000²·1000²": (np.matmul, [x, y], "matmul"),
         "sum(axis=0)": (lambda a: np.sum(a, axis=0), [x], "aggregate"),

@@ -14,6 +14,12 @@
 * :mod:`dslog_dagster.core.store` — the lineage store and its embedded DuckDB catalog.
 * :mod:`dslog_dagster.core.query` — exact cell sets and in-situ queries over tables.
 * :mod:`~dslog_dagster.core.api` — the DSLog session API over a store.
+* :mod:`~dslog_dagster.core.trace` — carry cells through every operation upstream or
+  downstream of an array version.
+* :mod:`~dslog_dagster.core.provenance_queries` — the DPDS canned provenance queries (why,
+  how, history, spread, invalidated) at item, record and feature granularity.
+* :mod:`~dslog_dagster.core.change` — explain a change between two versions of an array
+  (PROVision's version-inconsistency tracing).
 * :mod:`dslog_dagster.core.testing` — test oracles and query baselines (not used by the
   library).
 * :mod:`dslog_dagster.core.reuse` — provenance views: base/dim/gen keys, generalised
@@ -25,6 +31,8 @@ from dslog_dagster.core.capture import TRACKED_FLOAT as TRACKED_FLOAT
 from dslog_dagster.core.capture import Capture as Capture
 from dslog_dagster.core.capture import CaptureResult as CaptureResult
 from dslog_dagster.core.capture import capture as capture
+from dslog_dagster.core.change import ChangeExplanation as ChangeExplanation
+from dslog_dagster.core.change import explain_change as explain_change
 from dslog_dagster.core.compression import compress as compress
 from dslog_dagster.core.format.table_file import SCHEMA_VERSION as SCHEMA_VERSION
 from dslog_dagster.core.format.table_file import read_table as read_table
@@ -53,6 +61,7 @@ __all__ = [
     "ArrayRecord",
     "Capture",
     "CaptureResult",
+    "ChangeExplanation",
     "ForwardTable",
     "GenTemplate",
     "LineageCatalog",
@@ -70,6 +79,7 @@ __all__ = [
     "code_identity",
     "compress",
     "dim_sig",
+    "explain_change",
     "gen_sig",
     "read_table",
     "write_table",

@@ -32,6 +32,7 @@ import numpy as np
 
 from dslog_dagster.core.compression import compress
 from dslog_dagster.core.declared import from_box_pairs, from_callable
+from dslog_dagster.core.on_demand import DEFERRED, deferred_error
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
@@ -195,6 +196,8 @@ class Hop:
 
     def run(self, cells: CellSet) -> CellSet:
         if self.prepared is None:
+            if self.operation.capture_method == DEFERRED:
+                raise deferred_error(self.operation)
             return CellSet.empty(self.dst.shape)
         return self.prepared.run(cells, self.direction)
 
@@ -225,6 +228,9 @@ class QueryPlan:
         """Cells of the last array linked to ``cells`` of the first (any form of
         :func:`~dslog_dagster.core.query.as_cells`)."""
         cur = as_cells(self.source.shape, cells)
+        for h in self.hops:
+            if h.prepared is None and h.operation.capture_method == DEFERRED:
+                raise deferred_error(h.operation)
         prepared = [(h.prepared, h.direction) for h in self.hops if h.prepared is not None]
         if len(prepared) < len(self.hops):  # a hop without lineage: nothing gets through
             return CellSet.empty(self.target.shape)

@@ -27,7 +27,15 @@ from dslog_dagster.pictures import cells_png
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["HTML_ROWS", "MAX_PICTURE_BOXES", "MAX_PICTURE_SIDE", "binned", "binned_mask"]
+__all__ = [
+    "HTML_ROWS",
+    "MAX_PICTURE_BOXES",
+    "MAX_PICTURE_SIDE",
+    "binned",
+    "binned_mask",
+    "spell_constraint",
+    "spell_span",
+]
 
 HTML_ROWS = 20
 """Boxes or table rows an HTML repr lists before it says how many more there are."""
@@ -120,7 +128,8 @@ def _html_table(header: list[str], rows: list[list[str]], more: int) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>{tail}"
 
 
-def _span(a: int, b: int) -> str:
+def spell_span(a: int, b: int) -> str:
+    """The inclusive bounds ``a..b`` of one axis as a person reads them: half-open ``a:b+1``."""
     return f"{a}:{b + 1}"
 
 
@@ -160,7 +169,7 @@ class CellsDisplay:
         rank = len(self.shape)
         header = [f"axis {i}" for i in range(rank)] + ["cells"]
         rows = [
-            [_span(int(self.lo[j, i]), int(self.hi[j, i])) for i in range(rank)]
+            [spell_span(int(self.lo[j, i]), int(self.hi[j, i])) for i in range(rank)]
             + [f"{int(np.prod(self.hi[j] - self.lo[j] + 1, dtype=np.int64)):,}"]
             for j in range(k)
         ]
@@ -210,13 +219,13 @@ class _Table(Protocol):
     def input_hulls(self) -> tuple[I64, I64]: ...
 
 
-def _constraint(t: _Table, k: int, row: int) -> str:
+def spell_constraint(t: _Table, k: int, row: int) -> str:
     """Input axis ``k`` of ProvRC row ``row`` as a person reads it: ``0:3`` (absolute) or
     ``b0-1:b0+2`` (relative to output axis ``b0``; ``a = F(b) - delta`` with ``delta`` in
     ``[lo, hi]``), with ``F`` spelled out when it strides, mirrors or pools."""
     lo, hi, ref = int(t.in_lo[k, row]), int(t.in_hi[k, row]), int(t.in_ref[k, row])
     if ref < 0:
-        return _span(lo, hi)
+        return spell_span(lo, hi)
     q, r, mult = int(t.in_q[k, row]), int(t.in_r[k, row]), int(t.in_mult[k, row])
     f = f"b{ref}" if r == 0 else f"(b{ref}{r:+d})"
     if q != 1:
@@ -297,8 +306,8 @@ class TableDisplay:
         if t.encoding == "provrc":
             header = [f"b{j}" for j in range(l)] + [f"a{i}" for i in range(m)]
             rows = [
-                [_span(int(t.out_lo[j, r]), int(t.out_hi[j, r])) for j in range(l)]
-                + [_constraint(t, i, r) for i in range(m)]
+                [spell_span(int(t.out_lo[j, r]), int(t.out_hi[j, r])) for j in range(l)]
+                + [spell_constraint(t, i, r) for i in range(m)]
                 for r in range(k)
             ]
         else:

@@ -290,6 +290,130 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prov(args: argparse.Namespace) -> int:
+    from dslog_dagster.core.api import DSLog
+    from dslog_dagster.core.query.cellspec import cells_from_spec
+    from dslog_dagster.export import asset_document, query_document, to_text
+
+    log = DSLog(_store(args.store))
+    names = list(args.path)
+    if len(names) == 1:
+        if args.cells:
+            msg = "--cells selects cells of a query path: name at least two arrays."
+            raise DSLogError(msg)
+        doc = asset_document(
+            log,
+            names[0],
+            version=args.version,
+            depth=args.depth,
+            cells=not args.no_cells,
+            max_rows=args.max_rows,
+        )
+    else:
+        if args.version is not None or args.depth is not None or args.no_cells:
+            msg = "--version, --depth and --no-cells apply to one array's document, not a path."
+            raise DSLogError(msg)
+        source = log.store.get_array(names[0])
+        doc = query_document(log, names, cells_from_spec(source.shape, args.cells or [":"]))
+    text = to_text(doc, args.prov_format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(
+            f"wrote {len(text):,} characters of PROV-{args.prov_format.upper()} to {args.output}",
+            file=sys.stderr,
+        )
+    else:
+        print(text)
+    return 0
+
+
+def _values_loader(folder: str) -> Any:
+    """A value loader over the values a DSLogIOManager keeps under ``folder`` (its base_dir)."""
+    import numpy as np
+
+    from dslog_dagster.core.store import ArrayRecord
+    from dslog_dagster.io_managers.value_versions import ValueSlot, asset_stem
+
+    base = Path(folder)
+    if not base.is_dir():
+        msg = f"No values folder at `{base}`: give the DSLogIOManager's base_dir (--values)."
+        raise DSLogError(msg)
+
+    def load(rec: ArrayRecord) -> Any:
+        if rec.asset_key is None or rec.version is None:
+            return None
+        path = ValueSlot(asset_stem(base, rec.asset_key, rec.name)).find(rec.version)
+        if path is None or path.suffix != ".npy":
+            return None
+        return np.load(path, allow_pickle=False)
+
+    return load
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from dslog_dagster.core.change import explain_change
+
+    store = _store(args.store)
+    load = _values_loader(args.values)
+    expl = explain_change(store, args.array, args.version_a, args.version_b, load)
+    rows = expl.rows()
+    _emit(rows, list(rows[0]), args.format)
+    print(expl.summary(), file=sys.stderr)
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    import importlib
+
+    from dslog_dagster.core.api import DSLog
+    from dslog_dagster.core.on_demand import trace
+    from dslog_dagster.core.query.cellspec import cells_from_spec
+
+    for module in args.import_module or []:
+        try:
+            importlib.import_module(module)  # registers the module's tracked steps
+        except ImportError as e:
+            msg = f"Cannot import `{module}` (--import): {e}"
+            raise DSLogError(msg) from e
+    log = DSLog(_store(args.store))
+    names = list(args.path)
+    source = log.store.get_array(names[0])
+    cells = cells_from_spec(source.shape, args.cells or [":"])
+    result, done = trace(log, names, cells, _values_loader(args.values))
+    for r in done:
+        print(
+            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…) in {r.seconds:.2f} s",
+            file=sys.stderr,
+        )
+    table = result.to_arrow()
+    rows = table.to_pylist()
+    _emit(rows, table.column_names, args.format)
+    print(f"{result.count():,} cell(s)", file=sys.stderr)
+    return 0
+
+
+def _provenance(args: argparse.Namespace) -> int:
+    from dslog_dagster.core import provenance_queries as pq
+    from dslog_dagster.core.query.cellspec import cells_from_spec
+
+    store = _store(args.store)
+    if args.question == "invalidated":
+        if args.cells or args.row is not None or args.column is not None or args.version:
+            msg = "`invalidated` takes an operation id only (no cells, rows, columns or version)."
+            raise DSLogError(msg)
+        ans = pq.invalidated(store, args.target)
+    else:
+        rec = store.get_array(args.target, args.version)
+        cells = cells_from_spec(rec.shape, args.cells) if args.cells else None
+        sel = pq.select(rec.shape, cells=cells, row=args.row, column=args.column)
+        ask = {"why": pq.why, "how": pq.how, "history": pq.history, "spread": pq.spread}
+        ans = ask[args.question](store, rec, sel)
+    rows = ans.rows()
+    _emit(rows, list(rows[0]) if rows else ["array"], args.format)
+    print(ans.summary(), file=sys.stderr)
+    return 0
+
+
 def _subcommand(
     sub: Any,
     name: str,
@@ -367,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
         formats=True,
     )
     _query_options(p)
+    _lineage_commands(sub)
     _subcommand(
         sub,
         "compact",
@@ -388,6 +513,86 @@ def build_parser() -> argparse.ArgumentParser:
         "rebuild the catalog",
     )
     return parser
+
+
+def _lineage_commands(sub: Any) -> None:
+    """The subcommands that answer provenance questions beyond a path query: PROV export,
+    the DPDS questions, on-demand traces and change explanations."""
+    p = _subcommand(
+        sub,
+        "prov",
+        "W3C PROV of an array version (one name) or of a query's answer (a path)",
+        "  dslog prov data/.dslog images/hot > hot.prov.json\n"
+        "  dslog prov data/.dslog images/hot --depth 1 --prov-format provn\n"
+        "  dslog prov data/.dslog images/hot images/smoothed images/raw --cells 0:2,0:2\n",
+        _prov,
+    )
+    p.add_argument("path", nargs="+", help="one array (its derivation) or a query path")
+    p.add_argument("--version", help="the array's version (default: the latest)")
+    p.add_argument("--depth", type=int, help="upstream operations to include (default: all)")
+    p.add_argument(
+        "--no-cells", action="store_true", help="arrays and operations only, no cell boxes"
+    )
+    p.add_argument(
+        "--max-rows",
+        type=int,
+        default=100_000,
+        help="refuse a document spelling out more ProvRC rows than this (default 100000)",
+    )
+    p.add_argument("--cells", action="append", help="with a path: a box of the first array")
+    p.add_argument("--prov-format", choices=["json", "provn"], default="json")
+    p.add_argument("--output", help="write the document to this file instead of stdout")
+    p = _subcommand(
+        sub,
+        "trace",
+        "a path query that first reconstructs the lineage of on-demand steps on the path",
+        "  dslog trace data/.dslog hot smoothed raw --cells 0:2,0:2 --values data \\\n"
+        "      --import my_project.definitions\n",
+        _trace,
+        formats=True,
+    )
+    p.add_argument("path", nargs="+", help="array names, first to last (at least two)")
+    p.add_argument("--cells", action="append", help="a box of the first array (default: all)")
+    p.add_argument(
+        "--values", required=True, help="where the DSLogIOManager keeps values (its base_dir)"
+    )
+    p.add_argument(
+        "--import",
+        dest="import_module",
+        action="append",
+        help="a module defining the on-demand steps (imported so they can be re-run)",
+    )
+    p = _subcommand(
+        sub,
+        "diff",
+        "explain how two versions of an asset differ: changed cells traced upstream",
+        "  dslog diff data/.dslog images/hot RUN_A RUN_B --values data\n",
+        _diff,
+        formats=True,
+    )
+    p.add_argument("array", help="the array (an asset key path, `name[partition]`)")
+    p.add_argument("version_a", help="the earlier version (the run id that materialized it)")
+    p.add_argument("version_b", help="the later version")
+    p.add_argument(
+        "--values", required=True, help="where the DSLogIOManager keeps values (its base_dir)"
+    )
+    p = _subcommand(
+        sub,
+        "provenance",
+        "DPDS provenance queries: why, how, history, spread of cells; what an operation dropped",
+        "  dslog provenance data/.dslog why frames/joined --row 3 --column 2\n"
+        "  dslog provenance data/.dslog how frames/joined --row 3\n"
+        "  dslog provenance data/.dslog spread frames/raw --column 1 --format json\n"
+        "  dslog provenance data/.dslog invalidated OP_ID\n",
+        _provenance,
+        formats=True,
+    )
+    p.add_argument("question", choices=["why", "how", "history", "spread", "invalidated"])
+    p.add_argument("target", help="the array (an operation id for `invalidated`)")
+    p.add_argument("--version", help="the array's version (default: the latest)")
+    p.add_argument("--row", type=int, help="a record (with --column: an item)")
+    p.add_argument("--column", type=int, help="a feature (with --row: an item)")
+    p.add_argument("--cells", action="append", help="any box of the array, e.g. 0:10,3")
 
 
 def _query_options(p: argparse.ArgumentParser) -> None:

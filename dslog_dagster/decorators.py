@@ -42,11 +42,13 @@ run) a decorated function runs unchanged, without capture.
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, overload
 
 import dagster as dg
 
+from dslog_dagster.core.on_demand import register_step_function
 from dslog_dagster.declared_lineage import declared_lineage
 from dslog_dagster.errors import DSLogError
 from dslog_dagster.policy import CapturePolicy, LineageMode
@@ -241,6 +243,8 @@ def _wrap(fn: Callable[..., Any], opts: StepOptions) -> Callable[..., Any]:
             "without lineage."
         )
         raise DSLogError(msg)
+    # any process that imports the step can re-run it for on-demand lineage
+    register_step_function(fn, _config_rebuilder(fn))
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
@@ -261,6 +265,27 @@ def _wrap(fn: Callable[..., Any], opts: StepOptions) -> Callable[..., Any]:
         return run_tracked_step(fn, ctx, args, kwargs, opts, is_gen=False)
 
     return wrapper
+
+
+def _config_rebuilder(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """How to rebuild ``fn``'s Dagster ``Config`` parameters from a deferred operation's
+    recorded arguments (the op config is ``args["config"]``), for on-demand re-runs."""
+    try:
+        hints = typing.get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters)
+    except (NameError, TypeError, ValueError):  # unresolvable annotations: no config rebuilt
+        return None
+    configs = {
+        p: t for p in params if isinstance(t := hints.get(p), type) and issubclass(t, dg.Config)
+    }
+    if not configs:
+        return None
+
+    def rebuild(args: dict[str, Any]) -> dict[str, Any]:
+        recorded = args.get("config") or {}
+        return {p: t(**recorded) for p, t in configs.items()}
+
+    return rebuild
 
 
 def _current_context() -> dg.OpExecutionContext | None:

@@ -19,13 +19,19 @@ what was wrong and, when it is known, what to do about it.
     │   │                                  the OS refused access to a file (EACCES, EPERM)
     │   └── CatalogLockedError             another process kept the catalog locked
     ├── LineageNotFoundError(KeyError)     no such array / operation / lineage table
+    │   ├── DeferredLineageError           a step ran on demand and its lineage was not
+    │   │                                  reconstructed yet (`trace` does it)
     │   └── ValueExpiredError              an asset value version removed by retention
     ├── QueryError(ValueError)             a malformed lineage query
+    ├── ExportError(ValueError)            lineage cannot be exported as asked (PROV size
+    │                                      limit, unknown format, a foreign document)
     ├── ConfigurationError(ValueError)     Dagster definitions or settings that contradict
     │                                      each other (two stores, settings given twice)
     ├── CaptureError                       annotated execution could not record lineage
     │   ├── LineageLostError(TypeError)    lineage would be dropped (cast to a plain dtype,
     │   │                                  a function that rejects tracked_float, float())
+    │   ├── ReconstructionError            on-demand lineage cannot be rebuilt (code changed,
+    │   │                                  value expired, step not deterministic)
     │   ├── StaleLineageError              a tracked array outlived its capture
     │   │   └── ForgedLineageError         a tracked array made from raw bytes
     │   │                                  (`.view(tracked_float)`, `np.frombuffer`)
@@ -116,6 +122,15 @@ class LineageNotFoundError(DSLogError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class DeferredLineageError(LineageNotFoundError):
+    """A query met a step that ran with ``policy="on_demand"`` and whose lineage has not been
+    reconstructed yet (``trace`` / ``dslog trace`` reconstruct it). ``op_id`` names it."""
+
+    def __init__(self, msg: str, op_id: str = "") -> None:
+        super().__init__(msg)
+        self.op_id = op_id
+
+
 class ValueExpiredError(LineageNotFoundError):
     """A stored asset value version was removed by the IO manager's retention setting (its
     lineage stays in the store; the value itself is gone)."""
@@ -123,6 +138,11 @@ class ValueExpiredError(LineageNotFoundError):
 
 class QueryError(DSLogError, ValueError):
     """A lineage query is malformed."""
+
+
+class ExportError(DSLogError, ValueError):
+    """Lineage cannot be exported as asked (too large for the format, an unknown format, a
+    document dslog did not write)."""
 
 
 class ConfigurationError(DSLogError, ValueError):
@@ -138,6 +158,11 @@ class LineageLostError(CaptureError, TypeError):
     """Lineage would be silently dropped: a cast of ``tracked_float`` to a plain dtype, a NumPy
     function that does not support the dtype, ``float()`` of a tracked value, or code that
     returns plain numbers. Raised instead of recording a wrong (empty) lineage."""
+
+
+class ReconstructionError(CaptureError):
+    """On-demand lineage could not be reconstructed: the step's code changed, a value it needs
+    expired, or re-running it does not give the stored output."""
 
 
 class StaleLineageError(CaptureError):

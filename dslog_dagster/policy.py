@@ -23,6 +23,10 @@ class CapturePolicy(enum.StrEnum):
       all-to-all relation instead (an over-approximation), flagged in the metadata.
     * ``reuse_only`` — never annotate; take lineage from a confirmed reuse view only. Without
       one the step runs unchanged and records **no** lineage, and ``dslog/record`` says so.
+    * ``on_demand`` — run the step unchanged; record its input and output versions and how to
+      re-run it, and capture its lineage only when a query needs it (PROVision): the query
+      re-runs the step under capture on the recorded inputs, checks it gives the stored
+      output, and keeps the lineage (:mod:`dslog_dagster.core.on_demand`). NumPy steps.
     * ``off`` — run the step unchanged and record nothing.
     """
 
@@ -31,6 +35,7 @@ class CapturePolicy(enum.StrEnum):
     reuse_only = "reuse_only"
     off = "off"
     all_to_all = "all_to_all"
+    on_demand = "on_demand"
 
 
 class LineageMode(enum.StrEnum):

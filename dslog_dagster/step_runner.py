@@ -19,11 +19,13 @@ import numpy as np
 
 from dslog_dagster.core import progress
 from dslog_dagster.core.capture import CaptureResult
+from dslog_dagster.core.capture import Mode as CaptureModeName
+from dslog_dagster.core.on_demand import DEFERRED, deferred_args
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.reuse import ViewRegistry
 from dslog_dagster.core.reuse.keys import Unsignable, code_identity
 from dslog_dagster.declared_lineage import DeclaredLineage
-from dslog_dagster.errors import DSLogError, ReuseError, UnsupportedArrayError
+from dslog_dagster.errors import ConfigurationError, DSLogError, ReuseError, UnsupportedArrayError
 from dslog_dagster.naming import array_name, op_array_name
 from dslog_dagster.policy import CapturePolicy, LineageMode
 from dslog_dagster.resources import DSLogResource
@@ -140,11 +142,19 @@ class _StepRun:
         if self.opts.lineage is not None:
             return self.run_declared(self.opts.lineage, names)
         if any(is_frame(self.kwargs[n]) for n in names):
+            if self.policy == CapturePolicy.on_demand:
+                msg = (
+                    f'Step `{self.step_key}` reads DataFrames: policy="on_demand" covers NumPy '
+                    'steps only so far; use policy="capture" (or "off") for it.'
+                )
+                raise ConfigurationError(msg)
             return self.run_frames(names)
         for n in names:
             if not is_trackable(self.kwargs[n]):
                 raise _reject(n, self.kwargs[n], self.step_key)
         refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
+        if self.policy == CapturePolicy.on_demand and names:
+            return self.run_on_demand(names, refs)
         if not names:
             result = self.run_plain()
             self.hand_over_untracked(
@@ -186,6 +196,42 @@ class _StepRun:
     def hand_over_untracked(self, obtained: str, status: str) -> None:
         for name in self.all_outputs:
             self.tracked.hand_over(name, self.pending(name, obtained=obtained, status=status))
+
+    # ------------------------------------------------------------ on demand
+
+    def run_on_demand(self, names: list[str], refs: tuple[InputRef, ...]) -> Any:
+        """policy="on_demand": the step runs unchanged; the IO manager registers its input and
+        output versions with what re-running it needs (:mod:`dslog_dagster.core.on_demand`)."""
+        others = [k for k in self.kwargs if k not in names]
+        if (
+            self.args
+            or self.is_gen
+            or any(not isinstance(self.kwargs[k], dg.Config) for k in others)
+        ):
+            msg = (
+                f'Step `{self.step_key}` cannot use policy="on_demand": re-running it later '
+                "needs a function of its tracked array inputs and its config alone (no "
+                'context, untracked inputs or generator); use policy="capture" for it.'
+            )
+            raise ConfigurationError(msg)
+        result = self.run_plain()
+        shapes = tuple(tuple(int(d) for d in np.shape(self.kwargs[n])) for n in names)
+        mode: CaptureModeName = (
+            "considered" if self.mode == LineageMode.considered else "contributing"
+        )
+        info = deferred_args(self.fn, {r.name: r.arg for r in refs}, mode)
+        for name in self.all_outputs:
+            pending = self.pending(
+                name,
+                inputs=refs,
+                input_shapes=shapes,
+                obtained="on_demand",
+                capture_method=DEFERRED,
+                status="Lineage on demand: captured when a query needs it.",
+            )
+            pending.op_args = {**pending.op_args, "on_demand": info}
+            self.tracked.hand_over(name, pending)
+        return result
 
     # ------------------------------------------------------------ NumPy steps
 

@@ -87,6 +87,8 @@ class PendingLineage:
     column_lineage: dict[str, dict[str, list[str]]] | None = None
     capture_method: str | None = None
     store: Any = None
+    input_shapes: tuple[tuple[int, ...], ...] | None = None
+    """The tracked inputs' shapes when no relations describe them (an on-demand step)."""
 
     def __post_init__(self) -> None:
         self.policy = CapturePolicy(self.policy)

@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import threading
-import urllib.parse
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +48,7 @@ from dslog_dagster.errors import (
     UnsupportedArrayError,
 )
 from dslog_dagster.io_managers import metadata as m
-from dslog_dagster.io_managers.value_versions import Retention, ValueSlot
+from dslog_dagster.io_managers.value_versions import Retention, ValueSlot, safe_part
 from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.settings import TrackingSettings
@@ -57,19 +56,15 @@ from dslog_dagster.tracked_step import FrameSource
 from dslog_dagster.values import is_frame
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    from dslog_dagster.core.store import ArrayRecord
 
 __all__ = ["DSLogIOManager"]
 
 _SETTINGS: dict[tuple[tuple[str, str | None], str], DSLogResource] = {}
 _SETTINGS_LOCK = threading.Lock()
 _log = logging.getLogger(__name__)
-
-
-def _safe_part(text: str) -> str:
-    """A path component that cannot escape its directory (partition keys may hold ``/``)."""
-    part = urllib.parse.quote(text, safe="")
-    return part.replace(".", "%2E") if set(part) <= {"."} else part
 
 
 class DSLogIOManager(dg.ConfigurableIOManager):
@@ -233,14 +228,14 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         )
 
     def _asset_slot(self, key: dg.AssetKey, partition: str | None) -> ValueSlot:
-        parts = [_safe_part(p) for p in key.path]
+        parts = [safe_part(p) for p in key.path]
         if partition is None:
             return ValueSlot(self._base().joinpath(*parts))
-        return ValueSlot(self._base().joinpath(*parts, _safe_part(partition)))
+        return ValueSlot(self._base().joinpath(*parts, safe_part(partition)))
 
     def _op_slot(self, run_id: str, step_key: str, output: str) -> ValueSlot:
         return ValueSlot(
-            self._base() / "runs" / _safe_part(run_id) / _safe_part(step_key) / _safe_part(output)
+            self._base() / "runs" / safe_part(run_id) / safe_part(step_key) / safe_part(output)
         )
 
     def _output_slot(
@@ -460,6 +455,25 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         except BaseException:
             slot.release(lease)
             raise
+
+    def value_loader(self) -> "Callable[[ArrayRecord], np.ndarray | None]":
+        """The stored NumPy value of an array version of an asset (``None``: an op output, a
+        DataFrame, or a version not kept here): what explaining a change and on-demand
+        lineage read (:data:`dslog_dagster.core.on_demand.ValueLoader`)."""
+
+        def load(rec: "ArrayRecord") -> np.ndarray | None:
+            if rec.asset_key is None or rec.version is None:
+                return None
+            partition = None
+            if rec.name != rec.asset_key and rec.name.startswith(rec.asset_key + "["):
+                partition = rec.name[len(rec.asset_key) + 1 : -1]
+            try:
+                value = self.load_value(rec.asset_key, rec.version, partition)
+            except LineageNotFoundError:  # not stored here, or expired (a subclass)
+                return None
+            return value if isinstance(value, np.ndarray) else None
+
+        return load
 
     def _load_frame(self, context: dg.InputContext | None, path: Path, offer: bool) -> Any:
         """An ordinary DataFrame for user code; the frame with its row ids goes to the tracked

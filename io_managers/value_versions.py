@@ -44,7 +44,15 @@ from pathlib import Path
 
 from dslog_dagster.errors import LineageNotFoundError, LineageStorageError, ValueExpiredError
 
-__all__ = ["EXTENSIONS", "LEASE_TTL_S", "Retention", "ValueSlot", "version_part"]
+__all__ = [
+    "EXTENSIONS",
+    "LEASE_TTL_S",
+    "Retention",
+    "ValueSlot",
+    "asset_stem",
+    "safe_part",
+    "version_part",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +65,23 @@ version this long."""
 
 _TOMBSTONE = ".expired"
 _WAIT_S = 10.0  # how long a reader waits for a removal in progress to finish or back off
+
+
+def safe_part(text: str) -> str:
+    """A path component that cannot escape its directory (partition keys may hold ``/``)."""
+    part = urllib.parse.quote(text, safe="")
+    return part.replace(".", "%2E") if set(part) <= {"."} else part
+
+
+def asset_stem(base: Path, asset_key: str, name: str | None = None) -> Path:
+    """The value stem of an asset (``a/b`` -> ``<base>/a/b``) or, when the store's array
+    ``name`` is a partition (``a/b[p]``), of that partition (``<base>/a/b/<p>``)."""
+    stem = base.joinpath(*(safe_part(p) for p in asset_key.split("/")))
+    if name is not None and name != asset_key:
+        prefix = asset_key + "["
+        if name.startswith(prefix) and name.endswith("]"):
+            stem = stem / safe_part(name[len(prefix) : -1])
+    return stem
 
 
 def version_part(version: str) -> str:

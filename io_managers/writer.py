@@ -27,6 +27,7 @@ import numpy as np
 
 from dslog_dagster.core import background as background_tasks
 from dslog_dagster.core import progress
+from dslog_dagster.core.on_demand import DEFERRED
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store import (
@@ -255,7 +256,8 @@ class LineageJob:
             self.name, self.shape, self.dtype, asset_key=asset_key, version=self.version
         )
         self.seconds += time.perf_counter() - t0
-        if pending.relations is None or not pending.inputs:
+        deferred = pending.capture_method == DEFERRED
+        if (pending.relations is None and not deferred) or not pending.inputs:
             return  # a source: only its array version, registered in finish
         if background:
             # a worker that already runs: starting a thread per step cost more than the flush
@@ -272,7 +274,10 @@ class LineageJob:
         assert store is not None
         assert spec is not None
         try:
-            in_recs, self.lineage = _register_inputs(store, pending, self.name)
+            if pending.capture_method == DEFERRED:  # on demand: versions, no lineage yet
+                in_recs, self.lineage = _register_deferred_inputs(store, pending), {}
+            else:
+                in_recs, self.lineage = _register_inputs(store, pending, self.name)
             method = "all-to-all" if pending.flagged else "annotator"
             if pending.capture_method is not None:
                 method = pending.capture_method
@@ -472,6 +477,18 @@ def _picture(
     except Exception as e:  # a picture is a nicety; never fail the step for it
         context.log.warning(f"dslog: could not draw the lineage picture of `{name}`: {e}")
         return None
+
+
+def _register_deferred_inputs(store: Any, pending: PendingLineage) -> list[ArrayRecord]:
+    """The input array versions of an on-demand step (one record per array version)."""
+    assert pending.input_shapes is not None
+    recs: dict[tuple[str, str | None], ArrayRecord] = {}
+    for ref, shape in zip(pending.inputs, pending.input_shapes, strict=True):
+        if (ref.name, ref.version) not in recs:
+            recs[ref.name, ref.version] = store.register_array(
+                ref.name, shape, "float64", asset_key=ref.asset_key, version=ref.version
+            )
+    return list(recs.values())
 
 
 def _register_inputs(

@@ -192,7 +192,8 @@ class SparkQueryEngine:
         plan = self.log.plan(path)
         cur = as_cells(plan.source.shape, cells)
         for hop in plan.hops:
-            if hop.prepared is None:
+            if hop.prepared is None:  # no lineage (or on demand, not reconstructed: refused)
+                hop.run(cur)
                 return CellSet.empty(plan.target.shape)
             cur = self._hop(hop, cur)
         return cur
@@ -205,8 +206,8 @@ class SparkQueryEngine:
         return self.log.lineage_between(src, dst, cells, direction=direction, run_hop=self._run_hop)
 
     def _run_hop(self, hop: Hop, cells: CellSet) -> CellSet:
-        if hop.prepared is None:  # the operation links the arrays without lineage
-            return CellSet.empty(hop.dst.shape)
+        if hop.prepared is None:  # no lineage: empty (on demand, not reconstructed: refused)
+            return hop.run(cells)
         return self._hop(hop, cells)
 
     def close(self) -> None:

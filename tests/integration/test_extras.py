@@ -89,14 +89,24 @@ def test_spark_and_pandas_features_name_their_extra(tmp_path: Path) -> None:
         require("pandas", "to_pandas()")
     except MissingExtraError as e:
         print("pandas:", e)
+    from dslog_dagster.core.store import LineageStore
+    from dslog_dagster.export import asset_document
+    store = LineageStore("s")
+    store.register_array("x", (2,))
+    try:
+        asset_document(store, "x")
+    except MissingExtraError as e:
+        print("prov:", e)
     """
-    done = _run(code, ("pyspark", "pandas"), tmp_path)
+    done = _run(code, ("pyspark", "pandas", "prov"), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("spark: Spark support (dslog_dagster.spark")
     assert lines[0].endswith("Install the extra: pip install 'dslog-dagster[spark]'.")
     assert lines[1].startswith("pandas: to_pandas() needs `pandas`")
     assert lines[1].endswith("pip install 'dslog-dagster[pandas]'.")
+    assert lines[2].startswith("prov: Exporting lineage as W3C PROV needs `prov`")
+    assert lines[2].endswith("pip install 'dslog-dagster[export]'.")
 
 
 def _project() -> dict[str, object]:
@@ -119,7 +129,8 @@ def test_dependencies_are_ranges_and_extras_carry_spark_and_pandas() -> None:
     assert "pandas>=2.2,<3" in extras["spark"]
     assert extras["pandas"] == ["pandas>=2.2"]
     test = " ".join(extras["test"])
-    for extra in ("spark", "pandas", "ui", "docs"):
+    assert extras["export"] == ["prov>=2.0"]
+    for extra in ("spark", "pandas", "ui", "docs", "export"):
         assert extra in test.split("dslog-dagster[")[1], test
     entry = project["entry-points"]["dagster_dg_cli.registry_modules"]  # type: ignore[index]
     assert entry == {"dslog_dagster": "dslog_dagster.assets.components"}

@@ -45,16 +45,21 @@ def _rows(n: int) -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.mark.parametrize("n", [3, 40])  # the parameterised path and the Arrow path
-def test_a_concurrent_commit_of_the_same_records_gives_a_retryable_error(
-    tmp_path: Path, n: int
-) -> None:
+def _two_connections(tmp_path: Path) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]:
+    """Two connections to a fresh catalog file with the catalog's tables."""
     path = str(tmp_path / "catalog.duckdb")
     setup = duckdb.connect(path)
     for ddl in DDL:
         setup.execute(ddl)
     setup.close()
-    a, b = duckdb.connect(path), duckdb.connect(path)
+    return duckdb.connect(path), duckdb.connect(path)
+
+
+@pytest.mark.parametrize("n", [3, 40])  # the parameterised path and the Arrow path
+def test_a_concurrent_commit_of_the_same_records_gives_a_retryable_error(
+    tmp_path: Path, n: int
+) -> None:
+    a, b = _two_connections(tmp_path)
     try:
         a.execute("BEGIN TRANSACTION")
         a.execute("SELECT count(*) FROM arrays").fetchall()  # a's snapshot starts here
@@ -79,12 +84,7 @@ def test_the_same_records_committed_first_elsewhere_fail_our_commit_retryably(
     """Both transactions insert the record uncommitted; the second to COMMIT gets a
     TransactionException naming the duplicate key (seen in CI as a DamagedStoreWarning from
     ``test_store_paging``: the catalog was deleted as damaged). A retry skips the record."""
-    path = str(tmp_path / "catalog.duckdb")
-    setup = duckdb.connect(path)
-    for ddl in DDL:
-        setup.execute(ddl)
-    setup.close()
-    a, b = duckdb.connect(path), duckdb.connect(path)
+    a, b = _two_connections(tmp_path)
     try:
         a.execute("BEGIN TRANSACTION")
         _insert(a, "arrays", _rows(3))

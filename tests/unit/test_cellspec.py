@@ -47,3 +47,19 @@ def test_lineage_between_direction_is_enforced(tmp_path) -> None:
         log.lineage_between("x", "y", [1], direction="backward")
     with pytest.raises(LineageNotFoundError, match="`x` is not downstream of `y`"):
         log.lineage_between("y", "x", [2], direction="forward")
+
+
+def test_a_frame_box_may_name_its_column() -> None:
+    cols = ["tconst", "runtimeMinutes", "genres"]
+    assert cells_from_spec((10, 3), ["0:10,genres"], columns=cols) == cells_from_spec(
+        (10, 3), ["0:10,2"]
+    )
+    assert cells_from_spec((10, 3), ["4,runtimeMinutes"], columns=cols).to_indices().tolist() == [
+        [4, 1]
+    ]
+    with pytest.raises(QueryError, match="Did you mean `genres`"):
+        cells_from_spec((10, 3), ["0:10,genre"], columns=cols)
+    with pytest.raises(QueryError, match="has no column names"):
+        cells_from_spec((10, 3), ["0:10,genres"])
+    with pytest.raises(QueryError, match="names columns on axis 1"):
+        cells_from_spec((10, 3), ["genres"], columns=cols)

@@ -1,0 +1,128 @@
+"""Lineage on demand: what the normal run costs, and what the first query then pays.
+
+Issue 27's first goal: a materialization with ``policy="on_demand"`` ≤ 1.02× the same run
+untracked (``policy="off"``). The pipeline is the example's hotspot shape at ``--size``²:
+raw → smoothed (3×3 box blur of the edge-padded raw) → hot (where smoothed > 0.6). The same job
+runs with each policy on one persistent-style instance (in-process executor), alternating,
+``--repeat`` times; the table compares the best whole-run times and the best per-step times
+(Dagster's own step durations, summed), so run-launch overhead shared by both is visible.
+Values are stored the same way in both (the DSLogIOManager keeps each version).
+
+Then one backward query from ``hot`` to ``raw`` on the on-demand store (a ``trace``: both
+steps re-run under capture, checked against the stored outputs, lineage registered), beside a
+run captured at materialization time (``policy="capture"``): what deferring the capture moves
+from the run to the first query. A second query re-runs nothing.
+
+Not measured yet (issue 27 items 2 and 4): tracing selected rows of a Spark join + groupBy
+(on-demand Spark steps are not built) and parameter discovery.
+
+Run: ``.venv/bin/python bench/on_demand.py [--size 512] [--repeat 5]``. Informational, not a
+CI gate (a smoke test runs it at toy size).
+"""
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+from image_steps import above, blur
+
+from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
+from dslog_dagster.core import on_demand
+
+SIZE = {"n": 512}
+
+
+def _assets(policy: str) -> list[dg.AssetsDefinition]:
+    @tracked_asset(name="raw")
+    def raw() -> np.ndarray:
+        return np.random.default_rng(1).random((SIZE["n"], SIZE["n"]))
+
+    @tracked_asset(name="smoothed", policy=policy)
+    def smoothed(raw: np.ndarray) -> np.ndarray:
+        return blur(raw)
+
+    @tracked_asset(name="hot", policy=policy)
+    def hot(smoothed: np.ndarray) -> np.ndarray:
+        return above(smoothed)
+
+    return [raw, smoothed, hot]
+
+
+def _run(root: Path, policy: str, instance: dg.DagsterInstance) -> tuple[float, float]:
+    dslog = DSLogResource(store_dir=str(root / "store"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(root / "values"))
+    t0 = time.perf_counter()
+    res = dg.materialize(
+        _assets(policy), resources={"dslog": dslog, "io_manager": io}, instance=instance
+    )
+    total = time.perf_counter() - t0
+    assert res.success
+    steps = 0.0
+    for ev in res.all_events:
+        if ev.event_type_value == "STEP_SUCCESS" and ev.step_key in ("smoothed", "hot"):
+            steps += ev.event_specific_data.duration_ms / 1000.0  # type: ignore[union-attr]
+    return total, steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    SIZE["n"] = args.size
+    results: dict[str, list[tuple[float, float]]] = {"off": [], "on_demand": [], "capture": []}
+    with tempfile.TemporaryDirectory() as tmp, dg.instance_for_test() as instance:
+        roots = {p: Path(tmp) / p for p in results}
+        for p in results:  # warm-up: imports, JIT of the first capture
+            _run(roots[p], p, instance)
+        for _ in range(args.repeat):
+            for p in results:
+                results[p].append(_run(roots[p], p, instance))
+        dslog = DSLogResource(store_dir=str(roots["on_demand"] / "store"))
+        io = DSLogIOManager(dslog=dslog, base_dir=str(roots["on_demand"] / "values"))
+        log = dslog.session()
+        path = ["hot", "smoothed", "raw"]
+        t0 = time.perf_counter()
+        first, done = on_demand.trace(log, path, np.s_[0:8, 0:8], io.value_loader())
+        first_q = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        again, more = on_demand.trace(log, path, np.s_[0:8, 0:8], io.value_loader())
+        second_q = time.perf_counter() - t0
+        captured = DSLogResource(store_dir=str(roots["capture"] / "store")).session()
+        t0 = time.perf_counter()
+        ref = captured.prov_query(path, np.s_[0:8, 0:8])
+        captured_q = time.perf_counter() - t0
+    assert first == again == ref, "on-demand answer differs from the captured one"
+    assert len(done) == 2
+    assert not more
+    best: dict[str, Any] = {
+        p: (min(r[0] for r in v), min(r[1] for r in v)) for p, v in results.items()
+    }
+    off_t, off_s = best["off"]
+    print(f"hotspot pipeline raw → smoothed → hot at {args.size}², best of {args.repeat}")
+    print()
+    print("| policy | whole run (s) | ratio | tracked steps (s) | ratio |")
+    print("|---|---|---|---|---|")
+    for p in results:
+        t, s = best[p]
+        print(f"| {p} | {t:.3f} | {t / off_t:.3f}x | {s:.3f} | {s / max(off_s, 1e-9):.3f}x |")
+    print()
+    print("| query hot → raw, 8×8 cells | seconds |")
+    print("|---|---|")
+    print(f"| on demand, first (re-runs {len(done)} steps under capture) | {first_q:.3f} |")
+    print(f"| on demand, again (lineage kept) | {second_q:.3f} |")
+    print(f"| captured at run time | {captured_q:.3f} |")
+    print()
+    ratio = best["on_demand"][0] / off_t
+    print(
+        f"goal: on-demand normal run ≤ 1.02× untracked: {ratio:.3f}x "
+        f"{'PASS' if ratio <= 1.02 else 'FAIL'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
