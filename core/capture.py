@@ -51,6 +51,7 @@ import numpy.typing as npt
 from dslog_dagster.core import progress
 from dslog_dagster.core.extraction import LazyRelations, extract_tables
 from dslog_dagster.core.native import annotator as _annotator
+from dslog_dagster.core.positions import Positions, carrier_of
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation, Shape
 from dslog_dagster.errors import (
@@ -73,6 +74,7 @@ __all__ = [
     "capture_inputs",
     "check_options",
     "func_name",
+    "output_values",
     "plain_value",
     "split_outputs",
     "tracked_output",
@@ -99,11 +101,12 @@ class CaptureResult:
 
     Attributes:
         value: the real result, as ``func`` would have returned it on float64 inputs: a
-            float64 array, an ``np.float64`` scalar, or a tuple of those. A flagged
-            all-to-all result keeps the function's own output dtypes (``np.argwhere`` gives
-            int64, a comparison bool).
-        outputs: every output as an array (0-d for scalars), in order: float64, or the
-            function's own dtype for a flagged all-to-all result.
+            float64 array, an ``np.float64`` scalar, or a tuple of those; positions
+            (``np.argwhere``, ``argmax``, ... of tracked arrays,
+            :mod:`~dslog_dagster.core.positions`) are NumPy's own integers. A flagged
+            all-to-all result keeps the function's own output dtypes (a comparison bool).
+        outputs: every output as an array (0-d for scalars), in order: float64, positions'
+            integers, or the function's own dtype for a flagged all-to-all result.
         input_shapes: shapes of the captured inputs, in argument order.
         relations: ``(output index, input index) -> LineageRelation`` of the contributing
             cells (sorted, duplicate-free); every pair is present, possibly empty. For a call
@@ -240,9 +243,15 @@ def split_outputs(result: Any) -> tuple[list[Any], bool]:
 def tracked_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
     """The tracked array of output ``k`` of ``name``, as a ``tracked_float`` array.
 
+    A position array (``np.argwhere`` & co., :mod:`~dslog_dagster.core.positions`) gives its
+    lineage carrier; its values are :func:`output_values`.
+
     Raises:
-        LineageLostError: the output carries no lineage (not a ``tracked_float`` value).
+        LineageLostError: the output carries no lineage (not a ``tracked_float`` value or a
+            position array of known lineage).
     """
+    if isinstance(out, Positions):
+        return carrier_of(out, f"output {k} of `{name}`")
     if isinstance(out, np.ndarray) and out.dtype == TRACKED_FLOAT:
         return out
     if isinstance(out, TRACKED_FLOAT.type):
@@ -259,6 +268,14 @@ def tracked_output(out: Any, k: int, name: str) -> np.ndarray[Any, Any]:
         '`Capture(on_lost="all_to_all").run(...)` to record an explicit all-to-all relation.'
     )
     raise LineageLostError(msg)
+
+
+def output_values(out: Any, arr: np.ndarray[Any, Any]) -> npt.NDArray[Any]:
+    """The plain values of output ``out`` whose tracked array is ``arr``: float64 values, or
+    a position array's own integers (NumPy's, unchanged)."""
+    if isinstance(out, Positions):
+        return np.asarray(out).view(np.ndarray).copy()
+    return _annotator.values(arr)
 
 
 def _lost_message(name: str, exc: BaseException) -> str:
@@ -379,7 +396,7 @@ def plain_value(plain: list[npt.NDArray[Any]], raw: list[Any], is_tuple: bool) -
     tuple/list becomes a tuple)."""
     vals: list[Any] = []
     for arr, r in zip(plain, raw, strict=True):
-        is_scalar = not isinstance(r, np.ndarray)
+        is_scalar = not isinstance(r, np.ndarray) or bool(getattr(r, "scalar", False))
         vals.append(arr[()] if is_scalar and arr.ndim == 0 else arr)
     return tuple(vals) if is_tuple else vals[0]
 
@@ -606,7 +623,7 @@ def _extract(
             plain.append(_plain_output(out, o))
             lost.append(str(e))
             continue
-        plain.append(_annotator.values(arr))
+        plain.append(output_values(out, arr))
         for which, target in ((False, tables), (True, considered)):
             if target is not None:
                 for i, table in enumerate(extract_tables(arr, shapes, which)):

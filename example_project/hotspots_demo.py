@@ -2,7 +2,9 @@
 
 Runs the Dagster project in ``example_project/hotspots`` four times on an embedded instance (local
 lineage store, embedded DuckDB catalog), then answers one lineage question from the store:
-which cells of the raw detector frame feed the k-th brightest hotspot.
+which cells of the raw detector frame feed the k-th brightest hotspot; and the thesis' question
+(DSLog thesis §2.2): for one hotspot coordinate that ``np.argwhere`` returned, which raw-frame
+cells it came from (the box blur's 3 x 3 neighbourhood of that pixel).
 
 Usage: python example_project/hotspots_demo.py [BASE_DIR] [--rank K]
 """
@@ -17,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hotspots.assets import PATH_TO_RAW
+from hotspots.assets import COORD_TO_RAW, PATH_TO_RAW
 from hotspots.definitions import make_defs
 
 from dslog_dagster.core.api import DSLog
@@ -82,6 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         f"hotspot #{k} (peak {top[k]:.1f}) <- {cells.count()} cells of raw_frame, "
         f"rows {lo[0]}..{hi[0]}, columns {lo[1]}..{hi[1]}"
     )
+    coords = np.load(base / "hotspot_coords.npy")
+    if len(coords):
+        j = min(k, len(coords) - 1)
+        r, c = (int(v) for v in coords[j])
+        # row j of the k x 2 coordinates: both of its cells name pixel (r, c)
+        origin = log.prov_query(COORD_TO_RAW, np.s_[j : j + 1, 0:2])
+        cells = sorted(tuple(int(v) for v in row) for row in origin.to_indices())
+        print(
+            f"hotspot coordinate #{j} = np.argwhere(...)[{j}] = ({r}, {c}) <- {len(cells)} "
+            f"cells of raw_frame: {', '.join(f'({a}, {b})' for a, b in cells)}"
+        )
     print(f"lineage store: {store}  (inspect: .venv/bin/dslog inspect {store})")
     return 0
 

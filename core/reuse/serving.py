@@ -234,7 +234,8 @@ def run_plain(
     func: Callable[..., Any], inputs: Sequence[F64], kwargs: Mapping[str, Any]
 ) -> tuple[Any, list[F64]] | None:
     """``func`` on plain float64 inputs: (value as capture returns it, outputs), or None when
-    an output is not numeric (such a call is never served)."""
+    an output is not numeric (such a call is never served). Float outputs are float64, integer
+    outputs keep their dtype (a capture returns positions as NumPy's integers)."""
     return run_plain_result(func(*inputs, **kwargs))
 
 
@@ -245,7 +246,9 @@ def run_plain_result(result: Any) -> tuple[Any, list[F64]] | None:
         arr = o if isinstance(o, np.ndarray) else np.asarray(o)
         if arr.dtype.kind not in "fiub":
             return None
-        plain.append(arr if arr.dtype == np.float64 else arr.astype(np.float64))
+        # integers stay integers, as a captured run returns positions (np.argwhere & co.)
+        keep = arr.dtype == np.float64 or arr.dtype.kind in "iu"
+        plain.append(arr if keep else arr.astype(np.float64))
     return plain_value(plain, outs, is_tuple), plain
 
 

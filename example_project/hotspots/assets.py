@@ -1,5 +1,13 @@
 """Detector frame -> calibrated -> smoothed -> thresholded -> hotspots -> summary, in NumPy.
 
+Beside the tile summary, the DSLog thesis' motivating example (§2.2) literally: smooth ->
+threshold -> ``np.argwhere`` -> crop a window around each hotspot -> summary
+(``hotspot_coords``, ``hotspot_windows``, ``window_summary``). ``np.argwhere`` returns int64
+coordinates that carry positional lineage (row k <- the thresholded cell it names, and so,
+through the box blur, a 3 x 3 neighbourhood of the raw frame); the crop indexes the calibrated
+frame with those coordinates, so each window cell comes from its calibrated cell and (in
+considered mode) the coordinates that placed it.
+
 Every step after the two source frames is plain NumPy run under the annotator by
 ``@tracked_asset``: the lineage of each output cell is what NumPy actually did (the padding
 and shifted sums of the box blur, the cells the threshold kept, the cell each tile maximum
@@ -117,6 +125,55 @@ def summary(config: SummaryConfig, hotspots: np.ndarray) -> tuple[np.ndarray, np
     return top, stats
 
 
-PIPELINE = [raw_frame, dark_frame, calibrated, smoothed, thresholded, hotspots, summary]
+class WindowConfig(dg.Config):
+    """Each hotspot's window reaches `half` cells to every side (edge-clamped)."""
+
+    half: int = 2
+
+
+@tracked_asset(group_name=GROUP, kinds=KINDS, code_version="1")
+def hotspot_coords(thresholded: np.ndarray) -> np.ndarray:
+    """The (row, column) of every hot cell, as ``np.argwhere`` gives them (k x 2 int64): row k
+    comes from the thresholded cell it names."""
+    return np.argwhere(thresholded)
+
+
+@tracked_asset(group_name=GROUP, kinds=KINDS, code_version="1")
+def hotspot_windows(
+    config: WindowConfig, calibrated: np.ndarray, hotspot_coords: np.ndarray
+) -> np.ndarray:
+    """The calibrated frame around each hotspot (k x w x w, edge-clamped), indexed with the
+    coordinates: each window cell comes from one calibrated cell."""
+    h = config.half
+    padded = np.pad(calibrated, h, mode="edge")
+    coords = hotspot_coords.astype(np.intp)  # positions again (the asset arrives as float64)
+    offsets = np.arange(2 * h + 1)
+    rows = coords[:, 0:1] + offsets  # padded row of each window row (k x w)
+    cols = coords[:, 1:2] + offsets
+    return padded[rows[:, :, None], cols[:, None, :]]
+
+
+@tracked_asset(group_name=GROUP, kinds=KINDS, code_version="1")
+def window_summary(hotspot_windows: np.ndarray) -> np.ndarray:
+    """Per hotspot: the window's peak and mean (k x 2)."""
+    k = hotspot_windows.shape[0]
+    flat = hotspot_windows.reshape(k, -1)
+    return np.stack([flat.max(axis=1), flat.mean(axis=1)], axis=1)
+
+
+PIPELINE = [
+    raw_frame,
+    dark_frame,
+    calibrated,
+    smoothed,
+    thresholded,
+    hotspots,
+    summary,
+    hotspot_coords,
+    hotspot_windows,
+    window_summary,
+]
 #: Array path of a backward lineage query from a top hotspot to the raw frame.
 PATH_TO_RAW = ["top_hotspots", "hotspots", "thresholded", "smoothed", "calibrated", "raw_frame"]
+#: Array path from a hotspot coordinate (a row of ``hotspot_coords``) to the raw frame.
+COORD_TO_RAW = ["hotspot_coords", "thresholded", "smoothed", "calibrated", "raw_frame"]

@@ -24,7 +24,14 @@ import dagster as dg
 
 from dslog_dagster import DSLogIOManager, DSLogResource
 from dslog_dagster.assets import SavedLineageQuery, lineage_definitions
-from hotspots.assets import PIPELINE, calibrated, smoothed
+from hotspots.assets import (
+    PIPELINE,
+    calibrated,
+    hotspot_coords,
+    hotspot_windows,
+    smoothed,
+    window_summary,
+)
 from hotspots.spark import spark_assets, spark_resources, titles_job
 
 hotspot_job = dg.define_asset_job(
@@ -78,7 +85,7 @@ def make_defs(
         # raw_frame and dark_frame have none to check). From `thresholded` on, cells below the
         # threshold are the constant 0.0 (no input cell produced them), so the coverage check
         # would rightly warn there.
-        assets=[calibrated, smoothed],
+        assets=[calibrated, smoothed, hotspot_coords, hotspot_windows, window_summary],
         dslog=dslog,  # the same resource object as above: one store, one resource
         cron_schedule="0 3 * * *",
     )

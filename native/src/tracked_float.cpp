@@ -1709,6 +1709,9 @@ void install_elementwise_fast_path(PyUFuncObject* uf) {
 // lineage). Any other array goes straight to NumPy's method, arguments untouched.
 // ---------------------------------------------------------------------------------------------
 PyObject* g_orig_partition = nullptr;
+PyObject* g_position_hook_fwd();  // the Positions hook (below), or null
+PyObject* call_hook(const char* name, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                    PyObject* kwnames);
 PyObject* g_orig_argpartition = nullptr;
 PyObject* g_orig_argsort = nullptr;
 
@@ -1745,6 +1748,7 @@ inline bool is_tracked_array(PyObject* self) {
 PyObject* tracked_argsort(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                           PyObject* kwnames) {
   if (!is_tracked_array(self)) return call_method(g_orig_argsort, self, args, nargs, kwnames);
+  if (g_position_hook_fwd() && t_arena) return call_hook("argsort", self, args, nargs, kwnames);
   PyObject* v = f64_values(reinterpret_cast<PyArrayObject*>(self));
   if (!v) return nullptr;
   PyObject* r = call_method(g_orig_argsort, v, args, nargs, kwnames);
@@ -1756,6 +1760,8 @@ PyObject* tracked_argpartition(PyObject* self, PyObject* const* args, Py_ssize_t
                                PyObject* kwnames) {
   if (!is_tracked_array(self))
     return call_method(g_orig_argpartition, self, args, nargs, kwnames);
+  if (g_position_hook_fwd() && t_arena)
+    return call_hook("argpartition", self, args, nargs, kwnames);
   PyObject* v = f64_values(reinterpret_cast<PyArrayObject*>(self));
   if (!v) return nullptr;
   PyObject* r = call_method(g_orig_argpartition, v, args, nargs, kwnames);
@@ -1852,6 +1858,194 @@ void wrap_sorting_methods() {
   wrap_ndarray_method("partition", &g_orig_partition, &defs[0], &tracked_partition);
   wrap_ndarray_method("argpartition", &g_orig_argpartition, &defs[1], &tracked_argpartition);
   wrap_ndarray_method("argsort", &g_orig_argsort, &defs[2], &tracked_argsort);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Positions: index-producing methods and indexing with tracked indices (core/positions.py)
+//
+// Integer results that name positions of a tracked array (nonzero, argmax, argmin, argsort,
+// argpartition, searchsorted, and astype to an integer dtype: positions carried as floats)
+// and indexing with a tracked index (`x[idx]`, `x.take(idx)`)
+// have their lineage built in Python, from NumPy operations on tracked arrays plus one
+// primitive below (`positional`). So during a capture these methods and ndarray's subscript
+// call a Python hook when a tracked array (or a position array, the hook's own int subclass)
+// is involved; every other call goes to NumPy's own code unchanged. With no capture running
+// in the calling thread nothing is hooked (a tracked array is then stale anyway, and NumPy's
+// own code reports it).
+// ---------------------------------------------------------------------------------------------
+PyObject* g_position_hook = nullptr;   // callable(name, self, args, kwargs) or null
+PyObject* g_position_hook_fwd() { return g_position_hook; }
+PyTypeObject* g_positions_type = nullptr;  // core.positions.Positions
+binaryfunc g_orig_subscript = nullptr;
+objobjargproc g_orig_ass_subscript = nullptr;
+
+constexpr int kHookedMethods = 6;
+const char* const kHookedNames[kHookedMethods] = {"nonzero", "argmax",       "argmin",
+                                                  "searchsorted", "take", "astype"};
+PyObject* g_orig_hooked[kHookedMethods] = {};
+
+// An array whose positions the hook must see: tracked_float, or a position array.
+inline bool carries_positions(PyObject* o) {
+  if (!PyArray_Check(o)) return false;
+  if (is_tracked_descr(PyArray_DESCR(reinterpret_cast<PyArrayObject*>(o)))) return true;
+  return g_positions_type && PyObject_TypeCheck(o, g_positions_type);
+}
+
+// A plain bool array (a comparison's mask, maybe): the hook decides.
+inline bool is_bool_array(PyObject* o) {
+  return PyArray_Check(o) && PyArray_TYPE(reinterpret_cast<PyArrayObject*>(o)) == NPY_BOOL;
+}
+
+// A key part the hook must see: tracked, positions, or a bool mask (a comparison's, maybe).
+inline bool key_part_hooked(PyObject* o) {
+  return carries_positions(o) ||
+         (PyArray_Check(o) && PyArray_TYPE(reinterpret_cast<PyArrayObject*>(o)) == NPY_BOOL &&
+          PyArray_NDIM(reinterpret_cast<PyArrayObject*>(o)) > 0);
+}
+
+inline bool key_carries_positions(PyObject* key) {
+  if (key_part_hooked(key)) return true;
+  if (!PyTuple_Check(key)) return false;
+  for (Py_ssize_t i = 0, n = PyTuple_GET_SIZE(key); i < n; ++i)
+    if (key_part_hooked(PyTuple_GET_ITEM(key, i))) return true;
+  return false;
+}
+
+// hook(name, self, args, kwargs) with the vectorcall arguments of a method call; a Python
+// error (never a C++ exception) on failure.
+PyObject* call_hook(const char* name, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                    PyObject* kwnames) {
+  PyObject* pargs = PyTuple_New(nargs);
+  if (!pargs) return nullptr;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    Py_INCREF(args[i]);
+    PyTuple_SET_ITEM(pargs, i, args[i]);
+  }
+  PyObject* kw = PyDict_New();
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; kw && i < nkw; ++i)
+    if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) Py_CLEAR(kw);
+  PyObject* r = kw ? PyObject_CallFunction(g_position_hook, "sOOO", name, self, pargs, kw) : nullptr;
+  Py_DECREF(pargs);
+  Py_XDECREF(kw);
+  return r;
+}
+
+template <int K>
+PyObject* hooked_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                        PyObject* kwnames) {
+  bool hook = g_position_hook && t_arena &&
+              (is_tracked_array(self) || (K == 0 && is_bool_array(self)));
+  // take and searchsorted: a tracked index or needle with any array
+  if (!hook && g_position_hook && t_arena && (K == 3 || K == 4))
+    for (Py_ssize_t i = 0; i < nargs && !hook; ++i) hook = carries_positions(args[i]);
+  if (!hook) return call_method(g_orig_hooked[K], self, args, nargs, kwnames);
+  return call_hook(kHookedNames[K], self, args, nargs, kwnames);
+}
+
+PyObject* hooked_subscript(PyObject* self, PyObject* key) {
+  if (g_position_hook && t_arena && key_carries_positions(key))
+    return PyObject_CallFunction(g_position_hook, "sO(O)O", "__getitem__", self, key, Py_None);
+  return g_orig_subscript(self, key);
+}
+
+int hooked_ass_subscript(PyObject* self, PyObject* key, PyObject* value) {
+  // also a position array assigned by a plain key: NumPy would cast its ints to constants
+  if (value && g_position_hook && t_arena &&
+      (key_carries_positions(key) ||
+       (g_positions_type && PyObject_TypeCheck(value, g_positions_type)))) {
+    PyObject* r =
+        PyObject_CallFunction(g_position_hook, "sO(OO)O", "__setitem__", self, key, value, Py_None);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+  }
+  return g_orig_ass_subscript(self, key, value);
+}
+
+// Comparisons of tracked arrays: NumPy's bool result is handed to the hook, which records the
+// operands the mask was computed from, so the positions of its true cells (`argwhere(x > t)`,
+// the DSLog thesis' `where(X > 0.5)`) and indexing with it (`x[x > t]`) carry their lineage.
+// The mask itself stays NumPy's plain bool array. Chained in front of whatever vectorcall the
+// ufunc had (NumPy's own, or the elementwise fast path).
+constexpr int kCompares = 6;
+const char* const kCompareNames[kCompares] = {"equal", "not_equal",    "less",
+                                              "less_equal", "greater", "greater_equal"};
+vectorcallfunc g_orig_compare[kCompares] = {};
+
+template <int K>
+PyObject* compare_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf,
+                             PyObject* kwnames) {
+  PyObject* res = g_orig_compare[K](callable, args, nargsf, kwnames);
+  if (!res || !g_position_hook || !t_arena || !PyArray_CheckExact(res)) return res;
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  bool tracked = false;
+  for (Py_ssize_t i = 0; i < nargs && i < 2 && !tracked; ++i) tracked = carries_positions(args[i]);
+  if (!tracked) return res;
+  PyObject* ops = PyTuple_New(nargs < 2 ? nargs : 2);
+  if (!ops) return Py_DECREF(res), nullptr;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ops); ++i) {
+    Py_INCREF(args[i]);
+    PyTuple_SET_ITEM(ops, i, args[i]);
+  }
+  PyObject* r = PyObject_CallFunction(g_position_hook, "sOOO", "compare", res, ops, Py_None);
+  Py_DECREF(ops);
+  if (!r) return Py_DECREF(res), nullptr;
+  Py_DECREF(r);
+  return res;
+}
+
+template <int K>
+void hook_compare(py::module_& umath) {
+  auto* uf = reinterpret_cast<PyUFuncObject*>(umath.attr(kCompareNames[K]).ptr());
+  if (uf->vectorcall == nullptr) throw std::runtime_error("a comparison ufunc has no vectorcall");
+  g_orig_compare[K] = uf->vectorcall;
+  uf->vectorcall = &compare_vectorcall<K>;
+}
+
+void wrap_position_methods() {
+  py::module_ np = py::module_::import("numpy");
+  hook_compare<0>(np);
+  hook_compare<1>(np);
+  hook_compare<2>(np);
+  hook_compare<3>(np);
+  hook_compare<4>(np);
+  hook_compare<5>(np);
+  static PyMethodDef defs[kHookedMethods];
+  wrap_ndarray_method(kHookedNames[0], &g_orig_hooked[0], &defs[0], &hooked_method<0>);
+  wrap_ndarray_method(kHookedNames[1], &g_orig_hooked[1], &defs[1], &hooked_method<1>);
+  wrap_ndarray_method(kHookedNames[2], &g_orig_hooked[2], &defs[2], &hooked_method<2>);
+  wrap_ndarray_method(kHookedNames[3], &g_orig_hooked[3], &defs[3], &hooked_method<3>);
+  wrap_ndarray_method(kHookedNames[4], &g_orig_hooked[4], &defs[4], &hooked_method<4>);
+  wrap_ndarray_method(kHookedNames[5], &g_orig_hooked[5], &defs[5], &hooked_method<5>);
+  // ndarray's subscript slots: NumPy's PyMappingMethods is plain (writable) data, shared by
+  // every ndarray; subclasses defined later copy the hooked pointers. `ndarray.__getitem__`
+  // (the slot wrapper made at NumPy's import) keeps calling NumPy's own function.
+  PyMappingMethods* mp = PyArray_Type.tp_as_mapping;
+  g_orig_subscript = mp->mp_subscript;
+  g_orig_ass_subscript = mp->mp_ass_subscript;
+  mp->mp_subscript = &hooked_subscript;
+  mp->mp_ass_subscript = &hooked_ass_subscript;
+}
+
+// Install the Python hook (core/positions.py) and its position array type, once.
+void set_position_hook(py::object hook, py::object positions_type) {
+  if (!PyType_Check(positions_type.ptr()) ||
+      !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(positions_type.ptr()), &PyArray_Type))
+    throw std::invalid_argument("set_position_hook: positions_type must subclass ndarray");
+  Py_XDECREF(g_position_hook);
+  Py_XDECREF(reinterpret_cast<PyObject*>(g_positions_type));
+  g_position_hook = hook.release().ptr();
+  g_positions_type = reinterpret_cast<PyTypeObject*>(positions_type.release().ptr());
+}
+
+// NumPy's own method `name` (one of the hooked ones, or argsort/argpartition), unhooked.
+py::object original_method(const std::string& name) {
+  for (int k = 0; k < kHookedMethods; ++k)
+    if (name == kHookedNames[k]) return py::reinterpret_borrow<py::object>(g_orig_hooked[k]);
+  if (name == "argsort") return py::reinterpret_borrow<py::object>(g_orig_argsort);
+  if (name == "argpartition") return py::reinterpret_borrow<py::object>(g_orig_argpartition);
+  throw std::invalid_argument("original_method: not a hooked method: " + name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2003,6 +2197,7 @@ void register_dtype(PyObject* errors_module) {
   Py_DECREF(f64);
   register_finfo();
   wrap_sorting_methods();
+  wrap_position_methods();
 
   // Unary math: the set passes through.
   const char* delegated[] = {
@@ -2079,6 +2274,52 @@ py::object new_tracked(const std::vector<npy_intp>& shape) {
                                        nullptr);
   if (!arr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(arr);
+}
+
+// The lineage of a position array (core/positions.py): cell i carries the union of the sets
+// of wins[*][i] (the cells its position names) as contributing and, in considered mode, also lose[i]'s whole set
+// as considered (the cells compared to choose it); its value is values[i]. The arena's pick,
+// so shared sets stay shared. win, lose (optional) and values have one shape.
+py::object positional(py::list win_objs, py::object lose_obj,
+                      py::array_t<double, py::array::c_style | py::array::forcecast> values) {
+  if (!t_arena) throw std::runtime_error("positional() needs a running capture");
+  if (win_objs.empty()) throw std::invalid_argument("positional(): no win array");
+  std::vector<PyArrayObject*> wins;
+  for (py::handle w : win_objs) wins.push_back(require_tracked(w, "positional(win)"));
+  PyArrayObject* lose = lose_obj.is_none() ? nullptr : require_tracked(lose_obj, "positional(lose)");
+  std::vector<npy_intp> shape(values.shape(), values.shape() + values.ndim());
+  auto same = [&](PyArrayObject* a) {
+    return a && PyArray_NDIM(a) == values.ndim() &&
+           std::equal(shape.begin(), shape.end(), PyArray_DIMS(a)) && PyArray_IS_C_CONTIGUOUS(a);
+  };
+  for (PyArrayObject* w : wins)
+    if (!same(w)) throw std::invalid_argument("positional(): win and values differ in shape");
+  if (lose && !same(lose))
+    throw std::invalid_argument("positional(): lose and values differ in shape");
+  py::object out = new_tracked(shape);
+  char* dst = PyArray_BYTES(reinterpret_cast<PyArrayObject*>(out.ptr()));
+  const char* l = lose ? PyArray_BYTES(lose) : nullptr;
+  const double* v = values.data();
+  Arena& ar = *t_arena;
+  ar.begin_call();
+  for (npy_intp i = 0, n = npy_intp(values.size()); i < n; ++i) {
+    Handle h = 0;
+    for (PyArrayObject* w : wins) {
+      Handle x = load(PyArray_BYTES(w) + i * 16).h;
+      if (!handle_ok(x)) {
+        set_handle_error(x);
+        throw py::error_already_set();
+      }
+      h = h == 0 ? x : (x == 0 || x == h ? h : ar.join(h, x));
+    }
+    Handle k = l ? load(l + i * 16).h : 0;
+    if (!handle_ok(k)) {
+      set_handle_error(k);
+      throw py::error_already_set();
+    }
+    store(dst + i * 16, v[i], l ? ar.pick(h, k) : h);
+  }
+  return out;
 }
 
 [[noreturn]] void throw_capture_error(const char* msg) {
@@ -2523,6 +2764,9 @@ PYBIND11_MODULE(_annotator, m) {
   m.def("end", &end_capture, py::arg("epoch"),
         "Free this thread's capture if it is the one of `epoch`; True when one was freed.");
   m.def("active", []() { return t_arena != nullptr; }, "Is a capture running in this thread?");
+  m.def(
+      "considered", []() { return t_arena && t_arena->mode() == dslog::Mode::kConsidered; },
+      "Does this thread's running capture record considered sets?");
   m.def("last_epoch", []() { return g_last_epoch; }, "The last epoch issued in this process.");
   m.def("_skip_epochs", &skip_epochs, py::arg("last"),
         "Test hook: the next capture gets epoch last + 1 (forward only).");
@@ -2541,4 +2785,10 @@ PYBIND11_MODULE(_annotator, m) {
   m.def("extract_tables", &extract_tables, py::arg("out"), py::arg("in_shapes"),
         py::arg("considered") = false);
   m.def("stats", &stats);
+  m.def("positional", &positional, py::arg("wins"), py::arg("lose"), py::arg("values"),
+        "Tracked array: contributing set of win, considered also lose's, values given.");
+  m.def("set_position_hook", &set_position_hook, py::arg("hook"), py::arg("positions_type"),
+        "Install the hook of core/positions.py for index methods and tracked indexing.");
+  m.def("original_method", &original_method, py::arg("name"),
+        "NumPy's own ndarray method `name`, as it was before the positions hook.");
 }

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tests.annotator.reference import REFERENCE
+from tests.annotator.reference import REFERENCE, lift, obj_array, select
 
 Shape = tuple[int, ...]
 F64 = npt.NDArray[np.float64]
@@ -852,9 +852,31 @@ def _argmax_take(x: Any) -> Any:
 
 _same_ref("where", "4x3,4x3,x>0", _where_xy, [R2, R2])
 _same_ref("where", "4x3,x>0,else=0", _where_const, [R2])
-_same_ref("take_along_axis_argmax", "4x3,axis=0", _argmax_take, [R2])
+
+
+def _argmax_take_ref(x: Any) -> Any:
+    """The picked cell of each column; its argmax position brings the column it compared as
+    considered (positional lineage, ``dslog_dagster.core.positions``)."""
+    vals = np.vectorize(lambda c: lift(c).v, otypes=[np.float64])(x)
+    idx = np.argmax(vals, axis=0)
+    return obj_array(
+        [select(x[int(idx[j]), j], *x[:, j]) for j in range(x.shape[1])], (1, x.shape[1])
+    )
+
+
+add_custom("take_along_axis_argmax", "4x3,axis=0", _argmax_take, _argmax_take_ref, [R2])
 _same_ref("fancy_index", "4x3,[2,0,2]", lambda x: x[[2, 0, 2]], [R2])
-_same_ref("boolean_index", "4x3,x>0", lambda x: x[x > 0], [R2])
+
+
+def _mask_index_ref(x: Any) -> Any:
+    """``x[x > 0]`` is ``x[(x > 0).nonzero()]``: each kept cell, plus (considered) every cell
+    the comparison tested (positional lineage of the mask's true cells)."""
+    vals = np.vectorize(lambda c: lift(c).v, otypes=[np.float64])(x)
+    kept = [select(x[i, j], *x.reshape(-1)) for i, j in np.argwhere(vals > 0)]
+    return obj_array(kept, (len(kept),))
+
+
+add_custom("boolean_index", "4x3,x>0", lambda x: x[x > 0], _mask_index_ref, [R2])
 
 
 def _ties(rng: np.random.Generator) -> list[F64]:

@@ -1185,9 +1185,11 @@ def _nanmedian_1d(lane: list[Ref]) -> Ref:
 
 def _nanmedian_masked(lane: list[Ref]) -> Ref:
     """``_nanmedian_small`` (an axis of fewer than 600 cells): ``np.ma.median`` of the lane with
-    NaN masked. Its sort is an argsort of the values with NaN filled by +inf and a gather, so
-    a cell considers only itself; a masked cell picked among equal infinities becomes the
-    constant +inf (``replace_masked``); an all-NaN lane is the constant NaN (``filled``)."""
+    NaN masked. Its sort is an argsort of the values with NaN filled by +inf and a gather: the
+    argsort's positions bring the cells it compared, the lane's NaN-free cells (the filled
+    ones are constants), as considered (positional lineage); a masked cell picked among equal
+    infinities becomes the constant +inf (``replace_masked``); an all-NaN lane is the
+    constant NaN (``filled``)."""
     filled = np.array([math.inf if math.isnan(c.v) else c.v for c in lane], dtype=np.float64)
     order = np.argsort(filled).tolist()
     count = sum(not math.isnan(c.v) for c in lane)
@@ -1196,9 +1198,11 @@ def _nanmedian_masked(lane: list[Ref]) -> Ref:
     h = count // 2
     lo_pos = h if count % 2 else h - 1
 
+    compared = [c for c in lane if not math.isnan(c.v)]
+
     def at(j: int) -> Ref:
         c = lane[order[j]]
-        return Ref(math.inf) if math.isnan(c.v) else c
+        return Ref(math.inf) if math.isnan(c.v) else select(c, *compared)
 
     return (at(lo_pos) + at(h)) / 2.0
 

@@ -2,7 +2,9 @@
 
 ``hotspot_job`` runs in-process with the example's own Definitions (``make_defs``) on a fresh
 instance and store: every asset check it runs must pass — none sits on the source assets
-``raw_frame``/``dark_frame`` — and the checks of one asset run as one step. Then the saved
+``raw_frame``/``dark_frame`` — and the checks of one asset run as one step. The thesis
+example's steps (``hotspot_coords`` from ``np.argwhere``, the crop, its summary) are checked
+too: every cell of theirs has lineage. Then the saved
 queries over the NumPy pipeline run and answer. The Spark half (``titles_job``) is covered by
 ``tests/spark/test_titles_example.py``; it has no lineage checks.
 """
@@ -38,8 +40,15 @@ def test_example_first_run_is_all_green(tmp_path: Path) -> None:
             (e.asset_key.to_user_string(), e.check_name): e
             for e in result.get_asset_check_evaluations()
         }
-        assert {a for a, _ in checks} == {"calibrated", "smoothed"}  # no checks on sources
-        assert len(checks) == 6
+        # no checks on sources; the thesis example's steps (argwhere, crop, summary) too
+        assert {a for a, _ in checks} == {
+            "calibrated",
+            "smoothed",
+            "hotspot_coords",
+            "hotspot_windows",
+            "window_summary",
+        }
+        assert len(checks) == 15
         red = {k: e.description for k, e in checks.items() if not e.passed}
         assert not red, red
         check_steps = {
@@ -48,6 +57,9 @@ def test_example_first_run_is_all_green(tmp_path: Path) -> None:
         assert check_steps == {
             "dslog_lineage_checks__calibrated",
             "dslog_lineage_checks__smoothed",
+            "dslog_lineage_checks__hotspot_coords",
+            "dslog_lineage_checks__hotspot_windows",
+            "dslog_lineage_checks__window_summary",
         }
         # the saved queries over the NumPy pipeline answer on the same (one) store
         queries = [dg.AssetKey("hotspot_origin"), dg.AssetKey("raw_reach")]

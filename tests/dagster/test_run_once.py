@@ -141,7 +141,8 @@ def clip_low(a: np.ndarray) -> np.ndarray:
 @tracked_asset(policy="all_to_all")
 def hot_cells(raw: np.ndarray) -> np.ndarray:
     CALLS["hot_cells"] += 1
-    return np.argwhere(raw > 1.5)  # returned without lineage: the fallback keeps this value
+    # positions of a combined mask (`&` is control) have no lineage: the fallback keeps them
+    return np.argwhere((raw > 1.5) & (raw < 1e9))
 
 
 @tracked_asset(policy="all_to_all")

@@ -71,9 +71,9 @@ def test_hotspot_demo_materializes_and_answers_by_hand(tmp_path: Path) -> None:
         check=False,
     )
     assert res.returncode == 0, res.stderr
-    # 6 tracked outputs x 4 runs on unchanged inputs: runs 3 and 4 come from base views
-    assert res.stdout.count("lineage captured") == 12
-    assert res.stdout.count("lineage base") == 12
+    # 9 tracked outputs x 4 runs on unchanged inputs: runs 3 and 4 come from base views
+    assert res.stdout.count("lineage captured") == 18
+    assert res.stdout.count("lineage base") == 18
     # the answer, by hand: the brightest tile peak is one thresholded cell, the box blur
     # reads its edge-clamped 3 x 3 neighbourhood, calibration is cell-wise
     thr = np.load(base / "thresholded.npy")
@@ -90,3 +90,20 @@ def test_hotspot_demo_materializes_and_answers_by_hand(tmp_path: Path) -> None:
     )
     assert {tuple(x) for x in got.to_indices().tolist()} == want
     assert f"<- {len(want)} cells of raw_frame" in res.stdout
+    # the thesis' question: a hotspot coordinate np.argwhere returned <- the box blur's 3 x 3
+    # neighbourhood of that pixel in the raw frame (edge-clamped), derived by hand
+    coords = np.load(base / "hotspot_coords.npy")
+    assert coords.dtype == np.int64
+    np.testing.assert_array_equal(coords, np.argwhere(thr))  # values as plain NumPy's
+    r, c = (int(v) for v in coords[0])
+    hand = sorted(
+        (min(max(r + dy, 0), n - 1), min(max(c + dx, 0), n - 1))
+        for dy in (-1, 0, 1)
+        for dx in (-1, 0, 1)
+    )
+    coord_cells = DSLog(base / ".dslog").prov_query(
+        ["hotspot_coords", "thresholded", "smoothed", "calibrated", "raw_frame"], np.s_[0:1, 0:2]
+    )
+    assert sorted(tuple(x) for x in coord_cells.to_indices().tolist()) == hand
+    line = ", ".join(f"({a}, {b})" for a, b in hand)
+    assert f"np.argwhere(...)[0] = ({r}, {c}) <- 9 cells of raw_frame: {line}" in res.stdout
