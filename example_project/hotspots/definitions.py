@@ -13,8 +13,9 @@ config in the launchpad), two saved queries that re-run when their upstream line
 (``hotspot_origin``: which raw-frame cells feed the brightest hotspot; ``raw_reach``: which
 hotspot tiles a corner of the raw frame reaches; ``genre_origin``: which ``title_basics``
 cells feed the Drama runtime total; ``genre_reach``: which ``titles_final`` cells the genres of
-ten basics rows reach), a nightly schedule for them, and the lineage
-checks of the pipeline steps whose every cell has lineage.
+ten basics rows reach), a nightly schedule for them, the lineage
+checks of the pipeline steps whose every cell has lineage, and "what changed" checks
+(``dslog_explain_change``) on ``calibrated``, ``smoothed`` and ``hotspots``.
 """
 
 import os
@@ -23,12 +24,13 @@ from pathlib import Path
 import dagster as dg
 
 from dslog_dagster import DSLogIOManager, DSLogResource
-from dslog_dagster.assets import SavedLineageQuery, lineage_definitions
+from dslog_dagster.assets import SavedLineageQuery, change_checks, lineage_definitions
 from hotspots.assets import (
     PIPELINE,
     calibrated,
     hotspot_coords,
     hotspot_windows,
+    hotspots,
     smoothed,
     window_summary,
 )
@@ -89,7 +91,10 @@ def make_defs(
         dslog=dslog,  # the same resource object as above: one store, one resource
         cron_schedule="0 3 * * *",
     )
-    return dg.Definitions.merge(pipeline, lineage)
+    # "what changed since the last run, and why": after each materialization of these steps,
+    # the changed cells traced back through both runs' lineage (a new raw_frame seed shows it)
+    changes = dg.Definitions(asset_checks=change_checks([calibrated, smoothed, hotspots]))
+    return dg.Definitions.merge(pipeline, lineage, changes)
 
 
 defs = make_defs(os.environ.get("HOTSPOTS_BASE_DIR"))

@@ -40,15 +40,17 @@ def test_example_first_run_is_all_green(tmp_path: Path) -> None:
             (e.asset_key.to_user_string(), e.check_name): e
             for e in result.get_asset_check_evaluations()
         }
-        # no checks on sources; the thesis example's steps (argwhere, crop, summary) too
+        # no checks on sources; the thesis example's steps (argwhere, crop, summary) too; the
+        # "what changed" checks pass on a first run (nothing earlier to compare with)
         assert {a for a, _ in checks} == {
             "calibrated",
             "smoothed",
+            "hotspots",
             "hotspot_coords",
             "hotspot_windows",
             "window_summary",
         }
-        assert len(checks) == 15
+        assert len(checks) == 18
         red = {k: e.description for k, e in checks.items() if not e.passed}
         assert not red, red
         check_steps = {
@@ -110,3 +112,30 @@ def test_coverage_names_the_box_and_what_to_do(tmp_path: Path) -> None:
             assert "slice(" not in text
         else:
             assert "declared constant (4)" in text
+
+
+def test_a_new_raw_frame_is_explained_by_the_change_checks(tmp_path: Path) -> None:
+    """The example's "what changed" checks: a second run with another seed changes the raw and
+    dark frames (the sources), and the checks trace the changed cells back to them."""
+    defs = make_defs(str(tmp_path / "data"))
+    job = defs.resolve_job_def("hotspot_job")
+    other = {"config": {**SMALL["config"], "seed": 4}}
+    with dg.instance_for_test() as instance:
+        for frame in (SMALL, other):
+            result = job.execute_in_process(
+                instance=instance,
+                run_config={**QUIET, "ops": {"raw_frame": frame, "dark_frame": frame}},
+            )
+            assert result.success
+    change = {
+        e.asset_key.to_user_string(): e
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "dslog_explain_change"
+    }
+    assert set(change) == {"calibrated", "smoothed", "hotspots"}
+    smoothed = change["smoothed"]
+    assert not smoothed.passed
+    assert smoothed.severity == dg.AssetCheckSeverity.WARN
+    assert "change starts at raw_frame: a source" in (smoothed.description or "")
+    assert "change starts at dark_frame: a source" in (smoothed.description or "")
+    assert smoothed.metadata["dslog/changed_cells"].value > 0
