@@ -238,11 +238,12 @@ class Phase:
 class _Heartbeat:
     """The one daemon thread that logs heartbeats of long phases (started on first use).
 
-    A phase that is expected to be short (``quiet``: a served step's write, a wait) is added
-    without waking the thread: waking it costs a thread switch on every served step, and such
+    A phase that is expected to be short (``quiet``: a served step's write) is added without
+    waking the thread: waking it costs a thread switch on every served step, and such
     a phase normally ends long before its first heartbeat is due. The thread never sleeps
     longer than a second (or the interval, when shorter), so a quiet phase that does run long
-    still gets its heartbeats, at most that much late. A phase that is not quiet wakes it.
+    still gets its heartbeats, at most that much late. Other phases and waits (whose
+    heartbeats say what a step is waiting for) wake it.
     """
 
     def __init__(self) -> None:
@@ -265,7 +266,7 @@ class _Heartbeat:
                     target=self._loop, name="dslog-progress", daemon=True
                 )
                 self.thread.start()
-            elif not (ph.quiet or ph.wait):
+            elif not ph.quiet or ph.wait:
                 self.lock.notify()
                 self.wakeups += 1
             return key
