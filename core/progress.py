@@ -236,7 +236,15 @@ class Phase:
 
 
 class _Heartbeat:
-    """The one daemon thread that logs heartbeats of long phases (started on first use)."""
+    """The one daemon thread that logs heartbeats of long phases (started on first use).
+
+    A phase that is expected to be short (``quiet``: a served step's write) is added without
+    waking the thread: waking it costs a thread switch on every served step, and such
+    a phase normally ends long before its first heartbeat is due. The thread never sleeps
+    longer than a second (or the interval, when shorter), so a quiet phase that does run long
+    still gets its heartbeats, at most that much late. Other phases and waits (whose
+    heartbeats say what a step is waiting for) wake it.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Condition()
@@ -244,6 +252,8 @@ class _Heartbeat:
         self.ids = itertools.count()
         self.thread: threading.Thread | None = None
         self.pid = -1
+        #: how many times :meth:`add` woke the thread (tests)
+        self.wakeups = 0
 
     def add(self, ph: Phase) -> int:
         with self.lock:
@@ -256,7 +266,9 @@ class _Heartbeat:
                     target=self._loop, name="dslog-progress", daemon=True
                 )
                 self.thread.start()
-            self.lock.notify()
+            elif not ph.quiet or ph.wait:
+                self.lock.notify()
+                self.wakeups += 1
             return key
 
     def remove(self, key: int) -> None:
@@ -267,8 +279,8 @@ class _Heartbeat:
         while True:
             every = interval()
             with self.lock:
-                # asleep while nothing runs; else wake often enough to keep each phase's pace
-                self.lock.wait(timeout=min(every, 1.0) if self.active else None)
+                # at most a second asleep, so a quiet phase added without a wake-up keeps pace
+                self.lock.wait(timeout=min(every, 1.0))
                 now = time.monotonic()
                 due = [p for p in self.active.values() if now - p.last_line >= every]
             for ph in due:  # outside the lock: a probe may call into the JVM

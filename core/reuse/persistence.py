@@ -5,17 +5,22 @@ A key maps to one view file ``<signature>.json``, so finding a view is one dict 
 one file read the first time a key is seen) and does not depend on the number of views.
 
 **Concurrency.** View files are written atomically (temp file + rename): a reader sees a whole
-old or a whole new view, never a torn one. Two processes updating one candidate race
-last-writer-wins, which can only delay a confirmation; the non-reusable markers
+old or a whole new view, never a torn one. A served call only counts its hit in memory; the
+counter is written every ``flush_interval`` seconds by a worker thread, off the call's path,
+from a snapshot taken at the hit, and a snapshot never replaces a newer state of its view
+written meanwhile (each write carries a generation number). Two processes updating one
+candidate race last-writer-wins, which can only delay a confirmation; the non-reusable markers
 (``<signature>.dead``) are create-only, so a demotion is never lost and no process can
 resurrect the view.
 """
 
 import base64
 import contextlib
+import itertools
 import json
 import logging
 import os
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -23,8 +28,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from dslog_dagster.core import background
 from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 from dslog_dagster.core.format.table_file import atomic_write_bytes
 from dslog_dagster.core.provrc import LineageTable
@@ -32,6 +38,9 @@ from dslog_dagster.core.relation import Shape
 from dslog_dagster.core.reuse.keys import digest
 from dslog_dagster.core.reuse.views import GenTemplate, TableKey
 from dslog_dagster.errors import ReuseError, ViewMismatchWarning
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = [
     "VIEW_SCHEMA_VERSION",
@@ -344,6 +353,13 @@ class ViewFiles:
         self._dead: set[str] = set()
         self._dead_checked: dict[str, float] = {}
         self._dir_s = str(self.dir) + os.sep
+        # A hit counter is written in a worker from a snapshot: the generation of each
+        # signature's last written state keeps an older snapshot from replacing a newer one.
+        self._write_lock = threading.Lock()
+        self._written: dict[str, int] = {}
+        self._generations = itertools.count()
+        self._pending: list[Future[None]] = []
+        self._pending_lock = threading.Lock()
 
     def _path(self, sig: str) -> Path:
         return self.dir / f"{sig}.json"
@@ -359,17 +375,43 @@ class ViewFiles:
         Raises:
             ReuseError: the file cannot be written.
         """
-        data = json.dumps(v.to_json(), separators=(",", ":")).encode()
-        try:
-            if sync:
-                atomic_write_bytes(self._path(v.signature), data)
-            else:
-                replace_unsynced(self._path(v.signature), data)
-        except OSError as e:
-            msg = f"Could not write view `{v.signature}` under `{self.dir}`: {e}"
-            raise ReuseError(msg) from e
+        data, gen = self._snapshot(v)
+        self._write(v.signature, data, gen, sync=sync)
         v.unflushed = 0
         v.saved_at = time.monotonic()
+
+    def _snapshot(self, v: View) -> tuple[bytes, int]:
+        """``v``'s file contents now, and their generation (later snapshots: higher)."""
+        data = json.dumps(v.to_json(), separators=(",", ":")).encode()
+        return data, next(self._generations)
+
+    def _write(self, sig: str, data: bytes, gen: int, *, sync: bool) -> None:
+        """Write the snapshot ``data`` of generation ``gen`` as ``sig``'s file, unless a
+        newer snapshot was written already.
+
+        Raises:
+            ReuseError: the file cannot be written.
+        """
+        with self._write_lock:
+            if self._written.get(sig, -1) > gen:
+                return  # a newer state of the view is on disk: keep it
+            try:
+                if sync:
+                    atomic_write_bytes(self._path(sig), data)
+                else:
+                    replace_unsynced(self._path(sig), data)
+            except OSError as e:
+                msg = f"Could not write view `{sig}` under `{self.dir}`: {e}"
+                raise ReuseError(msg) from e
+            self._written[sig] = gen
+
+    def _write_counter(self, sig: str, data: bytes, gen: int) -> None:
+        """Write a hit counter's snapshot (in a worker): a failure is logged, never raised (a
+        counter is not worth failing anything for; the next write carries the count)."""
+        try:
+            self._write(sig, data, gen, sync=False)  # only a counter: atomic, not worth an fsync
+        except ReuseError as e:
+            logger.warning("%s", e)
 
     def is_dead(self, sig: str) -> bool:
         """Is ``sig`` non-reusable (demoted here, or by another process within a second)?"""
@@ -448,18 +490,30 @@ class ViewFiles:
                 warnings.warn(msg, ViewMismatchWarning, stacklevel=4)
 
     def hit(self, v: View) -> None:
-        """Count a served call; the counter is written every ``flush_interval`` seconds."""
+        """Count a served call. The counter is written every ``flush_interval`` seconds, by a
+        worker thread from a snapshot taken here: no file is written on the call's path."""
         v.hits += 1
         v.unflushed += 1
         if time.monotonic() - v.saved_at >= self.flush_interval:
+            data, gen = self._snapshot(v)
+            v.unflushed = 0
+            v.saved_at = time.monotonic()
             try:
-                self.save(v, sync=False)  # only a counter: atomic, not worth an fsync
-            except ReuseError as e:  # a counter is not worth failing a served call for
-                logger.warning("%s", e)
-                v.saved_at = time.monotonic()
+                task = background.submit(self._write_counter, v.signature, data, gen)
+            except RuntimeError:  # the interpreter is shutting down: no more workers
+                self._write_counter(v.signature, data, gen)
+                return
+            with self._pending_lock:
+                self._pending = [t for t in self._pending if not t.done()]
+                self._pending.append(task)
 
     def flush(self) -> None:
-        """Write the hit counters of views served since their last write."""
+        """Write the hit counters of views served since their last write (and wait for the
+        counters being written by workers)."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for task in pending:
+            task.result()  # _write_counter logs its failures
         for v in list(self.views.values()):
             if v.unflushed and v.signature not in self._dead:
                 self.save(v, sync=False)

@@ -38,8 +38,9 @@ class ReusePolicy:
         irrelevant_after: equal-lineage pairs that make an argument irrelevant.
         max_observations: captures kept per gen candidate for re-fitting (a template needs
             ``p + 1`` affinely independent shapes for ``p`` symbols before it may predict).
-        flush_interval: seconds between writes of a served view's hit counter (also on
-            :meth:`ViewRegistry.flush` and at exit).
+        flush_interval: seconds between writes of a served view's hit counter, made by a
+            worker thread off the served call's path (also on :meth:`ViewRegistry.flush`,
+            which waits for them, and at exit).
         seed: seed of the registry's random choices (sampling, probes), None for fresh.
     """
 

@@ -81,6 +81,32 @@ def test_heartbeats_are_paced_and_carry_probe_text(monkeypatch: pytest.MonkeyPat
     assert sink.lines[-1].startswith("dslog: capture in 0.5")
 
 
+def test_a_quiet_phase_does_not_wake_the_heartbeat_thread() -> None:
+    sink = Lines()
+    with progress.phase("warm-up", sink=sink):  # the thread runs from here on
+        pass
+    beat = progress._HEARTBEAT
+    before = beat.wakeups
+    with progress.phase("write", quiet=True, sink=sink):
+        pass
+    assert beat.wakeups == before  # a served step's write costs no thread switch
+    with progress.phase("capture", sink=sink), progress.waiting("a lock", sink=sink):
+        pass
+    assert beat.wakeups == before + 2
+
+
+def test_a_quiet_phase_that_runs_long_still_gets_heartbeats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DSLOG_PROGRESS_INTERVAL", "0.1")
+    sink = Lines()
+    with progress.phase("write", quiet=True, sink=sink):
+        time.sleep(1.6)  # the thread notices it within a second, unwoken
+    beats = [x for x in sink.lines if x.startswith("dslog: still write (")]
+    assert len(beats) >= 2, sink.lines
+    assert sink.lines[-1].startswith("dslog: write in 1.")
+
+
 def test_silenced_drops_lines() -> None:
     sink = Lines()
     with progress.report_to(sink), progress.silenced(), progress.phase("probe"):

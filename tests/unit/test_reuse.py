@@ -2,6 +2,7 @@
 
 import functools
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from dslog_dagster.core import Capture, ReusePolicy, ViewRegistry, capture, code_identity
 from dslog_dagster.core.api import Array, DSLog, Lineage
+from dslog_dagster.core.reuse import persistence
 from dslog_dagster.core.reuse.persistence import View
 from dslog_dagster.errors import ReuseError, ViewMismatchWarning
 
@@ -353,6 +355,49 @@ def test_tampered_view_is_caught_before_serving_a_new_shape(tmp_path: Path) -> N
 
 
 # --------------------------------------------------------------------------- persistence
+
+
+def test_a_served_hit_writes_its_counter_off_the_calling_thread_and_loses_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0, flush_interval=0.0))
+    for _ in range(4):
+        reg.capture(np.exp, *data((3, 8)))
+    reg.flush()
+    writers: list[threading.Thread] = []
+    write = persistence.replace_unsynced
+
+    def recorded(path: Path, payload: bytes) -> None:
+        writers.append(threading.current_thread())
+        write(path, payload)
+
+    monkeypatch.setattr(persistence, "replace_unsynced", recorded)
+    served = [reg.capture(np.exp, *data((3, 8))) for _ in range(5)]
+    assert {r.obtained for r in served} == {"dim"}
+    reg.flush()  # waits for the counters being written
+    assert writers, "every hit was due a counter write (flush_interval=0)"
+    assert threading.current_thread() not in writers  # never on the served call's path
+    view = reg.files.views[served[0].signature]
+    on_disk = {v.signature: v for v in ViewRegistry(tmp_path, ReusePolicy(pure=True)).views()}
+    assert on_disk[view.signature].hits == view.hits >= 5
+
+
+def test_a_counter_snapshot_never_replaces_a_newer_state_of_its_view(tmp_path: Path) -> None:
+    reg = ViewRegistry(tmp_path, ReusePolicy(pure=True, seed=0))
+    for _ in range(4):
+        reg.capture(np.exp, *data((3, 8)))
+    sig = reg.capture(np.exp, *data((3, 8))).signature
+    assert sig is not None
+    files = reg.files
+    view = files.views[sig]
+    snapshot, generation = files._snapshot(view)  # a hit's counter, not yet written
+    files.kill(view, sig, "demoted by the test", warn=False)  # a newer state, written now
+    files._write_counter(sig, snapshot, generation)  # the worker gets to it late
+    again = ViewRegistry(tmp_path, ReusePolicy(pure=True))
+    row = again.lookup(sig)
+    assert row is not None
+    assert row.status == "non_reusable"
+    assert json.loads((tmp_path / "views" / f"{sig}.json").read_bytes())["status"] == "non_reusable"
 
 
 def test_views_survive_a_new_registry_instance(tmp_path: Path) -> None:
