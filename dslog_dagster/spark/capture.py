@@ -208,7 +208,14 @@ def capture_frame_outputs(
         UnsupportedFrameOperationError: as for :func:`capture_frames`, for any output.
     """
     return _capture_run(
-        func, frames, on_unknown, input_rows, aggregate, kwargs, outputs="many", characters=characters
+        func,
+        frames,
+        on_unknown,
+        input_rows,
+        aggregate,
+        kwargs,
+        outputs="many",
+        characters=characters,
     )
 
 

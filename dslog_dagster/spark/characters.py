@@ -41,6 +41,7 @@ them apart.
 """
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,309 +54,33 @@ from dslog_dagster.core.combine import merge_tables
 from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.spark.cell_lineage import SlotPlan, empty_table
-from dslog_dagster.spark.char_terms import (
-    Concat,
-    Explode,
-    Item,
-    Leaf,
-    Lit,
-    NoCharacters,
-    Split,
-    Term,
-    TermWalker,
-    Unary,
-    leaves,
-)
+from dslog_dagster.spark.char_exprs import candidates
+from dslog_dagster.spark.char_terms import Leaf, NoCharacters, Term, TermWalker, leaves
 from dslog_dagster.spark.frame_capture import FrameInput
-from dslog_dagster.spark.plan import ColumnLineage, analyzed, output_ids, quoted
+from dslog_dagster.spark.plan import analyzed, output_ids, quoted
 from dslog_dagster.spark.rowid import ROW_ID
 from dslog_dagster.spark.state import FrameState
 
-__all__ = ["character_lineage"]
+__all__ = ["character_lineage", "row_pairs", "row_tables_by_pair"]
 
-_SEG = "struct<o:int,i:int,n:int,c:int>"
-_SEGS = f"array<{_SEG}>"
-_BLOB_SCHEMA = "c int, blob binary"
-
-
-def _no_segs() -> Column:
-    return F.array().cast(_SEGS)
-
-
-def _coarse() -> Column:
-    return F.lit(None).cast(_SEGS)
-
-
-def _seg(o: Column, i: Column, n: Column, c: Column) -> Column:
-    return F.struct(
-        o.cast("int").alias("o"), i.cast("int").alias("i"), n.cast("int").alias("n"), c.alias("c")
-    )
-
-
-def _cand(v: Column, s: Column) -> Column:
-    return F.struct(v.alias("v"), s.alias("s"))
-
-
-def _sliced(x: Column, nv: Column, st: Column) -> Column:
-    """``nv``, the piece of ``x``'s value at offset ``st``: ``x``'s segments under it."""
-    k = F.length(nv)
-
-    def cut(g: Column) -> Column:
-        lo = F.greatest(g["o"], st)
-        return _seg(lo - st, g["i"] + lo - g["o"], F.least(g["o"] + g["n"], st + k) - lo, g["c"])
-
-    segs = F.filter(F.transform(x["s"], cut), lambda g: g["n"] > 0)
-    ok = F.substring(x["v"], st + 1, k) == nv
-    return _cand(
-        nv,
-        F.when(nv.isNull(), _no_segs())
-        .when(x["s"].isNull() | ~ok, _coarse())
-        .otherwise(segs),
-    )
-
-
-def _shifted(x: Column, nv: Column, sh: Column) -> Column:
-    """``nv``, which holds ``x``'s value at offset ``sh``: ``x``'s segments moved by it."""
-    segs = _moved(x["s"], sh)
-    ok = F.substring(nv, sh + 1, F.length(x["v"])) == x["v"]
-    return _cand(
-        nv,
-        F.when(nv.isNull(), _no_segs())
-        .when(x["s"].isNull() | ~ok, _coarse())
-        .otherwise(segs),
-    )
-
-
-def _padded(x: Column, nv: Column, left: bool) -> Column:
-    """``lpad``/``rpad``: longer than the value means padding (shifted by it for ``lpad``);
-    shorter means the value cut to the length (its first characters)."""
-    n_x = F.length(x["v"])
-    grown = F.length(nv) >= n_x
-    sh = (F.length(nv) - n_x) if left else F.lit(0)
-    a, b = _shifted(x, nv, sh), _sliced(x, nv, F.lit(0))
-    return _cand(nv, F.when(grown, a["s"]).otherwise(b["s"]))
-
-
-def _unary(u: Unary, x: Column) -> Column:
-    """The candidate of ``u`` applied to candidate ``x``.
-
-    Why one function: one short branch per string function, each Spark's own function plus
-    the offset of its result in its argument.
-    """
-    v = x["v"]
-    n_v = F.length(v)
-    if u.fn == "substring":
-        pos, n = u.args
-        nv = F.substring(v, pos, n)
-        start = F.lit(pos - 1) if pos > 0 else (n_v + pos if pos < 0 else F.lit(0))
-        return _sliced(x, nv, F.greatest(start, F.lit(0)))
-    if u.fn == "left":
-        return _sliced(x, F.left(v, F.lit(u.args[0])), F.lit(0))
-    if u.fn == "right":
-        nv = F.right(v, F.lit(u.args[0]))
-        return _sliced(x, nv, n_v - F.length(nv))
-    if u.fn == "trim":
-        return _sliced(x, F.trim(v), n_v - F.length(F.ltrim(v)))
-    if u.fn == "ltrim":
-        nv = F.ltrim(v)
-        return _sliced(x, nv, n_v - F.length(nv))
-    if u.fn == "rtrim":
-        return _sliced(x, F.rtrim(v), F.lit(0))
-    if u.fn in ("lower", "upper"):
-        nv = F.lower(v) if u.fn == "lower" else F.upper(v)
-        # a case mapping that changes the length (e.g. 'İ' -> 'i̇') cannot be placed
-        return _cand(nv, F.when(F.length(nv) == n_v, x["s"]).otherwise(_coarse()))
-    if u.fn == "regexp_extract":
-        pattern, idx = u.args
-        nv = F.regexp_extract(v, pattern, idx)
-        at = F.regexp_instr(v, F.lit(pattern), F.lit(idx))
-        return _sliced(x, nv, at - 1)
-    if u.fn in ("lpad", "rpad"):
-        n, pad = u.args
-        left = u.fn == "lpad"
-        nv = F.lpad(v, n, pad) if left else F.rpad(v, n, pad)
-        return _padded(x, nv, left)
-    msg = f"no character rule for `{u.fn}`"  # pragma: no cover (char_terms makes no other)
-    raise NoCharacters(msg)
-
-
-def _tokens(x: Column, sp: Split) -> Column:
-    """The candidates of ``split(x, pattern, limit)``'s tokens, each at the offset the
-    delimiters before it (``regexp_extract_all`` of the pattern) put it."""
-    toks = F.split(x["v"], sp.pattern, sp.limit)
-    delims = F.regexp_extract_all(x["v"], F.lit(f"({sp.pattern})"), F.lit(1))
-    lens = F.transform(toks, lambda t, j: F.length(t) + F.coalesce(F.length(F.get(delims, j)), F.lit(0)))
-
-    def one(t: Column, j: Column) -> Column:
-        st = F.aggregate(F.slice(lens, F.lit(1), j), F.lit(0), lambda a, b: a + b)
-        return _sliced(x, t, st)
-
-    return F.coalesce(F.transform(toks, one), F.array().cast(f"array<struct<v:string,s:{_SEGS}>>"))
-
-
-def candidates(term: Term, leaf_cols: Mapping[Leaf, tuple[int, Column]]) -> Column:
-    """The array of candidates (value, segments) ``term`` gives on one input row, whose
-    leaves are ``leaf_cols`` (leaf -> (index, column))."""
-    if isinstance(term, Leaf):
-        k, col = leaf_cols[term]
-        segs = F.when(col.isNull(), _no_segs()).otherwise(
-            F.array(_seg(F.lit(0), F.lit(0), F.length(col), F.lit(k)))
-        )
-        return F.array(_cand(col, segs))
-    if isinstance(term, Lit):
-        return F.array(_cand(F.lit(term.value).cast("string"), _no_segs()))
-    if isinstance(term, Unary):
-        return F.transform(candidates(term.child, leaf_cols), lambda x: _unary(term, x))
-    if isinstance(term, Item):
-        inner = candidates(term.split.child, leaf_cols)
-        return F.transform(inner, lambda x: F.get(_tokens(x, term.split), term.index))
-    if isinstance(term, Explode):
-        inner = candidates(term.split.child, leaf_cols)
-        return F.flatten(F.transform(inner, lambda x: _tokens(x, term.split)))
-    return F.array(_concat(term, leaf_cols))
-
-
-def _concat(term: Concat, leaf_cols: Mapping[Leaf, tuple[int, Column]]) -> Column:
-    """``concat``/``concat_ws`` of single-valued parts: each part's segments moved by the
-    characters before it (``concat_ws`` skips null parts and their separators)."""
-    parts = []
-    for p in term.parts:
-        if isinstance(p, Explode):
-            msg = "it concatenates an exploded value"
-            raise NoCharacters(msg)
-        parts.append(F.get(candidates(p, leaf_cols), 0))
-    values = [p["v"] for p in parts]
-    if term.sep is None:
-        nv = F.concat(*values)
-        sizes = [F.length(v) for v in values]
-    else:
-        nv = F.concat_ws(term.sep, *values)
-        sizes = [F.when(v.isNull(), 0).otherwise(F.length(v) + len(term.sep)) for v in values]
-    moved, off = [], F.lit(0)
-    for p, size in zip(parts, sizes, strict=True):
-        moved.append(_moved(p["s"], off))
-        off = off + size
-    return _cand(nv, F.when(nv.isNull(), _no_segs()).otherwise(F.concat(*moved)))
-
-
-def _moved(segs: Column, shift: Column) -> Column:
-    """Segments moved right by ``shift`` output characters (a one-argument lambda: Spark
-    reads a two-argument one as (element, index))."""
-    return F.transform(segs, lambda g: _seg(g["o"] + shift, g["i"], g["n"], g["c"]))
-
-
-# ---------------------------------------------------------------------- rows and pairs
+_BLOB_SCHEMA = "k int, blob binary, n long"
+_PROVRC = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
 
 
 def row_pairs(spark: Any, table: LineageTable) -> DataFrame:
     """The ``(o, r)`` pairs of a 1-D row table ``(n_out,) ← (n_in,)``, expanded by Spark
     from its ProvRC rows (a columnar table's pairs are sent as they are)."""
     if table.encoding == "columnar":
-        raw = table.raw
-        data = pa.table({"o": raw[0].astype(np.int64), "r": raw[1].astype(np.int64)})
-        return spark.createDataFrame(data.to_pandas()) if table.rows else spark.createDataFrame([], "o long, r long")
-    rows = [
-        tuple(int(getattr(table, f)[0, j]) for f in ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi"))
-        for j in range(table.rows)
-    ]
+        rows = [(int(o), int(r)) for o, r in zip(table.raw[0], table.raw[1], strict=True)]
+        return spark.createDataFrame(rows, "o long, r long")
+    fields = [tuple(int(getattr(table, f)[0, j]) for f in _PROVRC) for j in range(table.rows)]
     schema = "olo long, ohi long, ref long, q long, rr long, mult long, lo long, hi long"
-    df = spark.createDataFrame(rows, schema).select("*", F.explode(F.sequence("olo", "ohi")).alias("o"))
+    df = spark.createDataFrame(fields, schema)
+    df = df.select("*", F.explode(F.sequence("olo", "ohi")).alias("o"))
     f = F.col("mult") * F.floor((F.col("o") + F.col("rr")) / F.col("q")).cast("long")
     lo = F.when(F.col("ref") == -1, F.col("lo")).otherwise(f - F.col("hi"))
     hi = F.when(F.col("ref") == -1, F.col("hi")).otherwise(f - F.col("lo"))
     return df.select("o", F.explode(F.sequence(lo, hi)).alias("r"))
-
-
-def _compressor(out_shape: tuple[int, int], in_shapes: Mapping[int, tuple[int, int]]) -> Callable[..., Any]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from dslog_dagster.core.compression import compress
-        from dslog_dagster.core.relation import LineageRelation
-
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
-            return
-        t = pa.Table.from_batches(parts)
-        cols = {n: t.column(n).to_numpy().astype(np.int64) for n in ("o", "oc", "r", "ic", "c")}
-        for c in np.unique(cols["c"]):
-            sel = cols["c"] == c
-            rel = LineageRelation.from_columns(
-                out_shape,
-                in_shapes[int(c)],
-                [cols["o"][sel], cols["oc"][sel]],
-                [cols["r"][sel], cols["ic"][sel]],
-            )
-            blob = table_to_blob(compress(rel.unique(), threads=1))
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([int(c)], pa.int32()), pa.array([blob], pa.binary())], names=["c", "blob"]
-            )
-
-    return run
-
-
-def _max_length(df: DataFrame, names: Sequence[str]) -> list[int]:
-    row = df.agg(*[F.max(F.length(F.col(quoted(n)))) for n in names]).first()
-    return [int(v or 0) for v in (row or [0] * len(names))]
-
-
-def _all_chars(k: int, col: Column) -> Column:
-    """Every character of ``col`` as ``(c, ic)`` structs of leaf ``k``."""
-    chars = F.transform(
-        F.sequence(F.lit(0), F.length(col) - 1),
-        lambda t: F.struct(F.lit(k).alias("c"), t.cast("int").alias("ic")),
-    )
-    return F.when(F.length(col) > 0, chars).otherwise(F.array().cast("array<struct<c:int,ic:int>>"))
-
-
-def _pairs(
-    joined: DataFrame, term: Term, leaf_cols: Mapping[Leaf, tuple[int, Column]]
-) -> tuple[DataFrame, DataFrame]:
-    """The character pairs ``(o, oc, r, ic, c)`` of joined ``(o, ov, r, l0, l1...)`` rows,
-    and the coarse rows (their output row ``o``)."""
-    ov = F.col("ov")
-    matches = F.filter(candidates(term, leaf_cols), lambda c: c["v"] == ov)
-    coarse = (
-        ov.isNotNull()
-        & (F.length(ov) > 0)
-        & ((F.size(matches) == 0) | F.exists(matches, lambda c: c["s"].isNull()))
-    )
-    names = [f"l{k}" for k, _ in leaf_cols.values()]
-    flagged = joined.select("o", "r", "ov", *names, matches.alias("m"), coarse.alias("coarse"))
-    exact = (
-        flagged.where(~F.col("coarse"))
-        .select("o", "r", F.explode(F.flatten(F.transform("m", lambda c: c["s"]))).alias("g"))
-        .where(F.col("g.n") > 0)
-        .select("o", "r", "g", F.explode(F.sequence(F.lit(0), F.col("g.n") - 1)).alias("t"))
-        .select(
-            "o",
-            (F.col("g.o") + F.col("t")).alias("oc"),
-            "r",
-            (F.col("g.i") + F.col("t")).alias("ic"),
-            F.col("g.c").alias("c"),
-        )
-    )
-    everything = F.flatten(F.array(*[_all_chars(k, F.col(f"l{k}")) for k, _ in leaf_cols.values()]))
-    coarse_rows = flagged.where(F.col("coarse"))
-    whole = (
-        coarse_rows.select("o", "r", "ov", F.explode(everything).alias("x"))
-        .select("o", "r", "x", F.explode(F.sequence(F.lit(0), F.length(ov) - 1)).alias("oc"))
-        .select("o", "oc", "r", F.col("x.ic").alias("ic"), F.col("x.c").alias("c"))
-    )
-    return exact.unionByName(whole), coarse_rows.select("o")
-
-
-def _compress(
-    pairs: DataFrame, out_shape: tuple[int, int], in_shapes: Mapping[int, tuple[int, int]]
-) -> dict[int, LineageTable]:
-    """Per leaf, the ProvRC table of ``pairs``: range partitioned by output row, compressed
-    per partition on the executors, merged at the seams on the driver."""
-    parts = pairs.repartitionByRange("o").mapInArrow(_compressor(out_shape, in_shapes), _BLOB_SCHEMA)
-    by_leaf: dict[int, list[LineageTable]] = {}
-    for row in parts.collect():
-        by_leaf.setdefault(int(row["c"]), []).append(table_from_blob(bytes(row["blob"])))
-    return {
-        k: merge_tables(by_leaf[k]) if k in by_leaf else empty_table(out_shape, shape)
-        for k, shape in in_shapes.items()
-    }
 
 
 def row_tables_by_pair(
@@ -373,6 +98,177 @@ def row_tables_by_pair(
     return out
 
 
+@dataclass
+class _Column:
+    """One output column with a term: its name, position, term, input and row table, and
+    the table key of each of its leaves (``keys[k]`` for ``leaves[k]``)."""
+
+    name: str
+    j: int
+    term: Term
+    input: int
+    leaves: list[Leaf]
+    rows: LineageTable
+    keys: list[int]
+
+
+def _all_chars(k: int, col: Column) -> Column:
+    """Every character of ``col`` as ``(c, ic)`` structs of table key ``k``."""
+    chars = F.transform(
+        F.sequence(F.lit(0), F.length(col) - 1),
+        lambda t: F.struct(F.lit(k).alias("c"), t.cast("int").alias("ic")),
+    )
+    empty = F.array().cast("array<struct<c:int,ic:int>>")
+    return F.when(F.length(col) > 0, chars).otherwise(empty)
+
+
+def _pairs(joined: DataFrame, col: _Column, leaf_names: Mapping[Leaf, str]) -> DataFrame:
+    """Column ``col``'s character pairs ``(k, o, oc, r, ic)`` from the joined ``(o, ov<j>,
+    r, <leaf columns>)`` rows, plus one marker ``(-1 - j, o, 0, 0, 0)`` per coarse pair."""
+    ov = F.col(f"ov{col.j}")
+    leaf_cols = {
+        leaf: (k, F.col(leaf_names[leaf])) for leaf, k in zip(col.leaves, col.keys, strict=True)
+    }
+    leaf_names_used = [F.col(leaf_names[x]) for x in col.leaves]
+    # three selects: each value is computed once (Spark does not merge a projection into the
+    # next when that would copy an expensive expression)
+    cands = joined.select(
+        "o", "r", ov.alias("ov"), *leaf_names_used, candidates(col.term, leaf_cols).alias("cs")
+    )
+    ov = F.col("ov")
+    matched = cands.select(
+        "o", "r", "ov", *leaf_names_used, F.filter("cs", lambda c: c["v"] == ov).alias("m")
+    )
+    m = F.col("m")
+    coarse = (
+        ov.isNotNull()
+        & (F.length(ov) > 0)
+        & ((F.size(m) == 0) | F.exists(m, lambda c: c["s"].isNull()))
+    )
+    flagged = matched.select("*", coarse.alias("coarse"))
+    exact = (
+        flagged.where(~F.col("coarse"))
+        .select("o", "r", F.explode(F.flatten(F.transform("m", lambda c: c["s"]))).alias("g"))
+        .where(F.col("g.n") > 0)
+        .select("o", "r", "g", F.explode(F.sequence(F.lit(0), F.col("g.n") - 1)).alias("t"))
+        .select(
+            F.col("g.c").alias("k"),
+            "o",
+            (F.col("g.o") + F.col("t")).alias("oc"),
+            "r",
+            (F.col("g.i") + F.col("t")).alias("ic"),
+        )
+    )
+    every = F.flatten(F.array(*[_all_chars(k, c) for k, c in leaf_cols.values()]))
+    rough = flagged.where(F.col("coarse"))
+    whole = (
+        rough.select("o", "r", "ov", F.explode(every).alias("x"))
+        .select("o", "r", "x", F.explode(F.sequence(F.lit(0), F.length("ov") - 1)).alias("oc"))
+        .select(F.col("x.c").alias("k"), "o", "oc", "r", F.col("x.ic").alias("ic"))
+    )
+    zero = F.lit(0).cast("long")
+    marks = rough.select(F.lit(-1 - col.j).alias("k"), "o", zero.alias("oc"), "r", zero.alias("ic"))
+    typed = [
+        d.select(F.col("k").cast("int"), *[F.col(n).cast("long") for n in ("o", "oc", "r", "ic")])
+        for d in (exact, whole, marks)
+    ]
+    return typed[0].unionByName(typed[1]).unionByName(typed[2])
+
+
+def _compressor(
+    shapes: Mapping[int, tuple[tuple[int, int], tuple[int, int]]],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Per partition: one ProvRC table per table key, and per coarse marker key the count
+    of distinct output rows marked."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from dslog_dagster.core.compression import compress
+        from dslog_dagster.core.relation import LineageRelation
+
+        parts = [b for b in batches if b.num_rows]
+        if not parts:
+            return
+        t = pa.Table.from_batches(parts)
+        cols = {n: t.column(n).to_numpy().astype(np.int64) for n in ("k", "o", "oc", "r", "ic")}
+        for k in np.unique(cols["k"]):
+            sel = cols["k"] == k
+            blob, n = None, 0
+            if k < 0:
+                n = len(np.unique(cols["o"][sel]))
+            else:
+                out_shape, in_shape = shapes[int(k)]
+                rel = LineageRelation.from_columns(
+                    out_shape,
+                    in_shape,
+                    [cols["o"][sel], cols["oc"][sel]],
+                    [cols["r"][sel], cols["ic"][sel]],
+                )
+                blob = table_to_blob(compress(rel.unique(), threads=1))
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([int(k)], pa.int32()),
+                    pa.array([blob], pa.binary()),
+                    pa.array([n], pa.int64()),
+                ],
+                names=["k", "blob", "n"],
+            )
+
+    return run
+
+
+def _extents(df: DataFrame, names: Sequence[str]) -> dict[str, int]:
+    """The longest value of each column, in characters (one job)."""
+    if not names:
+        return {}
+    row = df.agg(*[F.max(F.length(F.col(quoted(n)))) for n in names]).first()
+    assert row is not None
+    return {n: int(v or 0) for n, v in zip(names, row, strict=True)}
+
+
+def _terms(
+    state: FrameState,
+    inputs: Sequence[FrameInput],
+    frames: Sequence[DataFrame],
+    row_tables: Mapping[tuple[str, int, int], LineageTable],
+) -> tuple[list[_Column], dict[str, str]]:
+    """The output's string columns with a term (table keys numbered in order), and the
+    others with the reason they keep whole-cell lineage."""
+    walker = TermWalker([(analyzed(f), inp.columns) for f, inp in zip(frames, inputs, strict=True)])
+    plan = analyzed(state.df)
+    ids = output_ids(plan)
+    types = dict(state.visible_df().dtypes)
+    cols: list[_Column] = []
+    whole: dict[str, str] = {}
+    key = 0
+    for j, p in enumerate(state.user_positions()):
+        name = state.columns[j]
+        if types.get(name) != "string":
+            continue
+        if state.all_to_all:
+            whole[name] = "the step was recorded all-to-all (flagged)"
+            continue
+        try:
+            term = walker.attribute(plan, ids[p])
+            found = leaves(term)
+            if not found:
+                continue  # only literals: characters from no input
+            i = found[0].input
+            if any(leaf.input != i for leaf in found):
+                msg = "its characters come from two inputs (a join of their rows)"
+                raise NoCharacters(msg)
+            tabs = [row_tables.get((inputs[i].name, j, leaf.column)) for leaf in found]
+            rows = tabs[0]
+            if rows is None or any(t is not rows for t in tabs):
+                msg = "its input columns' rows are carried apart (e.g. by two sides of a join)"
+                raise NoCharacters(msg)
+        except NoCharacters as e:
+            whole[name] = str(e)
+            continue
+        cols.append(_Column(name, j, term, i, found, rows, list(range(key, key + len(found)))))
+        key += len(found)
+    return cols, whole
+
+
 def character_lineage(
     state: FrameState,
     inputs: Sequence[FrameInput],
@@ -386,83 +282,60 @@ def character_lineage(
     ``frames`` are the inputs as the capture read them (with ``ROW_ID``), ``output`` the
     output's rows with ``ROW_ID`` (as the pass computed them), ``row_tables`` the row table
     of each contributing (input, output column, input column) pair
-    (:func:`row_tables_by_pair`).
+    (:func:`row_tables_by_pair`). Spark jobs: one for the extents of the output, one per
+    input read, and one computing and compressing every column's pairs.
     """
-    bases = [(analyzed(f), inp.columns) for f, inp in zip(frames, inputs, strict=True)]
-    walker = TermWalker(bases)
-    plan = analyzed(state.df)
-    ids = output_ids(plan)
-    types = dict(state.visible_df().dtypes)
-    tables: list[CharacterTable] = []
-    whole: dict[str, str] = {}
-    coarse: dict[str, int] = {}
-    for j, p in enumerate(state.user_positions()):
-        name = state.columns[j]
-        if types.get(name) != "string":
-            continue
-        if state.all_to_all:
-            whole[name] = "the step was recorded all-to-all (flagged)"
-            continue
-        try:
-            term = walker.attribute(plan, ids[p])
-            found = _column(term, j, name, inputs, frames, output, n_out, row_tables, state.infos[p])
-        except NoCharacters as e:
-            whole[name] = str(e)
-            continue
-        tables += found[0]
-        if found[1]:
-            coarse[name] = found[1]
-    return CharacterLineage(tuple(tables), whole, coarse)
-
-
-def _column(
-    term: Term,
-    j: int,
-    name: str,
-    inputs: Sequence[FrameInput],
-    frames: Sequence[DataFrame],
-    output: DataFrame,
-    n_out: int,
-    row_tables: Mapping[tuple[str, int, int], LineageTable],
-    info: Any,
-) -> tuple[list[CharacterTable], int]:
-    """The character tables of output column ``j`` (``name``) made by ``term``, and how
-    many of its cells are coarse."""
-    assert isinstance(info, ColumnLineage)
-    found = leaves(term)
-    if not found:
-        return [], 0  # only literals: characters from no input
-    i = found[0].input
-    if any(leaf.input != i for leaf in found):
-        msg = "its characters come from two inputs (a join of their rows)"
-        raise NoCharacters(msg)
-    inp = inputs[i]
-    keys = {row_tables.get((inp.name, j, leaf.column)) is not None for leaf in found}
-    tabs = [row_tables.get((inp.name, j, leaf.column)) for leaf in found]
-    if False in keys or any(t is not tabs[0] for t in tabs):
-        msg = "its input columns' rows are carried apart (e.g. by different sides of a join)"
-        raise NoCharacters(msg)
-    row_table = tabs[0]
-    assert row_table is not None
+    cols, whole = _terms(state, inputs, frames, row_tables)
+    if not cols:
+        return CharacterLineage((), whole, {})
     spark = output.sparkSession
-    leaf_cols = {leaf: (k, F.col(f"l{k}")) for k, leaf in enumerate(found)}
-    in_names = [inp.columns[leaf.column] for leaf in found]
-    in_ext = _max_length(frames[i], in_names)
-    (out_ext,) = _max_length(output, [name])
-    left = output.select(F.col(ROW_ID).alias("o"), F.col(quoted(name)).alias("ov"))
-    right = frames[i].select(
-        F.col(ROW_ID).alias("r"), *[F.col(quoted(n)).alias(f"l{k}") for k, n in enumerate(in_names)]
+    out_ext = _extents(output, [c.name for c in cols])
+    in_ext: dict[tuple[int, int], int] = {}
+    for i in sorted({c.input for c in cols}):
+        used = sorted({leaf.column for c in cols if c.input == i for leaf in c.leaves})
+        got = _extents(frames[i], [inputs[i].columns[u] for u in used])
+        in_ext.update({(i, u): got[inputs[i].columns[u]] for u in used})
+    shapes: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}
+    for c in cols:
+        for leaf, k in zip(c.leaves, c.keys, strict=True):
+            in_shape = (inputs[c.input].n_rows, in_ext[(c.input, leaf.column)])
+            shapes[k] = ((n_out, out_ext[c.name]), in_shape)
+    # one join per (input, row table): the columns of a projection share it
+    groups: dict[tuple[int, int], list[_Column]] = {}
+    for c in cols:
+        groups.setdefault((c.input, id(c.rows)), []).append(c)
+    pieces = []
+    for (i, _), members in groups.items():
+        used = sorted({leaf.column for c in members for leaf in c.leaves})
+        leaf_names = {leaf: f"l{leaf.column}" for c in members for leaf in c.leaves}
+        left = output.select(
+            F.col(ROW_ID).alias("o"), *[F.col(quoted(c.name)).alias(f"ov{c.j}") for c in members]
+        )
+        right = frames[i].select(
+            F.col(ROW_ID).alias("r"),
+            *[F.col(quoted(inputs[i].columns[u])).alias(f"l{u}") for u in used],
+        )
+        joined = row_pairs(spark, members[0].rows).join(left, "o").join(right, "r")
+        pieces += [_pairs(joined, c, leaf_names) for c in members]
+    everything = pieces[0]
+    for p in pieces[1:]:
+        everything = everything.unionByName(p)
+    blobs = (
+        everything.repartitionByRange("o").mapInArrow(_compressor(shapes), _BLOB_SCHEMA).collect()
     )
-    joined = row_pairs(spark, row_table).join(left, "o").join(right, "r")
-    pairs, coarse_rows = _pairs(joined, term, leaf_cols)
-    pairs = pairs.persist()
-    try:
-        shapes = {k: (inp.n_rows, in_ext[k]) for k in range(len(found))}
-        per_leaf = _compress(pairs, (n_out, out_ext), shapes)
-        n_coarse = coarse_rows.distinct().count()
-    finally:
-        pairs.unpersist()
-    tables = [
-        CharacterTable(name, inp.name, in_names[k], per_leaf[k]) for k in range(len(found))
-    ]
-    return tables, n_coarse
+    found: dict[int, list[LineageTable]] = {}
+    coarse_rows: dict[int, int] = {}
+    for row in blobs:
+        k = int(row["k"])
+        if k < 0:
+            coarse_rows[-1 - k] = coarse_rows.get(-1 - k, 0) + int(row["n"])
+        else:
+            found.setdefault(k, []).append(table_from_blob(bytes(row["blob"])))
+    tables = []
+    for c in cols:
+        inp = inputs[c.input]
+        for leaf, k in zip(c.leaves, c.keys, strict=True):
+            t = merge_tables(found[k]) if k in found else empty_table(*shapes[k])
+            tables.append(CharacterTable(c.name, inp.name, inp.columns[leaf.column], t))
+    coarse = {c.name: coarse_rows[c.j] for c in cols if coarse_rows.get(c.j)}
+    return CharacterLineage(tuple(tables), whole, coarse)
