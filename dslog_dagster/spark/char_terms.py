@@ -201,6 +201,15 @@ class TermWalker:
         Raises:
             NoCharacters: the attribute's characters cannot be traced (the message says why).
         """
+        t = self._attr(node, eid, False)
+        if isinstance(t, Split):
+            msg = "it is an array of tokens, not a string"
+            raise NoCharacters(msg)
+        return t
+
+    def _attr(self, node: Any, eid: int, arrays: bool) -> "Term | Split":
+        """:meth:`attribute`, also giving a :class:`Split` where ``arrays`` (a column holding
+        a split, exploded or indexed in a later step)."""
         k = self._base(node)
         if k is not None:
             name = dict((i, n) for n, i in output_of(node))[eid]
@@ -212,31 +221,29 @@ class TermWalker:
         name = node.nodeName()
         children = seq(node.children())
         if name in _PASS:
-            return self.attribute(children[0], eid)
+            return self._attr(children[0], eid, arrays)
         if name == "Project":
             ids = output_ids(node)
-            return self.expression(node.projectList().apply(ids.index(eid)), children[0])
+            return self.expression(node.projectList().apply(ids.index(eid)), children[0], arrays)
         if name == "Generate":
             gen_ids = [a.exprId().id() for a in seq(node.generatorOutput())]
             if eid not in gen_ids:
-                return self.attribute(children[0], eid)
+                return self._attr(children[0], eid, arrays)
             gen = node.generator()
             if gen.nodeName() != "Explode":
                 msg = f"it is made by the generator `{gen.nodeName()}` (only explode has a rule)"
                 raise NoCharacters(msg)
-            arr = self.expression(gen.child(), children[0], arrays=True)
-            assert isinstance(arr, Split)
-            return Explode(arr)
+            return Explode(self._split(gen.child(), children[0]))
         if name == "Aggregate":
             return self._aggregate(node, eid, children[0])
         if name == "Join":
             for child in children:
                 if eid in output_ids(child):
-                    return self.attribute(child, eid)
+                    return self._attr(child, eid, arrays)
         if name == "Window":
             window_ids = [e.exprId().id() for e in seq(node.windowExpressions())]
             if eid not in window_ids:
-                return self.attribute(children[0], eid)
+                return self._attr(children[0], eid, arrays)
         msg = f"it comes through a `{name}` plan node, which has no character rule"
         raise NoCharacters(msg)
 
@@ -246,11 +253,23 @@ class TermWalker:
         inner = e.child() if e.nodeName() == "Alias" else e
         for g in seq(node.groupingExpressions()):
             if inner.semanticEquals(g):
-                return self.expression(inner, child)
+                return self._term(inner, child)
         msg = "it is an aggregate's value (only grouping keys keep their characters)"
         raise NoCharacters(msg)
 
-    def expression(self, e: Any, child: Any, arrays: bool = False) -> Any:
+    def _split(self, e: Any, child: Any) -> Split:
+        t = self.expression(e, child, arrays=True)
+        if not isinstance(t, Split):
+            msg = "it is an element of an array that is not a `split` of a string"
+            raise NoCharacters(msg)
+        return t
+
+    def _term(self, e: Any, child: Any) -> Term:
+        t = self.expression(e, child)
+        assert not isinstance(t, Split)  # only made where arrays are allowed
+        return t
+
+    def expression(self, e: Any, child: Any, arrays: bool = False) -> "Term | Split":
         """The term of expression ``e`` evaluated over plan ``child`` (a :class:`Split` only
         where ``arrays``: under an item or an explode).
 
@@ -262,37 +281,36 @@ class TermWalker:
         if name == "Alias":
             return self.expression(kids[0], child, arrays)
         if name == "AttributeReference":
-            return self.attribute(child, e.exprId().id())
+            return self._attr(child, e.exprId().id(), arrays)
         if name == "Literal":
             if str(e.dataType().typeName()) != "string":
                 msg = "a non-string literal is cast into it"
                 raise NoCharacters(msg)
             return Lit(_literal(e, "the literal"))
         if name in _UNARY and len(kids) == 1:
-            return Unary(_UNARY[name], self.expression(kids[0], child))
+            return Unary(_UNARY[name], self._term(kids[0], child))
         if name == "Substring":
             pos = _int_literal(kids[1], "substring's position")
             n = _int_literal(kids[2], "substring's length")
-            return Unary("substring", self.expression(kids[0], child), (pos, n))
+            return Unary("substring", self._term(kids[0], child), (pos, n))
         if name in ("Left", "Right"):
             n = _int_literal(kids[1], f"{name.lower()}'s length")
-            return Unary(name.lower(), self.expression(kids[0], child), (n,))
+            return Unary(name.lower(), self._term(kids[0], child), (n,))
         if name == "RegExpExtract":
             pattern = _str_literal(kids[1], "regexp_extract's pattern")
             idx = _int_literal(kids[2], "regexp_extract's group")
-            return Unary("regexp_extract", self.expression(kids[0], child), (pattern, idx))
+            return Unary("regexp_extract", self._term(kids[0], child), (pattern, idx))
         if name in ("StringLPad", "StringRPad"):
             n = _int_literal(kids[1], "the padded length")
             pad = _str_literal(kids[2], "the pad")
             fn = "lpad" if name == "StringLPad" else "rpad"
-            return Unary(fn, self.expression(kids[0], child), (n, pad))
+            return Unary(fn, self._term(kids[0], child), (n, pad))
         if name == "GetArrayItem" and kids[0].nodeName() == "StringSplit":
-            split = self.expression(kids[0], child, arrays=True)
-            return Item(split, _int_literal(kids[1], "the token's index"))
+            return Item(self._split(kids[0], child), _int_literal(kids[1], "the token's index"))
         if name == "StringSplit" and arrays:
             pattern = _str_literal(kids[1], "split's pattern")
             limit = _int_literal(kids[2], "split's limit")
-            return Split(self.expression(kids[0], child), pattern, limit)
+            return Split(self._term(kids[0], child), pattern, limit)
         if name in ("Concat", "ConcatWs"):
             sep = None
             if name == "ConcatWs":
@@ -302,7 +320,7 @@ class TermWalker:
                 if str(k.dataType().typeName()) != "string":
                     msg = f"`{name.lower()}` has a non-string argument"
                     raise NoCharacters(msg)
-            return Concat(tuple(self.expression(k, child) for k in kids), sep)
+            return Concat(tuple(self._term(k, child) for k in kids), sep)
         if name in _OPAQUE:
             msg = (
                 "it is computed by an opaque user-defined function (a UDF's code is not read: "

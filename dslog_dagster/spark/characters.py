@@ -42,11 +42,10 @@ them apart.
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from dslog_dagster.core.characters import CharacterLineage, CharacterTable
@@ -67,7 +66,7 @@ _BLOB_SCHEMA = "k int, blob binary, n long"
 _PROVRC = ("out_lo", "out_hi", "in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
 
 
-def row_pairs(spark: Any, table: LineageTable) -> DataFrame:
+def row_pairs(spark: SparkSession, table: LineageTable) -> DataFrame:
     """The ``(o, r)`` pairs of a 1-D row table ``(n_out,) ← (n_in,)``, expanded by Spark
     from its ProvRC rows (a columnar table's pairs are sent as they are)."""
     if table.encoding == "columnar":

@@ -14,9 +14,9 @@ from pyspark.sql import DataFrame
 
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.characters import CharacterLineage, CharacterRange, trace_characters
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query.cells import CellSet
 from dslog_dagster.core.query.engine import query_path
-from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.spark.rowid import RowIds

@@ -195,7 +195,8 @@ def test_trace_characters_and_whole_cell_fallback(projected: Any) -> None:
     parts = cap.trace_characters("cc", got[0], 15, 18)  # '-ab' of '  Hello World  -ab'
     assert [(p.column, p.row, p.start, p.stop) for p in parts] == [("b", 0, 0, 2)]
     (whole,) = cap.trace_characters("udf", got[1])
-    assert whole.whole and (whole.column, whole.row, whole.stop) == ("line", 1, None)
+    assert whole.whole
+    assert (whole.column, whole.row, whole.stop) == ("line", 1, None)
 
 
 def test_multi_hop_split_explode_regexp_groupby(lines: Any) -> None:
