@@ -134,9 +134,7 @@ def _unary(u: Unary, x: Column) -> Column:
         return _cand(nv, F.when(F.length(nv) == n_v, x["s"]).otherwise(_coarse()))
     if u.fn == "regexp_extract":
         pattern, idx = u.args
-        nv = F.regexp_extract(v, pattern, idx)
-        at = F.regexp_instr(v, F.lit(pattern), F.lit(idx))
-        return _sliced(x, nv, at - 1)
+        return _group(x, pattern, idx)
     if u.fn in ("lpad", "rpad"):
         n, pad = u.args
         left = u.fn == "lpad"
@@ -144,6 +142,32 @@ def _unary(u: Unary, x: Column) -> Column:
         return _padded(x, nv, left)
     msg = f"no character rule for `{u.fn}`"  # pragma: no cover (char_terms makes no other)
     raise NoCharacters(msg)
+
+
+def _group(x: Column, pattern: str, idx: int) -> Column:
+    """``regexp_extract(x, pattern, idx)``: Spark's ``regexp_instr`` gives where the whole
+    match starts (it ignores the group index), and the group is placed inside the match where
+    its value occurs; a group value that occurs twice in the match cannot be placed (coarse).
+    """
+    v = x["v"]
+    nv = F.regexp_extract(v, pattern, idx)
+    if idx == 0:
+        return _sliced(x, nv, F.regexp_instr(v, F.lit(pattern)) - 1)
+
+    def body(b: Column) -> Column:
+        nv, whole, at = b["nv"], b["w"], b["at"]
+        first = F.call_function("locate", nv, whole)
+        again = F.call_function("locate", nv, whole, first + 1)
+        placed = _sliced(x, nv, at - 1 + first - 1)
+        unique = (F.length(nv) == 0) | (again == 0)
+        return _cand(nv, F.when(unique, placed["s"]).otherwise(_coarse()))
+
+    bound = F.struct(
+        nv.alias("nv"),
+        F.regexp_extract(v, pattern, 0).alias("w"),
+        F.regexp_instr(v, F.lit(pattern)).alias("at"),
+    )
+    return _let(bound, body)
 
 
 def _tokens(x: Column, sp: Split) -> Column:
