@@ -41,6 +41,7 @@ from dslog_dagster.core.compression import union_tables
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.cell_lineage import SlotPlan, cell_tables, column_lineage, plan_slots
+from dslog_dagster.spark.characters import character_lineage, row_tables_by_pair
 from dslog_dagster.spark.context import CaptureContext, NeedLists, OnUnknown
 from dslog_dagster.spark.frame import TrackedFrame
 from dslog_dagster.spark.frame_capture import FrameCapture, FrameInput, KeptRows
@@ -138,6 +139,7 @@ def capture_frames(
     on_unknown: OnUnknown = "raise",
     input_rows: Mapping[str, int] | Sequence[int] | None = None,
     aggregate: Aggregate = "auto",
+    characters: bool = False,
     **kwargs: Any,
 ) -> FrameCapture:
     """Run ``func`` on tracked versions of ``frames`` and capture the output's cell lineage.
@@ -170,13 +172,19 @@ def capture_frames(
     they do not account for every row, ``func`` runs once more carrying them
     (``retried_carrying_summaries``).
 
+    ``characters=True`` also records the character-range lineage of the output's string
+    columns (:attr:`FrameCapture.characters`, :mod:`~dslog_dagster.spark.characters`): one
+    more Spark job per such column after the pass.
+
     Raises:
         UnsupportedFrameOperationError: ``func`` used an operation without a lineage rule
             (with ``on_unknown="raise"``), or returned something that is not a tracked frame.
         SparkUnavailableError: the session's Python workers cannot import what the capture
             runs in them (checked first, see :func:`~dslog_dagster.spark.session.check_workers`).
     """
-    return _capture_run(func, frames, on_unknown, input_rows, aggregate, kwargs, outputs=None)[0]
+    return _capture_run(
+        func, frames, on_unknown, input_rows, aggregate, kwargs, outputs=None, characters=characters
+    )[0]
 
 
 def capture_frame_outputs(
@@ -186,6 +194,7 @@ def capture_frame_outputs(
     on_unknown: OnUnknown = "raise",
     input_rows: Mapping[str, int] | Sequence[int] | None = None,
     aggregate: Aggregate = "auto",
+    characters: bool = False,
     **kwargs: Any,
 ) -> list[FrameCapture]:
     """:func:`capture_frames` for a function that returns several frames (a tuple or list of
@@ -198,7 +207,16 @@ def capture_frame_outputs(
     Raises:
         UnsupportedFrameOperationError: as for :func:`capture_frames`, for any output.
     """
-    return _capture_run(func, frames, on_unknown, input_rows, aggregate, kwargs, outputs="many")
+    return _capture_run(
+        func,
+        frames,
+        on_unknown,
+        input_rows,
+        aggregate,
+        kwargs,
+        outputs="many",
+        characters=characters,
+    )
 
 
 def _capture_run(
@@ -210,6 +228,7 @@ def _capture_run(
     kwargs: Mapping[str, Any],
     *,
     outputs: Literal["many"] | None,
+    characters: bool = False,
 ) -> list[FrameCapture]:
     """The captures of ``func``'s output (``outputs=None``: one frame) or outputs
     (``"many"``: a tuple or list of frames), with the reruns :func:`capture_frames` names."""
@@ -257,6 +276,7 @@ def _capture_run(
                         root,
                         record,
                         outputs,
+                        characters,
                     )
             except _SummariesFailed as e:
                 if not record:  # pragma: no cover (only recorded summaries signal it)
@@ -316,6 +336,7 @@ def _capture_once(
     tap_root: str | None,
     record: bool = True,
     outputs: Literal["many"] | None = None,
+    characters: bool = False,
 ) -> list[FrameCapture]:
     """One run of ``func`` and one pass over each of its outputs (see :func:`capture_frames`),
     in the phases the module docstring names; aggregations record their ids under
@@ -330,7 +351,13 @@ def _capture_once(
             if k:
                 _clear_taps(ctx)
                 t0 = time.perf_counter()
-            done.append(_capture_output(ctx, state, inputs, t0))
+            cap = _capture_output(ctx, state, inputs, t0)
+            done.append(cap)
+            if characters:
+                frames_ided = [p[0] for p in prepared]
+                cap.characters = character_lineage(
+                    state, inputs, frames_ided, cap.frame_with_row_id, cap.n_rows, cap.row_tables
+                )
     except BaseException:
         for cap in done:  # their own staged/marked rows; the inputs' stay for the rerun
             cap.release()
@@ -391,6 +418,7 @@ def _capture_output(
             **({"tapped_rows": float(tapped)} if tapped else {}),
             "product_s": t2 - t_pass,
         },
+        row_tables=row_tables_by_pair(slots, row_table),
         _cached=list(own),
         _staged=staged,
         _frames=make_frames,

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.characters import CharacterLineage, CharacterRange, trace_characters
 from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.query.cells import CellSet
+from dslog_dagster.core.query.engine import query_path
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.spark.rowid import RowIds
@@ -82,6 +85,11 @@ class FrameCapture:
             range check failed, found by one join job) and ``product`` (row × column lineage
             on the driver); ``refetched_rows`` (how many output rows that was, when any) and
             ``retried_with_lists`` when aggregations were run again with lists.
+        characters: the character-range lineage of the output's string columns
+            (``capture_frames(..., characters=True)``; else ``None``), see
+            :mod:`dslog_dagster.core.characters`; query it with :meth:`trace_characters`.
+        row_tables: the row table (output rows ← input rows) of each contributing
+            ``(input name, output column index, input column index)`` pair.
     """
 
     columns: tuple[str, ...]
@@ -93,6 +101,8 @@ class FrameCapture:
     flagged: bool = False
     flagged_ops: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    characters: CharacterLineage | None = None
+    row_tables: dict[tuple[str, int, int], LineageTable] = field(default_factory=dict, repr=False)
     _cached: list[RowIds | KeptRows] = field(default_factory=list, repr=False)
     _staged: StagedOutput | None = field(default=None, repr=False)
     _frames: Callable[[], tuple[DataFrame, DataFrame]] | None = field(default=None, repr=False)
@@ -147,6 +157,40 @@ class FrameCapture:
     def relation(self, input: int | str = 0, *, considered: bool = False) -> LineageRelation:
         """The decompressed relation (for tests and small frames)."""
         return self.table(input, considered=considered).decompress()
+
+    def trace_characters(
+        self, column: str, row: int, start: int = 0, stop: int | None = None
+    ) -> list[CharacterRange]:
+        """Which characters of which input cells output characters ``start:stop`` (default:
+        all) of cell ``(row, column)`` come from.
+
+        Columns without character lineage (see ``characters.whole_cell``) fall back to the
+        whole input cells of the cell lineage (``CharacterRange.whole``).
+
+        Raises:
+            InvalidRelationError: the capture was made without ``characters=True``, or
+                ``column`` is not an output column.
+        """
+        if self.characters is None:
+            msg = "This capture has no character lineage; capture with `characters=True`."
+            raise InvalidRelationError(msg)
+        if column not in self.columns:
+            msg = f"No output column `{column}`; the columns are {list(self.columns)}."
+            raise InvalidRelationError(msg)
+        found = [t for t in self.characters.tables if t.column == column]
+        if found:
+            out: list[CharacterRange] = []
+            for t in found:
+                out += trace_characters(t.table, t.input, t.input_column, row, start, stop)
+            return sorted(out, key=lambda r: (r.input, r.column, r.row, r.start))
+        j = self.columns.index(column)
+        whole: list[CharacterRange] = []
+        for inp in self.inputs:
+            cells = CellSet.from_ranges(self.shape, [[row, j]], [[row + 1, j + 1]])
+            got = query_path([(self.contributing[inp.name], "backward")], cells)
+            for r, c in got.to_indices():
+                whole.append(CharacterRange(inp.name, inp.columns[c], int(r), 0, None, True))
+        return sorted(whole, key=lambda r: (r.input, r.column, r.row))
 
     def register(
         self,
