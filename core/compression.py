@@ -14,7 +14,7 @@ pay: :func:`compress_ranges` (a rank-1 relation given as one input interval per 
 and :func:`union_tables` (a union formed on the pairs and compressed anew).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -32,7 +32,7 @@ from dslog_dagster.core.provrc import (
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_index_column, as_shape
 from dslog_dagster.errors import InvalidRelationError
 
-__all__ = ["compress", "compress_ranges", "expand_ranges", "union_tables"]
+__all__ = ["column_table", "compress", "compress_ranges", "expand_ranges", "union_tables"]
 
 
 def compress(
@@ -326,3 +326,13 @@ def union_tables(tables: Sequence[LineageTable], *, disjoint: bool = True) -> Li
     outs = np.concatenate([r.out_cols for r in rels], axis=1)
     ins = np.concatenate([r.in_cols for r in rels], axis=1)
     return compress(LineageRelation(osh, ish, outs, ins, outs.shape[1]))
+
+
+def column_table(pairs: Iterable[tuple[int, int]], n_out: int, n_in: int) -> LineageTable:
+    """The column factor of a frame's cell lineage: ``(output column, input column)`` pairs
+    (any iterable of 2-tuples) as a ProvRC table between ``(n_out,)`` and ``(n_in,)``."""
+    jc = np.asarray(sorted(pairs), np.int64).reshape(-1, 2)
+    return compress(
+        LineageRelation.from_columns((n_out,), (n_in,), [jc[:, 0]], [jc[:, 1]]),
+        fallback="never",
+    )

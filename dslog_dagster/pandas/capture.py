@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from dslog_dagster.core.combine import factored_table
-from dslog_dagster.core.compression import compress
+from dslog_dagster.core.compression import column_table, compress
 from dslog_dagster.core.constant_tables import empty_table, full_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
@@ -208,13 +208,7 @@ def _tables(
                         ),
                         fallback="never",
                     )
-                jc = np.asarray(sorted(cells), np.int64).reshape(-1, 2)
-                col_table = compress(
-                    LineageRelation.from_columns(
-                        (n_cols,), (len(inp.columns),), [jc[:, 0]], [jc[:, 1]]
-                    ),
-                    fallback="never",
-                )
+                col_table = column_table(cells, n_cols, len(inp.columns))
                 parts.append((row_tables[key], col_table))
             dest[inp.name] = factored_table(parts) if parts else empty_table(out_shape, inp.shape)
     return contributing, considered

@@ -13,14 +13,10 @@ asks for the table's ProvRC rows.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
 from dslog_dagster.core.combine import factored_table
-from dslog_dagster.core.compression import compress
+from dslog_dagster.core.compression import column_table
 from dslog_dagster.core.constant_tables import empty_table, full_table
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.frame_capture import FrameInput
 from dslog_dagster.spark.plan import ColumnLineage
 from dslog_dagster.spark.state import FrameState
@@ -119,13 +115,7 @@ def cell_tables(
         for which, dest in (("contrib", contributing), ("consid", considered)):
             parts = []
             for key, jcs in plan.pairs[(inp.name, which)]:
-                jc: npt.NDArray[np.int64] = np.asarray(sorted(jcs), np.int64).reshape(-1, 2)
-                col_table = compress(
-                    LineageRelation.from_columns(
-                        (n_columns,), (len(inp.columns),), [jc[:, 0]], [jc[:, 1]]
-                    ),
-                    fallback="never",
-                )
+                col_table = column_table(jcs, n_columns, len(inp.columns))
                 parts.append((row_table[key], col_table))
             # kept factored: the product of a million-row table by a few column rows would
             # be formed, stored and queried as millions of rows per column row

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dslog_dagster.spark.plan import is_slot, output_ids, output_of, seq
+from dslog_dagster.spark.plan import PASS_THROUGH, is_slot, output_ids, output_of, seq
 
 __all__ = [
     "Concat",
@@ -103,19 +103,7 @@ class Concat:
 
 Term = Leaf | Lit | Unary | Item | Explode | Concat
 
-_PASS = {
-    "Filter",
-    "Sort",
-    "GlobalLimit",
-    "LocalLimit",
-    "Limit",
-    "SubqueryAlias",
-    "ResolvedHint",
-    "Repartition",
-    "RepartitionByExpression",
-    "RebalancePartitions",
-    "Offset",
-}
+_PASS = {"Filter", *PASS_THROUGH}  # a filter keeps its values (its rows are cell lineage)
 
 _UNARY = {
     "Lower": "lower",

@@ -233,7 +233,7 @@ class _NoBase(Exception):
 
 WindowRule = Callable[[Any, Callable[[list[int]], ColumnLineage]], ColumnLineage]
 
-_PASS_THROUGH = {
+PASS_THROUGH = {  # plan nodes that keep their child's columns as they are
     "Sort",
     "GlobalLimit",
     "LocalLimit",
@@ -310,7 +310,7 @@ class PlanWalker:
             return dict(zip(ids, base.infos, strict=True))
         name = node.nodeName()
         children = seq(node.children())
-        if name in _PASS_THROUGH:
+        if name in PASS_THROUGH:
             return self._walk(children[0])
         if name == "Project":
             child = self._walk(children[0])
