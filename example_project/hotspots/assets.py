@@ -133,7 +133,7 @@ class WindowConfig(dg.Config):
 
 @tracked_asset(group_name=GROUP, kinds=KINDS, code_version="1")
 def hotspot_coords(thresholded: np.ndarray) -> np.ndarray:
-    """The (row, column) of every hot cell, as ``np.argwhere`` gives them (k x 2 int64): row k
+    """The (row, column) of every hot cell, as np.argwhere gives them (k x 2 int64): row k
     comes from the thresholded cell it names."""
     return np.argwhere(thresholded)
 

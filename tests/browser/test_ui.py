@@ -52,6 +52,9 @@ MATERIALIZE = [
         "hotspots",
         "top_hotspots",
         "peak_stats",
+        "hotspot_coords",
+        "hotspot_windows",
+        "window_summary",
         "hotspot_origin",
     )
 ]
