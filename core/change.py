@@ -224,8 +224,9 @@ def explain_change(
     )
     changes: dict[str, ArrayChange] = {}
     for n in order:
-        changes[n] = _array_change(n, names_a.get(n), names_b.get(n), ta, tb, load)
-    changes[name] = dataclasses.replace(changes[name], changed=diff, shape_changed=shape_changed)
+        # the explained array's values are compared above already: not loaded again
+        known = (diff, shape_changed) if n == name else None
+        changes[n] = _array_change(n, names_a.get(n), names_b.get(n), ta, tb, load, known)
     marked = _mark_origins(changes, tb, ta, names_b, names_a)
     return ChangeExplanation(tuple(marked[n] for n in order), tuple(notes))
 
@@ -237,7 +238,10 @@ def _array_change(
     ta: Trace,
     tb: Trace,
     load: ValueLoader,
+    known: tuple[CellSet, bool] | None = None,
 ) -> ArrayChange:
+    """``name``'s entry: its traced cells from both traces and, unless ``known`` gives them
+    (the changed cells and whether the shape changed), the traced cells whose values differ."""
     ra = ta.records[aid_a] if aid_a else None
     rb = tb.records[aid_b] if aid_b else None
     ref = rb or ra
@@ -248,6 +252,16 @@ def _array_change(
     )
     op = tb.producers.get(aid_b or "") or ta.producers.get(aid_a or "")
     producer = op.op_name if op is not None else None
+    if known is not None:
+        changed, reshaped = known
+        # the changed cells are where both traces start (all of version b's when reshaped)
+        traced = changed if reshaped else _union([ta.cells[aid_a or ""], tb.cells[aid_b or ""]])
+        assert ra is not None
+        assert rb is not None
+        return ArrayChange(
+            name, ra.version, rb.version, ref.shape, hops, traced, changed, reshaped,
+            producer=producer,
+        )  # fmt: skip
     if ra is not None and rb is not None and ra.shape != rb.shape:
         full = CellSet.full(rb.shape)
         return ArrayChange(
