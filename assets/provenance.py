@@ -18,6 +18,7 @@ import dagster as dg
 from dslog_dagster.assets.queries import DEFAULT_QUERY_GROUP, DEFAULT_RESOURCE_KEY
 from dslog_dagster.core import provenance_queries as pq
 from dslog_dagster.core.query.cellspec import cells_from_spec
+from dslog_dagster.core.trace import producer_of
 from dslog_dagster.errors import DSLogError, QueryError
 from dslog_dagster.naming import array_name
 
@@ -62,18 +63,14 @@ def _answer(
     try:
         rec = log.store.get_array(array_name(key, partition), entry.run_id)
         if question == "invalidated":
-            producers = log.store.catalog.column(
-                "SELECT op_id FROM operation_arrays WHERE role = 'output' AND array_id = ? "
-                "ORDER BY op_id DESC LIMIT 1",
-                [rec.array_id],
-            )
-            if not producers:
+            producer = producer_of(log.store, rec)
+            if producer is None:
                 msg = (
                     f"`{rec.name}` version `{rec.version}` is a source: no step produced "
                     "it, so nothing was dropped."
                 )
                 raise QueryError(msg)
-            ans = pq.invalidated(log.store, str(producers[0]))
+            ans = pq.invalidated(log.store, producer)
         else:
             sel = pq.select(
                 rec.shape,

@@ -8,7 +8,7 @@ import numpy as np
 
 from dslog_dagster.core.provrc import LineageTable
 
-__all__ = ["empty_table", "full_table"]
+__all__ = ["empty_table", "flagged_table", "full_table"]
 
 
 def empty_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
@@ -35,3 +35,11 @@ def empty_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> Lineag
 def full_table(out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> LineageTable:
     """Every output cell ← every input cell (one ProvRC row; none when either is empty)."""
     return LineageTable.all_to_all(out_shape, in_shape)
+
+
+def flagged_table(
+    out_shape: tuple[int, ...], in_shape: tuple[int, ...], *, source: bool
+) -> LineageTable:
+    """A flagged step's table for one input: all-to-all when the output came from that input
+    (``source``), else nothing."""
+    return full_table(out_shape, in_shape) if source else empty_table(out_shape, in_shape)

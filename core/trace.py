@@ -25,7 +25,7 @@ from dslog_dagster.core.on_demand import DEFERRED, deferred_error
 from dslog_dagster.core.query import CellSet, PreparedHop, prepare, run_hops
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 
-__all__ = ["Crossing", "Trace", "TraceDirection", "trace"]
+__all__ = ["Crossing", "Trace", "TraceDirection", "producer_of", "trace"]
 
 TraceDirection = Literal["backward", "forward"]
 
@@ -96,6 +96,12 @@ def _edges(store: LineageStore, ids: Iterable[str], role: str) -> dict[str, list
             ops[op_id] = store.get_operation(str(op_id))
         out[str(array_id)].append(ops[op_id])
     return out
+
+
+def producer_of(store: LineageStore, array: ArrayRecord) -> OperationRecord | None:
+    """The operation that produced ``array`` (its most recent producer; ``None``: a source)."""
+    ops = _edges(store, [array.array_id], "output")[array.array_id]
+    return ops[0] if ops else None
 
 
 def trace(

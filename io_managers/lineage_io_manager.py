@@ -51,7 +51,12 @@ from dslog_dagster.errors import (
     UnsupportedArrayError,
 )
 from dslog_dagster.io_managers import metadata as m
-from dslog_dagster.io_managers.value_versions import Retention, ValueSlot, safe_part
+from dslog_dagster.io_managers.value_versions import (
+    Retention,
+    ValueSlot,
+    partition_of,
+    safe_part,
+)
 from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.settings import TrackingSettings
@@ -499,9 +504,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         def load(rec: "ArrayRecord") -> np.ndarray | None:
             if rec.asset_key is None or rec.version is None:
                 return None
-            partition = None
-            if rec.name != rec.asset_key and rec.name.startswith(rec.asset_key + "["):
-                partition = rec.name[len(rec.asset_key) + 1 : -1]
+            partition = partition_of(rec.asset_key, rec.name)
             try:
                 value = self.load_value(rec.asset_key, rec.version, partition)
             except LineageNotFoundError:  # not stored here, or expired (a subclass)

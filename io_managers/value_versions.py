@@ -50,6 +50,7 @@ __all__ = [
     "Retention",
     "ValueSlot",
     "asset_stem",
+    "partition_of",
     "safe_part",
     "version_part",
 ]
@@ -73,15 +74,21 @@ def safe_part(text: str) -> str:
     return part.replace(".", "%2E") if set(part) <= {"."} else part
 
 
+def partition_of(asset_key: str, name: str) -> str | None:
+    """The partition key in the store's array name ``a/b[p]`` of asset ``a/b`` (``None``:
+    unpartitioned); the inverse of :func:`dslog_dagster.naming.array_name`."""
+    prefix = asset_key + "["
+    if name != asset_key and name.startswith(prefix) and name.endswith("]"):
+        return name[len(prefix) : -1]
+    return None
+
+
 def asset_stem(base: Path, asset_key: str, name: str | None = None) -> Path:
     """The value stem of an asset (``a/b`` -> ``<base>/a/b``) or, when the store's array
     ``name`` is a partition (``a/b[p]``), of that partition (``<base>/a/b/<p>``)."""
     stem = base.joinpath(*(safe_part(p) for p in asset_key.split("/")))
-    if name is not None and name != asset_key:
-        prefix = asset_key + "["
-        if name.startswith(prefix) and name.endswith("]"):
-            stem = stem / safe_part(name[len(prefix) : -1])
-    return stem
+    partition = None if name is None else partition_of(asset_key, name)
+    return stem if partition is None else stem / safe_part(partition)
 
 
 def version_part(version: str) -> str:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from dslog_dagster.core.combine import factored_table
 from dslog_dagster.core.compression import column_table, compress
-from dslog_dagster.core.constant_tables import empty_table, full_table
+from dslog_dagster.core.constant_tables import empty_table, flagged_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
@@ -177,11 +177,7 @@ def _tables(
     row_tables: dict[frozenset[int], LineageTable] = {}
     for i, inp in enumerate(inputs):
         if state.all_to_all:
-            t = (
-                full_table(out_shape, inp.shape)
-                if i in state.sources
-                else empty_table(out_shape, inp.shape)
-            )
+            t = flagged_table(out_shape, inp.shape, source=i in state.sources)
             contributing[inp.name] = considered[inp.name] = t
             continue
         for which, dest in (("contrib", contributing), ("consid", considered)):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dslog_dagster.core.combine import factored_table
 from dslog_dagster.core.compression import column_table
-from dslog_dagster.core.constant_tables import empty_table, full_table
+from dslog_dagster.core.constant_tables import empty_table, flagged_table, full_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.spark.frame_capture import FrameInput
 from dslog_dagster.spark.plan import ColumnLineage
@@ -105,12 +105,8 @@ def cell_tables(
     out_shape = (n_out, n_columns)
     for i, inp in enumerate(inputs):
         if state.all_to_all:
-            full = (
-                full_table(out_shape, inp.shape)
-                if i in state.sources
-                else empty_table(out_shape, inp.shape)
-            )
-            contributing[inp.name] = considered[inp.name] = full
+            t = flagged_table(out_shape, inp.shape, source=i in state.sources)
+            contributing[inp.name] = considered[inp.name] = t
             continue
         for which, dest in (("contrib", contributing), ("consid", considered)):
             parts = []
