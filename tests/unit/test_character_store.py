@@ -193,3 +193,27 @@ def test_bad_character_lineage_is_refused(tmp_path: Path) -> None:
         )
     with pytest.raises(QueryError, match="no column"):
         trace_character_range(store, store.get_array("codes"), 0, "zzz")
+
+
+def test_cli_query_chars(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from dslog_dagster.cli import main
+
+    root = str(tmp_path / "s")
+    _build(tmp_path / "s")
+    assert (
+        main(["query", root, "codes", "--cells", "5,code", "--chars", "1:3", "--format", "json"])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [
+        {"array": "lines", "column": "line", "row": 5, "start": 3, "stop": 5, "whole": False}
+    ]
+    assert "exact" in err
+    assert main(["query", root, "short", "--cells", "5,s", "--chars", ":", "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["array,column,row,start,stop,whole", "lines,line,5,2,6,True"]
+    assert "whole cells: `lower` has no character lineage for `tags.tag`" in err
+    assert main(["query", root, "codes", "--cells", "0:2,0", "--chars", "0:1"]) != 0
+    assert "exactly one cell" in capsys.readouterr().err
