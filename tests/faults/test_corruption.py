@@ -3,12 +3,13 @@
 A store with three independent chains is built once: one whose operations live in a pack
 (compaction), one registered with its outputs (so each output's array record is a hard link
 of the operation's segment) and one registered the long way (JSON array records). Then, for
-every file kind — operation segment, pack, JSON array record, linked array segment
-(``.op.parquet``), ``.store-id`` and ``catalog.duckdb`` — a fresh copy is damaged by bit flips
-at offsets spread over the whole file, truncations, zero fills and garbage, and every query
-and listing is asked again. Each answer must equal the undamaged store's or be a
-:class:`LineageStorageError` (``LineageCorruptError`` for damage) naming the damaged file;
-queries and listings of chains the file does not hold must still answer, and equal.
+every file kind — operation segment (one with a character table), pack, JSON array record,
+linked array segment (``.op.parquet``), ``.store-id`` and ``catalog.duckdb`` — a fresh copy
+is damaged by bit flips at offsets spread over the whole file, truncations, zero fills and
+garbage, and every query (a character query too) and listing is asked again. Each answer
+must equal the undamaged store's or be a :class:`LineageStorageError`
+(``LineageCorruptError`` for damage) naming the damaged file; queries and listings of chains
+the file does not hold must still answer, and equal.
 """
 
 import contextlib
@@ -28,9 +29,13 @@ import pytest
 from dslog_dagster.cli import main
 from dslog_dagster.core import LineageRelation
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.character_trace import trace_character_range
+from dslog_dagster.core.characters import CharacterLineage, CharacterTable
+from dslog_dagster.core.compression import compress
 from dslog_dagster.core.store import LineageStore, NewArray
 from dslog_dagster.errors import DamagedStoreWarning, LineageStorageError
 
+STRINGS = [(f"s{i}", "string") for i in range(5)]
 SEED = 2026
 FLIPS_PER_FILE = 24
 CLI_EVERY = 6
@@ -80,14 +85,18 @@ def _build(root: Path) -> None:
     store.register_operation(
         "shift",
         ["a"],
-        [NewArray("b", (6, 5), version="r1")],
+        [NewArray("b", (6, 5), version="r1", columns=STRINGS)],
         {("b", "a"): _relation((6, 5), (6, 5), lambda f: f + 7)},
     )
+    # with a character table (stored after the cell table in the same segment):
+    # characters (r, k) of c.s1 <- (r, 7 - k) of b.s3 (a reversed string)
+    chars = _relation((6, 8), (6, 8), lambda f: (f // 8) * 8 + 7 - f % 8)
     store.register_operation(
         "flip",
         ["b"],
-        [NewArray("c", (6, 5), version="r1")],
+        [NewArray("c", (6, 5), version="r1", columns=STRINGS)],
         {("c", "b"): _relation((6, 5), (6, 5), lambda f: 29 - f)},
+        characters={"c": CharacterLineage((CharacterTable("s1", "b", "s3", compress(chars)),))},
     )
     # chain "json": JSON array records
     store.register_array("p", (8,))
@@ -119,6 +128,15 @@ def _ask(root: Path, store: Callable[[], LineageStore]) -> Iterator[tuple[str, C
 
     for name, (path, cells) in QUERIES.items():
         yield name, lambda p=path, c=cells: sorted(log().prov_query(p, c).to_flat().tolist())
+    yield (
+        "links: characters of c",
+        lambda: [
+            (r.input, r.column, r.row, r.start, r.stop, r.whole)
+            for r in trace_character_range(
+                store(), store().get_array("c", "r1"), 2, "s1", 1, 5
+            ).ranges
+        ],
+    )
     for name, (src, dst, cells) in BETWEEN.items():
         yield (
             name,
