@@ -8,7 +8,7 @@ them back through the segment's checked reads: a damaged blob raises
 :class:`~dslog_dagster.errors.LineageCorruptError` naming the file, as a cell table does.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from dslog_dagster.core.characters import CharacterLineage, CharacterTable
@@ -18,6 +18,7 @@ from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
 from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError
 
 if TYPE_CHECKING:
+    from dslog_dagster.core.format.segment import Segment
     from dslog_dagster.core.store.store import LineageStore
 
 __all__ = ["CharacterLineage", "encode_characters", "read_characters"]
@@ -100,6 +101,11 @@ def encode_characters(
     return StoredCharacters(tuple(records), whole, coarse), blobs
 
 
+def _blob_reader(op_id: str, k: int) -> "Callable[[Segment], bytes]":
+    """Reads blob ``k`` of ``op_id`` from a segment."""
+    return lambda seg: seg.blob(op_id, k)
+
+
 def read_characters(
     store: "LineageStore", op: "str | OperationRecord", output: str
 ) -> CharacterLineage:
@@ -123,9 +129,7 @@ def read_characters(
             continue
         k = len(rec.tables) + i
         try:
-            blob, rel = store.operation_files.in_segment(
-                rec.op_id, lambda seg, k=k: seg.blob(rec.op_id, k)
-            )
+            blob, rel = store.operation_files.in_segment(rec.op_id, _blob_reader(rec.op_id, k))
         except FileNotFoundError as e:
             msg = (
                 f"The lineage of operation `{rec.op_id}` is not in the store at `{store.root}` "
