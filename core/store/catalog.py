@@ -122,6 +122,18 @@ _LOCK_WORDS = ("could not set lock", "conflicting lock")
 """How DuckDB says another process holds the database file."""
 
 
+def _schema_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the catalog behind ``con`` already has this version's tables: one statement
+    instead of the schema's eight on every connection (a read pays ~2 ms less). The tables
+    and the version row are written in one transaction, so the row stands for all of them;
+    the check runs before the read's transaction because a missing table would abort it."""
+    try:
+        rows = con.execute("SELECT value FROM catalog_meta WHERE key = 'schema_version'").fetchall()
+    except duckdb.CatalogException:  # a new (or foreign) file: no catalog_meta table yet
+        return False
+    return bool(rows) and rows[0][0] == CATALOG_SCHEMA_VERSION
+
+
 def _is_damage(reason: str) -> bool:
     """Whether DuckDB's ``reason`` for refusing the catalog file means the file is damaged
     (rather than the file system refusing us — full, read-only, permission — where deleting
@@ -214,8 +226,10 @@ class LineageCatalog:
                 err: duckdb.Error = e
             else:
                 try:
+                    current = _schema_current(con)
                     con.execute("BEGIN TRANSACTION")
-                    self._ensure_schema(con)
+                    if not current:
+                        self._ensure_schema(con)
                     result = fn(con)
                     con.execute("COMMIT")
                     return result
