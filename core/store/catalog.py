@@ -264,13 +264,23 @@ class LineageCatalog:
             discard(p)
 
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        ours = {*TABLES, *INTERNAL_TABLES}
+        present = {
+            str(r[0])
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'"
+            ).fetchall()
+        } & ours
         for ddl in DDL:
             con.execute(ddl)
         rows = con.execute("SELECT value FROM catalog_meta WHERE key = 'schema_version'").fetchall()
         row = rows[0] if rows else None
         if row is not None and row[0] == CATALOG_SCHEMA_VERSION:
             return
-        if row is not None:  # an older catalog layout: drop it, the next sync re-indexes
+        # An older layout, or tables without a version row (a file from before versions, or
+        # half of ours): all of it goes and the next sync re-indexes from the files. Keeping a
+        # `segments` table whose operations are gone would hide those operations for good.
+        if row is not None or present:
             for name in (*TABLES, *INTERNAL_TABLES):
                 con.execute(f"DROP TABLE IF EXISTS {name}")
             for ddl in DDL:
