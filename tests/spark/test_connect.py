@@ -25,6 +25,8 @@ from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.spark import capture_frames
 from dslog_dagster.spark.connect import is_connect
 
+pytestmark = [pytest.mark.connect, pytest.mark.integration]
+
 START_TIMEOUT = 240.0
 
 
