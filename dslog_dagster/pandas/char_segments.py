@@ -324,12 +324,7 @@ def character_lineage(
             rel = LineageRelation.from_columns(
                 (len(vals), extent), in_shape, [o_r, o_c], [i_r, i_c]
             )
-            tables.append(
-                CharacterTable(
-                    name,
-                    input_names[key[0]],
-                    input_columns[key[0]][key[1]],
-                    compress(rel.unique(), fallback="never"),
-                )  # fmt: skip
-            )
+            table = compress(rel.unique(), fallback="never")
+            names = (input_names[key[0]], input_columns[key[0]][key[1]])
+            tables.append(CharacterTable(name, names[0], names[1], table))
     return CharacterLineage(tuple(tables), whole, coarse_cells)

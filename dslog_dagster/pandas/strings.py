@@ -257,7 +257,7 @@ class TrackedStringMethods:
         res = self._s.str.zfill(width)
         n = lengths(self._s)
         live = lengths(res) > 0
-        signed = live & np.asarray(self._s.str.match(r"[+-]").fillna(False), bool) & (n < width)
+        signed = live & np.asarray(self._s.str.slice(0, 1).isin(["+", "-"]), bool) & (n < width)
         rows = np.arange(len(res), dtype=np.int64)
         marg = np.maximum(width - n, 0)
         # piece 1: the sign (signed rows) or the whole value; piece 2: the rest of a signed value
