@@ -233,6 +233,12 @@ def _lower(cp: np.ndarray) -> np.ndarray:
     return np.asarray(np.char.lower(chars), "U1").view(np.uint32).reshape(cp.shape)
 
 
+def _keys(inp: I64, col: I64) -> list[tuple[int, int]]:
+    """The distinct ``(input, column)`` pairs of some segments (NumPy, not a set of rows)."""
+    both = np.unique(np.stack([inp, col], axis=1), axis=0) if inp.size else np.zeros((0, 2))
+    return [(int(a), int(c)) for a, c in both]
+
+
 def character_lineage(
     slots: dict[int, tuple[int, RowMap]],
     segs: Segments,
@@ -277,7 +283,8 @@ def character_lineage(
         coarse = s["coarse"][sid].copy()
         ok = coarse | (s["o"][sid] + s["n"][sid] <= out_len[orow])
         out_cp = _codepoints(vals, extent)
-        for key in {(int(a), int(c)) for a, c in zip(s["inp"][sid], s["col"][sid], strict=True)}:
+        used = _keys(s["inp"][sid], s["col"][sid])
+        for key in used:
             sel = np.flatnonzero((s["inp"][sid] == key[0]) & (s["col"][sid] == key[1]) & ~coarse)
             icp = cp_in(key)
             fits = s["i"][sid][sel] + s["n"][sid][sel] <= icp.shape[1]
@@ -298,7 +305,7 @@ def character_lineage(
         rough = np.isin(orow, bad_rows)
         if bad_rows.size:
             coarse_cells[name] = int(bad_rows.size)
-        keys = {(int(a), int(c)) for a, c in zip(s["inp"][sid], s["col"][sid], strict=True)}
+        keys = set(used)
         keys |= {k for k in contrib if k in input_values}
         for key in sorted(keys):
             sel = np.flatnonzero((s["inp"][sid] == key[0]) & (s["col"][sid] == key[1]))
@@ -324,7 +331,7 @@ def character_lineage(
             rel = LineageRelation.from_columns(
                 (len(vals), extent), in_shape, [o_r, o_c], [i_r, i_c]
             )
-            table = compress(rel.unique(), fallback="never")
+            table = compress(rel.unique(), fallback="never", progression=False)
             names = (input_names[key[0]], input_columns[key[0]][key[1]])
             tables.append(CharacterTable(name, names[0], names[1], table))
     return CharacterLineage(tuple(tables), whole, coarse_cells)
