@@ -319,15 +319,17 @@ def character_lineage(
             olen = out_len[orow[co]]
             t1 = ranges(np.zeros(co.size, np.int64), olen)
             r1 = np.repeat(co, olen)
-            n1 = s["n"][sid][r1]
-            t2 = ranges(s["i"][sid][r1], n1)
+            # a coarse cell: every character <- every character of its input cells (whole
+            # cells: the ranges under a coarse or failed placement are not vouched for)
+            in_len = lengths(input_values[key])
+            n1 = in_len[s["row"][sid][r1]]
+            t2 = ranges(np.zeros(r1.size, np.int64), n1)
             r2 = np.repeat(r1, n1)
             o_r = np.concatenate([o_r, orow[r2]])
             o_c = np.concatenate([o_c, np.repeat(t1, n1)])
             i_r = np.concatenate([i_r, s["row"][sid][r2]])
             i_c = np.concatenate([i_c, t2])
-            in_values = input_values[key]
-            in_shape = (len(in_values), int(lengths(in_values).max(initial=0)))
+            in_shape = (len(in_len), int(in_len.max(initial=0)))
             rel = LineageRelation.from_columns(
                 (len(vals), extent), in_shape, [o_r, o_c], [i_r, i_c]
             )

@@ -388,3 +388,25 @@ def _pairs_or_empty(cap: Any, column: str) -> Pairs:
     if column not in cap.characters.columns():
         return set()
     return _pairs(cap, column, "line")
+
+
+def test_a_placement_that_does_not_check_out_is_coarse() -> None:
+    """The check against the values: a wrong offset makes the cell coarse (whole input cell),
+    never wrong pairs."""
+    from dslog_dagster.pandas import char_segments as cs
+
+    segs, slots = cs.Segments(), {}
+    values = pd.Series(["abc", "xyz"])
+    s0 = cs.input_chars(segs, slots, 0, 0, values)
+    assert s0 is not None
+    out = pd.Series(["ab", "yz"])
+    rows = np.arange(2, dtype=np.int64)
+    zero = np.zeros(2, np.int64)
+    # row 0 is placed right; row 1 claims 'yz' is characters 0:2 of 'xyz' (it is 1:3)
+    slot = cs.compose(segs, slots, s0, rows, rows, zero, zero, np.full(2, 2), 2, np.ones(2, bool))
+    lin = cs.character_lineage(
+        slots, segs, [("o", slot, {(0, 0)})], [out], ["input0"], [["line"]], {(0, 0): values}
+    )
+    assert lin.coarse_cells == {"o": 1}
+    got = {tuple(int(v) for v in p) for p in lin.table("o", "input0", "line").decompress().pairs()}
+    assert got == {(0, 0, 0, 0), (0, 1, 0, 1)} | {(1, o, 1, i) for o in range(2) for i in range(3)}
