@@ -410,3 +410,25 @@ def test_a_placement_that_does_not_check_out_is_coarse() -> None:
     assert lin.coarse_cells == {"o": 1}
     got = {tuple(int(v) for v in p) for p in lin.table("o", "input0", "line").decompress().pairs()}
     assert got == {(0, 0, 0, 0), (0, 1, 0, 1)} | {(1, o, 1, i) for o in range(2) for i in range(3)}
+
+
+VALUE = st.one_of(st.none(), st.text(alphabet=st.sampled_from("ab -é😀1+\t"), max_size=9))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(VALUE, VALUE), min_size=1, max_size=6))
+def test_random_strings_every_method_against_reference(rows) -> None:
+    df = pd.DataFrame({"line": [a for a, _ in rows], "b": [b for _, b in rows]})
+
+    def f(d: Any) -> Any:
+        return d.assign(**{name: fn(d) for name, (fn, _) in METHODS.items()})
+
+    cap = _run(f, df)
+    assert cap.characters.coarse_cells == {}
+    for name, (_, place) in METHODS.items():
+        for in_col in ("line", "b"):
+            want = _expected(df, place, in_col)
+            has = (name, "input0", in_col) in {
+                (t.column, t.input, t.input_column) for t in cap.characters.tables
+            }
+            assert (_pairs(cap, name, in_col) if has else set()) == want, (name, in_col)
