@@ -235,8 +235,11 @@ def _lower(cp: np.ndarray) -> np.ndarray:
 
 def _keys(inp: I64, col: I64) -> list[tuple[int, int]]:
     """The distinct ``(input, column)`` pairs of some segments (NumPy, not a set of rows)."""
-    both = np.unique(np.stack([inp, col], axis=1), axis=0) if inp.size else np.zeros((0, 2))
-    return [(int(a), int(c)) for a, c in both]
+    if not inp.size:
+        return []
+    width = int(col.max()) + 1
+    both = np.unique(inp * width + col)
+    return [(int(k // width), int(k % width)) for k in both]
 
 
 def character_lineage(
