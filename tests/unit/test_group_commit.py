@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -49,10 +48,10 @@ class FsyncLog:
 
 
 @pytest.fixture
-def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncLog]:
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> FsyncLog:
     log = FsyncLog()
     monkeypatch.setattr(os, "fsync", log)
-    yield log
+    return log
 
 
 def _inode(path: Path) -> tuple[int, int]:
@@ -88,7 +87,8 @@ def test_writes_are_visible_at_once_and_flushed_only_by_the_committer(
     fsyncs.calls.clear()  # the store id, flushed once when the store is made
     _write(store, 3)
     assert fsyncs.calls == []  # nothing flushed on the writer's path
-    assert store.committer is not None and store.committer.pending() > 0
+    assert store.committer is not None
+    assert store.committer.pending() > 0
     # another process reads the lineage now, before any flush
     code = textwrap.dedent(
         f"""
