@@ -3,6 +3,7 @@ the next step and by other processes), no lineage fsync runs inside a step, and 
 flushes every lineage file and directory the run published."""
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from dslog_dagster import DSLogIOManager, tracked_asset
+from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
 from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.store import group_commit as gc
 from dslog_dagster.io_managers import metadata as m
@@ -91,3 +92,37 @@ def test_a_group_committed_run_flushes_at_its_end_not_in_its_steps(
     after = [v for k, v in events[first_flush:] if k == "fsync"]
     assert set(new.values()) <= {i for i, _ in after}  # every new lineage file's bytes
     assert {os.path.dirname(p) for p in new} <= {p for _, p in after}  # and its directory
+
+
+def test_lineage_lost_in_a_power_loss_fails_the_checks_saying_so(
+    instance: dg.DagsterInstance, store_dir: str
+) -> None:
+    """A step's lineage lost as a power loss before the flush would lose it (its segment, and
+    its array record with it or not): the readable check fails, and says group commit may be
+    why."""
+    from dslog_dagster.assets import lineage_checks
+    from dslog_dagster.assets.checks import CHECK_READABLE
+    from dslog_dagster.naming import array_name
+    from tests.dagster.pipeline import PIPELINE, SMOOTHED
+
+    dslog = DSLogResource(store_dir=store_dir, group_commit=True)
+    checks = lineage_checks([SMOOTHED])
+    res = dg.materialize([*PIPELINE, *checks], instance=instance, resources={"dslog": dslog})
+    assert all(e.passed for e in res.get_asset_check_evaluations())
+    store = DSLog(store_dir).store
+    name = array_name(SMOOTHED)
+    (op,) = [op for op in store.operations() if op.outputs[0].name == name]
+    Path(store_dir, "operations", f"{op.op_id}.parquet").unlink()
+    for also_the_array in (False, True):
+        if also_the_array:
+            shutil.rmtree(store.layout.array_dir(name))
+        res = dg.materialize(
+            [*PIPELINE, *checks],
+            instance=instance,
+            resources={"dslog": dslog},
+            selection=dg.AssetSelection.checks_for_assets(SMOOTHED),
+        )
+        (e,) = [e for e in res.get_asset_check_evaluations() if e.check_name == CHECK_READABLE]
+        assert not e.passed
+        assert "group_commit: a power loss before the flush" in e.description
+        assert "materialize it again" in e.description
