@@ -43,7 +43,7 @@ import numpy as np
 
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query.cells import CellSet
-from dslog_dagster.core.query.engine import query_path
+from dslog_dagster.core.query.engine import Direction, query_path
 from dslog_dagster.errors import QueryError
 
 __all__ = [
@@ -133,27 +133,39 @@ def ranges_of(cells: CellSet, input: str, column: str) -> list[CharacterRange]:
 
 
 def trace_characters(
-    table: LineageTable, input: str, column: str, row: int, start: int = 0, stop: int | None = None
+    table: LineageTable,
+    input: str,
+    column: str,
+    row: int,
+    start: int = 0,
+    stop: int | None = None,
+    direction: Direction = "backward",
 ) -> list[CharacterRange]:
     """The input characters that output characters ``start:stop`` (default: all) of output
     row ``row`` come from, through one character table, as maximal ranges per input row.
     One backward hop of the ordinary query engine over the ``(row, character)`` spaces.
 
+    ``direction="forward"`` reads the table the other way: ``row`` and ``start:stop`` are then
+    characters of the *input*, and the answer the output characters made from them
+    (``input``/``column`` name the output in the ranges returned).
+
     Raises:
-        QueryError: the row or the range is outside the table's output space.
+        QueryError: the row or the range is outside the table's character space.
     """
-    n_rows, extent = table.out_shape
+    space = table.out_shape if direction == "backward" else table.in_shape
+    n_rows, extent = space
     stop = extent if stop is None else stop
     if not (0 <= row < n_rows) or not (0 <= start <= stop <= extent):
+        side = "output" if direction == "backward" else "input"
         msg = (
-            f"Characters {start}:{stop} of row {row} are outside the output's character "
+            f"Characters {start}:{stop} of row {row} are outside the {side}'s character "
             f"space of {n_rows} rows × {extent} characters."
         )
         raise QueryError(msg)
     if start == stop:
         return []
-    cells = CellSet.from_ranges(table.out_shape, [[row, start]], [[row + 1, stop]])
-    return ranges_of(query_path([(table, "backward")], cells), input, column)
+    cells = CellSet.from_ranges(space, [[row, start]], [[row + 1, stop]])
+    return ranges_of(query_path([(table, direction)], cells), input, column)
 
 
 def trace_cell(

@@ -25,7 +25,7 @@ from dslog_dagster.core.on_demand import DEFERRED, deferred_error
 from dslog_dagster.core.query import CellSet, PreparedHop, prepare, run_hops
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 
-__all__ = ["Crossing", "Trace", "TraceDirection", "producer_of", "trace"]
+__all__ = ["Crossing", "Trace", "TraceDirection", "producer_of", "readers_of", "trace"]
 
 TraceDirection = Literal["backward", "forward"]
 
@@ -102,6 +102,11 @@ def producer_of(store: LineageStore, array: ArrayRecord) -> OperationRecord | No
     """The operation that produced ``array`` (its most recent producer; ``None``: a source)."""
     ops = _edges(store, [array.array_id], "output")[array.array_id]
     return ops[0] if ops else None
+
+
+def readers_of(store: LineageStore, array: ArrayRecord) -> list[OperationRecord]:
+    """The operations that read ``array`` (oldest first)."""
+    return _edges(store, [array.array_id], "input")[array.array_id]
 
 
 def trace(

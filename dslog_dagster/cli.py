@@ -205,6 +205,8 @@ def _query(args: argparse.Namespace) -> int:
     from dslog_dagster.core.query.cellspec import cells_from_spec
     from dslog_dagster.naming import array_name
 
+    if args.chars is not None:
+        return _character_query(args)
     log = DSLog(_store(args.store))
     names = list(args.path)
     if len(names) < 2:
@@ -268,6 +270,69 @@ def _query(args: argparse.Namespace) -> int:
             columns.append("columns")
         _emit(rows, columns, args.format)
     print(f"{result.count()} cell(s) in {result.n_boxes} box(es)", file=sys.stderr)
+    return 0
+
+
+def _character_query(args: argparse.Namespace) -> int:
+    """``dslog query STORE ARRAY --cells ROW,COLUMN --chars START:STOP``: which characters
+    of which cells, walked to the sources (or, ``--direction forward``, to the sinks)."""
+    from dslog_dagster.core.character_trace import trace_character_range
+    from dslog_dagster.core.query.cellspec import cells_from_spec
+    from dslog_dagster.naming import array_name
+
+    if len(args.path) != 1 or args.between or args.engine != "native" or args.output:
+        msg = (
+            "--chars takes one array (the walk goes to the sources, or with --direction "
+            "forward to the sinks), without --between, --engine spark or --output."
+        )
+        raise DSLogError(msg)
+    store = _store(args.store)
+    part = args.partition[0] if args.partition else None
+    array = store.get_array(array_name(args.path[0], part or None))
+    cells = cells_from_spec(array.shape, args.cells or [":"], columns=array.column_names)
+    idx = cells.to_indices()
+    if len(idx) != 1 or array.column_names is None:
+        msg = (
+            f"--chars needs exactly one cell of a frame (`--cells ROW,COLUMN`); "
+            f"`{array.name}` got {len(idx)} cell(s)"
+            + ("" if array.column_names is not None else " and has no column names")
+            + "."
+        )
+        raise DSLogError(msg)
+    lo, _, hi = str(args.chars).partition(":")
+    try:
+        start, stop = int(lo or 0), (int(hi) if hi else None)
+    except ValueError as e:
+        msg = f"--chars is START:STOP in characters (e.g. 3:7, or : for all), not {args.chars!r}."
+        raise DSLogError(msg) from e
+    row, col = (int(v) for v in idx[0])
+    direction = "forward" if args.direction == "forward" else "backward"
+    got = trace_character_range(
+        store, array, row, array.column_names[col], start, stop, direction=direction
+    )
+    for f in got.fallbacks:
+        print(
+            f"whole cells: `{f.op_name}` has no character lineage for `{f.array}.{f.column}` "
+            f"({f.reason})",
+            file=sys.stderr,
+        )
+    if args.count:
+        _emit([{"ranges": len(got.ranges)}], ["ranges"], args.format)
+        return 0
+    rows = [
+        {
+            "array": r.input,
+            "column": r.column,
+            "row": r.row,
+            "start": r.start,
+            "stop": r.stop,
+            "whole": r.whole,
+        }
+        for r in got.ranges
+    ]
+    _emit(rows, ["array", "column", "row", "start", "stop", "whole"], args.format)
+    exact = "exact" if got.exact else "with whole-cell fallbacks"
+    print(f"{len(rows)} character range(s) over {got.hops} hop(s), {exact}", file=sys.stderr)
     return 0
 
 
@@ -495,7 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  dslog query data/.dslog images/hot images/smoothed images/raw --cells 0:2,0:2\n"
         "  dslog query data/.dslog images/hot images/raw --between --cells 5,7 --count\n"
         "  dslog query data/.dslog totals counts --partition '' --partition 2026-11-21 \\\n"
-        "      --cells 1 --format json\n",
+        "      --cells 1 --format json\n"
+        "  dslog query data/.dslog words --cells 4,word --chars 0:3\n",
         _query,
         formats=True,
     )
@@ -642,6 +708,13 @@ def _query_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--output", help="write the boxes to this Parquet file instead of stdout")
     p.add_argument("--count", action="store_true", help="print only the number of cells")
+    p.add_argument(
+        "--chars",
+        metavar="START:STOP",
+        help="character lineage: characters START:STOP (':' for all) of the one string cell "
+        "--cells ROW,COLUMN of one array, walked to the sources (--direction forward: the "
+        "sinks); a hop without character lineage answers whole cells and says so",
+    )
 
 
 @contextmanager

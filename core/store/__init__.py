@@ -11,6 +11,9 @@ files are published), :mod:`~dslog_dagster.core.store.arrays` and
 """
 
 from dslog_dagster.core.store.catalog import LineageCatalog as LineageCatalog
+from dslog_dagster.core.store.char_records import CharTableRecord as CharTableRecord
+from dslog_dagster.core.store.char_records import StoredCharacters as StoredCharacters
+from dslog_dagster.core.store.char_tables import read_characters as read_characters
 from dslog_dagster.core.store.compaction import COMPACT_MAX_OP_BYTES as COMPACT_MAX_OP_BYTES
 from dslog_dagster.core.store.compaction import COMPACT_PACK_BYTES as COMPACT_PACK_BYTES
 from dslog_dagster.core.store.compaction import CompactionResult as CompactionResult
@@ -28,12 +31,15 @@ __all__ = [
     "COMPACT_PACK_BYTES",
     "STORE_SCHEMA_VERSION",
     "ArrayRecord",
+    "CharTableRecord",
     "CompactionResult",
     "LineageCatalog",
     "LineageStore",
     "NewArray",
     "OperationRecord",
     "PreparedOperation",
+    "StoredCharacters",
     "TableRecord",
+    "read_characters",
     "read_store_id",
 ]

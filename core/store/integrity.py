@@ -98,7 +98,8 @@ def _check_segment(
                 report.unverified.append(rel)
             for op_id, text in seg.records():
                 record = ops.parse(text, rel, op_id)
-                for k in range(len(record.tables)):
+                n_chars = len(record.characters.tables) if record.characters else 0
+                for k in range(len(record.tables) + n_chars):  # cell, then character tables
                     table_from_blob(seg.blob(op_id, k), str(path))
             if seg.bad_rows:
                 report.damaged[rel] = next(iter(seg.bad_rows.values()))

@@ -20,6 +20,7 @@ from dslog_dagster.core.format import segment
 from dslog_dagster.core.format.blob import table_to_blob
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.store.char_records import StoredCharacters
 from dslog_dagster.core.store.records import (
     TIMING_COMPRESS,
     TIMING_ENCODE,
@@ -127,9 +128,11 @@ def operation_segment(
     capture_method: str,
     timings: dict[str, float],
     tables: list[EncodedTable],
+    characters: tuple[StoredCharacters | None, list[bytes]] = (None, []),
 ) -> tuple[OperationRecord, str, bytes]:
     """A new operation: its record (with a fresh op id), its segment's root-relative path
-    and the segment's bytes.
+    and the segment's bytes (``characters``: the record and blobs of its character tables,
+    stored after the cell tables, see :mod:`~dslog_dagster.core.store.char_records`).
 
     ``op_id`` starts with a nanosecond timestamp and ends with a random UUID, so ids are
     unique across processes and sort by time.
@@ -150,10 +153,11 @@ def operation_segment(
         )
         for t in tables
     )
+    chars, char_blobs = characters
     record = OperationRecord(
-        op_id, op_name, inputs, outputs, args, capture_method, timings, created, records
+        op_id, op_name, inputs, outputs, args, capture_method, timings, created, records, chars
     )
     data = segment.segment_to_bytes(
-        [(op_id, json.dumps(record.to_json()), [t.blob for t in tables])]
+        [(op_id, json.dumps(record.to_json()), [*(t.blob for t in tables), *char_blobs])]
     )
     return record, rel, data

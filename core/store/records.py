@@ -26,6 +26,7 @@ import numpy as np
 from dslog_dagster.core.format.checksum import json_checksum
 from dslog_dagster.core.format.segment import CHECKED_MINOR, SEGMENT_SCHEMA_VERSION
 from dslog_dagster.core.relation import Shape, as_shape
+from dslog_dagster.core.store.char_records import StoredCharacters
 from dslog_dagster.errors import (
     InvalidRelationError,
     LineageCorruptError,
@@ -194,6 +195,8 @@ class OperationRecord:
     timings: dict[str, float]
     created_at: datetime
     tables: tuple[TableRecord, ...]
+    #: character-range lineage (its tables are blobs after the cell tables), or None
+    characters: StoredCharacters | None = None
 
     def table(self, output: str, input: str) -> TableRecord:
         """The table record for ``(output, input)``.
@@ -225,6 +228,7 @@ class OperationRecord:
             "timings": self.timings,
             "created_at": self.created_at.isoformat(),
             "tables": [t.to_json() for t in self.tables],
+            **({"characters": self.characters.to_json()} if self.characters else {}),
         }
 
     @classmethod
@@ -253,6 +257,7 @@ class OperationRecord:
                 )
                 for t in d["tables"]
             ),
+            characters=StoredCharacters.from_json(d.get("characters")),
         )
 
 

@@ -4,17 +4,15 @@ The files are the source of truth and are never modified once visible (the direc
 described in :mod:`~dslog_dagster.core.store.layout`). :class:`LineageStore` coordinates the
 pieces of this package:
 
-* :mod:`~dslog_dagster.core.store.records` — the records and the validation of what users
-  pass;
-* :mod:`~dslog_dagster.core.store.layout` and :mod:`~dslog_dagster.core.store.files` — where
-  files live, and how they are published (atomically, flushed);
+* :mod:`~dslog_dagster.core.store.records` — the records and the validation of inputs;
+* :mod:`~dslog_dagster.core.store.layout`, :mod:`~dslog_dagster.core.store.files` — where
+  files live, how they are published (atomically, flushed);
 * :mod:`~dslog_dagster.core.store.arrays` and :mod:`~dslog_dagster.core.store.operations` —
   the array records and the operations' segments, read through per-handle caches;
-* :mod:`~dslog_dagster.core.store.lineage` — an operation's lineage checked, compressed and
-  encoded in memory;
-* :mod:`~dslog_dagster.core.store.compaction` — packing small segments;
-* :mod:`~dslog_dagster.core.store.catalog` — the DuckDB index for listing and SQL (writers
-  never depend on it).
+* :mod:`~dslog_dagster.core.store.lineage` (and ``char_tables`` for character tables) — an
+  operation's lineage checked, compressed and encoded in memory;
+* :mod:`~dslog_dagster.core.store.compaction` — packing small segments; and
+  :mod:`~dslog_dagster.core.store.catalog` — the DuckDB index (writers never depend on it).
 
 **Segments** (:mod:`dslog_dagster.core.format.segment`) are Parquet files with one row per
 operation: the operation record (JSON) and one self-describing blob per lineage table. A
@@ -60,6 +58,7 @@ from dslog_dagster.core.relation import LineageRelation, as_shape
 from dslog_dagster.core.store import files
 from dslog_dagster.core.store.arrays import ArrayFiles
 from dslog_dagster.core.store.catalog import LineageCatalog
+from dslog_dagster.core.store.char_tables import CharacterLineage, encode_characters
 from dslog_dagster.core.store.compaction import (
     COMPACT_MAX_OP_BYTES,
     COMPACT_PACK_BYTES,
@@ -297,6 +296,7 @@ class LineageStore:
         args: Mapping[str, Any] | None = None,
         capture_method: str = "user",
         timings: Mapping[str, float] | None = None,
+        characters: "Mapping[str, CharacterLineage] | None" = None,
     ) -> OperationRecord:
         """Register one execution of an operation with its lineage, atomically:
         :meth:`prepare_operation` (the arguments and errors are documented there), then
@@ -310,7 +310,7 @@ class LineageStore:
             The stored :class:`OperationRecord`.
         """
         return self.prepare_operation(
-            op_name, inputs, outputs, lineage, args, capture_method, timings
+            op_name, inputs, outputs, lineage, args, capture_method, timings, characters
         ).commit()
 
     def prepare_operation(
@@ -322,14 +322,13 @@ class LineageStore:
         args: Mapping[str, Any] | None = None,
         capture_method: str = "user",
         timings: Mapping[str, float] | None = None,
+        characters: "Mapping[str, CharacterLineage] | None" = None,
     ) -> "PreparedOperation":
         """The first half of :meth:`register_operation`: validate, compress and encode
         everything, and write and flush the operation's segment under ``.staging/``, where no
         reader looks. Nothing is visible until :meth:`PreparedOperation.commit` publishes it
-        (or :meth:`PreparedOperation.abort` drops it).
-
-        So a writer can flush the segment while it does other work (the IO manager stores the
-        asset's value meanwhile) and publish it only after that succeeded.
+        (or :meth:`PreparedOperation.abort` drops it), so a writer flushes the segment while
+        it does other work (the IO manager stores the value) and publishes it after that.
 
         Args:
             op_name: operation name (e.g. ``"numpy.add"`` or an asset's op name).
@@ -344,6 +343,8 @@ class LineageStore:
                 ``"spark"``, ``"all-to-all"``, ...).
             timings: seconds spent in capture steps. ``compress_s`` and ``encode_s`` are
                 measured here and added to any value passed in under those keys.
+            characters: output name -> its character-range lineage (tables' ``input`` name
+                input arrays); read back with :func:`~dslog_dagster.core.store.read_characters`.
 
         Returns:
             The :class:`PreparedOperation` (its ``record`` is what ``commit`` stores).
@@ -371,13 +372,14 @@ class LineageStore:
         by_in = {r.name: r for r in ins}
         by_out = {r.name: r for r in outs}
         tables = encode_lineage(op_name, lineage, by_out, by_in, timings_json)
+        chars = encode_characters(op_name, characters or {}, by_out, by_in)
         record, rel, segment = operation_segment(
-            op_name, ins, outs, args_json, capture_method, timings_json, tables
+            op_name, ins, outs, args_json, capture_method, timings_json, tables, chars
         )
         # 2. write and flush the segment under .staging; commit() publishes it with one
         # rename (linking it first as the record of each new output array: one flushed file)
         tmp = self._stage(segment, record.op_id)
-        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings)
+        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings, characters)
         return PreparedOperation(self, tmp, rel, record, new_outs, retry)
 
     def _stage(self, segment: bytes, op_id: str) -> Path:
@@ -415,7 +417,7 @@ class LineageStore:
                 self.root / rel, tmp, prepared.new_outs, op_id, prepared if aside else None
             ):
                 # another writer registered an output meanwhile: its record stands
-                op_name, inputs, outputs, lineage, args, capture_method, timings = prepared.retry
+                op_name, inputs, outputs, lineage, args, method, timings, chars = prepared.retry
                 registered = [
                     self.register_array(a.name, a.shape, a.dtype, a.asset_key, a.version)
                     if isinstance(a, NewArray)
@@ -423,7 +425,7 @@ class LineageStore:
                     for a in outputs
                 ]
                 return self.register_operation(
-                    op_name, inputs, registered, lineage, args, capture_method, timings
+                    op_name, inputs, registered, lineage, args, method, timings, chars
                 )
         else:
             final = self.root / rel
@@ -538,12 +540,9 @@ class LineageStore:
         output: "str | ArrayRecord",
         input: "str | ArrayRecord",
     ) -> bytes:
-        """The stored bytes of one lineage table (what
-        :func:`~dslog_dagster.core.format.blob.table_from_blob` reads).
-
-        For engines that decode tables where the work runs (the Spark query path ships the
-        blob to an executor): reading through the store survives a compaction that moves the
-        table into a pack between lookup and read, which a path handed out would not.
+        """The stored bytes of one lineage table (what ``table_from_blob`` reads), for engines
+        that decode tables where the work runs (the Spark query path ships it to an executor):
+        unlike a path handed out, it survives a compaction moving the table into a pack.
 
         Raises:
             LineageNotFoundError: no such operation or table.

@@ -121,57 +121,100 @@ def _all_chars(k: int, col: Column) -> Column:
     return F.when(F.length(col) > 0, chars).otherwise(empty)
 
 
-def _pairs(joined: DataFrame, col: _Column, leaf_names: Mapping[Leaf, str]) -> DataFrame:
-    """Column ``col``'s character pairs ``(k, o, oc, r, ic)`` from the joined ``(o, ov<j>,
-    r, <leaf columns>)`` rows, plus one marker ``(-1 - j, o, 0, 0, 0)`` per coarse pair."""
-    ov = F.col(f"ov{col.j}")
-    leaf_cols = {
-        leaf: (k, F.col(leaf_names[leaf])) for leaf, k in zip(col.leaves, col.keys, strict=True)
-    }
-    leaf_names_used = [F.col(leaf_names[x]) for x in col.leaves]
-    # three selects: each value is computed once (Spark does not merge a projection into the
-    # next when that would copy an expensive expression)
-    cands = joined.select(
-        "o", "r", ov.alias("ov"), *leaf_names_used, candidates(col.term, leaf_cols).alias("cs")
+def _seg_pairs(g: Column) -> Column:
+    """The ``(k, oc, ic)`` character pairs of one segment ``(o, i, n, c)``."""
+    return F.transform(
+        F.sequence(F.lit(0), g["n"] - 1),
+        lambda t: F.struct(
+            g["c"].alias("k"),
+            (g["o"] + t).cast("long").alias("oc"),
+            (g["i"] + t).cast("long").alias("ic"),
+        ),
     )
-    ov = F.col("ov")
-    matched = cands.select(
-        "o", "r", "ov", *leaf_names_used, F.filter("cs", lambda c: c["v"] == ov).alias("m")
-    )
-    m = F.col("m")
+
+
+def _column_pairs(col: _Column, leaf_names: Mapping[Leaf, str]) -> Column:
+    """Column ``col``'s ``(k, oc, ic)`` pairs on one joined row, from its ``ov<j>`` (the output
+    value) and ``m<j>`` (the matching candidates): the matched segments' characters, or, for a
+    coarse cell, every output character to every character of the leaves plus one marker
+    ``(-1 - j, 0, 0)``."""
+    ov, m = F.col(f"ov{col.j}"), F.col(f"m{col.j}")
     coarse = (
         ov.isNotNull()
         & (F.length(ov) > 0)
         & ((F.size(m) == 0) | F.exists(m, lambda c: c["s"].isNull()))
     )
-    flagged = matched.select("*", coarse.alias("coarse"))
-    exact = (
-        flagged.where(~F.col("coarse"))
-        .select("o", "r", F.explode(F.flatten(F.transform("m", lambda c: c["s"]))).alias("g"))
-        .where(F.col("g.n") > 0)
-        .select("o", "r", "g", F.explode(F.sequence(F.lit(0), F.col("g.n") - 1)).alias("t"))
-        .select(
-            F.col("g.c").alias("k"),
-            "o",
-            (F.col("g.o") + F.col("t")).alias("oc"),
-            "r",
-            (F.col("g.i") + F.col("t")).alias("ic"),
+    segs = F.filter(F.flatten(F.transform(m, lambda c: c["s"])), lambda g: g["n"] > 0)
+    exact = F.flatten(F.transform(segs, _seg_pairs))
+    every = F.flatten(
+        F.array(
+            *[
+                _all_chars(k, F.col(leaf_names[x]))
+                for x, k in zip(col.leaves, col.keys, strict=True)
+            ]
         )
     )
-    every = F.flatten(F.array(*[_all_chars(k, c) for k, c in leaf_cols.values()]))
-    rough = flagged.where(F.col("coarse"))
-    whole = (
-        rough.select("o", "r", "ov", F.explode(every).alias("x"))
-        .select("o", "r", "x", F.explode(F.sequence(F.lit(0), F.length("ov") - 1)).alias("oc"))
-        .select(F.col("x.c").alias("k"), "o", "oc", "r", F.col("x.ic").alias("ic"))
+    whole = F.flatten(
+        F.transform(
+            every,
+            lambda x: F.transform(
+                F.sequence(F.lit(0), F.length(ov) - 1),
+                lambda t: F.struct(
+                    x["c"].alias("k"), t.cast("long").alias("oc"), x["ic"].cast("long").alias("ic")
+                ),
+            ),
+        )
     )
     zero = F.lit(0).cast("long")
-    marks = rough.select(F.lit(-1 - col.j).alias("k"), "o", zero.alias("oc"), "r", zero.alias("ic"))
-    typed = [
-        d.select(F.col("k").cast("int"), *[F.col(n).cast("long") for n in ("o", "oc", "r", "ic")])
-        for d in (exact, whole, marks)
-    ]
-    return typed[0].unionByName(typed[1]).unionByName(typed[2])
+    mark = F.array(F.struct(F.lit(-1 - col.j).alias("k"), zero.alias("oc"), zero.alias("ic")))
+    return F.when(coarse, F.concat(whole, mark)).otherwise(exact)
+
+
+def _matching(j: int) -> Column:
+    """``m<j>``: the candidates ``cs<j>`` whose value equals the output value ``ov<j>``."""
+    ov = F.col(f"ov{j}")
+    return F.filter(f"cs{j}", lambda x: x["v"] == ov).alias(f"m{j}")
+
+
+def _pairs(
+    joined: DataFrame, members: Sequence[_Column], leaf_names: Mapping[Leaf, str]
+) -> DataFrame:
+    """Every member column's character pairs ``(k, o, oc, r, ic)`` from the joined ``(o,
+    ov<j>..., r, <leaf columns>)`` rows, in one projection and one explode (no union: each
+    row's candidates are computed once for all columns), plus one marker ``(-1 - j, o, 0, r,
+    0)`` per coarse pair of rows."""
+    leaf_cols = [F.col(n) for n in sorted(set(leaf_names.values()))]
+    ovs = [F.col(f"ov{c.j}") for c in members]
+    # three selects: each value is computed once (Spark does not merge a projection into the
+    # next when that would copy an expensive expression)
+    cands = joined.select(
+        "o",
+        "r",
+        *ovs,
+        *leaf_cols,
+        *[
+            candidates(
+                c.term,
+                {x: (k, F.col(leaf_names[x])) for x, k in zip(c.leaves, c.keys, strict=True)},
+            ).alias(f"cs{c.j}")
+            for c in members
+        ],
+    )
+    matched = cands.select(
+        "o",
+        "r",
+        *ovs,
+        *leaf_cols,
+        *[_matching(c.j) for c in members],
+    )
+    every = F.concat(*[_column_pairs(c, leaf_names) for c in members])
+    return matched.select("o", "r", F.explode(every).alias("p")).select(
+        F.col("p.k").cast("int").alias("k"),
+        F.col("o").cast("long"),
+        F.col("p.oc").alias("oc"),
+        F.col("r").cast("long"),
+        F.col("p.ic").alias("ic"),
+    )
 
 
 def _compressor(
@@ -315,7 +358,7 @@ def character_lineage(
             *[F.col(quoted(inputs[i].columns[u])).alias(f"l{u}") for u in used],
         )
         joined = row_pairs(spark, members[0].rows).join(left, "o").join(right, "r")
-        pieces += [_pairs(joined, c, leaf_names) for c in members]
+        pieces.append(_pairs(joined, members, leaf_names))
     everything = pieces[0]
     for p in pieces[1:]:
         everything = everything.unionByName(p)

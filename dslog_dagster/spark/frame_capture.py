@@ -7,7 +7,7 @@ the capture as one operation in a lineage store, and releases what the pass kept
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
@@ -203,6 +203,10 @@ class FrameCapture:
                 shapes.
             considered: register the considered tables instead of the contributing ones.
             version: version of the output array (e.g. the Dagster run id).
+
+        The output array is registered with its schema, and a capture made with
+        ``characters=True`` stores its character tables with the operation (query them with
+        :func:`~dslog_dagster.core.character_trace.trace_character_range`).
         """
         store: LineageStore = log.store if isinstance(log, DSLog) else log
         if inputs is None:
@@ -226,9 +230,14 @@ class FrameCapture:
                 raise InvalidRelationError(msg)
 
             in_recs.append(rec)
-        out = store.register_array(output, self.shape, "float64", version=version)
+        schema = [(c, str(t)) for c, t in self.frame.dtypes]
+        out = store.register_array(output, self.shape, "float64", version=version, columns=schema)
         tables = self.considered if considered else self.contributing
         lineage = {(output, names[k]): t for k, t in tables.items()}
+        chars = None
+        if self.characters is not None and not considered:  # characters are contributing
+            renamed = tuple(replace(t, input=names[t.input]) for t in self.characters.tables)
+            chars = {output: replace(self.characters, tables=renamed)}
         op = store.register_operation(
             op_name,
             in_recs,
@@ -237,6 +246,7 @@ class FrameCapture:
             args={**(args or {}), "considered": considered, "flagged": self.flagged},
             capture_method="spark-all-to-all" if self.flagged else "spark",
             timings=self.timings,
+            characters=chars,
         )
         return op
 
