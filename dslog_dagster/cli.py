@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dslog_dagster._version import __version__
 from dslog_dagster.errors import DSLogError, LineageStorageError
@@ -306,7 +306,9 @@ def _character_query(args: argparse.Namespace) -> int:
         msg = f"--chars is START:STOP in characters (e.g. 3:7, or : for all), not {args.chars!r}."
         raise DSLogError(msg) from e
     row, col = (int(v) for v in idx[0])
-    direction = "forward" if args.direction == "forward" else "backward"
+    direction: Literal["forward", "backward"] = (
+        "forward" if args.direction == "forward" else "backward"
+    )
     got = trace_character_range(
         store, array, row, array.column_names[col], start, stop, direction=direction
     )

@@ -9,7 +9,7 @@ them back through the segment's checked reads: a damaged blob raises
 """
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dslog_dagster.core.characters import CharacterLineage, CharacterTable
 from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
@@ -122,10 +122,12 @@ def read_characters(
         if t.output != output:
             continue
         k = len(rec.tables) + i
+
+        def read(seg: Any, k: int = k) -> Any:
+            return seg.blob(rec.op_id, k)
+
         try:
-            blob, rel = store.operation_files.in_segment(
-                rec.op_id, lambda seg, k=k: seg.blob(rec.op_id, k)
-            )
+            blob, rel = store.operation_files.in_segment(rec.op_id, read)
         except FileNotFoundError as e:
             msg = (
                 f"The lineage of operation `{rec.op_id}` is not in the store at `{store.root}` "
