@@ -9,7 +9,7 @@ them back through the segment's checked reads: a damaged blob raises
 """
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dslog_dagster.core.characters import CharacterLineage, CharacterTable
 from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
@@ -18,7 +18,21 @@ from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
 from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError
 
 if TYPE_CHECKING:
-    from dslog_dagster.core.store.store import LineageStore
+    from pathlib import Path
+
+    from dslog_dagster.core.store.operations import OperationFiles
+
+
+class _Store(Protocol):
+    """What :func:`read_characters` uses of a
+    :class:`~dslog_dagster.core.store.store.LineageStore` (named structurally: the store
+    imports this module to register character tables)."""
+
+    root: "Path"
+    operation_files: "OperationFiles"
+
+    def get_operation(self, op_id: str) -> OperationRecord: ...
+
 
 __all__ = ["CharacterLineage", "encode_characters", "read_characters"]
 
@@ -100,9 +114,7 @@ def encode_characters(
     return StoredCharacters(tuple(records), whole, coarse), blobs
 
 
-def read_characters(
-    store: "LineageStore", op: "str | OperationRecord", output: str
-) -> CharacterLineage:
+def read_characters(store: _Store, op: "str | OperationRecord", output: str) -> CharacterLineage:
     """The character lineage of ``op``'s output ``output`` as it was registered (tables'
     ``input`` name the input arrays); empty when the operation has none.
 
