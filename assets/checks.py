@@ -124,6 +124,16 @@ def _meta_text(metadata: Mapping[str, Any], key: str) -> str | None:
     return None if v is None else str(getattr(v, "value", v))
 
 
+def _lost(log: DSLog) -> str:
+    """What a store with group commit adds to a "no lineage" message (empty otherwise)."""
+    if not log.store.group_commit:
+        return ""
+    return (
+        " (This store uses group_commit: a power loss before the flush also loses lineage "
+        "this way; if the machine went down after this run, materialize it again.)"
+    )
+
+
 def _missing_lineage(key: dg.AssetKey, name: str, run_id: str, log: DSLog, mat: Any) -> str:
     """Why the store this check reads has no lineage for the materialization, and what to do."""
     what = f"`{key.to_user_string()}` (array `{name}`, version = run `{run_id}`)"
@@ -150,8 +160,8 @@ def _missing_lineage(key: dg.AssetKey, name: str, run_id: str, log: DSLog, mat: 
         found = f"that store has no array `{name}`"
     return (
         f"The IO manager recorded lineage for {what} (dslog/obtained = {obtained}), but "
-        f"{here} and {found}: the IO manager wrote it to another store. Give the IO manager "
-        "the DSLogResource bound under `dslog` (DSLogIOManager(dslog=dslog, ...) or "
+        f"{here} and {found}: the IO manager wrote it to another store.{_lost(log)} Give the "
+        "IO manager the DSLogResource bound under `dslog` (DSLogIOManager(dslog=dslog, ...) or "
         "with_lineage(io, dslog)), or the same store_dir and $DSLOG_STORE, and materialize "
         "again."
     )
@@ -255,6 +265,7 @@ def _check_readable(log: DSLog, loc: _Located) -> dg.AssetCheckResult:
                 f"Array `{loc.array.name}` version `{loc.run_id}` is registered but no operation "
                 "wrote it, so it has no lineage to read. If the asset is a source, leave it out "
                 "of lineage_checks; otherwise materialize it with a tracked decorator."
+                f"{_lost(log)}"
             ),
             metadata=meta,
         )

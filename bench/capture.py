@@ -34,7 +34,9 @@ Goals: element-wise (``-x``, ``x + y``, ``np.exp``, 1M cells) ≤ 5×; whole-arr
 (standardize, min-max scale, softmax rows, ``x - x.mean()``, PCA projection onto 10
 components, 1000×1000) ≤ 30× and ≤ 2 GB; 3×3 box blur and the example's hotspot step
 (1024×1024) ≤ 15×; matmul 1000²·1000² (2·10⁹ raw pairs) finishes, ≤ 2 GB, ≤ 30×;
-``sum(axis=0)`` ≤ 15×.
+``sum(axis=0)`` ≤ 15×. Captures keep freed array blocks (up to 256 MiB) for the next capture
+(docs/concepts/capture.md, "Array memory"), so the best of runs is the steady state of a
+process that captures repeatedly; its first capture also pays for fresh pages.
 
 Run: ``.venv/bin/python bench/capture.py [--quick] [--e2e] [--reps N]``. Informational, not a
 CI gate.

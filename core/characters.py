@@ -30,11 +30,13 @@ compression need no new machinery:
   :attr:`CharacterLineage.coarse_cells`.
 
 The model is engine-neutral: a capture (Spark's in :mod:`dslog_dagster.spark.characters`,
-later pandas' string methods) fills :class:`CharacterLineage`; :func:`trace_characters`
-answers "which characters of which input cell" for a character range of one output cell.
+pandas' string methods in :mod:`dslog_dagster.pandas.char_segments`) fills
+:class:`CharacterLineage`; :func:`trace_characters` answers "which characters of which input
+cell" for a character range of one output cell, and :func:`trace_cell` does it for a capture's
+output column, falling back to whole cells.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +51,7 @@ __all__ = [
     "CharacterRange",
     "CharacterTable",
     "ranges_of",
+    "trace_cell",
     "trace_characters",
 ]
 
@@ -163,3 +166,32 @@ def trace_characters(
         return []
     cells = CellSet.from_ranges(space, [[row, start]], [[row + 1, stop]])
     return ranges_of(query_path([(table, direction)], cells), input, column)
+
+
+def trace_cell(
+    lineage: CharacterLineage,
+    column: str,
+    j: int,
+    row: int,
+    start: int,
+    stop: int | None,
+    shape: tuple[int, int],
+    contributing: Mapping[str, LineageTable],
+    input_columns: Mapping[str, Sequence[str]],
+) -> list[CharacterRange]:
+    """Characters ``start:stop`` of output cell ``(row, column)`` (column position ``j`` of an
+    output of ``shape``) through every character table of the column; a column without one
+    falls back to the whole input cells of the cell lineage ``contributing`` (``{input name:
+    table}``, inputs' column names in ``input_columns``), marked ``whole``."""
+    found = [t for t in lineage.tables if t.column == column]
+    if found:
+        out: list[CharacterRange] = []
+        for t in found:
+            out += trace_characters(t.table, t.input, t.input_column, row, start, stop)
+        return sorted(out, key=lambda r: (r.input, r.column, r.row, r.start))
+    whole: list[CharacterRange] = []
+    for name, table in contributing.items():
+        cells = CellSet.from_ranges(shape, [[row, j]], [[row + 1, j + 1]])
+        for r, c in query_path([(table, "backward")], cells).to_indices():
+            whole.append(CharacterRange(name, input_columns[name][c], int(r), 0, None, True))
+    return sorted(whole, key=lambda r: (r.input, r.column, r.row))

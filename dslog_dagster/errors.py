@@ -40,6 +40,7 @@ what was wrong and, when it is known, what to do about it.
     │                                      understand (never guessed)
     ├── ReuseError                         a provenance view cannot be used or stored
     ├── SparkUnavailableError(RuntimeError)  Java/Spark missing or the session did not start
+    │   └── SparkConnectUnsupportedError   a capture given a Spark Connect session or frame
     └── MissingExtraError(ImportError)     an optional dependency (an extra) is not installed
 
 Warnings (not errors: the call still gets correct lineage, captured instead of reused):
@@ -210,6 +211,11 @@ class UnsupportedFrameOperationError(CaptureError, NotImplementedError):
 
 class SparkUnavailableError(DSLogError, RuntimeError):
     """Spark cannot run here: no Java runtime, or the SparkSession did not start."""
+
+
+class SparkConnectUnsupportedError(SparkUnavailableError):
+    """A feature that needs a classic (py4j) SparkSession was given a Spark Connect session
+    or frame; refused before any work (see :mod:`dslog_dagster.spark.connect`)."""
 
 
 class MissingExtraError(DSLogError, ImportError):

@@ -23,9 +23,9 @@ from dslog_dagster.core.reuse import ReusePolicy, ViewRegistry
 from dslog_dagster.core.store import LineageStore, read_store_id
 from dslog_dagster.settings import TrackingSettings
 
-__all__ = ["DSLogResource", "open_store"]
+__all__ = ["DSLogResource", "flush_stores", "open_store"]
 
-_stores: dict[tuple[Path, bool], LineageStore] = {}
+_stores: dict[tuple[Path, bool, bool], LineageStore] = {}
 _sessions: dict[Path, DSLog] = {}
 # (root, policy) -> (store id, registry): shared by every handle of one store (durable or
 # not), renewed when the directory is another store (deleted and made again)
@@ -33,21 +33,38 @@ _registries: dict[tuple[Path, ReusePolicy], tuple[str, ViewRegistry]] = {}
 _stores_lock = threading.Lock()
 
 
-def open_store(root: str | os.PathLike[str], *, durable: bool = True) -> LineageStore:
+def open_store(
+    root: str | os.PathLike[str], *, durable: bool = True, group_commit: bool = False
+) -> LineageStore:
     """The process-wide :class:`LineageStore` for ``root`` (one catalog handle per process).
 
-    ``durable`` selects whether its writes fsync (see :class:`LineageStore`); a store opened
-    both ways is two handles on the same files.
+    ``durable`` and ``group_commit`` select whether and when its writes fsync (see
+    :class:`LineageStore`); a store opened several ways is several handles on the same files.
     """
     path = Path(root).absolute()
+    key = (path, durable, group_commit)
     with _stores_lock:
-        store = _stores.get((path, durable))
+        store = _stores.get(key)
         if store is None or read_store_id(path) != store.store_id:
             # new, or the directory was deleted (and maybe made again) since: a handle on the
             # old one would serve its cached records and views for files that are gone
-            store = LineageStore(path, durable=durable)
-            _stores[(path, durable)] = store
+            if store is not None:
+                store.flush()  # what the old handle published, before it is dropped
+            store = LineageStore(path, durable=durable, group_commit=group_commit)
+            _stores[key] = store
         return store
+
+
+def flush_stores() -> None:
+    """Flush the group-committed writes of every store handle of this process (a run's end).
+
+    Raises:
+        LineageStorageError: a flush failed (what to do is in the message).
+    """
+    with _stores_lock:
+        stores = [s for s in _stores.values() if s.group_commit]
+    for store in stores:
+        store.flush()
 
 
 class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[type-arg]
@@ -78,6 +95,9 @@ class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[
         ),
     )
 
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        flush_stores()  # the run's group-committed lineage on disk before the run ends
+
     def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path:
         """The store directory by the rule in the module docstring."""
         if self.store_dir:
@@ -90,7 +110,11 @@ class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[
 
     def store(self, default_base: str | os.PathLike[str] | None = None) -> LineageStore:
         """The lineage store (opened once per process and directory)."""
-        return open_store(self.resolve_store_dir(default_base), durable=self.durable)
+        return open_store(
+            self.resolve_store_dir(default_base),
+            durable=self.durable,
+            group_commit=self.group_commit,
+        )
 
     def registry(
         self,

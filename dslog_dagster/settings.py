@@ -10,8 +10,9 @@ A setting is added here once and reaches all three.
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from dslog_dagster.errors import ConfigurationError
 from dslog_dagster.policy import CapturePolicy, LineageMode
 
 __all__ = ["TrackingSettings"]
@@ -74,6 +75,26 @@ class TrackingSettings(dg.Config):
             "writes atomic but leaves flushing to the OS, like the asset values' IO manager."
         ),
     )
+    group_commit: bool = Field(
+        default=False,
+        description=(
+            "With durable: publish a step's lineage at once (readers see it) but fsync it in "
+            "batches off the step's path, and at the end of the run and of the process. A "
+            "killed process loses nothing; a power loss may lose lineage of the last moments "
+            "(under a second), which the checksums and lineage checks then report, never "
+            "taken for good lineage. Needs durable=true."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _group_commit_needs_durable(self) -> "TrackingSettings":
+        if self.group_commit and not self.durable:
+            msg = (
+                "group_commit=true batches the fsyncs of durable lineage; with durable=false "
+                "nothing is fsynced. Set durable=true or group_commit=false."
+            )
+            raise ConfigurationError(msg)
+        return self
 
     def tracking_settings(self) -> dict[str, Any]:
         """The :class:`TrackingSettings` fields as keyword arguments (for another subclass)."""

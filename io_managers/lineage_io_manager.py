@@ -58,7 +58,7 @@ from dslog_dagster.io_managers.value_versions import (
     safe_part,
 )
 from dslog_dagster.io_managers.writer import LineageWriter, take_pending, tracked_step_of
-from dslog_dagster.resources import DSLogResource
+from dslog_dagster.resources import DSLogResource, flush_stores
 from dslog_dagster.settings import TrackingSettings
 from dslog_dagster.tracked_step import FrameSource
 from dslog_dagster.values import is_frame, is_pandas_frame
@@ -179,6 +179,9 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         if edits:
             own = {name: getattr(self.dslog, name) for name in DSLogResource.model_fields}
             self._launched = DSLogResource(**{**own, **edits})
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        flush_stores()  # the run's group-committed lineage on disk before the run ends
 
     @property
     def _resource(self) -> DSLogResource:

@@ -12,7 +12,8 @@ read, and one operation ``output <- inputs`` with its compressed tables. The ope
 segment is staged and flushed in a worker thread while the value is written
 (:meth:`LineageWriter.start`), published once the value is stored, and dropped when storing the
 value failed. Any failure writing lineage raises, so the step fails loudly instead of leaving a
-gap; with ``durable=True`` the lineage is flushed before the step succeeds.
+gap; with ``durable=True`` the lineage is flushed before the step succeeds (with
+``group_commit=True`` too, in a later batch: see :mod:`~dslog_dagster.core.store.group_commit`).
 """
 
 import logging
@@ -256,6 +257,7 @@ class LineageJob:
             store is None
             or store.root != writer.store_dir()
             or store.durable != writer.settings.durable
+            or store.group_commit != writer.settings.group_commit
         ):
             store = writer.settings.store(writer.base_dir)
         self.store = store

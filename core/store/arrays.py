@@ -15,7 +15,7 @@ handle and never read again.
 import contextlib
 import difflib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from dslog_dagster.core.format import segment
 from dslog_dagster.core.store import files
 from dslog_dagster.core.store.damage import DamageLog
 from dslog_dagster.core.store.failures import storage_error
+from dslog_dagster.core.store.group_commit import GroupCommitter
 from dslog_dagster.core.store.layout import (
     LINK_SUFFIX,
     StoreLayout,
@@ -34,7 +35,10 @@ from dslog_dagster.core.store.layout import (
 from dslog_dagster.core.store.records import (
     FIX_DAMAGE,
     ArrayRecord,
+    NewArray,
+    array_record,
     check_name,
+    check_no_self_loop,
     load_record,
     parse_operation,
     record_json,
@@ -52,15 +56,22 @@ class ArrayFiles:
 
     Args:
         layout: the store's directories.
-        durable: flush every record written, and its directory.
+        durable: flush every record written, and its directory, before ``publish`` returns.
         damage: where damaged and unverified files met are noted.
+        committer: a group committer that flushes them later instead (a store opened with
+            ``group_commit``; ``durable`` is then ``False``).
     """
 
     def __init__(
-        self, layout: StoreLayout, durable: bool = True, damage: DamageLog | None = None
+        self,
+        layout: StoreLayout,
+        durable: bool = True,
+        damage: DamageLog | None = None,
+        committer: GroupCommitter | None = None,
     ) -> None:
         self.layout = layout
         self.durable = durable
+        self.committer = committer
         self.damage = damage if damage is not None else DamageLog()
         self._by_path: dict[str, ArrayRecord] = {}
         # (name, version) -> its record, once found or written: a tracked step registers its
@@ -222,6 +233,8 @@ class ArrayFiles:
             existing = self.existing(record)
             assert existing is not None  # publish_once failed because the file exists
             return existing, None
+        if self.committer is not None:
+            self.committer.add([final], [directory])
         self.remember(final, record)
         return record, final
 
@@ -292,3 +305,72 @@ class ArrayFiles:
             directory.mkdir(parents=True, exist_ok=True)
             os.link(tmp, directory / name)
         self._dirs.add(key)
+
+    def resolve(self, a: "str | ArrayRecord", role: str, op_name: str) -> ArrayRecord:
+        """The stored record of an operation's ``role`` (input/output) array ``a``.
+
+        Raises:
+            LineageNotFoundError: not registered. InvalidRelationError: another shape, or
+                not an array at all.
+        """
+        if isinstance(a, ArrayRecord):
+            try:
+                stored = self.find(a.name, a.version)
+            except LineageNotFoundError as e:
+                msg = (
+                    f"{role} array `{a.name}` of operation `{op_name}` is not registered in the "
+                    f"store at `{self.layout.root}`; call `store.register_array(...)` first."
+                )
+                raise LineageNotFoundError(msg) from e
+            if stored.shape != a.shape:
+                msg = (
+                    f"{role} array `{a.name}` of operation `{op_name}` has shape {a.shape} but is "
+                    f"registered with shape {stored.shape}."
+                )
+                raise InvalidRelationError(msg)
+            return stored
+        if isinstance(a, str):
+            return self.find(a)
+        msg = (
+            f"{role} arrays of operation `{op_name}` must be names or ArrayRecords, "
+            f"got `{type(a).__name__}`."
+        )
+        raise InvalidRelationError(msg)
+
+    def operation_arrays(
+        self,
+        op_name: str,
+        inputs: "Sequence[str | ArrayRecord]",
+        outputs: "Sequence[str | ArrayRecord | NewArray]",
+    ) -> tuple[tuple[ArrayRecord, ...], tuple[ArrayRecord, ...], tuple[ArrayRecord, ...]]:
+        """The records of an operation's inputs and outputs, and of the outputs it registers
+        (:class:`NewArray` not registered yet), each array listed once."""
+        single = str | ArrayRecord | NewArray
+        if isinstance(inputs, single) or isinstance(outputs, single):
+            msg = f"Operation `{op_name}`: `inputs` and `outputs` must be sequences of arrays."
+            raise InvalidRelationError(msg)
+        ins = tuple(self.resolve(a, "Input", op_name) for a in inputs)
+        new_outs: list[ArrayRecord] = []
+
+        def output(a: "str | ArrayRecord | NewArray") -> ArrayRecord:
+            if not isinstance(a, NewArray):
+                return self.resolve(a, "Output", op_name)
+            rec = array_record(a)
+            existing = self.existing(rec)
+            if existing is not None:
+                return existing
+            new_outs.append(rec)
+            return rec
+
+        outs = tuple(output(a) for a in outputs)
+        check_no_self_loop(op_name, ins, outs)
+        for role, recs in (("input", ins), ("output", outs)):
+            names = [r.name for r in recs]
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                msg = (
+                    f"Operation `{op_name}` lists {role} array(s) {dups} more than once; "
+                    "lineage is keyed by array name, so list each array once."
+                )
+                raise InvalidRelationError(msg)
+        return ins, outs, tuple(new_outs)

@@ -122,6 +122,18 @@ _LOCK_WORDS = ("could not set lock", "conflicting lock")
 """How DuckDB says another process holds the database file."""
 
 
+def _schema_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the catalog behind ``con`` already has this version's tables: one statement
+    instead of the schema's eight on every connection (a read pays ~2 ms less). The tables
+    and the version row are written in one transaction, so the row stands for all of them;
+    the check runs before the read's transaction because a missing table would abort it."""
+    try:
+        rows = con.execute("SELECT value FROM catalog_meta WHERE key = 'schema_version'").fetchall()
+    except duckdb.CatalogException:  # a new (or foreign) file: no catalog_meta table yet
+        return False
+    return bool(rows) and rows[0][0] == CATALOG_SCHEMA_VERSION
+
+
 def _is_damage(reason: str) -> bool:
     """Whether DuckDB's ``reason`` for refusing the catalog file means the file is damaged
     (rather than the file system refusing us — full, read-only, permission — where deleting
@@ -214,8 +226,10 @@ class LineageCatalog:
                 err: duckdb.Error = e
             else:
                 try:
+                    current = _schema_current(con)
                     con.execute("BEGIN TRANSACTION")
-                    self._ensure_schema(con)
+                    if not current:
+                        self._ensure_schema(con)
                     result = fn(con)
                     con.execute("COMMIT")
                     return result
@@ -250,13 +264,23 @@ class LineageCatalog:
             discard(p)
 
     def _ensure_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        ours = {*TABLES, *INTERNAL_TABLES}
+        present = {
+            str(r[0])
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'"
+            ).fetchall()
+        } & ours
         for ddl in DDL:
             con.execute(ddl)
         rows = con.execute("SELECT value FROM catalog_meta WHERE key = 'schema_version'").fetchall()
         row = rows[0] if rows else None
         if row is not None and row[0] == CATALOG_SCHEMA_VERSION:
             return
-        if row is not None:  # an older catalog layout: drop it, the next sync re-indexes
+        # An older layout, or tables without a version row (a file from before versions, or
+        # half of ours): all of it goes and the next sync re-indexes from the files. Keeping a
+        # `segments` table whose operations are gone would hide those operations for good.
+        if row is not None or present:
             for name in (*TABLES, *INTERNAL_TABLES):
                 con.execute(f"DROP TABLE IF EXISTS {name}")
             for ddl in DDL:

@@ -8,8 +8,8 @@ them back through the segment's checked reads: a damaged blob raises
 :class:`~dslog_dagster.errors.LineageCorruptError` naming the file, as a cell table does.
 """
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dslog_dagster.core.characters import CharacterLineage, CharacterTable
 from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
@@ -20,13 +20,13 @@ from dslog_dagster.errors import InvalidRelationError, LineageNotFoundError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from dslog_dagster.core.format.segment import Segment
     from dslog_dagster.core.store.operations import OperationFiles
 
 
 class _Store(Protocol):
-    """What :func:`read_characters` uses of a ``LineageStore`` (typed structurally: the
-    store imports this module)."""
+    """What :func:`read_characters` uses of a
+    :class:`~dslog_dagster.core.store.store.LineageStore` (named structurally: the store
+    imports this module to register character tables)."""
 
     root: "Path"
     operation_files: "OperationFiles"
@@ -114,11 +114,6 @@ def encode_characters(
     return StoredCharacters(tuple(records), whole, coarse), blobs
 
 
-def _blob_reader(op_id: str, k: int) -> "Callable[[Segment], bytes]":
-    """Reads blob ``k`` of ``op_id`` from a segment."""
-    return lambda seg: seg.blob(op_id, k)
-
-
 def read_characters(store: _Store, op: "str | OperationRecord", output: str) -> CharacterLineage:
     """The character lineage of ``op``'s output ``output`` as it was registered (tables'
     ``input`` name the input arrays); empty when the operation has none.
@@ -139,8 +134,12 @@ def read_characters(store: _Store, op: "str | OperationRecord", output: str) -> 
         if t.output != output:
             continue
         k = len(rec.tables) + i
+
+        def read(seg: Any, k: int = k) -> Any:
+            return seg.blob(rec.op_id, k)
+
         try:
-            blob, rel = store.operation_files.in_segment(rec.op_id, _blob_reader(rec.op_id, k))
+            blob, rel = store.operation_files.in_segment(rec.op_id, read)
         except FileNotFoundError as e:
             msg = (
                 f"The lineage of operation `{rec.op_id}` is not in the store at `{store.root}` "

@@ -67,6 +67,7 @@ from dslog_dagster.core.store.compaction import (
 )
 from dslog_dagster.core.store.damage import DamageLog
 from dslog_dagster.core.store.failures import discard, storage_error
+from dslog_dagster.core.store.group_commit import GroupCommitter
 from dslog_dagster.core.store.integrity import STORE_ID_RE, VerifyReport, quarantine, verify
 from dslog_dagster.core.store.layout import (
     OP_ID_RE,
@@ -86,11 +87,11 @@ from dslog_dagster.core.store.records import (
     TableRecord,
     array_record,
     check_name,
-    check_no_self_loop,
     normalise_args,
     normalise_timings,
 )
 from dslog_dagster.errors import (
+    ConfigurationError,
     InvalidRelationError,
     LineageNotFoundError,
     LineageStorageError,
@@ -124,6 +125,12 @@ class LineageStore:
             partial file — but leaves flushing to the OS, as Dagster's filesystem IO manager
             does for the asset values themselves; it saves a few milliseconds per write on
             disks with slow flushes. Compaction always fsyncs (it deletes the files it packs).
+        group_commit: with ``durable``, publish each write at once (atomic, as above) but leave
+            its fsyncs to a committer thread that flushes many writes in one pass (within
+            :data:`~dslog_dagster.core.store.group_commit.GROUP_COMMIT_DELAY_S`), and at
+            :meth:`flush`, :meth:`close` and process exit. A killed process loses nothing; a
+            power loss may lose what was published since the last pass, and a file so lost or
+            torn is detected by its checksums (see :mod:`~.group_commit`).
 
     Examples:
         >>> import numpy as np
@@ -146,10 +153,16 @@ class LineageStore:
         index_timeout: float = 2.0,
         index_on_write: bool = False,
         durable: bool = True,
+        group_commit: bool = False,
     ) -> None:
         self.root = Path(root).absolute()
         self.index_on_write = bool(index_on_write)
         self.durable = bool(durable)
+        if group_commit and not self.durable:
+            msg = "`group_commit=True` batches the fsyncs of a durable store; pass `durable=True`."
+            raise ConfigurationError(msg)
+        self.committer = GroupCommitter(self.root) if group_commit else None
+        self._sync = self.durable and not group_commit  # fsync before a write returns
         self.layout = StoreLayout(self.root)
         try:
             for sub in ("arrays", "operations", "packs", ".staging"):
@@ -161,7 +174,7 @@ class LineageStore:
         if not STORE_ID_RE.match(self.store_id):
             self.damage.note(STORE_ID_FILE, "not a store id (32 hex digits)")
         self._damaged_arrays: tuple[object, dict[str, set[str] | None]] = ((), {})
-        self.array_files = ArrayFiles(self.layout, self.durable, self.damage)
+        self.array_files = ArrayFiles(self.layout, self._sync, self.damage, self.committer)
         self.operation_files = OperationFiles(self.layout, self.damage)
         self.catalog = LineageCatalog(
             self.layout,
@@ -174,6 +187,24 @@ class LineageStore:
 
     def __repr__(self) -> str:
         return f"LineageStore({str(self.root)!r})"
+
+    @property
+    def group_commit(self) -> bool:
+        return self.committer is not None
+
+    def flush(self) -> None:
+        """Flush every write of this handle to disk now (a no-op unless ``group_commit``).
+
+        Raises:
+            LineageStorageError: a flush failed (what to do is in the message).
+        """
+        if self.committer is not None:
+            self.committer.flush()
+
+    def close(self) -> None:
+        """Flush (see :meth:`flush`) and stop the group committer's thread."""
+        if self.committer is not None:
+            self.committer.close()
 
     # ----------------------------------------------------------------- paths
 
@@ -254,31 +285,6 @@ class LineageStore:
         """
         return self.array_files.find(name, version)
 
-    def _resolve(self, a: "str | ArrayRecord", role: str, op_name: str) -> ArrayRecord:
-        if isinstance(a, ArrayRecord):
-            try:
-                stored = self.array_files.find(a.name, a.version)
-            except LineageNotFoundError as e:
-                msg = (
-                    f"{role} array `{a.name}` of operation `{op_name}` is not registered in the "
-                    f"store at `{self.root}`; call `store.register_array(...)` first."
-                )
-                raise LineageNotFoundError(msg) from e
-            if stored.shape != a.shape:
-                msg = (
-                    f"{role} array `{a.name}` of operation `{op_name}` has shape {a.shape} but is "
-                    f"registered with shape {stored.shape}."
-                )
-                raise InvalidRelationError(msg)
-            return stored
-        if isinstance(a, str):
-            return self.array_files.find(a)
-        msg = (
-            f"{role} arrays of operation `{op_name}` must be names or ArrayRecords, "
-            f"got `{type(a).__name__}`."
-        )
-        raise InvalidRelationError(msg)
-
     # ----------------------------------------------------------------- operations
 
     def register_operation(
@@ -353,7 +359,7 @@ class LineageStore:
         """
         op_name = check_name(op_name, "Operation name")
         capture_method = check_name(capture_method, f"Capture method of operation `{op_name}`")
-        ins, outs, new_outs = self._operation_arrays(op_name, inputs, outputs)
+        ins, outs, new_outs = self.array_files.operation_arrays(op_name, inputs, outputs)
         args_json = normalise_args(op_name, args)
         timings_json = normalise_timings(op_name, timings)
         if not isinstance(lineage, Mapping):
@@ -376,44 +382,6 @@ class LineageStore:
         retry = (op_name, inputs, outputs, lineage, args, capture_method, timings, characters)
         return PreparedOperation(self, tmp, rel, record, new_outs, retry)
 
-    def _operation_arrays(
-        self,
-        op_name: str,
-        inputs: "Sequence[str | ArrayRecord]",
-        outputs: "Sequence[str | ArrayRecord | NewArray]",
-    ) -> tuple[tuple[ArrayRecord, ...], tuple[ArrayRecord, ...], tuple[ArrayRecord, ...]]:
-        """The records of an operation's inputs and outputs, and of the outputs it registers
-        (:class:`NewArray` not registered yet), each array listed once."""
-        single = str | ArrayRecord | NewArray
-        if isinstance(inputs, single) or isinstance(outputs, single):
-            msg = f"Operation `{op_name}`: `inputs` and `outputs` must be sequences of arrays."
-            raise InvalidRelationError(msg)
-        ins = tuple(self._resolve(a, "Input", op_name) for a in inputs)
-        new_outs: list[ArrayRecord] = []
-
-        def output(a: "str | ArrayRecord | NewArray") -> ArrayRecord:
-            if not isinstance(a, NewArray):
-                return self._resolve(a, "Output", op_name)
-            rec = array_record(a)
-            existing = self.array_files.existing(rec)
-            if existing is not None:
-                return existing
-            new_outs.append(rec)
-            return rec
-
-        outs = tuple(output(a) for a in outputs)
-        check_no_self_loop(op_name, ins, outs)
-        for role, recs in (("input", ins), ("output", outs)):
-            names = [r.name for r in recs]
-            dups = sorted({n for n in names if names.count(n) > 1})
-            if dups:
-                msg = (
-                    f"Operation `{op_name}` lists {role} array(s) {dups} more than once; "
-                    "lineage is keyed by array name, so list each array once."
-                )
-                raise InvalidRelationError(msg)
-        return ins, outs, tuple(new_outs)
-
     def _stage(self, segment: bytes, op_id: str) -> Path:
         """Write and flush ``segment`` under ``.staging/``, where no reader looks.
 
@@ -423,7 +391,7 @@ class LineageStore:
         tmp = self.staging_dir / f"{uuid.uuid4().hex}.tmp"
         try:
             self.staging_dir.mkdir(parents=True, exist_ok=True)
-            files.write_synced(tmp, segment, self.durable)
+            files.write_synced(tmp, segment, self._sync)
         except OSError as e:
             discard(tmp)
             raise storage_error(e, f"write operation `{op_id}`", self.root) from e
@@ -460,9 +428,10 @@ class LineageStore:
                     op_name, inputs, registered, lineage, args, method, timings, chars
                 )
         else:
-            files.publish_staged(
-                tmp, self.root / rel, f"operation `{op_id}`", self.root, self.durable
-            )
+            final = self.root / rel
+            files.publish_staged(tmp, final, f"operation `{op_id}`", self.root, self._sync)
+            if self.committer is not None:
+                self.committer.add([final], [final.parent])
         self.operation_files.added(rel, record)
         if self.index_on_write:
             self.catalog.index_operation(record)
@@ -484,7 +453,7 @@ class LineageStore:
         array records) when an output's record appeared meanwhile or the file system has no
         hard links: the caller then registers the usual way.
         """
-        durable = self.durable
+        durable = self._sync
         dirs: list[Path] = []
         renamed = False
         try:
@@ -507,6 +476,8 @@ class LineageStore:
                 flush_to.flush = files.flush_dirs_aside([final.parent, *dirs])
             elif durable:
                 files.fsync_dirs([final.parent, *dirs])
+            elif self.committer is not None:
+                self.committer.add([final], [final.parent, *dirs])
         except OSError as e:
             raise storage_error(e, f"write operation `{op_id}`", self.root) from e
         finally:

@@ -120,8 +120,13 @@ class TrackedGroupBy:
         key_pairs: Pairs = frozenset()
         for kl in key_lins:
             key_pairs |= kl.full()
-        keys = [
-            ColumnLineage(self._gathered(kl.contrib), self._gathered(kl.consid)) for kl in key_lins
+        keys = [  # a key's characters: the same characters of every member of its group
+            ColumnLineage(
+                self._gathered(kl.contrib),
+                self._gathered(kl.consid),
+                None if kl.chars is None else self._all(kl.chars),
+            )
+            for kl in key_lins
         ]
         row = self._gathered(st.row_consid | key_pairs)
         if not self._as_index:

@@ -14,19 +14,27 @@ it carries (:func:`~dslog_dagster.core.combine.factored_table`).
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from dslog_dagster.core.characters import CharacterLineage, CharacterRange, trace_cell
 from dslog_dagster.core.combine import factored_table
 from dslog_dagster.core.compression import column_table, compress
 from dslog_dagster.core.constant_tables import empty_table, flagged_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
-from dslog_dagster.pandas import aggregate, combine, reshape, window  # noqa: F401  (they register their rules)
+from dslog_dagster.pandas import (  # noqa: F401  (they register their rules)
+    aggregate,
+    combine,
+    reshape,
+    strings,
+    window,
+)
+from dslog_dagster.pandas.char_segments import Segments, character_lineage, input_chars, is_text
 from dslog_dagster.pandas.dispatch import install
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
 from dslog_dagster.pandas.series import TrackedSeries
@@ -65,6 +73,9 @@ class PandasCapture:
         column_lineage: ``{output column: {input name: [input columns]}}`` (contributing).
         flagged_ops: operations recorded all-to-all within their row (row-wise ``apply``).
         seconds: the capture's time (user code and lineage).
+        characters: the character-range lineage of the output's string columns
+            (``capture_pandas(..., characters=True)``; else ``None``), see
+            :mod:`dslog_dagster.core.characters`; query it with :meth:`trace_characters`.
     """
 
     frame: pd.DataFrame
@@ -75,6 +86,7 @@ class PandasCapture:
     flagged_ops: tuple[str, ...] = ()
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    characters: CharacterLineage | None = None
 
     @property
     def flagged(self) -> bool:
@@ -103,6 +115,32 @@ class PandasCapture:
     def relation(self, input: int | str = 0, *, considered: bool = False) -> LineageRelation:
         """The decompressed relation (for tests and small frames)."""
         return self.table(input, considered=considered).decompress()
+
+    def trace_characters(
+        self, column: str, row: int, start: int = 0, stop: int | None = None
+    ) -> list[CharacterRange]:
+        """Which characters of which input cells output characters ``start:stop`` (default:
+        all) of cell ``(row, column)`` come from.
+
+        Columns without character lineage (see ``characters.whole_cell``) fall back to the
+        whole input cells of the cell lineage (``CharacterRange.whole``).
+
+        Raises:
+            InvalidRelationError: the capture was made without ``characters=True``, or
+                ``column`` is not an output column.
+        """
+        if self.characters is None:
+            msg = "This capture has no character lineage; capture with `characters=True`."
+            raise InvalidRelationError(msg)
+        names = [str(c) for c in self.frame.columns]
+        if column not in names:
+            msg = f"No output column `{column}`; the columns are {names}."
+            raise InvalidRelationError(msg)
+        cols = {i.name: i.columns for i in self.inputs}
+        return trace_cell(
+            self.characters, column, names.index(column), row, start, stop, self.shape,
+            self.contributing, cols,
+        )  # fmt: skip
 
     def register(
         self,
@@ -229,6 +267,7 @@ def capture_pandas(
     *,
     call: Callable[[list[TrackedDataFrame]], Any] | None = None,
     kwargs: Mapping[str, Any] | None = None,
+    characters: bool = False,
 ) -> list[PandasCapture]:
     """Run ``func`` once on tracked copies of ``frames``; one :class:`PandasCapture` per
     output frame (a function returning a tuple or list has several).
@@ -238,6 +277,10 @@ def capture_pandas(
         frames: the inputs, by name or in order (named ``input0``...).
         call: how to call ``func`` with the tracked frames (the Dagster step passes them by
             input name).
+        characters: also record the character-range lineage of the output's string columns
+            through pandas' string methods (:attr:`PandasCapture.characters`,
+            :mod:`~dslog_dagster.pandas.strings`), as Spark's ``capture_frames(...,
+            characters=True)``.
 
     Raises:
         UnsupportedFrameOperationError: the function used an operation without a rule.
@@ -256,10 +299,8 @@ def capture_pandas(
             msg = f"Input `{n}` is a `{type(f).__name__}`; a pandas capture takes DataFrames."
             raise UnsupportedArrayError(msg)
     inputs = tuple(frame_input(n, f) for n, f in named.items())
-    ctx = PandasContext(inputs)
-    tracked = [
-        TrackedDataFrame(f, FrameState.of_input(ctx, k)) for k, f in enumerate(named.values())
-    ]
+    ctx = PandasContext(inputs, segments=Segments() if characters else None)
+    tracked = [_tracked_input(ctx, k, f) for k, f in enumerate(named.values())]
     result = call(tracked) if call is not None else func(*tracked, **(kwargs or {}))
     values = list(result) if isinstance(result, tuple | list) else [result]
     t_run = time.perf_counter() - t0
@@ -278,9 +319,50 @@ def capture_pandas(
                 tuple(ctx.flagged_ops),
                 time.perf_counter() - t0,
                 {"run": t_run},
+                _characters(st, inputs, out.plain, named) if characters else None,
             )
         )
     return captures
+
+
+def _tracked_input(ctx: PandasContext, k: int, df: pd.DataFrame) -> TrackedDataFrame:
+    """Input ``k`` tracked; with characters, each string column's characters are its own."""
+    st = FrameState.of_input(ctx, k)
+    if ctx.segments is not None:
+        cols = [
+            replace(c, chars=input_chars(ctx.segments, ctx.slots, k, j, df.iloc[:, j]))
+            for j, c in enumerate(st.columns)
+        ]
+        st = st.with_columns(cols)
+    return TrackedDataFrame(df, st)
+
+
+def _characters(
+    st: FrameState,
+    inputs: Sequence[FrameInput],
+    out: pd.DataFrame,
+    named: Mapping[str, pd.DataFrame],
+) -> CharacterLineage:
+    """The character tables of output ``out`` (lineage state ``st``)."""
+    assert st.ctx.segments is not None
+    if st.all_to_all:
+        whole = {str(c): "the step was recorded all-to-all (flagged)" for c in out.columns}
+        return CharacterLineage((), whole, {})
+    frames = list(named.values())
+    values = {
+        (i, j): frames[i].iloc[:, j]
+        for i in range(len(frames))
+        for j in range(frames[i].shape[1])
+        if is_text(frames[i].iloc[:, j])
+    }
+    columns = []
+    for j, col in enumerate(st.columns):
+        contrib = {(st.ctx.slots[s][0], c) for s, c in col.contrib}
+        columns.append((str(out.columns[j]), col.chars, contrib))
+    return character_lineage(
+        st.ctx.slots, st.ctx.segments, columns, [out.iloc[:, j] for j in range(out.shape[1])],
+        [i.name for i in inputs], [i.columns for i in inputs], values,
+    )  # fmt: skip
 
 
 class _Relations(Mapping[tuple[int, int], LineageRelation]):

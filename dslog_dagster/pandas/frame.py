@@ -31,7 +31,7 @@ import pandas as pd
 
 from dslog_dagster.pandas.rows import ranges
 from dslog_dagster.pandas.rules import register, rule
-from dslog_dagster.pandas.series import TrackedSeries, refuse
+from dslog_dagster.pandas.series import TrackedSeries, _same_text, refuse
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, FrameState
 
 __all__ = ["TrackedDataFrame", "check_labels"]
@@ -188,12 +188,16 @@ class TrackedDataFrame:
         res = self._df.select_dtypes(include=include, exclude=exclude)
         return self.columns_like(res, self._state, "DataFrame.select_dtypes")
 
+    def _cells(self) -> FrameState:
+        """The same lineage without character lineage (values that are no longer strings)."""
+        return self._state.with_columns([c.cells() for c in self._state.columns])
+
     def isna(self) -> "TrackedDataFrame":
         """Each cell from the same cell."""
-        return TrackedDataFrame(self._df.isna(), self._state)
+        return TrackedDataFrame(self._df.isna(), self._cells())
 
     def notna(self) -> "TrackedDataFrame":
-        return TrackedDataFrame(self._df.notna(), self._state)
+        return TrackedDataFrame(self._df.notna(), self._cells())
 
     isnull = isna
     notnull = notna
@@ -210,7 +214,13 @@ class TrackedDataFrame:
         return TrackedDataFrame(res, self._state)
 
     def astype(self, dtype: Any, **kw: Any) -> "TrackedDataFrame":
-        return TrackedDataFrame(self._df.astype(dtype, **kw), self._state)
+        """Each cell from the same cell; characters are kept where strings stay strings."""
+        res = self._df.astype(dtype, **kw)
+        cols = [
+            c if _same_text(self._df.iloc[:, j], res.iloc[:, j]) else c.cells()
+            for j, c in enumerate(self._state.columns)
+        ]
+        return TrackedDataFrame(res, self._state.with_columns(cols))
 
     def copy(self, deep: bool = True) -> "TrackedDataFrame":
         return TrackedDataFrame(self._df.copy(deep=deep), self._state)
@@ -419,6 +429,7 @@ class TrackedDataFrame:
         return rule("join")(self, other, **kw)  # type: ignore[no-any-return]
 
     def explode(self, column: Any, ignore_index: bool = False) -> "TrackedDataFrame":
+        """One row per list element (:mod:`~dslog_dagster.pandas.reshape`)."""
         return rule("explode")(self, column, ignore_index)  # type: ignore[no-any-return]
 
     def melt(self, *args: Any, **kw: Any) -> "TrackedDataFrame":

@@ -9,7 +9,8 @@ row-wise ``apply``.
   considered the compared cells (``subset``) of every row of its duplicate group — they
   decided that this row is the one kept.
 * ``explode(column)``: each generated row takes the lineage of the row it came from; the
-  exploded cell comes from the list cell it was an element of.
+  exploded cell comes from the list cell it was an element of (and, for a ``split``'s tokens,
+  from that token's characters).
 * ``melt(id_vars, value_vars)``: row ``b·n + i`` is row ``i`` of block ``b``; its id cells come
   from row ``i``'s, its value from row ``i``'s cell of the ``b``-th value column, and the
   ``variable`` column holds column names (literals).
@@ -23,11 +24,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dslog_dagster.pandas.char_segments import is_text, select_tokens
 from dslog_dagster.pandas.frame import TrackedDataFrame, _positions_of, check_labels
 from dslog_dagster.pandas.rows import ranges
 from dslog_dagster.pandas.rules import register
 from dslog_dagster.pandas.series import TrackedSeries, refuse
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, Pairs
+from dslog_dagster.pandas.strings import token_rows
 
 __all__ = ["apply_rows", "drop_duplicates", "get_dummies"]
 
@@ -115,7 +118,21 @@ def explode(frame: TrackedDataFrame, column: Any, ignore_index: bool = False) ->
     if ignore_index:
         res = res.reset_index(drop=True)
     check_labels(res, "DataFrame.explode")
-    return TrackedDataFrame(res, frame.lineage_state.rows_taken(positions))
+    st = frame.lineage_state.rows_taken(positions)
+    segs = st.ctx.segments
+    if segs is None:
+        return TrackedDataFrame(res, st)
+    # a split's list cell: the new row keeps the characters of its own token only
+    token = token_rows(positions)
+    rows = np.arange(positions.size, dtype=np.int64)
+    cols = list(st.columns)
+    for c in [column] if not isinstance(column, list | tuple) else list(column):
+        j = frame.plain.columns.get_loc(c)
+        lin = cols[j]
+        if lin.chars is not None and not is_text(frame.plain[c]):
+            chars = select_tokens(segs, st.ctx.slots, lin.chars, rows, token)
+            cols[j] = ColumnLineage(lin.contrib, lin.consid, chars)
+    return TrackedDataFrame(res, st.with_columns(cols))
 
 
 def melt(

@@ -43,6 +43,13 @@ def refuse(op: str, why: str = "") -> NoReturn:
     raise UnsupportedFrameOperationError(msg)
 
 
+def _same_text(before: pd.Series, after: pd.Series) -> bool:
+    """A cast that left every string as it was (``object`` <-> ``string``)."""
+    text = ("string", "empty")
+    infer = pd.api.types.infer_dtype
+    return bool(infer(before, skipna=True) in text and infer(after, skipna=True) in text)
+
+
 def _null(s: pd.Series) -> np.ndarray:
     return np.asarray(s.isna().to_numpy(), bool)
 
@@ -99,6 +106,13 @@ class TrackedSeries:
         value, lin = self._other(other, op)
         return self._same(fn(self._s, value), self._lin.union(lin))
 
+    def explode(self, ignore_index: bool = False) -> "TrackedSeries":
+        """One row per list element; a ``split``'s tokens keep their characters."""
+        frame = self.to_frame("__dslog_explode__")
+        res = frame.explode("__dslog_explode__", ignore_index=ignore_index)
+        out = res.series("__dslog_explode__")
+        return TrackedSeries(out.plain.rename(self._s.name), out.lineage, out.frame_state)
+
     # ------------------------------------------------------------------ read-only
 
     @property
@@ -150,10 +164,17 @@ class TrackedSeries:
     # ------------------------------------------------------------------ element-wise
 
     def __add__(self, o: Any) -> "TrackedSeries":
-        return self._binary(o, operator.add, "Series.__add__")
+        return self._text_sum([self, o], self._binary(o, operator.add, "Series.__add__"))
 
     def __radd__(self, o: Any) -> "TrackedSeries":
-        return self._binary(o, lambda a, b: b + a, "Series.__radd__")
+        return self._text_sum([o, self], self._binary(o, lambda a, b: b + a, "Series.__radd__"))
+
+    def _text_sum(self, parts: list[Any], out: "TrackedSeries") -> "TrackedSeries":
+        """``+`` of strings is concatenation: its characters are placed
+        (:func:`~dslog_dagster.pandas.strings.concat`) when the capture records them."""
+        if self._state.ctx.segments is None or out.plain.dtype.kind in "biufcmM":
+            return out
+        return rule("str_concat")(parts, out.plain, "", None)  # type: ignore[no-any-return]
 
     def __sub__(self, o: Any) -> "TrackedSeries":
         return self._binary(o, operator.sub, "Series.__sub__")
@@ -210,24 +231,25 @@ class TrackedSeries:
         return self._binary(o, operator.xor, "Series.__xor__")
 
     def __invert__(self) -> "TrackedSeries":
-        return self._same(~self._s, self._lin)
+        return self._same(~self._s, self._lin.cells())
 
     def __neg__(self) -> "TrackedSeries":
-        return self._same(-self._s, self._lin)
+        return self._same(-self._s, self._lin.cells())
 
     def __abs__(self) -> "TrackedSeries":
-        return self._same(abs(self._s), self._lin)
+        return self._same(abs(self._s), self._lin.cells())
 
     __hash__ = None  # type: ignore[assignment]
 
     def abs(self) -> "TrackedSeries":
-        return self._same(self._s.abs(), self._lin)
+        return self._same(self._s.abs(), self._lin.cells())
 
     def round(self, decimals: int = 0) -> "TrackedSeries":
-        return self._same(self._s.round(decimals), self._lin)
+        return self._same(self._s.round(decimals), self._lin.cells())
 
     def astype(self, dtype: Any, **kwargs: Any) -> "TrackedSeries":
-        return self._same(self._s.astype(dtype, **kwargs), self._lin)
+        res = self._s.astype(dtype, **kwargs)
+        return self._same(res, self._lin if _same_text(self._s, res) else self._lin.cells())
 
     def rename(self, name: Any) -> "TrackedSeries":
         if callable(name) or isinstance(name, dict):
@@ -235,10 +257,10 @@ class TrackedSeries:
         return self._same(self._s.rename(name), self._lin)
 
     def isna(self) -> "TrackedSeries":
-        return self._same(self._s.isna(), self._lin)
+        return self._same(self._s.isna(), self._lin.cells())
 
     def notna(self) -> "TrackedSeries":
-        return self._same(self._s.notna(), self._lin)
+        return self._same(self._s.notna(), self._lin.cells())
 
     isnull = isna
     notnull = notna
@@ -246,7 +268,7 @@ class TrackedSeries:
     def isin(self, values: Any) -> "TrackedSeries":
         if isinstance(values, TrackedSeries):
             refuse("Series.isin", "membership in a tracked series reads every row")
-        return self._same(self._s.isin(values), self._lin)
+        return self._same(self._s.isin(values), self._lin.cells())
 
     def between(self, left: Any, right: Any, inclusive: str = "both") -> "TrackedSeries":
         lv, ll = self._other(left, "Series.between")
@@ -259,7 +281,7 @@ class TrackedSeries:
         value)."""
         if isinstance(arg, TrackedSeries):
             refuse("Series.map", "mapping through a tracked series reads other rows")
-        return self._same(self._s.map(arg, na_action=na_action), self._lin)
+        return self._same(self._s.map(arg, na_action=na_action), self._lin.cells())
 
     # ------------------------------------------------------------------ moving rows
 
@@ -387,3 +409,10 @@ class TrackedSeries:
 
     def __iter__(self) -> Any:
         refuse("Series.__iter__", "plain values would carry no lineage")
+
+    # last in the class: the name would shadow the builtin in the annotations below it
+    @property
+    def str(self) -> Any:
+        """pandas string methods, with character-range lineage
+        (:mod:`~dslog_dagster.pandas.strings`)."""
+        return rule("strings")(self)

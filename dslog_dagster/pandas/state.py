@@ -21,10 +21,14 @@ Rules map states to states; nothing here knows pandas' API (see
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dslog_dagster.pandas.rows import I64, RowMap
+
+if TYPE_CHECKING:
+    from dslog_dagster.pandas.char_segments import Segments
 
 __all__ = ["NO_LINEAGE", "ColumnLineage", "FrameInput", "FrameState", "Pairs", "PandasContext"]
 
@@ -52,14 +56,24 @@ class ColumnLineage:
 
     contrib: Pairs = frozenset()
     consid: Pairs = frozenset()
+    chars: int | None = None
+    """The slot of the column's character segments (row -> segment ids, see
+    :mod:`~dslog_dagster.pandas.char_segments`) when its characters are known exactly, else
+    ``None`` (no character lineage: whole cells)."""
 
     def full(self) -> Pairs:
         """Contributing and considered pairs together."""
         return self.contrib | self.consid
 
     def union(self, other: "ColumnLineage") -> "ColumnLineage":
-        """A value computed from both columns (arithmetic, string concatenation...)."""
+        """A value computed from both columns (arithmetic...); its characters are unknown
+        (string rules that know them set :attr:`chars` themselves)."""
         return ColumnLineage(self.contrib | other.contrib, self.consid | other.consid)
+
+    def cells(self) -> "ColumnLineage":
+        """The same cell lineage without character lineage (a value that is no longer the
+        same string: a cast, a ``map``, a comparison)."""
+        return ColumnLineage(self.contrib, self.consid)
 
     def deciding(self) -> "ColumnLineage":
         """Every pair as considered only (a cell that decided a value it did not make)."""
@@ -69,6 +83,7 @@ class ColumnLineage:
         return ColumnLineage(
             frozenset((slot_map(s), c) for s, c in self.contrib),
             frozenset((slot_map(s), c) for s, c in self.consid),
+            None if self.chars is None else slot_map(self.chars),
         )
 
 
@@ -81,16 +96,20 @@ class PandasContext:
 
     Attributes:
         inputs: the capture's inputs, in order.
-        slots: slot id → (input index, row map).
+        slots: slot id → (input index, row map); a character slot has input index ``-1``
+            and maps rows to segment ids of ``segments``.
         on_unknown: ``"raise"`` or ``"all_to_all"`` (an operation without a rule runs and
             the lineage after it is flagged all-to-all).
         flagged_ops: the operations recorded all-to-all (method names).
+        segments: the character segments of the capture (``capture_pandas(...,
+            characters=True)``), else ``None``: string methods then keep cell lineage only.
     """
 
     inputs: tuple[FrameInput, ...]
     slots: dict[int, tuple[int, RowMap]] = field(default_factory=dict)
     on_unknown: str = "raise"
     flagged_ops: list[str] = field(default_factory=list)
+    segments: "Segments | None" = None
 
     def new_slot(self, input_index: int, rows: RowMap) -> int:
         sid = len(self.slots)

@@ -42,6 +42,7 @@ from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
 from dslog_dagster.spark.cell_lineage import SlotPlan, cell_tables, column_lineage, plan_slots
 from dslog_dagster.spark.characters import character_lineage, row_tables_by_pair
+from dslog_dagster.spark.connect import require_classic
 from dslog_dagster.spark.context import CaptureContext, NeedLists, OnUnknown
 from dslog_dagster.spark.frame import TrackedFrame
 from dslog_dagster.spark.frame_capture import FrameCapture, FrameInput, KeptRows
@@ -238,6 +239,14 @@ def _capture_run(
     if aggregate not in ("auto", "lists"):
         msg = f"aggregate must be 'auto' or 'lists', not {aggregate!r}."
         raise ValueError(msg)
+    require_classic(frames, "Capturing cell lineage")
+    if isinstance(frames, DataFrame):
+        msg = (
+            "Pass the input frames as a list or a mapping of names to frames "
+            "(`capture_frames(func, [df])` or `capture_frames(func, {'df': df})`), not one "
+            "bare DataFrame."
+        )
+        raise InvalidRelationError(msg)
     t0 = time.perf_counter()
     cached: list[RowIds] = []
     named = (
@@ -245,6 +254,8 @@ def _capture_run(
         if isinstance(frames, Mapping)
         else [(f"input{i}", f) for i, f in enumerate(frames)]
     )
+    for _, df in named:
+        require_classic(df, "Capturing cell lineage")
     prepared: list[tuple[DataFrame, int, bool]] = []
     for i, (name, df) in enumerate(named):
         if not isinstance(df, DataFrame):

@@ -13,10 +13,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 
 from dslog_dagster.core.api import DSLog
-from dslog_dagster.core.characters import CharacterLineage, CharacterRange, trace_characters
+from dslog_dagster.core.characters import CharacterLineage, CharacterRange, trace_cell
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.core.query.cells import CellSet
-from dslog_dagster.core.query.engine import query_path
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.spark.rowid import RowIds
@@ -177,20 +175,11 @@ class FrameCapture:
         if column not in self.columns:
             msg = f"No output column `{column}`; the columns are {list(self.columns)}."
             raise InvalidRelationError(msg)
-        found = [t for t in self.characters.tables if t.column == column]
-        if found:
-            out: list[CharacterRange] = []
-            for t in found:
-                out += trace_characters(t.table, t.input, t.input_column, row, start, stop)
-            return sorted(out, key=lambda r: (r.input, r.column, r.row, r.start))
-        j = self.columns.index(column)
-        whole: list[CharacterRange] = []
-        for inp in self.inputs:
-            cells = CellSet.from_ranges(self.shape, [[row, j]], [[row + 1, j + 1]])
-            got = query_path([(self.contributing[inp.name], "backward")], cells)
-            for r, c in got.to_indices():
-                whole.append(CharacterRange(inp.name, inp.columns[c], int(r), 0, None, True))
-        return sorted(whole, key=lambda r: (r.input, r.column, r.row))
+        cols = {i.name: i.columns for i in self.inputs}
+        return trace_cell(
+            self.characters, column, self.columns.index(column), row, start, stop, self.shape,
+            self.contributing, cols,
+        )  # fmt: skip
 
     def register(
         self,

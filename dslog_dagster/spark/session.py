@@ -24,11 +24,12 @@ import re
 import shutil
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dslog_dagster.core import progress
 from dslog_dagster.errors import SparkUnavailableError
+from dslog_dagster.spark.connect import is_connect, require_classic
 from dslog_dagster.spark.java import require_java
 from dslog_dagster.spark.progress import watch
 
@@ -104,6 +105,8 @@ def get_session(
 
     Raises:
         SparkUnavailableError: Java is missing or the JVM did not start.
+        SparkConnectUnsupportedError: the process's session is a Spark Connect one
+            (``SPARK_REMOTE`` set, or a ``builder.remote(...)`` session already active).
     """
     require_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -119,6 +122,7 @@ def get_session(
     }
     active = SparkSession.getActiveSession()
     if active is not None:
+        require_classic(active, "dslog's Spark session (get_session)")
         for k, v in asked.items():
             if k.startswith("spark.sql."):
                 active.conf.set(k, v)
@@ -139,6 +143,7 @@ def get_session(
     except Exception as e:  # the JVM gateway raises plain Exceptions / RuntimeErrors
         msg = f"Could not start Spark (master `{master}`): {e}"
         raise SparkUnavailableError(msg) from e
+    require_classic(session, "dslog's Spark session (get_session)")  # SPARK_REMOTE was set
     watch(session)
     return session
 
@@ -180,6 +185,41 @@ def _worker_error(e: BaseException) -> str:
     return found[-1] if found else str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+def _missing_in_worker(batches: Iterator[Any]) -> Iterator[Any]:
+    """In a Spark Connect server's Python worker: one row per module it cannot import."""
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    missing = _worker_imports(None)
+    yield pa.record_batch([pa.array(missing, pa.string())], names=["missing"])
+
+
+def _check_connect_workers(session: Any) -> None:
+    """:func:`check_workers` for a Spark Connect session: the driver's interpreter says
+    nothing about the server's, so one tiny ``mapInArrow`` job imports
+    :data:`WORKER_MODULES` there (once per session)."""
+    key = ("connect", str(getattr(session, "session_id", id(session))))
+    with _workers_lock:
+        if key in _WORKERS_OK:
+            return
+    try:
+        rows = session.range(1).mapInArrow(_missing_in_worker, "missing string").collect()
+        missing = [str(r[0]) for r in rows]
+    except Exception as e:  # the server reports a worker's failure in its own exception
+        missing = [f"the server's Python workers did not run ({_worker_error(e)})"]
+    if missing:
+        msg = (
+            "The Spark Connect server's Python workers cannot run dslog's query hops: "
+            f"{'; '.join(missing)}. Start the server with PYSPARK_PYTHON set to an "
+            "interpreter that has numpy, pyarrow and dslog-dagster installed (the versions "
+            f"of this driver, `{sys.executable}`)."
+        )
+        raise SparkUnavailableError(msg)
+    with _workers_lock:
+        _WORKERS_OK.add(key)
+
+
 def check_workers(session: Any) -> None:
     """Make sure ``session``'s Python workers can run the capture, before it does anything.
 
@@ -192,6 +232,9 @@ def check_workers(session: Any) -> None:
         SparkUnavailableError: the workers cannot import what the capture needs (or do not
             start); the message names their interpreter and the fix.
     """
+    if is_connect(session):  # no SparkContext over Connect: ask the server's workers
+        _check_connect_workers(session)
+        return
     sc = session.sparkContext
     exe = str(getattr(sc, "pythonExec", None) or "python3")
     key = (str(sc.applicationId), exe)

@@ -59,17 +59,27 @@ SAVED_QUERIES = [
 
 
 def make_defs(
-    base_dir: str | None = None, policy: str = "capture", *, durable: bool = True
+    base_dir: str | None = None,
+    policy: str = "capture",
+    *,
+    durable: bool = True,
+    group_commit: bool = False,
 ) -> dg.Definitions:
     """The project's definitions with arrays (and lineage) under ``base_dir``.
 
-    ``durable=False`` stores lineage without fsync (see ``DSLogResource.durable``).
+    ``durable=False`` stores lineage without fsync (see ``DSLogResource.durable``);
+    ``group_commit=True`` fsyncs it in batches off the steps' path (``DSLogResource.group_commit``).
     """
     store_dir = None
     if base_dir is not None and not os.environ.get("DSLOG_STORE"):
         # the IO manager keeps the store under its base_dir; the query assets must find it too
         store_dir = str(Path(base_dir).absolute() / ".dslog")
-    dslog = DSLogResource(policy=policy, store_dir=store_dir, durable=durable)  # type: ignore[arg-type]
+    dslog = DSLogResource(
+        policy=policy,  # type: ignore[arg-type]
+        store_dir=store_dir,
+        durable=durable,
+        group_commit=group_commit,
+    )
     pipeline = dg.Definitions(
         assets=[*PIPELINE, *spark_assets],
         jobs=[hotspot_job, titles_job],

@@ -293,7 +293,12 @@ class Extractor {
         if (active_.size() == 1) {
           Run& r = active_[0];
           if (r.o0 + r.len == i && r.step == 1 && r.c0 + uint64_t(r.len) == c && c < r.end) {
-            ++r.len;
+            // h is checked; the next cells continue the run while their handles are h + 1,
+            // h + 2, ... (same epoch and kind, the next cell: c + t < r.end <= ncells_ < 2^34
+            // never carries out of the payload). A tight compare, no decoding per cell.
+            const int64_t more = follow(data, stride, i, ncell, h, r.end - 1 - c);
+            r.len += 1 + more;
+            i += more;
             continue;
           }
         }
@@ -308,8 +313,12 @@ class Extractor {
         if (c2 < ncells_ && r0.o0 + r0.len == i && r1.o0 + r1.len == i && r0.step == 1 &&
             r1.step == 1 && r0.c0 + uint64_t(r0.len) == c && r1.c0 + uint64_t(r1.len) == c2 &&
             c < r0.end && c2 < r1.end) {
-          ++r0.len;
-          ++r1.len;
+          // As for one cell: h + t is {c + t, c2 + t} (the same distance entry).
+          const int64_t more =
+              follow(data, stride, i, ncell, h, std::min(r0.end - 1 - c, r1.end - 1 - c2));
+          r0.len += 1 + more;
+          r1.len += 1 + more;
+          i += more;
           continue;
         }
       }
@@ -359,6 +368,21 @@ class Extractor {
       st->groups += int64_t(sinks_.size() - n_atoms_);
       st->runs += runs_;
     }
+  }
+
+  // How many cells after output cell i (at most `room`, and not past the last cell) hold the
+  // handles h + 1, h + 2, ...: the continuation of an element-wise run.
+  static int64_t follow(const char* data, std::ptrdiff_t stride, int64_t i, int64_t ncell,
+                        Handle h, uint64_t room) {
+    const int64_t n = std::min<int64_t>(ncell - i - 1, int64_t(std::min<uint64_t>(room, uint64_t(ncell))));
+    const char* p = data + (i + 1) * stride;
+    int64_t t = 0;
+    for (Handle want = h + 1; t < n; ++t, ++want, p += stride) {
+      Handle g;
+      std::memcpy(&g, p, sizeof(g));
+      if (g != want) break;
+    }
+    return t;
   }
 
   std::vector<ProvRCTable> finish(ExtractStats* st) {

@@ -14,3 +14,5 @@ def test_dagster_overhead_bench_toy_run() -> None:
     # both ablations ran (the bench fails when either did not take effect)
     assert "| ablation: metadata only (" in out
     assert "| ablation: lookup only (" in out
+    assert "| same steps, group commit |" in out
+    assert "| same, group commit |" in out
