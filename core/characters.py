@@ -44,7 +44,7 @@ import numpy as np
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query.cells import CellSet
 from dslog_dagster.core.query.engine import Direction, query_path
-from dslog_dagster.errors import QueryError
+from dslog_dagster.errors import InvalidRelationError, QueryError
 
 __all__ = [
     "CharacterLineage",
@@ -169,9 +169,9 @@ def trace_characters(
 
 
 def trace_cell(
-    lineage: CharacterLineage,
+    lineage: "CharacterLineage | None",
     column: str,
-    j: int,
+    columns: Sequence[str],
     row: int,
     start: int,
     stop: int | None,
@@ -179,10 +179,23 @@ def trace_cell(
     contributing: Mapping[str, LineageTable],
     input_columns: Mapping[str, Sequence[str]],
 ) -> list[CharacterRange]:
-    """Characters ``start:stop`` of output cell ``(row, column)`` (column position ``j`` of an
-    output of ``shape``) through every character table of the column; a column without one
-    falls back to the whole input cells of the cell lineage ``contributing`` (``{input name:
-    table}``, inputs' column names in ``input_columns``), marked ``whole``."""
+    """Characters ``start:stop`` of output cell ``(row, column)`` (of an output of ``shape``
+    whose columns are ``columns``) through every character table of the column; a column
+    without one falls back to the whole input cells of the cell lineage ``contributing``
+    (``{input name: table}``, inputs' column names in ``input_columns``), marked ``whole``.
+    What a Spark and a pandas capture's ``trace_characters`` answer.
+
+    Raises:
+        InvalidRelationError: ``lineage`` is ``None`` (a capture made without
+            ``characters=True``), or ``column`` is not one of ``columns``.
+    """
+    if lineage is None:
+        msg = "This capture has no character lineage; capture with `characters=True`."
+        raise InvalidRelationError(msg)
+    if column not in columns:
+        msg = f"No output column `{column}`; the columns are {list(columns)}."
+        raise InvalidRelationError(msg)
+    j = list(columns).index(column)
     found = [t for t in lineage.tables if t.column == column]
     if found:
         out: list[CharacterRange] = []

@@ -129,16 +129,10 @@ class PandasCapture:
             InvalidRelationError: the capture was made without ``characters=True``, or
                 ``column`` is not an output column.
         """
-        if self.characters is None:
-            msg = "This capture has no character lineage; capture with `characters=True`."
-            raise InvalidRelationError(msg)
         names = [str(c) for c in self.frame.columns]
-        if column not in names:
-            msg = f"No output column `{column}`; the columns are {names}."
-            raise InvalidRelationError(msg)
         cols = {i.name: i.columns for i in self.inputs}
         return trace_cell(
-            self.characters, column, names.index(column), row, start, stop, self.shape,
+            self.characters, column, names, row, start, stop, self.shape,
             self.contributing, cols,
         )  # fmt: skip
 

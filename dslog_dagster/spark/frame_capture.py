@@ -169,15 +169,9 @@ class FrameCapture:
             InvalidRelationError: the capture was made without ``characters=True``, or
                 ``column`` is not an output column.
         """
-        if self.characters is None:
-            msg = "This capture has no character lineage; capture with `characters=True`."
-            raise InvalidRelationError(msg)
-        if column not in self.columns:
-            msg = f"No output column `{column}`; the columns are {list(self.columns)}."
-            raise InvalidRelationError(msg)
         cols = {i.name: i.columns for i in self.inputs}
         return trace_cell(
-            self.characters, column, self.columns.index(column), row, start, stop, self.shape,
+            self.characters, column, self.columns, row, start, stop, self.shape,
             self.contributing, cols,
         )  # fmt: skip
 
