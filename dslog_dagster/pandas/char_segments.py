@@ -30,6 +30,7 @@ import pandas as pd
 
 from dslog_dagster.core.characters import CharacterLineage, CharacterTable
 from dslog_dagster.core.compression import compress
+from dslog_dagster.core.int_sets import sorted_unique
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.pandas.rows import I64, RowMap, ranges
 
@@ -238,7 +239,7 @@ def _keys(inp: I64, col: I64) -> list[tuple[int, int]]:
     if not inp.size:
         return []
     width = int(col.max()) + 1
-    both = np.unique(inp * width + col)
+    both = sorted_unique(inp * width + col)
     return [(int(k // width), int(k % width)) for k in both]
 
 

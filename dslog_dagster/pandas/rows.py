@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster.core.int_sets import sorted_unique
+
 __all__ = ["I64", "RowMap", "ranges"]
 
 I64 = npt.NDArray[np.int64]
@@ -54,7 +56,7 @@ class RowMap:
         if out.size:
             key = out * max(n_src, 1) + src
             if not bool(np.all(key[1:] > key[:-1])):  # already sorted and unique: kept as is
-                key = np.unique(key)
+                key = sorted_unique(key)
                 out, src = key // max(n_src, 1), key % max(n_src, 1)
         return cls(out, src, n_out, n_src)
 
