@@ -12,6 +12,7 @@ it carries (:func:`~dslog_dagster.core.combine.factored_table`).
 (without importing pandas in the core).
 """
 
+import hashlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -206,7 +207,8 @@ def _tables(
     out_shape = (state.n_rows, n_cols)
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
-    row_tables: dict[frozenset[int], LineageTable] = {}
+    row_tables: dict[frozenset[int], tuple[bytes, LineageTable]] = {}
+    compressed: dict[bytes, LineageTable] = {}  # by row map content
     for i, inp in enumerate(inputs):
         if state.all_to_all:
             t = flagged_table(out_shape, inp.shape, source=i in state.sources)
@@ -222,7 +224,10 @@ def _tables(
             by_slots: dict[frozenset[int], list[tuple[int, int]]] = {}
             for cell, ss in by_cell.items():
                 by_slots.setdefault(frozenset(ss), []).append(cell)
-            parts = []
+            # one part per distinct row map: the columns of one input usually travel together
+            # (a merge or a filter moves all of them), so slot sets that differ often hold the
+            # same rows; their cells share one row table instead of one copy each
+            parts: dict[bytes, tuple[LineageTable, list[tuple[int, int]]]] = {}
             for key, cells in sorted(by_slots.items(), key=lambda kv: sorted(kv[0])):
                 if key not in row_tables:
                     rows: RowMap | None = None
@@ -230,16 +235,35 @@ def _tables(
                         m = ctx.slots[s][1]
                         rows = m if rows is None else rows.union(m)
                     assert rows is not None
-                    row_tables[key] = compress(
-                        LineageRelation.from_columns(
-                            (state.n_rows,), (inp.n_rows,), [rows.out], [rows.src]
-                        ),
-                        fallback="never",
-                    )
-                col_table = column_table(cells, n_cols, len(inp.columns))
-                parts.append((row_tables[key], col_table))
-            dest[inp.name] = factored_table(parts) if parts else empty_table(out_shape, inp.shape)
+                    digest = _row_digest(rows)
+                    if digest not in compressed:
+                        # ProvRC, or the columnar encoding where it is smaller (rows drawn at
+                        # random: a join or group-by on shuffled keys), as Spark's capture does
+                        compressed[digest] = compress(
+                            LineageRelation.from_columns(
+                                (state.n_rows,), (inp.n_rows,), [rows.out], [rows.src]
+                            )
+                        )
+                    row_tables[key] = (digest, compressed[digest])
+                digest, table = row_tables[key]
+                parts.setdefault(digest, (table, []))[1].extend(cells)
+            factors = [
+                (table, column_table(sorted(cells), n_cols, len(inp.columns)))
+                for table, cells in parts.values()
+            ]
+            dest[inp.name] = (
+                factored_table(factors) if factors else empty_table(out_shape, inp.shape)
+            )
     return contributing, considered
+
+
+def _row_digest(rows: "RowMap") -> bytes:
+    """A digest of a row map's pairs (equal maps, equal digests)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.int64(rows.n_out).tobytes() + np.int64(rows.n_src).tobytes())
+    h.update(np.ascontiguousarray(rows.out).data)
+    h.update(np.ascontiguousarray(rows.src).data)
+    return h.digest()
 
 
 def _column_lineage(
