@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"| {keys} | bytes per element ({r['elements']:,} cells of the three frames) | "
-            f"{r['ours_bytes'] / r['elements']:.4f} | | | info |"
+            f"{r['ours_bytes'] / r['elements']:.3g} | | | info |"
         )
         print(f"| {keys} | capture phases, s | {r['phases']} | | | info |")
     (u0, u1), (t0, t1) = mem["untracked"], mem["tracked"]

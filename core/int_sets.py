@@ -14,9 +14,13 @@ import numpy.typing as npt
 __all__ = ["sorted_unique"]
 
 
-def sorted_unique(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """The distinct values of a 1-d integer array, ascending (``np.unique`` by sorting)."""
-    a = np.sort(np.asarray(values, dtype=np.int64).reshape(-1))
+def sorted_unique(values: npt.ArrayLike, *, runs: bool = False) -> npt.NDArray[np.int64]:
+    """The distinct values of a 1-d integer array, ascending (``np.unique`` by sorting).
+
+    ``runs``: the values are a few sorted runs one after another (a union of sorted sets);
+    the stable sort (a merge sort that finds runs) then takes one pass per run.
+    """
+    a = np.sort(np.asarray(values, dtype=np.int64).reshape(-1), kind="stable" if runs else None)
     if a.size < 2:
         return a
     keep = np.empty(a.size, dtype=bool)

@@ -13,6 +13,9 @@ def test_sorted_unique_equals_numpy(a: np.ndarray) -> None:
     got = sorted_unique(a)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, np.unique(a))
+    half = a.size // 2
+    runs = np.concatenate([np.sort(a[:half]), np.sort(a[half:])])
+    np.testing.assert_array_equal(sorted_unique(runs, runs=True), np.unique(a))
 
 
 def test_sorted_unique_of_strided_keys() -> None:
