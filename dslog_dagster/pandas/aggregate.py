@@ -82,10 +82,10 @@ class TrackedGroupBy:
         return gb if self._selection is None else gb[self._selection]
 
     def _gathered(self, pairs: Pairs, mask: np.ndarray | None = None) -> Pairs:
-        if mask is None:
-            move = self._all
+        keep = None if mask is None else self._valid & mask
+        if keep is None or np.array_equal(keep, self._valid):
+            move = self._all  # no null to leave out: every member row, as the keys' lineage
         else:
-            keep = self._valid & mask
             rows = np.flatnonzero(keep).astype(np.int64)
             out = self._codes[keep]
             move = self._f.lineage_state.ctx.remap(lambda m: m.gather(out, rows, self._n))

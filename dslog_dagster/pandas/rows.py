@@ -55,7 +55,15 @@ class RowMap:
         src = np.asarray(src, np.int64)
         if out.size:
             key = out * max(n_src, 1) + src
-            if not bool(np.all(key[1:] > key[:-1])):  # already sorted and unique: kept as is
+            step = key[1:] - key[:-1]
+            if bool(np.all(step > 0)):  # already sorted and unique: kept as is
+                pass
+            elif bool(np.all(step >= 0)):  # sorted with repeats (rows pooled in order)
+                keep = np.empty(key.size, dtype=bool)
+                keep[0] = True
+                np.greater(step, 0, out=keep[1:])
+                out, src = out[keep], src[keep]
+            else:
                 key = sorted_unique(key)
                 out, src = key // max(n_src, 1), key % max(n_src, 1)
         return cls(out, src, n_out, n_src)

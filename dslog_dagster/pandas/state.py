@@ -117,13 +117,18 @@ class PandasContext:
         return sid
 
     def remap(self, rule: Callable[[RowMap], RowMap]) -> Callable[[int], int]:
-        """A slot map applying ``rule`` to each slot's row map once (memoised per slot)."""
+        """A slot map applying ``rule`` to each slot's row map once (memoised per slot, and
+        per map: slots that share a row map object share the result, computed once)."""
         memo: dict[int, int] = {}
+        mapped: dict[int, tuple[RowMap, RowMap]] = {}  # id(map) -> (map, rule(map))
 
         def new(s: int) -> int:
             if s not in memo:
                 inp, rows = self.slots[s]
-                memo[s] = self.new_slot(inp, rule(rows))
+                hit = mapped.get(id(rows))
+                if hit is None or hit[0] is not rows:
+                    hit = mapped[id(rows)] = (rows, rule(rows))
+                memo[s] = self.new_slot(inp, hit[1])
             return memo[s]
 
         return new
