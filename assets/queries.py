@@ -376,7 +376,7 @@ def _materialize(
             result, rebuilt = answering(
                 log.store,
                 lambda: run_lineage_query(log, config, engine=dslog.query_engine),
-                io.value_loader(),
+                io.value_loader(frames=True),
             )
             for r in rebuilt:
                 context.log.info(

@@ -7,7 +7,8 @@ registry key and code identity and the step's argument names per input array —
 tables. The values themselves are kept by version (the Dagster IO manager does that).
 
 When a query needs the lineage of a deferred operation, :func:`reconstruct` re-runs the step
-under capture on the recorded input versions, checks that the recomputed outputs equal the
+under capture on the recorded input versions (NumPy arrays through the annotator, pandas
+DataFrames through :mod:`dslog_dagster.pandas`), checks that the recomputed outputs equal the
 stored versions **bit for bit** (refusing when the code changed, a value expired, or the step
 is not deterministic), and registers the captured lineage as a new operation over the same
 array versions (``capture_method == "on-demand-reconstructed"``, ``args["reconstructs"]``
@@ -29,9 +30,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
-from dslog_dagster.core.capture import Capture
+from dslog_dagster.core.capture import Capture, is_pandas
 from dslog_dagster.core.capture import Mode as CaptureMode
 from dslog_dagster.core.query import CellSet
 from dslog_dagster.core.reuse.keys import code_identity
@@ -60,8 +60,9 @@ DEFERRED = "on-demand"
 RECONSTRUCTED = "on-demand-reconstructed"
 """``capture_method`` of the operation a reconstruction registers."""
 
-ValueLoader = Callable[[ArrayRecord], "npt.NDArray[Any] | None"]
-"""The stored value of an array version (``None``: not stored or expired)."""
+ValueLoader = Callable[[ArrayRecord], Any]
+"""The stored value of an array version: a NumPy array, or a pandas DataFrame for a frame
+(``None``: not stored or expired)."""
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {}
 _EXTRA: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -188,7 +189,9 @@ def reconstruct(
 
     result = Capture(mode=mode).run(call, *args)
     seconds = time.perf_counter() - t0
-    outputs = list(result.outputs)
+    outputs: list[Any] = list(result.outputs)
+    if any(is_pandas(a) for a in args):  # compare the frames themselves (names, dtypes, NaN)
+        outputs = list(result.value) if isinstance(result.value, tuple) else [result.value]
     if len(outputs) != len(rec.outputs):
         raise _refuse(rec, f"it now returns {len(outputs)} output(s), not {len(rec.outputs)}.")
     for k, out in enumerate(rec.outputs):
@@ -197,7 +200,7 @@ def reconstruct(
             raise _refuse(
                 rec, f"the stored value of output `{out.name}` version `{out.version}` is gone."
             )
-        if not _same(np.asarray(outputs[k]), np.asarray(stored)):
+        if not _same(outputs[k], stored):
             raise _refuse(
                 rec,
                 f"re-running it does not give the stored `{out.name}` version `{out.version}` "
@@ -219,7 +222,19 @@ def reconstruct(
     return Reconstruction(rec, new, seconds)
 
 
-def _same(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> bool:
+def _same(produced: Any, stored: Any) -> bool:
+    """Does a recomputed output equal the stored value, bit for bit (NaN equal to NaN)?
+
+    DataFrames (checked without importing pandas) must have the same column names, dtypes
+    and values row by row; the row labels do not count (the stored frame's rows are named by
+    position, as its lineage names them)."""
+    if is_pandas(produced) or is_pandas(stored):
+        if not (is_pandas(produced) and is_pandas(stored)):
+            return False
+        if list(produced.columns) != list(stored.columns):
+            return False
+        return bool(produced.reset_index(drop=True).equals(stored.reset_index(drop=True)))
+    a, b = np.asarray(produced), np.asarray(stored)
     if a.shape != b.shape:
         return False
     if a.dtype.kind in "fc" or b.dtype.kind in "fc":

@@ -401,8 +401,9 @@ def _prov(args: argparse.Namespace) -> int:
     return 0
 
 
-def _values_loader(folder: str) -> Any:
-    """A value loader over the values a DSLogIOManager keeps under ``folder`` (its base_dir)."""
+def _values_loader(folder: str, *, frames: bool = False) -> Any:
+    """A value loader over the values a DSLogIOManager keeps under ``folder`` (its base_dir):
+    NumPy arrays, and with ``frames`` pandas DataFrames too (on-demand pandas steps)."""
     import numpy as np
 
     from dslog_dagster.core.store import ArrayRecord
@@ -417,9 +418,15 @@ def _values_loader(folder: str) -> Any:
         if rec.asset_key is None or rec.version is None:
             return None
         path = ValueSlot(asset_stem(base, rec.asset_key, rec.name)).find(rec.version)
-        if path is None or path.suffix != ".npy":
+        if path is None:
             return None
-        return np.load(path, allow_pickle=False)
+        if path.suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if frames and path.suffix == ".parquet" and path.is_file():  # a pandas frame
+            from dslog_dagster.io_managers.pandas_frames import read_pandas
+
+            return read_pandas(path)
+        return None
 
     return load
 
@@ -453,7 +460,7 @@ def _trace(args: argparse.Namespace) -> int:
     names = list(args.path)
     source = log.store.get_array(names[0])
     cells = cells_from_spec(source.shape, args.cells or [":"], columns=source.column_names)
-    result, done = trace(log, names, cells, _values_loader(args.values))
+    result, done = trace(log, names, cells, _values_loader(args.values, frames=True))
     for r in done:
         print(
             f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…) in {r.seconds:.2f} s",

@@ -144,12 +144,16 @@ class _StepRun:
         if any(is_frame(self.kwargs[n]) for n in names):
             if self.policy == CapturePolicy.on_demand:
                 msg = (
-                    f'Step `{self.step_key}` reads DataFrames: policy="on_demand" covers NumPy '
-                    'steps only so far; use policy="capture" (or "off") for it.'
+                    f'Step `{self.step_key}` reads Spark DataFrames: policy="on_demand" covers '
+                    'NumPy and pandas steps so far; use policy="capture" (or "off") for it.'
                 )
                 raise ConfigurationError(msg)
             return self.run_frames(names)
         if any(is_pandas_frame(self.kwargs[n]) for n in names):
+            if self.policy == CapturePolicy.on_demand:
+                self.check_pandas_inputs(names)
+                refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
+                return self.run_on_demand(names, refs)
             return self.run_pandas(names)
         for n in names:
             if not is_trackable(self.kwargs[n]):
@@ -436,12 +440,8 @@ class _StepRun:
 
     # ------------------------------------------------------------ pandas steps
 
-    def run_pandas(self, names: list[str]) -> Any:
-        """A tracked step whose inputs are pandas DataFrames (:mod:`dslog_dagster.pandas`):
-        the function runs once on tracked frames; each output frame's lineage names cells
-        ``(row position, column position)`` of the inputs as loaded (rows in id order)."""
-        from dslog_dagster.pandas.capture import capture_pandas
-
+    def check_pandas_inputs(self, names: list[str]) -> None:
+        """Every tracked input of a pandas step is a DataFrame."""
         for n in names:
             if not is_pandas_frame(self.kwargs[n]):
                 msg = (
@@ -451,6 +451,14 @@ class _StepRun:
                     "it in its own step."
                 )
                 raise UnsupportedArrayError(msg)
+
+    def run_pandas(self, names: list[str]) -> Any:
+        """A tracked step whose inputs are pandas DataFrames (:mod:`dslog_dagster.pandas`):
+        the function runs once on tracked frames; each output frame's lineage names cells
+        ``(row position, column position)`` of the inputs as loaded (rows in id order)."""
+        from dslog_dagster.pandas.capture import capture_pandas
+
+        self.check_pandas_inputs(names)
         if self.policy == CapturePolicy.reuse_only:
             result = self.run_plain()
             self.hand_over_untracked(

@@ -499,12 +499,16 @@ class DSLogIOManager(dg.ConfigurableIOManager):
             slot.release(lease)
             raise
 
-    def value_loader(self) -> "Callable[[ArrayRecord], np.ndarray | None]":
+    def value_loader(self, *, frames: bool = False) -> "Callable[[ArrayRecord], Any]":
         """The stored NumPy value of an array version of an asset (``None``: an op output, a
         DataFrame, or a version not kept here): what explaining a change and on-demand
-        lineage read (:data:`dslog_dagster.core.on_demand.ValueLoader`)."""
+        lineage read (:data:`dslog_dagster.core.on_demand.ValueLoader`).
 
-        def load(rec: "ArrayRecord") -> np.ndarray | None:
+        ``frames``: pandas DataFrames too (what re-running an on-demand pandas step needs);
+        Spark frames are never loaded here (they are read lazily, by a session).
+        """
+
+        def load(rec: "ArrayRecord") -> Any:
             if rec.asset_key is None or rec.version is None:
                 return None
             partition = partition_of(rec.asset_key, rec.name)
@@ -512,7 +516,9 @@ class DSLogIOManager(dg.ConfigurableIOManager):
                 value = self.load_value(rec.asset_key, rec.version, partition)
             except LineageNotFoundError:  # not stored here, or expired (a subclass)
                 return None
-            return value if isinstance(value, np.ndarray) else None
+            if isinstance(value, np.ndarray) or (frames and is_pandas_frame(value)):
+                return value
+            return None
 
         return load
 

@@ -536,6 +536,6 @@ def test_on_demand_is_refused_for_spark_steps(spark: Any, base: Any) -> None:
     )
     assert not res.success
     (failure,) = res.get_step_failure_events()
-    assert 'policy="on_demand" covers NumPy steps only' in str(
+    assert 'policy="on_demand" covers NumPy and pandas steps so far' in str(
         failure.event_specific_data.error  # type: ignore[union-attr]
     )
