@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
+from dslog_dagster.assets import saved_lineage_query
 from dslog_dagster.cli import main
 from dslog_dagster.core import on_demand
 from dslog_dagster.core.api import DSLog
@@ -121,3 +122,22 @@ def test_dslog_trace_reconstructs_a_pandas_step(tmp_path: Path, capsys: Any) -> 
         (r["start_0"], r["stop_0"], r["start_1"], r["stop_1"]) for r in json.loads(out.out)
     )
     assert cells == [(0, 3, 1, 2)]  # rows 0..2 of people's `city`
+
+
+def test_a_saved_query_with_on_demand_reconstructs_a_pandas_step(tmp_path: Path) -> None:
+    lazy = saved_lineage_query(
+        "origin", source="by_city", target="people", cells=["0:2,city"], on_demand=True
+    )
+    dslog = DSLogResource(store_dir=str(tmp_path / "store"))
+    io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "values"))
+    resources = {"dslog": dslog, "io_manager": io}
+    assets = [people, cities, joined, by_city]
+    with dg.instance_for_test() as instance:
+        assert dg.materialize(assets, resources=resources, instance=instance).success
+        res = dg.materialize(
+            [*assets, lazy], selection=[lazy], resources=resources, instance=instance
+        )
+    assert res.success
+    (mat,) = res.asset_materializations_for_node("origin")
+    assert mat.metadata["dslog/reconstructed"].value == 1
+    assert mat.metadata["dslog/result_cells"].value == 3
