@@ -44,6 +44,7 @@ class CompactionResult:
         bytes_before: total size of the replaced files.
         bytes_after: total size of the new packs.
         skipped: another compaction held the lock for the whole ``lock_timeout``.
+        removed: the replaced files (root-relative paths).
     """
 
     operations: int
@@ -52,6 +53,7 @@ class CompactionResult:
     bytes_before: int
     bytes_after: int
     skipped: bool = False
+    removed: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -223,4 +225,5 @@ def _compact_locked(
         tuple(packs),
         sum(s for _, s in packed_files),
         bytes_after,
+        removed=tuple(rel for rel, _ in packed_files),
     )
