@@ -69,7 +69,8 @@ def cache_root(url: str, cache_dir: str | os.PathLike[str] | None) -> Path:
     if not base:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
         base = os.path.join(xdg, "dslog", "stores")
-    key = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    url = url.rstrip("/")
+    key = hashlib.sha256(url.encode()).hexdigest()[:16]
     return Path(base).absolute() / f"{slug(url.split('://', 1)[-1], 40)}-{key}"
 
 
@@ -429,28 +430,33 @@ class RemoteMirror:
 
     # ----------------------------------------------------------------- compaction
 
-    def compact(self, run: Callable[[], CompactionResult]) -> CompactionResult:
-        """Compact the store: pull, pack in the cache (``run``), create the packs as objects,
-        publish their retirement marker, delete segments retired long enough ago.
+    def compact(self, run: Callable[..., CompactionResult]) -> CompactionResult:
+        """Compact the store: pull, pack in the cache (``run(upload=...)``: each pack is
+        created as an object before it enters the cache), publish the packs' retirement
+        marker, delete the segments retired long enough ago.
 
         Raises:
-            LineageStorageError: a pack or marker could not be created (the cache's packs
+            LineageStorageError: a pack or marker could not be created (the cache's new packs
                 are dropped again: the replaced segments come back at the next pull).
         """
         self.pull()
-        result = run()
+
+        def upload(rel: str, data: bytes) -> None:
+            if not self.objects.put_once(rel, data):
+                msg = f"Object `{self.url}/{rel}` exists: pack names repeat?"
+                raise LineageStorageError(msg)
+
+        result: CompactionResult = run(upload=upload)
         if result.packs:
+            data = marker_bytes(result.packs, result.removed, time.time())
+            key = f"{RETIRED}/{Path(result.packs[0]).stem}.json"
             try:
-                for rel in result.packs:
-                    self.objects.put_once(rel, (self.cache / rel).read_bytes())
-                data = marker_bytes(result.packs, result.removed, time.time())
-                key = f"{RETIRED}/{Path(result.packs[0]).stem}.json"
                 self.objects.put_once(key, data)
-                files.publish_once(self.cache / key, data, False, self.cache / ".staging")
             except BaseException:
                 for rel in result.packs:
                     discard(self.cache / rel)
                 raise
+            files.publish_once(self.cache / key, data, False, self.cache / ".staging")
         self._delete_retired()
         return result
 

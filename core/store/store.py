@@ -627,7 +627,7 @@ class LineageStore:
         run = functools.partial(compact, self.layout, self.operation_files, self.catalog)
         run = functools.partial(run, max_op_bytes=max_op_bytes, pack_bytes=pack_bytes)
         run = functools.partial(run, lock_timeout=lock_timeout)
-        return run() if self.remote is None else self.remote.compact(run)
+        return run(upload=None) if self.remote is None else self.remote.compact(run)
 
     # ----------------------------------------------------------------- listing (catalog)
 

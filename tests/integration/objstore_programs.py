@@ -6,16 +6,22 @@ writer, a compactor and a reader never share a handle, a cache or an interpreter
 """
 
 import hashlib
+import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from dslog_dagster.core import LineageRelation, LineageStore, capture
+from dslog_dagster.core import LineageRelation, LineageStore, NewArray, capture
 from dslog_dagster.core.api import DSLog
 
 OPS_PER_WRITER = 5
+
+
+def emit(value: object) -> None:
+    """The program's answer: one JSON line on stdout."""
+    sys.stdout.write(json.dumps(value) + "\n")
 
 
 def relation_hash(rel: LineageRelation) -> str:
@@ -36,7 +42,7 @@ def pipeline(root: str) -> None:
     ):
         r = capture(fn, x)
         store.register_array(src, x.shape)
-        out = store.register_array(name, shape)
+        out = NewArray(name, shape)  # published with its operation, as a tracked step does
         store.register_operation(f"make_{name}", [src], [out], {(name, src): r.relation(0, 0)})
         x = np.asarray(r.outputs[0])
 
@@ -55,22 +61,17 @@ def answers(root: str) -> dict[str, object]:
     return out
 
 
-def writer(root: str, worker: int, go: str) -> None:
-    """Register OPS_PER_WRITER operations once ``go`` exists; print their ids."""
-    store = LineageStore(root)
+def writes(store: LineageStore, worker: int) -> list[tuple[str, str]]:
+    """Worker ``worker``'s registrations (the same on any store): ``(op id, table hash)``."""
     rng = np.random.default_rng(1000 + worker)
     shared = store.register_array("shared", (6, 5))  # every writer registers it
-    Path(f"{go}.ready-{worker}").touch()
-    deadline = time.monotonic() + 60
-    while not Path(go).exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    ids = []
+    done = []
     for k in range(OPS_PER_WRITER):
-        out = store.register_array(f"w{worker}/out", (6, 5), version=f"v{k}")
         n = int(rng.integers(1, 60))
         rel = LineageRelation.from_pairs(
             (6, 5), (6, 5), rng.integers(0, (6, 5), (n, 2)), rng.integers(0, (6, 5), (n, 2))
         )
+        out = NewArray(f"w{worker}/out", (6, 5), version=f"v{k}")
         op = store.register_operation(
             "mix",
             [shared],
@@ -78,7 +79,20 @@ def writer(root: str, worker: int, go: str) -> None:
             {(out.name, "shared"): rel},
             args={"worker": worker, "k": k, "hash": relation_hash(rel)},
         )
-        ids.append(op.op_id)
+        done.append((op.op_id, relation_hash(rel)))
+    return done
+
+
+def writer(root: str, worker: int, go: str) -> None:
+    """Register OPS_PER_WRITER operations once ``go`` exists; print their ids."""
+    store = LineageStore(root)
+    store.register_array("shared", (6, 5))  # every writer registers it
+    Path(f"{go}.ready-{worker}").touch()
+    deadline = time.monotonic() + 60
+    while not Path(go).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ids = [op_id for op_id, _ in writes(store, worker)]
+    emit(ids)
 
 
 def checked_ops(store: LineageStore) -> dict[str, tuple[int, int, str]]:
@@ -105,6 +119,7 @@ def compactor(root: str, stop: str) -> None:
         packs += len(store.compact(pack_bytes=8192).packs)
         time.sleep(0.05)
     packs += len(store.compact(pack_bytes=8192).packs)
+    emit(packs)
 
 
 def reader(root: str, stop: str) -> None:
@@ -123,6 +138,7 @@ def reader(root: str, stop: str) -> None:
         if done:
             break
         time.sleep(0.05)
+    emit({"rounds": rounds, "ops": sorted(seen.values())})
 
 
 if __name__ == "__main__":
@@ -130,7 +146,7 @@ if __name__ == "__main__":
     if mode == "pipeline":
         pipeline(root)
     elif mode == "answers":
-        pass
+        emit(answers(root))
     elif mode == "writer":
         writer(root, int(sys.argv[3]), sys.argv[4])
     elif mode == "compactor":

@@ -8,6 +8,7 @@ the server: answers are compared with the same work on a local store.
 
 import json
 import os
+import runpy
 import socket
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from dslog_dagster.errors import (
 pytestmark = [pytest.mark.objstore, pytest.mark.integration]
 
 PROGRAMS = str(Path(__file__).with_name("objstore_programs.py"))
+writes = runpy.run_path(PROGRAMS)["writes"]  # the writers' registrations, run here too
 N_WRITERS = 8
 
 
@@ -168,20 +170,14 @@ def test_eight_writers_a_compactor_and_a_reader_lose_and_duplicate_nothing(
         (o.args["worker"], o.args["k"], o.args["hash"]) for o in ops
     )
     # the same registrations on a local store answer the same
-    local = tmp_path / "local"
+    mine = LineageStore(tmp_path / "local")
     for w in range(N_WRITERS):
-        (tmp_path / f"go-{w}").touch()
-        _run("writer", str(local), str(w), str(tmp_path / f"go-{w}"), cache=tmp_path / "x")
-    mine = LineageStore(local)
-    assert sorted((o.args["worker"], o.args["k"], o.args["hash"]) for o in ops) == sorted(
-        (o.args["worker"], o.args["k"], o.args["hash"]) for o in mine.operations("mix")
-    )
+        writes(mine, w)
+    local = {(o.args["worker"], o.args["k"]): o for o in mine.operations("mix")}
+    assert sorted(local) == sorted((o.args["worker"], o.args["k"]) for o in ops)
     for op in ops:
-        ref = next(
-            o
-            for o in mine.operations("mix")
-            if (o.args["worker"], o.args["k"]) == (op.args["worker"], op.args["k"])
-        )
+        ref = local[op.args["worker"], op.args["k"]]
+        assert op.args == ref.args
         a = store.read_lineage(op, op.outputs[0].name, "shared").decompress()
         b = mine.read_lineage(ref, ref.outputs[0].name, "shared").decompress()
         assert a == b
