@@ -61,7 +61,10 @@ def _is_store(root: Path) -> bool:
 def _store(path: str) -> "LineageStore":
     """The store at ``path``; refuses a folder that is not one (only ``init`` creates)."""
     from dslog_dagster.core.store import LineageStore
+    from dslog_dagster.core.store.object_backends import is_url
 
+    if is_url(path):  # a store on object storage (`s3://bucket/prefix`)
+        return LineageStore(path)
     root = Path(path)
     if not root.is_dir():
         msg = (
@@ -101,7 +104,11 @@ def _emit(rows: Rows, columns: Sequence[str], fmt: str) -> None:
 
 def _init(args: argparse.Namespace) -> int:
     from dslog_dagster.core.store import LineageStore
+    from dslog_dagster.core.store.object_backends import is_url
 
+    if is_url(args.store):
+        print(f"lineage store at {LineageStore(args.store).remote}")
+        return 0
     root = Path(args.store)
     if root.exists() and not root.is_dir():
         msg = f"`{root}` exists and is not a directory; choose another path for the store."

@@ -21,11 +21,12 @@ from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.query import QueryEngine
 from dslog_dagster.core.reuse import ReusePolicy, ViewRegistry
 from dslog_dagster.core.store import LineageStore, read_store_id
+from dslog_dagster.core.store.object_backends import is_url
 from dslog_dagster.settings import TrackingSettings
 
 __all__ = ["DSLogResource", "flush_stores", "open_store"]
 
-_stores: dict[tuple[Path, bool, bool], LineageStore] = {}
+_stores: dict[tuple[Path | str, bool, bool], LineageStore] = {}
 _sessions: dict[Path, DSLog] = {}
 # (root, policy) -> (store id, registry): shared by every handle of one store (durable or
 # not), renewed when the directory is another store (deleted and made again)
@@ -41,11 +42,12 @@ def open_store(
     ``durable`` and ``group_commit`` select whether and when its writes fsync (see
     :class:`LineageStore`); a store opened several ways is several handles on the same files.
     """
-    path = Path(root).absolute()
+    path = located(root)
     key = (path, durable, group_commit)
     with _stores_lock:
         store = _stores.get(key)
-        if store is None or read_store_id(path) != store.store_id:
+        # (a store on object storage keeps its id: its cache is keyed by it)
+        if store is None or (isinstance(path, Path) and read_store_id(path) != store.store_id):
             # new, or the directory was deleted (and maybe made again) since: a handle on the
             # old one would serve its cached records and views for files that are gone
             if store is not None:
@@ -53,6 +55,11 @@ def open_store(
             store = LineageStore(path, durable=durable, group_commit=group_commit)
             _stores[key] = store
         return store
+
+
+def located(where: str | os.PathLike[str]) -> Path | str:
+    """A store URL (``s3://bucket/prefix``) as given; a path made absolute."""
+    return str(where) if is_url(str(where)) else Path(where).absolute()
 
 
 def flush_stores() -> None:
@@ -98,13 +105,13 @@ class DSLogResource(dg.ConfigurableResource, TrackingSettings):  # type: ignore[
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         flush_stores()  # the run's group-committed lineage on disk before the run ends
 
-    def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path:
-        """The store directory by the rule in the module docstring."""
+    def resolve_store_dir(self, default_base: str | os.PathLike[str] | None = None) -> Path | str:
+        """The store directory (or URL) by the rule in the module docstring."""
         if self.store_dir:
-            return Path(self.store_dir).absolute()
+            return located(self.store_dir)
         env = os.environ.get("DSLOG_STORE")
         if env:
-            return Path(env).absolute()
+            return located(env)
         base = Path(default_base) if default_base is not None else Path.cwd()
         return (base / ".dslog").absolute()
 

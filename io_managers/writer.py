@@ -101,7 +101,7 @@ class LineageWriter:
         self.settings = settings
         self.base_dir = base_dir
 
-    def store_dir(self) -> Path:
+    def store_dir(self) -> Path | str:
         return self.settings.resolve_store_dir(self.base_dir)
 
     def write(self, context: dg.OutputContext, value: Any) -> dict[str, Any]:

@@ -189,6 +189,8 @@ class LineageCatalog:
         self.index_timeout = float(index_timeout)
         self.recovered: str | None = None
         """Why this handle last deleted a damaged catalog file (``None``: never)."""
+        self.before_read: Callable[[], object] | None = None
+        """Run before every read (a store on object storage syncs its cache there)."""
 
     def __repr__(self) -> str:
         return f"LineageCatalog({str(self.path)!r})"
@@ -302,6 +304,8 @@ class LineageCatalog:
 
     def _read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Sync, then run ``fn``: on the file when it can be had, else in memory."""
+        if self.before_read is not None:
+            self.before_read()
 
         def synced(con: duckdb.DuckDBPyConnection) -> T:
             self._sync_in(con)

@@ -13,7 +13,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,7 @@ class CompactionResult:
         bytes_before: total size of the replaced files.
         bytes_after: total size of the new packs.
         skipped: another compaction held the lock for the whole ``lock_timeout``.
+        removed: the replaced files (root-relative paths).
     """
 
     operations: int
@@ -52,6 +53,7 @@ class CompactionResult:
     bytes_before: int
     bytes_after: int
     skipped: bool = False
+    removed: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -96,6 +98,7 @@ def compact(
     max_op_bytes: int = COMPACT_MAX_OP_BYTES,
     pack_bytes: int = COMPACT_PACK_BYTES,
     lock_timeout: float = 60.0,
+    upload: Callable[[str, bytes], None] | None = None,
 ) -> CompactionResult:
     """Pack the segments of small operations (and small packs) into shared pack files.
 
@@ -112,6 +115,8 @@ def compact(
         pack_bytes: target pack size; packs under half of it are merged again.
         lock_timeout: seconds to wait for another compaction of this store to finish
             before giving up (the result then says ``skipped``).
+        upload: called with each pack (root-relative path, bytes) before it is published
+            here (a store on object storage creates it there first).
 
     Returns:
         What was packed (see :class:`CompactionResult`).
@@ -122,7 +127,7 @@ def compact(
     with compaction_lock(layout.root / ".compact.lock", lock_timeout) as locked:
         if not locked:
             return CompactionResult(0, 0, (), 0, 0, skipped=True)
-        return _compact_locked(layout, operations, catalog, max_op_bytes, pack_bytes)
+        return _compact_locked(layout, operations, catalog, max_op_bytes, pack_bytes, upload)
 
 
 def _check_legacy(seg: segment.Segment, entries: list[tuple[str, str, list[bytes]]]) -> None:
@@ -144,6 +149,7 @@ def _compact_locked(
     catalog: LineageCatalog,
     max_op_bytes: int,
     pack_bytes: int,
+    upload: Callable[[str, bytes], None] | None = None,
 ) -> CompactionResult:
     """:func:`compact` under the lock: choose the small segments, write their operations into
     packs of about ``pack_bytes``, publish the packs, then delete the packed files."""
@@ -197,6 +203,8 @@ def _compact_locked(
         ns, _ = now()
         rel = f"packs/{ns:016x}{uuid.uuid4().hex}.parquet"
         data = segment.segment_to_bytes(chunk)
+        if upload is not None:
+            upload(rel, data)
         files.publish_file(
             layout.staging_dir, layout.root / rel, data, f"pack `{rel}`", layout.root
         )
@@ -223,4 +231,5 @@ def _compact_locked(
         tuple(packs),
         sum(s for _, s in packed_files),
         bytes_after,
+        removed=tuple(rel for rel, _ in packed_files),
     )

@@ -41,6 +41,7 @@ worker while the IO manager builds the step's metadata.
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import reprlib
@@ -78,6 +79,7 @@ from dslog_dagster.core.store.layout import (
 )
 from dslog_dagster.core.store.lineage import encode_lineage, operation_segment
 from dslog_dagster.core.store.listing import between_query, page_query, pages
+from dslog_dagster.core.store.object_backends import is_url
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.prepared import PreparedOperation
 from dslog_dagster.core.store.records import (
@@ -90,6 +92,7 @@ from dslog_dagster.core.store.records import (
     normalise_args,
     normalise_timings,
 )
+from dslog_dagster.core.store.remote import RemoteMirror
 from dslog_dagster.errors import (
     ConfigurationError,
     InvalidRelationError,
@@ -131,6 +134,9 @@ class LineageStore:
             :meth:`flush`, :meth:`close` and process exit. A killed process loses nothing; a
             power loss may lose what was published since the last pass, and a file so lost or
             torn is detected by its checksums (see :mod:`~.group_commit`).
+        cache_dir, storage_options: for a ``root`` given as a URL (``s3://bucket/prefix``,
+            ``gs://``, ``az://``): where its local cache lives and the client's options
+            (``endpoint_url``, ``key``, ``secret``, ...); see :mod:`~.remote`.
 
     Examples:
         >>> import numpy as np
@@ -154,8 +160,13 @@ class LineageStore:
         index_on_write: bool = False,
         durable: bool = True,
         group_commit: bool = False,
+        cache_dir: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.root = Path(root).absolute()
+        self.remote = RemoteMirror(str(root), cache_dir, storage_options) if is_url(root) else None
+        if self.remote is None and str(root).startswith("file://"):
+            root = str(root).removeprefix("file://")
+        self.root = self.remote.cache if self.remote is not None else Path(root).absolute()
         self.index_on_write = bool(index_on_write)
         self.durable = bool(durable)
         if group_commit and not self.durable:
@@ -184,9 +195,12 @@ class LineageStore:
             index_timeout=index_timeout,
         )
         self.clean_staging()
+        if self.remote is not None:
+            self.catalog.before_read = lambda: self.remote and self.remote.pull(force=False)
+            self.remote.pull()
 
     def __repr__(self) -> str:
-        return f"LineageStore({str(self.root)!r})"
+        return f"LineageStore({(self.remote.url if self.remote else str(self.root))!r})"
 
     @property
     def group_commit(self) -> bool:
@@ -272,6 +286,8 @@ class LineageStore:
         existing = self.array_files.existing(record)
         if existing is not None:
             return existing
+        if self.remote is not None:  # the object first: the cache mirrors the service
+            self.remote.publish_array(record)
         stored, path = self.array_files.publish(record)
         if path is not None and self.index_on_write:
             self.catalog.index_array(stored, self.layout.rel(path))
@@ -283,6 +299,11 @@ class LineageStore:
         Raises:
             LineageNotFoundError: no such array/version (the message lists close names).
         """
+        try:
+            return self.array_files.find(name, version)
+        except LineageNotFoundError:
+            if self.remote is None or not self.remote.pull():  # not in the cache (yet)?
+                raise
         return self.array_files.find(name, version)
 
     # ----------------------------------------------------------------- operations
@@ -412,6 +433,7 @@ class LineageStore:
         """
         record, rel, tmp = prepared.record, prepared.rel, prepared.tmp
         op_id = record.op_id
+        lost = self.remote.publish_operation(tmp, rel, prepared.new_outs) if self.remote else []
         if prepared.new_outs:
             if not self._publish_with_arrays(
                 self.root / rel, tmp, prepared.new_outs, op_id, prepared if aside else None
@@ -433,6 +455,9 @@ class LineageStore:
             if self.committer is not None:
                 self.committer.add([final], [final.parent])
         self.operation_files.added(rel, record)
+        if lost and self.remote is not None:
+            self.remote.adopt(lost)  # another writer's record of an output came first
+            self.array_files.forget()
         if self.index_on_write:
             self.catalog.index_operation(record)
         return record
@@ -599,14 +624,10 @@ class LineageStore:
         Raises:
             LineageStorageError: a pack could not be written (nothing was deleted).
         """
-        return compact(
-            self.layout,
-            self.operation_files,
-            self.catalog,
-            max_op_bytes=max_op_bytes,
-            pack_bytes=pack_bytes,
-            lock_timeout=lock_timeout,
-        )
+        run = functools.partial(compact, self.layout, self.operation_files, self.catalog)
+        run = functools.partial(run, max_op_bytes=max_op_bytes, pack_bytes=pack_bytes)
+        run = functools.partial(run, lock_timeout=lock_timeout)
+        return run(upload=None) if self.remote is None else self.remote.compact(run)
 
     # ----------------------------------------------------------------- listing (catalog)
 
@@ -618,6 +639,8 @@ class LineageStore:
             another process for longer than ``lock_timeout`` (listings then use an in-memory
             catalog built from the files, so they stay correct).
         """
+        if self.remote is not None:
+            self.remote.pull()
         return bool(self.catalog.sync())
 
     def rebuild_catalog(self) -> dict[str, str]:
