@@ -51,6 +51,8 @@ class StepOptions:
     pure: bool = False
     #: lineage the step declares (``lineage=``) instead of capturing it
     lineage: DeclaredLineage | None = None
+    #: also record character-range lineage (``characters=True``; Spark and pandas steps)
+    characters: bool = False
 
 
 def run_tracked_step(
@@ -151,6 +153,13 @@ class _StepRun:
             return self.run_frames(names)
         if any(is_pandas_frame(self.kwargs[n]) for n in names):
             return self.run_pandas(names)
+        if self.opts.characters:
+            msg = (
+                f"Step `{self.step_key}` asks for character lineage (`characters=True`), which "
+                "is recorded for the string columns of Spark and pandas steps; its tracked "
+                f"inputs {names} are not DataFrames. Drop `characters=True` for this step."
+            )
+            raise ConfigurationError(msg)
         for n in names:
             if not is_trackable(self.kwargs[n]):
                 raise _reject(n, self.kwargs[n], self.step_key)
@@ -409,6 +418,7 @@ class _StepRun:
             policy="all_to_all" if self.policy == CapturePolicy.all_to_all else "capture",
             considered=self.mode == LineageMode.considered,
             pure=self.opts.pure,
+            characters=self.opts.characters,
         )
         for out, out_name in zip(outs, self.out_names, strict=True):
             cap = out.capture
@@ -430,6 +440,7 @@ class _StepRun:
                 frame=None if out.is_array else cap,
                 column_lineage=None if out.is_array else out.column_lineage,
                 capture_method="spark-all-to-all" if cap.flagged else "spark",
+                characters=None if out.is_array else cap.characters,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([o.value for o in outs])
@@ -466,6 +477,7 @@ class _StepRun:
             self.fn,
             {n: self.kwargs[n] for n in names},
             call=lambda tracked: self.call(dict(zip(names, tracked, strict=True))),
+            characters=self.opts.characters,
         )
         considered = self.mode == LineageMode.considered
         for cap, out_name in zip(caps, self.out_names, strict=True):
@@ -485,6 +497,7 @@ class _StepRun:
                 capture_s=cap.seconds,
                 column_lineage=cap.column_lineage,
                 capture_method="pandas-flagged" if cap.flagged else "pandas",
+                characters=cap.characters,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([c.frame for c in caps])
