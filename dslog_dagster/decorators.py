@@ -90,6 +90,7 @@ def _options(
     fn: Callable[..., Any],
     *,
     multi: bool,
+    characters: bool = False,
 ) -> StepOptions:
     """The decorator's arguments, checked when the decorator runs (so a mistake fails at
     import, not in a run)."""
@@ -102,8 +103,20 @@ def _options(
             '(or use policy="off" to record no lineage).'
         )
         raise DSLogError(msg)
+    if not isinstance(characters, bool):
+        msg = f"`characters` must be True or False, not {characters!r}."
+        raise DSLogError(msg)
+    if declared is not None and characters:
+        msg = (
+            f"Step `{getattr(fn, '__name__', 'step')}` declares its lineage (`lineage=`), which "
+            "names cells, not characters; drop `characters=True` (character lineage is captured "
+            "for Spark and pandas steps)."
+        )
+        raise DSLogError(msg)
     untracked = frozenset(untracked_inputs)
-    return StepOptions(checked_policy, checked_mode, untracked, op_code_version, pure, declared)
+    return StepOptions(
+        checked_policy, checked_mode, untracked, op_code_version, pure, declared, characters
+    )
 
 
 @overload
@@ -117,6 +130,7 @@ def tracked_asset(
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
     lineage: object = None,
+    characters: bool = False,
     **asset_kwargs: Any,
 ) -> Callable[[F], dg.AssetsDefinition]: ...
 def tracked_asset(
@@ -127,6 +141,7 @@ def tracked_asset(
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
     lineage: object = None,
+    characters: bool = False,
     **asset_kwargs: Any,
 ) -> Any:
     """``@dg.asset`` with cell-level lineage of its NumPy inputs (usable bare or with args).
@@ -150,6 +165,13 @@ def tracked_asset(
             The function runs once, unannotated; the declaration is checked against the real
             shapes, stored and queried like captured lineage, and shown as ``declared``
             (:mod:`dslog_dagster.declared_lineage`).
+        characters: also record character-range lineage for the string columns of a Spark or
+            pandas step (which characters of which input cells each output character came
+            from: ``substring``, ``split``, ``regexp_extract``, ``.str`` methods...; see the
+            docs' "Character lineage"), stored with the step's operation and queried with
+            ``dslog query --chars`` or
+            :func:`~dslog_dagster.core.character_trace.trace_character_range`. Costs a pass
+            over the string values; a NumPy step with it is refused.
         **asset_kwargs: everything ``dg.asset`` accepts.
 
     Examples:
@@ -165,7 +187,10 @@ def tracked_asset(
     """
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
-        opts = _options(policy, mode, untracked_inputs, None, pure, lineage, fn, multi=False)
+        opts = _options(
+            policy, mode, untracked_inputs, None, pure, lineage, fn,
+            multi=False, characters=characters,
+        )  # fmt: skip
         defined: dg.AssetsDefinition = dg.asset(**asset_kwargs)(_wrap(fn, opts))
         return defined
 
@@ -179,16 +204,20 @@ def tracked_multi_asset(
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
     lineage: object = None,
+    characters: bool = False,
     **multi_asset_kwargs: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """``@dg.multi_asset`` with lineage: every output asset gets its own operation in the
     store, with lineage from every tracked input. Return a tuple in ``outs`` order or yield
     ``dg.Output`` objects (other yielded events, e.g. check results, pass through).
-    ``pure``: as for :func:`tracked_asset`. ``lineage``: as for :func:`tracked_asset`, keyed
-    by output name (``{output: form or {input: form or None}}``)."""
+    ``pure``, ``characters``: as for :func:`tracked_asset`. ``lineage``: as for
+    :func:`tracked_asset`, keyed by output name (``{output: form or {input: form or None}}``)."""
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
-        opts = _options(policy, mode, untracked_inputs, None, pure, lineage, fn, multi=True)
+        opts = _options(
+            policy, mode, untracked_inputs, None, pure, lineage, fn,
+            multi=True, characters=characters,
+        )  # fmt: skip
         return dg.multi_asset(**multi_asset_kwargs)(_wrap(fn, opts))
 
     return deco
@@ -205,6 +234,7 @@ def tracked_op(
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
     lineage: object = None,
+    characters: bool = False,
     **op_kwargs: Any,
 ) -> Callable[[F], dg.OpDefinition]: ...
 def tracked_op(
@@ -215,17 +245,21 @@ def tracked_op(
     untracked_inputs: Iterable[str] = (),
     pure: bool = False,
     lineage: object = None,
+    characters: bool = False,
     **op_kwargs: Any,
 ) -> Any:
     """``@dg.op`` with lineage. Op outputs that are not assets are named
     :func:`~dslog_dagster.naming.op_array_name` ``(step key, output name)`` in the store,
-    versioned by run id. ``pure``: as for :func:`tracked_asset`. ``lineage``: as for
-    :func:`tracked_asset`; keyed by output name when ``out`` is a dict of outputs."""
+    versioned by run id. ``pure``, ``characters``: as for :func:`tracked_asset`. ``lineage``: as
+    for :func:`tracked_asset`; keyed by output name when ``out`` is a dict of outputs."""
 
     def deco(fn: Callable[..., Any]) -> dg.OpDefinition:
         cv = op_kwargs.get("code_version") or op_kwargs.get("version")
         multi = isinstance(op_kwargs.get("out"), dict)
-        opts = _options(policy, mode, untracked_inputs, cv, pure, lineage, fn, multi=multi)
+        opts = _options(
+            policy, mode, untracked_inputs, cv, pure, lineage, fn,
+            multi=multi, characters=characters,
+        )  # fmt: skip
         defined: dg.OpDefinition = dg.op(**op_kwargs)(_wrap(fn, opts))
         return defined
 

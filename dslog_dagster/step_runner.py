@@ -51,6 +51,8 @@ class StepOptions:
     pure: bool = False
     #: lineage the step declares (``lineage=``) instead of capturing it
     lineage: DeclaredLineage | None = None
+    #: also record character-range lineage (``characters=True``; Spark and pandas steps)
+    characters: bool = False
 
 
 def run_tracked_step(
@@ -155,6 +157,13 @@ class _StepRun:
                 refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
                 return self.run_on_demand(names, refs)
             return self.run_pandas(names)
+        if self.opts.characters:
+            msg = (
+                f"Step `{self.step_key}` asks for character lineage (`characters=True`), which "
+                "is recorded for the string columns of Spark and pandas steps; its tracked "
+                f"inputs {names} are not DataFrames. Drop `characters=True` for this step."
+            )
+            raise ConfigurationError(msg)
         for n in names:
             if not is_trackable(self.kwargs[n]):
                 raise _reject(n, self.kwargs[n], self.step_key)
@@ -413,6 +422,7 @@ class _StepRun:
             policy="all_to_all" if self.policy == CapturePolicy.all_to_all else "capture",
             considered=self.mode == LineageMode.considered,
             pure=self.opts.pure,
+            characters=self.opts.characters,
         )
         for out, out_name in zip(outs, self.out_names, strict=True):
             cap = out.capture
@@ -434,6 +444,7 @@ class _StepRun:
                 frame=None if out.is_array else cap,
                 column_lineage=None if out.is_array else out.column_lineage,
                 capture_method="spark-all-to-all" if cap.flagged else "spark",
+                characters=None if out.is_array else cap.characters,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([o.value for o in outs])
@@ -474,6 +485,7 @@ class _StepRun:
             self.fn,
             {n: self.kwargs[n] for n in names},
             call=lambda tracked: self.call(dict(zip(names, tracked, strict=True))),
+            characters=self.opts.characters,
         )
         considered = self.mode == LineageMode.considered
         for cap, out_name in zip(caps, self.out_names, strict=True):
@@ -493,6 +505,7 @@ class _StepRun:
                 capture_s=cap.seconds,
                 column_lineage=cap.column_lineage,
                 capture_method="pandas-flagged" if cap.flagged else "pandas",
+                characters=cap.characters,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([c.frame for c in caps])

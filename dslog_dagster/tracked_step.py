@@ -28,6 +28,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from dslog_dagster.core.characters import CharacterLineage
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.policy import CapturePolicy, LineageMode
@@ -89,6 +90,9 @@ class PendingLineage:
     store: Any = None
     input_shapes: tuple[tuple[int, ...], ...] | None = None
     """The tracked inputs' shapes when no relations describe them (an on-demand step)."""
+    characters: CharacterLineage | None = None
+    """The output's character-range lineage (``characters=True`` on a Spark or pandas step);
+    its tables' ``input`` name the step's parameters (``InputRef.arg``)."""
 
     def __post_init__(self) -> None:
         self.policy = CapturePolicy(self.policy)

@@ -321,7 +321,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
                 info = stage_frame(cap if cap is not None else obj, tmp)
                 ph.note(f"{info.rows:,} rows, {len(info.schema)} columns")
             writer = LineageWriter(self.dslog_settings(), self._store_base())
-            md = writer.write_frame(context, pending, info.rows, info.schema)
+            md = writer.write_frame(context, pending, info.rows, info.lineage_schema)
         except BaseException:
             if tmp is not None:
                 slot.discard(tmp)

@@ -102,6 +102,7 @@ class _LineageIOManager(dg.IOManager):
         takes off again. An untracked output (``policy="off"`` or a plain Dagster step) is
         handed over unchanged.
         """
+        from dslog_dagster.spark.fields import leaf_schema
         from dslog_dagster.spark.rowid import ROW_ID, with_row_id
 
         pending = take_pending(context)
@@ -119,11 +120,8 @@ class _LineageIOManager(dg.IOManager):
             else:  # a source step: number the rows now
                 numbered = with_row_id(obj)
                 stored, rows = numbered.frame, int(numbered.n)
-            schema = [
-                (f.name, f.dataType.simpleString())
-                for f in stored.schema.fields
-                if f.name != ROW_ID
-            ]
+            # the lineage columns: a struct's leaf fields are columns of their own
+            schema = leaf_schema([f for f in stored.schema.fields if f.name != ROW_ID])
             md = self.writer.write_frame(context, pending, rows, schema, keep=jobs)
             self._store(context, stored, jobs)
         finally:

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.errors import LineageStorageError
 from dslog_dagster.io_managers import metadata as m
+from dslog_dagster.spark.fields import leaf_schema
 from dslog_dagster.spark.resource import SparkSessionResource
 from dslog_dagster.spark.rowid import MID, ROW_ID, dense_id, with_row_id
 from dslog_dagster.spark.staging import STAGED_META
@@ -45,21 +46,29 @@ starting with ``_``), so a later load knows the rows without a counting job."""
 
 @dataclass(frozen=True, slots=True)
 class FrameInfo:
-    """What :func:`write_frame` stored: rows, visible columns and their Spark types."""
+    """What :func:`write_frame` stored: rows, visible columns and their Spark types, and the
+    lineage columns (``leaves``: a struct's leaf fields are columns of their own, see
+    :mod:`~dslog_dagster.spark.fields`; empty: the visible columns)."""
 
     path: str
     rows: int
     schema: tuple[tuple[str, str], ...]
+    leaves: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def lineage_schema(self) -> tuple[tuple[str, str], ...]:
+        """``(lineage column, type)``, as the store records the frame's array."""
+        return self.leaves or self.schema
 
     @property
     def shape(self) -> tuple[int, int]:
-        """The frame as a lineage array: ``(rows, columns)``."""
-        return (self.rows, len(self.schema))
+        """The frame as a lineage array: ``(rows, lineage columns)``."""
+        return (self.rows, len(self.lineage_schema))
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """The visible columns, in order (column ``j`` of the lineage array)."""
-        return tuple(n for n, _ in self.schema)
+        """The lineage columns, in order (column ``j`` of the lineage array)."""
+        return tuple(n for n, _ in self.lineage_schema)
 
 
 def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zstd") -> FrameInfo:
@@ -92,10 +101,9 @@ def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zs
             cached.release()
     if n is None:
         n = frame.count()
-    schema = tuple(
-        (f.name, f.dataType.simpleString()) for f in frame.schema.fields if f.name != ROW_ID
-    )
-    return FrameInfo(target, int(n), schema)
+    visible = [f for f in frame.schema.fields if f.name != ROW_ID]
+    schema = tuple((f.name, f.dataType.simpleString()) for f in visible)
+    return FrameInfo(target, int(n), schema, tuple(leaf_schema(visible)))
 
 
 def _can_move(cap: Any, path: str | os.PathLike[str], compression: str) -> bool:
@@ -137,8 +145,9 @@ def _move_staged(cap: Any, target: str) -> FrameInfo:
     # the files' schema (the capture's frames are made only when used)
     user = set(staged.columns)
     fields = staged.schema.fields if staged.schema is not None else cap.frame.schema.fields
-    schema = tuple((f.name, f.dataType.simpleString()) for f in fields if f.name in user)
-    return FrameInfo(target, int(cap.n_rows), schema)
+    visible = [f for f in fields if f.name in user]
+    schema = tuple((f.name, f.dataType.simpleString()) for f in visible)
+    return FrameInfo(target, int(cap.n_rows), schema, tuple(leaf_schema(visible)))
 
 
 def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False) -> Any:
@@ -214,7 +223,7 @@ def store_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
         for leftover in (tmp, old):
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(leftover)
-    return FrameInfo(str(target), info.rows, info.schema)
+    return FrameInfo(str(target), info.rows, info.schema, info.leaves)
 
 
 def load_frame(spark: Any, path: str | os.PathLike[str]) -> tuple[Any, int | None]:

@@ -16,6 +16,7 @@ gap; with ``durable=True`` the lineage is flushed before the step succeeds (with
 ``group_commit=True`` too, in a later batch: see :mod:`~dslog_dagster.core.store.group_commit`).
 """
 
+import dataclasses
 import logging
 import os
 import time
@@ -41,6 +42,7 @@ from dslog_dagster.core.store.retraction import retract
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name, op_array_name
+from dslog_dagster.policy import LineageMode
 from dslog_dagster.resources import DSLogResource
 from dslog_dagster.tracked_step import PendingLineage, TrackedStep
 
@@ -309,6 +311,7 @@ class LineageJob:
                     args=pending.op_args,
                     capture_method=method,
                     timings={"capture_s": pending.capture_s},
+                    characters=_characters(pending, self.name),
                 )
                 ph.note(*_write_sizes(self.prepared.record))
         except BaseException as e:  # re-raised by finish() in the step's thread
@@ -492,6 +495,19 @@ def _picture(
     except Exception as e:  # a picture is a nicety; never fail the step for it
         context.log.warning(f"dslog: could not draw the lineage picture of `{name}`: {e}")
         return None
+
+
+def _characters(pending: PendingLineage, out_name: str) -> dict[str, Any] | None:
+    """The step's character lineage for ``prepare_operation`` (tables' ``input`` renamed from
+    the step's parameters to the store's array names). Characters are contributing lineage,
+    so a step stored in ``considered`` mode keeps its cells only (a character query falls
+    back to whole cells and says so)."""
+    chars = pending.characters
+    if chars is None or pending.mode == LineageMode.considered:
+        return None
+    names = {ref.arg: ref.name for ref in pending.inputs}
+    tables = tuple(dataclasses.replace(t, input=names[t.input]) for t in chars.tables)
+    return {out_name: dataclasses.replace(chars, tables=tables)}
 
 
 def _register_deferred_inputs(store: Any, pending: PendingLineage) -> list[ArrayRecord]:

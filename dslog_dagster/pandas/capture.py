@@ -149,7 +149,11 @@ class PandasCapture:
     ) -> Any:
         """Register the capture as one operation in ``store``, the frames with their schema.
 
-        Input arrays not registered yet are registered with their shapes and schemas.
+        Input arrays not registered yet are registered with their shapes and schemas. A
+        capture made with ``characters=True`` stores its character tables with the operation
+        (query them with :func:`~dslog_dagster.core.character_trace.trace_character_range` or
+        ``dslog query --chars``), as the Spark capture does; they are contributing lineage, so
+        ``considered=True`` stores the cells only.
         """
         from dslog_dagster.core.store.records import NewArray
 
@@ -178,11 +182,16 @@ class PandasCapture:
         out = NewArray(output, self.shape, "float64", version=version, columns=self.schema)
         tables = self.considered if considered else self.contributing
         lineage = {(output, names[k]): t for k, t in tables.items()}
+        chars = None
+        if self.characters is not None and not considered:  # characters are contributing
+            renamed = tuple(replace(t, input=names[t.input]) for t in self.characters.tables)
+            chars = {output: replace(self.characters, tables=renamed)}
         return store.register_operation(
             op_name, in_recs, [out], lineage,
             args={"considered": considered, "flagged": self.flagged},
             capture_method="pandas-flagged" if self.flagged else "pandas",
             timings={"capture_s": self.seconds},
+            characters=chars,
         )  # fmt: skip
 
 

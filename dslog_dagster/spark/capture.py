@@ -44,6 +44,7 @@ from dslog_dagster.spark.cell_lineage import SlotPlan, cell_tables, column_linea
 from dslog_dagster.spark.characters import character_lineage, row_tables_by_pair
 from dslog_dagster.spark.connect import require_classic
 from dslog_dagster.spark.context import CaptureContext, NeedLists, OnUnknown
+from dslog_dagster.spark.fields import leaf_paths, leaf_schema, lineage_columns
 from dslog_dagster.spark.frame import TrackedFrame
 from dslog_dagster.spark.frame_capture import FrameCapture, FrameInput, KeptRows
 from dslog_dagster.spark.idtap import TapFailed, tap_ready, tapped_ids, tapping
@@ -116,18 +117,43 @@ def _track_input(
     """Input ``index`` as a tracked frame: its row id column becomes its first slot."""
     ided, n, dense = prepared
     sid = ctx.new_slot(index)
-    names = ided.columns
-    user = [c for c in names if c != ROW_ID]
+    fields = ided.schema.fields
     # the id column becomes the slot where it stands (one JVM call; a select naming every
     # column costs round trips per column)
     d = ided.withColumnRenamed(ROW_ID, slot_name(sid))
-    pos = iter(range(len(user)))
-    infos: list[Info] = [
-        slot_name(sid) if c == ROW_ID else ColumnLineage(frozenset({(sid, next(pos))}))
-        for c in names
-    ]
+    # the lineage columns are the leaf fields (a struct's fields are columns of their own)
+    user: list[str] = []
+    infos: list[Info] = []
+    for f in fields:
+        if f.name == ROW_ID:
+            infos.append(slot_name(sid))
+            continue
+        infos.append(_leaf_lineage(sid, len(user), leaf_paths(f.dataType)))
+        user += [c for c, _ in leaf_schema([f])]
     state = FrameState.of(ctx, d, infos, (), (index,), dense=(sid,) if dense else ())
     return TrackedFrame(state), FrameInput(name, tuple(user), n)
+
+
+def _leaf_lineage(
+    sid: int, first: int, paths: Sequence[tuple[tuple[str, ...], str]]
+) -> ColumnLineage:
+    """An input column whose leaf fields are lineage columns ``first, first + 1, ...``: a
+    scalar is its own column; a struct gets each (nested) field's."""
+
+    def build(prefix: tuple[str, ...], at: int) -> tuple[ColumnLineage, int]:
+        items: list[tuple[str, ColumnLineage]] = []
+        names: list[str] = []
+        for p, _ in paths:
+            if p[: len(prefix)] == prefix and len(p) > len(prefix) and p[len(prefix)] not in names:
+                names.append(p[len(prefix)])
+        if not names:
+            return ColumnLineage(frozenset({(sid, at)})), at + 1
+        for name in names:
+            lin, at = build((*prefix, name), at)
+            items.append((name, lin))
+        return ColumnLineage.of_fields(items), at
+
+    return build((), first)[0]
 
 
 # ---------------------------------------------------------------------- the capture
@@ -367,8 +393,9 @@ def _capture_once(
             if characters:
                 frames_ided = [p[0] for p in prepared]
                 cap.characters = character_lineage(
-                    state, inputs, frames_ided, cap.frame_with_row_id, cap.n_rows, cap.row_tables
-                )
+                    state, inputs, frames_ided, cap.frame_with_row_id, cap.n_rows,
+                    cap.row_tables, cap.columns,
+                )  # fmt: skip
     except BaseException:
         for cap in done:  # their own staged/marked rows; the inputs' stay for the rerun
             cap.release()
@@ -392,7 +419,8 @@ def _capture_output(
 ) -> FrameCapture:
     """The pass, read-back and product phases for one output of the plan."""
     t1 = time.perf_counter()
-    slots = plan_slots(state, inputs)
+    columns, lins, schema = lineage_columns(state)
+    slots = plan_slots(state, inputs, lins)
     spec = _pass_spec(ctx, state, inputs, slots)
     out = _pass(ctx, state, spec)
     t_lineage = time.perf_counter()
@@ -405,13 +433,13 @@ def _capture_output(
     n_out = out.got.offsets[-1]
     own: list[RowIds] = []
     staged, make_frames, made = _output_frames(out, spec, own)
-    contributing, considered = cell_tables(state, inputs, slots, row_table, n_out)
-    columns = tuple(state.columns)
-    col_lineage = column_lineage(state, inputs, columns)
+    contributing, considered = cell_tables(state, inputs, slots, row_table, n_out, len(lins))
+    col_lineage = column_lineage(state, inputs, columns, lins)
     t2 = time.perf_counter()
     got = out.got
     return FrameCapture(
-        columns=columns,
+        columns=tuple(columns),
+        schema=tuple(schema),
         n_rows=n_out,
         inputs=tuple(inputs),
         contributing=contributing,

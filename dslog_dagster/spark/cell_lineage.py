@@ -58,12 +58,13 @@ class SlotPlan:
         return [(sl,) for sl in sorted(self.slot_input)]
 
 
-def plan_slots(state: FrameState, inputs: Sequence[FrameInput]) -> SlotPlan:
+def plan_slots(
+    state: FrameState, inputs: Sequence[FrameInput], lins: Sequence[ColumnLineage]
+) -> SlotPlan:
     """Which (output column, input column) pairs each set of slots carries, per input and
-    mode, for the output frame ``state``."""
+    mode, for the output frame ``state`` whose lineage columns are ``lins``
+    (:func:`~dslog_dagster.spark.fields.lineage_columns`)."""
     ctx = state.context
-    infos = state.infos
-    user_pos = state.user_positions()
     pairs_by: dict[tuple[str, str], ColumnPairs] = {}
     needed: dict[tuple[int, ...], int] = {}
     for i, inp in enumerate(inputs):
@@ -71,9 +72,7 @@ def plan_slots(state: FrameState, inputs: Sequence[FrameInput]) -> SlotPlan:
             continue
         for which in ("contrib", "consid"):
             pairs: dict[tuple[int, int], set[int]] = {}
-            for j, p in enumerate(user_pos):
-                lin = infos[p]
-                assert isinstance(lin, ColumnLineage)
+            for j, lin in enumerate(lins):
                 for s, c in lin.contrib if which == "contrib" else lin.full():
                     if ctx.slot_input[s] == i:
                         pairs.setdefault((j, c), set()).add(s)
@@ -96,12 +95,13 @@ def cell_tables(
     plan: SlotPlan,
     row_table: Mapping[tuple[int, ...], LineageTable],
     n_out: int,
+    n_columns: int,
 ) -> tuple[dict[str, LineageTable], dict[str, LineageTable]]:
     """The contributing and considered tables of every input: each set of slots' row table
-    (``row_table``) × its column pairs, kept factored."""
+    (``row_table``) × its column pairs, kept factored, for an output of ``n_columns``
+    lineage columns."""
     contributing: dict[str, LineageTable] = {}
     considered: dict[str, LineageTable] = {}
-    n_columns = len(state.user_positions())
     out_shape = (n_out, n_columns)
     for i, inp in enumerate(inputs):
         if state.all_to_all:
@@ -120,14 +120,16 @@ def cell_tables(
 
 
 def column_lineage(
-    state: FrameState, inputs: Sequence[FrameInput], columns: Sequence[str]
+    state: FrameState,
+    inputs: Sequence[FrameInput],
+    columns: Sequence[str],
+    lins: Sequence[ColumnLineage],
 ) -> dict[str, dict[str, list[str]]]:
-    """``{output column: {input name: [input columns]}}`` (contributing)."""
+    """``{output column: {input name: [input columns]}}`` (contributing), per lineage column
+    (``columns``, ``lins``)."""
     ctx = state.context
     out: dict[str, dict[str, list[str]]] = {}
-    for j, p in enumerate(state.user_positions()):
-        lin = state.infos[p]
-        assert isinstance(lin, ColumnLineage)
+    for j, lin in enumerate(lins):
         deps: dict[str, set[str]] = {}
         for s, c in lin.contrib:
             inp = inputs[ctx.slot_input[s]]

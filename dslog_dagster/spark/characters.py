@@ -272,6 +272,7 @@ def _terms(
     inputs: Sequence[FrameInput],
     frames: Sequence[DataFrame],
     row_tables: Mapping[tuple[str, int, int], LineageTable],
+    out_columns: Sequence[str] | None = None,
 ) -> tuple[list[_Column], dict[str, str]]:
     """The output's string columns with a term (table keys numbered in order), and the
     others with the reason they keep whole-cell lineage."""
@@ -298,7 +299,8 @@ def _terms(
             if any(leaf.input != i for leaf in found):
                 msg = "its characters come from two inputs (a join of their rows)"
                 raise NoCharacters(msg)
-            tabs = [row_tables.get((inputs[i].name, j, leaf.column)) for leaf in found]
+            jj = j if out_columns is None else list(out_columns).index(name)
+            tabs = [row_tables.get((inputs[i].name, jj, leaf.column)) for leaf in found]
             rows = tabs[0]
             if rows is None or any(t is not rows for t in tabs):
                 msg = "its input columns' rows are carried apart (e.g. by two sides of a join)"
@@ -318,8 +320,13 @@ def character_lineage(
     output: DataFrame,
     n_out: int,
     row_tables: Mapping[tuple[str, int, int], LineageTable],
+    out_columns: Sequence[str] | None = None,
 ) -> CharacterLineage:
     """The character lineage of the capture's output (see the module docstring).
+
+    ``out_columns``: the output's lineage columns, which ``row_tables`` index (a struct's
+    leaf fields are columns of their own, :mod:`~dslog_dagster.spark.fields`); default: the
+    user's columns.
 
     ``frames`` are the inputs as the capture read them (with ``ROW_ID``), ``output`` the
     output's rows with ``ROW_ID`` (as the pass computed them), ``row_tables`` the row table
@@ -327,7 +334,7 @@ def character_lineage(
     (:func:`row_tables_by_pair`). Spark jobs: one for the extents of the output, one per
     input read, and one computing and compressing every column's pairs.
     """
-    cols, whole = _terms(state, inputs, frames, row_tables)
+    cols, whole = _terms(state, inputs, frames, row_tables, out_columns)
     if not cols:
         return CharacterLineage((), whole, {})
     spark = output.sparkSession

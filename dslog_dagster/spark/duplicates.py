@@ -72,11 +72,11 @@ def drop_duplicates(state: FrameState, subset: Sequence[str] | None = None) -> F
         assert isinstance(lin, ColumnLineage)
         if p in key_pos:
             out_cols.append(_col(tmp[p]).alias(names[pos.index(p)]))
-            infos.append(ColumnLineage(lin.contrib, lin.consid | keys_lin))
+            infos.append(lin.considering(keys_lin))  # a struct keeps its fields
         else:
             out_cols.append(F.col(f"__dslog_first.{tmp[p]}").alias(names[pos.index(p)]))
             moved = lin.remap(picked)
-            infos.append(ColumnLineage(moved.contrib, moved.consid | keys_lin))
+            infos.append(moved.considering(keys_lin))
     for s in slots:
         out_cols.append(_col(slot_name(s)))
         infos.append(slot_name(s))

@@ -69,7 +69,10 @@ class FrameCapture:
             capture it is gone.
         frame_with_row_id: the same rows plus the dense row-id column ``ROW_ID`` (what the IO
             manager stores, see :func:`dslog_dagster.io_managers.spark_frames.write_frame`).
-        columns: the output's columns; ``shape == (n_rows, len(columns))``.
+        columns: the output's lineage columns; ``shape == (n_rows, len(columns))``. A struct
+            column's leaf fields are columns of their own, named by their path (``s.a``; see
+            :mod:`~dslog_dagster.spark.fields`).
+        schema: ``(lineage column, type)``, as the store records the output's schema.
         inputs: the inputs, in the order given (names ``input0``... for a sequence).
         contributing / considered: ``{input name: LineageTable}`` of shape
             ``(n_rows, len(columns)) ← input.shape``; ``considered`` ⊇ ``contributing``.
@@ -96,6 +99,7 @@ class FrameCapture:
     contributing: dict[str, LineageTable]
     considered: dict[str, LineageTable]
     column_lineage: dict[str, dict[str, list[str]]]
+    schema: tuple[tuple[str, str], ...] = ()
     flagged: bool = False
     flagged_ops: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
@@ -224,7 +228,7 @@ class FrameCapture:
                 raise InvalidRelationError(msg)
 
             in_recs.append(rec)
-        schema = [(c, str(t)) for c, t in self.frame.dtypes]
+        schema = list(self.schema) or [(c, str(t)) for c, t in self.frame.dtypes]
         out = store.register_array(output, self.shape, "float64", version=version, columns=schema)
         tables = self.considered if considered else self.contributing
         lineage = {(output, names[k]): t for k, t in tables.items()}

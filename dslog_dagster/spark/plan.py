@@ -29,7 +29,9 @@ __all__ = [
     "PlanWalker",
     "WindowWithoutRule",
     "analyzed",
+    "field_lineage",
     "is_slot",
+    "mentions_struct",
     "nodes_above",
     "quoted",
     "slot_id",
@@ -67,25 +69,98 @@ class ColumnLineage:
     ``contrib``: pairs ``(slot, c)`` — the cell depends on column ``c`` of every input row the
     output row's slot ``slot`` names. ``consid``: pairs that were only considered (they
     filtered, joined, grouped or ordered the rows but are not part of the value).
+
+    ``fields``: for a struct column whose fields' lineage is known, each field's own lineage
+    (a nested struct's field has ``fields`` of its own); ``contrib``/``consid`` are then the
+    union over the fields, so code that treats the struct as one column stays right. ``None``:
+    a scalar, or a struct whose fields all share the column's lineage (whole-cell: from an
+    expression without a field rule). See :mod:`~dslog_dagster.spark.fields`.
     """
 
     contrib: frozenset[Ref] = frozenset()
     consid: frozenset[Ref] = frozenset()
+    fields: "tuple[tuple[str, ColumnLineage], ...] | None" = None
+
+    @classmethod
+    def of_fields(cls, fields: "Iterable[tuple[str, ColumnLineage]]") -> "ColumnLineage":
+        """A struct made of ``fields`` (name, lineage), in order."""
+        items = tuple(fields)
+        return cls(
+            frozenset().union(*(f.contrib for _, f in items)),
+            frozenset().union(*(f.consid for _, f in items)),
+            items,
+        )
 
     def full(self) -> frozenset[Ref]:
         return self.contrib | self.consid
+
+    def whole(self) -> "ColumnLineage":
+        """The column's lineage without its fields' (every field shares it)."""
+        return self if self.fields is None else ColumnLineage(self.contrib, self.consid)
+
+    def field(self, name: str) -> "ColumnLineage":
+        """Field ``name``'s lineage (the whole column's when the fields are not known)."""
+        for n, f in self.fields or ():
+            if n == name:
+                return f
+        return self.whole()
+
+    def with_field(self, name: str, lin: "ColumnLineage") -> "ColumnLineage":
+        """The struct with field ``name`` replaced or added (``withField``)."""
+        if self.fields is None:
+            return self | lin  # the other fields are not known apart: whole-cell
+        items = list(self.fields)
+        at = [k for k, (n, _) in enumerate(items) if n == name]
+        if at:
+            items[at[0]] = (name, lin)
+        else:
+            items.append((name, lin))
+        return ColumnLineage.of_fields(items).considering(self.consid)
+
+    def without_field(self, name: str) -> "ColumnLineage":
+        """The struct without field ``name`` (``dropFields``)."""
+        if self.fields is None:
+            return self
+        kept = [(n, f) for n, f in self.fields if n != name]
+        return ColumnLineage.of_fields(kept).considering(self.consid)
+
+    def leaf(self, path: Sequence[str]) -> "ColumnLineage":
+        """The lineage of the field at ``path`` (names from the column down)."""
+        lin = self
+        for name in path:
+            lin = lin.field(name)
+        return lin.whole()
 
     def __or__(self, other: "ColumnLineage") -> "ColumnLineage":
         return ColumnLineage(self.contrib | other.contrib, self.consid | other.consid)
 
     def considering(self, refs: Iterable[Ref]) -> "ColumnLineage":
-        return ColumnLineage(self.contrib, self.consid | frozenset(refs))
+        extra = frozenset(refs)
+        if self.fields is None:
+            return ColumnLineage(self.contrib, self.consid | extra)
+        items = tuple((n, f.considering(extra)) for n, f in self.fields)
+        return ColumnLineage(self.contrib, self.consid | extra, items)
 
     def remap(self, mapping: Mapping[int, int]) -> "ColumnLineage":
         """Move every pair to another slot (``mapping[old] = new``); unmapped slots drop."""
+        items = None
+        if self.fields is not None:
+            items = tuple((n, f.remap(mapping)) for n, f in self.fields)
         return ColumnLineage(
             frozenset((mapping[s], c) for s, c in self.contrib if s in mapping),
             frozenset((mapping[s], c) for s, c in self.consid if s in mapping),
+            items,
+        )
+
+    def keep_slots(self, present: "set[int] | frozenset[int]") -> "ColumnLineage":
+        """Only the pairs of slots in ``present`` (a step dropped the others)."""
+        items = None
+        if self.fields is not None:
+            items = tuple((n, f.keep_slots(present)) for n, f in self.fields)
+        return ColumnLineage(
+            frozenset(r for r in self.contrib if r[0] in present),
+            frozenset(r for r in self.consid if r[0] in present),
+            items,
         )
 
 
@@ -320,17 +395,25 @@ class PlanWalker:
             exprs = node.projectList()
             names, ids = _named_ids(node)
             out: dict[int, Info] = {}
+            structs: bool | None = None  # whether the list may build structs (read once)
             for j, (n, i) in enumerate(zip(names, ids, strict=True)):
                 if i in child:
                     out[i] = child[i]
                 elif is_slot(n):
                     out[i] = n
                 else:
-                    out[i] = self._lin(refs_of(exprs.apply(j)), child)
+                    e = exprs.apply(j)
+                    refs = refs_of(e)
+                    if structs is None and not self._has_fields(refs, child):
+                        structs = mentions_struct(str(exprs.toString()))
+                    if structs or self._has_fields(refs, child):
+                        out[i] = field_lineage(e, child, lambda r: self._lin(r, child))
+                    else:
+                        out[i] = self._lin(refs, child)
             return out
         if name == "Filter":
             child = self._walk(children[0])
-            cond = self._lin(refs_of(node.condition()), child).full()
+            cond = self._expr_lin(node.condition(), child).full()
             return {k: v if isinstance(v, str) else v.considering(cond) for k, v in child.items()}
         if name == "Generate":
             self.generated = True
@@ -362,6 +445,8 @@ class PlanWalker:
                     continue
                 refs = refs_of(e)
                 lin = self._lin(refs, child)
+                if refs == [eid] and isinstance(child.get(eid), ColumnLineage):
+                    lin = child[eid]  # type: ignore[assignment]  # a grouping column, fields kept
                 if not lin.contrib:
                     # count(*) and friends: the value is made by which rows are in the group
                     lin = ColumnLineage(keys.full() if keys.full() else everything.full())
@@ -372,10 +457,22 @@ class PlanWalker:
             right = self._walk(children[1])
             both = {**left, **right}
             cond = node.condition()
-            refs = refs_of(cond.get()) if cond.isDefined() else []
-            on = self._lin(refs, both).full()
+            on = self._expr_lin(cond.get(), both).full() if cond.isDefined() else frozenset()
             return {k: v if isinstance(v, str) else v.considering(on) for k, v in both.items()}
         raise self._unsupported(name)
+
+    def _expr_lin(self, e: Any, infos: Mapping[int, Info]) -> ColumnLineage:
+        """The lineage of expression ``e`` (a predicate), struct fields followed when it reads
+        a struct whose fields are known."""
+        refs = refs_of(e)
+        if self._has_fields(refs, infos):
+            return field_lineage(e, infos, lambda r: self._lin(r, infos))
+        return self._lin(refs, infos)
+
+    @staticmethod
+    def _has_fields(refs: Iterable[int], infos: Mapping[int, Info]) -> bool:
+        """Whether an expression reads a struct whose fields' lineage is known."""
+        return any(isinstance(infos.get(r), ColumnLineage) and infos[r].fields for r in refs)  # type: ignore[union-attr]
 
     def _lin(self, ids: Iterable[int], infos: Mapping[int, Info]) -> ColumnLineage:
         out = ColumnLineage()
@@ -393,3 +490,82 @@ class PlanWalker:
         return UnsupportedFrameOperationError(
             msg + " Correlated subqueries and outer references are not supported."
         )
+
+
+# ---------------------------------------------------------------------- struct fields
+# (the lineage columns they make: dslog_dagster.spark.fields)
+
+
+def mentions_struct(text: str) -> bool:
+    """Whether an expression's printed form may build or update a struct (``struct(...)``,
+    ``named_struct(...)``, ``update_fields(...)``): only then is its tree read."""
+    return "struct(" in text or "update_fields(" in text
+
+
+_Lin = Callable[[list[int]], ColumnLineage]
+
+
+def field_lineage(expr: Any, infos: Mapping[int, Info], lin_of: _Lin) -> ColumnLineage:
+    """The lineage of expression ``expr`` (a JVM Catalyst expression) with its struct fields
+    followed: a field read (``GetStructField``) takes the field's lineage, ``struct(...)``
+    (``CreateNamedStruct``) builds fields from its arguments, ``withField``/``dropFields``
+    (``UpdateFields``) replace, add or drop one, and any other function is the union of its
+    operands (:mod:`~dslog_dagster.spark.fields` says what a field is to the store).
+    ``infos``: the lineage of the attributes it may reference; ``lin_of(ids)``: the whole-cell
+    lineage of attributes ``ids``, the fallback for the whole expression as soon as a node has
+    no rule (lambda variables, subqueries, outer references)."""
+    got = _walk(expr, infos)
+    return lin_of(refs_of(expr)) if got is None else got
+
+
+# leaf expressions that read no column (any other node with children is a function of its
+# operands, whose lineage is their union, unless _walk names it as without a rule)
+_LEAF_CONSTANTS = frozenset({"Literal", "CurrentRow", "UnspecifiedFrame"})
+
+
+def _walk(e: Any, infos: Mapping[int, Info]) -> ColumnLineage | None:
+    """``None``: a node without a rule (the caller falls back to whole-cell lineage)."""
+    name = str(e.nodeName())
+    if name == "AttributeReference":
+        info = infos.get(int(e.exprId().id()))
+        return info if isinstance(info, ColumnLineage) else None
+    if name == "Alias":
+        return _walk(e.child(), infos)
+    if name == "GetStructField":
+        base = _walk(e.child(), infos)
+        return None if base is None else base.field(str(e.extractFieldName()))
+    if name == "CreateNamedStruct":
+        names = [str(n) for n in seq(e.names())]
+        vals = [_walk(v, infos) for v in seq(e.valExprs())]
+        if any(v is None for v in vals):
+            return None
+        return ColumnLineage.of_fields(zip(names, vals, strict=True))  # type: ignore[arg-type]
+    if name == "UpdateFields":
+        out = _walk(e.structExpr(), infos)
+        for op in seq(e.fieldOps()):
+            if out is None:
+                return None
+            kind = str(op.nodeName())
+            if kind == "WithField":
+                val = _walk(op.valExpr(), infos)
+                if val is None:
+                    return None
+                out = out.with_field(str(op.name()), val)
+            elif kind == "DropField":
+                out = out.without_field(str(op.name()))
+            else:
+                return None
+        return out
+    children = seq(e.children())
+    if not children:
+        return ColumnLineage() if name in _LEAF_CONSTANTS else None
+    if "Lambda" in name or "Subquery" in name or "Outer" in name:
+        return None
+    parts = [_walk(c, infos) for c in children]
+    if any(p is None for p in parts):
+        return None
+    out = ColumnLineage()
+    for p in parts:
+        assert p is not None
+        out = out | p
+    return out

@@ -162,15 +162,7 @@ class FrameState:
         given is kept from this state. Lineage pairs naming slots ``df`` no longer has (the
         right side of an anti join) are dropped."""
         present = {slot_id(i) for i in infos if isinstance(i, str)}
-        cleaned: list[Info] = [
-            i
-            if isinstance(i, str)
-            else ColumnLineage(
-                frozenset(r for r in i.contrib if r[0] in present),
-                frozenset(r for r in i.consid if r[0] in present),
-            )
-            for i in infos
-        ]
+        cleaned: list[Info] = [i if isinstance(i, str) else i.keep_slots(present) for i in infos]
         arr = self.arrays if arrays is None else frozenset(arrays)
         rng = self.ranges if ranges is None else frozenset(ranges)
         return FrameState.of(

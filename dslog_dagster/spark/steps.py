@@ -113,6 +113,7 @@ def capture_step(
     policy: Literal["capture", "all_to_all"],
     considered: bool,
     pure: bool = False,
+    characters: bool = False,
 ) -> list[FrameStepOutput]:
     """Capture every output of a Spark step from one call of the user function.
 
@@ -130,6 +131,8 @@ def capture_step(
             records a flagged all-to-all relation for what depends on it.
         considered: register the considered tables (PROVision) instead of the contributing.
         pure: the step is declared pure (its function may be called more than once).
+        characters: also capture the character-range lineage of the outputs' string columns
+            (``FrameCapture.characters``).
 
     Raises:
         UnsupportedFrameOperationError: an output is not derived from the tracked inputs, or
@@ -152,6 +155,7 @@ def capture_step(
             on_unknown=on_unknown,
             input_rows=known if known and len(known) == len(frames) else None,
             aggregate="auto" if pure else "lists",
+            characters=characters,
         )
         ph.note(f"{len(caps)} output(s)")
     seconds = (time.perf_counter() - t0) / max(len(caps), 1)
