@@ -3,7 +3,8 @@
 
 Importable by module name (``tests/`` is on the path): Dagster's multiprocess executor
 reconstructs the job in every step process. Data and lineage go under ``DSLOG_TITLES_BASE``;
-the step processes inherit both variables.
+the step processes inherit both variables. ``DSLOG_TITLES_SHARED=0`` turns the shared driver
+off (a JVM per step, the "before" of ``bench/cluster_steps.py``).
 """
 
 import os
@@ -20,11 +21,11 @@ from hotspots.definitions import make_defs  # noqa: E402
 
 
 def titles_job() -> dg.JobDefinition:
-    """``titles_job`` with the multiprocess executor and the shared driver."""
+    """``titles_job`` with the multiprocess executor (and the shared driver)."""
     defs = make_defs(
         os.environ["DSLOG_TITLES_BASE"],
         spark_master=os.environ["DSLOG_TITLES_MASTER"],
-        shared_driver=True,
+        shared_driver=os.environ.get("DSLOG_TITLES_SHARED", "1") != "0",
         executor=dg.multiprocess_executor,
     )
     return defs.resolve_job_def("titles_job")
