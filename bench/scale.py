@@ -37,7 +37,7 @@ operations, open ≤ 1 s, capture ≤ 1.5× untracked at the largest row count.
 
 Run: ``.venv/bin/python bench/scale.py [--ops 10000 100000 1000000] [--rows 1000000 ...]
 [--capture-master cluster]``. ``--quick`` is a smoke test (tiny stores in a temporary
-folder, 2·10^4 rows on ``local[2]``; it asserts nothing about time).
+folder, 5000 rows on ``local[2]``; it asserts nothing about time).
 """
 
 import argparse
@@ -445,13 +445,13 @@ def _capture_master(master: str, cache: Path, memory: str) -> Iterator[str]:
 
 
 def quick(cache: Path) -> int:
-    """The smoke test: two tiny stores and a 2·10^4-row capture, in this process (on the
+    """The smoke test: two tiny stores and a 5000-row capture, in this process (on the
     running SparkSession, else a ``local[2]`` one); nothing about time is asserted."""
     from dslog_dagster.spark import get_session
 
     with tempfile.TemporaryDirectory(prefix="dslog-scale-quick-") as tmp:
         store: dict[int, dict[str, Any]] = {}
-        for n in (40, 400):
+        for n in (20, 200):
             root = Path(tmp) / f"scale-{n}"
             build(root, n, side=50)
             r = store_child(root, n)

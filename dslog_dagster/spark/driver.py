@@ -8,7 +8,7 @@ tracked Spark step paid that start. A cluster does not help: the driver is still
 PySpark can attach to a running driver: a ``SparkContext`` built from an existing py4j gateway
 (port and secret) and the JVM's existing ``JavaSparkContext``. This module runs one such
 driver per (master, conf, app name, interpreter) on a machine as a small **service process**
-(``python -m dslog_dagster.spark.driver <dir>``) that starts the JVM with
+(:mod:`dslog_dagster.spark.driver_service`) that starts the JVM with
 :func:`~dslog_dagster.spark.session.get_session` and publishes the gateway's port and secret
 in a 0600 file. :func:`shared_session` (what ``get_session(..., shared=True)`` calls) starts
 the service when none runs (under a file lock, so concurrent steps start one), then attaches:
@@ -58,15 +58,26 @@ from typing import Any
 
 from dslog_dagster.errors import SparkUnavailableError
 
-__all__ = ["DEFAULT_IDLE_S", "driver_dir", "shared_session", "stop_shared_driver"]
+__all__ = [
+    "DEFAULT_IDLE_S",
+    "INFO_FILE",
+    "POLL_S",
+    "driver_dir",
+    "live_leases",
+    "locked",
+    "read_info",
+    "shared_session",
+    "start_time",
+    "stop_shared_driver",
+]
 
 DEFAULT_IDLE_S = 300.0
 """Seconds the service waits with no attached process before it stops its JVM."""
 START_TIMEOUT_S = 600.0
 """Seconds an attaching process waits for a new service's JVM (a cold start on a busy machine
 takes one to two minutes)."""
-_POLL_S = 0.5
-_INFO = "driver.json"
+POLL_S = 0.5
+INFO_FILE = "driver.json"
 
 
 def driver_dir(master: str, conf: Mapping[str, str], app_name: str) -> Path:
@@ -78,7 +89,7 @@ def driver_dir(master: str, conf: Mapping[str, str], app_name: str) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
+def locked(folder: Path) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     with (folder / "lock").open("a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -88,7 +99,7 @@ def _locked(folder: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """The kernel's start time of process ``pid`` (so a reused pid is not taken for the
     process that left the lease), or ``None`` when it does not run."""
     try:
@@ -105,13 +116,13 @@ def _start_time(pid: int) -> str | None:
 
 
 def _alive(pid: int, started: str) -> bool:
-    now = _start_time(pid)
+    now = start_time(pid)
     return now is not None and (now == started or "" in (now, started))
 
 
-def _read_info(folder: Path) -> dict[str, Any] | None:
+def read_info(folder: Path) -> dict[str, Any] | None:
     try:
-        info: dict[str, Any] = json.loads((folder / _INFO).read_text())
+        info: dict[str, Any] = json.loads((folder / INFO_FILE).read_text())
     except (OSError, ValueError):
         return None
     return info
@@ -125,13 +136,13 @@ def _listening(port: int) -> bool:
 
 def _running(folder: Path) -> dict[str, Any] | None:
     """The published gateway of a live service in ``folder``, else ``None``."""
-    info = _read_info(folder)
+    info = read_info(folder)
     if info is None or not _alive(int(info["pid"]), str(info["started"])):
         return None
     return info if _listening(int(info["port"])) else None
 
 
-def _live_leases(folder: Path) -> int:
+def live_leases(folder: Path) -> int:
     """Remove the leases of processes that ended; the number still live."""
     live = 0
     for lease in (folder / "leases").glob("*"):
@@ -149,7 +160,7 @@ def _spawn(folder: Path) -> None:
     log = (folder / "driver.log").open("w")
     with log:
         subprocess.Popen(
-            [sys.executable, "-m", "dslog_dagster.spark.driver", str(folder)],
+            [sys.executable, "-m", "dslog_dagster.spark.driver_service", str(folder)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -168,7 +179,7 @@ def _await_service(folder: Path) -> dict[str, Any]:
         if failed.exists():
             msg = f"The shared Spark driver did not start: {failed.read_text().strip()}"
             raise SparkUnavailableError(msg)
-        time.sleep(_POLL_S)
+        time.sleep(POLL_S)
     log = (folder / "driver.log").read_text()[-2000:] if (folder / "driver.log").exists() else ""
     msg = (
         f"The shared Spark driver did not start within {START_TIMEOUT_S:.0f} s (its folder "
@@ -179,7 +190,7 @@ def _await_service(folder: Path) -> dict[str, Any]:
 
 def _lease(folder: Path) -> Path:
     pid = os.getpid()
-    lease = folder / "leases" / f"{pid}-{_start_time(pid) or ''}"
+    lease = folder / "leases" / f"{pid}-{start_time(pid) or ''}"
     lease.parent.mkdir(exist_ok=True, mode=0o700)
     lease.touch()
     return lease
@@ -221,7 +232,7 @@ def shared_session(
                 "the running session: get_session(shared=False))."
             )
             raise SparkUnavailableError(msg)
-        with _locked(folder):
+        with locked(folder):
             info = _running(folder)
             if info is None:
                 (folder / "failed").unlink(missing_ok=True)
@@ -316,7 +327,7 @@ def stop_shared_driver(master: str) -> int:
                 continue
         except (OSError, ValueError, KeyError):
             continue
-        with _locked(folder):
+        with locked(folder):
             info = _running(folder)
         if info is None:
             continue
@@ -324,61 +335,6 @@ def stop_shared_driver(master: str) -> int:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 60
         while _alive(pid, started) and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
         stopped += 1
     return stopped
-
-
-def serve(folder: Path) -> None:
-    """The service: start the driver JVM, publish its gateway, stop when idle or told to."""
-    from dslog_dagster.spark.jvm_bridge import context_stopped, gateway_address
-    from dslog_dagster.spark.session import get_session
-
-    spec = json.loads((folder / "spec.json").read_text())
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        session = get_session(spec["master"], spec["conf"], spec["app_name"])
-    except Exception as e:  # reported to the attaching process, which raises it
-        (folder / "failed").write_text(f"{type(e).__name__}: {e}")
-        raise
-    session.range(1).count()  # the first job's class loading, once for every step
-    port, secret = gateway_address(session)
-    app_id = session.sparkContext.applicationId
-    pid = os.getpid()
-    info = {"pid": pid, "started": _start_time(pid) or "", "port": port, "secret": secret}
-    tmp = folder / f"{_INFO}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(info, f)
-    os.replace(tmp, folder / _INFO)
-    sys.stdout.write(f"shared driver {app_id} on 127.0.0.1:{port}\n")
-    sys.stdout.flush()
-    idle_since = time.monotonic()
-
-    def retire() -> None:  # under the lock: no process attaches while the context stops
-        if (_read_info(folder) or {}).get("pid") == pid:
-            (folder / _INFO).unlink(missing_ok=True)
-        with contextlib.suppress(Exception):  # a JVM that died cannot be stopped
-            session.stop()
-
-    retired = False
-    try:
-        while not retired:
-            stopping = stop.wait(_POLL_S)
-            with _locked(folder):
-                if _live_leases(folder):
-                    idle_since = time.monotonic()
-                idle = time.monotonic() - idle_since > float(spec["idle"])
-                if stopping or idle or context_stopped(session):
-                    retire()
-                    retired = True
-    finally:
-        if not retired:
-            with _locked(folder):
-                retire()
-
-
-if __name__ == "__main__":
-    serve(Path(sys.argv[1]))

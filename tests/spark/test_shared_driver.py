@@ -94,7 +94,7 @@ def test_leases_of_ended_processes_are_dropped(tmp_path: Path) -> None:
     leases = tmp_path / "leases"
     leases.mkdir()
     me = os.getpid()
-    (leases / f"{me}-{driver._start_time(me)}").touch()
+    (leases / f"{me}-{driver.start_time(me)}").touch()
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
@@ -103,5 +103,5 @@ def test_leases_of_ended_processes_are_dropped(tmp_path: Path) -> None:
     )
     (leases / f"{int(dead.stdout)}-1").touch()  # ended
     (leases / f"{me}-0").touch()  # this pid, but another start time: a reused pid
-    assert driver._live_leases(tmp_path) == 1
-    assert [p.name for p in leases.iterdir()] == [f"{me}-{driver._start_time(me)}"]
+    assert driver.live_leases(tmp_path) == 1
+    assert [p.name for p in leases.iterdir()] == [f"{me}-{driver.start_time(me)}"]
