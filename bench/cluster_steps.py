@@ -57,12 +57,18 @@ def run(master: str, base: Path, shared: bool, titles: int) -> dict[str, float]:
         result = dg.execute_job(recon, instance=instance, run_config=run_config)
         if not result.success:
             sys.exit("the run failed")
-        events = result.all_events
+        entries = instance.all_logs(result.run_id)
     total = time.perf_counter() - t0
-    starting = {
-        e.step_key: e.timestamp for e in events if e.event_type_value == "STEP_WORKER_STARTING"
-    }
-    done = {e.step_key: e.timestamp for e in events if e.is_step_success}
+    starting: dict[str, float] = {}
+    done: dict[str, float] = {}
+    for entry in entries:
+        ev = entry.dagster_event
+        if ev is None or ev.step_key is None:
+            continue
+        if ev.event_type_value == "STEP_WORKER_STARTING":
+            starting[ev.step_key] = entry.timestamp
+        elif ev.is_step_success:
+            done[ev.step_key] = entry.timestamp
     out = {str(k): float(done[k] - starting[k]) for k in done if k in starting}
     out["run"] = total
     return out
