@@ -46,6 +46,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -436,6 +437,9 @@ def _capture_master(master: str, cache: Path, memory: str) -> Iterator[str]:
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from spark.servers import standalone_cluster
+
+    # SIGTERM (a timeout, a kill) unwinds the block, so the cluster is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     with (
         tempfile.TemporaryDirectory(prefix="dslog-scale-cluster-") as tmp,
