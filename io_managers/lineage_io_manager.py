@@ -117,6 +117,14 @@ class DSLogIOManager(dg.ConfigurableIOManager):
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="Spark conf for a session this IO manager starts."
     )
+    spark_shared_driver: bool = Field(
+        default=False,
+        description=(
+            "Attach to the machine's shared Spark driver instead of starting a JVM in the "
+            "step's process (as SparkSessionResource(shared_driver=True); use the same master "
+            "and conf there)."
+        ),
+    )
     keep_last: int | None = Field(
         default=None,
         ge=1,
@@ -533,7 +541,9 @@ class DSLogIOManager(dg.ConfigurableIOManager):
 
         # the running session (e.g. SparkSessionResource's) as it is: get_session would also
         # re-apply this IO manager's SQL conf to it
-        spark = SparkSession.getActiveSession() or get_session(self.spark_master, self.spark_conf)
+        spark = SparkSession.getActiveSession() or get_session(
+            self.spark_master, self.spark_conf, shared=self.spark_shared_driver
+        )
         with_ids, rows = load_frame(spark, path)
         step = tracked_step_of(context, attach=True) if offer and context is not None else None
         if step is not None and context is not None:  # None: loaded outside a run

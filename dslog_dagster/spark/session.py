@@ -91,6 +91,8 @@ def get_session(
     app_name: str = "dslog-dagster",
     *,
     id_tap: bool = True,
+    shared: bool = False,
+    idle_timeout: float | None = None,
 ) -> Any:  # a pyspark.sql.SparkSession (pyspark is imported lazily)
     """The process's SparkSession, created on first use with ``master`` and ``conf``.
 
@@ -102,6 +104,13 @@ def get_session(
     A new session gets the capture's id tap on its class path (``spark.jars``, after the
     caller's; see :mod:`dslog_dagster.spark.idtap`) unless ``id_tap`` is false or no JDK can
     compile it: aggregations with shuffled keys are then captured with a slower join.
+
+    ``shared=True`` attaches to the machine's shared driver for these settings instead of
+    starting a JVM in this process, starting that driver when none runs (see
+    :mod:`dslog_dagster.spark.driver`): what a Dagster step process wants, when every step
+    runs in a process of its own. ``idle_timeout`` (seconds) is how long a driver this call
+    starts outlives its last attached process (default
+    :data:`~dslog_dagster.spark.driver.DEFAULT_IDLE_S`).
 
     Raises:
         SparkUnavailableError: Java is missing or the JVM did not start.
@@ -134,6 +143,14 @@ def get_session(
         jar = tap_jar()
         if jar is not None:
             merged["spark.jars"] = ",".join(filter(None, [merged.get("spark.jars"), str(jar)]))
+    if shared:
+        from dslog_dagster.spark import driver
+
+        idle = driver.DEFAULT_IDLE_S if idle_timeout is None else idle_timeout
+        with progress.waiting(f"the shared Spark driver (master `{master}`)"):
+            session = driver.shared_session(master, merged, app_name, idle_timeout=idle)
+        watch(session)
+        return session
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in merged.items():
         builder = builder.config(k, v)

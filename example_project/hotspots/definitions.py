@@ -34,7 +34,7 @@ from hotspots.assets import (
     smoothed,
     window_summary,
 )
-from hotspots.spark import spark_assets, spark_resources, titles_job
+from hotspots.spark import SPARK_CONF, spark_assets, spark_resources, titles_job_def
 
 hotspot_job = dg.define_asset_job(
     "hotspot_job",
@@ -64,8 +64,16 @@ def make_defs(
     *,
     durable: bool = True,
     group_commit: bool = False,
+    spark_master: str = "local[*]",
+    shared_driver: bool = False,
+    executor: dg.ExecutorDefinition = dg.in_process_executor,
 ) -> dg.Definitions:
     """The project's definitions with arrays (and lineage) under ``base_dir``.
+
+    The Spark steps run on ``spark_master``; ``shared_driver=True`` makes every step process
+    (the Spark resource's and the IO manager's sessions) attach to the machine's shared driver
+    instead of starting a JVM each, for ``executor=dg.multiprocess_executor`` (the executor of
+    ``titles_job``; ``hotspot_job`` always runs in one process).
 
     ``durable=False`` stores lineage without fsync (see ``DSLogResource.durable``);
     ``group_commit=True`` fsyncs it in batches off the steps' path (``DSLogResource.group_commit``).
@@ -82,13 +90,19 @@ def make_defs(
     )
     pipeline = dg.Definitions(
         assets=[*PIPELINE, *spark_assets],
-        jobs=[hotspot_job, titles_job],
+        jobs=[hotspot_job, titles_job_def(executor)],
         # one process per run: a process per step costs seconds each on a small machine
         executor=dg.in_process_executor,
         resources={
-            "io_manager": DSLogIOManager(dslog=dslog, base_dir=base_dir),
+            "io_manager": DSLogIOManager(
+                dslog=dslog,
+                base_dir=base_dir,
+                spark_master=spark_master,
+                spark_conf=SPARK_CONF,
+                spark_shared_driver=shared_driver,
+            ),
             "dslog": dslog,
-            **spark_resources,
+            **spark_resources(spark_master, shared_driver=shared_driver),
         },
     )
     lineage = lineage_definitions(

@@ -14,7 +14,9 @@ back to cells of the Spark source tables (the saved query ``genre_origin``).
 The step functions are the plain PySpark ones of ``relational_pipeline.py``. All Spark steps
 share one SparkSession (``SparkSessionResource``, ``local[*]``): ``titles_job`` uses the
 in-process executor, since a JVM per step would pay the JVM start and Spark's first-job
-warm-up in every step.
+warm-up in every step. ``make_defs(spark_master=..., shared_driver=True,
+executor=dg.multiprocess_executor)`` runs it with a process per step instead (on a cluster,
+say), every step attaching to one shared driver JVM.
 """
 
 from typing import Any
@@ -120,21 +122,33 @@ spark_assets: list[dg.AssetsDefinition] = [
 ]
 # Small frames, short jobs: the JVM's first JIT tier only (half the JVM's CPU to start Spark
 # and run the first steps; see FAST_START_JAVA_OPTIONS and docs/spark.md, "Start-up").
-spark_resources: dict[str, Any] = {
-    "spark": SparkSessionResource(
-        master="local[*]", conf={"spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS}
-    )
-}
+SPARK_CONF = {"spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS}
 
-titles_job = dg.define_asset_job(
-    "titles_job",
-    selection=dg.AssetSelection.groups(GROUP),
-    # One process, so one JVM and one SparkSession, for the whole run. Dagster's default
-    # multiprocess executor runs each step in a process of its own, and each would start its
-    # own JVM and pay Spark's first-job warm-up again: 30-60 s per step on a 2-core machine,
-    # against 3-8 s for a step after the first here (docs/spark.md, "Start-up").
-    executor_def=dg.in_process_executor,
-)
+
+def spark_resources(master: str = "local[*]", *, shared_driver: bool = False) -> dict[str, Any]:
+    """The Spark resource of the steps: a session on ``master``; with ``shared_driver`` every
+    step process attaches to the machine's shared driver (one JVM for the run's processes,
+    :mod:`dslog_dagster.spark.driver`) instead of starting its own."""
+    return {
+        "spark": SparkSessionResource(master=master, conf=SPARK_CONF, shared_driver=shared_driver)
+    }
+
+
+def titles_job_def(executor: dg.ExecutorDefinition = dg.in_process_executor) -> Any:
+    """``titles_job`` on ``executor``.
+
+    The default runs every step in one process, so one JVM and one SparkSession for the whole
+    run. Dagster's multiprocess executor runs each step in a process of its own: each would
+    start its own JVM and pay Spark's first-job warm-up again (30-60 s per step on a 2-core
+    machine, against 3-8 s for a step after the first here; docs/spark.md, "Start-up"),
+    unless the steps attach to a shared driver (``make_defs(shared_driver=True)``).
+    """
+    return dg.define_asset_job(
+        "titles_job", selection=dg.AssetSelection.groups(GROUP), executor_def=executor
+    )
+
+
+titles_job = titles_job_def()
 
 #: Array path of a backward query from a genre total to the basics table.
 PATH_TO_BASICS = [

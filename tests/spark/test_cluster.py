@@ -9,21 +9,16 @@ executors; its lineage, keyed by the output's group name, must equal the local c
 """
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spark.servers import ServerStartError, standalone_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
-
-START_TIMEOUT = 240.0
 
 PIPELINE = r"""
 import json, sys
@@ -74,85 +69,13 @@ if __name__ == "__main__":
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _spark_class(home: Path, cls: str, args: list[str], log: Path, env: dict[str, str]) -> Any:
-    with log.open("w") as out:
-        return subprocess.Popen(
-            [str(home / "bin" / "spark-class"), cls, *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-
-
-def _stop(procs: list[Any]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
 @pytest.fixture(scope="module")
 def master_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    base = tmp_path_factory.mktemp("cluster")
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    procs = [
-        _spark_class(
-            home,
-            "org.apache.spark.deploy.master.Master",
-            ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port())],
-            base / "master.log",
-            env,
-        )
-    ]
     try:
-        for w in (1, 2):
-            work = base / f"worker{w}"
-            work.mkdir()
-            procs.append(
-                _spark_class(
-                    home,
-                    "org.apache.spark.deploy.worker.Worker",
-                    [
-                        *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
-                        *("--webui-port", str(_free_port()), "--work-dir", str(work), url),
-                    ],
-                    base / f"worker{w}.log",
-                    env,
-                )
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        log = base / "master.log"
-        while log.read_text().count("Registering worker") < 2:
-            dead = [p for p in procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                logs = "\n".join(p.read_text()[-1500:] for p in sorted(base.glob("*.log")))
-                pytest.fail(f"the standalone cluster did not start:\n{logs}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        _stop(procs)
+        with standalone_cluster(tmp_path_factory.mktemp("cluster")) as url:
+            yield url
+    except ServerStartError as e:
+        pytest.fail(str(e))
 
 
 def _local_lineage(spark: Any) -> dict[str, Any]:
@@ -183,3 +106,85 @@ def test_capture_on_a_two_worker_cluster_equals_local_mode(
     for key in want:
         assert got[key] == want[key], key
     assert len(want["input0 considered=True"]) > len(want["input0 considered=False"]) > 0
+
+
+def _titles_answers(spark: Any, base: Path) -> dict[str, Any]:
+    """The titles pipeline's lineage keyed by content (title ids and column names, not row
+    ids, which depend on how Spark partitioned the sources): for each genre total, the
+    ``title_basics`` cells it comes from; for the genre cells of ten titles, the
+    ``titles_final`` cells they reach."""
+    from hotspots.spark import PATH_TO_BASICS
+    from relational_pipeline import GENRES
+
+    from dslog_dagster.core.api import DSLog
+    from dslog_dagster.io_managers.spark_frames import read_frame
+    from dslog_dagster.spark import ROW_ID
+
+    def frame(name: str) -> tuple[dict[int, str], list[str]]:
+        rows = read_frame(spark, base / f"{name}.parquet", row_id=True).collect()
+        cols = [c for c in rows[0].asDict() if c != ROW_ID]
+        return {int(r[ROW_ID]): str(r["tconst"]) for r in rows}, cols
+
+    basics, b_cols = frame("title_basics")
+    final, f_cols = frame("titles_final")
+    log = DSLog(base / ".dslog")
+    out: dict[str, Any] = {}
+    for g in range(len(GENRES)):
+        cells = log.prov_query(PATH_TO_BASICS, [g]).to_indices().tolist()
+        out[f"genre {g}"] = sorted((basics[r], b_cols[c]) for r, c in cells)
+    chosen = sorted(basics.items(), key=lambda kv: kv[1])[:10]  # ten titles by id
+    genres = b_cols.index("genres")
+    cells = log.prov_query(list(reversed(PATH_TO_BASICS[2:])), [(r, genres) for r, _ in chosen])
+    out["reach"] = sorted((final[r], f_cols[c]) for r, c in cells.to_indices().tolist())
+    out["from"] = [t for _, t in chosen]
+    return out
+
+
+def test_titles_job_on_the_cluster_with_a_process_per_step_equals_local_mode(
+    master_url: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``titles_job`` with Dagster's multiprocess executor: every step process attaches to
+    one shared driver on the cluster (one Spark application), lineage of all steps lands in
+    one store, and its answers equal the in-process local run's."""
+    import dagster as dg
+    from cluster_titles_job import make_defs
+
+    from dslog_dagster.spark.driver import stop_shared_driver
+
+    config = {"config": {"n_titles": 40}}
+    run_config = {"ops": {"title_basics": config, "title_episodes": config}}
+    local = tmp_path / "local"
+    job = make_defs(str(local), spark_master="local[2]").resolve_job_def("titles_job")
+    (tmp_path / "home-local").mkdir()
+    (tmp_path / "home-cluster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home-local")) as instance:
+        assert job.execute_in_process(instance=instance, run_config=run_config).success
+    want = _titles_answers(spark, local)
+    assert sum(len(v) for k, v in want.items() if k.startswith("genre ")) > 0
+    assert want["reach"]
+
+    onc = tmp_path / "cluster"
+    monkeypatch.setenv("DSLOG_TITLES_BASE", str(onc))
+    monkeypatch.setenv("DSLOG_TITLES_MASTER", master_url)
+    tests = Path(__file__).resolve().parents[1]
+    try:
+        with dg.instance_for_test(temp_dir=str(tmp_path / "home-cluster")) as instance:
+            recon = dg.build_reconstructable_job(
+                "cluster_titles_job", "titles_job", reconstructor_working_directory=str(tests)
+            )
+            result = dg.execute_job(recon, instance=instance, run_config=run_config)
+            assert result.success, [
+                str(e.event_specific_data) for e in result.all_events if e.is_failure
+            ]
+            steps = {e.step_key for e in result.all_events if e.is_step_success}
+            pids = {e.pid for e in result.all_events if e.is_step_start}
+        assert len(steps) == 9
+        assert len(pids) == 9  # a process per step
+    finally:
+        assert stop_shared_driver(master_url) == 1  # exactly one driver served every step
+    assert _titles_answers(spark, onc) == want
+    # every step's lineage in the one store: the Spark steps' and the NumPy ones'
+    from dslog_dagster.core.api import DSLog
+
+    names = {a.name for a in DSLog(onc / ".dslog").store.arrays()}
+    assert {"title_basics", "titles_final", "title_features", "genre_runtime"} <= names

@@ -7,17 +7,15 @@ Python workers on this interpreter, and stopped at the end.
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from spark.servers import ServerStartError, connect_server
 from strategies import KINDS, relation_between
 
 from dslog_dagster.core.api import Array, DSLog, Lineage
@@ -27,70 +25,14 @@ from dslog_dagster.spark.connect import is_connect
 
 pytestmark = [pytest.mark.connect, pytest.mark.integration]
 
-START_TIMEOUT = 240.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
 
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    port = _free_port()
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    env.pop("SPARK_REMOTE", None)
-    cmd = [
-        str(home / "bin" / "spark-submit"),
-        "--class",
-        "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.connect.grpc.binding.address=127.0.0.1",
-        "--conf",
-        f"spark.connect.grpc.binding.port={port}",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.driver.bindAddress=127.0.0.1",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-    ]
-    with log.open("w") as out:
-        server = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _listening(port):
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"Spark Connect server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        with connect_server(tmp_path_factory.mktemp("connect")) as url:
+            yield url
+    except ServerStartError as e:
+        pytest.fail(str(e))
 
 
 CLIENT = r"""
