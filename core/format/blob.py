@@ -182,9 +182,17 @@ def stored_as_parquet(blob: bytes) -> bool:
     return bool(blob) and not blob[0] & _BLOB_FACTORED and bool(blob[0] & _BLOB_PARQUET)
 
 
+def int64_array(values: np.ndarray) -> pa.Array:
+    """An Arrow int64 array over a NumPy column, made from its buffer: ``pa.array`` first asks
+    whether the column is a pandas object, which imports pandas (over a second, in every
+    process that stores or reads a columnar table; the core never needs pandas)."""
+    col = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(col), [None, pa.py_buffer(col)])
+
+
 def _parquet_blob(table: LineageTable) -> bytes:
     """The blob of a columnar table as a Parquet-zstd file of its raw columns."""
-    cols = {f"c{i}": pa.array(c, pa.int64()) for i, c in enumerate(table.raw)}
+    cols = {f"c{i}": int64_array(c) for i, c in enumerate(table.raw)}
     buf = io.BytesIO()
     pq.write_table(pa.table(cols), buf, compression="zstd")
     return bytes(_head(_BLOB_COLUMNAR | _BLOB_PARQUET, table)) + buf.getvalue()
