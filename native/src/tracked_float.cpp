@@ -893,6 +893,25 @@ void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) 
 F64Loop g_f64_matmul;
 thread_local std::vector<Handle> t_rows, t_cols;
 
+// The set of a matmul row whose k handles are the members 0..k-1 of one group in order, the
+// members tiling one progression (member q = {start0 + q·cstep + r·stride}, stride = k·cstep:
+// the column statistics of a matrix broadcast over its rows, as in (x - x.mean(0)) @ w):
+// their union is {start0 + t·cstep : t < k·count}, one progression, made without appending
+// k shared sets. 0 when the row is not of that shape.
+Handle whole_group_row(Arena& ar, const char* p, npy_intp step, npy_intp k) {
+  const Handle h0 = load(p).h;
+  if (k < 2 || hnd::kind(h0) != hnd::kGroup || !ar.check(h0) || ar.is_owned(h0) ||
+      (hnd::payload(h0) & hnd::kMemberMask) != 0)
+    return 0;
+  const dslog::GroupNode& g = ar.group_of(h0);
+  if (g.ncols != uint64_t(k) || g.cstep <= 0 || g.count == 0 ||
+      uint64_t(g.cstep) * g.ncols != g.stride)
+    return 0;
+  for (npy_intp q = 1; q < k; ++q)
+    if (load(p + q * step).h != h0 + uint64_t(q)) return 0;
+  return h0;
+}
+
 void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
   npy_intp N = dims[0], n = dims[1], k = dims[2], m = dims[3];
   npy_intp s0 = steps[0], s1 = steps[1], s2 = steps[2];
@@ -949,12 +968,23 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
         rows.assign(size_t(n), 0);
         cols.assign(size_t(m), 0);
         ar.begin_call();
-        for (npy_intp i = 0; i < n; ++i)
+        Handle seen = 0, seen_set = 0;  // the last whole-group row and its progression
+        for (npy_intp i = 0; i < n; ++i) {
+          if (const Handle h0 = whole_group_row(ar, pa + i * a_n, a_k, k)) {
+            if (h0 != seen) {
+              const dslog::GroupNode& g = ar.group_of(h0);
+              seen_set = ar.make_progression(g.start0, uint64_t(g.cstep), g.ncols * g.count);
+              seen = h0;
+            }
+            rows[size_t(i)] = seen_set;
+            continue;
+          }
           for (npy_intp q = 0; q < k; ++q) {
             const Handle x = load(pa + i * a_n + q * a_k).h;
             if (!handle_ok(x)) return set_handle_error(x);
             ar.acc_join(rows[size_t(i)], x, size_t(k - q - 1));
           }
+        }
         for (npy_intp j = 0; j < m; ++j)
           for (npy_intp q = 0; q < k; ++q) {
             const Handle y = load(pb + q * b_k + j * b_m).h;

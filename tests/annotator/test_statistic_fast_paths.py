@@ -4,7 +4,8 @@
 the union of its own cell and a statistic whose set is a progression holding that cell. The
 annotator keeps the statistic's handle for such a cell (``Arena::covers``, the element-wise
 loop's ``StatCache``), treats two progressions of the same cells (the column's mean and std)
-as one, and the extraction reads a repeated or already analysed shared set once. A picking
+as one, a matmul row made of every column statistic in order is one progression, and the
+extraction reads a repeated or already analysed shared set once. A picking
 reduction in contributing mode looks for its winner first and shares one handle.
 
 The reference annotator (``tests/annotator/reference.py``) is the oracle for the lineage, in
@@ -42,6 +43,8 @@ STATS: dict[str, Callable[[Any], Any]] = {
     "std0 * mean0": lambda a: a.std(axis=0) * a.mean(axis=0) + a,
     "centred twice": lambda a: (a - a.mean()) - a.mean(),
     "sum * x": lambda a: np.multiply(a.sum(), a),
+    # a matmul row of every column statistic in order: one progression per row
+    "pca": lambda a: (a - a.mean(axis=0)) @ np.linspace(0.5, 1.5, 2 * a.shape[-1]).reshape(-1, 2),
 }
 
 # How the input reaches the step: as given, a strided view, reversed, transposed.
@@ -163,6 +166,8 @@ def test_column_statistics_keep_one_handle_per_column() -> None:
         assert len(np.unique(handles(out))) == a.shape[1]
         centred = a - a.mean()
         assert len(np.unique(handles(centred))) == 1
+        projected = (a - a.mean(axis=0)) @ np.ones((a.shape[1], 3))
+        assert len(np.unique(handles(projected))) == 1  # every row: all of x, one progression
         return out
 
     Capture().run(f, np.random.default_rng(3).random((50, 40)))

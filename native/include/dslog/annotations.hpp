@@ -539,6 +539,10 @@ class Arena {
   // The group of member handle h (checked), and whether h is a set the running call may
   // still grow (an accumulator: never stored in a second slot as is, see share()).
   const GroupNode& group_of(Handle h) const { return group_at(h); }
+  // A new (immutable) progression {start + t * stride : t < count}, count >= 1.
+  Handle make_progression(uint64_t start, uint64_t stride, uint64_t count) {
+    return count == 1 ? cell(start) : new_prog(start, stride, count, false);
+  }
   bool is_owned(Handle h) const { return owned(h); }
 
   // ---- accounting ----------------------------------------------------------------------
