@@ -352,6 +352,32 @@ class Extractor {
         have_prev = false;
         continue;
       }
+      if (have_prev && h == prev && cur_small_.empty() && active_.empty()) {
+        // One set repeated (x - x.mean(): every output cell holds the mean's set): the run of
+        // equal handles joins the same sinks, with nothing to feed.
+        int64_t e = i + 1;
+        for (const char* p = data + e * stride; e < ncell; ++e, p += stride) {
+          Handle g;
+          std::memcpy(&g, p, sizeof(g));
+          if (g != h) break;
+        }
+        for (uint32_t s : cur_sinks_)
+          for (int64_t t = i; t < e; ++t) sinks_[s].outs.add(t);
+        i = e - 1;
+        continue;
+      }
+      if ((!have_prev || h != prev) && hnd::kind(h) != hnd::kPair) {
+        // A shared set seen before as an atom (standardize: every row of output cells holds
+        // the handles of the column statistics): its sink, without a second analysis. The
+        // atom was made from these very bits, so they are valid, and its sink holds exactly
+        // the set's cells.
+        if (const uint32_t* sk = atom_ids_.find(h)) {
+          sinks_[*sk].outs.add(i);
+          feed(i, nullptr, 0);
+          have_prev = false;
+          continue;
+        }
+      }
       if (!have_prev || h != prev) {
         if (!ar_.check(h)) throw BadHandle(h);
         analyse(considered_ ? ar_.considered(h) : ar_.contrib(h));

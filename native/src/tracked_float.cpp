@@ -893,6 +893,25 @@ void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) 
 F64Loop g_f64_matmul;
 thread_local std::vector<Handle> t_rows, t_cols;
 
+// The set of a matmul row whose k handles are the members 0..k-1 of one group in order, the
+// members tiling one progression (member q = {start0 + q·cstep + r·stride}, stride = k·cstep:
+// the column statistics of a matrix broadcast over its rows, as in (x - x.mean(0)) @ w):
+// their union is {start0 + t·cstep : t < k·count}, one progression, made without appending
+// k shared sets. 0 when the row is not of that shape.
+Handle whole_group_row(Arena& ar, const char* p, npy_intp step, npy_intp k) {
+  const Handle h0 = load(p).h;
+  if (k < 2 || hnd::kind(h0) != hnd::kGroup || !ar.check(h0) || ar.is_owned(h0) ||
+      (hnd::payload(h0) & hnd::kMemberMask) != 0)
+    return 0;
+  const dslog::GroupNode& g = ar.group_of(h0);
+  if (g.ncols != uint64_t(k) || g.cstep <= 0 || g.count == 0 ||
+      uint64_t(g.cstep) * g.ncols != g.stride)
+    return 0;
+  for (npy_intp q = 1; q < k; ++q)
+    if (load(p + q * step).h != h0 + uint64_t(q)) return 0;
+  return h0;
+}
+
 void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) {
   npy_intp N = dims[0], n = dims[1], k = dims[2], m = dims[3];
   npy_intp s0 = steps[0], s1 = steps[1], s2 = steps[2];
@@ -949,12 +968,23 @@ void matmul_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*
         rows.assign(size_t(n), 0);
         cols.assign(size_t(m), 0);
         ar.begin_call();
-        for (npy_intp i = 0; i < n; ++i)
+        Handle seen = 0, seen_set = 0;  // the last whole-group row and its progression
+        for (npy_intp i = 0; i < n; ++i) {
+          if (const Handle h0 = whole_group_row(ar, pa + i * a_n, a_k, k)) {
+            if (h0 != seen) {
+              const dslog::GroupNode& g = ar.group_of(h0);
+              seen_set = ar.make_progression(g.start0, uint64_t(g.cstep), g.ncols * g.count);
+              seen = h0;
+            }
+            rows[size_t(i)] = seen_set;
+            continue;
+          }
           for (npy_intp q = 0; q < k; ++q) {
             const Handle x = load(pa + i * a_n + q * a_k).h;
             if (!handle_ok(x)) return set_handle_error(x);
             ar.acc_join(rows[size_t(i)], x, size_t(k - q - 1));
           }
+        }
         for (npy_intp j = 0; j < m; ++j)
           for (npy_intp q = 0; q < k; ++q) {
             const Handle y = load(pb + q * b_k + j * b_m).h;
@@ -1254,6 +1284,53 @@ __attribute__((target("avx2"))) npy_intp seq_run_avx2(const char* a, const char*
 }
 #endif
 
+// An operand broadcast from a statistic whose set is a progression of cells: the whole
+// array's (x - x.mean()), or a column's (x - x.mean(0), x / x.std(0): the members of one group,
+// member j at handle lo + j). When the other operand is a cell of that progression, or the same
+// progression reached by another reduction, the union is the statistic's set itself: decided
+// here by arithmetic, with no arena call and no table entry (O(1) per output cell, no set
+// work). Filled from a checked handle; the handles lo..hi are then known to be valid.
+struct StatCache {
+  bool valid = false;
+  Handle lo = 0, hi = 0;
+  uint64_t start0 = 0, stride = 1, count = 0;
+  int64_t cstep = 0;
+  bool has(Handle h) const { return valid && h - lo <= hi - lo; }
+  // For handle h; false (and empty) when h is no such statistic.
+  bool fill(Arena& ar, Handle h) {
+    valid = false;
+    const auto k = hnd::kind(h);
+    if ((k != hnd::kProg && k != hnd::kGroup) || !ar.check(h) || ar.is_owned(h)) return false;
+    if (k == hnd::kProg) {
+      const dslog::ProgNode p = ar.progression(h);
+      start0 = p.start;
+      stride = p.stride;
+      count = p.count();
+      cstep = 0;
+      lo = hi = h;
+    } else {
+      const dslog::GroupNode& g = ar.group_of(h);
+      start0 = g.start0;
+      cstep = g.cstep;
+      stride = g.stride;
+      count = g.count;
+      lo = h - (hnd::payload(h) & hnd::kMemberMask);
+      hi = lo + (g.ncols - 1);
+    }
+    valid = stride != 0;
+    return valid;
+  }
+  // First cell of member h (has(h)).
+  uint64_t first(Handle h) const { return start0 + uint64_t(int64_t(h - lo) * cstep); }
+  // Cell c is in the progression of member h (has(h)).
+  bool holds(Handle h, uint64_t c) const {
+    const uint64_t s = first(h);
+    if (c < s) return false;
+    const uint64_t t = c - s, q = stride == 1 ? t : t / stride;
+    return q < count && (stride == 1 || t == q * stride);
+  }
+};
+
 template <BinInline OP, bool in_place>
 __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char* b, char* o, npy_intp n, npy_intp sa,
                   npy_intp sb, npy_intp so) {
@@ -1297,6 +1374,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
   uint64_t dist = ar.last_delta_index() < 0 ? ~uint64_t(0) : ar.last_delta();
   uint64_t dist_bits =
       cell2_bits | (uint64_t(std::max(ar.last_delta_index(), 0)) << hnd::kEstShift);
+  StatCache sx, sy;
   auto run = [&](auto nt) -> int {
     constexpr bool kNT = decltype(nt)::value;
     npy_intp start = 0;
@@ -1342,6 +1420,26 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
         }
         store(out, v, h2);
         continue;
+      }
+      {
+        const bool xc = (x.h & kTagMask) == cell_bits, yc = (y.h & kTagMask) == cell_bits;
+        Handle keep = 0;
+        if (xc != yc && (xc ? y.h : x.h) != 0) {  // a cell and a statistic holding it
+          const Handle big = xc ? y.h : x.h;
+          if ((sx.has(big) || sx.fill(ar, big)) && sx.holds(big, hnd::payload(xc ? x.h : y.h)))
+            keep = big;
+        } else if (!xc && x.h && y.h) {  // one progression from two reductions
+          if ((sx.has(x.h) || sx.fill(ar, x.h)) && (sy.has(y.h) || sy.fill(ar, y.h)) &&
+              sx.stride == sy.stride && sx.count == sy.count && sx.first(x.h) == sy.first(y.h))
+            keep = x.h;
+        }
+        if (keep) {
+          if (kNT)
+            store_nt(out, v, keep);
+          else
+            store(out, v, keep);
+          continue;
+        }
       }
       if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
     }
@@ -1435,6 +1533,34 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
       }
       Handle h = acc.h;
       double cur = acc.v;
+      if (info.kind == B_PICK && ar && ar->mode() == dslog::Mode::kContributing) {
+        // Contributing mode keeps only the winner's set (NumPy's float rules, ties to the
+        // first): the lane is scanned for the winner and its handle shared once, instead of
+        // an arena call per element. Every handle is still validated, as the element loop
+        // below does (a cell inline, anything else by the arena).
+        constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
+        const uint64_t cell_bits =
+            (uint64_t(ar->epoch()) << hnd::kEpochShift) | (uint64_t(hnd::kCell) << hnd::kKindShift);
+        const uint64_t ncells = ar->n_cells();
+        if (n > 0 && h && !ar->check(h)) return set_handle_error(h), -1;
+        npy_intp win = -1;
+        for (npy_intp i = 0; i < n; ++i) {
+          const TF x = load(b + i * sb);
+          if (x.h && !((x.h & kTagMask) == cell_bits && hnd::payload(x.h) < ncells) &&
+              !ar->check(x.h))
+            return set_handle_error(x.h), -1;
+          if (second_wins(info.op, cur, x.v)) {
+            cur = x.v;
+            win = i;
+          }
+        }
+        if (win >= 0) {
+          const Handle xw = load(b + win * sb).h;
+          if (h | xw) ar->acc_pick(h, xw, true, 0);
+        }
+        store(o, v, h);
+        return 0;
+      }
       for (npy_intp i = 0; i < n; ++i) {
         TF x = load(b + i * sb);
         if (info.kind != B_PICK && ar && hnd::epoch(x.h) == ar->epoch() &&
@@ -1672,7 +1798,8 @@ PyObject* elementwise_vectorcall(PyObject* callable, PyObject* const* args, size
              (like == nullptr || PyArray_SAMESHAPE(like, arr));
         like = arr;
       } else {
-        ok = PyFloat_CheckExact(a) || PyLong_CheckExact(a);
+        // a Python number, or a tracked scalar (x - x.mean()): broadcast to every cell
+        ok = PyFloat_CheckExact(a) || PyLong_CheckExact(a) || Py_TYPE(a) == g_scalar_type;
       }
     }
     if (ok && like != nullptr && PyArray_SIZE(like) >= kNoInitMin) {
@@ -2270,7 +2397,14 @@ PyArrayObject* require_tracked(py::handle obj, const char* what) {
   return reinterpret_cast<PyArrayObject*>(obj.ptr());
 }
 
-py::object new_tracked(const std::vector<npy_intp>& shape) {
+py::object new_tracked(const std::vector<npy_intp>& shape, bool zero = true) {
+  // Not zero-filled only for a caller that writes every cell before anything else runs
+  // (annotate): NEEDS_INIT is switched off for just this allocation, as new_uninitialised.
+  struct Restore {
+    npy_uint64 flags;
+    ~Restore() { g_descr->flags = flags; }
+  } restore{g_descr->flags};
+  if (!zero) g_descr->flags &= ~npy_uint64(NPY_NEEDS_INIT);
   Py_INCREF(g_descr);
   PyObject* arr = PyArray_NewFromDescr(&PyArray_Type, g_descr, int(shape.size()),
                                        const_cast<npy_intp*>(shape.data()), nullptr, nullptr, 0,
@@ -2506,7 +2640,7 @@ py::tuple annotate(py::array_t<double, py::array::c_style | py::array::forcecast
   std::vector<npy_intp> shape(values.shape(), values.shape() + values.ndim());
   uint64_t size = uint64_t(values.size());
   uint64_t base = t_arena->add_input(size);
-  py::object out = new_tracked(shape);
+  py::object out = new_tracked(shape, false);  // every cell is written below
   char* dst = PyArray_BYTES(reinterpret_cast<PyArrayObject*>(out.ptr()));
   const double* src = values.data();
   const Arena& ar = *t_arena;

@@ -536,6 +536,14 @@ class Arena {
   ProgNode progression(Handle h) const {
     return hnd::kind(h) == hnd::kGroup ? member(h) : prog_at(h);
   }
+  // The group of member handle h (checked), and whether h is a set the running call may
+  // still grow (an accumulator: never stored in a second slot as is, see share()).
+  const GroupNode& group_of(Handle h) const { return group_at(h); }
+  // A new (immutable) progression {start + t * stride : t < count}, count >= 1.
+  Handle make_progression(uint64_t start, uint64_t stride, uint64_t count) {
+    return count == 1 ? cell(start) : new_prog(start, stride, count, false);
+  }
+  bool is_owned(Handle h) const { return owned(h); }
 
   // ---- accounting ----------------------------------------------------------------------
   size_t bytes_used() const {
@@ -700,6 +708,11 @@ class Arena {
       return hnd::make(epoch_, hnd::kJoin, e, i);
     }
     if (e > kMaterialiseMax) {
+      // A small set inside the big one (x - x.mean(): {i} ∪ M with i ∈ M; standardize's
+      // column statistics): the union is the big set itself, no node and no set work.
+      if (hnd::est(a) <= kJoinMax && covers(b, a)) return share(b);
+      if (hnd::est(b) <= kJoinMax && covers(a, b)) return share(a);
+      if (same_progression(a, b)) return share(a);
       // Lazy union by reference: O(1) whatever the sizes (x - x.mean() gives every cell
       // {i} ∪ M; copying M per cell would cost cells² annotations). Readers flatten.
       a = share(a);
@@ -883,6 +896,90 @@ class Arena {
     ref_memo_[s] = {key, r};
     push_entry(idx, r, hint);
     lists_[idx].refs = 1;
+  }
+
+  // Whether every cell of the small set `s` (est <= kJoinMax: cells, two-cell handles, a
+  // clean list, lazy unions of those) lies in the big set `b`, decided without expanding b
+  // (see holds()). Then s ∪ b = b: an element-wise operation of a cell with a broadcast
+  // statistic whose set holds that cell keeps the statistic's handle. False whenever that
+  // cannot be decided cheaply (the caller then builds the lazy union, equally exact).
+  bool covers(Handle b, Handle s) {
+    Handle st[kJoinMax + 1];
+    int top = 0, leaves = 0;
+    st[top++] = s;
+    while (top > 0) {
+      const Handle t = st[--top];
+      if (t == 0) continue;
+      if (++leaves > int(2 * kJoinMax)) return false;
+      switch (hnd::kind(t)) {
+        case hnd::kCell:
+          if (!holds(b, hnd::payload(t), 2)) return false;
+          break;
+        case hnd::kCell2:
+          if (!holds(b, hnd::payload(t), 2) || !holds(b, hnd::payload(t) + delta_at(t), 2))
+            return false;
+          break;
+        case hnd::kList: {
+          const ListNode& n = list_at(t);
+          if (n.refs || n.dirty || n.len > kJoinMax) return false;
+          for (uint32_t i = 0; i < n.len; ++i)
+            if (!holds(b, n.data[i], 2)) return false;
+          break;
+        }
+        case hnd::kJoin: {
+          if (top + 2 > int(kJoinMax) + 1) return false;
+          const auto& j = join_at(t);
+          st[top++] = j[0];
+          st[top++] = j[1];
+          break;
+        }
+        default:
+          return false;
+      }
+    }
+    return true;
+  }
+
+  // Cell c is in set b: a progression (arithmetic), a clean list without references (its
+  // bounds when dense, else a binary search), a cell, two cells, or a lazy union of those
+  // down to `depth` levels. False when not decidable that way.
+  bool holds(Handle b, uint64_t c, int depth) const {
+    switch (hnd::kind(b)) {
+      case hnd::kCell:
+        return hnd::payload(b) == c;
+      case hnd::kCell2:
+        return c == hnd::payload(b) || c == hnd::payload(b) + delta_at(b);
+      case hnd::kProg:
+      case hnd::kGroup: {
+        const ProgNode p = hnd::kind(b) == hnd::kGroup ? member(b) : prog_at(b);
+        return c >= p.start && c < p.next && (c - p.start) % p.stride == 0;
+      }
+      case hnd::kList: {
+        if (b == 0) return false;
+        const ListNode& n = list_at(b);
+        if (n.refs || n.dirty || n.len == 0) return false;
+        if (c < n.data[0] || c > n.data[n.len - 1]) return false;
+        if (n.data[n.len - 1] - n.data[0] == uint64_t(n.len) - 1) return true;  // dense
+        return std::binary_search(n.data, n.data + n.len, c);
+      }
+      case hnd::kJoin: {
+        if (depth == 0) return false;
+        const auto& j = join_at(b);
+        return holds(j[0], c, depth - 1) || holds(j[1], c, depth - 1);
+      }
+      default:
+        return false;
+    }
+  }
+
+  // a and b are progressions (kProg, kGroup members) of the same cells: the statistics of
+  // one column computed twice (standardize's mean and std each reduce the column).
+  bool same_progression(Handle a, Handle b) const {
+    const auto ka = hnd::kind(a), kb = hnd::kind(b);
+    if ((ka != hnd::kProg && ka != hnd::kGroup) || (kb != hnd::kProg && kb != hnd::kGroup))
+      return false;
+    const ProgNode p = progression(a), q = progression(b);
+    return p.start == q.start && p.stride == q.stride && p.next == q.next;
   }
 
   // a is a lazy union with b as one side.
