@@ -24,7 +24,8 @@ LANGUAGES = frozenset({"python", "py", "bash", "text", "toml", "yaml"})
 # Dagster initialises a nested resource (DSLogIOManager's `dslog`) through its own deprecated
 # InitResourceContext.dagster_run; the same filter is in pyproject.toml's pytest settings.
 _DAGSTER_OWN_WARNING = "ignore:InitResourceContext.dagster_run is deprecated:DeprecationWarning"
-# After the page's code has run: wait for its non-daemon threads, run its atexit handlers,
+# After the page's code has run: do what the interpreter does at exit (threading's shutdown:
+# its exit hooks, e.g. executors', then joining non-daemon threads; the atexit handlers),
 # flush, and leave with os._exit. The interpreter's own teardown is skipped because pyarrow
 # 26.0.1 aborts in it ("terminate called without an active exception", exit 134) in about 1
 # process of 5 on a loaded machine once a Parquet file has been read: reproduced with nothing
@@ -32,8 +33,7 @@ _DAGSTER_OWN_WARNING = "ignore:InitResourceContext.dagster_run is deprecated:Dep
 _RUNNER = (
     "import atexit, os, pathlib, sys, threading; code = pathlib.Path(sys.argv[1]).read_text(); "
     "exec(compile(code, sys.argv[2], 'exec'), {'__name__': '__main__'}); "
-    "[t.join() for t in threading.enumerate() "
-    "if t is not threading.main_thread() and not t.daemon]; "
+    "threading._shutdown(); "
     "atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)"
 )
 
