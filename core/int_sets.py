@@ -11,7 +11,7 @@ a sort and one comparison pass. Every set of row or cell keys that can be large 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["sorted_unique"]
+__all__ = ["first_of_runs", "sorted_unique"]
 
 
 def sorted_unique(values: npt.ArrayLike, *, runs: bool = False) -> npt.NDArray[np.int64]:
@@ -21,9 +21,13 @@ def sorted_unique(values: npt.ArrayLike, *, runs: bool = False) -> npt.NDArray[n
     the stable sort (a merge sort that finds runs) then takes one pass per run.
     """
     a = np.sort(np.asarray(values, dtype=np.int64).reshape(-1), kind="stable" if runs else None)
-    if a.size < 2:
-        return a
-    keep = np.empty(a.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return a[keep]
+    return a if a.size < 2 else a[first_of_runs(a)]
+
+
+def first_of_runs(ordered: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Of a non-decreasing array, where each run of equal values starts (keep these to drop
+    the repeats)."""
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return keep

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dslog_dagster.core.int_sets import sorted_unique
+from dslog_dagster.core.int_sets import first_of_runs, sorted_unique
 
 __all__ = ["I64", "RowMap", "ranges"]
 
@@ -59,9 +59,7 @@ class RowMap:
             if bool(np.all(step > 0)):  # already sorted and unique: kept as is
                 pass
             elif bool(np.all(step >= 0)):  # sorted with repeats (rows pooled in order)
-                keep = np.empty(key.size, dtype=bool)
-                keep[0] = True
-                np.greater(step, 0, out=keep[1:])
+                keep = first_of_runs(key)
                 out, src = out[keep], src[keep]
             else:
                 key = sorted_unique(key)
