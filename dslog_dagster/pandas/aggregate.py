@@ -63,7 +63,10 @@ class TrackedGroupBy:
         self._as_index = as_index
         self._selection = selection
         df = frame.plain
-        codes = df.groupby(by, **self._opts).ngroup()
+        # one groupby for the codes and the aggregations: its grouper (the key factorization)
+        # is computed once and shared
+        self._gb = df.groupby(by, as_index=as_index, **self._opts)
+        codes = self._gb.ngroup()
         c = np.asarray(codes.fillna(-1).to_numpy(), np.int64)
         self._valid = c >= 0
         self._codes = c
@@ -78,8 +81,7 @@ class TrackedGroupBy:
         return g
 
     def _grouped(self) -> Any:
-        gb = self._f.plain.groupby(self._by, as_index=self._as_index, **self._opts)
-        return gb if self._selection is None else gb[self._selection]
+        return self._gb if self._selection is None else self._gb[self._selection]
 
     def _gathered(self, pairs: Pairs, mask: np.ndarray | None = None) -> Pairs:
         keep = None if mask is None else self._valid & mask
@@ -100,7 +102,7 @@ class TrackedGroupBy:
         if func in _NON_NULL:
             mask = notnull
         elif func in _PICK:
-            per_row = f.plain.groupby(self._by, **self._opts)[col].transform(func)
+            per_row = self._gb[col].transform(func)
             mask = notnull & np.asarray((vals == per_row).to_numpy(), bool)
         elif func in _ENDS:
             idx = np.flatnonzero(notnull & self._valid)

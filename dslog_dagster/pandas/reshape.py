@@ -4,7 +4,8 @@ row-wise ``apply``.
 * ``get_dummies``: the columns it does not encode keep their lineage; each indicator column
   made from column ``c`` takes ``c``'s lineage (cell ``(k, c_v)`` is computed from cell
   ``(k, c)`` alone). pandas' own call makes the values; the block of indicators per encoded
-  column is measured by encoding that column alone, and the widths must add up.
+  column is measured by encoding that column alone (the last block is what is left), and the
+  widths must add up.
 * ``drop_duplicates``: the rows pandas kept (found with positions as labels); each kept row
   considered the compared cells (``subset``) of every row of its duplicate group — they
   decided that this row is the one kept.
@@ -72,9 +73,12 @@ def get_dummies(
     st = data.lineage_state
     lin = {c: st.columns[j] for j, c in enumerate(df.columns)}
     cols = [lin[c] for c in df.columns if c not in encoded]
-    for c in encoded:
-        width = pd.get_dummies(df[[c]], dummy_na=dummy_na, drop_first=drop_first).shape[1]
-        cols.extend([lin[c]] * width)
+    for i, c in enumerate(encoded):
+        if i == len(encoded) - 1:  # the last block: the columns left (no second encoding)
+            width = value.shape[1] - len(cols)
+        else:
+            width = pd.get_dummies(df[[c]], dummy_na=dummy_na, drop_first=drop_first).shape[1]
+        cols.extend([lin[c]] * max(width, 0))
     if len(cols) != value.shape[1]:
         refuse(op, "indicator columns dslog cannot trace to their source columns")
     return TrackedDataFrame(value, st.with_columns(cols))

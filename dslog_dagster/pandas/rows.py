@@ -41,12 +41,16 @@ class RowMap:
     src: I64
     n_out: int
     n_src: int
+    #: ``out`` is ``arange(n_out)``: every row has exactly one source row (an input as read,
+    #: and what filters, sorts and inner joins make of it). ``take`` and ``gather`` are then
+    #: a plain gather of ``src``, with no row index to build.
+    single: bool = False
 
     @classmethod
     def identity(cls, n: int) -> "RowMap":
         """Each of ``n`` rows from the same row of the input."""
         a = np.arange(n, dtype=np.int64)
-        return cls(a, a.copy(), n, n)
+        return cls(a, a.copy(), n, n, single=True)
 
     @classmethod
     def from_pairs(cls, out: I64, src: I64, n_out: int, n_src: int) -> "RowMap":
@@ -81,6 +85,14 @@ class RowMap:
         """New row ``k`` ← old row ``positions[k]`` (``-1``: a row from nowhere, e.g. the
         missing side of an outer join)."""
         positions = np.asarray(positions, np.int64)
+        if self.single:
+            valid = positions >= 0
+            if bool(valid.all()):
+                n = int(positions.size)
+                out = np.arange(n, dtype=np.int64)
+                return RowMap(out, self.src[positions], n, self.n_src, single=True)
+            rows = np.flatnonzero(valid).astype(np.int64)
+            return RowMap(rows, self.src[positions[rows]], int(positions.size), self.n_src)
         # one spare entry: a frame of no rows still answers row 0 (with no pairs)
         indptr = np.append(self._indptr(), self.n_pairs)
         valid = positions >= 0
@@ -100,6 +112,8 @@ class RowMap:
         group members, duplicates, a top-k prefix), composed with this map."""
         out = np.asarray(out, np.int64)
         rows = np.asarray(rows, np.int64)
+        if self.single:  # one pair per row: the pooled pairs are the rows' own sources
+            return RowMap.from_pairs(out, self.src[rows], n_out, self.n_src)
         indptr = self._indptr()
         counts = (indptr[rows + 1] - indptr[rows]).astype(np.int64)
         idx = ranges(indptr[rows], counts)
