@@ -31,7 +31,9 @@ from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 from dslog_dagster.pandas import (  # noqa: F401  (they register their rules)
     aggregate,
     combine,
+    pivot,
     reshape,
+    sequence,
     strings,
     window,
 )

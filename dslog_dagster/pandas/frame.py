@@ -312,6 +312,36 @@ class TrackedDataFrame:
         res = self._per_column("DataFrame.mask", lambda s, _: s.mask(cond, other), None)
         return TrackedDataFrame(self._df.mask(cond.plain, other, axis=0), res.lineage_state)
 
+    def _in_row_order(self, name: str, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        """``cumsum``/``ffill``/``interpolate``... column by column: the series rule per
+        column (:mod:`dslog_dagster.pandas.sequence`), values from pandas' own frame method."""
+        op = f"DataFrame.{name}"
+        if args or (kw and name != "interpolate"):
+            refuse(op, f"arguments {list(args) + sorted(kw)}")
+        res = self._per_column(op, lambda s, _: getattr(s, name)(**kw), None)
+        return TrackedDataFrame(getattr(self._df, name)(**kw), res.lineage_state)
+
+    def cumsum(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return self._in_row_order("cumsum", *args, **kw)
+
+    def cumprod(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return self._in_row_order("cumprod", *args, **kw)
+
+    def cummax(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return self._in_row_order("cummax", *args, **kw)
+
+    def cummin(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return self._in_row_order("cummin", *args, **kw)
+
+    def ffill(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return self._in_row_order("ffill", *args, **kw)
+
+    def bfill(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return self._in_row_order("bfill", *args, **kw)
+
+    def interpolate(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        return self._in_row_order("interpolate", *args, **kw)
+
     # ------------------------------------------------------------------ rows
 
     def filter_rows(self, mask: TrackedSeries, op: str) -> "TrackedDataFrame":
@@ -434,6 +464,10 @@ class TrackedDataFrame:
 
     def melt(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
         return rule("melt")(self, *args, **kw)  # type: ignore[no-any-return]
+
+    def pivot_table(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
+        """Group by index keys and one column key (:mod:`~dslog_dagster.pandas.pivot`)."""
+        return rule("pivot_table")(self, *args, **kw)  # type: ignore[no-any-return]
 
     def groupby(self, by: Any, **kw: Any) -> Any:
         return rule("groupby")(self, by, **kw)

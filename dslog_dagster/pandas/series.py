@@ -308,6 +308,33 @@ class TrackedSeries:
             refuse("Series.diff", "only an integer number of periods")
         return self._same(self._s.diff(periods), self._lin.union(self._shifted_lineage(periods)))
 
+    # ------------------------------------------------------------------ in row order
+
+    def cumsum(self, *args: Any, **kw: Any) -> "TrackedSeries":
+        """Each row from the rows up to it (:mod:`dslog_dagster.pandas.sequence`)."""
+        return rule("cumsum")(self, *args, **kw)  # type: ignore[no-any-return]
+
+    def cumprod(self, *args: Any, **kw: Any) -> "TrackedSeries":
+        return rule("cumprod")(self, *args, **kw)  # type: ignore[no-any-return]
+
+    def cummax(self, *args: Any, **kw: Any) -> "TrackedSeries":
+        return rule("cummax")(self, *args, **kw)  # type: ignore[no-any-return]
+
+    def cummin(self, *args: Any, **kw: Any) -> "TrackedSeries":
+        return rule("cummin")(self, *args, **kw)  # type: ignore[no-any-return]
+
+    def ffill(self, *args: Any, **kw: Any) -> "TrackedSeries":
+        """A null cell from the last non-null cell before it."""
+        return rule("ffill")(self, *args, **kw)  # type: ignore[no-any-return]
+
+    def bfill(self, *args: Any, **kw: Any) -> "TrackedSeries":
+        """A null cell from the next non-null cell after it."""
+        return rule("bfill")(self, *args, **kw)  # type: ignore[no-any-return]
+
+    def interpolate(self, *args: Any, **kw: Any) -> "TrackedSeries":
+        """A null cell from the non-null cells around it (linear)."""
+        return rule("interpolate")(self, *args, **kw)  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ choosing values
 
     def _choose(
