@@ -293,6 +293,14 @@ class TrackedDataFrame:
     def replace(self, to_replace: Any = None, value: Any = None, **kw: Any) -> "TrackedDataFrame":
         if kw:
             refuse("DataFrame.replace", f"options {sorted(kw)}")
+        nested = isinstance(to_replace, dict) and any(
+            isinstance(v, dict) for v in to_replace.values()
+        )
+        if nested:  # {column: {old: new}}: each named column with its own mapping
+            if value is not None or not all(isinstance(v, dict) for v in to_replace.values()):
+                refuse("DataFrame.replace", "a mix of per-column mappings and values")
+            res = self._per_column("DataFrame.replace", lambda s, m: s.replace(m), to_replace)
+            return TrackedDataFrame(self._df.replace(to_replace), res.lineage_state)
         res = self._per_column("DataFrame.replace", lambda s, _: s.replace(to_replace, value), None)
         return TrackedDataFrame(self._df.replace(to_replace, value), res.lineage_state)
 
