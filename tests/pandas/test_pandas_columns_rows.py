@@ -313,3 +313,16 @@ def test_rolling_windows(values, w, func, min_periods) -> None:
             contrib |= {(k, 1, r, 0) for r in win if not np.isnan(v[r])}
     check(cap, 0, contrib, considered=False)
     check(cap, 0, contrib | consid, considered=True)
+
+
+def test_replace_with_a_mapping_per_column() -> None:
+    df = pd.DataFrame({"s": ["A11", "A12", "x", None], "t": ["A11", "y", "A11", "z"]})
+    fn = lambda d: d.replace({"s": {"A11": "<0", "A12": "0-200"}})  # noqa: E731
+    cap = capture_pandas(fn, [df])[0]
+    pd.testing.assert_frame_equal(cap.frame, fn(df))
+    # s: rows 0 and 1 became literals (the old cell decided: considered only); t is untouched
+    contrib = {(2, 0, 2, 0), (3, 0, 3, 0)} | {(k, 1, k, 1) for k in range(4)}
+    check(cap, 0, contrib, considered=False)
+    check(cap, 0, contrib | {(0, 0, 0, 0), (1, 0, 1, 0)}, considered=True)
+    with pytest.raises(UnsupportedFrameOperationError, match="replace"):
+        capture_pandas(lambda d: d.replace({"s": {"A11": "<0"}, "t": "y"}), [df])
