@@ -534,6 +534,8 @@ def _subcommand(
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dslog`` argument parser (every subcommand, its help and examples)."""
+    from dslog_dagster.cli_discover import add_discover_command
+
     exit_codes = "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
     parser = argparse.ArgumentParser(
         prog="dslog",
@@ -583,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _query_options(p)
     _lineage_commands(sub)
+    add_discover_command(sub)
     _subcommand(
         sub,
         "compact",
