@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from dslog_dagster.core.capture import Capture
 from dslog_dagster.core.query import CellSet, prepare, run_hops
-from dslog_dagster.core.store import ArrayRecord, LineageStore
+from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.core.trace import producer_of
 from dslog_dagster.errors import DiscoveryError, LineageNotFoundError, QueryError
 
@@ -122,7 +122,7 @@ def grid(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 
 def cell_lineage(
-    store: LineageStore, array: ArrayRecord, cells: CellSet
+    store: LineageStore, array: ArrayRecord, cells: CellSet, op: OperationRecord | None = None
 ) -> tuple[dict[str, ArrayRecord], dict[str, list[npt.NDArray[np.int64]]]]:
     """The inputs of the operation that produced ``array`` and, per input name, the flat
     input cells each selected cell (in ``cells.to_flat()`` order) was computed from.
@@ -131,7 +131,7 @@ def cell_lineage(
         LineageNotFoundError: ``array`` is a source, or its producer ran on demand.
         QueryError: too many selected cells.
     """
-    op = producer_of(store, array)
+    op = op if op is not None else producer_of(store, array)
     if op is None:
         msg = (
             f"`{array.name}` version `{array.version}` has no producing step in the store (a "
@@ -187,16 +187,18 @@ def discover_in_store(
     *,
     output: int = 0,
     exhaustive: bool = False,
+    producer: OperationRecord | None = None,
 ) -> Discovery:
     """:func:`discover` for a stored array version: its lineage selects the input part, its
     stored value (``load``) is what candidates must reproduce; ``run`` gets the producing
-    step's inputs by their array names in the store.
+    step's inputs by their array names in the store. ``producer``: the operation that made
+    ``array``, when the caller has it already.
 
     Raises:
         LineageNotFoundError: no lineage to select by (see :func:`cell_lineage`), or a value
             that is not stored (expired by retention).
     """
-    inputs, lineage = cell_lineage(store, array, cells)
+    inputs, lineage = cell_lineage(store, array, cells, producer)
     values: dict[str, Any] = {}
     for rec in (*inputs.values(), array):
         value = load(rec)
@@ -388,6 +390,8 @@ class _Part:
                 msg = f"The lineage names input `{name}`, which the step's inputs lack."
                 raise QueryError(msg)
         self.want = stored.reshape(-1)[flat]
+        self.flat, self.out_shape = flat, stored.shape
+        self.last: tuple[Any, Any, Any, list[Any]] = (None, None, None, [])
         self.tight: dict[str, Box] = {}
         self.grown: dict[str, Box] = {}
         for name, value in self.inputs.items():
@@ -443,9 +447,9 @@ class _Part:
         values do not depend on how much surrounds them. A cropped cell whose lineage touches
         a cut edge of its crop is never taken for a selected cell: its lineage may be the
         selected cell's as a set while an edge-padded cell counts twice."""
-        grown = self._values(params, self.grown)
+        tight = self._values(params, self.tight) if self.grows else []
+        grown = self._values(params, self.grown)  # last: _constants_hold reads its run
         if self.grows:
-            tight = self._values(params, self.tight)
             for t, g in zip(tight, grown, strict=True):
                 if t is _EDGE or g is _EDGE:
                     continue
@@ -458,6 +462,38 @@ class _Part:
             if self.keys[j] is None:
                 continue
             if not isinstance(got, np.ndarray) or not _equal(got, self.want[j : j + 1], rtol=_RTOL):
+                return False
+        return self._constants_hold()
+
+    def _constants_hold(self) -> bool:
+        """The selected cells without lineage (constants of the step, such as the zeros of a
+        threshold), checked on the grown run where that is sound: the matched cells place the
+        crop at one offset of the output, and the cropped cell at a constant's place has a
+        lineage clear of the crop's cut edges, so the whole run computes it the same way —
+        from input cells, where the stored cell is a constant — and the candidate fails
+        unless the values agree. Anywhere else the constant waits for the confirmation."""
+        if not self.unmatched:
+            return True
+        out, edge, has, hits = self.last
+        if not hits:
+            return True
+        shift = {tuple(np.subtract(o, c)) for o, c in hits}
+        if len(shift) != 1 or out.ndim != len(self.out_shape):
+            return True  # no single offset: no place for the constants
+        d = np.asarray(next(iter(shift)), dtype=np.int64)
+        flat_out = out.reshape(-1)
+        for j, key in enumerate(self.keys):
+            if key is not None:
+                continue
+            c = np.asarray(np.unravel_index(int(self.flat[j]), self.out_shape)) - d
+            if (c < 0).any() or (c >= np.asarray(out.shape)).any():
+                continue
+            k = int(np.ravel_multi_index(tuple(c), out.shape))
+            if (
+                has[k]
+                and not edge[k]
+                and not _equal(flat_out[k : k + 1], self.want[j : j + 1], rtol=_RTOL)
+            ):
                 return False
         return True
 
@@ -495,6 +531,7 @@ class _Part:
             where.setdefault(int(digest[c]), []).append(int(c))
         flat_out = out.reshape(-1)
         found: list[Any] = []
+        hits: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         for j, key in enumerate(self.keys):
             hit: Any = None
             if key is not None:
@@ -503,9 +540,18 @@ class _Part:
                         continue
                     if not edge[c]:
                         hit = flat_out[c : c + 1]
+                        if out.ndim == len(self.out_shape):
+                            o = np.unravel_index(int(self.flat[j]), self.out_shape)
+                            hits.append(
+                                (
+                                    tuple(map(int, o)),
+                                    tuple(map(int, np.unravel_index(c, out.shape))),
+                                )
+                            )
                         break
                     hit = _EDGE
             found.append(hit)
+        self.last = (out, edge, digest != 0, hits)
         return found
 
 

@@ -148,5 +148,6 @@ def discover_parameters(
 
     cells = cells if cells is not None else CellSet.full(array.shape)
     return discover_in_store(
-        store, array, cells, space, run, load, output=output, exhaustive=exhaustive
-    )
+        store, array, cells, space, run, load, output=output, exhaustive=exhaustive,
+        producer=op,
+    )  # fmt: skip
