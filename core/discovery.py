@@ -523,12 +523,12 @@ class _Part:
             cut_lo = (lo > 0)[:, None] & (ins == lo[:, None])
             cut_hi = (hi < full)[:, None] & (ins == (hi - 1)[:, None])
             np.logical_or.at(edge, o, (cut_lo | cut_hi).any(axis=0))
-            c = np.asarray(np.ravel_multi_index(tuple(ins), self.inputs[n].shape), np.int64)
-            pairs.append((o, c))
+            flat_in = np.ravel_multi_index(tuple(ins), self.inputs[n].shape)
+            pairs.append((o, np.asarray(flat_in, np.int64)))
         digest = _digests(pairs, out.size)
         where: dict[int, list[int]] = {}
-        for c in np.flatnonzero(digest):
-            where.setdefault(int(digest[c]), []).append(int(c))
+        for cell in np.flatnonzero(digest):
+            where.setdefault(int(digest[cell]), []).append(int(cell))
         flat_out = out.reshape(-1)
         found: list[Any] = []
         hits: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
@@ -541,13 +541,9 @@ class _Part:
                     if not edge[c]:
                         hit = flat_out[c : c + 1]
                         if out.ndim == len(self.out_shape):
-                            o = np.unravel_index(int(self.flat[j]), self.out_shape)
-                            hits.append(
-                                (
-                                    tuple(map(int, o)),
-                                    tuple(map(int, np.unravel_index(c, out.shape))),
-                                )
-                            )
+                            at = np.unravel_index(int(self.flat[j]), self.out_shape)
+                            there = np.unravel_index(c, out.shape)
+                            hits.append((tuple(map(int, at)), tuple(map(int, there))))
                         break
                     hit = _EDGE
             found.append(hit)
