@@ -480,6 +480,15 @@ def _trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _discover(args: argparse.Namespace) -> int:
+    from dslog_dagster.cli_discover import discover_command
+
+    def emit(rows: Rows) -> None:
+        _emit(rows, list(rows[0]), args.format)
+
+    return discover_command(args, _store(args.store), _values_loader(args.values), emit)
+
+
 def _provenance(args: argparse.Namespace) -> int:
     from dslog_dagster.core import provenance_queries as pq
     from dslog_dagster.core.query.cellspec import cells_from_spec
@@ -534,7 +543,7 @@ def _subcommand(
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dslog`` argument parser (every subcommand, its help and examples)."""
-    from dslog_dagster.cli_discover import add_discover_command
+    from dslog_dagster import cli_discover
 
     exit_codes = "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
     parser = argparse.ArgumentParser(
@@ -585,7 +594,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _query_options(p)
     _lineage_commands(sub)
-    add_discover_command(sub)
+    p = _subcommand(
+        sub, "discover", cli_discover.SUMMARY, cli_discover.EXAMPLES, _discover, formats=True
+    )
+    cli_discover.add_discover_arguments(p)
     _subcommand(
         sub,
         "compact",

@@ -9,12 +9,14 @@ import argparse
 import importlib
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from dslog_dagster.errors import ConfigurationError, DSLogError
 
-__all__ = ["add_discover_command", "parse_space"]
+__all__ = ["EXAMPLES", "SUMMARY", "add_discover_arguments", "discover_command", "parse_space"]
 
+SUMMARY = "find the Config values of a step that reproduce cells of a stored output"
 EXAMPLES = (
     "  dslog discover data/.dslog thresholded --import hotspots.assets --values data \\\n"
     "      --space sigmas=1.5:3.51:0.25 --cells 20:40,20:40\n"
@@ -91,23 +93,27 @@ def _assets_def(modules: list[str], key: str) -> Any:
     return found[0]
 
 
-def _discover(args: argparse.Namespace) -> int:
-    from dslog_dagster.cli import _emit, _store, _values_loader
+def discover_command(
+    args: argparse.Namespace,
+    store: Any,
+    load: Any,
+    emit: Callable[[list[dict[str, Any]]], None],
+) -> int:
+    """Run ``dslog discover`` (``dslog_dagster.cli`` hands over the store, the value loader
+    of ``--values`` and how to print rows)."""
     from dslog_dagster.core.query.cellspec import cells_from_spec
-    from dslog_dagster.discovery import _step, discover_parameters
+    from dslog_dagster.discovery import config_class, discover_parameters
     from dslog_dagster.naming import array_name
 
     assets_def = _assets_def(args.import_module, args.asset)
-    _, _, cls = _step(assets_def)
-    fields = {k: f.annotation for k, f in cls.model_fields.items()}
+    fields = {k: f.annotation for k, f in config_class(assets_def).model_fields.items()}
     space = parse_space(args.space, fields)
-    store = _store(args.store)
     rec = store.get_array(array_name(args.asset, args.partition), args.version)
     cells = cells_from_spec(rec.shape, args.cells) if args.cells else None
     found = discover_parameters(
         assets_def,
         store,
-        _values_loader(args.values),
+        load,
         space,
         cells=cells,
         asset_key=args.asset,
@@ -115,24 +121,13 @@ def _discover(args: argparse.Namespace) -> int:
         partition=args.partition,
         exhaustive=args.exhaustive,
     )
-    rows = found.rows()
-    _emit(rows, list(rows[0]), args.format)
+    emit(found.rows())
     print(found.summary(), file=sys.stderr)
     return 0
 
 
-def add_discover_command(sub: Any) -> None:
-    """Register ``dslog discover`` on the ``dslog`` subparsers."""
-    from dslog_dagster.cli import _subcommand
-
-    p = _subcommand(
-        sub,
-        "discover",
-        "find the Config values of a step that reproduce cells of a stored output",
-        EXAMPLES,
-        _discover,
-        formats=True,
-    )
+def add_discover_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``dslog discover`` (after the store)."""
     p.add_argument("asset", help="the asset (its key with `/`) whose config is unknown")
     p.add_argument(
         "--space",

@@ -23,7 +23,7 @@ from dslog_dagster.core.trace import producer_of
 from dslog_dagster.errors import ConfigurationError
 from dslog_dagster.naming import array_name
 
-__all__ = ["config_fields", "discover_parameters"]
+__all__ = ["config_class", "config_fields", "discover_parameters"]
 
 
 def _step(assets_def: dg.AssetsDefinition) -> tuple[Callable[..., Any], str, type[dg.Config]]:
@@ -47,6 +47,11 @@ def _step(assets_def: dg.AssetsDefinition) -> tuple[Callable[..., Any], str, typ
         )
         raise ConfigurationError(msg)
     return fn, configs[0][0], configs[0][1]
+
+
+def config_class(assets_def: dg.AssetsDefinition) -> type[dg.Config]:
+    """The ``Config`` class of the asset's step (the fields discovery may search)."""
+    return _step(assets_def)[2]
 
 
 def config_fields(assets_def: dg.AssetsDefinition) -> dict[str, Any]:
