@@ -138,9 +138,12 @@ def discover_parameters(
             msg = f"Candidate {p} is not a valid `{cls.__name__}`: {e}"
             raise ConfigurationError(msg) from e
     params = list(inspect.signature(fn).parameters)
+    # the store names each input array after its asset (and the partition it read)
+    by_key = {"/".join(k.path): p for p, k in assets_def.keys_by_input_name.items()}
     by_array = {
-        array_name(k, partition if partition is not None else None): p
-        for p, k in assets_def.keys_by_input_name.items()
+        rec.name: by_key[rec.asset_key]
+        for rec in (op.inputs if op is not None else ())
+        if rec.asset_key in by_key
     }
     context = dg.build_asset_context() if "context" in params else None
 
