@@ -456,6 +456,7 @@ def _trace(args: argparse.Namespace) -> int:
     from dslog_dagster.core.api import DSLog
     from dslog_dagster.core.on_demand import trace
     from dslog_dagster.core.query.cellspec import cells_from_spec
+    from dslog_dagster.core.reuse import ViewRegistry
 
     for module in args.import_module or []:
         try:
@@ -467,10 +468,12 @@ def _trace(args: argparse.Namespace) -> int:
     names = list(args.path)
     source = log.store.get_array(names[0])
     cells = cells_from_spec(source.shape, args.cells or [":"], columns=source.column_names)
-    result, done = trace(log, names, cells, _values_loader(args.values, frames=True))
+    views = ViewRegistry(log.store)  # a confirmed view may know a step's lineage
+    result, done = trace(log, names, cells, _values_loader(args.values, frames=True), views=views)
     for r in done:
         print(
-            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…) in {r.seconds:.2f} s",
+            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…, {r.obtained}) "
+            f"in {r.seconds:.2f} s",
             file=sys.stderr,
         )
     table = result.to_arrow()
