@@ -274,7 +274,15 @@ def discover(
         matches = [p for p in candidates if whole.reproduces(p)]
         return _answer(matches, candidates, 0, whole, "whole input", flat, kept, t0, notes)
     for p in candidates:
-        verdict = part.test(p)
+        try:
+            verdict = part.test(p)
+        except Exception as e:  # the step (or its capture) cannot run on the part
+            notes.append(
+                f"With {_fmt(p)} the step failed on the part ({type(e).__name__}: {e}): every "
+                "candidate ran on the whole input."
+            )
+            faithful = False
+            break
         if verdict is None:
             faithful = False
             notes.append(
@@ -288,8 +296,8 @@ def discover(
             survivors.append(p)
     if faithful and part.unmatched:
         notes.append(
-            f"{part.unmatched:,} selected cell(s) have no lineage (constants of the step) and "
-            "were compared on the whole input only."
+            f"{part.unmatched:,} selected cell(s) have no lineage (constants of the step): "
+            "checked on the part where the matched cells place them, and on the whole input."
         )
     if faithful:
         matches = [p for p in survivors if whole.reproduces(p)]
@@ -298,6 +306,16 @@ def discover(
         matches = [p for p in candidates if whole.reproduces(p)]
         how = "whole input"
     return _answer(matches, candidates, part.runs, whole, how, flat, kept, t0, notes)
+
+
+def _failed_note(whole: "_WholeRuns") -> list[str]:
+    if not whole.failed:
+        return []
+    first = whole.failed[0]
+    return [
+        f"{len(whole.failed)} candidate(s) raised on the whole input and count as not "
+        f"reproducing (first: {_fmt(first[0])}: {first[1]})."
+    ]
 
 
 def _answer(
@@ -312,12 +330,13 @@ def _answer(
     notes: list[str],
 ) -> Discovery:
     runs = part_runs + whole.runs
+    notes = [*notes, *_failed_note(whole)]
     if not matches:
         msg = (
             f"No candidate of the {len(candidates)} in the search space reproduces the "
             f"{len(flat):,} selected cell(s) ({runs} run(s) of the step, {how}). Widen the "
             "search space (other values, or another parameter), or check that the step's code "
-            "and inputs are the ones that made this output."
+            "and inputs are the ones that made this output." + "".join(" " + n for n in notes)
         )
         raise DiscoveryError(msg)
     return Discovery(
@@ -350,10 +369,17 @@ class _WholeRuns:
         self.want = stored.reshape(-1)[flat]
         self.flat = flat
         self.runs = 0
+        self.failed: list[tuple[dict[str, Any], str]] = []
 
     def reproduces(self, params: Mapping[str, Any]) -> bool:
+        """Does ``params`` give the stored selected cells? A candidate the step raises on
+        does not (recorded in ``failed``)."""
         self.runs += 1
-        got = _output(self.run(params, self.inputs), self.output)
+        try:
+            got = _output(self.run(params, self.inputs), self.output)
+        except Exception as e:  # a value the step's own code refuses
+            self.failed.append((dict(params), f"{type(e).__name__}: {e}"))
+            return False
         if got.shape != self.shape:
             return False
         return _equal(got.reshape(-1)[self.flat], self.want, rtol=0.0)

@@ -152,3 +152,26 @@ def test_empty_space_and_selection_are_refused() -> None:
         discover(run_of(local_hotspots), {"s": s}, out, CellSet.full(out.shape), {}, {"half": []})
     with pytest.raises(QueryError, match="No output cells selected"):
         discover(run_of(local_hotspots), {"s": s}, out, CellSet.empty(out.shape), {}, {"half": [1]})
+
+
+def test_a_step_failing_on_the_part_or_for_a_candidate() -> None:
+    s = frame(48, 6)
+    true = {"half": 1, "factor": 1.1}
+    out = local_hotspots(s, **true)
+    out, cells, lineage = lineage_of(local_hotspots, s, true, box_around_hot(out))
+
+    def needs_the_frame(p: Mapping[str, Any], ins: Mapping[str, Any]) -> Any:
+        if ins["s"].shape[0] < 48:
+            msg = "needs the whole frame"
+            raise ValueError(msg)
+        if p["factor"] > 1.15:
+            msg = "factor out of range"
+            raise ValueError(msg)
+        return local_hotspots(ins["s"], **p)
+
+    space = {"half": [1], "factor": [1.1, 1.2]}
+    found = discover(needs_the_frame, {"s": s}, out, cells, lineage, space)
+    assert found.matches == (true,)
+    assert found.how == "whole input"
+    assert any("failed on the part (ValueError: needs the whole frame)" in n for n in found.notes)
+    assert any("1 candidate(s) raised on the whole input" in n for n in found.notes)
