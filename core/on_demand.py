@@ -205,28 +205,9 @@ def reconstruct(
     in_names = list(params)
     reuse = info.get("reuse")
     if views is not None and isinstance(reuse, dict) and not any(is_pandas(a) for a in args):
-        got = recall(
-            views,
-            str(reuse.get("name")),
-            str(reuse.get("code_version")),
-            dict(reuse.get("args") or {}),
-            args,
-            [o.shape for o in rec.outputs],
-            mode,
-        )
-        if got is not None:
-            obtained = f"{got.kind} view"
-            new = store.register_operation(
-                rec.op_name,
-                list(rec.inputs),
-                list(rec.outputs),
-                {(rec.outputs[o].name, in_names[i]): t for (o, i), t in got.tables.items()},
-                args={"reconstructs": rec.op_id, "obtained": obtained, "view": got.signature,
-                      **kept},
-                capture_method=RECONSTRUCTED,
-                timings={"capture_s": time.perf_counter() - t0},
-            )  # fmt: skip
-            return Reconstruction(rec, new, time.perf_counter() - t0, obtained)
+        done = _from_view(store, rec, views, reuse, args, mode, t0)
+        if done is not None:
+            return done
 
     rebuild = _EXTRA.get(str(info.get("function")))
     try:
@@ -268,6 +249,43 @@ def reconstruct(
         timings={"capture_s": seconds},
     )
     return Reconstruction(rec, new, seconds)
+
+
+def _from_view(
+    store: LineageStore,
+    rec: OperationRecord,
+    views: "ViewRegistry",
+    reuse: dict[str, Any],
+    args: list[Any],
+    mode: CaptureMode,
+    t0: float,
+) -> Reconstruction | None:
+    """Register the lineage a confirmed view checked on exactly these inputs gives deferred
+    operation ``rec`` (nothing runs); ``None`` when no view does."""
+    got = recall(
+        views,
+        str(reuse.get("name")),
+        str(reuse.get("code_version")),
+        dict(reuse.get("args") or {}),
+        args,
+        [o.shape for o in rec.outputs],
+        mode,
+    )
+    if got is None:
+        return None
+    obtained = f"{got.kind} view"
+    in_names = list(rec.args["on_demand"].get("inputs") or {})
+    kept = {k: v for k, v in rec.args.items() if k != "on_demand"}
+    new = store.register_operation(
+        rec.op_name,
+        list(rec.inputs),
+        list(rec.outputs),
+        {(rec.outputs[o].name, in_names[i]): t for (o, i), t in got.tables.items()},
+        args={"reconstructs": rec.op_id, "obtained": obtained, "view": got.signature, **kept},
+        capture_method=RECONSTRUCTED,
+        timings={"capture_s": time.perf_counter() - t0},
+    )
+    return Reconstruction(rec, new, time.perf_counter() - t0, obtained)
 
 
 def _same(produced: Any, stored: Any) -> bool:
