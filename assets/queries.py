@@ -377,11 +377,13 @@ def _materialize(
                 log.store,
                 lambda: run_lineage_query(log, config, engine=dslog.query_engine),
                 io.value_loader(frames=True),
+                views=dslog.registry(store=log.store) if dslog.reuse else None,
             )
             for r in rebuilt:
+                how = "re-run under capture" if r.obtained == "re-run" else f"from a {r.obtained}"
                 context.log.info(
                     f"reconstructed the lineage of on-demand step `{r.deferred.op_name}` "
-                    f"(re-run under capture in {r.seconds:.2f} s)"
+                    f"({how} in {r.seconds:.2f} s)"
                 )
     except (LineageNotFoundError, QueryError, ReconstructionError) as e:
         # the message says what to do; Dagster shows it as the step failure

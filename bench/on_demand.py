@@ -13,8 +13,18 @@ steps re-run under capture, checked against the stored outputs, lineage register
 run captured at materialization time (``policy="capture"``): what deferring the capture moves
 from the run to the first query. A second query re-runs nothing.
 
-Not measured yet (issue 27 items 2 and 4): tracing selected rows of a Spark join + groupBy
-(on-demand Spark steps are not built) and parameter discovery.
+Parameter discovery (issue 27 item 4, :func:`_discovery`, its own section): a frame of
+``--discovery-size``² (default 4 × ``--size``) with bright blobs, a hotspot step materialized
+with its config, then the config searched over a 3-value × 10-value grid for an 8×8 box of
+output cells around a hotspot — by :func:`dslog_dagster.discovery.discover_parameters` (runs on
+the lineage-selected part, survivors confirmed on the whole frame) against re-running the whole
+step per candidate (``exhaustive=True``: every candidate on the whole frame). Two steps: the
+local hotspot step (blur radius ``half`` × threshold ``factor``), and the example's
+``thresholded`` (level = mean + sigmas·std of the whole frame; 30 sigmas values), where no part
+of the frame decides a cell and discovery falls back to whole runs.
+
+Not measured yet (issue 27 item 2): tracing selected rows of a Spark join + groupBy
+(on-demand Spark steps are not built).
 
 Run: ``.venv/bin/python bench/on_demand.py [--size 512] [--repeat 5]``. Informational, not a
 CI gate (a smoke test runs it at toy size).
@@ -72,7 +82,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--discovery-size", type=int, help="frame side of the discovery rows")
+    ap.add_argument("--only-discovery", action="store_true", help="the discovery section only")
     args = ap.parse_args()
+    if args.only_discovery:
+        _discovery(args.discovery_size or 4 * args.size, args.repeat)
+        return
     SIZE["n"] = args.size
     results: dict[str, list[tuple[float, float]]] = {"off": [], "on_demand": [], "capture": []}
     with tempfile.TemporaryDirectory() as tmp, dg.instance_for_test() as instance:
@@ -121,6 +136,130 @@ def main() -> None:
     print(
         f"goal: on-demand normal run ≤ 1.02× untracked: {ratio:.3f}x "
         f"{'PASS' if ratio <= 1.02 else 'FAIL'}"
+    )
+    print()
+    _discovery(args.discovery_size or 4 * args.size, args.repeat)
+
+
+# ------------------------------------------------------------------ parameter discovery
+
+
+class HotConfig(dg.Config):
+    """A cell is hot when its ``half``-radius box mean exceeds ``factor`` × 100."""
+
+    factor: float = 1.0
+    half: int = 1
+
+
+class SigmaConfig(dg.Config):
+    sigmas: float = 2.5
+
+
+def _frame(n: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    f = rng.normal(100.0, 4.0, size=(n, n))
+    for _ in range(max(n // 32, 4)):
+        cy, cx = rng.uniform(8, n - 8, size=2)
+        amp, width = rng.uniform(40.0, 90.0), rng.uniform(1.5, 3.5)
+        lo_y, lo_x = max(int(cy) - 16, 0), max(int(cx) - 16, 0)
+        yy, xx = np.mgrid[lo_y : min(int(cy) + 16, n), lo_x : min(int(cx) + 16, n)]
+        f[lo_y : lo_y + yy.shape[0], lo_x : lo_x + yy.shape[1]] += amp * np.exp(
+            -((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * width**2)
+        )
+    return f
+
+
+def _discovery_assets(n: int) -> list[dg.AssetsDefinition]:
+    @tracked_asset(name="frame")
+    def frame() -> np.ndarray:
+        return _frame(n)
+
+    @tracked_asset(name="local_hot")
+    def local_hot(config: HotConfig, frame: np.ndarray) -> np.ndarray:
+        h, w = frame.shape
+        k = 2 * config.half + 1
+        padded = np.pad(frame, config.half, mode="edge")
+        total = padded[0:h, 0:w]
+        for dy in range(k):
+            for dx in range(k):
+                if dy or dx:
+                    total = total + padded[dy : dy + h, dx : dx + w]
+        mean = total / (k * k)
+        return np.where(mean > config.factor * 100.0, mean, 0.0)
+
+    @tracked_asset(name="global_hot")
+    def global_hot(config: SigmaConfig, frame: np.ndarray) -> np.ndarray:
+        level = frame.mean() + config.sigmas * frame.std()  # the example's `thresholded`
+        return np.where(frame > level, frame, 0.0)
+
+    return [frame, local_hot, global_hot]
+
+
+def _discovery(n: int, repeat: int) -> None:
+    """Issue 27 item 4: discovery on the selected part vs the whole step per candidate."""
+    from dslog_dagster.core.query import CellSet
+    from dslog_dagster.discovery import discover_parameters
+
+    assets = _discovery_assets(n)
+    true = {"local_hot": {"half": 2, "factor": 1.2}, "global_hot": {"sigmas": 3.0}}
+    spaces = {
+        "local_hot": {"half": [1, 2, 3], "factor": [round(1.0 + 0.05 * i, 2) for i in range(10)]},
+        "global_hot": {"sigmas": [round(1.0 + 0.1 * i, 1) for i in range(30)]},
+    }
+    config = {"ops": {k: {"config": v} for k, v in true.items()}}
+    with tempfile.TemporaryDirectory() as tmp, dg.instance_for_test() as instance:
+        dslog = DSLogResource(store_dir=str(Path(tmp) / "store"))
+        io = DSLogIOManager(dslog=dslog, base_dir=str(Path(tmp) / "values"))
+        res = dg.materialize(
+            assets, resources={"dslog": dslog, "io_manager": io}, instance=instance,
+            run_config=config,
+        )  # fmt: skip
+        assert res.success
+        store, load = dslog.session().store, io.value_loader()
+        rows = []
+        for a in assets[1:]:
+            name = a.key.to_user_string()
+            rec = store.get_array(name)
+            out = load(rec)
+            y, x = np.argwhere(out > 0)[0]
+            cells = CellSet.from_boxes(out.shape, [[max(y - 4, 0), max(x - 4, 0)]],
+                                       [[min(y + 3, n - 1), min(x + 3, n - 1)]])  # fmt: skip
+            discover_parameters(a, store, load, spaces[name], cells=cells)  # warm-up
+            times: dict[bool, float] = {}
+            found: dict[bool, Any] = {}
+            for exhaustive in (True, False):
+                best = float("inf")
+                for _ in range(max(repeat // 2, 1)):
+                    t0 = time.perf_counter()
+                    found[exhaustive] = discover_parameters(
+                        a, store, load, spaces[name], cells=cells, exhaustive=exhaustive
+                    )
+                    best = min(best, time.perf_counter() - t0)
+                times[exhaustive] = best
+            assert found[False].matches == found[True].matches, name
+            assert true[name] in found[False].matches, name
+            rows.append((name, found, times))
+    reps = max(repeat // 2, 1)
+    print(f"parameter discovery at {n}² (8×8 output box around a hotspot), best of {reps}")
+    print()
+    print(
+        "| step | grid | selected cells | how | runs (part / whole) | seconds "
+        "| whole step per candidate (s) | speed-up |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, found, times in rows:
+        d = found[False]
+        grid = " × ".join(str(len(v)) for v in spaces[name].values())
+        print(
+            f"| {name} | {grid} | {d.selected} | {d.how} | {d.part_runs} / {d.whole_runs} "
+            f"| {times[False]:.3f} | {times[True]:.3f} | {times[True] / times[False]:.1f}x |"
+        )
+    print()
+    local = next(r for r in rows if r[0] == "local_hot")
+    speed = local[2][True] / local[2][False]
+    print(
+        f"goal: discovery of a 3 × 10 grid on the hotspot step ≥ 10× faster than the whole step "
+        f"per candidate: {speed:.1f}x {'PASS' if speed >= 10 else 'FAIL'}"
     )
 
 

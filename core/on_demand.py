@@ -27,7 +27,7 @@ code location can reconstruct.
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -35,8 +35,12 @@ from dslog_dagster.core.capture import Capture, is_pandas
 from dslog_dagster.core.capture import Mode as CaptureMode
 from dslog_dagster.core.query import CellSet
 from dslog_dagster.core.reuse.keys import code_identity
+from dslog_dagster.core.reuse.recall import recall
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.errors import DeferredLineageError, ReconstructionError
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.reuse import ViewRegistry
 
 __all__ = [
     "DEFERRED",
@@ -97,16 +101,24 @@ def step_function(key: str) -> Callable[..., Any] | None:
 
 
 def deferred_args(
-    fn: Callable[..., Any], inputs: dict[str, str], mode: CaptureMode
+    fn: Callable[..., Any],
+    inputs: dict[str, str],
+    mode: CaptureMode,
+    reuse: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a deferred operation records in ``args["on_demand"]``: the function's key and
-    code identity, the step's parameter per input array name, and the lineage mode."""
-    return {
+    code identity, the step's parameter per input array name, the lineage mode, and (``reuse``)
+    the name, code version and keyword arguments its captures are keyed by in the reuse
+    registry, so a confirmed view can answer for it."""
+    info = {
         "function": function_key(fn),
         "code": code_identity(fn),
         "inputs": dict(inputs),
         "mode": mode,
     }
+    if reuse is not None:
+        info["reuse"] = dict(reuse)
+    return info
 
 
 def is_deferred(op: OperationRecord) -> bool:
@@ -115,11 +127,14 @@ def is_deferred(op: OperationRecord) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Reconstruction:
-    """What :func:`reconstruct` did: the new operation and how long the re-run took."""
+    """What :func:`reconstruct` did: the new operation, how long it took, and how the lineage
+    was obtained (``"re-run"``: the step re-ran under capture; ``"base view"``, ``"dim view"``,
+    ``"gen view"``: taken from a confirmed reuse view, nothing ran)."""
 
     deferred: OperationRecord
     operation: OperationRecord
     seconds: float
+    obtained: str = "re-run"
 
 
 def _refuse(op: OperationRecord, why: str) -> ReconstructionError:
@@ -130,9 +145,18 @@ def _refuse(op: OperationRecord, why: str) -> ReconstructionError:
 
 
 def reconstruct(
-    store: LineageStore, op: OperationRecord | str, load: ValueLoader
+    store: LineageStore,
+    op: OperationRecord | str,
+    load: ValueLoader,
+    *,
+    views: "ViewRegistry | None" = None,
 ) -> Reconstruction:
     """Re-run deferred operation ``op`` under capture and register its lineage.
+
+    With ``views`` (the store's reuse registry), a NumPy step that recorded its reuse key
+    takes its lineage from a confirmed view checked on exactly these inputs instead
+    (:func:`~dslog_dagster.core.reuse.recall.recall`): nothing re-runs, and
+    :attr:`Reconstruction.obtained` names the view's kind.
 
     Raises:
         ReconstructionError: not a deferred operation; its function is not importable here or
@@ -177,6 +201,13 @@ def reconstruct(
         names.append(param)
     mode: CaptureMode = "considered" if info.get("mode") == "considered" else "contributing"
     t0 = time.perf_counter()
+    kept = {k: v for k, v in rec.args.items() if k != "on_demand"}
+    in_names = list(params)
+    reuse = info.get("reuse")
+    if views is not None and isinstance(reuse, dict) and not any(is_pandas(a) for a in args):
+        done = _from_view(store, rec, views, reuse, args, mode, t0)
+        if done is not None:
+            return done
 
     rebuild = _EXTRA.get(str(info.get("function")))
     try:
@@ -207,9 +238,7 @@ def reconstruct(
                 "(the step is not deterministic, or it reads something besides its inputs).",
             )
     tables = result.considered_tables if mode == "considered" else result.tables
-    in_names = list(params)
     lineage = {(rec.outputs[o].name, in_names[i]): t for (o, i), t in (tables or {}).items()}
-    kept = {k: v for k, v in rec.args.items() if k != "on_demand"}
     new = store.register_operation(
         rec.op_name,
         list(rec.inputs),
@@ -220,6 +249,43 @@ def reconstruct(
         timings={"capture_s": seconds},
     )
     return Reconstruction(rec, new, seconds)
+
+
+def _from_view(
+    store: LineageStore,
+    rec: OperationRecord,
+    views: "ViewRegistry",
+    reuse: dict[str, Any],
+    args: list[Any],
+    mode: CaptureMode,
+    t0: float,
+) -> Reconstruction | None:
+    """Register the lineage a confirmed view checked on exactly these inputs gives deferred
+    operation ``rec`` (nothing runs); ``None`` when no view does."""
+    got = recall(
+        views,
+        str(reuse.get("name")),
+        str(reuse.get("code_version")),
+        dict(reuse.get("args") or {}),
+        args,
+        [o.shape for o in rec.outputs],
+        mode,
+    )
+    if got is None:
+        return None
+    obtained = f"{got.kind} view"
+    in_names = list(rec.args["on_demand"].get("inputs") or {})
+    kept = {k: v for k, v in rec.args.items() if k != "on_demand"}
+    new = store.register_operation(
+        rec.op_name,
+        list(rec.inputs),
+        list(rec.outputs),
+        {(rec.outputs[o].name, in_names[i]): t for (o, i), t in got.tables.items()},
+        args={"reconstructs": rec.op_id, "obtained": obtained, "view": got.signature, **kept},
+        capture_method=RECONSTRUCTED,
+        timings={"capture_s": time.perf_counter() - t0},
+    )
+    return Reconstruction(rec, new, time.perf_counter() - t0, obtained)
 
 
 def _same(produced: Any, stored: Any) -> bool:
@@ -253,7 +319,12 @@ def deferred_error(op: OperationRecord) -> DeferredLineageError:
 
 
 def answering(
-    store: LineageStore, query: Callable[[], T], load: ValueLoader, *, limit: int = 1000
+    store: LineageStore,
+    query: Callable[[], T],
+    load: ValueLoader,
+    *,
+    limit: int = 1000,
+    views: "ViewRegistry | None" = None,
 ) -> tuple[T, list[Reconstruction]]:
     """Run ``query`` (any lineage query), reconstructing each deferred operation it meets
     and running it again, until it answers; returns the answer and what was reconstructed.
@@ -268,19 +339,25 @@ def answering(
         except DeferredLineageError as e:
             if not e.op_id or len(done) >= limit or e.op_id in {r.deferred.op_id for r in done}:
                 raise
-            done.append(reconstruct(store, e.op_id, load))
+            done.append(reconstruct(store, e.op_id, load, views=views))
 
 
 def trace(
-    dslog: Any, path: Sequence[Any], cells: object, load: ValueLoader
+    dslog: Any,
+    path: Sequence[Any],
+    cells: object,
+    load: ValueLoader,
+    *,
+    views: "ViewRegistry | None" = None,
 ) -> tuple[CellSet, list[Reconstruction]]:
     """A path query (:meth:`DSLog.prov_query`) that first reconstructs every deferred
-    operation the path crosses; returns the answer and what was reconstructed."""
+    operation the path crosses (from ``views`` where a confirmed view knows the lineage, see
+    :func:`reconstruct`); returns the answer and what was reconstructed."""
     done: list[Reconstruction] = []
     plan = dslog.plan(path)
     deferred = [h.operation for h in plan.hops if h.prepared is None and is_deferred(h.operation)]
     for op in deferred:
-        done.append(reconstruct(dslog.store, op, load))
+        done.append(reconstruct(dslog.store, op, load, views=views))
     if deferred:  # the reconstructed operations are newer: the path takes them now
         plan = dslog.plan(path)
     return plan.run(cells), done

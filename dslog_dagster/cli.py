@@ -456,6 +456,7 @@ def _trace(args: argparse.Namespace) -> int:
     from dslog_dagster.core.api import DSLog
     from dslog_dagster.core.on_demand import trace
     from dslog_dagster.core.query.cellspec import cells_from_spec
+    from dslog_dagster.core.reuse import ViewRegistry
 
     for module in args.import_module or []:
         try:
@@ -467,10 +468,12 @@ def _trace(args: argparse.Namespace) -> int:
     names = list(args.path)
     source = log.store.get_array(names[0])
     cells = cells_from_spec(source.shape, args.cells or [":"], columns=source.column_names)
-    result, done = trace(log, names, cells, _values_loader(args.values, frames=True))
+    views = ViewRegistry(log.store)  # a confirmed view may know a step's lineage
+    result, done = trace(log, names, cells, _values_loader(args.values, frames=True), views=views)
     for r in done:
         print(
-            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…) in {r.seconds:.2f} s",
+            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…, {r.obtained}) "
+            f"in {r.seconds:.2f} s",
             file=sys.stderr,
         )
     table = result.to_arrow()
@@ -478,6 +481,15 @@ def _trace(args: argparse.Namespace) -> int:
     _emit(rows, table.column_names, args.format)
     print(f"{result.count():,} cell(s)", file=sys.stderr)
     return 0
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from dslog_dagster.cli_discover import discover_command
+
+    def emit(rows: Rows) -> None:
+        _emit(rows, list(rows[0]), args.format)
+
+    return discover_command(args, _store(args.store), _values_loader(args.values), emit)
 
 
 def _provenance(args: argparse.Namespace) -> int:
@@ -534,6 +546,8 @@ def _subcommand(
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dslog`` argument parser (every subcommand, its help and examples)."""
+    from dslog_dagster import cli_discover
+
     exit_codes = "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
     parser = argparse.ArgumentParser(
         prog="dslog",
@@ -583,6 +597,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _query_options(p)
     _lineage_commands(sub)
+    p = _subcommand(
+        sub, "discover", cli_discover.SUMMARY, cli_discover.EXAMPLES, _discover, formats=True
+    )
+    cli_discover.add_discover_arguments(p)
     _subcommand(
         sub,
         "compact",

@@ -23,6 +23,8 @@ what was wrong and, when it is known, what to do about it.
     │   │                                  reconstructed yet (`trace` does it)
     │   └── ValueExpiredError              an asset value version removed by retention
     ├── QueryError(ValueError)             a malformed lineage query
+    ├── DiscoveryError(LookupError)        no candidate of a search space reproduces the
+    │                                      selected output cells (missing-parameter discovery)
     ├── ExportError(ValueError)            lineage cannot be exported as asked (PROV size
     │                                      limit, unknown format, a foreign document)
     ├── ConfigurationError(ValueError)     Dagster definitions or settings that contradict
@@ -139,6 +141,11 @@ class ValueExpiredError(LineageNotFoundError):
 
 class QueryError(DSLogError, ValueError):
     """A lineage query is malformed."""
+
+
+class DiscoveryError(DSLogError, LookupError):
+    """Missing-parameter discovery found no candidate in the search space that reproduces
+    the selected output cells."""
 
 
 class ExportError(DSLogError, ValueError):

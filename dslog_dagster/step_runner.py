@@ -234,7 +234,7 @@ class _StepRun:
         mode: CaptureModeName = (
             "considered" if self.mode == LineageMode.considered else "contributing"
         )
-        info = deferred_args(self.fn, {r.name: r.arg for r in refs}, mode)
+        info = deferred_args(self.fn, {r.name: r.arg for r in refs}, mode, self.reuse_key())
         for name in self.all_outputs:
             pending = self.pending(
                 name,
@@ -247,6 +247,20 @@ class _StepRun:
             pending.op_args = {**pending.op_args, "on_demand": info}
             self.tracked.hand_over(name, pending)
         return result
+
+    def reuse_key(self) -> dict[str, Any] | None:
+        """How :meth:`run_arrays` keys this step's calls in the reuse registry (name, code
+        version, keyword arguments), for an on-demand reconstruction to find its views."""
+        if self.settings is None or not self.settings.reuse:
+            return None
+        first_op, code_version = _op_identity(
+            self.ctx, self.all_outputs[0], self.opts.op_code_version
+        )
+        try:
+            identity = f"{first_op}|{code_version}|{code_identity(self.fn)}"
+        except Unsignable:
+            return None
+        return {"name": first_op, "code_version": identity, "args": {"op_args": self.op_args}}
 
     # ------------------------------------------------------------ NumPy steps
 

@@ -4,9 +4,12 @@ from benchrun import run_bench
 
 
 def test_on_demand_bench_small_run() -> None:
-    out = run_bench("on_demand.py", "--size", "32", "--repeat", "1")
+    out = run_bench("on_demand.py", "--size", "32", "--repeat", "1", "--discovery-size", "64")
     assert "| policy | whole run (s) | ratio | tracked steps (s) | ratio |" in out
     for policy in ("off", "on_demand", "capture"):
         assert f"| {policy} |" in out
     assert "| on demand, first (re-runs 2 steps under capture) |" in out
     assert "goal: on-demand normal run ≤ 1.02× untracked:" in out
+    assert "| local_hot | 3 × 10 | 64 | part | 60 / 1 |" in out
+    assert "| global_hot | 30 | 64 | whole input |" in out
+    assert "goal: discovery of a 3 × 10 grid on the hotspot step ≥ 10× faster" in out
