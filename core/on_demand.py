@@ -309,19 +309,19 @@ def reconstruct(
 
 def reconstruct_rows(
     store: LineageStore, op: OperationRecord | str, load: ValueLoader, output: int, rows: Any
-) -> tuple[list[LineageTable] | None, Reconstruction]:
+) -> tuple[dict[str, LineageTable] | None, Reconstruction]:
     """The lineage of stored rows ``rows`` of output ``output`` of deferred ``op`` alone, from
     a selective re-run (PROVision §V-C), when its engine reconstructs selectively.
 
     Returns ``(None, ...)`` when it cannot (a NumPy or pandas step, or the engine could not
-    reproduce the selection from a reduced run); else one table per input (in ``op``'s input
-    order) of the output's full shape holding the selected rows' lineage only, and how it was
-    obtained (``"on_demand_selective"``). Nothing is registered.
+    reproduce the selection from a reduced run); else one table per input array version (by
+    ``array_id``) of the output's full shape holding the selected rows' lineage only, and how
+    it was obtained (``"on_demand_selective"``). Nothing is registered.
 
     Raises:
         ReconstructionError: as :func:`reconstruct`.
     """
-    rerun, info, in_names = _prepare(store, op, load)
+    rerun, info, _ = _prepare(store, op, load)
     engine = _engine(rerun.op, info)
     t0 = time.perf_counter()
     if engine is None:
@@ -329,10 +329,12 @@ def reconstruct_rows(
     picked = np.unique(np.asarray(rows, dtype=np.int64))
     by_index = engine(rerun, {output: picked})
     seconds = time.perf_counter() - t0
-    found = [by_index.get((output, i)) for i in range(len(in_names))]
-    tables = [t for t in found if t is not None]
-    if len(tables) < len(found):
-        return None, Reconstruction(rerun.op, None, seconds)
+    tables: dict[str, LineageTable] = {}
+    for i, rec in enumerate(rerun.records):
+        t = by_index.get((output, i))
+        if t is None:
+            return None, Reconstruction(rerun.op, None, seconds)
+        tables.setdefault(rec.array_id, t)
     return tables, Reconstruction(rerun.op, None, seconds, "on_demand_selective", len(picked))
 
 
@@ -442,11 +444,10 @@ def trace(
             rows = _selected_rows(cur, max_rows)
             if rows is not None:
                 out_k = [a.array_id for a in op.outputs].index(hop.src.array_id)
-                in_k = [a.array_id for a in op.inputs].index(hop.dst.array_id)
                 tables, r = reconstruct_rows(dslog.store, op, load, out_k, rows)
                 if tables is not None:
                     done.append(r)
-                    cur = prepare(tables[in_k]).run(cur, "backward")
+                    cur = prepare(tables[hop.dst.array_id]).run(cur, "backward")
                     continue
         done.append(reconstruct(dslog.store, op, load))
         # the reconstructed operation is newer: the path takes it now

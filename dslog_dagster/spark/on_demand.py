@@ -202,10 +202,11 @@ def _table(rerun: Rerun, cap: FrameCapture, i: int, considered: bool) -> Lineage
     t = cap.table(f"in{i}", considered=considered)
     rec = rerun.records[i]
     if tuple(t.in_shape) != tuple(rec.shape):
-        raise rerun.refuse(
+        why = (
             f"the re-run read `{rec.name}` as shape {t.in_shape}, but version `{rec.version}` "
             f"is recorded with shape {rec.shape} (the stored value changed)."
         )
+        raise rerun.refuse(why)
     return t
 
 

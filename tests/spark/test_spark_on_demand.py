@@ -8,7 +8,6 @@ its store, so every test sees the step deferred."""
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,12 @@ from dslog_dagster import DSLogIOManager, tracked_asset
 from dslog_dagster.cli import main
 from dslog_dagster.core import on_demand
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.query import as_cells
+from dslog_dagster.core.query.engine import prepare
 from dslog_dagster.errors import ConfigurationError, DeferredLineageError, ReconstructionError
 from dslog_dagster.io_managers import metadata as m
-from dslog_dagster.io_managers.spark_frames import read_frame
-from dslog_dagster.spark import ROW_ID, as_array
+from dslog_dagster.io_managers.spark_frames import load_frame, read_frame
+from dslog_dagster.spark import ROW_ID, as_array, capture_frames
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns
 from dslog_dagster.spark.resource import SparkSessionResource
 
@@ -77,13 +78,9 @@ def colsum(features: np.ndarray) -> np.ndarray:
     return features.sum(axis=0)
 
 
-@tracked_asset(name="totals")
-def totals_captured(facts: DataFrame, dims: DataFrame) -> DataFrame:
-    return _totals(facts, dims)
-
-
 LAZY = [facts, dims, totals, features, colsum]
-EAGER = [facts, dims, totals_captured, features, colsum]
+OUT_COLS = ["k", "name", "total", "n"]
+Ref = dict[tuple[str, tuple[Any, ...], int], set[tuple[int, int]]]
 
 
 def _materialize(root: Path, assets: list[Any]) -> dg.ExecuteInProcessResult:
@@ -98,15 +95,30 @@ def _materialize(root: Path, assets: list[Any]) -> dg.ExecuteInProcessResult:
 
 
 @pytest.fixture(scope="module")
-def base(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    lazy, eager = tmp_path_factory.mktemp("lazy"), tmp_path_factory.mktemp("eager")
+def base(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Ref]:
+    """The materialized on-demand pipeline, and the reference: the step captured (as a
+    captured step is) on the same stored inputs, by ``(input, output row values, output
+    column)``."""
+    root = tmp_path_factory.mktemp("lazy")
     CALLS["totals"] = 0
-    res = _materialize(lazy, LAZY)
+    res = _materialize(root, LAZY)
     assert CALLS["totals"] == 1  # the run itself, untracked
     mats = res.asset_materializations_for_node("totals")
     assert mats[0].metadata[m.OBTAINED].value == "on_demand"
-    _materialize(eager, EAGER)
-    return lazy, eager
+    frames = {n: load_frame(spark, root / f"{n}.parquet")[0] for n in ("facts", "dims")}
+    cap = capture_frames(_totals, frames)
+    try:
+        values = {r[ROW_ID]: tuple(r[c] for c in OUT_COLS) for r in cap.frame_with_row_id.collect()}
+        ref: Ref = {}
+        for name in frames:
+            rel = cap.relation(name)
+            for (o_row, o_col), (i_row, i_col) in zip(
+                rel.out_cols.T.tolist(), rel.in_cols.T.tolist(), strict=True
+            ):
+                ref.setdefault((name, values[o_row], o_col), set()).add((i_row, i_col))
+    finally:
+        cap.release()
+    return root, ref
 
 
 def _copy(root: Path, tmp: Path) -> tuple[DSLog, DSLogIOManager]:
@@ -116,29 +128,24 @@ def _copy(root: Path, tmp: Path) -> tuple[DSLog, DSLogIOManager]:
     return DSLog(tmp / "store"), io
 
 
-_ROWS: dict[tuple[Path, str], list[dict[str, Any]]] = {}
+_ROWS: dict[Path, list[tuple[Any, ...]]] = {}
 
 
-def _rows(spark: Any, root: Path, name: str) -> list[dict[str, Any]]:
-    """A stored frame's rows by row id."""
-    if (root, name) not in _ROWS:
-        got = read_frame(spark, root / f"{name}.parquet", row_id=True).collect()
-        _ROWS[root, name] = [r.asDict() for r in sorted(got, key=lambda r: r[ROW_ID])]
-    return _ROWS[root, name]
+def _totals_rows(spark: Any, root: Path) -> list[tuple[Any, ...]]:
+    """The stored `totals` rows' values, by row id."""
+    if root not in _ROWS:
+        got = read_frame(spark, root / "totals.parquet", row_id=True).collect()
+        _ROWS[root] = [tuple(r[c] for c in OUT_COLS) for r in sorted(got, key=lambda r: r[ROW_ID])]
+    return _ROWS[root]
 
 
-def _named(
-    spark: Any, root: Path, path: list[str], cells: set[tuple[int, ...]]
-) -> set[tuple[Any, ...]]:
-    """Cells of the path's last frame named by values (row ids differ between runs): the
-    input row as a tuple of its values, and the column name."""
-    rows = _rows(spark, root, path[-1])
-    cols = [c for c in rows[0] if c != ROW_ID]
-    return {(tuple(v for c, v in rows[r].items() if c != ROW_ID), cols[c]) for r, c in cells}
-
-
-def _keys_of(spark: Any, root: Path, name: str, key: list[str]) -> dict[tuple[Any, ...], int]:
-    return {tuple(r[c] for c in key): r[ROW_ID] for r in _rows(spark, root, name)}
+def _want(spark: Any, root: Path, ref: Ref, target: str, cells: Any) -> set[tuple[int, int]]:
+    """The reference answer for ``cells`` (row, column) of the stored `totals`."""
+    rows = _totals_rows(spark, root)
+    want: set[tuple[int, int]] = set()
+    for r, c in cells:
+        want |= ref.get((target, rows[r], c), set())
+    return want
 
 
 def _answer(log: DSLog, path: list[str], cells: Any, io: DSLogIOManager, **kw: Any) -> Any:
@@ -162,32 +169,26 @@ def test_pushdown_columns_of_a_join_and_group_by(spark: Any) -> None:
 
 
 def test_on_demand_spark_equals_captured(spark: Any, base: Any, tmp_path: Path) -> None:
-    lazy, eager = base
-    log, io = _copy(lazy, tmp_path)
-    ref = DSLog(eager / ".dslog")
+    root, ref = base
+    log, io = _copy(root, tmp_path)
     (op,) = log.store.operations("totals")
     assert op.capture_method == on_demand.DEFERRED
     assert op.tables == ()
     assert op.args["on_demand"]["engine"] == "spark"
     with pytest.raises(DeferredLineageError, match='policy="on_demand"'):
         log.prov_query(["totals", "facts"], [(0, 2)])
-    n_out = len(_rows(spark, lazy, "totals"))
-    all_cells = np.s_[0:n_out, :]
+    n_out = len(_totals_rows(spark, root))
+    assert n_out == 4
     before = CALLS["totals"]
     for target in ("facts", "dims"):
         path = ["totals", target]
-        got, _done = _answer(log, path, all_cells, io, selective=False)
-        want = {tuple(c) for c in ref.prov_query(path, all_cells).to_indices().tolist()}
-        assert _named(spark, lazy, path, got) == _named(spark, eager, path, want)
-        assert len(got) > 0
-        # row by row too: the lineage of each group names the same input cells
-        eager_ids = _keys_of(spark, eager, "totals", ["k"])
-        for k, r in _keys_of(spark, lazy, "totals", ["k"]).items():
-            a = {tuple(c) for c in log.prov_query(path, np.s_[r, :]).to_indices().tolist()}
-            b = {
-                tuple(c) for c in ref.prov_query(path, np.s_[eager_ids[k], :]).to_indices().tolist()
-            }
-            assert _named(spark, lazy, path, a) == _named(spark, eager, path, b)
+        got, done = _answer(log, path, np.s_[0:n_out, :], io, selective=False)
+        assert [r.obtained for r in done] == (["on_demand"] if target == "facts" else [])
+        cells = [(r, c) for r in range(n_out) for c in range(4)]
+        assert got == _want(spark, root, ref, target, cells)
+        for cell in cells:  # cell for cell: each output cell names the captured input cells
+            one = {tuple(c) for c in log.prov_query(path, [cell]).to_indices().tolist()}
+            assert one == _want(spark, root, ref, target, [cell])
     assert CALLS["totals"] == before + 1  # re-run once (the second path uses the kept lineage)
     (new,) = [o for o in log.store.operations("totals") if o.op_id != op.op_id]
     assert new.capture_method == on_demand.RECONSTRUCTED
@@ -196,22 +197,21 @@ def test_on_demand_spark_equals_captured(spark: Any, base: Any, tmp_path: Path) 
 def test_a_path_mixing_captured_numpy_and_spark_with_on_demand_steps(
     spark: Any, base: Any, tmp_path: Path
 ) -> None:
-    lazy, eager = base
-    log, io = _copy(lazy, tmp_path)
-    ref = DSLog(eager / ".dslog")
-    for path, cells in (
-        (["colsum", "features", "totals", "facts"], [1]),  # NumPy <- as_array <- deferred
-        (["colsum", "features", "totals", "dims"], [0]),
-    ):
-        got, done = _answer(log, path, cells, io)
-        assert [r.deferred.op_name for r in done] == [path[-2]]
-        want = {tuple(c) for c in ref.prov_query(path, cells).to_indices().tolist()}
-        assert len(got) > 0
-        assert _named(spark, lazy, path, got) == _named(spark, eager, path, want)
+    root, ref = base
+    log, io = _copy(root, tmp_path)
+    all_rows = range(len(_totals_rows(spark, root)))
+    # colsum (NumPy, captured) <- features (as_array of totals, captured) <- totals (deferred)
+    for j, col, target in ((0, "total", "facts"), (1, "n", "dims")):
+        path = ["colsum", "features", "totals", target]
+        got, done = _answer(log, path, [j], io)
+        assert [r.obtained for r in done] == ["on_demand_selective"]
+        cells = [(r, OUT_COLS.index(col)) for r in all_rows]
+        assert got == _want(spark, root, ref, target, cells)
+    assert len(log.store.operations("totals")) == 1  # selective: nothing registered
 
 
 @settings(
-    max_examples=5,
+    max_examples=4,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -219,28 +219,34 @@ def test_a_path_mixing_captured_numpy_and_spark_with_on_demand_steps(
 def test_selective_equals_full_and_is_not_registered(
     spark: Any, base: Any, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
-    lazy, _ = base
-    tmp = tmp_path_factory.mktemp("sel")
-    log, io = _copy(lazy, tmp)
-    n_out = len(_rows(spark, lazy, "totals"))
-    picked = data.draw(st.sets(st.integers(0, n_out - 1), min_size=1, max_size=3))
-    cells = [(r, c) for r in sorted(picked) for c in range(4)]
-    for target in ("facts", "dims"):
-        got, done = _answer(log, ["totals", target], cells, io)
-        assert [(r.obtained, r.operation, r.rows) for r in done] == [
-            ("on_demand_selective", None, len(picked))
-        ]
-        assert len(log.store.operations("totals")) == 1  # nothing registered
-        full = DSLog(tmp / "full")
-        shutil.copytree(tmp / "store", tmp / "full", dirs_exist_ok=True)
-        want, _ = _answer(full, ["totals", target], cells, io, selective=False)
-        assert got == want
-        shutil.rmtree(tmp / "full")
+    """The lineage of selected rows from a re-run on the semijoined inputs equals the full
+    (captured) lineage of those rows, for both inputs, and is not registered."""
+    root, ref = base
+    log, io = _copy(root, tmp_path_factory.mktemp("sel"))
+    (op,) = log.store.operations("totals")
+    n_out = len(_totals_rows(spark, root))
+    picked = sorted(data.draw(st.sets(st.integers(0, n_out - 1), min_size=1, max_size=3)))
+    tables, r = on_demand.reconstruct_rows(log.store, op, io.value_loader(frames=True), 0, picked)
+    assert tables is not None
+    assert (r.obtained, r.operation, r.rows) == ("on_demand_selective", None, len(picked))
+    assert len(log.store.operations("totals")) == 1  # nothing registered
+    cols = data.draw(st.sets(st.integers(0, 3), min_size=1))
+    cells = [(row, c) for row in picked for c in sorted(cols)]
+    for rec in op.inputs:
+        got = prepare(tables[rec.array_id]).run(as_cells((n_out, 4), cells), "backward")
+        want = _want(spark, root, ref, rec.name, cells)
+        assert {tuple(c) for c in got.to_indices().tolist()} == want
+    # rows not selected have no lineage in it (it covers the selection only)
+    others = [(row, c) for row in range(n_out) if row not in picked for c in range(4)]
+    for rec in op.inputs:
+        if others:
+            rest = prepare(tables[rec.array_id]).run(as_cells((n_out, 4), others), "backward")
+            assert rest.is_empty()
 
 
 def test_refusals(spark: Any, base: Any, tmp_path: Path, monkeypatch: Any) -> None:
-    lazy, _ = base
-    log, io = _copy(lazy, tmp_path)
+    root, _ = base
+    log, io = _copy(root, tmp_path)
     (op,) = log.store.operations("totals")
     load = io.value_loader(frames=True)
 
@@ -269,10 +275,10 @@ def as_array_on_demand(facts: DataFrame) -> np.ndarray:
 def test_dslog_trace_and_refused_as_array(
     spark: Any, base: Any, tmp_path: Path, capsys: Any
 ) -> None:
-    lazy, _ = base
-    log, _io = _copy(lazy, tmp_path)
+    root, _ = base
+    log, _io = _copy(root, tmp_path)
     args = ["trace", str(log.store.root), "totals", "dims", "--cells", "0:1,name"]
-    assert main([*args, "--values", str(lazy), "--format", "json"]) == 0
+    assert main([*args, "--values", str(root), "--format", "json"]) == 0
     out = capsys.readouterr()
     assert "reconstructed totals" in out.err
     got = json.loads(out.out)
