@@ -8,6 +8,7 @@ its store, so every test sees the step deferred."""
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -201,12 +202,13 @@ def test_a_path_mixing_captured_numpy_and_spark_with_on_demand_steps(
     log, io = _copy(root, tmp_path)
     all_rows = range(len(_totals_rows(spark, root)))
     # colsum (NumPy, captured) <- features (as_array of totals, captured) <- totals (deferred)
-    for j, col, target in ((0, "total", "facts"), (1, "n", "dims")):
+    for j, col, target in ((0, "total", "facts"), (1, "n", "facts")):
         path = ["colsum", "features", "totals", target]
         got, done = _answer(log, path, [j], io)
         assert [r.obtained for r in done] == ["on_demand_selective"]
         cells = [(r, OUT_COLS.index(col)) for r in all_rows]
         assert got == _want(spark, root, ref, target, cells)
+        assert got
     assert len(log.store.operations("totals")) == 1  # selective: nothing registered
 
 
@@ -291,3 +293,44 @@ def test_dslog_trace_and_refused_as_array(
             [facts, as_array_on_demand], instance=inst, run_config=QUIET,
             resources={"io_manager": io, "spark": spark_res},
         )  # fmt: skip
+
+
+def test_example_on_demand_spark_pipeline(spark: Any, tmp_path: Path) -> None:
+    """The example project's ``runtime_by_genre`` (join + groupBy, on demand): a selective
+    trace to ``title_basics`` equals the capture of the same step on the stored tables."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "example_project"))
+    from hotspots.spark import runtime_by_genre, runtime_per_genre, title_basics, title_episodes
+
+    small = {"config": {"n_titles": 40}}
+    io = DSLogIOManager(base_dir=str(tmp_path), store_dir=str(tmp_path / ".dslog"))
+    with dg.instance_for_test() as inst:
+        res = dg.materialize(
+            [title_basics, title_episodes, runtime_by_genre],
+            instance=inst,
+            resources={"io_manager": io, "spark": SparkSessionResource(master="local[2]")},
+            run_config={**QUIET, "ops": {"title_basics": small, "title_episodes": small}},
+        )
+    assert res.success
+    log = DSLog(tmp_path / ".dslog")
+    stored = read_frame(spark, tmp_path / "runtime_by_genre.parquet", row_id=True).collect()
+    genre_of = {r[ROW_ID]: r["genres"] for r in stored}
+    frames = {
+        n: load_frame(spark, tmp_path / f"{n}.parquet")[0]
+        for n in ("title_basics", "title_episodes")
+    }
+    cap = capture_frames(
+        lambda title_basics, title_episodes: runtime_per_genre(title_basics, title_episodes), frames
+    )
+    try:
+        ids = {r["genres"]: r[ROW_ID] for r in cap.frame_with_row_id.collect()}
+        ref = cap.table(0)
+        for row in (0, 1):
+            cells = [(row, c) for c in range(3)]
+            got, done = _answer(log, ["runtime_by_genre", "title_basics"], cells, io)
+            assert [r.obtained for r in done] == ["on_demand_selective"]
+            mine = [(ids[genre_of[row]], c) for c in range(3)]
+            want = prepare(ref).run(as_cells(cap.shape, mine), "backward")
+            assert got == {tuple(c) for c in want.to_indices().tolist()}
+            assert got
+    finally:
+        cap.release()
