@@ -37,9 +37,12 @@ from typing import Any
 import dagster as dg
 import numpy as np
 from image_steps import above, blur
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
 from dslog_dagster.core import on_demand
+from dslog_dagster.spark.resource import SparkSessionResource
 
 SIZE = {"n": 512}
 
@@ -77,11 +80,6 @@ def _run(root: Path, policy: str, instance: dg.DagsterInstance) -> tuple[float, 
 
 
 def _spark_assets(rows: int, policy: str) -> list[dg.AssetsDefinition]:
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
-    from dslog_dagster.spark.resource import SparkSessionResource
-
     keys = max(rows // 100, 1)
 
     @tracked_asset(name="fact")
@@ -108,8 +106,6 @@ def _spark_assets(rows: int, policy: str) -> list[dg.AssetsDefinition]:
 
 
 def _spark_step(root: Path, rows: int, policy: str, inst: dg.DagsterInstance, full: bool) -> float:
-    from dslog_dagster.spark.resource import SparkSessionResource
-
     dslog = DSLogResource(store_dir=str(root / "store"))
     io = DSLogIOManager(dslog=dslog, base_dir=str(root / "values"))
     assets = _spark_assets(rows, policy)

@@ -356,9 +356,7 @@ def _rerun_here(rerun: Rerun) -> dict[tuple[int, int], LineageTable]:
                 f"re-running it does not give the stored `{out.name}` version `{out.version}` "
                 "(the step is not deterministic, or it reads something besides its inputs)."
             )
-            raise rerun.refuse(
-                msg
-            )
+            raise rerun.refuse(msg)
     tables = result.considered_tables if rerun.mode == "considered" else result.tables
     return dict(tables or {})
 

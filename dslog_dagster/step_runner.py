@@ -293,7 +293,16 @@ class _StepRun:
         mode: CaptureModeName = (
             "considered" if self.mode == LineageMode.considered else "contributing"
         )
-        info = deferred_args(self.fn, {r.name: r.arg for r in refs}, mode, engine)
+        try:
+            info = deferred_args(self.fn, {r.name: r.arg for r in refs}, mode, engine)
+        except Unsignable as e:
+            msg = (
+                f'Step `{self.step_key}` cannot use policy="on_demand": its code identity '
+                f"cannot be computed (its function closes over a `{e}`), so a later re-run "
+                "could not be checked against it. Define the step at module level, or use "
+                'policy="capture" for it.'
+            )
+            raise ConfigurationError(msg) from e
         for name in self.all_outputs:
             pending = self.pending(
                 name,

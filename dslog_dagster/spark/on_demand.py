@@ -51,9 +51,7 @@ def _outputs(value: Any, refuse: Any) -> list[Any]:
     for v in outs:
         if isinstance(v, ArrayFromFrame) or not hasattr(v, "columns"):
             msg = f"it returns a `{type(v).__name__}`; on-demand Spark steps return DataFrames."
-            raise refuse(
-                msg
-            )
+            raise refuse(msg)
     return outs
 
 
@@ -161,9 +159,7 @@ def rerun_frames(
                 f"its input {k} did not load as a stored Spark frame with row ids; load values "
                 "with DSLogIOManager.value_loader(frames=True)."
             )
-            raise rerun.refuse(
-                msg
-            )
+            raise rerun.refuse(msg)
     in_rows = [int(a.shape[0]) for a in rerun.records]
     considered = rerun.mode == "considered"
     if rows is None:
@@ -219,9 +215,7 @@ def _check_schema(rerun: Rerun, k: int, cap: FrameCapture, stored: DataFrame) ->
             f"re-running it gives `{rec.name}` the columns {mine}, not the stored version "
             f"`{rec.version}`'s {theirs} (the code or its inputs changed)."
         )
-        raise rerun.refuse(
-            msg
-        )
+        raise rerun.refuse(msg)
 
 
 def _full(
@@ -245,9 +239,7 @@ def _full(
                 "row(s) not recomputed): the step is not deterministic, or it reads something "
                 "besides its inputs."
             )
-            raise rerun.refuse(
-                msg
-            )
+            raise rerun.refuse(msg)
         n_out = int(out.shape[0])
         identity = bool((pairs[:, 0] == pairs[:, 1]).all())
         for i in range(len(rerun.inputs)):
