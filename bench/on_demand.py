@@ -29,6 +29,7 @@ not a CI gate (a smoke test runs the NumPy part at toy size).
 """
 
 import argparse
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -127,13 +128,15 @@ def spark_main(rows: int, repeat: int) -> None:
     """The Spark rows (see the module docstring)."""
     policies = ("off", "on_demand", "capture")
     times: dict[str, list[float]] = {p: [] for p in policies}
-    with tempfile.TemporaryDirectory() as tmp, dg.instance_for_test() as inst:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         roots = {p: Path(tmp) / p for p in policies}
+        # one instance per policy: each root's `agg` reads its own sources' latest versions
+        insts = {p: stack.enter_context(dg.instance_for_test()) for p in policies}
         for p in policies:  # the sources, and a warm-up of each policy
-            _spark_step(roots[p], rows, p, inst, full=True)
+            _spark_step(roots[p], rows, p, insts[p], full=True)
         for _ in range(repeat):
             for p in policies:
-                times[p].append(_spark_step(roots[p], rows, p, inst, full=False))
+                times[p].append(_spark_step(roots[p], rows, p, insts[p], full=False))
         dslog = DSLogResource(store_dir=str(roots["on_demand"] / "store"))
         io = DSLogIOManager(dslog=dslog, base_dir=str(roots["on_demand"] / "values"))
         log = dslog.session()
