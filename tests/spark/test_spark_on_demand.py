@@ -324,7 +324,7 @@ def test_example_on_demand_spark_pipeline(spark: Any, tmp_path: Path) -> None:
     try:
         ids = {r["genres"]: r[ROW_ID] for r in cap.frame_with_row_id.collect()}
         ref = cap.table(0)
-        for row in (0, 1):
+        for row in (0,):  # one genre: one selective re-run
             cells = [(row, c) for c in range(3)]
             got, done = _answer(log, ["runtime_by_genre", "title_basics"], cells, io)
             assert [r.obtained for r in done] == ["on_demand_selective"]
