@@ -19,6 +19,14 @@ A query that meets a deferred operation without reconstructing it raises
 :class:`~dslog_dagster.errors.DeferredLineageError` (never an empty answer);
 :func:`trace` is a path query that reconstructs what the path needs first.
 
+Steps of other engines (Spark DataFrames) record ``args["on_demand"]["engine"]``; their re-run
+is an :data:`Engine` registered by the engine's package (:func:`register_engine`, e.g.
+:mod:`dslog_dagster.spark.on_demand`), since this package imports no DataFrame engine. An
+engine may also reconstruct *selectively*: only the lineage of a few selected output rows,
+from a re-run that reads a fraction of the inputs (PROVision §V-C). :func:`trace` uses it for
+a deferred hop the query reaches with few rows; that lineage answers the query but is never
+registered as the step's lineage (it covers the selection only).
+
 Functions are found in a process-wide registry (:func:`register_step_function`), filled when the
 module that defines a step is imported (the Dagster decorators do it), so any process of the
 code location can reconstruct.
@@ -33,7 +41,9 @@ import numpy as np
 
 from dslog_dagster.core.capture import Capture, is_pandas
 from dslog_dagster.core.capture import Mode as CaptureMode
-from dslog_dagster.core.query import CellSet
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.query import CellSet, as_cells
+from dslog_dagster.core.query.engine import prepare
 from dslog_dagster.core.reuse.keys import code_identity
 from dslog_dagster.core.reuse.recall import recall
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
@@ -45,7 +55,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFERRED",
     "RECONSTRUCTED",
+    "Engine",
     "Reconstruction",
+    "Rerun",
     "ValueLoader",
     "answering",
     "deferred_args",
@@ -53,6 +65,8 @@ __all__ = [
     "function_key",
     "is_deferred",
     "reconstruct",
+    "reconstruct_rows",
+    "register_engine",
     "register_step_function",
     "step_function",
     "trace",
@@ -104,21 +118,67 @@ def deferred_args(
     fn: Callable[..., Any],
     inputs: dict[str, str],
     mode: CaptureMode,
+    engine: str | None = None,
     reuse: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a deferred operation records in ``args["on_demand"]``: the function's key and
-    code identity, the step's parameter per input array name, the lineage mode, and (``reuse``)
-    the name, code version and keyword arguments its captures are keyed by in the reuse
-    registry, so a confirmed view can answer for it."""
-    info = {
+    code identity, the step's parameter per input array name, the lineage mode, the engine
+    that re-runs it (``None``: NumPy arrays and pandas DataFrames, re-run here) and
+    (``reuse``) the name, code version and keyword arguments its captures are keyed by in the
+    reuse registry, so a confirmed view can answer for it."""
+    info: dict[str, Any] = {
         "function": function_key(fn),
         "code": code_identity(fn),
         "inputs": dict(inputs),
         "mode": mode,
     }
+    if engine is not None:
+        info["engine"] = engine
     if reuse is not None:
         info["reuse"] = dict(reuse)
     return info
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """What an :data:`Engine` gets to re-run deferred operation ``op`` under capture.
+
+    Attributes:
+        op: the deferred operation.
+        call: ``call(*inputs)`` runs the step's function on values for its tracked inputs
+            (in ``op``'s recorded input order) with its recorded config.
+        inputs: the loaded input values, in that order.
+        load_output: ``load_output(k)`` is the stored value of output ``k`` (refuses when gone).
+        mode: the lineage mode the step recorded.
+        refuse: builds the :class:`~dslog_dagster.errors.ReconstructionError` of a reason.
+        records: the input array versions, in the order of ``inputs`` (which is the step's
+            parameter order, not necessarily ``op.inputs``'s).
+    """
+
+    op: OperationRecord
+    call: Callable[..., Any]
+    inputs: tuple[Any, ...]
+    load_output: Callable[[int], Any]
+    mode: CaptureMode
+    refuse: Callable[[str], ReconstructionError]
+    records: tuple[ArrayRecord, ...] = ()
+
+
+Engine = Callable[[Rerun, dict[int, np.ndarray] | None], dict[tuple[int, int], LineageTable]]
+"""Re-runs a deferred operation of its engine under capture: ``engine(rerun, rows)`` checks
+the outputs against the stored ones and returns the lineage table of every ``(output index,
+input index)``, naming the stored outputs' rows. ``rows`` (``{output index: stored row
+ids}``), when given, asks only for the lineage of those rows of those outputs (a table of
+the output's full shape holding theirs alone; other outputs are left out); ``None`` asks for
+all of it. Raises :class:`~dslog_dagster.errors.ReconstructionError` through
+``rerun.refuse``."""
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def register_engine(name: str, engine: Engine) -> None:
+    """Make deferred operations recorded with ``engine=name`` re-runnable in this process."""
+    _ENGINES[name] = engine
 
 
 def is_deferred(op: OperationRecord) -> bool:
@@ -128,13 +188,17 @@ def is_deferred(op: OperationRecord) -> bool:
 @dataclass(frozen=True, slots=True)
 class Reconstruction:
     """What :func:`reconstruct` did: the new operation, how long it took, and how the lineage
-    was obtained (``"re-run"``: the step re-ran under capture; ``"base view"``, ``"dim view"``,
-    ``"gen view"``: taken from a confirmed reuse view, nothing ran)."""
+    was obtained: ``"re-run"`` (the step re-ran under capture; registered as ``operation``),
+    ``"base view"`` / ``"dim view"`` / ``"gen view"`` (taken from a confirmed reuse view,
+    nothing ran), or ``"selective re-run"`` (the lineage of selected rows only, from a re-run
+    on a fraction of the inputs, :func:`trace`; ``operation`` is ``None``: nothing is
+    registered, and ``rows`` says how many rows were selected)."""
 
     deferred: OperationRecord
-    operation: OperationRecord
+    operation: OperationRecord | None
     seconds: float
     obtained: str = "re-run"
+    rows: int | None = None
 
 
 def _refuse(op: OperationRecord, why: str) -> ReconstructionError:
@@ -144,25 +208,11 @@ def _refuse(op: OperationRecord, why: str) -> ReconstructionError:
     )
 
 
-def reconstruct(
-    store: LineageStore,
-    op: OperationRecord | str,
-    load: ValueLoader,
-    *,
-    views: "ViewRegistry | None" = None,
-) -> Reconstruction:
-    """Re-run deferred operation ``op`` under capture and register its lineage.
-
-    With ``views`` (the store's reuse registry), a NumPy step that recorded its reuse key
-    takes its lineage from a confirmed view checked on exactly these inputs instead
-    (:func:`~dslog_dagster.core.reuse.recall.recall`): nothing re-runs, and
-    :attr:`Reconstruction.obtained` names the view's kind.
-
-    Raises:
-        ReconstructionError: not a deferred operation; its function is not importable here or
-            its code changed; an input or output value is not stored (expired by retention);
-            the recomputed output differs from the stored one (not deterministic).
-    """
+def _prepare(
+    store: LineageStore, op: OperationRecord | str, load: ValueLoader
+) -> tuple[Rerun, dict[str, Any], list[str]]:
+    """Check deferred ``op`` can be re-run here and load its inputs: the engine's request,
+    the recorded re-run information and the input array names (in ``op``'s input order)."""
     rec = op if isinstance(op, OperationRecord) else store.get_operation(op)
     if not is_deferred(rec):
         raise _refuse(rec, f"it was recorded as `{rec.capture_method}`, not on demand.")
@@ -186,6 +236,7 @@ def reconstruct(
     by_name = {a.name: a for a in rec.inputs}
     args: list[Any] = []
     names: list[str] = []
+    records: list[ArrayRecord] = []
     for name, param in params.items():
         if name not in by_name:
             raise _refuse(rec, f"its record names input `{name}`, which it did not read.")
@@ -199,46 +250,83 @@ def reconstruct(
             )
         args.append(value)
         names.append(param)
+        records.append(by_name[name])
     mode: CaptureMode = "considered" if info.get("mode") == "considered" else "contributing"
-    t0 = time.perf_counter()
-    kept = {k: v for k, v in rec.args.items() if k != "on_demand"}
-    in_names = list(params)
-    reuse = info.get("reuse")
-    if views is not None and isinstance(reuse, dict) and not any(is_pandas(a) for a in args):
-        done = _from_view(store, rec, views, reuse, args, mode, t0)
-        if done is not None:
-            return done
-
     rebuild = _EXTRA.get(str(info.get("function")))
     try:
         extra = rebuild(dict(rec.args)) if rebuild is not None else {}
     except Exception as e:  # a recorded config the step's Config class no longer accepts
         raise _refuse(rec, f"its recorded arguments no longer build: {e}") from e
 
-    def call(*arrays: Any) -> Any:
-        return fn(**dict(zip(names, arrays, strict=True)), **extra)
+    def call(*values: Any) -> Any:
+        return fn(**dict(zip(names, values, strict=True)), **extra)
 
-    result = Capture(mode=mode).run(call, *args)
-    seconds = time.perf_counter() - t0
-    outputs: list[Any] = list(result.outputs)
-    if any(is_pandas(a) for a in args):  # compare the frames themselves (names, dtypes, NaN)
-        outputs = list(result.value) if isinstance(result.value, tuple) else [result.value]
-    if len(outputs) != len(rec.outputs):
-        raise _refuse(rec, f"it now returns {len(outputs)} output(s), not {len(rec.outputs)}.")
-    for k, out in enumerate(rec.outputs):
+    def load_output(k: int) -> Any:
+        out = rec.outputs[k]
         stored = load(out)
         if stored is None:
             raise _refuse(
                 rec, f"the stored value of output `{out.name}` version `{out.version}` is gone."
             )
-        if not _same(outputs[k], stored):
-            raise _refuse(
-                rec,
-                f"re-running it does not give the stored `{out.name}` version `{out.version}` "
-                "(the step is not deterministic, or it reads something besides its inputs).",
-            )
-    tables = result.considered_tables if mode == "considered" else result.tables
-    lineage = {(rec.outputs[o].name, in_names[i]): t for (o, i), t in (tables or {}).items()}
+        return stored
+
+    rerun = Rerun(
+        rec, call, tuple(args), load_output, mode, lambda why: _refuse(rec, why), tuple(records)
+    )
+    return rerun, info, list(params)
+
+
+def _engine(rec: OperationRecord, info: dict[str, Any]) -> Engine | None:
+    name = info.get("engine")
+    if name is None:
+        return None
+    engine = _ENGINES.get(str(name))
+    if engine is None:
+        raise _refuse(
+            rec,
+            f"it is a `{name}` step, and no `{name}` engine is loaded in this process; import "
+            f"`dslog_dagster.{name}` (it registers the engine) first.",
+        )
+    return engine
+
+
+def reconstruct(
+    store: LineageStore,
+    op: OperationRecord | str,
+    load: ValueLoader,
+    *,
+    views: "ViewRegistry | None" = None,
+) -> Reconstruction:
+    """Re-run deferred operation ``op`` under capture and register its lineage.
+
+    With ``views`` (the store's reuse registry), a NumPy step that recorded its reuse key
+    takes its lineage from a confirmed view checked on exactly these inputs instead
+    (:func:`~dslog_dagster.core.reuse.recall.recall`): nothing re-runs, and
+    :attr:`Reconstruction.obtained` names the view's kind.
+
+    Raises:
+        ReconstructionError: not a deferred operation; its function is not importable here or
+            its code changed; an input or output value is not stored (expired by retention);
+            the recomputed output differs from the stored one (not deterministic).
+    """
+    rerun, info, in_names = _prepare(store, op, load)
+    rec = rerun.op
+    t0 = time.perf_counter()
+    engine = _engine(rec, info)
+    reuse = info.get("reuse")
+    if (
+        views is not None
+        and engine is None
+        and isinstance(reuse, dict)
+        and not any(is_pandas(a) for a in rerun.inputs)
+    ):
+        done = _from_view(store, rec, views, reuse, list(rerun.inputs), rerun.mode, t0)
+        if done is not None:
+            return done
+    by_index = engine(rerun, None) if engine is not None else _rerun_here(rerun)
+    seconds = time.perf_counter() - t0
+    lineage = {(rec.outputs[o].name, in_names[i]): t for (o, i), t in by_index.items()}
+    kept = {k: v for k, v in rec.args.items() if k != "on_demand"}
     new = store.register_operation(
         rec.op_name,
         list(rec.inputs),
@@ -286,6 +374,60 @@ def _from_view(
         timings={"capture_s": time.perf_counter() - t0},
     )
     return Reconstruction(rec, new, time.perf_counter() - t0, obtained)
+
+
+def reconstruct_rows(
+    store: LineageStore, op: OperationRecord | str, load: ValueLoader, output: int, rows: Any
+) -> tuple[dict[str, LineageTable] | None, Reconstruction]:
+    """The lineage of stored rows ``rows`` of output ``output`` of deferred ``op`` alone, from
+    a selective re-run (PROVision §V-C), when its engine reconstructs selectively.
+
+    Returns ``(None, ...)`` when it cannot (a NumPy or pandas step, or the engine could not
+    reproduce the selection from a reduced run); else one table per input array version (by
+    ``array_id``) of the output's full shape holding the selected rows' lineage only, and how
+    it was obtained (``"selective re-run"``). Nothing is registered.
+
+    Raises:
+        ReconstructionError: as :func:`reconstruct`.
+    """
+    rerun, info, _ = _prepare(store, op, load)
+    engine = _engine(rerun.op, info)
+    t0 = time.perf_counter()
+    if engine is None:
+        return None, Reconstruction(rerun.op, None, 0.0)
+    picked = np.unique(np.asarray(rows, dtype=np.int64))
+    by_index = engine(rerun, {output: picked})
+    seconds = time.perf_counter() - t0
+    tables: dict[str, LineageTable] = {}
+    for i, rec in enumerate(rerun.records):
+        t = by_index.get((output, i))
+        if t is None:
+            return None, Reconstruction(rerun.op, None, seconds)
+        tables.setdefault(rec.array_id, t)
+    return tables, Reconstruction(rerun.op, None, seconds, "selective re-run", len(picked))
+
+
+def _rerun_here(rerun: Rerun) -> dict[tuple[int, int], LineageTable]:
+    """Re-run a NumPy or pandas step under :class:`Capture` and check its outputs."""
+    rec, args = rerun.op, rerun.inputs
+    result = Capture(mode=rerun.mode).run(rerun.call, *args)
+    outputs: list[Any]
+    if any(is_pandas(a) for a in args):  # compare the frames themselves (names, dtypes, NaN)
+        outputs = list(result.value) if isinstance(result.value, tuple) else [result.value]
+    else:
+        outputs = list(result.outputs)
+    if len(outputs) != len(rec.outputs):
+        msg = f"it now returns {len(outputs)} output(s), not {len(rec.outputs)}."
+        raise rerun.refuse(msg)
+    for k, out in enumerate(rec.outputs):
+        if not _same(outputs[k], rerun.load_output(k)):
+            msg = (
+                f"re-running it does not give the stored `{out.name}` version `{out.version}` "
+                "(the step is not deterministic, or it reads something besides its inputs)."
+            )
+            raise rerun.refuse(msg)
+    tables = result.considered_tables if rerun.mode == "considered" else result.tables
+    return dict(tables or {})
 
 
 def _same(produced: Any, stored: Any) -> bool:
@@ -348,16 +490,48 @@ def trace(
     cells: object,
     load: ValueLoader,
     *,
+    selective: bool = True,
+    max_rows: int = 100_000,
     views: "ViewRegistry | None" = None,
 ) -> tuple[CellSet, list[Reconstruction]]:
     """A path query (:meth:`DSLog.prov_query`) that first reconstructs every deferred
     operation the path crosses (from ``views`` where a confirmed view knows the lineage, see
-    :func:`reconstruct`); returns the answer and what was reconstructed."""
+    :func:`reconstruct`); returns the answer and what was reconstructed.
+
+    A deferred hop the query crosses backward with at most ``max_rows`` selected rows of an
+    engine that reconstructs selectively (Spark) is answered from the lineage of those rows
+    alone (:func:`reconstruct_rows`, ``obtained="selective re-run"``), which is not
+    registered; ``selective=False``, or a hop it cannot serve, reconstructs (and registers)
+    the step's whole lineage instead."""
     done: list[Reconstruction] = []
     plan = dslog.plan(path)
-    deferred = [h.operation for h in plan.hops if h.prepared is None and is_deferred(h.operation)]
-    for op in deferred:
+    if not any(h.prepared is None and is_deferred(h.operation) for h in plan.hops):
+        return plan.run(cells), done
+    cur = as_cells(plan.source.shape, cells)
+    for k in range(len(plan.hops)):
+        hop = plan.hops[k]
+        if hop.prepared is not None or not is_deferred(hop.operation):
+            cur = hop.run(cur)
+            continue
+        op = hop.operation
+        if selective and hop.direction == "backward" and not cur.is_empty():
+            rows = _selected_rows(cur, max_rows)
+            if rows is not None:
+                out_k = [a.array_id for a in op.outputs].index(hop.src.array_id)
+                tables, r = reconstruct_rows(dslog.store, op, load, out_k, rows)
+                if tables is not None:
+                    done.append(r)
+                    cur = prepare(tables[hop.dst.array_id]).run(cur, "backward")
+                    continue
         done.append(reconstruct(dslog.store, op, load, views=views))
-    if deferred:  # the reconstructed operations are newer: the path takes them now
-        plan = dslog.plan(path)
-    return plan.run(cells), done
+        # the reconstructed operation is newer: the path takes it now
+        cur = dslog.plan(path).hops[k].run(cur)
+    return cur, done
+
+
+def _selected_rows(cells: CellSet, limit: int) -> np.ndarray | None:
+    """The rows (first axis) ``cells`` touch, or ``None`` when more than ``limit``."""
+    lo, hi = cells.start[:, 0], cells.stop[:, 0]
+    if int((hi - lo).sum()) > limit:
+        return None
+    return np.unique(np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)]))

@@ -410,7 +410,8 @@ def _prov(args: argparse.Namespace) -> int:
 
 def _values_loader(folder: str, *, frames: bool = False) -> Any:
     """A value loader over the values a DSLogIOManager keeps under ``folder`` (its base_dir):
-    NumPy arrays, and with ``frames`` pandas DataFrames too (on-demand pandas steps)."""
+    NumPy arrays, and with ``frames`` DataFrames too (on-demand pandas and Spark steps; a
+    Spark frame keeps its row ids and is read by this process's session)."""
     import numpy as np
 
     from dslog_dagster.core.store import ArrayRecord
@@ -433,6 +434,11 @@ def _values_loader(folder: str, *, frames: bool = False) -> Any:
             from dslog_dagster.io_managers.pandas_frames import read_pandas
 
             return read_pandas(path)
+        if frames and path.suffix == ".parquet" and path.is_dir():  # a Spark frame, with ids
+            from dslog_dagster.io_managers.spark_frames import load_frame
+            from dslog_dagster.spark.session import get_session
+
+            return load_frame(get_session(), path)[0]
         return None
 
     return load
@@ -452,6 +458,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _trace(args: argparse.Namespace) -> int:
     import importlib
+    import importlib.util
 
     from dslog_dagster.core.api import DSLog
     from dslog_dagster.core.on_demand import trace
@@ -464,6 +471,8 @@ def _trace(args: argparse.Namespace) -> int:
         except ImportError as e:
             msg = f"Cannot import `{module}` (--import): {e}"
             raise DSLogError(msg) from e
+    if importlib.util.find_spec("pyspark") is not None:
+        import dslog_dagster.spark.on_demand  # noqa: F401  # re-runs on-demand Spark steps
     log = DSLog(_store(args.store))
     names = list(args.path)
     source = log.store.get_array(names[0])

@@ -145,11 +145,9 @@ class _StepRun:
             return self.run_declared(self.opts.lineage, names)
         if any(is_frame(self.kwargs[n]) for n in names):
             if self.policy == CapturePolicy.on_demand:
-                msg = (
-                    f'Step `{self.step_key}` reads Spark DataFrames: policy="on_demand" covers '
-                    'NumPy and pandas steps so far; use policy="capture" (or "off") for it.'
-                )
-                raise ConfigurationError(msg)
+                shapes = self.frame_shapes(names)
+                refs = tuple(_input_ref(self.ctx, n, self.run_id, self.step_key) for n in names)
+                return self.run_on_demand(names, refs, shapes=shapes, engine="spark")
             return self.run_frames(names)
         if any(is_pandas_frame(self.kwargs[n]) for n in names):
             if self.policy == CapturePolicy.on_demand:
@@ -184,6 +182,52 @@ class _StepRun:
         res = self.fn(*self.args, **self.kwargs)
         return plain_arrays(list(res) if self.is_gen else res)
 
+    def run_plain_frames(self) -> Any:
+        """:meth:`run_plain` for an on-demand Spark step, whose outputs must be DataFrames
+        (an ``as_array`` output's rows would follow Spark's unstable order)."""
+        from dslog_dagster.spark.steps import ArrayFromFrame
+
+        res = self.fn(*self.args, **self.kwargs)
+        vals = list(res) if isinstance(res, tuple) else [res]
+        vals = [v.value if isinstance(v, dg.Output) else v for v in vals]
+        if any(isinstance(v, ArrayFromFrame) for v in vals):
+            msg = (
+                f'Step `{self.step_key}` returns as_array(...) with policy="on_demand"; an '
+                "on-demand Spark step returns DataFrames. Convert the frame in a captured "
+                'step of its own (policy="capture"), or capture this step.'
+            )
+            raise ConfigurationError(msg)
+        return plain_arrays(res)
+
+    def frame_shapes(self, names: list[str]) -> tuple[tuple[int, ...], ...]:
+        """The lineage shapes ``(rows, lineage columns)`` of an on-demand Spark step's
+        inputs, from what the IO manager loaded (no Spark job when it knew the rows)."""
+        from dslog_dagster.spark.fields import leaf_schema
+        from dslog_dagster.spark.rowid import ROW_ID
+
+        shapes = []
+        for n in names:
+            value = self.kwargs[n]
+            if not is_frame(value):
+                msg = (
+                    f"Tracked step `{self.step_key}` mixes Spark DataFrame and "
+                    f"`{type(value).__name__}` inputs (`{n}`); pass the other input in "
+                    "`untracked_inputs`, or convert it in its own step."
+                )
+                raise UnsupportedArrayError(msg)
+            src = self.tracked.take_frame_input(n)
+            if src is None:
+                msg = (
+                    f"Input `{n}` of on-demand step `{self.step_key}` was not loaded by "
+                    "DSLogIOManager, so its stored version cannot be re-read later; store the "
+                    'upstream asset with DSLogIOManager, or use policy="capture".'
+                )
+                raise UnsupportedArrayError(msg)
+            rows = src.rows if src.rows is not None else src.frame.count()
+            fields = [f for f in src.frame.schema.fields if f.name != ROW_ID]
+            shapes.append((int(rows), len(leaf_schema(fields))))
+        return tuple(shapes)
+
     def call(self, tracked: dict[str, Any]) -> list[Any]:
         """Run the function with ``tracked`` inputs replaced; its output values."""
         kw = dict(self.kwargs)
@@ -214,9 +258,17 @@ class _StepRun:
 
     # ------------------------------------------------------------ on demand
 
-    def run_on_demand(self, names: list[str], refs: tuple[InputRef, ...]) -> Any:
+    def run_on_demand(
+        self,
+        names: list[str],
+        refs: tuple[InputRef, ...],
+        *,
+        shapes: tuple[tuple[int, ...], ...] | None = None,
+        engine: str | None = None,
+    ) -> Any:
         """policy="on_demand": the step runs unchanged; the IO manager registers its input and
-        output versions with what re-running it needs (:mod:`dslog_dagster.core.on_demand`)."""
+        output versions with what re-running it needs (:mod:`dslog_dagster.core.on_demand`).
+        ``engine``: who re-runs it (``"spark"``; ``None``: NumPy and pandas steps)."""
         others = [k for k in self.kwargs if k not in names]
         if (
             self.args
@@ -229,12 +281,30 @@ class _StepRun:
                 'context, untracked inputs or generator); use policy="capture" for it.'
             )
             raise ConfigurationError(msg)
-        result = self.run_plain()
-        shapes = tuple(tuple(int(d) for d in np.shape(self.kwargs[n])) for n in names)
+        if self.opts.characters:
+            msg = (
+                f'Step `{self.step_key}` asks for character lineage with policy="on_demand"; '
+                'character lineage is recorded by capture only: use policy="capture" for it.'
+            )
+            raise ConfigurationError(msg)
+        result = self.run_plain() if engine is None else self.run_plain_frames()
+        if shapes is None:
+            shapes = tuple(tuple(int(d) for d in np.shape(self.kwargs[n])) for n in names)
         mode: CaptureModeName = (
             "considered" if self.mode == LineageMode.considered else "contributing"
         )
-        info = deferred_args(self.fn, {r.name: r.arg for r in refs}, mode, self.reuse_key())
+        try:
+            info = deferred_args(
+                self.fn, {r.name: r.arg for r in refs}, mode, engine, self.reuse_key()
+            )
+        except Unsignable as e:
+            msg = (
+                f'Step `{self.step_key}` cannot use policy="on_demand": its code identity '
+                f"cannot be computed (its function closes over a `{e}`), so a later re-run "
+                "could not be checked against it. Define the step at module level, or use "
+                'policy="capture" for it.'
+            )
+            raise ConfigurationError(msg) from e
         for name in self.all_outputs:
             pending = self.pending(
                 name,

@@ -456,7 +456,12 @@ class DSLogIOManager(dg.ConfigurableIOManager):
             raise
 
     def _read(
-        self, context: dg.InputContext | None, path: Path, lease: Path | None, offer: bool
+        self,
+        context: dg.InputContext | None,
+        path: Path,
+        lease: Path | None,
+        offer: bool,
+        row_ids: bool = False,
     ) -> Any:
         """The value at ``path``; an array's lease ends once it is in memory, a frame's when
         the DataFrame is collected (Spark reads its files lazily)."""
@@ -469,7 +474,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
                 if lease is not None:
                     ValueSlot.release(lease)
         if path.suffix == ".parquet":
-            df = self._load_frame(context, path, offer)
+            df = self._load_frame(context, path, offer, row_ids)
             if lease is not None:
                 weakref.finalize(df, ValueSlot.release, lease)
             return df
@@ -484,9 +489,12 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         asset_key: "dg.AssetKey | Sequence[str] | str",
         version: str,
         partition: str | None = None,
+        *,
+        row_ids: bool = False,
     ) -> Any:
         """The stored value of ``asset_key`` (partition) materialized by run ``version`` (the
         version the lineage store records for it), e.g. to compare two materializations.
+        ``row_ids``: a Spark frame keeps its row-id column (what its lineage names).
 
         Raises:
             ValueExpiredError: retention removed that version (raise ``keep_last`` or
@@ -502,7 +510,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         slot = self._asset_slot(key, partition)
         lease = slot.lease(version)
         try:
-            return self._read(None, slot.locate(version), lease, offer=False)
+            return self._read(None, slot.locate(version), lease, offer=False, row_ids=row_ids)
         except BaseException:
             slot.release(lease)
             raise
@@ -512,8 +520,8 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         DataFrame, or a version not kept here): what explaining a change and on-demand
         lineage read (:data:`dslog_dagster.core.on_demand.ValueLoader`).
 
-        ``frames``: pandas DataFrames too (what re-running an on-demand pandas step needs);
-        Spark frames are never loaded here (they are read lazily, by a session).
+        ``frames``: DataFrames too, what re-running an on-demand step needs: pandas frames,
+        and Spark frames *with* their row-id column (read lazily, by the active session).
         """
 
         def load(rec: "ArrayRecord") -> Any:
@@ -521,18 +529,22 @@ class DSLogIOManager(dg.ConfigurableIOManager):
                 return None
             partition = partition_of(rec.asset_key, rec.name)
             try:
-                value = self.load_value(rec.asset_key, rec.version, partition)
+                value = self.load_value(rec.asset_key, rec.version, partition, row_ids=frames)
             except LineageNotFoundError:  # not stored here, or expired (a subclass)
                 return None
-            if isinstance(value, np.ndarray) or (frames and is_pandas_frame(value)):
+            if isinstance(value, np.ndarray) or (
+                frames and (is_pandas_frame(value) or is_frame(value))
+            ):
                 return value
             return None
 
         return load
 
-    def _load_frame(self, context: dg.InputContext | None, path: Path, offer: bool) -> Any:
+    def _load_frame(
+        self, context: dg.InputContext | None, path: Path, offer: bool, row_ids: bool = False
+    ) -> Any:
         """An ordinary DataFrame for user code; the frame with its row ids goes to the tracked
-        step (:class:`~dslog_dagster.tracked_step.FrameSource`)."""
+        step (:class:`~dslog_dagster.tracked_step.FrameSource`), or is the value (``row_ids``)."""
         from pyspark.sql import SparkSession
 
         from dslog_dagster.io_managers.spark_frames import load_frame
@@ -548,7 +560,7 @@ class DSLogIOManager(dg.ConfigurableIOManager):
         step = tracked_step_of(context, attach=True) if offer and context is not None else None
         if step is not None and context is not None:  # None: loaded outside a run
             step.offer_frame_input(context.name, FrameSource(with_ids, rows, str(path)))
-        return with_ids.drop(ROW_ID)
+        return with_ids if row_ids else with_ids.drop(ROW_ID)
 
     @staticmethod
     def _load(path: Path) -> np.ndarray:

@@ -10,7 +10,7 @@ Imports PySpark; ``dslog_dagster.core`` never imports this package.
 """
 
 # first: without PySpark, refuse naming the `[spark]` extra
-import dslog_dagster.spark.requirement  # noqa: F401
+import dslog_dagster.spark.requirement
 from dslog_dagster.spark.capture import capture_frame_outputs as capture_frame_outputs
 from dslog_dagster.spark.capture import capture_frames as capture_frames
 from dslog_dagster.spark.frame import TrackedFrame as TrackedFrame
@@ -20,6 +20,9 @@ from dslog_dagster.spark.rowid import ROW_ID as ROW_ID
 from dslog_dagster.spark.rowid import with_row_id as with_row_id
 from dslog_dagster.spark.session import get_session as get_session
 from dslog_dagster.spark.steps import as_array as as_array
+
+# registers the "spark" engine of on-demand lineage (dslog_dagster.core.on_demand)
+import dslog_dagster.spark.on_demand  # noqa: F401  # isort: skip
 
 __all__ = [
     "ROW_ID",

@@ -34,7 +34,13 @@ from hotspots.assets import (
     smoothed,
     window_summary,
 )
-from hotspots.spark import SPARK_CONF, spark_assets, spark_resources, titles_job_def
+from hotspots.spark import (
+    SPARK_CONF,
+    spark_assets,
+    spark_resources,
+    titles_job_def,
+    titles_on_demand_job,
+)
 
 hotspot_job = dg.define_asset_job(
     "hotspot_job",
@@ -90,7 +96,7 @@ def make_defs(
     )
     pipeline = dg.Definitions(
         assets=[*PIPELINE, *spark_assets],
-        jobs=[hotspot_job, titles_job_def(executor)],
+        jobs=[hotspot_job, titles_job_def(executor), titles_on_demand_job],
         # one process per run: a process per step costs seconds each on a small machine
         executor=dg.in_process_executor,
         resources={

@@ -1,0 +1,251 @@
+"""Lineage on demand for Spark steps: re-run a step under the Spark capture, name the stored rows.
+
+A Spark step run with ``policy="on_demand"`` runs untracked (no id tap, no extra jobs) and its
+output is stored numbered in the order Spark gave its rows. :func:`rerun_frames` is the
+``"spark"`` :data:`~dslog_dagster.core.on_demand.Engine`: it re-runs the step with
+:func:`~dslog_dagster.spark.capture_frame_outputs` on the recorded input versions (loaded with
+their row ids, so the lineage names the stored input rows) and compares every recomputed
+output with the stored one **as a multiset of rows**: Spark's row order is not stable across
+runs (partitioning, shuffles, and the capture's own columns change it), so a row is matched
+to a stored row of equal values (Spark's equality: NaN equals NaN, ``-0.0`` equals ``0.0``)
+and its lineage is renamed to the stored row's id. Rows equal in every column are told apart
+by their order only, so their lineages may be exchanged among them (any of them explains the
+same values). Column names and types must be equal. A row in one and not the other refuses
+the reconstruction: the code changed, the step is not deterministic, or it reads something
+besides its inputs.
+
+With selected rows (``rows``), the re-run reads only the input rows the selection can need:
+:mod:`~dslog_dagster.spark.pushdown` pushes the selection down the plan as semijoins
+(PROVision §V-C). The selected stored rows must come out of that re-run unchanged; when one
+does not (an operator the push-down could not see through), this engine answers nothing and
+the caller reconstructs in full.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from dslog_dagster.core.combine import factored_table
+from dslog_dagster.core.compression import compress
+from dslog_dagster.core.on_demand import Rerun, register_engine
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.errors import ReconstructionError
+from dslog_dagster.spark.capture import capture_frame_outputs
+from dslog_dagster.spark.frame_capture import FrameCapture
+from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin
+from dslog_dagster.spark.rowid import ROW_ID
+from dslog_dagster.spark.steps import ArrayFromFrame
+
+__all__ = ["ENGINE", "match_rows", "remap_rows", "rerun_frames"]
+
+ENGINE = "spark"
+"""The engine name deferred Spark operations record."""
+
+
+def _outputs(value: Any, refuse: Any) -> list[Any]:
+    outs = list(value) if isinstance(value, tuple | list) else [value]
+    for v in outs:
+        if isinstance(v, ArrayFromFrame) or not hasattr(v, "columns"):
+            msg = f"it returns a `{type(v).__name__}`; on-demand Spark steps return DataFrames."
+            raise refuse(msg)
+    return outs
+
+
+def _visible(df: DataFrame) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields if f.name != ROW_ID]
+
+
+def match_rows(recomputed: DataFrame, stored: DataFrame, *, complete: bool) -> np.ndarray:
+    """Pairs ``(recomputed row id, stored row id)`` of rows with equal values, shape ``(n, 2)``.
+
+    Both frames carry ``ROW_ID``. Equal rows are paired in row-id order. ``complete``: every
+    row of each side must find its partner (else rows of ``stored`` without one are left out,
+    and of ``recomputed`` too). A pair with ``-1`` marks a row without a partner.
+    """
+    cols = [n for n, _ in _visible(stored)]
+    r_cols = [F.col(f"`{c}`").alias(f"r{j}") for j, c in enumerate(cols)]
+    s_cols = [F.col(f"`{c}`").alias(f"s{j}") for j, c in enumerate(cols)]
+    r = recomputed.select(*r_cols, F.col(ROW_ID).alias("rid"))
+    s = stored.select(*s_cols, F.col(ROW_ID).alias("sid"))
+    rank_r = Window.partitionBy(*[f"r{j}" for j in range(len(cols))]).orderBy("rid")
+    rank_s = Window.partitionBy(*[f"s{j}" for j in range(len(cols))]).orderBy("sid")
+    r = r.withColumn("rk", F.row_number().over(rank_r))
+    s = s.withColumn("sk", F.row_number().over(rank_s))
+    cond = [r[f"r{j}"].eqNullSafe(s[f"s{j}"]) for j in range(len(cols))] + [r["rk"] == s["sk"]]
+    how = "full_outer" if complete else "right_outer"
+    pairs = r.join(s, on=cond, how=how).select(
+        F.coalesce(F.col("rid"), F.lit(-1)).alias("rid"),
+        F.coalesce(F.col("sid"), F.lit(-1)).alias("sid"),
+    )
+    table = pairs.toArrow()
+    rid = np.asarray(table.column("rid").to_numpy(), dtype=np.int64)
+    sid = np.asarray(table.column("sid").to_numpy(), dtype=np.int64)
+    return np.stack([rid, sid], axis=1) if len(rid) else np.zeros((0, 2), np.int64)
+
+
+def _remap_relation(rel: LineageRelation, to: np.ndarray, n_out: int) -> LineageRelation:
+    new = to[rel.out_cols[0]]
+    keep = new >= 0
+    out = [new[keep], *[c[keep] for c in rel.out_cols[1:]]]
+    shape = (n_out, *rel.out_shape[1:])
+    return LineageRelation.from_columns(shape, rel.in_shape, out, [c[keep] for c in rel.in_cols])
+
+
+def remap_rows(table: LineageTable, pairs: np.ndarray, n_out: int) -> LineageTable:
+    """``table`` with output row ``r`` renamed ``s`` for each pair ``(r, s)``, over an output
+    of ``n_out`` rows; rows without a pair are left out. A factored table (row × column
+    lineage) stays factored: only its row tables are renamed."""
+    to = np.full(table.out_shape[0], -1, dtype=np.int64)
+    if len(pairs):
+        to[pairs[:, 0]] = pairs[:, 1]
+    if table.factors:
+        parts = []
+        for rows, cols in table.factors:
+            rel = _remap_relation(rows.decompress(), to, n_out)
+            parts.append((compress(rel), cols))
+        return factored_table(parts)
+    return compress(_remap_relation(table.decompress(), to, n_out))
+
+
+def _capture(rerun: Rerun, frames: Sequence[DataFrame], rows: Sequence[int]) -> list[FrameCapture]:
+    names = [f"in{i}" for i in range(len(frames))]
+
+    def run(**tracked: Any) -> list[Any]:
+        return _outputs(rerun.call(*[tracked[n] for n in names]), rerun.refuse)
+
+    try:
+        return capture_frame_outputs(
+            run,
+            dict(zip(names, frames, strict=True)),
+            input_rows=dict(zip(names, rows, strict=True)),
+            aggregate="lists",
+        )
+    except ReconstructionError:
+        raise
+    except Exception as e:  # the step, or the capture of it, failed on the recorded inputs
+        msg = f"re-running it under the Spark capture failed: {e}"
+        raise rerun.refuse(msg) from e
+
+
+def _selected_inputs(
+    rerun: Rerun, frames: list[DataFrame], output: int, selected: DataFrame
+) -> list[DataFrame] | None:
+    """The inputs semijoined with the selected rows (see :mod:`.pushdown`); ``None`` when
+    the selection reaches no input (a full re-run would read the same)."""
+    names = [f"in{i}" for i in range(len(frames))]
+    tagged = [f.drop(ROW_ID).alias(TAG + n) for f, n in zip(frames, names, strict=True)]
+    outs = _outputs(rerun.call(*tagged), rerun.refuse)
+    on = pushdown_columns(outs[output], names)
+    if not any(on.values()):
+        return None
+    return [
+        semijoin(f, selected, on[n]) if on[n] else f for f, n in zip(frames, names, strict=True)
+    ]
+
+
+def rerun_frames(
+    rerun: Rerun, rows: dict[int, np.ndarray] | None
+) -> dict[tuple[int, int], LineageTable]:
+    """The ``"spark"`` engine (see the module docstring and
+    :data:`~dslog_dagster.core.on_demand.Engine`)."""
+    frames = list(rerun.inputs)
+    for k, f in enumerate(frames):
+        if not isinstance(f, DataFrame) or ROW_ID not in f.columns:
+            msg = (
+                f"its input {k} did not load as a stored Spark frame with row ids; load values "
+                "with DSLogIOManager.value_loader(frames=True)."
+            )
+            raise rerun.refuse(msg)
+    in_rows = [int(a.shape[0]) for a in rerun.records]
+    considered = rerun.mode == "considered"
+    if rows is None:
+        caps = _capture(rerun, frames, in_rows)
+        try:
+            return _full(rerun, caps, considered)
+        finally:
+            for c in caps:
+                c.release()
+    ((output, picked),) = rows.items()
+    stored = rerun.load_output(output)
+    ids = stored.sparkSession.createDataFrame([(int(r),) for r in picked], f"`{ROW_ID}` bigint")
+    selected = stored.join(F.broadcast(ids), on=ROW_ID, how="left_semi")
+    reduced = _selected_inputs(rerun, frames, output, selected)
+    if reduced is None:
+        return {}
+    caps = _capture(rerun, reduced, in_rows)
+    try:
+        cap = caps[output]
+        _check_schema(rerun, output, cap, stored)
+        pairs = match_rows(cap.frame_with_row_id, selected, complete=False)
+        if len(pairs) != len(picked) or (pairs < 0).any():
+            return {}  # a selected row did not come out of the reduced run: reconstruct all
+        n_out = int(rerun.op.outputs[output].shape[0])
+        return {
+            (output, i): remap_rows(_table(rerun, cap, i, considered), pairs, n_out)
+            for i in range(len(frames))
+        }
+    finally:
+        for c in caps:
+            c.release()
+
+
+def _table(rerun: Rerun, cap: FrameCapture, i: int, considered: bool) -> LineageTable:
+    """The captured table of input ``i``, checked to name the recorded input version."""
+    t = cap.table(f"in{i}", considered=considered)
+    rec = rerun.records[i]
+    if tuple(t.in_shape) != tuple(rec.shape):
+        why = (
+            f"the re-run read `{rec.name}` as shape {t.in_shape}, but version `{rec.version}` "
+            f"is recorded with shape {rec.shape} (the stored value changed)."
+        )
+        raise rerun.refuse(why)
+    return t
+
+
+def _check_schema(rerun: Rerun, k: int, cap: FrameCapture, stored: DataFrame) -> None:
+    rec = rerun.op.outputs[k]
+    mine = _visible(cap.frame_with_row_id)
+    theirs = _visible(stored)
+    if mine != theirs:
+        msg = (
+            f"re-running it gives `{rec.name}` the columns {mine}, not the stored version "
+            f"`{rec.version}`'s {theirs} (the code or its inputs changed)."
+        )
+        raise rerun.refuse(msg)
+
+
+def _full(
+    rerun: Rerun, caps: list[FrameCapture], considered: bool
+) -> dict[tuple[int, int], LineageTable]:
+    rec = rerun.op
+    if len(caps) != len(rec.outputs):
+        msg = f"it now returns {len(caps)} output(s), not {len(rec.outputs)}."
+        raise rerun.refuse(msg)
+    tables: dict[tuple[int, int], LineageTable] = {}
+    for k, (cap, out) in enumerate(zip(caps, rec.outputs, strict=True)):
+        stored = rerun.load_output(k)
+        _check_schema(rerun, k, cap, stored)
+        pairs = match_rows(cap.frame_with_row_id, stored, complete=True)
+        missing = int((pairs[:, 1] < 0).sum())
+        extra = int((pairs[:, 0] < 0).sum())
+        if missing or extra or cap.n_rows != out.shape[0]:
+            msg = (
+                f"re-running it does not give the stored `{out.name}` version `{out.version}` "
+                f"as a multiset of rows ({missing} recomputed row(s) not stored, {extra} stored "
+                "row(s) not recomputed): the step is not deterministic, or it reads something "
+                "besides its inputs."
+            )
+            raise rerun.refuse(msg)
+        n_out = int(out.shape[0])
+        identity = bool((pairs[:, 0] == pairs[:, 1]).all())
+        for i in range(len(rerun.inputs)):
+            t = _table(rerun, cap, i, considered)
+            tables[(k, i)] = t if identity else remap_rows(t, pairs, n_out)
+    return tables
+
+
+register_engine(ENGINE, rerun_frames)
