@@ -543,7 +543,10 @@ def capture_inputs(
     try:
         try:
             label = progress.subject(name)
-            with progress.phase(f"annotated run of `{label}`", _input_sizes(inputs)) as ph:
+            # wake=False: no thread switch per capture (see progress._Heartbeat)
+            with progress.phase(
+                f"annotated run of `{label}`", _input_sizes(inputs), wake=False
+            ) as ph:
                 tracked = [_annotator.annotate(a)[0] for a in inputs]
                 result = func(*tracked, **kwargs)
                 used = int(_annotator.stats().get("bytes_used", 0))
@@ -560,7 +563,9 @@ def capture_inputs(
             lost = _lost_message(name, e)
             _fall_back_or_raise(e, lost, on_lost, func, pure, name)
         if lost is None:
-            with progress.phase(f"extraction of `{progress.subject(name)}`'s lineage") as ph:
+            with progress.phase(
+                f"extraction of `{progress.subject(name)}`'s lineage", wake=False
+            ) as ph:
                 res = _extract(result, inputs, mode, on_lost, name)
                 tables = list(res.tables.values()) if res.tables else []
                 pairs = sum(t.n_pairs for t in tables)
