@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dslog_dagster.core import progress
-from dslog_dagster.core.extraction import LazyRelations, extract_tables
+from dslog_dagster.core.extraction import LazyRelations, extract_tables, values_and_tables
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.positions import Positions, carrier_of
 from dslog_dagster.core.provrc import LineageTable
@@ -628,11 +628,17 @@ def _extract(
             plain.append(_plain_output(out, o))
             lost.append(str(e))
             continue
-        plain.append(output_values(out, arr))
-        for which, target in ((False, tables), (True, considered)):
-            if target is not None:
-                for i, table in enumerate(extract_tables(arr, shapes, which)):
-                    target[(o, i)] = table
+        if isinstance(out, Positions):
+            plain.append(output_values(out, arr))
+            contributing = extract_tables(arr, shapes)
+        else:  # its values and contributing lineage from one read of the output
+            values, contributing = values_and_tables(arr, shapes)
+            plain.append(values)
+        for i, table in enumerate(contributing):
+            tables[(o, i)] = table
+        if considered is not None:
+            for i, table in enumerate(extract_tables(arr, shapes, True)):
+                considered[(o, i)] = table
     value = plain_value(plain, outs, is_tuple)
     if lost:
         return _all_to_all_result(plain, value, inputs, mode, " ".join(lost), (tables, considered))

@@ -276,10 +276,20 @@ class Extractor {
     ac_.resize(16);
   }
 
+  // Copy the values of the cells the scan reads along with their handles (see
+  // extract_tables in dslog/extract.hpp).
+  void copy_values_to(const char* vsrc, double* values, std::ptrdiff_t stride) {
+    vsrc_ = vsrc;
+    vdst_ = values;
+    vstride_ = stride;
+  }
+
   void scan(const char* data, std::ptrdiff_t stride, int64_t ncell, ExtractStats* st) {
     Handle prev = 0;
     bool have_prev = false;
+    vend_ = vdst_ ? 0 : ncell;
     for (int64_t i = 0; i < ncell; ++i) {
+      if (i >= vend_) values_upto(std::min(ncell, i + kValueBlock));
       Handle h;
       std::memcpy(&h, data + i * stride, sizeof(h));
       if (h == 0) {
@@ -387,6 +397,7 @@ class Extractor {
       for (uint32_t s : cur_sinks_) sinks_[s].outs.add(i);
       feed(i, cur_small_.data(), cur_small_.size());
     }
+    values_upto(ncell);
     retire(ncell);
     if (st) {
       st->cells += ncell;
@@ -398,9 +409,12 @@ class Extractor {
 
   // How many cells after output cell i (at most `room`, and not past the last cell) hold the
   // handles h + 1, h + 2, ...: the continuation of an element-wise run.
-  static int64_t follow(const char* data, std::ptrdiff_t stride, int64_t i, int64_t ncell,
-                        Handle h, uint64_t room) {
-    const int64_t n = std::min<int64_t>(ncell - i - 1, int64_t(std::min<uint64_t>(room, uint64_t(ncell))));
+  // Stops at the end of the block of copied values (the next iteration copies the next
+  // block and follows on), so values and handles are read together.
+  int64_t follow(const char* data, std::ptrdiff_t stride, int64_t i, int64_t ncell, Handle h,
+                 uint64_t room) const {
+    const int64_t n = std::min<int64_t>(std::min(ncell, vend_) - i - 1,
+                                        int64_t(std::min<uint64_t>(room, uint64_t(ncell))));
     const char* p = data + (i + 1) * stride;
     int64_t t = 0;
     for (Handle want = h + 1; t < n; ++t, ++want, p += stride) {
@@ -409,6 +423,13 @@ class Extractor {
       if (g != want) break;
     }
     return t;
+  }
+
+  // Values of cells [vend_, upto) (nothing without a value buffer).
+  void values_upto(int64_t upto) {
+    if (!vdst_) return;
+    for (int64_t t = vend_; t < upto; ++t) std::memcpy(vdst_ + t, vsrc_ + t * vstride_, 8);
+    vend_ = std::max(vend_, upto);
   }
 
   std::vector<ProvRCTable> finish(ExtractStats* st) {
@@ -960,6 +981,12 @@ class Extractor {
   std::vector<Handle> stack_;
   std::vector<ListMemo> memos_;
   std::vector<int64_t> oc_, ac_;
+  // values copied along the scan: cells [0, vend_) are done
+  static constexpr int64_t kValueBlock = 4096;
+  const char* vsrc_ = nullptr;
+  double* vdst_ = nullptr;
+  std::ptrdiff_t vstride_ = 0;
+  int64_t vend_ = 0;
 };
 
 }  // namespace
@@ -967,8 +994,10 @@ class Extractor {
 std::vector<ProvRCTable> extract_tables(Arena& ar, const char* data, std::ptrdiff_t stride,
                                         int64_t ncell, const std::vector<int64_t>& out_shape,
                                         const std::vector<std::vector<int64_t>>& in_shapes,
-                                        bool considered, ExtractStats* stats) {
+                                        bool considered, ExtractStats* stats,
+                                        const char* vsrc, double* values) {
   Extractor ex(ar, out_shape, in_shapes, considered);
+  if (values != nullptr) ex.copy_values_to(vsrc, values, stride);
   ex.scan(data, stride, ncell, stats);
   return ex.finish(stats);
 }
