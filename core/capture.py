@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dslog_dagster.core import progress
-from dslog_dagster.core.extraction import LazyRelations, extract_tables
+from dslog_dagster.core.extraction import LazyRelations, extract_tables, values_and_tables
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.positions import Positions, carrier_of
 from dslog_dagster.core.provrc import LineageTable
@@ -543,7 +543,10 @@ def capture_inputs(
     try:
         try:
             label = progress.subject(name)
-            with progress.phase(f"annotated run of `{label}`", _input_sizes(inputs)) as ph:
+            # wake=False: no thread switch per capture (see progress._Heartbeat)
+            with progress.phase(
+                f"annotated run of `{label}`", _input_sizes(inputs), wake=False
+            ) as ph:
                 tracked = [_annotator.annotate(a)[0] for a in inputs]
                 result = func(*tracked, **kwargs)
                 used = int(_annotator.stats().get("bytes_used", 0))
@@ -560,7 +563,9 @@ def capture_inputs(
             lost = _lost_message(name, e)
             _fall_back_or_raise(e, lost, on_lost, func, pure, name)
         if lost is None:
-            with progress.phase(f"extraction of `{progress.subject(name)}`'s lineage") as ph:
+            with progress.phase(
+                f"extraction of `{progress.subject(name)}`'s lineage", wake=False
+            ) as ph:
                 res = _extract(result, inputs, mode, on_lost, name)
                 tables = list(res.tables.values()) if res.tables else []
                 pairs = sum(t.n_pairs for t in tables)
@@ -623,11 +628,17 @@ def _extract(
             plain.append(_plain_output(out, o))
             lost.append(str(e))
             continue
-        plain.append(output_values(out, arr))
-        for which, target in ((False, tables), (True, considered)):
-            if target is not None:
-                for i, table in enumerate(extract_tables(arr, shapes, which)):
-                    target[(o, i)] = table
+        if isinstance(out, Positions):
+            plain.append(output_values(out, arr))
+            contributing = extract_tables(arr, shapes)
+        else:  # its values and contributing lineage from one read of the output
+            values, contributing = values_and_tables(arr, shapes)
+            plain.append(values)
+        for i, table in enumerate(contributing):
+            tables[(o, i)] = table
+        if considered is not None:
+            for i, table in enumerate(extract_tables(arr, shapes, True)):
+                considered[(o, i)] = table
     value = plain_value(plain, outs, is_tuple)
     if lost:
         return _all_to_all_result(plain, value, inputs, mode, " ".join(lost), (tables, considered))

@@ -17,12 +17,21 @@ registry (:mod:`dslog_dagster.core.reuse`), its sampled verification, and the Da
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from dslog_dagster.core.compression import compress
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation, Shape
 
-__all__ = ["LazyRelations", "extract_tables", "extraction_stats", "stored_table"]
+__all__ = [
+    "LazyRelations",
+    "extract_tables",
+    "extraction_stats",
+    "stored_table",
+    "values_and_tables",
+]
 
 # ProvRC pays for itself when a row stands for at least this many pairs; below it the
 # columnar encoding may be smaller, and the pairs (fewer than this many per row) are
@@ -49,22 +58,38 @@ def stored_table(table: LineageTable) -> LineageTable:
 
 
 def extract_tables(
-    arr: Any, shapes: Sequence[Shape], considered: bool = False
+    arr: Any,
+    shapes: Sequence[Shape],
+    considered: bool = False,
+    values: npt.NDArray[np.float64] | None = None,
 ) -> list[LineageTable]:
     """The stored tables of tracked output ``arr`` against every input (``shapes``, in
     argument order), from the running capture: contributing sets, or the considered ones.
+
+    ``values``: a C-contiguous float64 array of ``arr``'s size that receives its values (what
+    ``_annotator.values(arr)`` returns) in the same native pass, so the output is read from
+    memory once for both (see :func:`values_and_tables`).
 
     Raises:
         ForgedLineageError: the output holds annotation bytes the capture did not produce.
         StaleLineageError: the output holds annotations of an earlier capture.
     """
-    fields, _ = _annotator.extract_tables(arr, [list(s) for s in shapes], considered)
+    fields, _ = _annotator.extract_tables(arr, [list(s) for s in shapes], considered, values)
     out_shape = tuple(int(d) for d in arr.shape)
     tables: list[LineageTable] = []
     for shape, (rows, n_pairs, *provrc) in zip(shapes, fields, strict=True):
         table = LineageTable.from_fields(out_shape, tuple(shape), int(rows), int(n_pairs), provrc)
         tables.append(stored_table(table))
     return tables
+
+
+def values_and_tables(
+    arr: Any, shapes: Sequence[Shape], considered: bool = False
+) -> tuple[npt.NDArray[np.float64], list[LineageTable]]:
+    """The float64 values of tracked output ``arr`` (its shape, C order) and its stored tables
+    (:func:`extract_tables`), from one read of the output."""
+    values = np.empty(arr.shape, dtype=np.float64)
+    return values, extract_tables(arr, shapes, considered, values)
 
 
 def extraction_stats(arr: Any, shapes: Sequence[Shape], considered: bool = False) -> dict[str, int]:

@@ -190,11 +190,14 @@ class Phase:
     """One running piece of work; see :func:`phase`. ``sizes`` may be extended while it runs
     (:meth:`note`), and the end line reports them."""
 
-    def __init__(self, label: str, sink: Sink, *, quiet: bool, wait: bool) -> None:
+    def __init__(
+        self, label: str, sink: Sink, *, quiet: bool, wait: bool, wake: bool = True
+    ) -> None:
         self.label = label
         self.sink = sink
         self.quiet = quiet
         self.wait = wait
+        self.wake = wake
         self.started = time.monotonic()
         self.last_line = self.started
         self.details: list[str] = []
@@ -238,10 +241,12 @@ class Phase:
 class _Heartbeat:
     """The one daemon thread that logs heartbeats of long phases (started on first use).
 
-    A phase that is expected to be short (``quiet``: a served step's write) is added without
-    waking the thread: waking it costs a thread switch on every served step, and such
-    a phase normally ends long before its first heartbeat is due. The thread never sleeps
-    longer than a second (or the interval, when shorter), so a quiet phase that does run long
+    A phase that is expected to be short (``quiet``: a served step's write; ``wake=False``: a
+    capture's annotated run and extraction, milliseconds for most arrays) is added without
+    waking the thread: waking it costs a thread switch, and on a loaded machine the woken
+    thread holding the GIL cost a capture of 10^6 cells a third of its time. Such a phase
+    normally ends long before its first heartbeat is due. The thread never sleeps longer than
+    a second (or the interval, when shorter), so a phase added unwoken that does run long
     still gets its heartbeats, at most that much late. Other phases and waits (whose
     heartbeats say what a step is waiting for) wake it.
     """
@@ -266,7 +271,7 @@ class _Heartbeat:
                     target=self._loop, name="dslog-progress", daemon=True
                 )
                 self.thread.start()
-            elif not ph.quiet or ph.wait:
+            elif ph.wait or (ph.wake and not ph.quiet):
                 self.lock.notify()
                 self.wakeups += 1
             return key
@@ -292,7 +297,11 @@ _HEARTBEAT = _Heartbeat()
 
 @contextlib.contextmanager
 def phase(
-    label: str, *details: str, quiet: bool = False, sink: Sink | None = None
+    label: str,
+    *details: str,
+    quiet: bool = False,
+    wake: bool = True,
+    sink: Sink | None = None,
 ) -> Iterator[Phase]:
     """Run the body as the phase ``label``: one line when it ends (duration and ``details``,
     more added with :meth:`Phase.note`), heartbeats while it runs long.
@@ -302,9 +311,12 @@ def phase(
         *details: sizes known at the start (``"2 inputs, 8.4 MB"``).
         quiet: log the end only when the phase took at least :data:`QUIET_MIN_S` (work whose
             budget is milliseconds, such as a served step's write).
+        wake: wake the heartbeat thread when the phase starts. ``False`` for work that is
+            usually short but whose end line is still wanted (a capture's phases): no thread
+            switch, and a long run gets its first heartbeat at most a second late.
         sink: where the lines go; default: this thread's (:func:`current_sink`).
     """
-    ph = Phase(label, sink or current_sink(), quiet=quiet, wait=False)
+    ph = Phase(label, sink or current_sink(), quiet=quiet, wait=False, wake=wake)
     ph.note(*details)
     with _running(ph):
         yield ph

@@ -36,7 +36,10 @@ def extract(
     out: np.ndarray[Any, Any], in_shapes: Sequence[Sequence[int]], considered: bool = ...
 ) -> list[tuple[I64, I64]]: ...
 def extract_tables(
-    out: np.ndarray[Any, Any], in_shapes: Sequence[Sequence[int]], considered: bool = ...
+    out: np.ndarray[Any, Any],
+    in_shapes: Sequence[Sequence[int]],
+    considered: bool = ...,
+    values: npt.NDArray[np.float64] | None = ...,
 ) -> tuple[
     list[tuple[int, int, I64, I64, I64, I64, I64, I64, I64, I64]],
     dict[str, int],

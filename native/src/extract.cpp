@@ -276,10 +276,20 @@ class Extractor {
     ac_.resize(16);
   }
 
+  // Copy the values of the cells the scan reads along with their handles (see
+  // extract_tables in dslog/extract.hpp).
+  void copy_values_to(const char* vsrc, double* values, std::ptrdiff_t stride) {
+    vsrc_ = vsrc;
+    vdst_ = values;
+    vstride_ = stride;
+  }
+
   void scan(const char* data, std::ptrdiff_t stride, int64_t ncell, ExtractStats* st) {
     Handle prev = 0;
     bool have_prev = false;
+    vend_ = vdst_ ? 0 : ncell;
     for (int64_t i = 0; i < ncell; ++i) {
+      if (i >= vend_) values_upto(std::min(ncell, i + kValueBlock));
       Handle h;
       std::memcpy(&h, data + i * stride, sizeof(h));
       if (h == 0) {
@@ -321,6 +331,34 @@ class Extractor {
           i += more;
           continue;
         }
+      }
+      if (hnd::kind(h) == hnd::kJoin && shared_side(h)) {
+        // {own cells} ∪ the small set the previous cell's union also held (min-max scaling:
+        // {c, argmin} ∪ {argmax, argmin}): that set is one sink (its output group times its
+        // cells, a few records in all), only the own cells outside it are fed as runs.
+        cur_small_.clear();
+        if (own_cells(own_, cur_small_)) {
+          size_t w = 0;
+          for (uint64_t c : cur_small_)
+            if (!sinks_[rep_sink_].contains(c)) cur_small_[w++] = c;
+          cur_small_.resize(w);
+          std::sort(cur_small_.begin(), cur_small_.end());
+          cur_small_.erase(std::unique(cur_small_.begin(), cur_small_.end()), cur_small_.end());
+          sinks_[rep_sink_].outs.add(i);
+        } else {  // own holds more than cells: the general analysis, the shared set an atom
+          small_.clear();
+          atoms_.clear();
+          walk(own_, small_, atoms_, stack_);
+          atoms_.push_back(rep_sink_);
+          normalise_sets(small_, atoms_);
+          sinks_for(atoms_, cur_sinks_);
+          for (uint64_t c : small_)
+            if (!covered(cur_sinks_, c)) cur_small_.push_back(c);
+          for (uint32_t sk : cur_sinks_) sinks_[sk].outs.add(i);
+        }
+        feed(i, cur_small_.data(), cur_small_.size());
+        have_prev = false;
+        continue;
       }
       if (hnd::kind(h) == hnd::kJoin && (quick_spine(h) || spine(h))) {
         // {a few cells} ∪ shared sets (x - x.mean(), standardize, softmax): the shared part
@@ -387,6 +425,7 @@ class Extractor {
       for (uint32_t s : cur_sinks_) sinks_[s].outs.add(i);
       feed(i, cur_small_.data(), cur_small_.size());
     }
+    values_upto(ncell);
     retire(ncell);
     if (st) {
       st->cells += ncell;
@@ -398,9 +437,12 @@ class Extractor {
 
   // How many cells after output cell i (at most `room`, and not past the last cell) hold the
   // handles h + 1, h + 2, ...: the continuation of an element-wise run.
-  static int64_t follow(const char* data, std::ptrdiff_t stride, int64_t i, int64_t ncell,
-                        Handle h, uint64_t room) {
-    const int64_t n = std::min<int64_t>(ncell - i - 1, int64_t(std::min<uint64_t>(room, uint64_t(ncell))));
+  // Stops at the end of the block of copied values (the next iteration copies the next
+  // block and follows on), so values and handles are read together.
+  int64_t follow(const char* data, std::ptrdiff_t stride, int64_t i, int64_t ncell, Handle h,
+                 uint64_t room) const {
+    const int64_t n = std::min<int64_t>(std::min(ncell, vend_) - i - 1,
+                                        int64_t(std::min<uint64_t>(room, uint64_t(ncell))));
     const char* p = data + (i + 1) * stride;
     int64_t t = 0;
     for (Handle want = h + 1; t < n; ++t, ++want, p += stride) {
@@ -409,6 +451,13 @@ class Extractor {
       if (g != want) break;
     }
     return t;
+  }
+
+  // Values of cells [vend_, upto) (nothing without a value buffer).
+  void values_upto(int64_t upto) {
+    if (!vdst_) return;
+    for (int64_t t = vend_; t < upto; ++t) std::memcpy(vdst_ + t, vsrc_ + t * vstride_, 8);
+    vend_ = std::max(vend_, upto);
   }
 
   std::vector<ProvRCTable> finish(ExtractStats* st) {
@@ -508,6 +557,76 @@ class Extractor {
           throw ForgedHandle(t);
       }
     }
+  }
+
+  // The lazy union h (checked) when one side is the small set (at most kSmall cells: big
+  // shared sets go through spine()) that a side of the previous cell's union also was: the
+  // other side in own_, the set's sink in rep_sink_. The first repetition makes the set the
+  // shared one; a union without it forgets it.
+  bool shared_side(Handle h) {
+    if (!ar_.check(h)) throw BadHandle(h);
+    const auto sd = ar_.join_sides(h);
+    const Handle last0 = last_sides_[0], last1 = last_sides_[1];
+    last_sides_ = sd;
+    if (rep_ == 0 || (sd[0] != rep_ && sd[1] != rep_)) {
+      rep_ = 0;
+      Handle cand = 0;
+      if (sd[1] == last1 || sd[1] == last0)
+        cand = sd[1];
+      else if (sd[0] == last0 || sd[0] == last1)
+        cand = sd[0];
+      if (cand == 0 || !small_shared(cand)) return false;
+      rep_ = cand;
+      rep_sink_ = atom(cand);
+    }
+    own_ = sd[0] == rep_ ? sd[1] : sd[0];
+    return true;
+  }
+  // A set the shared-side path keeps as a sink: a few cells (cells, two cells, a union of
+  // such), never a big shared set (spine() and the atoms handle those).
+  static bool small_shared(Handle t) {
+    switch (hnd::kind(t)) {
+      case hnd::kCell:
+      case hnd::kCell2:
+        return true;
+      case hnd::kJoin:
+        return hnd::est(t) <= kSmall;
+      default:
+        return false;
+    }
+  }
+  // The cells of `own` when it is a cell, two cells or a union of two of those (appended);
+  // false (nothing appended) otherwise.
+  bool own_cells(Handle own, std::vector<uint64_t>& out) {
+    auto leaf = [&](Handle t) -> bool {
+      if (hnd::kind(t) == hnd::kCell) {
+        out.push_back(hnd::payload(t));
+        return true;
+      }
+      if (hnd::kind(t) == hnd::kCell2) {
+        const uint64_t c = hnd::payload(t);
+        out.push_back(c);
+        out.push_back(c + ar_.cell2_delta(t));
+        return true;
+      }
+      return false;
+    };
+    if (own == 0) return true;
+    if (leaf(own)) {
+      // a cell's own handle is not validated by its kind: only its id, here
+      for (uint64_t c : out)
+        if (c >= ncells_) throw ForgedCell();
+      return true;
+    }
+    if (hnd::kind(own) != hnd::kJoin) return false;
+    const auto sd = ar_.join_sides(own);
+    if (!leaf(sd[0]) || !leaf(sd[1])) {
+      out.clear();
+      return false;
+    }
+    for (uint64_t c : out)
+      if (c >= ncells_) throw ForgedCell();
+    return true;
   }
 
   // The lazy union h when it is {one cell} ∪ the shared set of the previous such union
@@ -957,9 +1076,20 @@ class Extractor {
   size_t quick_entry_ = 0;
   bool quick_hit_ = false, quick_shape_ = false;
   bool spine_only_cells_ = false;  // spine(): false because the union holds cells only
+  // shared_side(): the sides of the last union read, the repeated small set and its sink,
+  // the other side of the current cell's union
+  std::array<Handle, 2> last_sides_{0, 0};
+  Handle rep_ = 0, own_ = 0;
+  uint32_t rep_sink_ = 0;
   std::vector<Handle> stack_;
   std::vector<ListMemo> memos_;
   std::vector<int64_t> oc_, ac_;
+  // values copied along the scan: cells [0, vend_) are done
+  static constexpr int64_t kValueBlock = 4096;
+  const char* vsrc_ = nullptr;
+  double* vdst_ = nullptr;
+  std::ptrdiff_t vstride_ = 0;
+  int64_t vend_ = 0;
 };
 
 }  // namespace
@@ -967,8 +1097,10 @@ class Extractor {
 std::vector<ProvRCTable> extract_tables(Arena& ar, const char* data, std::ptrdiff_t stride,
                                         int64_t ncell, const std::vector<int64_t>& out_shape,
                                         const std::vector<std::vector<int64_t>>& in_shapes,
-                                        bool considered, ExtractStats* stats) {
+                                        bool considered, ExtractStats* stats,
+                                        const char* vsrc, double* values) {
   Extractor ex(ar, out_shape, in_shapes, considered);
+  if (values != nullptr) ex.copy_values_to(vsrc, values, stride);
   ex.scan(data, stride, ncell, stats);
   return ex.finish(stats);
 }

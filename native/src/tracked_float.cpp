@@ -2934,11 +2934,25 @@ py::list extract(py::handle out_obj, const std::vector<std::vector<int64_t>>& in
 // input a tuple (rows, n_pairs, out_lo, out_hi, in_ref, in_q, in_r, in_mult, in_lo, in_hi)
 // with (l, rows) / (m, rows) int64 fields; and a dict of statistics. The work runs without
 // the GIL.
+//
+// `values` (optional): a writable C-contiguous float64 array of the output's size that
+// receives the output's values (C order, as values() gives them) in the same pass.
 py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64_t>>& in_shapes,
-                         bool considered) {
+                         bool considered, py::object values) {
   if (!t_arena) throw std::runtime_error("extract_tables() needs a running capture");
   py::object keep = c_order_output(out_obj);
   PyArrayObject* ca = reinterpret_cast<PyArrayObject*>(keep.ptr());
+  double* vdst = nullptr;
+  if (!values.is_none()) {
+    PyObject* v = values.ptr();
+    PyArrayObject* va = reinterpret_cast<PyArrayObject*>(v);
+    if (!PyArray_Check(v) || PyArray_TYPE(va) != NPY_DOUBLE || !PyArray_IS_C_CONTIGUOUS(va) ||
+        !PyArray_ISWRITEABLE(va) || PyArray_SIZE(va) != PyArray_SIZE(ca))
+      throw std::invalid_argument(
+          "extract_tables(): `values` must be a writable C-contiguous float64 array of the "
+          "output's size");
+    vdst = reinterpret_cast<double*>(PyArray_BYTES(va));
+  }
   const std::vector<int64_t> out_shape(PyArray_DIMS(ca), PyArray_DIMS(ca) + PyArray_NDIM(ca));
   Arena& ar = *t_arena;
   if (in_shapes.size() != ar.bases().size())
@@ -2958,7 +2972,7 @@ py::tuple extract_tables(py::handle out_obj, const std::vector<std::vector<int64
     try {
       tables = dslog::extract_tables(ar, PyArray_BYTES(ca) + offsetof(TF, h), 16,
                                      int64_t(PyArray_SIZE(ca)), out_shape, in_shapes,
-                                     considered, &st);
+                                     considered, &st, PyArray_BYTES(ca) + offsetof(TF, v), vdst);
     } catch (const dslog::BadHandle& e) {
       bad = e.handle;
     } catch (const dslog::ForgedCell&) {
@@ -3059,7 +3073,7 @@ PYBIND11_MODULE(_annotator, m) {
   m.def("values", &values_of, py::arg("arr"), "Plain float64 values of a tracked array.");
   m.def("extract", &extract, py::arg("out"), py::arg("in_shapes"), py::arg("considered") = false);
   m.def("extract_tables", &extract_tables, py::arg("out"), py::arg("in_shapes"),
-        py::arg("considered") = false);
+        py::arg("considered") = false, py::arg("values") = py::none());
   m.def("stats", &stats);
   m.def("positional", &positional, py::arg("wins"), py::arg("lose"), py::arg("values"),
         "Tracked array: contributing set of win, considered also lose's, values given.");

@@ -61,9 +61,15 @@ struct ExtractStats {
 // The ProvRC table of the output (handles at data + i * stride, i < ncell, C order of
 // out_shape) against every input (in_shapes, in the arena's order). Contributing sets, or the
 // considered ones. Reads the arena only; no Python. Throws BadHandle / ForgedCell.
+//
+// With `values` (ncell doubles), the float64 value of cell i (at vsrc + i * stride) is
+// copied to values[i] in the same pass, block by block just ahead of the handles read: the
+// output is read from memory once for its values and its lineage (an element-wise capture
+// spends as long reading its output as computing it).
 std::vector<ProvRCTable> extract_tables(Arena& ar, const char* data, std::ptrdiff_t stride,
                                         int64_t ncell, const std::vector<int64_t>& out_shape,
                                         const std::vector<std::vector<int64_t>>& in_shapes,
-                                        bool considered, ExtractStats* stats);
+                                        bool considered, ExtractStats* stats,
+                                        const char* vsrc = nullptr, double* values = nullptr);
 
 }  // namespace dslog
