@@ -506,6 +506,7 @@ class _StepRun:
                 column_lineage=cap.column_lineage,
                 capture_method="pandas-flagged" if cap.flagged else "pandas",
                 characters=cap.characters,
+                effects=cap.effects,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([c.frame for c in caps])

@@ -30,6 +30,7 @@ import numpy as np
 from dslog_dagster.core import background as background_tasks
 from dslog_dagster.core import progress
 from dslog_dagster.core.on_demand import DEFERRED
+from dslog_dagster.core.op_kinds import numpy_effects
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store import (
@@ -38,6 +39,7 @@ from dslog_dagster.core.store import (
     NewArray,
     PreparedOperation,
 )
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.core.store.retraction import retract
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
@@ -312,12 +314,24 @@ class LineageJob:
                     capture_method=method,
                     timings={"capture_s": pending.capture_s},
                     characters=_characters(pending, self.name),
+                    effects=self._effects(in_recs),
                 )
                 ph.note(*_write_sizes(self.prepared.record))
         except BaseException as e:  # re-raised by finish() in the step's thread
             self.failure = e
         finally:
             self.seconds += time.perf_counter() - t0
+
+    def _effects(self, in_recs: Sequence[ArrayRecord]) -> OperationEffects | None:
+        """The capture's effects (pandas, Spark), or a NumPy step's read off its lineage;
+        ``None`` (unknown) for a flagged or deferred step."""
+        pending = self.pending
+        assert pending is not None
+        if pending.effects is not None or pending.flagged:
+            return pending.effects
+        if pending.capture_method not in (None, "declared") or not self.lineage:
+            return None
+        return numpy_effects(self.shape, [self.lineage.get((self.name, r.name)) for r in in_recs])
 
     def _join(self) -> None:
         if self.task is not None:

@@ -27,6 +27,7 @@ from dslog_dagster.core.compression import column_table, compress
 from dslog_dagster.core.constant_tables import empty_table, flagged_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 from dslog_dagster.pandas import (  # noqa: F401  (they register their rules)
     aggregate,
@@ -36,6 +37,7 @@ from dslog_dagster.pandas import (  # noqa: F401  (they register their rules)
     window,
 )
 from dslog_dagster.pandas.char_segments import Segments, character_lineage, input_chars, is_text
+from dslog_dagster.pandas import kinds
 from dslog_dagster.pandas.dispatch import install
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
 from dslog_dagster.pandas.series import TrackedSeries
@@ -77,6 +79,8 @@ class PandasCapture:
         characters: the character-range lineage of the output's string columns
             (``capture_pandas(..., characters=True)``; else ``None``), see
             :mod:`dslog_dagster.core.characters`; query it with :meth:`trace_characters`.
+        effects: the DPDS kinds and column effects of the pandas calls the capture ran
+            (:mod:`~dslog_dagster.pandas.kinds`), stored with the operation.
     """
 
     frame: pd.DataFrame
@@ -88,6 +92,7 @@ class PandasCapture:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     characters: CharacterLineage | None = None
+    effects: OperationEffects | None = None
 
     @property
     def flagged(self) -> bool:
@@ -192,6 +197,7 @@ class PandasCapture:
             capture_method="pandas-flagged" if self.flagged else "pandas",
             timings={"capture_s": self.seconds},
             characters=chars,
+            effects=self.effects,
         )  # fmt: skip
 
 
@@ -320,6 +326,7 @@ def capture_pandas(
             something other than tracked frames.
     """
     install()
+    kinds.install()
     t0 = time.perf_counter()
     named = (
         dict(frames)
@@ -352,6 +359,7 @@ def capture_pandas(
                 time.perf_counter() - t0,
                 {"run": t_run},
                 _characters(st, inputs, out.plain, named) if characters else None,
+                kinds.effects_of(ctx),
             )
         )
     return captures
