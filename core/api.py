@@ -343,7 +343,8 @@ class DSLog:
                     }
                     rec = self.store.register_operation(
                         op_name, ins, outs, lineage, args=op_args,
-                        capture_method=f"view-{hit.kind}", effects=array_effects(outs, ins, lineage),
+                        capture_method=f"view-{hit.kind}",
+                        effects=array_effects(outs, ins, lineage),
                     )  # fmt: skip
                     return rec
         if capture is None:

@@ -32,7 +32,6 @@ import numpy as np
 
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
-from dslog_dagster.core.store.records import ArrayRecord
 from dslog_dagster.core.store.effects import (
     APPEND,
     DIMENSIONALITY_REDUCTION,
@@ -44,6 +43,7 @@ from dslog_dagster.core.store.effects import (
     Step,
     step,
 )
+from dslog_dagster.core.store.records import ArrayRecord
 
 __all__ = ["COLUMNS_MAX", "PAIRS_MAX", "array_effects", "numpy_effects"]
 
@@ -119,19 +119,19 @@ def _one_input(r: LineageRelation, out: tuple[int, ...]) -> Step | None:
         return _reduction(r, out, ins)
     if ins[1:] == out[1:] and out[0] < ins[0] and np.array_equal(r.out_cols[1:], r.in_cols[1:]):
         rows = _row_function(r)
-        if rows is not None and bool((rows >= 0).all()):
-            if np.unique(rows).size == rows.size:
-                return step(CALL, [INSTANCE_DROP], rows_dropped=ins[0] - out[0], rows_generated=0)
-    if len(ins) == 2 and out[0] == ins[0] and out[1] < ins[1]:
-        if np.array_equal(r.out_cols[0], r.in_cols[0]):
-            cols = np.full(out[1], -1, np.int64)
-            cols[r.out_cols[1]] = r.in_cols[1]
-            one = bool(np.all(cols[r.out_cols[1]] == r.in_cols[1])) and bool((cols >= 0).all())
-            if one and np.unique(cols).size == cols.size:
-                gone = sorted(set(range(ins[1])) - {int(c) for c in cols})
-                removed = tuple(str(c) for c in gone) if ins[1] <= COLUMNS_MAX else None
-                return step(CALL, [FEATURE_SELECTION], removed=removed, rows_dropped=0)
-            return _reduction(r, out, ins)
+        # each output row one input row, none used twice
+        if rows is not None and bool((rows >= 0).all()) and np.unique(rows).size == rows.size:
+            return step(CALL, [INSTANCE_DROP], rows_dropped=ins[0] - out[0], rows_generated=0)
+    same_rows = len(ins) == 2 and out[0] == ins[0] and out[1] < ins[1]
+    if same_rows and np.array_equal(r.out_cols[0], r.in_cols[0]):
+        cols = np.full(out[1], -1, np.int64)
+        cols[r.out_cols[1]] = r.in_cols[1]
+        one = bool(np.all(cols[r.out_cols[1]] == r.in_cols[1])) and bool((cols >= 0).all())
+        if one and np.unique(cols).size == cols.size:
+            gone = sorted(set(range(ins[1])) - {int(c) for c in cols})
+            removed = tuple(str(c) for c in gone) if ins[1] <= COLUMNS_MAX else None
+            return step(CALL, [FEATURE_SELECTION], removed=removed, rows_dropped=0)
+        return _reduction(r, out, ins)
     return None
 
 

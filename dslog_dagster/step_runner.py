@@ -445,6 +445,7 @@ class _StepRun:
                 column_lineage=None if out.is_array else out.column_lineage,
                 capture_method="spark-all-to-all" if cap.flagged else "spark",
                 characters=None if out.is_array else cap.characters,
+                effects=cap.effects,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([o.value for o in outs])

@@ -48,7 +48,7 @@ import reprlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,7 +67,9 @@ from dslog_dagster.core.store.compaction import (
     compact,
 )
 from dslog_dagster.core.store.damage import DamageLog
-from dslog_dagster.core.store.effects import OperationEffects
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.core.store.failures import discard, storage_error
 from dslog_dagster.core.store.group_commit import GroupCommitter
 from dslog_dagster.core.store.integrity import STORE_ID_RE, VerifyReport, quarantine, verify
@@ -369,8 +371,7 @@ class LineageStore:
                 measured here and added to any value passed in under those keys.
             characters: output name -> its character-range lineage (tables' ``input`` name
                 input arrays); read back with :func:`~dslog_dagster.core.store.read_characters`.
-            effects: the operation's DPDS kinds and column effects; ``None``: not known
-                (:class:`~dslog_dagster.core.store.effects.OperationEffects`).
+            effects: its DPDS kinds and column effects (``None``: unknown).
 
         Returns:
             The :class:`PreparedOperation` (its ``record`` is what ``commit`` stores).
@@ -405,8 +406,7 @@ class LineageStore:
         # 2. write and flush the segment under .staging; commit() publishes it with one
         # rename (linking it first as the record of each new output array: one flushed file)
         tmp = self._stage(segment, record.op_id)
-        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings, characters)
-        retry += (effects,)
+        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings, characters, effects)  # fmt: skip  # noqa: E501
         return PreparedOperation(self, tmp, rel, record, new_outs, retry)
 
     def _stage(self, segment: bytes, op_id: str) -> Path:
@@ -445,7 +445,7 @@ class LineageStore:
                 self.root / rel, tmp, prepared.new_outs, op_id, prepared if aside else None
             ):
                 # another writer registered an output meanwhile: its record stands
-                op_name, inputs, outputs, lineage, args, method, timings, chars, eff = prepared.retry
+                op_name, inputs, outputs, lineage, args, method, timings, ch, eff = prepared.retry
                 registered = [
                     self.register_array(a.name, a.shape, a.dtype, a.asset_key, a.version)
                     if isinstance(a, NewArray)
@@ -453,7 +453,7 @@ class LineageStore:
                     for a in outputs
                 ]
                 return self.register_operation(
-                    op_name, inputs, registered, lineage, args, method, timings, chars, eff
+                    op_name, inputs, registered, lineage, args, method, timings, ch, eff
                 )
         else:
             final = self.root / rel

@@ -32,12 +32,12 @@ from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 from dslog_dagster.pandas import (  # noqa: F401  (they register their rules)
     aggregate,
     combine,
+    kinds,
     reshape,
     strings,
     window,
 )
 from dslog_dagster.pandas.char_segments import Segments, character_lineage, input_chars, is_text
-from dslog_dagster.pandas import kinds
 from dslog_dagster.pandas.dispatch import install
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
 from dslog_dagster.pandas.series import TrackedSeries

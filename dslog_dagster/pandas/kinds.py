@@ -101,14 +101,23 @@ SERIES: dict[str, tuple[str, ...]] = {
 }
 """``TrackedSeries`` methods that are steps (arithmetic and comparisons are not)."""
 
+_AGGREGATES = [
+    "agg",
+    "size",
+    "sum",
+    "mean",
+    "median",
+    "min",
+    "max",
+    "count",
+    "first",
+    "last",
+    "std",
+    "var",
+    "nunique",
+]
 GROUPBY: dict[str, tuple[str, ...]] = {
-    **{
-        m: (INSTANCE_GENERATION,)
-        for m in (
-            "agg", "size", "sum", "mean", "median", "min", "max", "count", "first", "last",
-            "std", "var", "nunique",
-        )  # fmt: skip
-    },
+    **{m: (INSTANCE_GENERATION,) for m in _AGGREGATES},
     "transform": (VALUE_TRANSFORMATION,),
 }
 """``TrackedGroupBy`` methods."""
@@ -297,7 +306,7 @@ def install() -> None:
     for cls, prefix, table in classes:
         for name, kinds in table.items():
             setattr(cls, name, _wrap(f"{prefix}.{name}", getattr(cls, name), kinds))
-    ix = frame._Indexer
+    ix = frame._Indexer  # noqa: SLF001  (frame.loc / frame.iloc)
     ix.__getitem__ = _wrap("DataFrame.loc", ix.__getitem__, DERIVED)  # type: ignore[method-assign]
     _INSTALLED.append(True)
 
