@@ -129,7 +129,9 @@ def test_stored_and_how_filters_by_kind(tmp_path: Any) -> None:
     n = y.shape[0]
     rel = LineageRelation.from_columns((n, 1), rec.shape, [np.arange(n), np.zeros(n, np.int64)],
                                        [np.arange(n), np.full(n, col)])  # fmt: skip
-    log.register_operation("copy_y", [rec], [log.array("y_copy", y.shape)], {("y_copy", "prepped"): rel})
+    log.register_operation(
+        "copy_y", [rec], [log.array("y_copy", y.shape)], {("y_copy", "prepped"): rel}
+    )
     cell = pq.item((n, 1), 1, 0)
     everything = pq.how(store, "y_copy", cell)
     assert [(s.op_name, s.kinds) for s in everything.steps] == [

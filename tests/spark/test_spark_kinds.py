@@ -80,8 +80,9 @@ def test_join_and_cross_join(people: Any, cities: Any) -> None:
     got = steps(lambda p, c: p.join(c, "g", "left"), people, cities)
     assert got == (st("DataFrame.join", ["join"], added=["cid", "city"]),)
     got = steps(lambda p, c: p.select("id").crossJoin(c.select("city")), people, cities)
-    assert [s.kinds for s in got] == [("feature_selection",), ("append",)]
-    assert got[1].added == ("city",)
+    # each side's select is a step of its own, then the cartesian product (the append kind)
+    assert [s.kinds for s in got] == [("feature_selection",), ("feature_selection",), ("append",)]
+    assert got[2].added == ("city",)
 
 
 def test_nested_calls_are_one_step_and_repartition_is_none(people: Any) -> None:
