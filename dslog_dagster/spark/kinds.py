@@ -189,7 +189,7 @@ def install() -> None:
             setattr(cls, name, _wrap(f"{prefix}.{name}", getattr(cls, name), kinds))
     for name, alias in (("where", "filter"), ("sort", "orderBy"), ("unionAll", "union")):
         setattr(frame.TrackedFrame, name, getattr(frame.TrackedFrame, alias))
-    frame.TrackedFrame.drop_duplicates = frame.TrackedFrame.dropDuplicates  # type: ignore[method-assign]
+    frame.TrackedFrame.drop_duplicates = frame.TrackedFrame.dropDuplicates
     na = frame._NaFunctions  # noqa: SLF001  (frame.na)
     na_kinds = (("fill", (IMPUTATION,)), ("drop", (INSTANCE_DROP,)), ("replace", (IMPUTATION,)))
     for name, kinds in na_kinds:
