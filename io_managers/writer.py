@@ -37,6 +37,7 @@ from dslog_dagster.core.store import (
     ArrayRecord,
     LineageStore,
     NewArray,
+    OperationRecord,
     PreparedOperation,
 )
 from dslog_dagster.core.store.effects import OperationEffects
@@ -435,6 +436,7 @@ class LineageJob:
             version=self.version,
             op_id=op.op_id,
             op_name=op.op_name,
+            kinds=_kinds(op),
             store=str(store.root),
             base_dir=self._base_dir(),
             inputs=inputs,
@@ -451,6 +453,13 @@ class LineageJob:
     def _base_dir(self) -> str | None:
         base = self.writer.base_dir
         return None if base is None else os.fspath(base)
+
+
+def _kinds(op: OperationRecord) -> str:
+    """The operation's kinds and column effect for ``dslog/record`` (at most 200 characters:
+    the record stays short enough for the UI to show it inline)."""
+    text = "unknown" if op.effects is None else op.effects.summary()
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _step_log(context: dg.OutputContext) -> progress.Sink:
