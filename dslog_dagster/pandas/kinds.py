@@ -177,20 +177,25 @@ def _shape(obj: Any) -> _Shape | None:
     return None
 
 
-def _effect(call: str, kinds: tuple[str, ...], before: Sequence[_Shape], after: _Shape) -> Step:
+def _effect(
+    call: str, kinds: tuple[str, ...], before: Sequence[_Shape], after: _Shape
+) -> Step | None:
     """The step of ``call``: its column effect from ``before`` (the frames it read) to
-    ``after``, its kinds from ``kinds`` or, when ``DERIVED``, from that effect."""
+    ``after``, its kinds from ``kinds`` or, when ``DERIVED``, from that effect (``None``:
+    a derived call that changed nothing, e.g. a copy)."""
     first = before[0]
-    added = [c for c in after.labels if c not in first.labels]
-    removed = [c for c in first.labels if c not in after.labels] if len(before) == 1 else []
+    have, keep = set(first.labels), set(after.labels)
+    added = [c for c in after.labels if c not in have]
+    removed = [c for c in first.labels if c not in keep] if len(before) == 1 else []
     renamed: list[tuple[str, str]] = []
     if kinds == (FEATURE_RENAME,) and len(first.labels) == len(after.labels):
         renamed = [(a, b) for a, b in zip(first.labels, after.labels, strict=True) if a != b]
         added = removed = []
     transformed = []
     if after.space is first.space and not renamed:
+        was = dict(zip(first.labels, first.columns, strict=True))
         for c, lin in zip(after.labels, after.columns, strict=True):
-            if c in first.labels and lin is not first.columns[first.labels.index(c)]:
+            if c in was and lin is not was[c]:
                 transformed.append(c)
     n_in = sum(b.n_rows for b in before)
     rows_dropped: int | None = None
@@ -210,12 +215,14 @@ def _effect(call: str, kinds: tuple[str, ...], before: Sequence[_Shape], after: 
         if transformed:
             derived.append(VALUE_TRANSFORMATION)
         kinds = tuple(derived)
+        if not kinds:
+            return None
     if APPEND in kinds:
         rows_dropped, rows_generated = 0, 0 if after.n_rows == n_in else None
     elif JOIN in kinds or INSTANCE_GENERATION in kinds:
         rows_dropped, rows_generated = None, after.n_rows
     elif SPACE_AUGMENTATION in kinds:
-        removed = [c for c in first.labels if c not in after.labels]
+        removed = [c for c in first.labels if c not in keep]
     return step(
         call, kinds, added=added, removed=removed, renamed=renamed, transformed=transformed,
         rows_dropped=rows_dropped, rows_generated=rows_generated,
@@ -233,7 +240,7 @@ def _record(
     if kinds == DERIVED and isinstance(res, TrackedSeries) and not call.startswith("Series"):
         return  # a column read out of a frame (``df["a"]``): part of an expression
     st = _effect(call, kinds, before, after)
-    if st.kinds:  # a derived call that changed nothing (a copy) is no step
+    if st is not None:
         ctx.steps.append(st)
 
 
