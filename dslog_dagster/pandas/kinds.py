@@ -23,6 +23,7 @@ are installed on the facade classes once (:func:`install`), by
 """
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -251,6 +252,12 @@ def _wrap(call: str, fn: Callable[..., Any], kinds: tuple[str, ...]) -> Callable
         if st is None or st.ctx.depth:
             return fn(self, *args, **kwargs)
         ctx = st.ctx
+        if call == "DataFrame.query":  # `@name` reads the variables of query's caller
+            caller = inspect.currentframe().f_back  # type: ignore[union-attr]
+            assert caller is not None
+            kwargs.setdefault("local_dict", caller.f_locals)
+            kwargs.setdefault("global_dict", caller.f_globals)
+            del caller
         ins = [self]
         if kinds == (JOIN,):  # DataFrame.merge / join: the other frame is read too
             ins.append(args[0] if args else kwargs.get("right", kwargs.get("other")))

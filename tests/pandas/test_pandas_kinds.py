@@ -15,6 +15,7 @@ from dslog_dagster.errors import QueryError
 from dslog_dagster.pandas import capture_pandas
 
 ZERO = {"rows_dropped": 0, "rows_generated": 0}
+LIMIT = 2.0  # read by a query's `@LIMIT`
 
 
 def _a() -> pd.DataFrame:
@@ -44,6 +45,8 @@ CASES = [
       step("DataFrame.assign", ["value_transformation"], transformed=["x"], **ZERO)]),
     ("filter", lambda a: a[a["x"] > 2],
      [step("DataFrame.__getitem__", ["instance_drop"], rows_dropped=2, rows_generated=0)]),
+    ("query", lambda a: a.query("x > @LIMIT"),
+     [step("DataFrame.query", ["instance_drop"], rows_dropped=2, rows_generated=0)]),
     ("dropna", lambda a: a.dropna(),
      [step("DataFrame.dropna", ["instance_drop"], rows_dropped=1, rows_generated=0)]),
     ("head", lambda a: a.sort_values("x").head(2),
