@@ -33,6 +33,7 @@ import numpy as np
 from dslog_dagster.core.compression import compress
 from dslog_dagster.core.declared import from_box_pairs, from_callable
 from dslog_dagster.core.on_demand import DEFERRED, deferred_error
+from dslog_dagster.core.op_kinds import array_effects
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.query import CellSet, Direction, PreparedHop, as_cells, prepare, run_hops
 from dslog_dagster.core.relation import LineageRelation, Shape, as_shape
@@ -341,8 +342,10 @@ class DSLog:
                         if w == 0
                     }
                     rec = self.store.register_operation(
-                        op_name, ins, outs, lineage, args=op_args, capture_method=f"view-{hit.kind}"
-                    )
+                        op_name, ins, outs, lineage, args=op_args,
+                        capture_method=f"view-{hit.kind}",
+                        effects=array_effects(outs, ins, lineage),
+                    )  # fmt: skip
                     return rec
         if capture is None:
             msg = (
@@ -366,8 +369,9 @@ class DSLog:
             )
         lineage = {(outs[o].name, ins[i].name): t for (_, o, i), t in declared.items()}
         rec = self.store.register_operation(
-            op_name, ins, outs, lineage, args=op_args, capture_method=capture_method
-        )
+            op_name, ins, outs, lineage, args=op_args, capture_method=capture_method,
+            effects=array_effects(outs, ins, lineage),
+        )  # fmt: skip
         return rec
 
     def _declared_lineage(

@@ -13,7 +13,8 @@ or any :func:`~dslog_dagster.core.query.as_cells` selection. The questions:
 * :func:`why` — *why-provenance*: the cells of every upstream array the selection was
   computed from (through every path), sources marked;
 * :func:`how` — *how-provenance*: the operations that produced the selection, in pipeline
-  order, with the cells each one read and wrote on the way;
+  order, with the cells each one read and wrote on the way and their DPDS kinds; ``kind=``
+  keeps the operations of one kind ("which imputations touched this cell");
 * :func:`history` — the selection's history: :func:`why` and :func:`spread` together, every
   array before and after it;
 * :func:`spread` — how far the selection spreads into later arrays (cells and share of each);
@@ -33,6 +34,7 @@ import numpy as np
 
 from dslog_dagster.core.query import CellSet, as_cells, prepare, run_hops
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
+from dslog_dagster.core.store.effects import KINDS, UNKNOWN
 from dslog_dagster.core.trace import Trace, trace
 from dslog_dagster.errors import QueryError
 
@@ -85,6 +87,8 @@ class StepCells:
     capture_method: str
     input: ArrayCells
     output: ArrayCells
+    kinds: tuple[str, ...] = (UNKNOWN,)
+    """The operation's DPDS kinds (``("unknown",)``: its capture recorded none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,7 @@ class ProvenanceAnswer:
                     "operation": s.op_name,
                     "op_id": s.op_id,
                     "obtained": s.capture_method,
+                    "kinds": ", ".join(s.kinds),
                     "input": s.input.name,
                     "input_cells": s.input.count,
                     "input_boxes": str(s.input.cells),
@@ -139,7 +144,8 @@ class ProvenanceAnswer:
         head = f"{self.question}: {s.count:,} cell(s) of {s.name} ({s.cells})"
         if self.question == "how":
             body = [
-                f"  {k}. {st.op_name} ({st.capture_method}): {st.input.count:,} cell(s) of "
+                f"  {k}. {st.op_name} ({st.capture_method}; {', '.join(st.kinds)}): "
+                f"{st.input.count:,} cell(s) of "
                 f"{st.input.name} -> {st.output.count:,} of {st.output.name}"
                 for k, st in enumerate(self.steps, start=1)
             ]
@@ -254,15 +260,31 @@ def why(
 
 
 def how(
-    store: LineageStore, array: str | ArrayRecord, cells: CellSet, *, version: str | None = None
+    store: LineageStore,
+    array: str | ArrayRecord,
+    cells: CellSet,
+    *,
+    version: str | None = None,
+    kind: str | None = None,
 ) -> ProvenanceAnswer:
     """How-provenance: the operations that produced ``cells``, sources first, each with the
-    cells of its input it read and of its output it wrote along the selection."""
+    cells of its input it read and of its output it wrote along the selection, and its DPDS
+    kinds. ``kind`` (one of :data:`~dslog_dagster.core.store.effects.KINDS`, or
+    ``"unknown"``) keeps only the operations of that kind: ``kind="imputation"`` answers
+    "which imputations touched these cells". A pandas or Spark step is one operation of
+    several kinds (one per call it ran); it is kept when one of its calls has the kind.
+
+    Raises:
+        QueryError: ``kind`` is not a kind.
+    """
+    if kind is not None and kind not in (*KINDS, UNKNOWN):
+        msg = f"Unknown operation kind `{kind}`; use one of {', '.join((*KINDS, UNKNOWN))}."
+        raise QueryError(msg)
     rec = _resolve(store, array, version)
     tr = trace(store, rec, cells, "backward")
     steps = []
     for c in tr.crossings.values():
-        if c.reached.is_empty():
+        if c.reached.is_empty() or (kind is not None and kind not in c.operation.kinds):
             continue
         out_hops = -tr.hops[c.source.array_id]
         steps.append(
@@ -276,6 +298,7 @@ def how(
                 ArrayCells(
                     c.source.name, c.source.version, tuple(c.source.shape), c.carried, out_hops
                 ),
+                c.operation.kinds,
             )
         )
     steps.sort(key=lambda s: (s.output.hops, s.op_id, s.input.name))

@@ -144,6 +144,8 @@ def _inspect(args: argparse.Namespace) -> int:
                     "inputs": [a.name for a in op.inputs],
                     "outputs": [a.name for a in op.outputs],
                     "capture_method": op.capture_method,
+                    "kinds": list(op.kinds),
+                    "effects": None if op.effects is None else op.effects.to_json(),
                     "created_at": op.created_at.isoformat(),
                     "tables": [_table_row(t) for t in op.tables],
                 }
@@ -169,6 +171,7 @@ def _inspect(args: argparse.Namespace) -> int:
         ins = ", ".join(a.name for a in op.inputs)
         outs = ", ".join(a.name for a in op.outputs)
         print(f"  {op.op_id}  {op.op_name}({ins}) -> {outs}  [{op.capture_method}]")
+        print(f"      kinds: {'unknown' if op.effects is None else op.effects.summary()}")
         for t in op.tables:
             ratio = f"{t.n_pairs / t.rows:,.0f} pairs/row" if t.rows else "empty"
             print(
@@ -517,8 +520,12 @@ def _provenance(args: argparse.Namespace) -> int:
             cells_from_spec(rec.shape, args.cells, columns=rec.column_names) if args.cells else None
         )
         sel = pq.select(rec.shape, cells=cells, row=args.row, column=args.column)
+        if args.kind is not None and args.question != "how":
+            msg = "`--kind` filters the operations of `how` only."
+            raise DSLogError(msg)
         ask = {"why": pq.why, "how": pq.how, "history": pq.history, "spread": pq.spread}
-        ans = ask[args.question](store, rec, sel)
+        kw = {"kind": args.kind} if args.kind is not None else {}
+        ans = ask[args.question](store, rec, sel, **kw)
     rows = ans.rows()
     _emit(rows, list(rows[0]) if rows else ["array"], args.format)
     print(ans.summary(), file=sys.stderr)
@@ -700,6 +707,7 @@ def _lineage_commands(sub: Any) -> None:
         "DPDS provenance queries: why, how, history, spread of cells; what an operation dropped",
         "  dslog provenance data/.dslog why frames/joined --row 3 --column 2\n"
         "  dslog provenance data/.dslog how frames/joined --row 3\n"
+        "  dslog provenance data/.dslog how frames/joined --row 3 --kind imputation\n"
         "  dslog provenance data/.dslog spread frames/raw --column 1 --format json\n"
         "  dslog provenance data/.dslog invalidated OP_ID\n",
         _provenance,
@@ -711,6 +719,7 @@ def _lineage_commands(sub: Any) -> None:
     p.add_argument("--row", type=int, help="a record (with --column: an item)")
     p.add_argument("--column", type=int, help="a feature (with --row: an item)")
     p.add_argument("--cells", action="append", help="any box of the array, e.g. 0:10,3")
+    p.add_argument("--kind", help="`how`: only operations of this DPDS kind, e.g. imputation")
 
 
 def _query_options(p: argparse.ArgumentParser) -> None:

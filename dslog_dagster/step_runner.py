@@ -529,6 +529,7 @@ class _StepRun:
                 column_lineage=None if out.is_array else out.column_lineage,
                 capture_method="spark-all-to-all" if cap.flagged else "spark",
                 characters=None if out.is_array else cap.characters,
+                effects=cap.effects,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([o.value for o in outs])
@@ -590,6 +591,7 @@ class _StepRun:
                 column_lineage=cap.column_lineage,
                 capture_method="pandas-flagged" if cap.flagged else "pandas",
                 characters=cap.characters,
+                effects=cap.effects,
             )
             self.tracked.hand_over(out_name, pending)
         return self.rebuild([c.frame for c in caps])

@@ -31,6 +31,7 @@ from typing import Any
 from dslog_dagster.core.characters import CharacterLineage
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.policy import CapturePolicy, LineageMode
 
 __all__ = ["FrameSource", "InputRef", "PendingLineage", "TrackedStep", "peek_pending"]
@@ -93,6 +94,9 @@ class PendingLineage:
     characters: CharacterLineage | None = None
     """The output's character-range lineage (``characters=True`` on a Spark or pandas step);
     its tables' ``input`` name the step's parameters (``InputRef.arg``)."""
+    effects: OperationEffects | None = None
+    """The operation's DPDS kinds and column effects from a pandas or Spark capture (a NumPy
+    step's are read off its lineage when stored, :mod:`~dslog_dagster.core.op_kinds`)."""
 
     def __post_init__(self) -> None:
         self.policy = CapturePolicy(self.policy)

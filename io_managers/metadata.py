@@ -237,6 +237,8 @@ class LineageMetadata(BaseModel):
     write_s: float | None = None
     step_s: float | None = None
     lineage_md: str | None = None
+    kinds: str | None = None
+    """The operation's DPDS kinds and column effect (``OperationEffects.summary``)."""
 
     def to_metadata(self) -> dict[str, Any]:
         """At most four entries (the IO manager adds ``dslog/shape``): how lineage was
@@ -274,6 +276,8 @@ class LineageMetadata(BaseModel):
                 for arg, ref in self.inputs.items()
             )
             lines.append(f"**Inputs** {ins}")
+        if self.kinds is not None:
+            lines.append(f"**Kinds** {self.kinds}")
         rows = [("policy, mode", f"`{self.policy}`, `{self.mode}`")]
         if self.raw_rows is not None:
             raw = f"{self.raw_rows:,}"

@@ -30,14 +30,17 @@ import numpy as np
 from dslog_dagster.core import background as background_tasks
 from dslog_dagster.core import progress
 from dslog_dagster.core.on_demand import DEFERRED
+from dslog_dagster.core.op_kinds import numpy_effects
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store import (
     ArrayRecord,
     LineageStore,
     NewArray,
+    OperationRecord,
     PreparedOperation,
 )
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.core.store.retraction import retract
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
 from dslog_dagster.io_managers import metadata as m
@@ -312,12 +315,24 @@ class LineageJob:
                     capture_method=method,
                     timings={"capture_s": pending.capture_s},
                     characters=_characters(pending, self.name),
+                    effects=self._effects(in_recs),
                 )
                 ph.note(*_write_sizes(self.prepared.record))
         except BaseException as e:  # re-raised by finish() in the step's thread
             self.failure = e
         finally:
             self.seconds += time.perf_counter() - t0
+
+    def _effects(self, in_recs: Sequence[ArrayRecord]) -> OperationEffects | None:
+        """The capture's effects (pandas, Spark), or a NumPy step's read off its lineage;
+        ``None`` (unknown) for a flagged or deferred step."""
+        pending = self.pending
+        assert pending is not None
+        if pending.effects is not None or pending.flagged:
+            return pending.effects
+        if pending.capture_method not in (None, "declared") or not self.lineage:
+            return None
+        return numpy_effects(self.shape, [self.lineage.get((self.name, r.name)) for r in in_recs])
 
     def _join(self) -> None:
         if self.task is not None:
@@ -421,6 +436,7 @@ class LineageJob:
             version=self.version,
             op_id=op.op_id,
             op_name=op.op_name,
+            kinds=_kinds(op),
             store=str(store.root),
             base_dir=self._base_dir(),
             inputs=inputs,
@@ -437,6 +453,13 @@ class LineageJob:
     def _base_dir(self) -> str | None:
         base = self.writer.base_dir
         return None if base is None else os.fspath(base)
+
+
+def _kinds(op: OperationRecord) -> str:
+    """The operation's kinds and column effect for ``dslog/record`` (at most 200 characters:
+    the record stays short enough for the UI to show it inline)."""
+    text = "unknown" if op.effects is None else op.effects.summary()
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _step_log(context: dg.OutputContext) -> progress.Sink:

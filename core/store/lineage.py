@@ -21,6 +21,7 @@ from dslog_dagster.core.format.blob import table_to_blob
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store.char_records import StoredCharacters
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.core.store.records import (
     TIMING_COMPRESS,
     TIMING_ENCODE,
@@ -129,6 +130,7 @@ def operation_segment(
     timings: dict[str, float],
     tables: list[EncodedTable],
     characters: tuple[StoredCharacters | None, list[bytes]] = (None, []),
+    effects: OperationEffects | None = None,
 ) -> tuple[OperationRecord, str, bytes]:
     """A new operation: its record (with a fresh op id), its segment's root-relative path
     and the segment's bytes (``characters``: the record and blobs of its character tables,
@@ -155,8 +157,9 @@ def operation_segment(
     )
     chars, char_blobs = characters
     record = OperationRecord(
-        op_id, op_name, inputs, outputs, args, capture_method, timings, created, records, chars
-    )
+        op_id, op_name, inputs, outputs, args, capture_method, timings, created, records, chars,
+        effects,
+    )  # fmt: skip
     data = segment.segment_to_bytes(
         [(op_id, json.dumps(record.to_json()), [*(t.blob for t in tables), *char_blobs])]
     )

@@ -27,6 +27,7 @@ from dslog_dagster.core.format.checksum import json_checksum
 from dslog_dagster.core.format.segment import CHECKED_MINOR, SEGMENT_SCHEMA_VERSION
 from dslog_dagster.core.relation import Shape, as_shape
 from dslog_dagster.core.store.char_records import StoredCharacters
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.errors import (
     InvalidRelationError,
     LineageCorruptError,
@@ -197,6 +198,14 @@ class OperationRecord:
     tables: tuple[TableRecord, ...]
     #: character-range lineage (its tables are blobs after the cell tables), or None
     characters: StoredCharacters | None = None
+    #: DPDS operation kinds and column effects (:mod:`~dslog_dagster.core.store.effects`);
+    #: ``None``: not recorded (read as ``"unknown"``)
+    effects: OperationEffects | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The operation's DPDS kinds; ``("unknown",)`` when its capture recorded none."""
+        return ("unknown",) if self.effects is None else self.effects.kinds
 
     def table(self, output: str, input: str) -> TableRecord:
         """The table record for ``(output, input)``.
@@ -229,6 +238,7 @@ class OperationRecord:
             "created_at": self.created_at.isoformat(),
             "tables": [t.to_json() for t in self.tables],
             **({"characters": self.characters.to_json()} if self.characters else {}),
+            **({"effects": self.effects.to_json()} if self.effects is not None else {}),
         }
 
     @classmethod
@@ -258,6 +268,7 @@ class OperationRecord:
                 for t in d["tables"]
             ),
             characters=StoredCharacters.from_json(d.get("characters")),
+            effects=OperationEffects.from_json(d.get("effects")),
         )
 
 

@@ -48,7 +48,7 @@ import reprlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +67,9 @@ from dslog_dagster.core.store.compaction import (
     compact,
 )
 from dslog_dagster.core.store.damage import DamageLog
+
+if TYPE_CHECKING:
+    from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.core.store.failures import discard, storage_error
 from dslog_dagster.core.store.group_commit import GroupCommitter
 from dslog_dagster.core.store.integrity import STORE_ID_RE, VerifyReport, quarantine, verify
@@ -318,6 +321,7 @@ class LineageStore:
         capture_method: str = "user",
         timings: Mapping[str, float] | None = None,
         characters: "Mapping[str, CharacterLineage] | None" = None,
+        effects: "OperationEffects | None" = None,
     ) -> OperationRecord:
         """Register one execution of an operation with its lineage, atomically:
         :meth:`prepare_operation` (the arguments and errors are documented there), then
@@ -331,7 +335,7 @@ class LineageStore:
             The stored :class:`OperationRecord`.
         """
         return self.prepare_operation(
-            op_name, inputs, outputs, lineage, args, capture_method, timings, characters
+            op_name, inputs, outputs, lineage, args, capture_method, timings, characters, effects
         ).commit()
 
     def prepare_operation(
@@ -344,6 +348,7 @@ class LineageStore:
         capture_method: str = "user",
         timings: Mapping[str, float] | None = None,
         characters: "Mapping[str, CharacterLineage] | None" = None,
+        effects: "OperationEffects | None" = None,
     ) -> "PreparedOperation":
         """The first half of :meth:`register_operation`: validate, compress and encode
         everything, and write and flush the operation's segment under ``.staging/``, where no
@@ -366,6 +371,7 @@ class LineageStore:
                 measured here and added to any value passed in under those keys.
             characters: output name -> its character-range lineage (tables' ``input`` name
                 input arrays); read back with :func:`~dslog_dagster.core.store.read_characters`.
+            effects: its DPDS kinds and column effects (``None``: unknown).
 
         Returns:
             The :class:`PreparedOperation` (its ``record`` is what ``commit`` stores).
@@ -395,12 +401,12 @@ class LineageStore:
         tables = encode_lineage(op_name, lineage, by_out, by_in, timings_json)
         chars = encode_characters(op_name, characters or {}, by_out, by_in)
         record, rel, segment = operation_segment(
-            op_name, ins, outs, args_json, capture_method, timings_json, tables, chars
+            op_name, ins, outs, args_json, capture_method, timings_json, tables, chars, effects
         )
         # 2. write and flush the segment under .staging; commit() publishes it with one
         # rename (linking it first as the record of each new output array: one flushed file)
         tmp = self._stage(segment, record.op_id)
-        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings, characters)
+        retry = (op_name, inputs, outputs, lineage, args, capture_method, timings, characters, effects)  # fmt: skip  # noqa: E501
         return PreparedOperation(self, tmp, rel, record, new_outs, retry)
 
     def _stage(self, segment: bytes, op_id: str) -> Path:
@@ -439,7 +445,7 @@ class LineageStore:
                 self.root / rel, tmp, prepared.new_outs, op_id, prepared if aside else None
             ):
                 # another writer registered an output meanwhile: its record stands
-                op_name, inputs, outputs, lineage, args, method, timings, chars = prepared.retry
+                op_name, inputs, outputs, lineage, args, method, timings, ch, eff = prepared.retry
                 registered = [
                     self.register_array(a.name, a.shape, a.dtype, a.asset_key, a.version)
                     if isinstance(a, NewArray)
@@ -447,7 +453,7 @@ class LineageStore:
                     for a in outputs
                 ]
                 return self.register_operation(
-                    op_name, inputs, registered, lineage, args, method, timings, chars
+                    op_name, inputs, registered, lineage, args, method, timings, ch, eff
                 )
         else:
             final = self.root / rel

@@ -27,10 +27,12 @@ from dslog_dagster.core.compression import column_table, compress
 from dslog_dagster.core.constant_tables import empty_table, flagged_table
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.errors import InvalidRelationError, UnsupportedArrayError
 from dslog_dagster.pandas import (  # noqa: F401  (they register their rules)
     aggregate,
     combine,
+    kinds,
     pivot,
     reshape,
     sequence,
@@ -79,6 +81,8 @@ class PandasCapture:
         characters: the character-range lineage of the output's string columns
             (``capture_pandas(..., characters=True)``; else ``None``), see
             :mod:`dslog_dagster.core.characters`; query it with :meth:`trace_characters`.
+        effects: the DPDS kinds and column effects of the pandas calls the capture ran
+            (:mod:`~dslog_dagster.pandas.kinds`), stored with the operation.
     """
 
     frame: pd.DataFrame
@@ -90,6 +94,7 @@ class PandasCapture:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     characters: CharacterLineage | None = None
+    effects: OperationEffects | None = None
 
     @property
     def flagged(self) -> bool:
@@ -194,6 +199,7 @@ class PandasCapture:
             capture_method="pandas-flagged" if self.flagged else "pandas",
             timings={"capture_s": self.seconds},
             characters=chars,
+            effects=self.effects,
         )  # fmt: skip
 
 
@@ -322,6 +328,7 @@ def capture_pandas(
             something other than tracked frames.
     """
     install()
+    kinds.install()
     t0 = time.perf_counter()
     named = (
         dict(frames)
@@ -354,6 +361,7 @@ def capture_pandas(
                 time.perf_counter() - t0,
                 {"run": t_run},
                 _characters(st, inputs, out.plain, named) if characters else None,
+                kinds.effects_of(ctx),
             )
         )
     return captures

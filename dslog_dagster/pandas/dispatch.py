@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from dslog_dagster.pandas.kinds import module_call
+
 __all__ = ["install"]
 
 _LOCK = threading.Lock()
@@ -65,4 +67,4 @@ def install() -> None:
         for name, rule in (("concat", _concat), ("merge", _merge), ("get_dummies", _get_dummies)):
             current = getattr(pd, name)
             if not hasattr(current, _MARK):
-                setattr(pd, name, _wrap(current, rule))
+                setattr(pd, name, _wrap(current, module_call(name, rule)))

@@ -28,6 +28,7 @@ import numpy as np
 from dslog_dagster.pandas.rows import I64, RowMap
 
 if TYPE_CHECKING:
+    from dslog_dagster.core.store.effects import Step
     from dslog_dagster.pandas.char_segments import Segments
 
 __all__ = ["NO_LINEAGE", "ColumnLineage", "FrameInput", "FrameState", "Pairs", "PandasContext"]
@@ -110,6 +111,10 @@ class PandasContext:
     on_unknown: str = "raise"
     flagged_ops: list[str] = field(default_factory=list)
     segments: "Segments | None" = None
+    steps: list["Step"] = field(default_factory=list)
+    """The calls recorded so far, with their DPDS kinds (:mod:`~dslog_dagster.pandas.kinds`)."""
+    depth: int = 0
+    """Recorded calls running now (a call inside another is not a step of its own)."""
 
     def new_slot(self, input_index: int, rows: RowMap) -> int:
         sid = len(self.slots)

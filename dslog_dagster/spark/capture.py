@@ -40,6 +40,7 @@ from dslog_dagster.core import background
 from dslog_dagster.core.compression import union_tables
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.errors import InvalidRelationError, UnsupportedFrameOperationError
+from dslog_dagster.spark import kinds as spark_kinds
 from dslog_dagster.spark.cell_lineage import SlotPlan, cell_tables, column_lineage, plan_slots
 from dslog_dagster.spark.characters import character_lineage, row_tables_by_pair
 from dslog_dagster.spark.connect import require_classic
@@ -378,6 +379,7 @@ def _capture_once(
     """One run of ``func`` and one pass over each of its outputs (see :func:`capture_frames`),
     in the phases the module docstring names; aggregations record their ids under
     ``tap_root`` (:mod:`~dslog_dagster.spark.idtap`; None: no tap)."""
+    spark_kinds.install()
     ctx = CaptureContext(
         on_unknown=on_unknown, aggregate=mode, tap_root=tap_root, record_summaries=record
     )
@@ -447,6 +449,7 @@ def _capture_output(
         column_lineage=col_lineage,
         flagged=bool(ctx.flagged_ops),
         flagged_ops=tuple(ctx.flagged_ops),
+        effects=spark_kinds.effects_of(ctx),
         timings={
             "plan_s": t1 - t0,
             "pass_s": t_pass - t1,

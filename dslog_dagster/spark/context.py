@@ -12,7 +12,7 @@ import itertools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pyspark.sql import Column, DataFrame
 
@@ -45,6 +45,12 @@ class CaptureContext:
     # count, computing no range (see dslog_dagster.spark.summaries); False: ranges carried as
     # columns (the rerun when the recorded summaries or the tap cannot be used)
     record_summaries: bool = True
+    # the steps recorded so far with their DPDS kinds (dslog_dagster.spark.kinds), the calls
+    # running now, and the plan nodes and computed columns the current call's walks met
+    steps: list[Any] = field(default_factory=list)
+    depth: int = 0
+    plan_nodes: list[str] = field(default_factory=list)
+    computed: set[str] = field(default_factory=set)
 
     def new_tap_dir(self, kind: str) -> tuple[int, str]:
         """A token and its directory under ``tap_root`` for one JVM recorder (``"t"``: an id

@@ -16,6 +16,7 @@ from dslog_dagster.core.api import DSLog
 from dslog_dagster.core.characters import CharacterLineage, CharacterRange, trace_cell
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.spark.rowid import RowIds
 from dslog_dagster.spark.staging import StagedOutput, remove_staging_dir
@@ -91,6 +92,8 @@ class FrameCapture:
             :mod:`dslog_dagster.core.characters`; query it with :meth:`trace_characters`.
         row_tables: the row table (output rows ← input rows) of each contributing
             ``(input name, output column index, input column index)`` pair.
+        effects: the DPDS kinds and column effects of the calls the capture ran
+            (:mod:`~dslog_dagster.spark.kinds`), stored with the operation.
     """
 
     columns: tuple[str, ...]
@@ -104,6 +107,7 @@ class FrameCapture:
     flagged_ops: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     characters: CharacterLineage | None = None
+    effects: OperationEffects | None = None
     row_tables: dict[tuple[str, int, int], LineageTable] = field(default_factory=dict, repr=False)
     _cached: list[RowIds | KeptRows] = field(default_factory=list, repr=False)
     _staged: StagedOutput | None = field(default=None, repr=False)
@@ -245,6 +249,7 @@ class FrameCapture:
             capture_method="spark-all-to-all" if self.flagged else "spark",
             timings=self.timings,
             characters=chars,
+            effects=self.effects,
         )
         return op
 

@@ -341,6 +341,8 @@ class PlanWalker:
         self.window_rule = window_rule
         self._semantic = False
         self.generated = False  # a Generate node (explode) repeats rows
+        self.nodes: list[str] = []  # the node names walked above the bases (operation kinds)
+        self.computed: set[str] = set()  # output names a node computed (not passed through)
 
     def _unsupported(self, node: str) -> UnsupportedFrameOperationError:
         msg = (
@@ -384,6 +386,7 @@ class PlanWalker:
             ids = output_ids(node)
             return dict(zip(ids, base.infos, strict=True))
         name = node.nodeName()
+        self.nodes.append(name)
         children = seq(node.children())
         if name in PASS_THROUGH:
             return self._walk(children[0])
@@ -402,6 +405,7 @@ class PlanWalker:
                 elif is_slot(n):
                     out[i] = n
                 else:
+                    self.computed.add(n)
                     e = exprs.apply(j)
                     refs = refs_of(e)
                     if structs is None and not self._has_fields(refs, child):

@@ -193,7 +193,11 @@ class FrameState:
         analyzed plan above ``bases`` (default: this frame); ``remap`` moves the pairs of
         slots the step replaced with new ones (see :mod:`~dslog_dagster.spark.ranges`)."""
         walker = PlanWalker(bases or [self.base()], op, window_rule)
-        infos = walker.resolve(analyzed(res))
+        try:
+            infos = walker.resolve(analyzed(res))
+        finally:
+            self.context.plan_nodes += walker.nodes
+            self.context.computed |= walker.computed
         if remap:
             infos = [i if isinstance(i, str) else i.remap(remap) for i in infos]
         keeps = self.unique if unique is None else unique

@@ -80,6 +80,9 @@ def test_materialize_twice_new_version_and_queries_equal_hand_lineage(
     # the UI shows the record as markdown
     assert f"`colsum` version `{r2.run_id}` by `colsum@v1`" in md[m.RECORD]
     assert f"**Inputs** `src` version `{r2.run_id}`" in md[m.RECORD]
+    # DPDS kinds by the NumPy rule: a column sum fits none; rev keeps 3 of 4 cells, each once
+    assert "**Kinds** unknown" in md[m.RECORD]
+    assert "**Kinds** instance_drop; rows -1 +0" in _md(r2, "rev")[m.RECORD]
     # lean metadata: at most five dslog/* entries, figures formatted with units
     assert len([k for k in md if k.startswith("dslog/")]) <= 5
     figures = m.record_figures(md[m.RECORD])

@@ -130,10 +130,33 @@ def test_dpds_running_example_end_to_end(
     assert fwd.size == 0
     fwdc = log.prov_query(["df_B", "prepared_considered"], np.s_[1, 2]).to_flat()
     assert set(np.unravel_index(fwdc, (5, 7))[0].tolist()) == {2}
+    # the DPDS kinds of each pandas call of the step, stored with its operation
+    (op,) = [o for o in log.store.operations() if o.outputs[0].name == "prepared"]
+    assert op.effects is not None
+    assert [s.call for s in op.effects.steps] == [
+        "pandas.merge", "DataFrame.fillna", "pandas.merge", "DataFrame.fillna",
+        "pandas.get_dummies", "pandas.concat", "pandas.concat", "DataFrame.drop",
+    ]  # fmt: skip
+    assert op.kinds == ("join", "imputation", "space_augmentation", "feature_selection")
+    assert op.effects.steps[2].added == ("E", "F")  # df_C's columns, by the second join
+    assert op.effects.steps[3].transformed == ("E", "F")  # fillna(value={"E": ..., "F": ...})
+    assert op.effects.steps[4].added == ("E1", "Ex")
+    assert op.effects.steps[7].removed == ("E",)
     if wrapped:
         return
-    # names: a column by name on the command line, the DPDS questions, and the PROV schema
+    # which imputations touched row 3 (its F was imputed): the step, by kind
     store = str(tmp_path / "store")
+    assert main(["provenance", store, "how", "prepared", "--row", "3", "--kind", "imputation",
+                 "--format", "json"]) == 0  # fmt: skip
+    steps = json.loads(capsys.readouterr().out)  # one row per input the step read
+    assert sorted(s["input"] for s in steps) == ["df_A", "df_B", "df_C"]
+    assert {s["kinds"] for s in steps} == {
+        "join, imputation, space_augmentation, feature_selection"
+    }
+    assert main(["provenance", store, "how", "prepared", "--row", "3", "--kind", "append",
+                 "--format", "json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out) == []
+    # names: a column by name on the command line, the DPDS questions, and the PROV schema
     assert main(["query", store, "prepared", "df_C", "--cells", "0,F", "--format", "json"]) == 0
     (box,) = json.loads(capsys.readouterr().out)
     assert (box["start_0"], box["stop_0"], box["start_1"], box["stop_1"]) == (0, 1, 3, 4)
