@@ -411,47 +411,12 @@ def _prov(args: argparse.Namespace) -> int:
     return 0
 
 
-def _values_loader(folder: str, *, frames: bool = False) -> Any:
-    """A value loader over the values a DSLogIOManager keeps under ``folder`` (its base_dir):
-    NumPy arrays, and with ``frames`` DataFrames too (on-demand pandas and Spark steps; a
-    Spark frame keeps its row ids and is read by this process's session)."""
-    import numpy as np
-
-    from dslog_dagster.core.store import ArrayRecord
-    from dslog_dagster.io_managers.value_versions import ValueSlot, asset_stem
-
-    base = Path(folder)
-    if not base.is_dir():
-        msg = f"No values folder at `{base}`: give the DSLogIOManager's base_dir (--values)."
-        raise DSLogError(msg)
-
-    def load(rec: ArrayRecord) -> Any:
-        if rec.asset_key is None or rec.version is None:
-            return None
-        path = ValueSlot(asset_stem(base, rec.asset_key, rec.name)).find(rec.version)
-        if path is None:
-            return None
-        if path.suffix == ".npy":
-            return np.load(path, allow_pickle=False)
-        if frames and path.suffix == ".parquet" and path.is_file():  # a pandas frame
-            from dslog_dagster.io_managers.pandas_frames import read_pandas
-
-            return read_pandas(path)
-        if frames and path.suffix == ".parquet" and path.is_dir():  # a Spark frame, with ids
-            from dslog_dagster.io_managers.spark_frames import load_frame
-            from dslog_dagster.spark.session import get_session
-
-            return load_frame(get_session(), path)[0]
-        return None
-
-    return load
-
-
 def _diff(args: argparse.Namespace) -> int:
+    from dslog_dagster.cli_values import values_loader
     from dslog_dagster.core.change import explain_change
 
     store = _store(args.store)
-    load = _values_loader(args.values)
+    load = values_loader(args.values)
     expl = explain_change(store, args.array, args.version_a, args.version_b, load)
     rows = expl.rows()
     _emit(rows, list(rows[0]), args.format)
@@ -463,6 +428,7 @@ def _trace(args: argparse.Namespace) -> int:
     import importlib
     import importlib.util
 
+    from dslog_dagster.cli_values import values_loader
     from dslog_dagster.core.api import DSLog
     from dslog_dagster.core.on_demand import trace
     from dslog_dagster.core.query.cellspec import cells_from_spec
@@ -481,7 +447,7 @@ def _trace(args: argparse.Namespace) -> int:
     source = log.store.get_array(names[0])
     cells = cells_from_spec(source.shape, args.cells or [":"], columns=source.column_names)
     views = ViewRegistry(log.store)  # a confirmed view may know a step's lineage
-    result, done = trace(log, names, cells, _values_loader(args.values, frames=True), views=views)
+    result, done = trace(log, names, cells, values_loader(args.values, frames=True), views=views)
     for r in done:
         print(
             f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…, {r.obtained}) "
@@ -497,11 +463,12 @@ def _trace(args: argparse.Namespace) -> int:
 
 def _discover(args: argparse.Namespace) -> int:
     from dslog_dagster.cli_discover import discover_command
+    from dslog_dagster.cli_values import values_loader
 
     def emit(rows: Rows) -> None:
         _emit(rows, list(rows[0]), args.format)
 
-    return discover_command(args, _store(args.store), _values_loader(args.values), emit)
+    return discover_command(args, _store(args.store), values_loader(args.values), emit)
 
 
 def _provenance(args: argparse.Namespace) -> int:

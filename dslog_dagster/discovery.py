@@ -92,12 +92,13 @@ def discover_parameters(
         DiscoveryError: no candidate reproduces the cells.
         LineageNotFoundError: the version has no lineage, or a value is not stored.
 
-    Examples:
-        >>> found = discover_parameters(  # doctest: +SKIP
-        ...     hotspots, dslog.store(), io.value_loader(), {"tile": [8, 16, 32]}
-        ... )
-        >>> found.matches  # doctest: +SKIP
-        ({'tile': 16},)
+    Example (the example project's ``hotspots`` step; ``tests/dagster/test_discovery.py``
+    runs it)::
+
+        found = discover_parameters(
+            hotspots, dslog.store(), io.value_loader(), {"tile": [8, 16, 32]}
+        )
+        found.matches  # ({'tile': 8},) when the step ran with tile=8
     """
     fn, config_param, cls = _step(assets_def)
     fields = cls.model_fields
