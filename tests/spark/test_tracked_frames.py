@@ -517,25 +517,3 @@ def test_with_lineage_passes_untracked_frames_unchanged(spark: Any, tmp_path: Pa
     err = str(res.get_step_failure_events()[0].step_failure_data.error)
     assert "stored without row ids" in err
     assert "with_lineage" in err
-
-
-@tracked_asset(policy="on_demand")
-def joined_on_demand(people: DataFrame, cities: DataFrame) -> DataFrame:
-    return people.join(cities, "g")
-
-
-def test_on_demand_is_refused_for_spark_steps(spark: Any, base: Any) -> None:
-    root, inst, _ = base
-    res = dg.materialize(
-        [people, cities, joined_on_demand],
-        instance=inst,
-        resources=_resources(root),
-        selection=[joined_on_demand],
-        run_config=QUIET,
-        raise_on_error=False,
-    )
-    assert not res.success
-    (failure,) = res.get_step_failure_events()
-    assert 'policy="on_demand" covers NumPy and pandas steps so far' in str(
-        failure.event_specific_data.error  # type: ignore[union-attr]
-    )
