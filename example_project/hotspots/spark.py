@@ -116,7 +116,7 @@ ON_DEMAND_GROUP = "titles_on_demand"
 @tracked_asset(group_name=ON_DEMAND_GROUP, kinds=SPARK, code_version="1", policy="on_demand")
 def runtime_by_genre(title_basics: DataFrame, title_episodes: DataFrame) -> DataFrame:
     """On demand (join + groupBy): runs untracked; its lineage is reconstructed when a query
-    asks, for the selected genres only (``dslog trace``, see docs/dagster.md)."""
+    asks, for the selected genres only (dslog trace; see docs/dagster.md)."""
     return runtime_per_genre(title_basics, title_episodes)
 
 
