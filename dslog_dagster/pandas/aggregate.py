@@ -29,13 +29,26 @@ from dslog_dagster.pandas.rules import register
 from dslog_dagster.pandas.series import TrackedSeries, refuse
 from dslog_dagster.pandas.state import ColumnLineage, FrameState, Pairs
 
-__all__ = ["TrackedGroupBy"]
+__all__ = ["ENDS", "FUNCS", "PICK", "TrackedGroupBy", "end_members"]
 
 _NON_NULL = {"sum", "mean", "median", "std", "var", "prod", "nunique", "any", "all", "sem"}
-_PICK = {"min", "max"}
-_ENDS = {"first", "last"}
+PICK = {"min", "max"}
+ENDS = {"first", "last"}
 _COUNT = {"count"}
-FUNCS = _NON_NULL | _PICK | _ENDS | _COUNT
+FUNCS = _NON_NULL | PICK | ENDS | _COUNT
+
+
+def end_members(candidates: np.ndarray, codes: np.ndarray, *, last: bool) -> np.ndarray:
+    """Per group code, the first (``last``: the last) row among ``candidates``, as a row
+    mask: the cell ``first``/``last`` picks."""
+    idx = np.flatnonzero(candidates)
+    group = codes[idx]
+    if last:
+        idx, group = idx[::-1], group[::-1]
+    _, first = np.unique(group, return_index=True)
+    mask = np.zeros(candidates.size, bool)
+    mask[idx[first]] = True
+    return mask
 
 
 class TrackedGroupBy:
@@ -101,17 +114,11 @@ class TrackedGroupBy:
         notnull = np.asarray(vals.notna().to_numpy(), bool)
         if func in _NON_NULL:
             mask = notnull
-        elif func in _PICK:
+        elif func in PICK:
             per_row = self._gb[col].transform(func)
             mask = notnull & np.asarray((vals == per_row).to_numpy(), bool)
-        elif func in _ENDS:
-            idx = np.flatnonzero(notnull & self._valid)
-            codes = self._codes[idx]
-            if func == "last":
-                idx, codes = idx[::-1], codes[::-1]
-            _, first = np.unique(codes, return_index=True)
-            mask = np.zeros(len(vals), bool)
-            mask[idx[first]] = True
+        elif func in ENDS:
+            mask = end_members(notnull & self._valid, self._codes, last=func == "last")
         else:  # count
             return ColumnLineage(frozenset(), considered)
         return ColumnLineage(self._gathered(lin.contrib, mask), considered)

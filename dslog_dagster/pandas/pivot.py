@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dslog_dagster.pandas.aggregate import FUNCS
+from dslog_dagster.pandas.aggregate import ENDS, FUNCS, PICK, end_members
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
 from dslog_dagster.pandas.rows import I64, RowMap
 from dslog_dagster.pandas.rules import register
@@ -37,8 +37,6 @@ from dslog_dagster.pandas.state import ColumnLineage, FrameState, Pairs
 __all__ = ["pivot_table"]
 
 _OP = "DataFrame.pivot_table"
-_PICK = {"min", "max"}
-_ENDS = {"first", "last"}
 
 
 def _labels(frame: TrackedDataFrame, v: Any, what: str) -> list[Hashable]:
@@ -64,19 +62,12 @@ def _members(func: str, vals: pd.Series, cell: I64, picked: np.ndarray) -> np.nd
     inside = cell >= 0
     if func == "count":
         return np.zeros(cell.size, bool)
-    if func in _PICK:
+    if func in PICK:
         equal = np.zeros(cell.size, bool)
         equal[inside] = np.asarray(vals.to_numpy()[inside] == picked[cell[inside]], bool)
         return np.asarray(inside & notnull & equal, bool)
-    if func in _ENDS:
-        idx = np.flatnonzero(inside & notnull)
-        codes = cell[idx]
-        if func == "last":
-            idx, codes = idx[::-1], codes[::-1]
-        _, first = np.unique(codes, return_index=True)
-        mask = np.zeros(cell.size, bool)
-        mask[idx[first]] = True
-        return mask
+    if func in ENDS:
+        return end_members(inside & notnull, cell, last=func == "last")
     return np.asarray(inside & notnull, bool)
 
 
@@ -120,7 +111,7 @@ def pivot_table(
     ctx = st.ctx
     vlin = st.columns[df.columns.get_loc(values)]
     flat = np.asarray(res.to_numpy(dtype=object), dtype=object).reshape(-1)
-    picked = flat if aggfunc in _PICK else np.zeros(0, dtype=object)
+    picked = flat if aggfunc in PICK else np.zeros(0, dtype=object)
     contributes = _members(aggfunc, df[values], cell, picked)
     cols = []
     for j in range(n_cols):
