@@ -473,6 +473,10 @@ class TrackedDataFrame:
     def melt(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
         return rule("melt")(self, *args, **kw)  # type: ignore[no-any-return]
 
+    def stack(self, *args: Any, **kw: Any) -> TrackedSeries:
+        """One entry per cell, row by row (:mod:`~dslog_dagster.pandas.reshape`)."""
+        return rule("stack")(self, *args, **kw)  # type: ignore[no-any-return]
+
     def pivot_table(self, *args: Any, **kw: Any) -> "TrackedDataFrame":
         """Group by index keys and one column key (:mod:`~dslog_dagster.pandas.pivot`)."""
         return rule("pivot_table")(self, *args, **kw)  # type: ignore[no-any-return]

@@ -81,6 +81,7 @@ FRAME: dict[str, tuple[str, ...]] = {
     "join": (JOIN,),
     "explode": (SPACE_TRANSFORMATION,),
     "melt": (SPACE_TRANSFORMATION,),
+    "stack": (SPACE_TRANSFORMATION,),
     "pivot_table": (INSTANCE_GENERATION, SPACE_TRANSFORMATION),
     **{m: (VALUE_TRANSFORMATION,) for m in ("cumsum", "cumprod", "cummax", "cummin")},
     **{m: (IMPUTATION,) for m in ("ffill", "bfill", "interpolate")},
@@ -175,7 +176,9 @@ def _shape(obj: Any) -> _Shape | None:
         return _Shape(labels, st.n_rows, st.columns, st.space)
     if isinstance(obj, TrackedSeries):
         st = obj.frame_state
-        return _Shape((str(obj.name),), len(obj), (obj.lineage,), st.space)
+        # an unnamed series becomes column 0 in pandas (to_frame, reset_index)
+        name = "0" if obj.name is None else str(obj.name)
+        return _Shape((name,), len(obj), (obj.lineage,), st.space)
     for attr in ("_f", "_s"):
         inner = getattr(obj, attr, None)
         if inner is not None:

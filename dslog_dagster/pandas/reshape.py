@@ -15,11 +15,18 @@ row-wise ``apply``.
 * ``melt(id_vars, value_vars)``: row ``b·n + i`` is row ``i`` of block ``b``; its id cells come
   from row ``i``'s, its value from row ``i``'s cell of the ``b``-th value column, and the
   ``variable`` column holds column names (literals).
+* ``stack()``: the series of the non-null cells (all cells with ``dropna=False`` or
+  ``future_stack=True``), row by row; entry ``k`` is cell ``(i, j)`` of the frame and takes
+  that cell's lineage. Its index is the frame's row labels (with their lineage, when the index
+  holds cells) and the column names (literals). The positions are derived from the null mask
+  and checked against the index pandas built, so a pandas version that orders or drops
+  differently is refused rather than mislabelled.
 * ``apply(func, axis=1)`` returning one value per row: ``func`` is opaque, so each result cell
   is recorded as contributed by every cell of its row and the capture is flagged.
 """
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +40,7 @@ from dslog_dagster.pandas.series import TrackedSeries, refuse
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, Pairs
 from dslog_dagster.pandas.strings import token_rows
 
-__all__ = ["apply_rows", "drop_duplicates", "get_dummies"]
+__all__ = ["apply_rows", "drop_duplicates", "get_dummies", "stack"]
 
 _ENCODED = ["object", "string", "category"]
 """The dtypes ``pd.get_dummies`` encodes when no ``columns`` are given."""
@@ -174,6 +181,36 @@ def melt(
     return TrackedDataFrame(res, moved.with_columns(cols))
 
 
+def stack(frame: TrackedDataFrame, level: Any = -1, **kw: Any) -> TrackedSeries:
+    """``frame.stack()``; see the module docstring."""
+    op = "DataFrame.stack"
+    df = frame.plain
+    if level not in (-1, 0) or isinstance(df.columns, pd.MultiIndex):
+        refuse(op, "a level other than the (single) column level")
+    unknown = set(kw) - {"dropna", "future_stack", "sort"}
+    if unknown:
+        refuse(op, f"the option(s) {sorted(unknown)}")
+    res = df.stack(level, **kw)
+    if not isinstance(res, pd.Series):
+        refuse(op, "a result that is not one series")
+    n, m = df.shape
+    drops = not kw.get("future_stack", False) and kw.get("dropna", True) is not False
+    flat = np.arange(n * m, dtype=np.int64)
+    if drops:
+        flat = flat[~np.asarray(df.isna().to_numpy(), bool).reshape(-1)]
+    rows, cols = flat // max(m, 1), flat % max(m, 1)
+    want = pd.MultiIndex.from_arrays([df.index[rows], df.columns[cols]])
+    if len(res) != flat.size or not res.index.equals(want):
+        refuse(op, "a result dslog cannot line up with the frame's cells")
+    st = frame.lineage_state
+    moved = st.rows_taken(rows)
+    value = NO_LINEAGE
+    for j in range(m):
+        value = value.union(moved.restricted(moved.columns[j], cols == j))
+    index = (*moved.index, NO_LINEAGE) if moved.index else ()
+    return TrackedSeries(res, value, replace(moved, index=index))
+
+
 def apply_rows(frame: TrackedDataFrame, func: Callable[..., Any], **kw: Any) -> TrackedSeries:
     """``frame.apply(func, axis=1)`` with one value per row: all-to-all within the row,
     flagged."""
@@ -192,3 +229,4 @@ register("drop_duplicates", drop_duplicates)
 register("apply_rows", apply_rows)
 register("explode", explode)
 register("melt", melt)
+register("stack", stack)

@@ -326,3 +326,46 @@ def test_replace_with_a_mapping_per_column() -> None:
     check(cap, 0, contrib | {(0, 0, 0, 0), (1, 0, 1, 0)}, considered=True)
     with pytest.raises(UnsupportedFrameOperationError, match="replace"):
         capture_pandas(lambda d: d.replace({"s": {"A11": "<0"}, "t": "y"}), [df])
+
+
+def test_stack_hand_derived() -> None:
+    df = pd.DataFrame({"x": [1.0, np.nan], "y": [3.0, 4.0]}, index=["p", "q"])
+    cap = run(lambda d: d[d.y > 2].stack().reset_index(name="v"), df)
+    # rows: (p, x), (p, y), (q, y) — (q, x) is null and dropped; columns level_0, level_1, v
+    assert cap.frame["v"].tolist() == [1.0, 3.0, 4.0]
+    want = {(0, 2, 0, 0), (1, 2, 0, 1), (2, 2, 1, 1)}
+    check(cap, 0, want, considered=False)
+    # the filter's predicate (y) was considered by every cell of each kept row
+    consid = want | {(k, j, r, 1) for k, r in ((0, 0), (1, 0), (2, 1)) for j in range(3)}
+    check(cap, 0, consid, considered=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 1.5, np.nan]), st.sampled_from([2.0, np.nan])),
+        min_size=0,
+        max_size=6,
+    ),
+    st.sampled_from([{}, {"future_stack": True}]),
+)
+def test_stack_equals_cells_carried_by_hand(rows, kw) -> None:
+    df = pd.DataFrame(rows, columns=["a", "b"], dtype="float64")
+    cap = run(lambda d: d.stack(**kw).to_frame("v"), df)
+    # the reference: stack the cells' own (row, column) ids with the same null mask
+    ids = pd.DataFrame(
+        [[f"{i},{j}" for j in range(2)] for i in range(len(df))], columns=df.columns, dtype=object
+    )
+    ref = ids.mask(df.isna()).stack(**kw) if kw == {} else ids.stack(**kw)
+    want = set()
+    for k, v in enumerate(ref.tolist()):
+        i, j = map(int, v.split(","))
+        want.add((k, 0, i, j))
+    check(cap, 0, want, considered=False)
+    check(cap, 0, want, considered=True)
+
+
+def test_stack_refuses_what_it_cannot_line_up() -> None:
+    df = pd.DataFrame({"x": [1.0], "y": [2.0]})
+    with pytest.raises(UnsupportedFrameOperationError, match=r"DataFrame\.stack"):
+        capture_pandas(lambda d: d.stack(level=1).to_frame(), [df])
