@@ -211,6 +211,11 @@ def _output_frame(value: Any) -> TrackedDataFrame:
             f"The captured function returned a `{type(value).__name__}`; a pandas capture "
             "returns tracked frames (or series) made from its inputs."
         )
+        if isinstance(value, np.ndarray):
+            msg += (
+                " Put a NumPy result back as a column (`frame.assign(name=array)`), or make "
+                "the NumPy part a step of its own."
+            )
         raise UnsupportedArrayError(msg)
     return value
 
@@ -342,7 +347,11 @@ def capture_pandas(
     inputs = tuple(frame_input(n, f) for n, f in named.items())
     ctx = PandasContext(inputs, segments=Segments() if characters else None)
     tracked = [_tracked_input(ctx, k, f) for k, f in enumerate(named.values())]
-    result = call(tracked) if call is not None else func(*tracked, **(kwargs or {}))
+    try:
+        result = call(tracked) if call is not None else func(*tracked, **(kwargs or {}))
+    finally:  # the NumPy annotation run of to_numpy(), if any: its arrays are spent
+        if ctx.arrays is not None:
+            ctx.arrays.end()
     values = list(result) if isinstance(result, tuple | list) else [result]
     t_run = time.perf_counter() - t0
     captures = []

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dslog_dagster.pandas.arrays import bridge_of, is_tracked_array
 from dslog_dagster.pandas.rows import ranges
 from dslog_dagster.pandas.rules import register, rule
 from dslog_dagster.pandas.series import TrackedSeries, _same_text, refuse
@@ -148,8 +149,14 @@ class TrackedDataFrame:
             return self.series(name)
         refuse(f"DataFrame.{name}")
 
-    def to_numpy(self, *a: Any, **k: Any) -> Any:
-        refuse("DataFrame.to_numpy", "the array would carry no lineage")
+    def to_numpy(self, dtype: Any = None, copy: bool = False) -> Any:
+        """A ``tracked_float`` array of the (float64) cells, for NumPy code whose result comes
+        back as a column (:mod:`~dslog_dagster.pandas.arrays`)."""
+        if dtype not in (None, np.float64, "float64", float):
+            refuse("DataFrame.to_numpy", f"dtype={dtype!r} (float64 cells only)")
+        bridge = bridge_of(self._state.ctx)
+        values = self._df.to_numpy(copy=copy)
+        return bridge.to_numpy(values, self._state, list(self._state.columns), "DataFrame.to_numpy")
 
     def __array__(self, *a: Any, **k: Any) -> Any:
         refuse("DataFrame.__array__", "the array would carry no lineage")
@@ -254,6 +261,10 @@ class TrackedDataFrame:
                 plain, lin = value.plain, value.lineage
             elif isinstance(value, pd.Series | pd.DataFrame | TrackedDataFrame):
                 refuse("DataFrame.assign", f"`{name}` is an untracked pandas object")
+            elif is_tracked_array(value):  # back from NumPy (to_numpy), lineage composed
+                plain, lin = bridge_of(state.ctx).column(
+                    value, state.ctx, state.n_rows, "DataFrame.assign"
+                )
             else:
                 plain, lin = value, NO_LINEAGE
             df = df.assign(**{name: plain})

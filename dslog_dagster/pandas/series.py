@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dslog_dagster.errors import UnsupportedFrameOperationError
+from dslog_dagster.pandas.arrays import bridge_of, is_tracked_array
 from dslog_dagster.pandas.rules import rule
 from dslog_dagster.pandas.state import NO_LINEAGE, ColumnLineage, FrameState
 
@@ -98,6 +99,12 @@ class TrackedSeries:
         frame_class = cast("type", rule("frame"))
         if isinstance(other, frame_class):
             refuse(op, "a series combined with a whole frame")
+        if is_tracked_array(other):
+            refuse(
+                op,
+                "a tracked NumPy array operand; put it back as a column first "
+                "(`frame.assign(name=array)`) and combine the columns",
+            )
         if isinstance(other, np.ndarray) and other.ndim > 0 and other.size != len(self._s):
             refuse(op, "an array operand of another length")
         return other, NO_LINEAGE
@@ -428,8 +435,15 @@ class TrackedSeries:
     def min(self, *a: Any, **k: Any) -> Any:
         self._reduction("min")
 
-    def to_numpy(self, *a: Any, **k: Any) -> Any:
-        refuse("Series.to_numpy", "the array would carry no lineage")
+    def to_numpy(self, dtype: Any = None, copy: bool = False) -> Any:
+        """A 1-D ``tracked_float`` array of the (float64) cells, for NumPy code whose result
+        comes back as a column (:mod:`~dslog_dagster.pandas.arrays`)."""
+        if dtype not in (None, np.float64, "float64", float):
+            refuse("Series.to_numpy", f"dtype={dtype!r} (float64 cells only)")
+        bridge = bridge_of(self._state.ctx)
+        return bridge.to_numpy(
+            self._s.to_numpy(copy=copy), self._state, [self._lin], "Series.to_numpy"
+        )
 
     def __array__(self, *a: Any, **k: Any) -> Any:
         refuse("Series.__array__", "the array would carry no lineage")
