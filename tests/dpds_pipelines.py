@@ -182,6 +182,51 @@ def german_spark(people: Any) -> Any:
     return df.drop("personal_status", "credit_risk")
 
 
+# ---------------------------------------------------------------- the DPDS running example
+# Three frames; a left join on (key1, key2) with duplicate keys and a null key that pandas
+# matches to the other side's null key; fillna with a value and with a dict; one-hot `E`.
+
+DF_A = pd.DataFrame({"key1": ["a", "a", "b", None], "key2": [1, 1, 2, 1], "A": [10, 11, 12, 13]})
+DF_B = pd.DataFrame(
+    {"key1": ["a", "b", "b", None], "key2": [1, 2, 2, 1], "C": ["c0", None, "c2", "c3"]}
+)
+DF_C = pd.DataFrame({"key1": ["a", "b"], "key2": [1, 2], "E": ["E1", None], "F": ["f0", None]})
+
+
+def running_frames() -> dict[str, pd.DataFrame]:
+    return {"df_A": DF_A.copy(), "df_B": DF_B.copy(), "df_C": DF_C.copy()}
+
+
+def running_pandas(df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame) -> pd.DataFrame:
+    df = pd.merge(df_A, df_B, on=["key1", "key2"], how="left")  # join
+    df = df.fillna("imputed")  # imputation
+    df = pd.merge(df, df_C, on=["key1", "key2"], how="left")  # join
+    df = df.fillna(value={"E": "Ex", "F": "Fx"})  # imputation
+    c = "E"
+    dummies = [pd.get_dummies(df[c])]  # one-hot encoding
+    df_dummies = pd.concat(dummies, axis=1)
+    df = pd.concat((df, df_dummies), axis=1)
+    return df.drop([c], axis=1)
+
+
+def running_spark(df_A: Any, df_B: Any, df_C: Any) -> Any:
+    """The same on Spark. pandas matches null keys to each other, so the first join is
+    null-safe (``eqNullSafe``) and keeps ``df_A``'s key columns; Spark has no null-safe USING
+    join. After ``fillna`` no key is null, and the second join is a USING join as in pandas.
+    The one-hot columns are comparisons, as ``get_dummies`` computes them."""
+    from pyspark.sql import functions as F
+
+    a, b = df_A.alias("a"), df_B.alias("b")
+    on = F.col("a.key1").eqNullSafe(F.col("b.key1")) & F.col("a.key2").eqNullSafe(F.col("b.key2"))
+    df = a.join(b, on, "left").select("a.key1", "a.key2", "a.A", "b.C")
+    df = df.fillna("imputed")
+    df = df.join(df_C, ["key1", "key2"], "left")
+    df = df.fillna({"E": "Ex", "F": "Fx"})
+    values = sorted(r["E"] for r in df.select("E").distinct().collect())
+    df = df.select("*", *[(F.col("E") == v).alias(v) for v in values])
+    return df.drop("E")
+
+
 PIPELINES: dict[
     str, tuple[Callable[..., dict[str, pd.DataFrame]], Callable[..., Any], Callable[..., Any]]
 ] = {

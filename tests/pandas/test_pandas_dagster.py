@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import prov.model as pm
 import pytest
+from dpds_pipelines import DF_A, DF_B, DF_C, running_pandas
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset, with_lineage
 from dslog_dagster.cli import main
@@ -23,23 +24,7 @@ from dslog_dagster.errors import UnsupportedFrameOperationError
 from dslog_dagster.export import asset_document
 from dslog_dagster.io_managers.pandas_frames import ROW_ID
 
-DF_A = pd.DataFrame({"key1": ["a", "a", "b", None], "key2": [1, 1, 2, 1], "A": [10, 11, 12, 13]})
-DF_B = pd.DataFrame(
-    {"key1": ["a", "b", "b", None], "key2": [1, 2, 2, 1], "C": ["c0", None, "c2", "c3"]}
-)
-DF_C = pd.DataFrame({"key1": ["a", "b"], "key2": [1, 2], "E": ["E1", None], "F": ["f0", None]})
-
-
-def pipeline(df_A: pd.DataFrame, df_B: pd.DataFrame, df_C: pd.DataFrame) -> pd.DataFrame:
-    df = pd.merge(df_A, df_B, on=["key1", "key2"], how="left")  # join
-    df = df.fillna("imputed")  # imputation
-    df = pd.merge(df, df_C, on=["key1", "key2"], how="left")  # join
-    df = df.fillna(value={"E": "Ex", "F": "Fx"})  # imputation
-    c = "E"
-    dummies = [pd.get_dummies(df[c])]  # one-hot encoding
-    df_dummies = pd.concat(dummies, axis=1)
-    df = pd.concat((df, df_dummies), axis=1)
-    return df.drop([c], axis=1)
+pipeline = running_pandas
 
 
 @tracked_asset
