@@ -9,7 +9,6 @@ the server: answers are compared with the same work on a local store.
 import json
 import os
 import runpy
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import boto3
 import numpy as np
 import pytest
+from spark.servers import s3_server
 
 from dslog_dagster.core import LineageStore
 from dslog_dagster.core.api import DSLog
@@ -38,49 +38,11 @@ writes = runpy.run_path(PROGRAMS)["writes"]  # the writers' registrations, run h
 N_WRITERS = 8
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1; the clients find it through the environment."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert proc.poll() is None, "moto server exited"
-            assert time.monotonic() < deadline, "moto server did not start"
-            time.sleep(0.1)
+    with s3_server() as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _bucket(name: str) -> Any:

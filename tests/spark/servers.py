@@ -4,7 +4,10 @@
   from PySpark's own launcher (``bin/spark-class org.apache.spark.deploy.master.Master`` /
   ``…worker.Worker``), yielding the ``spark://`` URL once both workers registered;
 * :func:`connect_server` — a Spark Connect server (``SparkConnectServer`` through
-  ``spark-submit``, ``local[2]``), yielding its ``sc://`` URL once it listens.
+  ``spark-submit``, ``local[2]``), yielding its ``sc://`` URL once it listens;
+* :func:`s3_server` — an S3-compatible server (moto's standalone server, a process of its
+  own), with the environment that points every S3 client of this process and its children
+  at it, yielding its endpoint.
 
 Every server listens on loopback only, runs its Python workers on this interpreter, and is
 stopped (its whole process group) when the context ends. Starting is mostly JVM start-up
@@ -168,3 +171,48 @@ def connect_server(base: Path) -> Iterator[str]:
         yield f"sc://127.0.0.1:{port}"
     finally:
         stop([server])
+
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[str]:
+    """A moto S3 server on a free loopback port; yields its endpoint URL. While it runs,
+    ``os.environ`` points S3 clients at it (``AWS_ENDPOINT_URL`` and test credentials), so
+    child processes (Dagster step processes, writers) find it too; restored afterwards.
+
+    Raises:
+        ServerStartError: the server died or did not listen within 30 s.
+    """
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    env = {"AWS_ENDPOINT_URL": endpoint, **S3_ENV}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        deadline = time.monotonic() + 30
+        while not listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                msg = "moto S3 server did not start"
+                raise ServerStartError(msg)
+            time.sleep(0.1)
+        yield endpoint
+    finally:
+        stop([proc])
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

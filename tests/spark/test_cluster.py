@@ -1,4 +1,5 @@
-"""Capture on a Spark standalone cluster equals capture in local mode.
+"""Capture on a Spark standalone cluster equals capture in local mode; the example's
+``titles_job`` runs a process per step on it, with its lineage store on object storage.
 
 The module's fixture starts a master and two workers (one core, 1 GiB each) on 127.0.0.1
 from PySpark's own launcher (``bin/spark-class org.apache.spark.deploy.master.Master`` /
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark.servers import ServerStartError, standalone_cluster
+from spark.servers import ServerStartError, s3_server, standalone_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -108,7 +109,7 @@ def test_capture_on_a_two_worker_cluster_equals_local_mode(
     assert len(want["input0 considered=True"]) > len(want["input0 considered=False"]) > 0
 
 
-def _titles_answers(spark: Any, base: Path) -> dict[str, Any]:
+def _titles_answers(spark: Any, base: Path, store: str | None = None) -> dict[str, Any]:
     """The titles pipeline's lineage keyed by content (title ids and column names, not row
     ids, which depend on how Spark partitioned the sources): for each genre total, the
     ``title_basics`` cells it comes from; for the genre cells of ten titles, the
@@ -127,7 +128,7 @@ def _titles_answers(spark: Any, base: Path) -> dict[str, Any]:
 
     basics, b_cols = frame("title_basics")
     final, f_cols = frame("titles_final")
-    log = DSLog(base / ".dslog")
+    log = DSLog(store or base / ".dslog")
     out: dict[str, Any] = {}
     for g in range(len(GENRES)):
         cells = log.prov_query(PATH_TO_BASICS, [g]).to_indices().tolist()
@@ -143,12 +144,15 @@ def _titles_answers(spark: Any, base: Path) -> dict[str, Any]:
 def test_titles_job_on_the_cluster_with_a_process_per_step_equals_local_mode(
     master_url: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``titles_job`` with Dagster's multiprocess executor: every step process attaches to
-    one shared driver on the cluster (one Spark application), lineage of all steps lands in
-    one store, and its answers equal the in-process local run's."""
+    """``titles_job`` with Dagster's multiprocess executor against the standalone cluster and
+    a lineage store on object storage (an S3 server on 127.0.0.1): every step process attaches
+    to one shared driver on the cluster (one Spark application), the lineage of all steps
+    lands in the one store, and its answers equal the in-process local run's (local store)."""
+    import boto3
     import dagster as dg
     from cluster_titles_job import make_defs
 
+    from dslog_dagster.core.api import DSLog
     from dslog_dagster.spark.driver import stop_shared_driver
 
     config = {"config": {"n_titles": 40}}
@@ -164,27 +168,30 @@ def test_titles_job_on_the_cluster_with_a_process_per_step_equals_local_mode(
     assert want["reach"]
 
     onc = tmp_path / "cluster"
+    store = "s3://lineage/titles"
     monkeypatch.setenv("DSLOG_TITLES_BASE", str(onc))
     monkeypatch.setenv("DSLOG_TITLES_MASTER", master_url)
+    monkeypatch.setenv("DSLOG_STORE", store)  # every step process's store
     tests = Path(__file__).resolve().parents[1]
-    try:
-        with dg.instance_for_test(temp_dir=str(tmp_path / "home-cluster")) as instance:
-            recon = dg.build_reconstructable_job(
-                "cluster_titles_job", "titles_job", reconstructor_working_directory=str(tests)
-            )
-            result = dg.execute_job(recon, instance=instance, run_config=run_config)
-            assert result.success, [
-                str(e.event_specific_data) for e in result.all_events if e.is_failure
-            ]
-            steps = {e.step_key for e in result.all_events if e.is_step_success}
-            pids = {e.pid for e in result.all_events if e.is_step_start}
-        assert len(steps) == 9
-        assert len(pids) == 9  # a process per step
-    finally:
-        assert stop_shared_driver(master_url) == 1  # exactly one driver served every step
-    assert _titles_answers(spark, onc) == want
-    # every step's lineage in the one store: the Spark steps' and the NumPy ones'
-    from dslog_dagster.core.api import DSLog
-
-    names = {a.name for a in DSLog(onc / ".dslog").store.arrays()}
+    with s3_server():
+        boto3.client("s3").create_bucket(Bucket="lineage")
+        try:
+            with dg.instance_for_test(temp_dir=str(tmp_path / "home-cluster")) as instance:
+                recon = dg.build_reconstructable_job(
+                    "cluster_titles_job", "titles_job", reconstructor_working_directory=str(tests)
+                )
+                result = dg.execute_job(recon, instance=instance, run_config=run_config)
+                assert result.success, [
+                    str(e.event_specific_data) for e in result.all_events if e.is_failure
+                ]
+                steps = {e.step_key for e in result.all_events if e.is_step_success}
+                pids = {e.pid for e in result.all_events if e.is_step_start}
+            assert len(steps) == 9
+            assert len(pids) == 9  # a process per step
+        finally:
+            assert stop_shared_driver(master_url) == 1  # exactly one driver served every step
+        assert not (onc / ".dslog").exists()  # nothing went to a local store
+        assert _titles_answers(spark, onc, store) == want
+        # every step's lineage in the one store: the Spark steps' and the NumPy ones'
+        names = {a.name for a in DSLog(store).store.arrays()}
     assert {"title_basics", "titles_final", "title_features", "genre_runtime"} <= names
