@@ -193,5 +193,17 @@ def test_titles_job_on_the_cluster_with_a_process_per_step_equals_local_mode(
         assert not (onc / ".dslog").exists()  # nothing went to a local store
         assert _titles_answers(spark, onc, store) == want
         # every step's lineage in the one store: the Spark steps' and the NumPy ones'
-        names = {a.name for a in DSLog(store).store.arrays()}
+        log = DSLog(store)
+        names = {a.name for a in log.store.arrays()}
+        # Spark-side queries read the same objects, and answer as the native engine does
+        from hotspots.spark import PATH_TO_BASICS
+
+        from dslog_dagster.spark.query import SparkQueryEngine
+
+        for g in (0, 1):
+            native = log.prov_query(PATH_TO_BASICS, [g]).to_indices().tolist()
+            assert (
+                SparkQueryEngine(spark, log).prov_query(PATH_TO_BASICS, [g]).to_indices().tolist()
+                == native
+            )
     assert {"title_basics", "titles_final", "title_features", "genre_runtime"} <= names
