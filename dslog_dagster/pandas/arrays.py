@@ -23,6 +23,7 @@ Anything else that would let a tracked array leave the step without lineage (ret
 mixing it into a series' arithmetic) is refused with the fix.
 """
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,7 @@ from dslog_dagster.errors import CaptureError, UnsupportedFrameOperationError
 from dslog_dagster.pandas.rows import I64
 from dslog_dagster.pandas.state import ColumnLineage, FrameState, PandasContext
 
-__all__ = ["ArrayBridge", "bridge_of", "is_tracked_array"]
+__all__ = ["ArrayBridge", "bridge_of", "end_bridge", "is_tracked_array"]
 
 
 def is_tracked_array(value: Any) -> bool:
@@ -42,11 +43,24 @@ def is_tracked_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.dtype == _annotator.dtype
 
 
+_BRIDGES: "weakref.WeakKeyDictionary[PandasContext, ArrayBridge]" = weakref.WeakKeyDictionary()
+"""Each capture's bridge (by its context), made on first use of ``to_numpy()``."""
+
+
 def bridge_of(ctx: PandasContext) -> "ArrayBridge":
     """The capture's bridge, made on first use."""
-    if ctx.arrays is None:
-        ctx.arrays = ArrayBridge()
-    return ctx.arrays
+    bridge = _BRIDGES.get(ctx)
+    if bridge is None:
+        bridge = _BRIDGES[ctx] = ArrayBridge()
+    return bridge
+
+
+def end_bridge(ctx: PandasContext) -> None:
+    """End the annotation run of the capture's bridge, if it has one (the capture is over,
+    or failed): its tracked arrays are spent."""
+    bridge = _BRIDGES.pop(ctx, None)
+    if bridge is not None:
+        bridge.end()
 
 
 @dataclass(frozen=True)

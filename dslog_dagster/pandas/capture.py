@@ -39,6 +39,7 @@ from dslog_dagster.pandas import (  # noqa: F401  (they register their rules)
     strings,
     window,
 )
+from dslog_dagster.pandas.arrays import end_bridge
 from dslog_dagster.pandas.char_segments import Segments, character_lineage, input_chars, is_text
 from dslog_dagster.pandas.dispatch import install
 from dslog_dagster.pandas.frame import TrackedDataFrame, check_labels
@@ -350,8 +351,7 @@ def capture_pandas(
     try:
         result = call(tracked) if call is not None else func(*tracked, **(kwargs or {}))
     finally:  # the NumPy annotation run of to_numpy(), if any: its arrays are spent
-        if ctx.arrays is not None:
-            ctx.arrays.end()
+        end_bridge(ctx)
     values = list(result) if isinstance(result, tuple | list) else [result]
     t_run = time.perf_counter() - t0
     captures = []

@@ -29,7 +29,6 @@ from dslog_dagster.pandas.rows import I64, RowMap
 
 if TYPE_CHECKING:
     from dslog_dagster.core.store.effects import Step
-    from dslog_dagster.pandas.arrays import ArrayBridge
     from dslog_dagster.pandas.char_segments import Segments
 
 __all__ = ["NO_LINEAGE", "ColumnLineage", "FrameInput", "FrameState", "Pairs", "PandasContext"]
@@ -116,9 +115,6 @@ class PandasContext:
     """The calls recorded so far, with their DPDS kinds (:mod:`~dslog_dagster.pandas.kinds`)."""
     depth: int = 0
     """Recorded calls running now (a call inside another is not a step of its own)."""
-    arrays: "ArrayBridge | None" = None
-    """The NumPy annotation run of ``to_numpy()`` (:mod:`~dslog_dagster.pandas.arrays`),
-    started on first use."""
 
     def new_slot(self, input_index: int, rows: RowMap) -> int:
         sid = len(self.slots)
