@@ -36,6 +36,7 @@ from dslog_dagster.spark.combine import join, union
 from dslog_dagster.spark.duplicates import drop_duplicates
 from dslog_dagster.spark.plan import WindowWithoutRule, analyzed, nodes_above, quoted
 from dslog_dagster.spark.state import FrameState
+from dslog_dagster.spark.topk import top_k
 from dslog_dagster.spark.window import windowed
 
 __all__ = ["TrackedFrame", "TrackedGroupedData"]
@@ -60,8 +61,10 @@ class TrackedFrame:
     reads.
     """
 
-    def __init__(self, state: FrameState) -> None:
+    def __init__(self, state: FrameState, sorted_by: bool = False) -> None:
         self._state = state
+        # the frame is the direct result of orderBy (a following limit is a top-k)
+        self._sorted_by = sorted_by
 
     # ------------------------------------------------------------------ state
 
@@ -266,7 +269,10 @@ class TrackedFrame:
     where = filter
 
     def orderBy(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":
-        return self._simple("orderBy", lambda d: d.orderBy(*cols, **kwargs))
+        out = self._simple("orderBy", lambda d: d.orderBy(*cols, **kwargs))
+        if self._state.all_to_all:
+            return out
+        return TrackedFrame(out.lineage_state, sorted_by=True)
 
     sort = orderBy
 
@@ -276,7 +282,10 @@ class TrackedFrame:
         )
 
     def limit(self, num: int) -> "TrackedFrame":
-        return self._simple("limit", lambda d: d.limit(num))
+        out = self._simple("limit", lambda d: d.limit(num))
+        if not self._sorted_by:
+            return out
+        return TrackedFrame(top_k(out.lineage_state, self._state))
 
     def repartition(self, *args: Any, **kwargs: Any) -> "TrackedFrame":
         return self._simple("repartition", lambda d: d.repartition(*args, **kwargs))
