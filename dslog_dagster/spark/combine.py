@@ -62,6 +62,9 @@ def join(left: FrameState, right: FrameState, on: Any, how: str | None) -> Frame
         inner = with_uid.join(right.df, on, "inner")
         matches = inner.groupBy(_UID).agg(*aggs)
         res = with_uid.join(matches, _UID, "inner").drop(_UID)
+        names = _using_names(on)
+        if names:  # Spark puts a USING join's keys first
+            res = res.select(*names, *[c for c in res.columns if c not in names])
         lbase = Base(analyzed(with_uid), [*left.infos, ColumnLineage()])
         # the join keys of the row and of its matches decided that the row is kept
         on_refs = row_considered(_by_id(PlanWalker([lbase, right.base()], "join(semi)"), inner))
@@ -81,13 +84,23 @@ def join(left: FrameState, right: FrameState, on: Any, how: str | None) -> Frame
     state = left.finish(
         res, f"join({how_n})", bases, None, arrays, sources, ranges, unique, dense=dense
     )
-    names = [on] if isinstance(on, str) else on
-    if isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names):
+    names = _using_names(on)
+    if names:
         state = _using_keys(state, left, right, names)
     return state
 
 
-def _using_keys(state: FrameState, left: FrameState, right: FrameState, names: Any) -> FrameState:
+def _using_names(on: Any) -> list[str]:
+    """The key names of a USING join (``on`` a name or a list of names), else none."""
+    names = [on] if isinstance(on, str) else on
+    if isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names):
+        return list(names)
+    return []
+
+
+def _using_keys(
+    state: FrameState, left: FrameState, right: FrameState, names: list[str]
+) -> FrameState:
     """A USING join's key columns (``join(other, "k")``): Spark keeps one column, the left
     key (the right one for a right join, either for a full join); its cells are contributed by
     both matched key cells (an unmatched side holds null slots, so it adds nothing)."""
