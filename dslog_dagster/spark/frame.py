@@ -34,6 +34,7 @@ from dslog_dagster.errors import UnsupportedFrameOperationError
 from dslog_dagster.spark.aggregate import aggregate
 from dslog_dagster.spark.combine import join, union
 from dslog_dagster.spark.duplicates import drop_duplicates
+from dslog_dagster.spark.fills import filled
 from dslog_dagster.spark.plan import WindowWithoutRule, analyzed, nodes_above, quoted
 from dslog_dagster.spark.state import FrameState
 from dslog_dagster.spark.topk import top_k
@@ -306,12 +307,18 @@ class TrackedFrame:
 
     # ------------------------------------------------------------------ missing values
 
+    def _filled(self, op: str, fn: Callable[[DataFrame], DataFrame]) -> "TrackedFrame":
+        """``fillna``/``replace``: changed cells are not contributed by the old cell."""
+        if self._state.all_to_all:
+            return self._simple(op, fn)
+        return TrackedFrame(filled(self._state, op, fn))
+
     def fillna(self, value: Any, subset: Any = None) -> "TrackedFrame":
         if isinstance(value, dict):
-            return self._simple("fillna", lambda d: d.fillna(value))
+            return self._filled("fillna", lambda d: d.fillna(value))
         sub = [subset] if isinstance(subset, str) else subset
         sub = list(sub) if sub is not None else self.columns
-        return self._simple("fillna", lambda d: d.fillna(value, sub))
+        return self._filled("fillna", lambda d: d.fillna(value, sub))
 
     def dropna(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> Any:
         sub = [subset] if isinstance(subset, str) else subset
@@ -322,8 +329,8 @@ class TrackedFrame:
         sub = [subset] if isinstance(subset, str) else subset
         sub = list(sub) if sub is not None else self.columns
         if isinstance(to_replace, dict):
-            return self._simple("replace", lambda d: d.replace(to_replace, subset=sub))
-        return self._simple("replace", lambda d: d.replace(to_replace, value, sub))
+            return self._filled("replace", lambda d: d.replace(to_replace, subset=sub))
+        return self._filled("replace", lambda d: d.replace(to_replace, value, sub))
 
     @property
     def na(self) -> "_NaFunctions":

@@ -52,7 +52,8 @@ def sort_refs(
     if plan.nodeName() != "Sort" or not getattr(plan, "global")():
         return None
     by_id = dict(zip(output_ids(plan), infos, strict=True))
-    orders, refs = [], set()
+    orders: list[Column] = []
+    refs: set[Ref] = set()
     for o in seq(plan.order()):
         for r in refs_of(o.child()):
             info = by_id.get(r)
