@@ -1,19 +1,23 @@
 """The lineage rules of aggregations: ``groupBy().agg`` and ``groupBy().pivot().agg``.
 
-An aggregated row ← every row of its group. In ``lists`` mode each slot collects its group's
-ids (``collect_list``); in ``ranges`` mode a frame whose slots are scalar and unique has them
-summarised as ranges instead (:mod:`~dslog_dagster.spark.ranges`), and a frame that already
-has range slots (an aggregation over an aggregation) makes the capture rerun with lists. A
-pivot's cells come from the rows of their group with their pivot value, its keys from the
-whole group.
+An aggregated row ← every row of its group; a ``max``/``min`` value is contributed by the
+picked rows only (:mod:`~dslog_dagster.spark.picks`). In ``lists`` mode each slot collects its
+group's ids (``collect_list``); in ``ranges`` mode a frame whose slots are scalar and unique
+has them summarised as ranges (:mod:`~dslog_dagster.spark.ranges`; not with picks), and a
+frame that already has range slots (an aggregation over an aggregation) makes the capture
+rerun with lists. A
+pivot's cells come from the rows of their group with their pivot value and consider the keys
+and pivot values of the whole group; its keys come from the whole group.
 """
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from dslog_dagster.spark.picks import find_picks, pick_aggregates, pick_lineage
 from dslog_dagster.spark.plan import ColumnLineage, Info, PlanWalker, analyzed, quoted, slot_name
 from dslog_dagster.spark.ranges import range_aggregate
 from dslog_dagster.spark.state import FrameState
@@ -44,14 +48,23 @@ def aggregate(
         state.need_lists()
         return pivot_aggregate(state, keys, pivot, cols)
     state.need_lists()
-    if state.context.aggregate == "ranges" and state.unique and state.slots and not state.arrays:
+    picks = find_picks(state, keys, cols) if state.slots else []
+    ranges_ok = state.unique and state.slots and not state.arrays and not picks
+    if state.context.aggregate == "ranges" and ranges_ok:
         return range_aggregate(state, keys, cols)
     slot_aggs = []
     for s in state.slots:
         c = F.collect_list(_col(slot_name(s)))
         slot_aggs.append((F.flatten(c) if s in state.arrays else c).alias(slot_name(s)))
-    res = state.df.groupBy(*keys).agg(*cols, *slot_aggs)
-    return state.finish(res, "groupBy.agg", arrays=set(state.slots))
+    pick_cols, maps = pick_aggregates(state, picks)
+    res = state.df.groupBy(*keys).agg(*cols, *slot_aggs, *pick_cols)
+    new = {n for m in maps for n in m.values()}
+    out = state.finish(res, "groupBy.agg", arrays=set(state.slots) | new)
+    if not picks:
+        return out
+    n_keys = len(res.columns) - len(cols) - len(slot_aggs) - len(pick_cols)
+    infos = pick_lineage(out.infos, n_keys, picks, maps)
+    return dataclasses.replace(out, infos=tuple(infos))
 
 
 def pivot_aggregate(
@@ -108,10 +121,14 @@ def pivot_aggregate(
     for ki in key_infos:
         assert isinstance(ki, ColumnLineage)
         infos.append(ki)
+    # a pivoted cell is computed from its group's rows with its pivot value; the keys and
+    # pivot values of the whole group decided which rows those are (an empty cell has only
+    # that considered lineage)
+    decided = p_lin.full().union(*(k.full() for k in key_infos if isinstance(k, ColumnLineage)))
     for m in by_value:
         for ai in agg_infos:
             assert isinstance(ai, ColumnLineage)
-            infos.append(ai.considering(p_lin.full()).remap({**m}))
+            infos.append(ai.remap({**m}).considering(decided))
     infos += slot_cols
     arrays = set(state.slots) | {n for m in by_value for n in m.values()}
     return state.derive(res, infos, arrays)

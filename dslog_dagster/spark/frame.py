@@ -34,8 +34,10 @@ from dslog_dagster.errors import UnsupportedFrameOperationError
 from dslog_dagster.spark.aggregate import aggregate
 from dslog_dagster.spark.combine import join, union
 from dslog_dagster.spark.duplicates import drop_duplicates
+from dslog_dagster.spark.fills import filled
 from dslog_dagster.spark.plan import WindowWithoutRule, analyzed, nodes_above, quoted
 from dslog_dagster.spark.state import FrameState
+from dslog_dagster.spark.topk import top_k
 from dslog_dagster.spark.window import windowed
 
 __all__ = ["TrackedFrame", "TrackedGroupedData"]
@@ -60,8 +62,10 @@ class TrackedFrame:
     reads.
     """
 
-    def __init__(self, state: FrameState) -> None:
+    def __init__(self, state: FrameState, sorted_by: bool = False) -> None:
         self._state = state
+        # the frame is the direct result of orderBy (a following limit is a top-k)
+        self._sorted_by = sorted_by
 
     # ------------------------------------------------------------------ state
 
@@ -266,7 +270,10 @@ class TrackedFrame:
     where = filter
 
     def orderBy(self, *cols: Any, **kwargs: Any) -> "TrackedFrame":
-        return self._simple("orderBy", lambda d: d.orderBy(*cols, **kwargs))
+        out = self._simple("orderBy", lambda d: d.orderBy(*cols, **kwargs))
+        if self._state.all_to_all:
+            return out
+        return TrackedFrame(out.lineage_state, sorted_by=True)
 
     sort = orderBy
 
@@ -276,7 +283,10 @@ class TrackedFrame:
         )
 
     def limit(self, num: int) -> "TrackedFrame":
-        return self._simple("limit", lambda d: d.limit(num))
+        out = self._simple("limit", lambda d: d.limit(num))
+        if not self._sorted_by:
+            return out
+        return TrackedFrame(top_k(out.lineage_state, self._state))
 
     def repartition(self, *args: Any, **kwargs: Any) -> "TrackedFrame":
         return self._simple("repartition", lambda d: d.repartition(*args, **kwargs))
@@ -297,12 +307,18 @@ class TrackedFrame:
 
     # ------------------------------------------------------------------ missing values
 
+    def _filled(self, op: str, fn: Callable[[DataFrame], DataFrame]) -> "TrackedFrame":
+        """``fillna``/``replace``: changed cells are not contributed by the old cell."""
+        if self._state.all_to_all:
+            return self._simple(op, fn)
+        return TrackedFrame(filled(self._state, op, fn))
+
     def fillna(self, value: Any, subset: Any = None) -> "TrackedFrame":
         if isinstance(value, dict):
-            return self._simple("fillna", lambda d: d.fillna(value))
+            return self._filled("fillna", lambda d: d.fillna(value))
         sub = [subset] if isinstance(subset, str) else subset
         sub = list(sub) if sub is not None else self.columns
-        return self._simple("fillna", lambda d: d.fillna(value, sub))
+        return self._filled("fillna", lambda d: d.fillna(value, sub))
 
     def dropna(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> Any:
         sub = [subset] if isinstance(subset, str) else subset
@@ -313,8 +329,8 @@ class TrackedFrame:
         sub = [subset] if isinstance(subset, str) else subset
         sub = list(sub) if sub is not None else self.columns
         if isinstance(to_replace, dict):
-            return self._simple("replace", lambda d: d.replace(to_replace, subset=sub))
-        return self._simple("replace", lambda d: d.replace(to_replace, value, sub))
+            return self._filled("replace", lambda d: d.replace(to_replace, subset=sub))
+        return self._filled("replace", lambda d: d.replace(to_replace, value, sub))
 
     @property
     def na(self) -> "_NaFunctions":

@@ -34,6 +34,7 @@ __all__ = [
     "mentions_struct",
     "nodes_above",
     "quoted",
+    "row_considered",
     "slot_id",
     "slot_name",
     "window_key_defs",
@@ -173,6 +174,13 @@ def union_all(lins: Iterable[ColumnLineage]) -> ColumnLineage:
 
 # An attribute of a plan: either a provenance slot or a column with its lineage.
 Info = ColumnLineage | str  # str: the slot's name
+
+
+def row_considered(infos: Mapping[int, Info]) -> frozenset[Ref]:
+    """The row's considered lineage: the pairs every user column of ``infos`` considers
+    (filter predicates, join and group keys apply to the whole row)."""
+    lins = [v.consid for v in infos.values() if isinstance(v, ColumnLineage)]
+    return frozenset.intersection(*lins) if lins else frozenset()
 
 
 def seq(s: Any) -> list[Any]:
@@ -399,6 +407,7 @@ class PlanWalker:
             names, ids = _named_ids(node)
             out: dict[int, Info] = {}
             structs: bool | None = None  # whether the list may build structs (read once)
+            row: frozenset[Ref] | None = None  # the row's considered lineage (read once)
             for j, (n, i) in enumerate(zip(names, ids, strict=True)):
                 if i in child:
                     out[i] = child[i]
@@ -411,9 +420,13 @@ class PlanWalker:
                     if structs is None and not self._has_fields(refs, child):
                         structs = mentions_struct(str(exprs.toString()))
                     if structs or self._has_fields(refs, child):
-                        out[i] = field_lineage(e, child, lambda r: self._lin(r, child))
+                        lin = field_lineage(e, child, lambda r: self._lin(r, child))
                     else:
-                        out[i] = self._lin(refs, child)
+                        lin = self._lin(refs, child)
+                    # a new column (a literal too) is about the row: it considers what
+                    # decided the row (the semantics table, docs/concepts/semantics.md)
+                    row = row_considered(child) if row is None else row
+                    out[i] = lin.considering(row) if row else lin
             return out
         if name == "Filter":
             child = self._walk(children[0])
@@ -452,8 +465,9 @@ class PlanWalker:
                 if refs == [eid] and isinstance(child.get(eid), ColumnLineage):
                     lin = child[eid]  # type: ignore[assignment]  # a grouping column, fields kept
                 if not lin.contrib:
-                    # count(*) and friends: the value is made by which rows are in the group
-                    lin = ColumnLineage(keys.full() if keys.full() else everything.full())
+                    # count(*) and friends: the value is made by which rows are in the group,
+                    # so it has no contributing cell, only considered ones
+                    lin = ColumnLineage(frozenset(), keys.full() or everything.full())
                 out[eid] = lin.considering(keys.full())
             return out
         if name == "Join":

@@ -4,8 +4,9 @@ A projection with window functions (``row_number().over(w)``, ``sum(x).over(w)``
 by :meth:`~dslog_dagster.spark.frame.TrackedFrame.select` and friends like any projection; when
 its plan has ``Window`` nodes, :func:`windowed` runs it again on the frame with, per distinct
 window frame, a new slot per slot: ``collect_list`` of the slot over that same frame. The
-window's output column then depends on the rows its frame holds (ranking functions: their
-order keys; offsets: the value they read), and considers the window's partition and order.
+window's output column then depends on the rows its frame holds (offsets: the value they
+read; ranking functions: nothing, they are made by the order), and considers the partition
+and order cells of its frame's rows and of the current row.
 Keys that are expressions (``partitionBy(F.upper("g"))``) appear in the analyzed plan as
 aliases the analyzer made (``_w0``); the frame is rebuilt from the expressions they stand for
 (:func:`~dslog_dagster.spark.plan.window_key_defs`).
@@ -69,8 +70,9 @@ class WindowFrame:
     def lineage(self, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
         spec_lin = lin_of(refs_of(self.spec)).full()
         if self.kind in _RANKING or self.kind in _WHOLE_PARTITION:
-            orders = [r for o in seq(self.spec.orderSpec()) for r in refs_of(o)]
-            return ColumnLineage(lin_of(orders).full(), spec_lin)
+            # a rank is made by the order of the rows, not from any cell's value: only
+            # considered lineage (the partition and order cells of the frame's rows)
+            return ColumnLineage(frozenset(), spec_lin)
         lin = lin_of(refs_of(self.fn))
         if not lin.contrib:
             return ColumnLineage(spec_lin, spec_lin)
@@ -204,6 +206,9 @@ def windowed(
 
     def rule(e: Any, lin_of: Callable[[list[int]], ColumnLineage]) -> ColumnLineage:
         wk = window_frame(e, op, res_defs)
-        return wk.lineage(lin_of).remap(mapping[wk.key])
+        # the current row's partition and order cells decided which rows are its frame
+        # (a lag's first row of a partition reads no row, yet considers its own keys)
+        here = lin_of(refs_of(wk.spec)).full()
+        return wk.lineage(lin_of).remap(mapping[wk.key]).considering(here)
 
     return state.finish(res, op, [base], rule, arrays)

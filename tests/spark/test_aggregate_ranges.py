@@ -112,12 +112,13 @@ def test_join_groupby_matches_reference(case: str, request: Any, dims: Any) -> N
     assert "retried_with_lists" not in auto.timings
     assert auto.timings.get("refetched_rows", 0) == (4 if case == "scattered" else 0)
     groups = {k: [i for i, kk, _ in data if kk == k] for k in range(4)}
-    src = {"k": ["k"], "t": ["v"], "n": ["k"]}
+    # count(*) has no contributing cell; the USING key is contributed by both key cells
+    src = {"k": ["k"], "t": ["v"], "n": []}
     assert_lineage(auto, "f", lambda r, c: [(i, s) for i in groups[r["k"]] for s in src[c]])
     assert_lineage(
         auto,
         "d",
-        lambda r, c: [(r["k"], s) for s in {"t": ["w"], "n": ["key"], "k": []}[c]],
+        lambda r, c: [(r["k"], s) for s in {"t": ["w"], "n": [], "k": ["key"]}[c]],
     )
     assert_lineage(
         auto,
@@ -139,9 +140,13 @@ def test_repeated_rows_with_count_equal_to_span_fall_back(spark: Any) -> None:
     assert "retried_with_lists" not in cap.timings
     assert cap.timings["refetched_rows"] == 2
     groups = {"A": [0, 2], "B": [1]}
-    # count(*) is made by the group's rows: their key g, and j, which joined them
-    src = {"g": ["g"], "count": ["g", "j"]}
+    # count(*) is made by the group's rows: no contributing cell; it considers their key g,
+    # and j, which joined them
+    src = {"g": ["g"], "count": []}
     assert_lineage(cap, "a", lambda r, c: [(i, s) for i in groups[r["g"]] for s in src[c]])
+    assert_lineage(
+        cap, "a", lambda r, c: [(i, s) for i in groups[r["g"]] for s in ("g", "j")], considered=True
+    )
 
 
 def test_explode_before_groupby_loses_uniqueness(sorted_facts: Any) -> None:
@@ -159,7 +164,8 @@ def test_steps_after_an_aggregation(sorted_facts: Any, dims: Any) -> None:
 
     # row-preserving steps and a join keep the ranges (one pass)
     def after(f: Any, d: Any) -> Any:
-        g = f.groupBy("k").agg(F.max("v").alias("m"))
+        # (a sum: a max's picks are collected as lists, see test_semantics_table.py)
+        g = f.groupBy("k").agg(F.sum("v").alias("m"))
         return g.filter(F.col("m") > 2).join(d, g.k == d.key, "left").select("k", "m", "w")
 
     cap, _ = both(after, {"f": sorted_facts, "d": dims})
@@ -212,7 +218,7 @@ def test_mixed_range_and_scattered_groups(spark: Any, dims: Any) -> None:
     assert "retried_with_lists" not in cap.timings
     assert cap.timings["refetched_rows"] == 2
     groups = {k: [i for i, kk, _ in MIXED if kk == k] for k in range(4)}
-    src = {"k": ["k"], "t": ["v"], "n": ["k"]}
+    src = {"k": ["k"], "t": ["v"], "n": []}  # count(*): considered only
     assert_lineage(cap, "f", lambda r, c: [(i, s) for i in groups[r["k"]] for s in src[c]])
 
 
@@ -233,7 +239,7 @@ def test_refetch_with_null_and_composite_keys_and_no_keys(spark: Any) -> None:
     )
 
     def expression_key(x: Any) -> Any:  # a computed key; ids of each parity are scattered
-        return x.groupBy((F.col("id") % 2).alias("p")).agg(F.max("v").alias("m")).orderBy("p")
+        return x.groupBy((F.col("id") % 2).alias("p")).agg(F.sum("v").alias("m")).orderBy("p")
 
     cap2, _ = both(expression_key, [x])
     assert cap2.timings["refetched_rows"] == 2
@@ -377,8 +383,8 @@ def test_frame_joined_with_its_own_scattered_aggregate_is_refetched_not_rerun(
     groups = {k: [i for i, kk, _ in SCATTERED if kk == k] for k in range(4)}
 
     def rule(r: dict[str, Any], c: str) -> list[tuple[int, str]]:
-        if c == "k":  # the using-join key: the left side's column
-            return [(r["id"], "k")]
+        if c == "k":  # the using-join key: both matched key cells (the row's, its group's)
+            return [(r["id"], "k"), *[(i, "k") for i in groups[r["k"]]]]
         if c in ("id", "v"):
             return [(r["id"], c)]
         group = [(i, "v") for i in groups[r["k"]]]
@@ -413,14 +419,17 @@ def test_two_aggregations_of_one_input_keep_their_own_groups(spark: Any, combine
 
         def rule(r: Any, c: str) -> list[tuple[int, str]]:
             ids = kept[r["k"]] if first[r[ROW_ID]] else every[r["k"]]
-            return [(i, "k" if c == "k" else ("v" if first[r[ROW_ID]] else "k")) for i in ids]
+            if c == "s" and not first[r[ROW_ID]]:  # count(*): no contributing cell
+                return []
+            return [(i, "k" if c == "k" else "v") for i in ids]
 
         assert_lineage(cap, 0, rule)
     else:
-        src = {"k": ["k"], "s": ["v"], "t": ["k"]}
+        src = {"k": ["k"], "s": ["v"], "t": []}  # t: count(*), considered only
 
         def rule2(r: Any, c: str) -> list[tuple[int, str]]:
-            ids = kept[r["k"]] if c == "s" else every[r["k"]] if c == "t" else kept[r["k"]]
+            # the USING key k: both matched key cells (a's group and b's group)
+            ids = every[r["k"]] if c == "k" else kept[r["k"]]
             return [(i, s) for i in ids for s in src[c]]
 
         assert_lineage(cap, 0, rule2)

@@ -69,7 +69,15 @@ def test_column_names_that_look_like_printed_attributes(people: Any, odd: str) -
     for i, g, *_ in PEOPLE:
         groups.setdefault(g, []).append(i)
     src = {odd: ["g"], odd + "s": ["v", "w"], "m": ["w"]}
-    assert_lineage(cap, 0, lambda r, c: [(i, x) for i in groups[r[odd]] for x in src[c]])
+    w_of = {x[0]: x[3] for x in PEOPLE}
+
+    def rule(r: dict[str, Any], c: str) -> list[tuple[int, str]]:
+        rows = groups[r[odd]]
+        if c == "m":  # a max passes the picked cells (the semantics table)
+            rows = [i for i in rows if w_of[i] == max(w_of[j] for j in rows)]
+        return [(i, x) for i in rows for x in src[c]]
+
+    assert_lineage(cap, 0, rule)
 
 
 def test_filter_records_predicate_columns_as_considered(people: Any) -> None:
@@ -94,14 +102,14 @@ def test_join_keeps_both_sides(people: Any, cities: Any, how: str) -> None:
     def rule_p(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
         if row["id"] is None:
             return []
-        if col == "g":  # the using-join key: left.g, right.g (right join), or coalesce (full)
-            return [(row["id"], "g")] if how != "right" else []
+        if col == "g":  # the using-join key: both matched key cells (semantics table)
+            return [(row["id"], "g")]
         return [(row["id"], col)] if col in p_cols else []
 
     def rule_c(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
         if row["cid"] is None:
             return []
-        if col == "g" and how in ("right", "full"):
+        if col == "g":
             return [(row["cid"], "g")]
         return [(row["cid"], col)] if col in {"cid", "city"} else []
 
@@ -147,7 +155,7 @@ def test_self_join_keeps_sides_apart(people: Any) -> None:
             return [(row["id"], left[col])]
         if col in right:
             return [(row["id2"], right[col])]
-        return [(row["id"], "g")]  # inner using-join key: the left side's column
+        return [(row["id"], "g"), (row["id2"], "g")]  # using-join key: both matched cells
 
     assert_lineage(cap, 0, rule)
 
@@ -191,9 +199,19 @@ def test_groupby_agg_collects_the_group(people: Any) -> None:
 
     cap = capture_frames(f, [people])
     groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
-    src = {"g": ["g"], "sv": ["v"], "n": ["g"], "aw": ["w"], "mn": ["v"], "mx": ["w"]}
+    src = {"g": ["g"], "sv": ["v"], "n": [], "aw": ["w"], "mn": ["v"], "mx": ["w"]}
     src["ids"] = ["id"]
-    assert_lineage(cap, 0, lambda r, c: [(i, s) for i in groups[r["g"]] for s in src[c]])
+    val = {x[0]: {"v": x[2], "w": x[3]} for x in PEOPLE}
+
+    def rule(r: dict[str, Any], c: str) -> list[tuple[int, str]]:
+        rows = groups[r["g"]]
+        if c in ("mn", "mx"):  # picks: the cells equal to the result, every tied one
+            col, best = {"mn": ("v", min), "mx": ("w", max)}[c]
+            vals = [val[i][col] for i in rows if val[i][col] is not None]
+            rows = [i for i in rows if vals and val[i][col] == best(vals)]
+        return [(i, s) for i in rows for s in src[c]]
+
+    assert_lineage(cap, 0, rule)
     assert_lineage(
         cap,
         0,
@@ -223,16 +241,20 @@ def test_global_aggregate_and_shortcuts(people: Any) -> None:
     )
     assert cap.n_rows == 1
     every = ["id", "g", "v", "w"]
+    # count(*) has no contributing cell; without group keys it considers every cell
+    assert_lineage(cap, 0, lambda r, c: [(i, "w") for i in range(6)] if c == "t" else [])
     assert_lineage(
         cap,
         0,
         lambda r, c: (
             [(i, "w") for i in range(6)] if c == "t" else [(i, x) for i in range(6) for x in every]
         ),
+        considered=True,
     )
     cnt = capture_frames(lambda p: p.groupBy("g").count(), [people])
     groups = {"a": [0, 1, 5], "b": [2, 4], "c": [3]}
-    assert_lineage(cnt, 0, lambda r, c: [(i, "g") for i in groups[r["g"]]])
+    assert_lineage(cnt, 0, lambda r, c: [(i, "g") for i in groups[r["g"]]] if c == "g" else [])
+    assert_lineage(cnt, 0, lambda r, c: [(i, "g") for i in groups[r["g"]]], considered=True)
 
 
 def test_union_distinct_and_drop_duplicates(people: Any, cities: Any) -> None:
@@ -323,8 +345,8 @@ def test_window_functions(people: Any) -> None:
         k = part.index(i)
         if col == "id":
             return [(i, "id")]
-        if col == "rn":
-            return [(j, "id") for j in part[: k + 1]]
+        if col == "rn":  # a rank has no contributing cell (considered: checked below)
+            return []
         if col == "lag":
             return [(part[k - 1], "v")] if k >= 1 else []
         if col == "lead":
@@ -332,6 +354,23 @@ def test_window_functions(people: Any) -> None:
         return [(j, "v") for j in part[max(0, k - 1) : k + 1]]
 
     assert_lineage(cap, 0, rule)
+
+    def considered(row: dict[str, Any], col: str) -> list[tuple[int, str]]:
+        i = row["id"]
+        part = order[g_of[i]]
+        k = part.index(i)
+        read = {
+            "id": [],
+            "rn": part[: k + 1],
+            "lag": part[k - 1 : k] if k >= 1 else [],
+            "lead": part[k + 1 : k + 2],
+            "roll": part[max(0, k - 1) : k + 1],
+        }[col]
+        # the rows read (their partition and order cells) and the current row's keys
+        keys = [(j, x) for j in {*read, i} for x in ("g", "id")] if col != "id" else []
+        return sorted({*rule(row, col), *keys})
+
+    assert_lineage(cap, 0, considered, considered=True)
 
 
 def test_unknown_operation_raises_or_is_flagged(people: Any) -> None:
@@ -397,8 +436,8 @@ def test_window_keys_that_are_expressions_equal_plain_spark(spark: Any, window: 
         k = part.index(i)
         if col == "id":
             return [(i, "id")]
-        if col == "rn":  # the order keys of the rows up to this one
-            return [(j, "score") for j in part[: k + 1]]
+        if col == "rn":  # a rank has no contributing cell, only considered ones
+            return []
         return [(part[k - 1], "score")] if k >= 1 else []
 
     assert_lineage(cap, 0, rule)

@@ -56,19 +56,7 @@ def _schema(df: pd.DataFrame) -> str:
     return ", ".join(f"`{c}` {kinds[str(t)]}" for c, t in df.dtypes.items())
 
 
-SPARK_FILL_GAP = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Spark records the old cell of a cell that fillna/replace set to a literal as "
-        "contributing; the semantics table (issue 26) and pandas say considered only. Spark's "
-        "column lineage has no per-row condition for coalesce/CASE branches yet."
-    ),
-)
-
-
-@pytest.mark.parametrize(
-    "pipeline", ["census", "compas", pytest.param("german", marks=SPARK_FILL_GAP)]
-)
+@pytest.mark.parametrize("pipeline", ["census", "compas", "german"])
 def test_pandas_and_spark_record_the_same_lineage(spark: Any, pipeline: str) -> None:
     make, in_pandas, on_spark = PIPELINES[pipeline]
     frames = make(40)
