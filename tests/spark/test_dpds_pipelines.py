@@ -122,23 +122,14 @@ def test_running_example_considered_lineage_is_equal(
     _same(*running[True], "considered")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Two Spark gaps the semantics table (issue 26) closes: a cell fillna set to a literal "
-        "keeps its old cell as contributing (pandas: considered only), and a USING join's key "
-        "column is contributed by the left key cell only (pandas: both matched key cells)."
-    ),
-)
 def test_running_example_contributing_lineage_is_equal(
     running: dict[bool, tuple[Keyed, Keyed]],
 ) -> None:
     """One difference is the program's, not the rules': Spark has no null-safe USING join,
     so the first join's key columns are ``df_A``'s (the left key cell contributes), where
-    pandas coalesces the matched keys (both key cells). Those pairs are left out. The
-    rest fails today for two reasons the semantics table fixes: cells ``fillna`` set to a
-    literal keep their old cell as contributing on Spark, and a USING join's key column is
-    contributed by the left key cell only."""
+    pandas coalesces the matched keys (both key cells). Those pairs are left out; everything
+    else (cells ``fillna`` set to a literal: no contributing cell; the second, USING join's
+    keys: both matched key cells) follows the semantics table on both engines."""
     want, got = running[False]
     keys = {p for p in want if p[1] in KEYS and p[2] == "df_B"}
     assert keys, "pandas should coalesce the first join's matched keys"
