@@ -118,13 +118,13 @@ def pivot_aggregate(
     out += [_col(n) for n in slot_cols]
     res = joined.select(*out)
     infos: list[Info] = []
-    for ki in key_infos:
-        assert isinstance(ki, ColumnLineage)
-        infos.append(ki)
     # a pivoted cell is computed from its group's rows with its pivot value; the keys and
     # pivot values of the whole group decided which rows those are (an empty cell has only
-    # that considered lineage)
+    # that considered lineage), and every cell of the row considers them
     decided = p_lin.full().union(*(k.full() for k in key_infos if isinstance(k, ColumnLineage)))
+    for ki in key_infos:
+        assert isinstance(ki, ColumnLineage)
+        infos.append(ki.considering(decided))
     for m in by_value:
         for ai in agg_infos:
             assert isinstance(ai, ColumnLineage)

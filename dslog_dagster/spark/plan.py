@@ -165,6 +165,14 @@ class ColumnLineage:
         )
 
 
+def _counts(e: Any) -> bool:
+    """Whether aggregate expression ``e`` is a plain ``count(...)`` (aliased or not)."""
+    inner = e.child() if e.nodeName() == "Alias" else e
+    if inner.nodeName() != "AggregateExpression":
+        return False
+    return str(inner.aggregateFunction().getClass().getSimpleName()) == "Count"
+
+
 def union_all(lins: Iterable[ColumnLineage]) -> ColumnLineage:
     out = ColumnLineage()
     for x in lins:
@@ -468,6 +476,9 @@ class PlanWalker:
                     # count(*) and friends: the value is made by which rows are in the group,
                     # so it has no contributing cell, only considered ones
                     lin = ColumnLineage(frozenset(), keys.full() or everything.full())
+                elif _counts(e):
+                    # count(x): which of the group's x are null decided it, no value did
+                    lin = ColumnLineage(frozenset(), lin.full())
                 out[eid] = lin.considering(keys.full())
             return out
         if name == "Join":

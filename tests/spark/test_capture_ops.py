@@ -73,8 +73,9 @@ def test_column_names_that_look_like_printed_attributes(people: Any, odd: str) -
 
     def rule(r: dict[str, Any], c: str) -> list[tuple[int, str]]:
         rows = groups[r[odd]]
-        if c == "m":  # a max passes the picked cells (the semantics table)
-            rows = [i for i in rows if w_of[i] == max(w_of[j] for j in rows)]
+        if c == "m":  # a max passes the picked cells (the semantics table); nulls never
+            best = max(w_of[j] for j in rows if w_of[j] is not None)
+            rows = [i for i in rows if w_of[i] == best]
         return [(i, x) for i in rows for x in src[c]]
 
     assert_lineage(cap, 0, rule)
@@ -295,7 +296,13 @@ def test_missing_value_ops(people: Any) -> None:
     cap = capture_frames(f, [people])
     assert cap.n_rows == 6
     assert [r["w"] for r in output_rows(cap)][1] == -1
-    assert_lineage(cap, 0, own({c: [c] for c in ("id", "g", "v", "w")}))
+    # a filled or replaced cell is set to a literal: no contributing cell (its old cell is
+    # considered); the other cells are contributed by themselves
+    changed = {(1, "w"), (2, "v"), (3, "g")}
+    assert_lineage(cap, 0, lambda r, c: [] if (r["id"], c) in changed else [(r["id"], c)])
+    # na.drop(how="all") checked every cell of the row
+    every = ("id", "g", "v", "w")
+    assert_lineage(cap, 0, lambda r, c: [(r["id"], x) for x in every], considered=True)
 
 
 def test_pivot(people: Any) -> None:
