@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import os
 import time
+from datetime import UTC, datetime, timedelta
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ from dslog_dagster.core.store import (
 from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.core.store.retraction import retract
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
+from dslog_dagster.export import openlineage_emit
+from dslog_dagster.export.openlineage_events import Materialization, run_events
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name, op_array_name
 from dslog_dagster.policy import LineageMode
@@ -388,7 +391,7 @@ class LineageJob:
             )
             self.published = (None, [rec])
             write_s = self.seconds + time.perf_counter() - t0
-            return m.LineageMetadata(
+            return self._openlineage(None, rec) | m.LineageMetadata(
                 obtained=pending.obtained,
                 policy=pending.policy.value,
                 mode=pending.mode.value,
@@ -424,7 +427,8 @@ class LineageJob:
         finally:
             prepared.flushed()
         write_s = self.seconds + time.perf_counter() - t0
-        return m.LineageMetadata(
+        sent = self._openlineage(op, op.outputs[0])
+        return sent | m.LineageMetadata(
             obtained=pending.obtained,
             policy=pending.policy.value,
             mode=pending.mode.value,
@@ -449,6 +453,52 @@ class LineageJob:
             step_s=time.perf_counter() - pending.started,
             lineage_md=picture,
         ).to_metadata()
+
+    def _openlineage(
+        self, op: OperationRecord | None, out: ArrayRecord | None, error: str | None = None
+    ) -> dict[str, Any]:
+        """Send the materialization's OpenLineage events when a transport is configured
+        (:mod:`~dslog_dagster.export.openlineage_emit`); ``dslog/openlineage`` says how it
+        went. Never raises for the export's own failures."""
+        cfg = self.writer.settings.openlineage
+        pending = self.pending
+        if cfg.transport == "off" or pending is None:
+            return {}
+        now = datetime.now(UTC)
+        started = now - timedelta(seconds=time.perf_counter() - pending.started)
+        key = self.context.asset_key.to_user_string() if self.context.has_asset_key else self.name
+        direct = None
+        if pending.column_lineage is not None:
+            names = {r.arg: r.name for r in pending.inputs}
+            direct = {
+                o: {names[a]: cols for a, cols in ins.items() if a in names}
+                for o, ins in pending.column_lineage.items()
+            }
+        mat = Materialization(
+            output=out,
+            job=key,
+            op=op,
+            relations=self.lineage,
+            considered=pending.mode == LineageMode.considered,
+            direct=direct,
+            run_key=f"{self.context.run_id}/{key}",
+            started=started,
+            ended=now,
+            error=error,
+            contributing=None if pending.contributing is None else {
+                (self.name, r.name): rel
+                for r, rel in zip(pending.inputs, pending.contributing, strict=True)
+            },
+        )  # fmt: skip
+        report = openlineage_emit.emit(
+            cfg,
+            lambda: run_events(mat, namespace=cfg.namespace),
+            self.context.log.warning,
+            f"`{key}`",
+        )
+        if report is None:
+            return {}
+        return {m.OPENLINEAGE: dg.MetadataValue.text(report.text())}
 
     def _base_dir(self) -> str | None:
         base = self.writer.base_dir
