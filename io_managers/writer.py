@@ -20,8 +20,8 @@ import dataclasses
 import logging
 import os
 import time
-from datetime import UTC, datetime, timedelta
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -343,11 +343,14 @@ class LineageJob:
             task.result()  # _prepare keeps its own failures in self.failure
 
     def abort(self) -> None:
-        """Storing the value failed: publish nothing."""
+        """Storing the value failed: publish nothing (an OpenLineage ``FAIL`` event says so
+        when a transport is configured)."""
         self._join()
         if self.prepared is not None:
             self.prepared.abort()
             self.prepared = None
+        if self.done is None and self.out_spec is not None:
+            self._openlineage(None, None, "storing the value failed; no lineage was published")
 
     def retract(self) -> None:
         """Remove what :meth:`finish` published (the value it describes was not stored; see
@@ -373,6 +376,7 @@ class LineageJob:
             return self.done
         self._join()
         if self.failure is not None:
+            self._openlineage(None, None, f"{type(self.failure).__name__}: {self.failure}")
             raise self.failure
         pending = self.pending
         assert pending is not None
@@ -391,18 +395,21 @@ class LineageJob:
             )
             self.published = (None, [rec])
             write_s = self.seconds + time.perf_counter() - t0
-            return self._openlineage(None, rec) | m.LineageMetadata(
-                obtained=pending.obtained,
-                policy=pending.policy.value,
-                mode=pending.mode.value,
-                status=pending.status,
-                array=self.name,
-                version=self.version,
-                store=str(store.root),
-                base_dir=self._base_dir(),
-                write_s=write_s,
-                step_s=time.perf_counter() - pending.started,
-            ).to_metadata()
+            return (
+                self._openlineage(None, rec)
+                | m.LineageMetadata(
+                    obtained=pending.obtained,
+                    policy=pending.policy.value,
+                    mode=pending.mode.value,
+                    status=pending.status,
+                    array=self.name,
+                    version=self.version,
+                    store=str(store.root),
+                    base_dir=self._base_dir(),
+                    write_s=write_s,
+                    step_s=time.perf_counter() - pending.started,
+                ).to_metadata()
+            )
         prepared, self.prepared = self.prepared, None
         # Visible now; its directories are flushed in a worker while the picture and the
         # figures are made, and finish() returns only once they are on disk.
@@ -428,31 +435,34 @@ class LineageJob:
             prepared.flushed()
         write_s = self.seconds + time.perf_counter() - t0
         sent = self._openlineage(op, op.outputs[0])
-        return sent | m.LineageMetadata(
-            obtained=pending.obtained,
-            policy=pending.policy.value,
-            mode=pending.mode.value,
-            signature=pending.signature,
-            flagged=pending.flagged,
-            flag_reason=pending.reason,
-            status=pending.status,
-            array=self.name,
-            version=self.version,
-            op_id=op.op_id,
-            op_name=op.op_name,
-            kinds=_kinds(op),
-            store=str(store.root),
-            base_dir=self._base_dir(),
-            inputs=inputs,
-            raw_rows=sum(t.n_pairs for t in op.tables),
-            raw_bytes=raw_bytes,
-            stored_rows=sum(t.rows for t in op.tables),
-            stored_bytes=sum(t.stored_bytes for t in op.tables),
-            capture_s=pending.capture_s,
-            write_s=write_s,
-            step_s=time.perf_counter() - pending.started,
-            lineage_md=picture,
-        ).to_metadata()
+        return (
+            sent
+            | m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy.value,
+                mode=pending.mode.value,
+                signature=pending.signature,
+                flagged=pending.flagged,
+                flag_reason=pending.reason,
+                status=pending.status,
+                array=self.name,
+                version=self.version,
+                op_id=op.op_id,
+                op_name=op.op_name,
+                kinds=_kinds(op),
+                store=str(store.root),
+                base_dir=self._base_dir(),
+                inputs=inputs,
+                raw_rows=sum(t.n_pairs for t in op.tables),
+                raw_bytes=raw_bytes,
+                stored_rows=sum(t.rows for t in op.tables),
+                stored_bytes=sum(t.stored_bytes for t in op.tables),
+                capture_s=pending.capture_s,
+                write_s=write_s,
+                step_s=time.perf_counter() - pending.started,
+                lineage_md=picture,
+            ).to_metadata()
+        )
 
     def _openlineage(
         self, op: OperationRecord | None, out: ArrayRecord | None, error: str | None = None

@@ -85,7 +85,7 @@ def emit(
     try:
         built = list(events())
         transport = transport_for(cfg)
-    except Exception as e:  # noqa: BLE001 - the materialization stands; the warning says why
+    except Exception as e:
         warn(
             f"OpenLineage events of {what} were not built ({type(e).__name__}: {e}). The "
             "materialization and its lineage are stored; install the [openlineage] extra or "
@@ -97,7 +97,7 @@ def emit(
         try:
             transport.emit(ev)
             sent += 1
-        except Exception as e:  # noqa: BLE001 - as above
+        except Exception as e:
             failed += 1
             first = first or f"{type(e).__name__}: {e}"
     if failed:

@@ -90,7 +90,8 @@ def _schema(ol: Any, rec: ArrayRecord) -> Any:
 
 
 def _column_lineage(ol: Any, m: Materialization, namespace: str) -> Any:
-    assert m.op is not None and m.output is not None
+    assert m.op is not None
+    assert m.output is not None
     out = m.output
     inputs = {dataset_name(i): _fields(i) for i in m.op.inputs}
     rels = {dataset_name(i): m.relations[(out.name, i.name)] for i in m.op.inputs
@@ -144,16 +145,20 @@ def run_events(m: Materialization, *, namespace: str = DEFAULT_NAMESPACE) -> lis
     run_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"dslog:{m.run_key}"))
     run = ev.Run(runId=run_id)
     job = ev.Job(namespace=namespace, name=m.job)
-    ins = [] if m.op is None else [
-        ev.InputDataset(namespace=namespace, name=dataset_name(i), facets={"schema": _schema(ol, i)})
-        for i in m.op.inputs
-    ]  # fmt: skip
+    ins = [
+        ev.InputDataset(
+            namespace=namespace, name=dataset_name(i), facets={"schema": _schema(ol, i)}
+        )
+        for i in (() if m.op is None else m.op.inputs)
+    ]
     outs = []
     if m.output is not None:
         facets: dict[str, Any] = {"schema": _schema(ol, m.output)}
         if m.op is not None and m.error is None:
             facets["columnLineage"] = _column_lineage(ol, m, namespace)
-        outs.append(ev.OutputDataset(namespace=namespace, name=dataset_name(m.output), facets=facets))
+        outs.append(
+            ev.OutputDataset(namespace=namespace, name=dataset_name(m.output), facets=facets)
+        )
     start = ev.RunEvent(
         eventType=ev.RunState.START,
         eventTime=m.started.isoformat(),
@@ -216,7 +221,9 @@ def stored_events(
     if op is not None:
         for t in op.tables:
             if t.output == rec.name:
-                relations[(t.output, t.input)] = store.read_lineage(op, t.output, t.input).as_provrc()
+                relations[(t.output, t.input)] = store.read_lineage(
+                    op, t.output, t.input
+                ).as_provrc()
     when = op.created_at if op is not None else rec.created_at
     m = Materialization(
         output=rec,

@@ -11,12 +11,14 @@ transformation; it imports neither Dagster nor the OpenLineage client (the event
 **Types and subtypes** (also in docs/export.md):
 
 * contributing (``DIRECT``): ``AGGREGATION`` when some output cell of the column was computed
-  from several cells of the input column (read off the contributing relation), or, without the
-  relation at hand, when a step of the operation generated rows (``instance_generation``) or
-  reduced columns (``dimensionality_reduction``) and the column is one of those it added or
-  transformed; ``IDENTITY`` when the operation's recorded effects say the column was neither
-  added nor transformed (it was copied, maybe renamed, its rows filtered, joined or stacked) —
-  only when every step knows its columns; ``TRANSFORMATION`` otherwise.
+  from several cells of the input column (read off the contributing relation); when that
+  relation is not at hand (a Spark step in considered mode, a relation too big to project),
+  when a step of the operation generated rows (``instance_generation``) or reduced columns
+  (``dimensionality_reduction``) and added or transformed the column. ``IDENTITY`` when each
+  output cell was computed from one cell and every step that added or transformed the column
+  only copies (``join``, ``append``, ``feature_selection``, ``feature_rename``,
+  ``instance_drop``: a join brings the other side's columns along). ``TRANSFORMATION``
+  otherwise (computed, imputed, cast, or the effects are unknown).
 * considered only (``INDIRECT``, pairs of the considered relation that the contributing one does
   not have): the subtype of the operation's steps, when they all name the same one —
   ``JOIN`` (a ``join`` step), ``GROUP_BY`` (``instance_generation``: group aggregates, pivot),
@@ -237,9 +239,7 @@ def edges(
         rel = relations.get(name)
         pairs = None if rel is None else column_pairs(rel, out, inp)
         if direct is not None:
-            linked = {
-                (o, c) for o, ins in direct.items() for c in ins.get(name, ()) if o in result
-            }
+            linked = {(o, c) for o, ins in direct.items() for c in ins.get(name, ()) if o in result}
         elif pairs is not None:  # a NumPy step: its stored pairs (contributing ⊆ considered)
             linked = set(pairs)
         elif not out.by_column and not inp.by_column and rel is not None and _size(rel):
@@ -254,7 +254,7 @@ def edges(
             sub = direct_subtype(o, effects, many, numpy=not out.by_column)
             result[o].append(ColumnEdge(name, c, DIRECT, sub, calls))
         if considered and direct is not None and pairs is not None:
-            sub = indirect_subtype(effects)
+            why = indirect_subtype(effects)
             for o, c in sorted(set(pairs) - linked):
-                result[o].append(ColumnEdge(name, c, INDIRECT, sub, calls))
+                result[o].append(ColumnEdge(name, c, INDIRECT, why, calls))
     return result

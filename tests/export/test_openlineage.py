@@ -79,10 +79,14 @@ def validate(event: dict[str, Any]) -> None:
 class _Receiver(BaseHTTPRequestHandler):
     received: list[dict[str, Any]]
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.received.append(  # type: ignore[attr-defined]
-            {"path": self.path, "auth": self.headers.get("Authorization"), "event": json.loads(body)}
+            {
+                "path": self.path,
+                "auth": self.headers.get("Authorization"),
+                "event": json.loads(body),
+            }
         )
         self.send_response(201)
         self.end_headers()
