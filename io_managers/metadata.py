@@ -35,6 +35,10 @@ key                    value
                        each of them in the same colour (:mod:`dslog_dagster.pictures`)
 =====================  =========================================================================
 
+With an OpenLineage transport configured (``DSLogResource(openlineage=...)``), a tracked
+output also gets ``dslog/openlineage``: how many of its run events were sent, and the first
+failure (:mod:`dslog_dagster.export.openlineage_emit`).
+
 DataFrame assets (Spark steps) also get Dagster's own keys: ``dagster/column_lineage`` (per
 output column, the upstream asset columns its values came from, from the capture's analyzed
 plan), ``dagster/column_schema`` and ``dagster/row_count``.
