@@ -225,3 +225,28 @@ def test_a_closed_port_leaves_the_materialization_successful_with_a_warning(
     assert md[m.OPENLINEAGE].value.startswith("0 of 2 events sent: ")
     assert any("were not sent to" in msg and str(port) in msg for msg in logs)
     assert np.array_equal(res.output_for_node("row_sums"), np.arange(12.0).reshape(3, 4).sum(1))
+
+
+def test_a_failed_materialization_ends_with_a_valid_fail_event(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from dslog_dagster.core.store import LineageStore
+    from dslog_dagster.export import Materialization, event_json, run_events
+
+    out = LineageStore(tmp_path / "store").register_array(
+        "t", (2, 2), "float64", asset_key="sales/t", columns=[("a", "int64"), ("b", "str")]
+    )
+    when = datetime(2026, 11, 28, tzinfo=UTC)
+    mat = Materialization(
+        output=out, job="sales/t", op=None, relations={}, considered=False, direct=None,
+        run_key="r1/sales/t", started=when, ended=when, error="OSError: disk full",
+    )  # fmt: skip
+    start, fail = (event_json(e) for e in run_events(mat, namespace="prod"))
+    for e in (start, fail):
+        validate(e)
+    assert (start["eventType"], fail["eventType"]) == ("START", "FAIL")
+    assert fail["run"]["facets"]["errorMessage"]["message"] == "OSError: disk full"
+    (ds,) = fail["outputs"]
+    assert (ds["namespace"], ds["name"]) == ("prod", "sales/t")
+    assert "columnLineage" not in ds["facets"]
+    assert [f["name"] for f in ds["facets"]["schema"]["fields"]] == ["a", "b"]
