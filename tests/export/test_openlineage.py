@@ -212,11 +212,10 @@ def test_a_closed_port_leaves_the_materialization_successful_with_a_warning(
     )
     io = DSLogIOManager(dslog=dslog, base_dir=str(tmp_path / "data"))
     with dg.instance_for_test() as instance:
-        res = dg.materialize(
-            [raw, row_sums], resources={"io_manager": io, "dslog": dslog}, instance=instance
-        )
+        # one step (a source asset sends its events too): the test is about the transport
+        res = dg.materialize([raw], resources={"io_manager": io, "dslog": dslog}, instance=instance)
         assert res.success
-        md = res.asset_materializations_for_node("row_sums")[0].metadata
+        md = res.asset_materializations_for_node("raw")[0].metadata
         logs = [
             r.user_message
             for r in instance.all_logs(res.run_id)
@@ -224,7 +223,7 @@ def test_a_closed_port_leaves_the_materialization_successful_with_a_warning(
         ]
     assert md[m.OPENLINEAGE].value.startswith("0 of 2 events sent: ")
     assert any("were not sent to" in msg and str(port) in msg for msg in logs)
-    assert np.array_equal(res.output_for_node("row_sums"), np.arange(12.0).reshape(3, 4).sum(1))
+    assert np.array_equal(res.output_for_node("raw"), np.arange(12.0).reshape(3, 4))
 
 
 def test_a_failed_materialization_ends_with_a_valid_fail_event(tmp_path: Path) -> None:
