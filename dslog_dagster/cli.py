@@ -529,7 +529,7 @@ def _subcommand(
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dslog`` argument parser (every subcommand, its help and examples)."""
-    from dslog_dagster import cli_discover
+    from dslog_dagster import cli_discover, cli_export
 
     exit_codes = "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
     parser = argparse.ArgumentParser(
@@ -580,6 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _query_options(p)
     _lineage_commands(sub)
+    cli_export.add_export_command(sub, _store)
     p = _subcommand(
         sub, "discover", cli_discover.SUMMARY, cli_discover.EXAMPLES, _discover, formats=True
     )

@@ -14,7 +14,12 @@ from dslog_dagster.errors import MissingExtraError
 
 __all__ = ["EXTRA_OF", "require"]
 
-EXTRA_OF: dict[str, str] = {"pyspark": "spark", "pandas": "pandas", "prov": "export"}
+EXTRA_OF: dict[str, str] = {
+    "pyspark": "spark",
+    "pandas": "pandas",
+    "prov": "export",
+    "openlineage": "openlineage",
+}
 """The extra that installs each optional top-level module."""
 
 

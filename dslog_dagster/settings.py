@@ -7,7 +7,7 @@ flat field names as before), and the decorators take its
 A setting is added here once and reaches all three.
 """
 
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field, model_validator
@@ -15,7 +15,41 @@ from pydantic import Field, model_validator
 from dslog_dagster.errors import ConfigurationError
 from dslog_dagster.policy import CapturePolicy, LineageMode
 
-__all__ = ["TrackingSettings"]
+__all__ = ["OpenLineageSettings", "TrackingSettings"]
+
+
+class OpenLineageSettings(dg.Config):
+    """Where tracked materializations send their OpenLineage run events (off by default)."""
+
+    transport: Literal["off", "file", "http"] = Field(
+        default="off",
+        description=(
+            "off: no events. file: append each event as one JSON line to `path`. http: POST "
+            "each event to `url` (the OpenLineage HTTP API). Needs the [openlineage] extra."
+        ),
+    )
+    path: str | None = Field(default=None, description="The file transport's JSON-lines file.")
+    url: str | None = Field(
+        default=None, description="The HTTP transport's server (http://host:5000)."
+    )
+    endpoint: str = Field(
+        default="api/v1/lineage", description="The HTTP transport's path under `url`."
+    )
+    timeout: float = Field(default=5.0, gt=0, description="HTTP timeout in seconds.")
+    api_key: str | None = Field(
+        default=None, description="HTTP: sent as `Authorization: Bearer <api_key>` when set."
+    )
+    namespace: str = Field(default="dslog", description="Namespace of the jobs and datasets.")
+
+    @model_validator(mode="after")
+    def _target_given(self) -> "OpenLineageSettings":
+        if self.transport == "file" and not self.path:
+            msg = "openlineage.transport=file needs openlineage.path (the JSON-lines file)."
+            raise ConfigurationError(msg)
+        if self.transport == "http" and not self.url:
+            msg = "openlineage.transport=http needs openlineage.url (http://host:port)."
+            raise ConfigurationError(msg)
+        return self
 
 
 class TrackingSettings(dg.Config):
@@ -83,6 +117,14 @@ class TrackingSettings(dg.Config):
             "killed process loses nothing; a power loss may lose lineage of the last moments "
             "(under a second), which the checksums and lineage checks then report, never "
             "taken for good lineage. Needs durable=true."
+        ),
+    )
+
+    openlineage: OpenLineageSettings = Field(
+        default_factory=OpenLineageSettings,
+        description=(
+            "OpenLineage run events (START, COMPLETE or FAIL with the column-lineage facet) "
+            "per materialization of a tracked asset: transport off (default), file or http."
         ),
     )
 

@@ -589,6 +589,7 @@ class _StepRun:
                 reason=reason,
                 capture_s=cap.seconds,
                 column_lineage=cap.column_lineage,
+                contributing=tuple(cap.table(n) for n in names) if considered else None,
                 capture_method="pandas-flagged" if cap.flagged else "pandas",
                 characters=cap.characters,
                 effects=cap.effects,

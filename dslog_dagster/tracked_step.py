@@ -97,6 +97,9 @@ class PendingLineage:
     effects: OperationEffects | None = None
     """The operation's DPDS kinds and column effects from a pandas or Spark capture (a NumPy
     step's are read off its lineage when stored, :mod:`~dslog_dagster.core.op_kinds`)."""
+    contributing: tuple[LineageRelation | LineageTable, ...] | None = None
+    """A pandas step in considered mode: the contributing relations too (``relations`` holds
+    the considered ones), for the OpenLineage facet's ``DIRECT`` subtypes; not stored."""
 
     def __post_init__(self) -> None:
         self.policy = CapturePolicy(self.policy)

@@ -35,6 +35,10 @@ key                    value
                        each of them in the same colour (:mod:`dslog_dagster.pictures`)
 =====================  =========================================================================
 
+With an OpenLineage transport configured (``DSLogResource(openlineage=...)``), a tracked
+output also gets ``dslog/openlineage``: how many of its run events were sent, and the first
+failure (:mod:`dslog_dagster.export.openlineage_emit`).
+
 DataFrame assets (Spark steps) also get Dagster's own keys: ``dagster/column_lineage`` (per
 output column, the upstream asset columns its values came from, from the capture's analyzed
 plan), ``dagster/column_schema`` and ``dagster/row_count``.
@@ -78,6 +82,7 @@ __all__ = [
     "CONSTANT_CELLS",
     "LINEAGE",
     "OBTAINED",
+    "OPENLINEAGE",
     "OP_ID",
     "QUERY_JSON",
     "RECORD",
@@ -120,6 +125,9 @@ SHAPE = "dslog/shape"
 CONSTANT_CELLS = "dslog/constant_cells"
 #: ``dslog/obtained`` of a flagged output: an all-to-all relation stands in for lost lineage
 ALL_TO_ALL = "all-to-all"
+#: how the materialization's OpenLineage events went (``2 events sent``, ``0 of 2 events sent:
+#: <error>``); only when the resource's ``openlineage.transport`` is on
+OPENLINEAGE = "dslog/openlineage"
 # Dagster's own keys that the plugin fills
 COLUMN_LINEAGE = "dagster/column_lineage"
 COLUMN_SCHEMA = "dagster/column_schema"

@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,8 @@ from dslog_dagster.core.store import (
 from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.core.store.retraction import retract
 from dslog_dagster.errors import LineageStorageError, UnsupportedArrayError
+from dslog_dagster.export import openlineage_emit
+from dslog_dagster.export.openlineage_events import Materialization, run_events
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.naming import array_name, op_array_name
 from dslog_dagster.policy import LineageMode
@@ -340,11 +343,14 @@ class LineageJob:
             task.result()  # _prepare keeps its own failures in self.failure
 
     def abort(self) -> None:
-        """Storing the value failed: publish nothing."""
+        """Storing the value failed: publish nothing (an OpenLineage ``FAIL`` event says so
+        when a transport is configured)."""
         self._join()
         if self.prepared is not None:
             self.prepared.abort()
             self.prepared = None
+        if self.done is None and self.out_spec is not None:
+            self._openlineage(None, None, "storing the value failed; no lineage was published")
 
     def retract(self) -> None:
         """Remove what :meth:`finish` published (the value it describes was not stored; see
@@ -370,6 +376,7 @@ class LineageJob:
             return self.done
         self._join()
         if self.failure is not None:
+            self._openlineage(None, None, f"{type(self.failure).__name__}: {self.failure}")
             raise self.failure
         pending = self.pending
         assert pending is not None
@@ -388,18 +395,21 @@ class LineageJob:
             )
             self.published = (None, [rec])
             write_s = self.seconds + time.perf_counter() - t0
-            return m.LineageMetadata(
-                obtained=pending.obtained,
-                policy=pending.policy.value,
-                mode=pending.mode.value,
-                status=pending.status,
-                array=self.name,
-                version=self.version,
-                store=str(store.root),
-                base_dir=self._base_dir(),
-                write_s=write_s,
-                step_s=time.perf_counter() - pending.started,
-            ).to_metadata()
+            return (
+                self._openlineage(None, rec)
+                | m.LineageMetadata(
+                    obtained=pending.obtained,
+                    policy=pending.policy.value,
+                    mode=pending.mode.value,
+                    status=pending.status,
+                    array=self.name,
+                    version=self.version,
+                    store=str(store.root),
+                    base_dir=self._base_dir(),
+                    write_s=write_s,
+                    step_s=time.perf_counter() - pending.started,
+                ).to_metadata()
+            )
         prepared, self.prepared = self.prepared, None
         # Visible now; its directories are flushed in a worker while the picture and the
         # figures are made, and finish() returns only once they are on disk.
@@ -424,31 +434,81 @@ class LineageJob:
         finally:
             prepared.flushed()
         write_s = self.seconds + time.perf_counter() - t0
-        return m.LineageMetadata(
-            obtained=pending.obtained,
-            policy=pending.policy.value,
-            mode=pending.mode.value,
-            signature=pending.signature,
-            flagged=pending.flagged,
-            flag_reason=pending.reason,
-            status=pending.status,
-            array=self.name,
-            version=self.version,
-            op_id=op.op_id,
-            op_name=op.op_name,
-            kinds=_kinds(op),
-            store=str(store.root),
-            base_dir=self._base_dir(),
-            inputs=inputs,
-            raw_rows=sum(t.n_pairs for t in op.tables),
-            raw_bytes=raw_bytes,
-            stored_rows=sum(t.rows for t in op.tables),
-            stored_bytes=sum(t.stored_bytes for t in op.tables),
-            capture_s=pending.capture_s,
-            write_s=write_s,
-            step_s=time.perf_counter() - pending.started,
-            lineage_md=picture,
-        ).to_metadata()
+        sent = self._openlineage(op, op.outputs[0])
+        return (
+            sent
+            | m.LineageMetadata(
+                obtained=pending.obtained,
+                policy=pending.policy.value,
+                mode=pending.mode.value,
+                signature=pending.signature,
+                flagged=pending.flagged,
+                flag_reason=pending.reason,
+                status=pending.status,
+                array=self.name,
+                version=self.version,
+                op_id=op.op_id,
+                op_name=op.op_name,
+                kinds=_kinds(op),
+                store=str(store.root),
+                base_dir=self._base_dir(),
+                inputs=inputs,
+                raw_rows=sum(t.n_pairs for t in op.tables),
+                raw_bytes=raw_bytes,
+                stored_rows=sum(t.rows for t in op.tables),
+                stored_bytes=sum(t.stored_bytes for t in op.tables),
+                capture_s=pending.capture_s,
+                write_s=write_s,
+                step_s=time.perf_counter() - pending.started,
+                lineage_md=picture,
+            ).to_metadata()
+        )
+
+    def _openlineage(
+        self, op: OperationRecord | None, out: ArrayRecord | None, error: str | None = None
+    ) -> dict[str, Any]:
+        """Send the materialization's OpenLineage events when a transport is configured
+        (:mod:`~dslog_dagster.export.openlineage_emit`); ``dslog/openlineage`` says how it
+        went. Never raises for the export's own failures."""
+        cfg = self.writer.settings.openlineage
+        pending = self.pending
+        if cfg.transport == "off" or pending is None:
+            return {}
+        now = datetime.now(UTC)
+        started = now - timedelta(seconds=time.perf_counter() - pending.started)
+        key = self.context.asset_key.to_user_string() if self.context.has_asset_key else self.name
+        direct = None
+        if pending.column_lineage is not None:
+            names = {r.arg: r.name for r in pending.inputs}
+            direct = {
+                o: {names[a]: cols for a, cols in ins.items() if a in names}
+                for o, ins in pending.column_lineage.items()
+            }
+        mat = Materialization(
+            output=out,
+            job=key,
+            op=op,
+            relations=self.lineage,
+            considered=pending.mode == LineageMode.considered,
+            direct=direct,
+            run_key=f"{self.context.run_id}/{key}",
+            started=started,
+            ended=now,
+            error=error,
+            contributing=None if pending.contributing is None else {
+                (self.name, r.name): rel
+                for r, rel in zip(pending.inputs, pending.contributing, strict=True)
+            },
+        )  # fmt: skip
+        report = openlineage_emit.emit(
+            cfg,
+            lambda: run_events(mat, namespace=cfg.namespace),
+            self.context.log.warning,
+            f"`{key}`",
+        )
+        if report is None:
+            return {}
+        return {m.OPENLINEAGE: dg.MetadataValue.text(report.text())}
 
     def _base_dir(self) -> str | None:
         base = self.writer.base_dir
