@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from dslog_dagster.core.store.sql_text import literal, literal_list
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -99,11 +101,13 @@ _EDGE_FROM = (
 
 
 _NAMED_ROWS = (
-    "x AS (SELECT * FROM operation_arrays WHERE name IN (SELECT unnest(?::VARCHAR[]))), "
-    "a AS (SELECT array_id, created_at FROM arrays WHERE name IN (SELECT unnest(?::VARCHAR[])))"
+    "x AS (SELECT * FROM operation_arrays WHERE name IN (SELECT unnest({names}))), "
+    "a AS (SELECT array_id, created_at FROM arrays WHERE name IN (SELECT unnest({names})))"
 )
 """The ``operation_arrays`` rows (``x``) and array times (``a``) of the names asked for (an
-array id belongs to one name, so the arrays of those rows are all in ``a``)."""
+array id belongs to one name, so the arrays of those rows are all in ``a``); ``{names}`` is
+their :func:`~dslog_dagster.core.store.sql_text.literal_list` (no parameter binds: see
+:mod:`~dslog_dagster.core.store.sql_text`)."""
 _NAMED_FROM = (
     "x i JOIN x w ON w.op_id = i.op_id AND w.role = 'output' "
     "JOIN operations o ON o.op_id = i.op_id "
@@ -138,9 +142,13 @@ def path_piece(store: "LineageStore", names: Sequence[str]) -> GraphPiece:
     name that an operation read or wrote, and its newest registered one, in one catalog
     read."""
     pairs = sorted(set(itertools.pairwise(names)))
-    conds = " OR ".join("(i.name = ? AND w.name = ?) OR (i.name = ? AND w.name = ?)" for _ in pairs)
-    params: list[Any] = [x for a, b in pairs for x in (a, b, b, a)]
-    wanted = sorted(set(names))
+    lit = {n: literal(n) for n in names}
+    conds = " OR ".join(
+        f"(i.name = {lit[a]} AND w.name = {lit[b]}) OR (i.name = {lit[b]} AND w.name = {lit[a]})"
+        for a, b in pairs
+    )
+    wanted = literal_list(sorted(set(names)))
+    named = _NAMED_ROWS.format(names=wanted)
 
     def read(con: "duckdb.DuckDBPyConnection") -> GraphPiece:
         piece = GraphPiece(state=_state(con))
@@ -148,25 +156,22 @@ def path_piece(store: "LineageStore", names: Sequence[str]) -> GraphPiece:
             # Both ends of every edge are arrays of the path: the rows of those names are
             # picked first, so the joins see a few hundred rows, not the store's 200,000.
             rows = con.execute(
-                f"WITH {_NAMED_ROWS} SELECT DISTINCT {_EDGE_COLUMNS} FROM {_NAMED_FROM} "
-                f"WHERE i.role = 'input' AND ({conds})",
-                [wanted, wanted, *params],
+                f"WITH {named} SELECT DISTINCT {_EDGE_COLUMNS} FROM {_NAMED_FROM} "
+                f"WHERE i.role = 'input' AND ({conds})"
             ).fetchall()
             _add_rows(piece, rows, ("forward", "backward"))
         rows = con.execute(
-            f"WITH {_NAMED_ROWS} SELECT x.array_id, any_value(x.name), any_value(x.version), "
+            f"WITH {named} SELECT x.array_id, any_value(x.name), any_value(x.version), "
             "any_value(x.shape), any_value(a.created_at) FROM x "
-            "LEFT JOIN a ON a.array_id = x.array_id GROUP BY x.array_id",
-            [wanted, wanted],
+            "LEFT JOIN a ON a.array_id = x.array_id GROUP BY x.array_id"
         ).fetchall()
         for r in rows:
             node = _node(r)
             piece.versions.setdefault(node.name, []).append(node)
         rows = con.execute(
             "SELECT array_id, name, version, shape, created_at FROM arrays "
-            "WHERE name IN (SELECT unnest(?::VARCHAR[])) QUALIFY row_number() OVER "
-            "(PARTITION BY name ORDER BY created_at DESC, coalesce(version, '') DESC) = 1",
-            [wanted],
+            f"WHERE name IN (SELECT unnest({wanted})) QUALIFY row_number() OVER "
+            "(PARTITION BY name ORDER BY created_at DESC, coalesce(version, '') DESC) = 1"
         ).fetchall()
         piece.latest = {str(r[1]): _node(r) for r in rows}
         piece.sort()
@@ -195,11 +200,10 @@ def reachable_piece(store: "LineageStore", start: str, way: Way | None) -> Graph
     def read(con: "duckdb.DuckDBPyConnection") -> GraphPiece:
         piece = GraphPiece(state=_state(con))
         rows = con.execute(
-            f"WITH RECURSIVE reach(array_id) AS (SELECT ?::VARCHAR UNION {step}) "
+            f"WITH RECURSIVE reach(array_id) AS (SELECT {literal(start)}::VARCHAR UNION {step}) "
             f"SELECT DISTINCT {_EDGE_COLUMNS} FROM {_EDGE_FROM} "
             f"WHERE i.role = 'input' AND ({ends} IN (SELECT array_id FROM reach)"
-            + (" OR w.array_id IN (SELECT array_id FROM reach))" if way is None else ")"),
-            [start],
+            + (" OR w.array_id IN (SELECT array_id FROM reach))" if way is None else ")")
         ).fetchall()
         _add_rows(piece, rows, ("forward", "backward") if way is None else (way,))
         piece.sort()
