@@ -29,7 +29,8 @@ runs untracked (``off``), ``on_demand`` and captured, alternating, ``--repeat`` 
 step durations, the stored frame's write included); then one backward query selects 1000
 output rows of the on-demand store and traces them to the fact frame (a selective
 reconstruction: the step re-run on the facts semijoined with the selected keys), against the
-captured step's time. Goals: on-demand step ≤ 1.02× untracked; the trace ≤ 0.1× the capture.
+captured step's time (``--repeat 0``: the warm-up run is the only one timed; the trace's
+Spark jobs are counted). Goals: on-demand step ≤ 1.02× untracked; the trace ≤ 0.1× the capture.
 
 Run: ``.venv/bin/python bench/on_demand.py [--size 512] [--repeat 5]`` or
 ``.venv/bin/python bench/on_demand.py --spark [--rows 10000000] [--repeat 3]``. Informational,
