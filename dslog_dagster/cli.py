@@ -468,7 +468,7 @@ def _discover(args: argparse.Namespace) -> int:
     def emit(rows: Rows) -> None:
         _emit(rows, list(rows[0]), args.format)
 
-    return discover_command(args, _store(args.store), values_loader(args.values), emit)
+    return discover_command(args, _store(args.store), values_loader(args.values, frames=True), emit)
 
 
 def _provenance(args: argparse.Namespace) -> int:

@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
+import numpy as np
 
 from dslog_dagster.core.discovery import Discovery, discover_in_store, grid
 from dslog_dagster.core.query import CellSet
-from dslog_dagster.core.store import ArrayRecord, LineageStore
+from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.core.trace import producer_of
-from dslog_dagster.errors import ConfigurationError
+from dslog_dagster.errors import ConfigurationError, LineageNotFoundError
 from dslog_dagster.naming import array_name
 
 __all__ = ["config_class", "config_fields", "discover_parameters"]
@@ -60,6 +61,52 @@ def config_fields(assets_def: dg.AssetsDefinition) -> dict[str, Any]:
     return {k: (f.default if not f.is_required() else ...) for k, f in cls.model_fields.items()}
 
 
+def _is_spark(op: OperationRecord | None) -> bool:
+    """Did a Spark step make the output (captured, or on demand with the Spark engine)?"""
+    if op is None:
+        return False
+    info = op.args.get("on_demand")
+    engine = info.get("engine") if isinstance(info, dict) else None
+    return engine == "spark" or op.capture_method.startswith("spark")
+
+
+def _discover_spark(
+    run: Callable[[Mapping[str, Any], Mapping[str, Any]], Any],
+    op: OperationRecord | None,
+    array: ArrayRecord,
+    cells: CellSet,
+    space: Mapping[str, Sequence[Any]],
+    load: Callable[[ArrayRecord], Any],
+    output: int,
+    exhaustive: bool,
+) -> Discovery:
+    """A Spark step's discovery: the selection pushed down as semijoins, not read from the
+    stored lineage (:mod:`dslog_dagster.spark.discovery`)."""
+    from dslog_dagster.spark.discovery import discover_frames
+
+    values: dict[str, Any] = {}
+    for rec in (*(op.inputs if op is not None else ()), array):
+        value = load(rec)
+        if value is None:
+            msg = (
+                f"The value of `{rec.name}` version `{rec.version}` is not stored (expired by "
+                "retention?); discovery re-runs the step on its inputs and compares with its "
+                "output."
+            )
+            raise LineageNotFoundError(msg)
+        if not hasattr(value, "sparkSession"):
+            msg = (
+                f"`{rec.name}` loaded as a `{type(value).__name__}`, not a Spark DataFrame; "
+                "discovery on a Spark step loads values with "
+                "DSLogIOManager.value_loader(frames=True)."
+            )
+            raise ConfigurationError(msg)
+        values[rec.name] = value
+    stored = values.pop(array.name)
+    rows = np.unique(cells.to_flat() // max(1, int(np.prod(array.shape[1:]))))
+    return discover_frames(run, values, stored, rows, space, output=output, exhaustive=exhaustive)
+
+
 def discover_parameters(
     assets_def: dg.AssetsDefinition,
     store: LineageStore,
@@ -78,13 +125,19 @@ def discover_parameters(
     Args:
         assets_def: the tracked asset (``@tracked_asset`` / ``@tracked_multi_asset``).
         store: the lineage store the asset's runs wrote to.
-        load: the stored value of an array version (``DSLogIOManager.value_loader()``).
+        load: the stored value of an array version (``DSLogIOManager.value_loader()``; for a
+            Spark step ``value_loader(frames=True)``).
         space: candidate values per ``Config`` field (a list, or a ``range``).
         cells: the output cells to reproduce (default: every cell).
         asset_key: which output of a multi-asset (default: its only one).
         version: the output version (the run id that materialized it; default: the latest).
         partition: the partition key of a partitioned asset.
         exhaustive: run every candidate on the whole input.
+
+    A Spark step (a filter threshold, say) is searched by
+    :func:`dslog_dagster.spark.discovery.discover_frames`: its part is the inputs semijoined
+    with the selected output rows (the selective re-run's push-down), and ``cells`` selects
+    output rows.
 
     Raises:
         ConfigurationError: ``space`` names something that is not a field of the step's
@@ -156,6 +209,8 @@ def discover_parameters(
         return fn(**kwargs)
 
     cells = cells if cells is not None else CellSet.full(array.shape)
+    if _is_spark(op):
+        return _discover_spark(run, op, array, cells, space, load, output, exhaustive)
     return discover_in_store(
         store, array, cells, space, run, load, output=output, exhaustive=exhaustive,
         producer=op,

@@ -171,11 +171,24 @@ def rerun_frames(
                 c.release()
     ((output, picked),) = rows.items()
     stored = rerun.load_output(output)
-    ids = stored.sparkSession.createDataFrame([(int(r),) for r in picked], f"`{ROW_ID}` bigint")
-    selected = stored.join(F.broadcast(ids), on=ROW_ID, how="left_semi")
+    spark = stored.sparkSession
+    ids = spark.createDataFrame([(int(r),) for r in picked], f"`{ROW_ID}` bigint")
+    # the selected rows, read once (one job) and kept local: the semijoins and the matching
+    # below would otherwise each re-read the stored output to find them
+    got = (
+        stored.join(F.broadcast(ids), on=ROW_ID, how="left_semi")
+        .select(*[F.col(f"`{c}`") for c in stored.columns])  # the join put ROW_ID first
+        .collect()
+    )
+    selected = spark.createDataFrame(got, stored.schema)
     reduced = _selected_inputs(rerun, frames, output, selected)
     if reduced is None:
         return {}
+    # each reduced input is computed once (one scan of the stored input); the capture's
+    # passes then read the few kept rows, not the whole input again
+    reduced = [
+        f.localCheckpoint(eager=True) if f is not frames[i] else f for i, f in enumerate(reduced)
+    ]
     caps = _capture(rerun, reduced, in_rows)
     try:
         cap = caps[output]
