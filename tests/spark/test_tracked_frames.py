@@ -131,7 +131,8 @@ def test_frames_stored_with_ids_and_lineage_metadata(spark: Any, base: Any) -> N
     # lean: at most five dslog/* entries, no signature row without a reuse signature
     assert len([k for k in md if k.startswith("dslog/")]) <= 5
     figures = m.record_figures(md[m.RECORD])
-    assert figures["lineage pairs"].startswith(f"{6 * 5} (")  # every cell <- one input cell
+    # every cell <- one input cell, but the USING key `g` <- both matched key cells
+    assert figures["lineage pairs"].startswith(f"{6 * 6} (")
     assert "reuse signature" not in figures
     assert "none" not in md[m.RECORD]
     assert "data:image/png;base64," in md[m.LINEAGE]
@@ -142,7 +143,7 @@ def test_frames_stored_with_ids_and_lineage_metadata(spark: Any, base: Any) -> N
         for col, deps in md[m.COLUMN_LINEAGE].deps_by_column.items()
     }
     assert lineage == {
-        "g": [("people", "g")],
+        "g": [("cities", "g"), ("people", "g")],
         "id": [("people", "id")],
         "v": [("people", "v")],
         "city": [("cities", "city")],
