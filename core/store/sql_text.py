@@ -17,12 +17,17 @@ def literal(value: str) -> str:
     """``value`` as a SQL string literal (``'it''s'``).
 
     Raises:
-        InvalidRelationError: ``value`` is not a string or holds a NUL character (no stored
-            name does: check the name passed in).
+        InvalidRelationError: ``value`` is not a string, holds a NUL character or a lone
+            surrogate (no stored name does: check the name passed in).
     """
     if not isinstance(value, str) or "\0" in value:
         msg = f"Cannot query the catalog for {value!r}: names are strings without NUL."
         raise InvalidRelationError(msg)
+    try:
+        value.encode("utf-8")  # a lone surrogate has no UTF-8 form: no stored name has it
+    except UnicodeEncodeError:
+        msg = f"Cannot query the catalog for {value!r}: names are valid Unicode (UTF-8) text."
+        raise InvalidRelationError(msg) from None
     return "'" + value.replace("'", "''") + "'"
 
 
