@@ -41,7 +41,15 @@ from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.core.trace import producer_of
 from dslog_dagster.errors import DiscoveryError, LineageNotFoundError, QueryError
 
-__all__ = ["Discovery", "StepRunner", "cell_lineage", "discover", "discover_in_store", "grid"]
+__all__ = [
+    "Discovery",
+    "StepRunner",
+    "cell_lineage",
+    "discover",
+    "discover_in_store",
+    "grid",
+    "stored_values",
+]
 
 StepRunner = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 """Runs the step: ``run(params, inputs)`` -> its result (one array, or a tuple of outputs), for
@@ -119,6 +127,29 @@ def grid(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
             raise QueryError(msg)
     names = list(space)
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*space.values())]
+
+
+def stored_values(
+    load: Callable[[ArrayRecord], Any], records: Sequence[ArrayRecord]
+) -> dict[str, Any]:
+    """The stored value of each record (by name), as ``load`` gives it.
+
+    Raises:
+        LineageNotFoundError: a value is not stored (expired by retention): discovery needs
+            the step's inputs to re-run it and its output to compare with.
+    """
+    values: dict[str, Any] = {}
+    for rec in records:
+        value = load(rec)
+        if value is None:
+            msg = (
+                f"The value of `{rec.name}` version `{rec.version}` is not stored (expired by "
+                "retention?); discovery re-runs the step on its inputs and compares with its "
+                "output."
+            )
+            raise LineageNotFoundError(msg)
+        values[rec.name] = value
+    return values
 
 
 def cell_lineage(
@@ -199,17 +230,7 @@ def discover_in_store(
             that is not stored (expired by retention).
     """
     inputs, lineage = cell_lineage(store, array, cells, producer)
-    values: dict[str, Any] = {}
-    for rec in (*inputs.values(), array):
-        value = load(rec)
-        if value is None:
-            msg = (
-                f"The value of `{rec.name}` version `{rec.version}` is not stored (expired by "
-                "retention?); discovery re-runs the step on its inputs and compares with its "
-                "output."
-            )
-            raise LineageNotFoundError(msg)
-        values[rec.name] = np.asarray(value)
+    values = {n: np.asarray(v) for n, v in stored_values(load, (*inputs.values(), array)).items()}
     stored = values.pop(array.name)
     return discover(
         run, values, stored, cells, lineage, space, output=output, exhaustive=exhaustive

@@ -17,11 +17,11 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from dslog_dagster.core.discovery import Discovery, discover_in_store, grid
+from dslog_dagster.core.discovery import Discovery, discover_in_store, grid, stored_values
 from dslog_dagster.core.query import CellSet
 from dslog_dagster.core.store import ArrayRecord, LineageStore, OperationRecord
 from dslog_dagster.core.trace import producer_of
-from dslog_dagster.errors import ConfigurationError, LineageNotFoundError
+from dslog_dagster.errors import ConfigurationError
 from dslog_dagster.naming import array_name
 
 __all__ = ["config_class", "config_fields", "discover_parameters"]
@@ -84,16 +84,9 @@ def _discover_spark(
     stored lineage (:mod:`dslog_dagster.spark.discovery`)."""
     from dslog_dagster.spark.discovery import discover_frames
 
-    values: dict[str, Any] = {}
+    values = stored_values(load, (*(op.inputs if op is not None else ()), array))
     for rec in (*(op.inputs if op is not None else ()), array):
-        value = load(rec)
-        if value is None:
-            msg = (
-                f"The value of `{rec.name}` version `{rec.version}` is not stored (expired by "
-                "retention?); discovery re-runs the step on its inputs and compares with its "
-                "output."
-            )
-            raise LineageNotFoundError(msg)
+        value = values[rec.name]
         if not hasattr(value, "sparkSession"):
             msg = (
                 f"`{rec.name}` loaded as a `{type(value).__name__}`, not a Spark DataFrame; "
@@ -101,7 +94,6 @@ def _discover_spark(
                 "DSLogIOManager.value_loader(frames=True)."
             )
             raise ConfigurationError(msg)
-        values[rec.name] = value
     stored = values.pop(array.name)
     rows = np.unique(cells.to_flat() // max(1, int(np.prod(array.shape[1:]))))
     return discover_frames(run, values, stored, rows, space, output=output, exhaustive=exhaustive)
