@@ -10,19 +10,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from semantics_data import DIMS, FACTS
 
 from dslog_dagster.core.capture import Capture
 from dslog_dagster.pandas import capture_pandas
 
-FACTS = [
-    (0, 0, 3.0, "a"),
-    (1, 0, 5.0, "b"),
-    (2, 1, 5.0, "a"),
-    (3, 1, 5.0, "b"),
-    (4, 2, 1.0, "a"),
-    (5, 0, 1.0, "a"),
-]
-DIMS = [(0, 0, 0.0), (1, 1, 10.0), (2, 3, 30.0)]
 F_ = pd.DataFrame(FACTS, columns=["id", "k", "v", "p"])
 D_ = pd.DataFrame(DIMS, columns=["j", "k", "w"])
 
