@@ -11,10 +11,11 @@ transformation; it imports neither Dagster nor the OpenLineage client (the event
 **Types and subtypes** (also in docs/export.md):
 
 * contributing (``DIRECT``): ``AGGREGATION`` when some output cell of the column was computed
-  from several cells of the input column (read off the contributing relation); when that
-  relation is not at hand (a Spark step in considered mode, a relation too big to project),
-  when a step of the operation generated rows (``instance_generation``) or reduced columns
-  (``dimensionality_reduction``) and added or transformed the column. ``IDENTITY`` when each
+  from several cells of the input column (read off the contributing relation), and when a step
+  of the operation generated rows (``instance_generation``) or reduced columns
+  (``dimensionality_reduction``) and added or transformed the column: a group's ``max`` passes
+  one picked cell (docs/concepts/semantics) and is still an aggregate, as OpenLineage's own
+  integrations label it. ``IDENTITY`` when each
   output cell was computed from one cell and every step that added or transformed the column
   only copies (``join``, ``append``, ``feature_selection``, ``feature_rename``,
   ``instance_drop``: a join brings the other side's columns along). ``TRANSFORMATION``
@@ -156,10 +157,11 @@ def direct_subtype(
     steps = _steps(effects)
     if several:
         return "AGGREGATION"
+    reducing = [s for s in steps if set(s.kinds) & set(_REDUCING)]
+    if reducing and (numpy or _touches(reducing, field)):
+        # an aggregate of its group (a max passes one picked cell, still an aggregate)
+        return "AGGREGATION"
     if several is None:
-        reducing = [s for s in steps if set(s.kinds) & set(_REDUCING)]
-        if reducing:
-            return "AGGREGATION" if numpy or _touches(reducing, field) else "TRANSFORMATION"
         return "TRANSFORMATION"
     if not steps or any(set(s.kinds) - set(_COPYING) for s in steps if _touches([s], field, numpy)):
         return "TRANSFORMATION"

@@ -1,7 +1,8 @@
 """The lineage rules of aggregations: ``groupBy().agg`` and ``groupBy().pivot().agg``.
 
-An aggregated row ← every row of its group; a ``max``/``min`` value is contributed by the
-picked rows only (:mod:`~dslog_dagster.spark.picks`). In ``lists`` mode each slot collects its
+An aggregated row ← every row of its group; a ``max``/``min`` value (also inside an
+expression, and in a pivot) is contributed by the picked rows only
+(:mod:`~dslog_dagster.spark.picks`). In ``lists`` mode each slot collects its
 group's ids (``collect_list``); in ``ranges`` mode a frame whose slots are scalar and unique
 has them summarised as ranges (:mod:`~dslog_dagster.spark.ranges`; not with picks), and a
 frame that already has range slots (an aggregation over an aggregation) makes the capture
@@ -17,7 +18,7 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from dslog_dagster.spark.picks import find_picks, pick_aggregates, pick_lineage
+from dslog_dagster.spark.picks import find_picks, pick_aggregates, picked_lineage
 from dslog_dagster.spark.plan import ColumnLineage, Info, PlanWalker, analyzed, quoted, slot_name
 from dslog_dagster.spark.ranges import range_aggregate
 from dslog_dagster.spark.state import FrameState
@@ -48,22 +49,26 @@ def aggregate(
         state.need_lists()
         return pivot_aggregate(state, keys, pivot, cols)
     state.need_lists()
-    picks = find_picks(state, keys, cols) if state.slots else []
-    ranges_ok = state.unique and state.slots and not state.arrays and not picks
+    picks = find_picks(state, keys, cols) if state.slots else None
+    ranges_ok = state.unique and state.slots and not state.arrays and picks is None
     if state.context.aggregate == "ranges" and ranges_ok:
         return range_aggregate(state, keys, cols)
     slot_aggs = []
     for s in state.slots:
         c = F.collect_list(_col(slot_name(s)))
         slot_aggs.append((F.flatten(c) if s in state.arrays else c).alias(slot_name(s)))
-    pick_cols, maps = pick_aggregates(state, picks)
+    pick_cols, maps = pick_aggregates(state, picks.picks) if picks else ([], [])
     res = state.df.groupBy(*keys).agg(*cols, *slot_aggs, *pick_cols)
     new = {n for m in maps for n in m.values()}
     out = state.finish(res, "groupBy.agg", arrays=set(state.slots) | new)
-    if not picks:
+    if picks is None:
         return out
     n_keys = len(res.columns) - len(cols) - len(slot_aggs) - len(pick_cols)
-    infos = pick_lineage(out.infos, n_keys, picks, maps)
+    infos = list(out.infos)
+    for o in picks.outputs:
+        lin = infos[n_keys + o.at]
+        assert isinstance(lin, ColumnLineage)
+        infos[n_keys + o.at] = picked_lineage(lin, o, picks, maps)
     return dataclasses.replace(out, infos=tuple(infos))
 
 
@@ -90,18 +95,23 @@ def pivot_aggregate(
     key_infos, agg_infos = plan_infos[:nk], plan_infos[nk:]
     p_lin = PlanWalker([state.base()], "pivot").resolve(analyzed(state.df.select(p)))[0]
     assert isinstance(p_lin, ColumnLineage)
+    picks = find_picks(state, keys, cols)
     by_value: list[dict[int, int]] = []
+    picked: list[list[dict[int, int]]] = []  # per pivot value, per pick: its slot mapping
     slot_aggs = []
+    pcol = p if isinstance(p, Column) else F.col(p)
     for v in values:
         m = {}
         for s in state.slots:
             new = ctx.new_slot(ctx.slot_input[s])
             m[s] = new
-            pcol = p if isinstance(p, Column) else F.col(p)
-            cond = pcol.eqNullSafe(F.lit(v))
-            c = F.collect_list(F.when(cond, _col(slot_name(s))))
+            c = F.collect_list(F.when(pcol.eqNullSafe(F.lit(v)), _col(slot_name(s))))
             slot_aggs.append((F.flatten(c) if s in state.arrays else c).alias(slot_name(new)))
         by_value.append(m)
+        if picks is not None:
+            pick_cols, maps = pick_aggregates(state, picks.picks, pcol.eqNullSafe(F.lit(v)))
+            slot_aggs += pick_cols
+            picked.append(maps)
     for s in state.slots:
         c = F.collect_list(_col(slot_name(s)))
         slot_aggs.append((F.flatten(c) if s in state.arrays else c).alias(slot_name(s)))
@@ -125,10 +135,16 @@ def pivot_aggregate(
     for ki in key_infos:
         assert isinstance(ki, ColumnLineage)
         infos.append(ki.considering(decided))
-    for m in by_value:
-        for ai in agg_infos:
+    outputs = {o.at: o for o in picks.outputs} if picks is not None else {}
+    for i, m in enumerate(by_value):
+        for j, ai in enumerate(agg_infos):
             assert isinstance(ai, ColumnLineage)
-            infos.append(ai.remap({**m}).considering(decided))
+            lin = ai.remap(m)
+            if j in outputs:
+                assert picks is not None
+                lin = picked_lineage(lin, outputs[j], picks, picked[i], m)
+            infos.append(lin.considering(decided))
     infos += slot_cols
     arrays = set(state.slots) | {n for m in by_value for n in m.values()}
+    arrays |= {n for maps in picked for m in maps for n in m.values()}
     return state.derive(res, infos, arrays)

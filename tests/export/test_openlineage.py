@@ -1,7 +1,8 @@
 """OpenLineage run events of tracked materializations, checked against the OpenLineage schemas.
 
 The events are validated with ``jsonschema`` against the run event schema and the
-ColumnLineageDatasetFacet schema vendored under ``openlineage_spec/`` (see its NOTE.md). A
+ColumnLineageDatasetFacet schema vendored under ``openlineage_spec/`` (see its NOTE.md;
+``tests/openlineage_check.py``). A
 loopback HTTP server (127.0.0.1, ephemeral port) receives the events of a real Dagster
 materialization: a pandas asset with a join and a group-by, in considered mode so the facet has
 both DIRECT and INDIRECT fields, compared with a facet derived by hand. The file transport is
@@ -11,29 +12,20 @@ closed port leaves the materialization successful with a warning.
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
-from referencing import Registry, Resource
+from openlineage_check import facet, receiver, validate
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
 from dslog_dagster.cli import main
 from dslog_dagster.io_managers import metadata as m
-
-SPEC = Path(__file__).parent / "openlineage_spec"
-RUN_EVENT = json.loads((SPEC / "OpenLineage.json").read_text(encoding="utf-8"))
-FACET = json.loads((SPEC / "ColumnLineageDatasetFacet.json").read_text(encoding="utf-8"))
-REGISTRY: Registry = Registry().with_resources(  # type: ignore[type-arg]
-    [(s["$id"], Resource.from_contents(s)) for s in (RUN_EVENT, FACET)]
-)
 
 ORDERS = pd.DataFrame({"cust": [1, 1, 2, 3], "amount": [10.0, 20.0, 5.0, 7.0]})
 CUSTOMERS = pd.DataFrame({"cust": [1, 2, 3], "region": ["north", "south", "north"]})
@@ -65,57 +57,10 @@ def row_sums(raw: np.ndarray) -> np.ndarray:
     return raw.sum(axis=1)
 
 
-def validate(event: dict[str, Any]) -> None:
-    """The event against the run event schema, and each columnLineage facet against its own."""
-    jsonschema.Draft202012Validator(RUN_EVENT, registry=REGISTRY).validate(event)
-    for ds in event.get("outputs", []):
-        facet = ds.get("facets", {}).get("columnLineage")
-        if facet is not None:
-            jsonschema.Draft202012Validator(FACET, registry=REGISTRY).validate(
-                {"columnLineage": facet}
-            )
-
-
-class _Receiver(BaseHTTPRequestHandler):
-    received: list[dict[str, Any]]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.received.append(  # type: ignore[attr-defined]
-            {
-                "path": self.path,
-                "auth": self.headers.get("Authorization"),
-                "event": json.loads(body),
-            }
-        )
-        self.send_response(201)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def server() -> Iterator[ThreadingHTTPServer]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    srv.received = []  # type: ignore[attr-defined]
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def _facet(event: dict[str, Any]) -> dict[str, list[tuple[str, str, str, str | None]]]:
-    (out,) = event["outputs"]
-    return {
-        o: sorted(
-            (f["name"], f["field"], t["type"], t.get("subtype"))
-            for f in spec["inputFields"]
-            for t in f["transformations"]
-        )
-        for o, spec in out["facets"]["columnLineage"]["fields"].items()
-    }
+    with receiver() as srv:
+        yield srv
 
 
 def test_http_transport_receives_valid_events_with_column_lineage(
@@ -156,7 +101,7 @@ def test_http_transport_receives_valid_events_with_column_lineage(
     # Considered only: which orders join which customer (the `cust` keys of both sides) and,
     # for amount, which group a row falls in (customers.region). The operation ran a join and
     # a group-by, and which of them decided a cell is not recorded: no subtype.
-    assert _facet(complete) == {
+    assert facet(complete) == {
         "region": [
             ("customers", "cust", "INDIRECT", None),
             ("customers", "region", "DIRECT", "AGGREGATION"),
@@ -190,14 +135,14 @@ def test_file_transport_writes_the_events_dslog_export_writes(
     for e in events:
         validate(e)
     # a NumPy array is one field, the array: row_sums adds up each row of raw
-    assert _facet(events[3]) == {"row_sums": [("raw", "raw", "DIRECT", "AGGREGATION")]}
+    assert facet(events[3]) == {"row_sums": [("raw", "raw", "DIRECT", "AGGREGATION")]}
     # the command writes the same facet from the store
     assert main(["export", "openlineage", str(store), "row_sums"]) == 0
     exported = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [e["eventType"] for e in exported] == ["START", "COMPLETE"]
     for e in exported:
         validate(e)
-    assert _facet(exported[1]) == _facet(events[3])
+    assert facet(exported[1]) == facet(events[3])
 
 
 def test_a_closed_port_leaves_the_materialization_successful_with_a_warning(

@@ -78,3 +78,19 @@ def test_direct_subtypes_follow_the_contributing_relation_and_the_effects() -> N
         considered=False, direct=None, effects=None,
     )  # fmt: skip
     assert [(e.field, e.subtype) for e in got["a"]] == [("a", "TRANSFORMATION")]
+
+
+def test_a_group_aggregate_is_an_aggregation_even_when_it_passes_one_cell() -> None:
+    # out (2 groups: k, best) <- in (4 rows: k, v); best = the group's max (the semantics
+    # table: contributed by the one picked cell), k = the group's key (one key row each here)
+    inp = FieldMap(("k", "v"), True)
+    rel = _rel((2, 2), (4, 2), [((0, 0), (0, 0)), ((1, 0), (2, 0)), ((0, 1), (1, 1)), ((1, 1), (3, 1))])  # fmt: skip  # noqa: E501
+    eff = OperationEffects(
+        (step("spark.Aggregate", ["instance_generation"], added=["best"], removed=["v"]),)
+    )
+    got = edges(
+        FieldMap(("k", "best"), True), {"src": inp}, {"src": rel},
+        considered=False, direct=None, effects=eff,
+    )  # fmt: skip
+    assert [(e.field, e.subtype) for e in got["best"]] == [("v", "AGGREGATION")]
+    assert [(e.field, e.subtype) for e in got["k"]] == [("k", "IDENTITY")]

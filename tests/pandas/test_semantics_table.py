@@ -59,8 +59,12 @@ def _rid(v: Any) -> list[int]:
 def test_aggregates_picks_counts_and_literals() -> None:
     def fn(f: Any) -> Any:
         g = f[f.id < 5].groupby("k", as_index=False)
-        out = g.agg(s=("v", "sum"), mx=("v", "max"), mn=("v", "min"), nv=("v", "count"))
-        return out.assign(one=1)
+        out = g.agg(
+            s=("v", "sum"), mx=("v", "max"), mn=("v", "min"), nv=("v", "count"), si=("id", "sum")
+        )
+        # picks inside expressions (Spark's max(v) + 1, max(v) - min(v), max(v) + sum(id))
+        out = out.assign(mx1=out.mx + 1, spread=out.mx - out.mn, mxs=out.mx + out.si)
+        return out.drop(columns="si").assign(one=1)
 
     cap = capture_pandas(fn, {"f": F_})[0]
     kept = [r for r in FACTS if r[0] < 5]
@@ -78,6 +82,9 @@ def test_aggregates_picks_counts_and_literals() -> None:
         "mx": lambda r: _cells(picked(r, max), "v"),
         "mn": lambda r: _cells(picked(r, min), "v"),
         "nv": lambda r: [],
+        "mx1": lambda r: _cells(picked(r, max), "v"),
+        "spread": lambda r: sorted({*_cells(picked(r, max), "v"), *_cells(picked(r, min), "v")}),
+        "mxs": lambda r: sorted({*_cells(picked(r, max), "v"), *_cells(members(r), "id")}),
         "one": lambda r: [],
     }
     _check(cap, "f", F_, lambda r, c: contrib[c](r), False)
@@ -137,20 +144,38 @@ def test_top_k_and_pivot() -> None:
 
     _check(cap, "f", F_, lambda r, c: sorted({(r["id"], c), *_cells(above(r), "v", "id")}), True)
 
-    def pivot(f: Any) -> Any:
-        return f.pivot_table(values="v", index="k", columns="p", aggfunc="sum").reset_index()
+    def rows_of(row: dict[str, Any], c: str) -> list[int]:
+        return _group(row["k"], lambda x: x[3] == c)
 
-    cap = capture_pandas(pivot, {"f": F_})[0]
-    contrib: dict[str, Callable[[dict[str, Any]], list[tuple[int, str]]]] = {
-        "k": lambda r: _cells(_group(r["k"]), "k"),
-        **{
-            c: (lambda r, c=c: _cells(_group(r["k"], lambda x: x[3] == c), "v")) for c in ("a", "b")
-        },
-    }
-    _check(cap, "f", F_, lambda r, c: contrib[c](r), False)
-    _check(
-        cap, "f", F_, lambda r, c: sorted({*contrib[c](r), *_cells(_group(r["k"]), "k", "p")}), True
-    )
+    def top_of(row: dict[str, Any], c: str) -> list[int]:
+        vals = {r[0]: r[2] for r in FACTS if r[0] in rows_of(row, c)}
+        return [i for i, x in vals.items() if x == max(vals.values())] if vals else []
+
+    for func, pick in (("sum", rows_of), ("max", top_of)):
+
+        def pivot(f: Any, func: str = func) -> Any:
+            return f.pivot_table(values="v", index="k", columns="p", aggfunc=func).reset_index()
+
+        cap = capture_pandas(pivot, {"f": F_})[0]
+        contrib: dict[str, Callable[[dict[str, Any]], list[tuple[int, str]]]] = {
+            "k": lambda r: _cells(_group(r["k"]), "k"),
+            **{c: (lambda r, c=c, pick=pick: _cells(pick(r, c), "v")) for c in ("a", "b")},
+        }
+        _check(cap, "f", F_, lambda r, c, contrib=contrib: contrib[c](r), False)
+        # a max compared every value of the cell's rows
+        _check(
+            cap,
+            "f",
+            F_,
+            lambda r, c, contrib=contrib: sorted(
+                {
+                    *contrib[c](r),
+                    *([] if c == "k" else _cells(rows_of(r, c), "v")),
+                    *_cells(_group(r["k"]), "k", "p"),
+                }
+            ),
+            True,
+        )
 
 
 def test_numpy_element_wise_and_picks() -> None:

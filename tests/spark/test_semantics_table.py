@@ -48,6 +48,9 @@ def test_aggregates_picks_counts_and_literals(frames: dict[str, Any]) -> None:
             F.min("v").alias("mn"),
             F.count("*").alias("n"),
             F.count("v").alias("nv"),
+            (F.max("v") + 1).alias("mx1"),
+            (F.max("v") - F.min("v")).alias("spread"),
+            (F.max("v") + F.sum("id")).alias("mxs"),
         )
         return out.withColumn("one", F.lit(1)).orderBy("k")
 
@@ -66,6 +69,11 @@ def test_aggregates_picks_counts_and_literals(frames: dict[str, Any]) -> None:
         "s": lambda r: _cells(members(r), "v"),
         "mx": lambda r: _cells(picked(r, max), "v"),
         "mn": lambda r: _cells(picked(r, min), "v"),
+        # a pick inside an expression still passes only the picked cells; what the
+        # expression reads outside it passes its whole group
+        "mx1": lambda r: _cells(picked(r, max), "v"),
+        "spread": lambda r: sorted({*_cells(picked(r, max), "v"), *_cells(picked(r, min), "v")}),
+        "mxs": lambda r: sorted({*_cells(picked(r, max), "v"), *_cells(members(r), "id")}),
         "n": lambda r: [],
         "nv": lambda r: [],
         "one": lambda r: [],
@@ -204,18 +212,30 @@ def test_top_k_and_pivot(frames: dict[str, Any]) -> None:
     )
 
     def pivot(f: Any) -> Any:
-        return f.groupBy("k").pivot("p", ["a", "b"]).agg(F.sum("v")).orderBy("k")
+        aggs = (F.sum("v").alias("s"), F.max("v").alias("m"))
+        return f.groupBy("k").pivot("p", ["a", "b"]).agg(*aggs).orderBy("k")
 
     cap = capture_frames(pivot, {"f": frames["f"]})
     rows_of = {c: (lambda r, c=c: _group(r["k"], lambda x: x[3] == c)) for c in ("a", "b")}
+
+    def top_of(row: dict[str, Any], c: str) -> list[int]:
+        vals = {r[0]: r[2] for r in FACTS if r[0] in rows_of[c](row)}
+        return [i for i, x in vals.items() if x == max(vals.values())] if vals else []
+
     contrib = {
         "k": lambda r: _cells(_group(r["k"]), "k"),
-        **{c: (lambda r, c=c: _cells(rows_of[c](r), "v")) for c in ("a", "b")},
+        **{f"{c}_s": (lambda r, c=c: _cells(rows_of[c](r), "v")) for c in ("a", "b")},
+        # a max in a pivot picks among the group's rows with the cell's pivot value
+        **{f"{c}_m": (lambda r, c=c: _cells(top_of(r, c), "v")) for c in ("a", "b")},
     }
     assert_lineage(cap, "f", lambda r, c: contrib[c](r))
+
+    def compared(row: dict[str, Any], c: str) -> list[tuple[int, str]]:
+        return [] if c == "k" else _cells(rows_of[c[0]](row), "v")
+
     assert_lineage(
         cap,
         "f",
-        lambda r, c: sorted({*contrib[c](r), *_cells(_group(r["k"]), "k", "p")}),
+        lambda r, c: sorted({*compared(r, c), *contrib[c](r), *_cells(_group(r["k"]), "k", "p")}),
         considered=True,
     )
