@@ -302,7 +302,10 @@ def _grid(
     fr = max(1, -(-h // limit))
     fc = 1 if named else max(1, -(-w // limit))
     if not named:
-        fr = fc = max(fr, fc)
+        # square pixels; never a factor beyond the grid's side (a 10^7 × 3 frame would be
+        # padded to 10^7 × 20,000 cells to pool three columns into the one pixel it gets)
+        sq = max(fr, fc)
+        fr, fc = min(sq, h), min(sq, w)
     gh, gw = -(-h // fr), -(-w // fc)
     if named:
         assert columns is not None

@@ -250,3 +250,22 @@ def test_lineage_picture_from_a_compressed_table_equals_the_picture_from_its_rel
     from_rel = lineage_markdown("out", rel.out_shape, [("src", rel)], k)
     from_table = lineage_markdown("out", rel.out_shape, [("src", table)], k)
     assert from_table == from_rel
+
+
+def test_a_tall_thin_array_is_pooled_without_padding_it_square() -> None:
+    # A 300,000 × 3 mask pools 300 rows and 3 columns per pixel: before, the square factor
+    # (300) padded its 3 columns to 300, allocating 100× the mask (a 10^7-row frame asked for
+    # 194 GiB and lost its picture). Peak memory stays a few masks' worth.
+    import tracemalloc
+
+    mask = np.zeros((300_000, 3), dtype=bool)
+    mask[123_456, 1] = True
+    tracemalloc.start()
+    try:
+        pic = render(highlights=[("sel", mask)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * mask.nbytes, peak
+    img = _rgb(pic.png)
+    assert _is(img, RED).any()  # the one selected cell still shows
