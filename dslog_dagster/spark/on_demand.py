@@ -40,7 +40,7 @@ from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin
 from dslog_dagster.spark.rowid import ROW_ID
 from dslog_dagster.spark.steps import ArrayFromFrame
 
-__all__ = ["ENGINE", "match_rows", "remap_rows", "rerun_frames"]
+__all__ = ["ENGINE", "LOCAL_MATCH_ROWS", "match_local", "match_rows", "remap_rows", "rerun_frames"]
 
 ENGINE = "spark"
 """The engine name deferred Spark operations record."""
@@ -85,6 +85,42 @@ def match_rows(recomputed: DataFrame, stored: DataFrame, *, complete: bool) -> n
     rid = np.asarray(table.column("rid").to_numpy(), dtype=np.int64)
     sid = np.asarray(table.column("sid").to_numpy(), dtype=np.int64)
     return np.stack([rid, sid], axis=1) if len(rid) else np.zeros((0, 2), np.int64)
+
+
+LOCAL_MATCH_ROWS = 200_000
+"""A selective re-run whose output has at most this many rows is matched to the selected rows
+in this process (one collect, no shuffle); a larger one by :func:`match_rows` in Spark."""
+
+
+def _key(v: Any) -> Any:
+    """A value as a hashable key with Spark's equality: NaN equals NaN (``-0.0`` equals
+    ``0.0`` already in Python), arrays and structs compare element by element."""
+    if isinstance(v, float) and v != v:
+        return _NAN
+    if isinstance(v, bytearray):  # a binary column
+        return bytes(v)
+    if isinstance(v, tuple | list):  # a Row (struct) is a tuple
+        return tuple(_key(x) for x in v)
+    if isinstance(v, dict):  # a map: Spark cannot compare them, so no re-run gets here
+        return tuple(sorted((_key(k), _key(x)) for k, x in v.items()))
+    return v
+
+
+_NAN = ("__dslog_nan__",)
+
+
+def match_local(recomputed: Sequence[Sequence[Any]], stored: Sequence[Sequence[Any]]) -> np.ndarray:
+    """:func:`match_rows` with ``complete=False`` on collected rows: each row is its visible
+    values followed by its row id. Equal rows are paired in row-id order; a stored row without
+    a partner is paired with ``-1``; recomputed rows without one are left out."""
+    waiting: dict[Any, list[int]] = {}
+    for row in sorted(recomputed, key=lambda r: int(r[-1])):
+        waiting.setdefault(_key(tuple(row[:-1])), []).append(int(row[-1]))
+    pairs = []
+    for row in sorted(stored, key=lambda r: int(r[-1])):
+        free = waiting.get(_key(tuple(row[:-1])))
+        pairs.append((free.pop(0) if free else -1, int(row[-1])))
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
 
 
 def _remap_relation(rel: LineageRelation, to: np.ndarray, n_out: int) -> LineageRelation:
@@ -193,7 +229,13 @@ def rerun_frames(
     try:
         cap = caps[output]
         _check_schema(rerun, output, cap, stored)
-        pairs = match_rows(cap.frame_with_row_id, selected, complete=False)
+        if cap.n_rows <= LOCAL_MATCH_ROWS:
+            cols = [F.col(f"`{c}`") for c, _ in _visible(stored)] + [F.col(ROW_ID)]
+            mine = cap.frame_with_row_id.select(*cols).collect()
+            theirs = [tuple(r[c] for c in [*(n for n, _ in _visible(stored)), ROW_ID]) for r in got]
+            pairs = match_local(mine, theirs)
+        else:
+            pairs = match_rows(cap.frame_with_row_id, selected, complete=False)
         if len(pairs) != len(picked) or (pairs < 0).any():
             return {}  # a selected row did not come out of the reduced run: reconstruct all
         n_out = int(rerun.op.outputs[output].shape[0])
