@@ -14,8 +14,9 @@ actually did, at C speed, for any rank and any view.
 
 Semantics (docs: `docs/concepts/capture.md`): arithmetic unions the operands' sets; constants carry
 none; a value *picked* by comparison (maximum, sort, median, clip, where, ...) carries only the
-picked cell's set ("contributing"); ``Capture(mode="considered")`` additionally records every
-compared cell in a separate set, returned as :attr:`CaptureResult.considered`.
+picked cell's set, every tied cell's on a tie ("contributing"); ``Capture(mode="considered")``
+additionally records every compared cell in a separate set, returned as
+:attr:`CaptureResult.considered`.
 
 Every keyword argument of :func:`capture` goes to the function (``np.pad``'s and
 ``np.convolve``'s ``mode`` included); the capture's own options live on a :class:`Capture`

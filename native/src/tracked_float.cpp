@@ -870,12 +870,28 @@ void clip_loop(char** args, npy_intp const* dims, npy_intp const* steps, void*) 
             set_handle_error(first_bad({x.h, lo.h, hi.h}));
             return;
           }
-          Handle win = w == 0 ? x.h : (w == 1 ? lo.h : hi.h);
-          if (t_arena->mode() == dslog::Mode::kContributing) {
-            h = win;
+          // Ties pass every tied operand, following the macro's two steps: x and lo tie in
+          // the max (a NaN never ties), and the max's operands tie with hi in the min; the
+          // operand with the bits NumPy returned (w) is always passed.
+          Arena& ar = *t_arena;
+          const bool x_max = std::isnan(x.v) || x.v > lo.v;
+          const double m = x_max ? x.v : lo.v;
+          const bool in_m[2] = {x_max || x.v == lo.v, !x_max};
+          const bool min_is_m = std::isnan(m) || m < hi.v;
+          bool in[3] = {false, false, !min_is_m};
+          if (min_is_m || m == hi.v) {
+            in[0] = in_m[0];
+            in[1] = in_m[1];
+          }
+          in[w] = true;
+          const Handle ops[3] = {x.h, lo.h, hi.h};
+          Handle c = 0;
+          for (int k = 0; k < 3; ++k)
+            if (in[k] && ops[k]) c = c == 0 ? ar.contrib(ops[k]) : ar.join(c, ar.contrib(ops[k]));
+          if (ar.mode() == dslog::Mode::kContributing) {
+            h = c;
           } else {
-            Handle l1 = w == 0 ? lo.h : x.h, l2 = w == 2 ? lo.h : hi.h;
-            h = t_arena->pick(win, t_arena->join(l1, l2));
+            h = ar.with_considered(c, ar.considered(ar.join(ar.join(x.h, lo.h), hi.h)));
           }
         }
         store(args[3] + (s + i) * steps[3], v, h);
@@ -1534,16 +1550,19 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
       Handle h = acc.h;
       double cur = acc.v;
       if (info.kind == B_PICK && ar && ar->mode() == dslog::Mode::kContributing) {
-        // Contributing mode keeps only the winner's set (NumPy's float rules, ties to the
-        // first): the lane is scanned for the winner and its handle shared once, instead of
-        // an arena call per element. Every handle is still validated, as the element loop
-        // below does (a cell inline, anything else by the arena).
+        // Contributing mode keeps only the picked cells' sets (NumPy's float rules; every
+        // cell comparing equal to the pick, a NaN never tying): the lane is scanned for the
+        // first winner and its handle shared once, instead of an arena call per element; only
+        // when a later cell ties it does a second pass join the tied cells. Every handle is
+        // still validated, as the element loop below does (a cell inline, anything else by
+        // the arena).
         constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
         const uint64_t cell_bits =
             (uint64_t(ar->epoch()) << hnd::kEpochShift) | (uint64_t(hnd::kCell) << hnd::kKindShift);
         const uint64_t ncells = ar->n_cells();
         if (n > 0 && h && !ar->check(h)) return set_handle_error(h), -1;
         npy_intp win = -1;
+        bool tied = false;  // a cell after the winner compares equal to it
         for (npy_intp i = 0; i < n; ++i) {
           const TF x = load(b + i * sb);
           if (x.h && !((x.h & kTagMask) == cell_bits && hnd::payload(x.h) < ncells) &&
@@ -1552,11 +1571,20 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
           if (second_wins(info.op, cur, x.v)) {
             cur = x.v;
             win = i;
+            tied = false;
+          } else if (x.v == cur) {
+            tied = true;
           }
         }
         if (win >= 0) {
           const Handle xw = load(b + win * sb).h;
           if (h | xw) ar->acc_pick(h, xw, true, 0);
+        }
+        if (tied) {
+          for (npy_intp i = win + 1; i < n; ++i) {
+            const TF x = load(b + i * sb);
+            if (x.v == cur && x.h) ar->acc_join(h, x.h, size_t(n - i));
+          }
         }
         store(o, v, h);
         return 0;
@@ -1567,14 +1595,15 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
             hnd::epoch(h) == ar->epoch() && ar->prog_extend(h, x.h))
           continue;
         if (info.kind == B_PICK) {
-          // a reduction passes the first cell comparing equal to its result (0.0 == -0.0):
-          // NumPy's value, NumPy's float rules for which cell, ties to the first
-          bool w = second_wins(info.op, cur, x.v);
+          // a reduction passes every cell comparing equal to its result (0.0 == -0.0; a NaN
+          // never ties): NumPy's value, NumPy's float rules for which cell wins
+          const bool w = second_wins(info.op, cur, x.v);
+          const bool tie = !w && x.v == cur;
           if (w) cur = x.v;
           if ((h | x.h) == 0) continue;
           if (!ar || !handle_ok(h) || !handle_ok(x.h))
             return set_handle_error(first_bad({h, x.h})), -1;
-          ar->acc_pick(h, x.h, w, size_t(n - i));
+          ar->acc_pick(h, x.h, w, size_t(n - i), tie);
         } else {
           if (x.h == 0) continue;
           if (!ar || !handle_ok(h) || !handle_ok(x.h))
@@ -1618,16 +1647,18 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
           if (!ar || !handle_ok(x) || !handle_ok(y))
             return set_handle_error(first_bad({x, y})), -1;
           if (info.kind == B_PICK) {
-            // in place (a reduction along a strided axis, `out=` the first operand): the first
-            // operand comparing equal keeps it, as in a whole-lane reduction; otherwise the
+            // operands comparing equal (0.0 == -0.0; a NaN never ties) are both picked;
+            // otherwise in place (a reduction along a strided axis, `out=` the first
+            // operand) NumPy's float rules pick, as in a whole-lane reduction, and else the
             // operand with the bits NumPy's loop returned
+            const bool tie = va[i] == vb[i];
             bool w = in_place ? second_wins(info.op, va[i], vb[i])
                               : picked_second(info.op, va[i], vb[i], vo[i]);
             if (in_place) {
               h = x;
-              ar->acc_pick(h, y, w, 0);
+              ar->acc_pick(h, y, w, 0, tie);
             } else {
-              h = w ? ar->pick(y, x) : ar->pick(x, y);
+              h = w ? ar->pick(y, x, tie) : ar->pick(x, y, tie);
             }
           } else if (in_place) {
             h = x;

@@ -26,18 +26,18 @@ Semantics (the contract the native annotator must match; also in the README of i
    fill values) carry none. This includes ``sign``, ``heaviside``, ``copysign``,
    ``nextafter`` and ``spacing``: they are ordinary ufuncs of all their operands.
 2. **Picking ufuncs** ``maximum minimum fmax fmin`` (and so ``amax amin ptp``): the
-   result carries the *contributing* set of the picked operand only; the *considered* set
-   is the union of both operands' considered sets. The picked operand is the **first
-   operand whose value equals the result** (NaN matching NaN), values being NumPy's float64
-   loop's for the whole call: ties go to the first operand, so a reduction keeps the
-   **first occurrence** along the axis, and NaN propagation picks the first NaN
-   (``maximum``/``minimum``) while ``fmax``/``fmin`` pick the non-NaN operand. Where NumPy's
-   SIMD loop returned one zero of a (0.0, -0.0) tie, the element-wise pick is the operand
-   with that zero's bits; a reduction keeps the first cell comparing equal (its value is
-   NumPy's zero).
-   ``clip`` follows NumPy's own clip macro instead (``x > lo ? x : lo``, then
-   ``m < hi ? m : hi``, NaN in ``x`` propagating): a value equal to a bound is taken from
-   the bound (a constant bound: no contributing cell); considered = x and both bounds.
+   result carries the *contributing* sets of the picked operands only; the *considered* set
+   is the union of both operands' considered sets. **Ties: every tied cell** (the semantics
+   table, issue 26): operands comparing equal (``0.0 == -0.0``) are both picked, so a
+   reduction passes every cell of the lane equal to its result. A NaN never ties (IEEE
+   equality): NaN propagation picks the first NaN (``maximum``/``minimum``) while
+   ``fmax``/``fmin`` pick the non-NaN operand. Values are NumPy's float64 loop's for the
+   whole call (its SIMD loops may return either zero of a (0.0, -0.0) tie; both zeros are
+   picked then anyway).
+   ``clip`` follows NumPy's own clip macro (``m = x > lo ? x : lo``, then
+   ``m < hi ? m : hi``, NaN in ``x`` propagating), with the same tie rule at each step:
+   ``x == lo`` picks both, and a max equal to ``hi`` picks its operands and ``hi`` (a
+   constant bound: no contributing cell); considered = x and both bounds.
 3. **Sorting family** (``sort partition unique``; ``median percentile quantile`` partition
    too): values are arranged exactly as NumPy's float64 routine arranges them (``np.sort`` of
    the same kind, ``np.partition`` with the same ``kth`` — so which of ``0.0``/``-0.0`` or of
@@ -306,10 +306,10 @@ def _same(a: float, b: float) -> bool:
 
 
 def pick(ufunc: Any, a: object, b: object, value: float | None = None) -> Ref:
-    """``maximum``/``minimum``/``fmax``/``fmin`` of two cells: the operand whose bits NumPy
-    returned wins; where both or neither have them, the first matching operand.
+    """``maximum``/``minimum``/``fmax``/``fmin`` of two cells: operands comparing equal are
+    both picked (a tie); otherwise the operand whose bits NumPy returned.
 
-    The value is the float64 ufunc's; the contributing set is the picked operand's, the
+    The value is the float64 ufunc's; the contributing set is the picked operands', the
     considered set is both operands'.
     """
     ra, rb = lift(a), lift(b)
@@ -325,7 +325,8 @@ def pick(ufunc: Any, a: object, b: object, value: float | None = None) -> Ref:
     if not _same(chosen.v, v):  # pragma: no cover - the ufuncs always return an operand
         msg = f"{ufunc.__name__}({ra.v}, {rb.v}) = {v} is neither operand"
         raise AssertionError(msg)
-    return Ref(v, chosen.contrib, ra.con | rb.con)
+    contrib = ra.contrib | rb.contrib if ra.v == rb.v else chosen.contrib
+    return Ref(v, contrib, ra.con | rb.con)
 
 
 def select(chosen: object, *also_compared: object) -> Ref:
@@ -584,15 +585,24 @@ def ref_real_if_close(x: object, tol: float = 100) -> object:
 
 def _clip_one(x: object, lo: object, hi: object, value: float | None = None) -> Ref:
     """NumPy's clip macro on one cell: ``m = isnan(x) or x > lo ? x : lo``, then
-    ``isnan(m) or m < hi ? m : hi`` — so a tie goes to the *bound*, unlike ``maximum``. Where
-    NumPy's whole call returned the other zero of a (0.0, -0.0) tie (``value``), the operand
-    with that zero is the pick."""
+    ``isnan(m) or m < hi ? m : hi``, each step passing every tied operand (``x == lo``: both;
+    ``m == hi``: m's operands and ``hi``). Where NumPy's whole call returned the other zero
+    of a (0.0, -0.0) tie (``value``), the operand with that zero is picked too."""
     rx, rlo, rhi = lift(x), lift(lo), lift(hi)
-    m = rx if (math.isnan(rx.v) or rx.v > rlo.v) else rlo
-    r = m if (math.isnan(m.v) or m.v < rhi.v) else rhi
+    if math.isnan(rx.v) or rx.v > rlo.v:
+        m, m_cells = rx, [rx]
+    else:
+        m, m_cells = rlo, ([rx, rlo] if rx.v == rlo.v else [rlo])
+    if math.isnan(m.v) or m.v < rhi.v:
+        r, picked = m, m_cells
+    else:
+        r, picked = rhi, ([*m_cells, rhi] if m.v == rhi.v else [rhi])
+    v = r.v
     if value is not None and value == 0.0 and r.v == 0.0 and _bits(value) != _bits(r.v):
-        r = next(c for c in (rx, rlo, rhi) if _bits(c.v) == _bits(value))
-    return select(r, rx, rlo, rhi)
+        v = value
+        picked = [*picked, next(c for c in (rx, rlo, rhi) if _bits(c.v) == _bits(value))]
+    contrib = frozenset().union(*(c.contrib for c in picked))
+    return Ref(v, contrib, rx.con | rlo.con | rhi.con)
 
 
 def _values_of(a: object) -> object:
@@ -660,13 +670,16 @@ ref_nansum = _reduction(lambda lane: _fold(_add, _nan_to(lane, 0.0)))
 ref_nanprod = _reduction(lambda lane: _fold(_mul, _nan_to(lane, 1.0)))
 
 
-def _first_equal(ufunc: Any) -> Callable[[Ref, Ref], Ref]:
-    """One step of a picking reduction: NumPy's float rules choose the value, and of two
-    operands comparing equal (``0.0 == -0.0``; NaN matching NaN) the first keeps it."""
+def _pick_step(ufunc: Any) -> Callable[[Ref, Ref], Ref]:
+    """One step of a picking reduction: NumPy's float rules choose the value; operands
+    comparing equal (``0.0 == -0.0``) are both picked, and of two NaNs (which never tie)
+    the first keeps it."""
 
     def step(a: Ref, b: Ref) -> Ref:
         with np.errstate(all="ignore"):
             v = float(ufunc(_f64(a.v), _f64(b.v)))
+        if a.v == b.v:
+            return Ref(a.v, a.contrib | b.contrib, a.con | b.con)
         chosen = a if _same(a.v, v) else b
         return Ref(chosen.v, chosen.contrib, a.con | b.con)
 
@@ -676,8 +689,8 @@ def _first_equal(ufunc: Any) -> Callable[[Ref, Ref], Ref]:
 def _pick_reduction(ufunc: Any) -> Callable[..., Any]:
     """``ufunc.reduce`` (``maximum`` for ``amax``, ``fmax`` for ``nanmax``, ...): values are
     NumPy's float64 reduction of the whole call (its SIMD loops return either zero of a
-    (0.0, -0.0) tie); the lineage is the first cell along the axis that compares equal to
-    the result (:func:`_first_equal`)."""
+    (0.0, -0.0) tie); the lineage is every cell along the axis that compares equal to
+    the result (:func:`_pick_step`)."""
 
     def run(x: object, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> object:
         with np.errstate(all="ignore"):
@@ -685,7 +698,7 @@ def _pick_reduction(ufunc: Any) -> Callable[..., Any]:
         values = iter(want.reshape(-1).tolist())
 
         def lane_fn(lane: list[Ref]) -> list[Ref]:
-            acc = _fold(_first_equal(ufunc), lane)
+            acc = _fold(_pick_step(ufunc), lane)
             return [Ref(next(values), acc.contrib, acc.con)]
 
         return reduce_lanes(x, axis, keepdims, lane_fn)

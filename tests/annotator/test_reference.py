@@ -194,13 +194,13 @@ def test_sort_ties_are_stable() -> None:
 def test_maximum_picks_the_larger_cell_and_considers_both() -> None:
     a, b = [1.0, 5.0, 2.0], [3.0, 4.0, 2.0]
     got = pairs(np.maximum, a, b)
-    assert got[(0, 0)] == {(1, 1), (2, 2)}  # 5 > 4, and the tie 2 == 2 goes to the first
-    assert got[(0, 1)] == {(0, 0)}
+    assert got[(0, 0)] == {(1, 1), (2, 2)}  # 5 > 4, and the tie 2 == 2 passes both cells
+    assert got[(0, 1)] == {(0, 0), (2, 2)}
     con = pairs(np.maximum, a, b, mode="considered")
     assert con[(0, 0)] == con[(0, 1)] == {(0, 0), (1, 1), (2, 2)}
     mins = pairs(np.minimum, a, b)
     assert mins[(0, 0)] == {(0, 0), (2, 2)}
-    assert mins[(0, 1)] == {(1, 1)}
+    assert mins[(0, 1)] == {(1, 1), (2, 2)}
 
 
 def test_nan_picking() -> None:
@@ -214,13 +214,18 @@ def test_nan_picking() -> None:
     assert pairs(np.amax, [1.0, np.nan, 3.0, np.nan])[(0, 0)] == {(0, 1)}
 
 
-def test_ties_in_picking_reductions_keep_the_first_occurrence() -> None:
-    x = [[1.0, 3.0, 3.0], [0.0, 0.0, -1.0]]
-    assert pairs(np.amax, x, axis=1)[(0, 0)] == {(0, 1), (1, 3)}
+def test_ties_in_picking_reductions_pass_every_tied_cell() -> None:
+    x = [[1.0, 3.0, 3.0], [0.0, -0.0, -1.0]]
+    assert pairs(np.amax, x, axis=1)[(0, 0)] == {(0, 1), (0, 2), (1, 3), (1, 4)}  # 0.0 == -0.0
     assert pairs(np.amin, x, axis=1)[(0, 0)] == {(0, 0), (1, 5)}
-    assert pairs(np.amax, x)[(0, 0)] == {(0, 1)}
-    # ptp = max - min: the first argmax and the first argmin
-    assert pairs(np.ptp, x, axis=1)[(0, 0)] == {(0, 0), (0, 1), (1, 3), (1, 5)}
+    assert pairs(np.amax, x)[(0, 0)] == {(0, 1), (0, 2)}
+    all_equal = pairs(np.amax, [[2.0, 2.0], [2.0, 2.0]], axis=0)[(0, 0)]
+    assert all_equal == {(0, 0), (0, 2), (1, 1), (1, 3)}
+    # NaN never ties: the first NaN is the pick (maximum), nanmax/fmax skips NaN and ties
+    assert pairs(np.amax, [np.nan, 1.0, np.nan])[(0, 0)] == {(0, 0)}
+    assert pairs(np.nanmax, [1.0, np.nan, 1.0, 0.5])[(0, 0)] == {(0, 0), (0, 2)}
+    # ptp = max - min: every argmax and every argmin
+    assert pairs(np.ptp, x, axis=1)[(0, 0)] == {(0, 0), (0, 1), (0, 2), (1, 3), (1, 4), (1, 5)}
     assert pairs(np.ptp, x, axis=1, mode="considered")[(0, 0)] == {
         (0, 0),
         (0, 1),
@@ -231,7 +236,7 @@ def test_ties_in_picking_reductions_keep_the_first_occurrence() -> None:
     }
 
 
-def test_pick_rule_on_signed_zero_is_the_operand_numpy_returns() -> None:
+def test_signed_zeros_tie_with_numpy_s_value() -> None:
     a = Ref(0.0, frozenset({(0, 0)}))
     b = Ref(-0.0, frozenset({(1, 0)}))
     for ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
@@ -239,7 +244,7 @@ def test_pick_rule_on_signed_zero_is_the_operand_numpy_returns() -> None:
             got = pick(ufunc, x, y)
             want = ufunc(np.float64(x.v), np.float64(y.v))
             assert np.signbit(got.v) == np.signbit(want)
-            assert got.contrib == (x if np.signbit(x.v) == np.signbit(want) else y).contrib
+            assert got.contrib == a.contrib | b.contrib
 
 
 def test_median_of_even_length_takes_both_middle_cells() -> None:
@@ -271,9 +276,16 @@ def test_clip_with_constant_bounds() -> None:
     lo, hi = [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]
     arr = pairs(np.clip, x, lo, hi)
     assert arr == {(0, 0): {(1, 1)}, (0, 1): {(0, 0)}, (0, 2): {(2, 2)}}
-    # A value equal to a bound is taken from the bound (NumPy's clip macro, `x > lo ? x : lo`).
+    # A value equal to a bound is a tie: x and the bound (NumPy's clip macro, each step).
     ties = pairs(np.clip, [-1.0, 1.0, 0.0], lo, hi)
-    assert ties == {(0, 0): {(2, 2)}, (0, 1): {(0, 0)}, (0, 2): {(1, 1)}}
+    assert ties == {(0, 0): {(0, 0), (1, 1), (2, 2)}, (0, 1): {(0, 0)}, (0, 2): {(1, 1)}}
+    # lo == hi: the max (x or lo) ties hi; x below lo loses the max, so only the bounds
+    both = pairs(np.clip, [0.0, 2.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0])
+    assert both == {
+        (0, 0): {(2, 2)},
+        (0, 1): {(0, 0), (2, 2)},
+        (0, 2): {(0, 0), (1, 1), (2, 2)},
+    }
 
 
 def test_where_takes_the_selected_cell_only() -> None:

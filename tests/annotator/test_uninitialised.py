@@ -159,7 +159,7 @@ ELEMENTWISE: dict[str, Callable[[Any, Any], Any]] = {
     "python_int_minus": lambda a, b: 3 - b,
     "divide": lambda a, b: np.divide(a, b),
     "power": lambda a, b: np.power(a, b),
-    "maximum": lambda a, b: np.maximum(a, b),
+    "maximum": np.maximum,  # itself: the reference's pick (ties: both cells), not the object loop
     "arctan2": lambda a, b: np.arctan2(a, b),
     # not taken by the no-zero-fill path (layout, broadcasting, plain operand, keywords):
     "fortran_2d": lambda a, b: np.add(

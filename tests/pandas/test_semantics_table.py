@@ -190,3 +190,10 @@ def test_numpy_element_wise_and_picks() -> None:
     assert {tuple(p) for p in r.relation(0).pairs().tolist()} == {(0, 1, 0), (1, 2, 1)}
     got = {tuple(p) for p in r.relation(0, considered=True).pairs().tolist()}
     assert got == {(j, i, j) for i in range(3) for j in range(2)}
+    # ties: every tied cell contributes (-0.0 == 0.0); considered is still the whole column
+    t = np.array([[5.0, 0.0], [3.0, -0.0], [5.0, -1.0]])
+    r = Capture(mode="considered").run(lambda a: a.max(axis=0), t)
+    got = {tuple(p) for p in r.relation(0).pairs().tolist()}
+    assert got == {(0, 0, 0), (0, 2, 0), (1, 0, 1), (1, 1, 1)}
+    got = {tuple(p) for p in r.relation(0, considered=True).pairs().tolist()}
+    assert got == {(j, i, j) for i in range(3) for j in range(2)}

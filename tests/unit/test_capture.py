@@ -8,6 +8,7 @@ arithmetic; the whole-grid comparison against the pure-Python reference lives in
 import gc
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -129,11 +130,53 @@ def test_picks_carry_only_the_winner_and_considered_records_the_rest() -> None:
         c.relation(considered=True)
 
 
-def test_maximum_ties_go_to_the_first_operand() -> None:
+def test_maximum_ties_pass_both_operands() -> None:
     a, b = np.array([1.0, 2.0, 3.0]), np.array([1.0, 5.0, 0.0])
     r = capture(np.maximum, a, b)
     assert r.relation(0, 0).pairs().tolist() == [[0, 0], [2, 2]]
-    assert r.relation(0, 1).pairs().tolist() == [[1, 1]]
+    assert r.relation(0, 1).pairs().tolist() == [[0, 0], [1, 1]]
+
+
+def _pairs(r: Any, o: int = 0, i: int = 0, considered: bool = False) -> set[tuple[int, ...]]:
+    return {tuple(p) for p in r.relation(o, i, considered=considered).pairs().tolist()}
+
+
+def test_ties_pass_every_tied_cell_in_both_modes() -> None:
+    """Issue 26, hand-derived: a pick passes every tied cell (0.0 == -0.0 tie, a NaN never
+    does); considered stays the whole compared set."""
+    x = np.array([[1.0, 3.0, 3.0], [0.0, -0.0, -1.0], [2.0, 2.0, 2.0]])
+    for mode in ("contributing", "considered"):
+        cap = Capture(mode=mode)
+        # along the contiguous axis (whole-lane reductions) and the strided one (in place)
+        rows = cap.run(lambda a: a.max(axis=1), x)
+        assert _pairs(rows) == {
+            (0, 0, 1),
+            (0, 0, 2),
+            (1, 1, 0),
+            (1, 1, 1),
+            (2, 2, 0),
+            (2, 2, 1),
+            (2, 2, 2),
+        }
+        cols = cap.run(lambda a: a.min(axis=0), x)
+        assert _pairs(cols) == {(0, 1, 0), (1, 1, 1), (2, 1, 2)}
+        assert _pairs(cap.run(np.max, np.full((2, 2), 7.0))) == {
+            (i, j) for i in range(2) for j in range(2)
+        }
+        nan = np.array([1.0, np.nan, 1.0, np.nan, 0.5])
+        assert _pairs(cap.run(np.max, nan)) == {(1,)}  # the first NaN, NaNs never tie
+        assert _pairs(cap.run(np.nanmax, nan)) == {(0,), (2,)}
+        two = cap.run(np.maximum, np.array([0.0, 1.0, np.nan]), np.array([-0.0, 1.0, np.nan]))
+        assert _pairs(two, 0, 0) == {(0, 0), (1, 1), (2, 2)}
+        assert _pairs(two, 0, 1) == {(0, 0), (1, 1)}
+        acc = cap.run(np.maximum.accumulate, np.array([1.0, 3.0, 3.0, 2.0]))
+        assert _pairs(acc) == {(0, 0), (1, 1), (2, 1), (2, 2), (3, 1), (3, 2)}
+        clip = cap.run(np.clip, np.array([-1.0, 1.0, 0.0]), np.full(3, -1.0), np.full(3, 1.0))
+        assert _pairs(clip, 0, 0) == {(0, 0), (1, 1), (2, 2)}
+        assert (_pairs(clip, 0, 1), _pairs(clip, 0, 2)) == ({(0, 0)}, {(1, 1)})
+        if mode == "considered":
+            assert _pairs(rows, considered=True) == {(i, i, j) for i in range(3) for j in range(3)}
+            assert _pairs(clip, 0, 1, considered=True) == {(k, k) for k in range(3)}
 
 
 def test_constants_carry_no_lineage_and_where_selects() -> None:

@@ -306,8 +306,10 @@ class Arena {
   }
 
   // A value picked by comparison: only the winner contributes; in considered mode the loser
-  // is recorded in the considered set.
-  Handle pick(Handle win, Handle lose) {
+  // is recorded in the considered set. `tie`: both operands compare equal (0.0 == -0.0; a NaN
+  // never ties), so both are picked: the union of both sets, in both relations.
+  Handle pick(Handle win, Handle lose, bool tie = false) {
+    if (tie) return join(win, lose);
     if (mode_ == Mode::kContributing) return share(win);
     return make_pair(share(contrib(win)), join_plain(considered(win), considered(lose)));
   }
@@ -329,8 +331,13 @@ class Arena {
               : make_pair(c, k);
   }
 
-  // acc <- pick(acc, x) in a reduction (maximum.reduce & co).
-  void acc_pick(Handle& acc, Handle x, bool x_wins, size_t hint) {
+  // acc <- pick(acc, x) in a reduction (maximum.reduce & co). `tie`: x compares equal to the
+  // accumulator's value, so x's sets join the accumulator's (every tied cell contributes).
+  void acc_pick(Handle& acc, Handle x, bool x_wins, size_t hint, bool tie = false) {
+    if (tie) {
+      acc_join(acc, x, hint);
+      return;
+    }
     if (mode_ == Mode::kContributing) {
       if (x_wins) acc = share(x);
       return;
