@@ -14,9 +14,10 @@ A step is **row-selective on key column** ``c`` when every call it makes keeps o
 one ``c`` value apart from input rows of another:
 
 * row-local calls: column access and selection, filters by a mask of the same rows,
-  ``assign`` / ``df[x] = ...``, ``rename``, ``drop``, ``dropna`` of rows, ``query``, element-wise
-  Series arithmetic, comparisons and methods (the capture already refuses to combine series of
-  different rows);
+  ``assign`` / ``df[x] = ...``, ``rename``, ``drop``, ``dropna`` of rows, element-wise Series
+  arithmetic, comparisons and methods (the capture already refuses to combine series of
+  different rows, and reductions); not ``query``, whose expression pandas evaluates itself
+  (``x > x.mean()`` would read every row unseen);
 * ``groupby(by)`` with ``c`` among ``by``, then its aggregates or ``transform``;
 * ``merge`` with ``c`` among the join keys (``on=``, the common columns, or the same position
   of ``left_on=`` / ``right_on=``);
@@ -150,7 +151,6 @@ _ROW_LOCAL_SERIES = {
     "clip",
     "replace",
     "str",
-    "_binary",
 }
 _ROW_LOCAL_FRAME = {"__getattr__", "columns", "dtypes", "__contains__", "select_dtypes", "copy"}
 _GROUPBY = {
@@ -187,7 +187,7 @@ def _check(call: Call, key: Hashable) -> str | None:
     cls, _, method = call.name.rpartition(".")
     a = call.args
     if cls == "TrackedSeries":
-        if method == "to_frame" or method == "rename":
+        if method in ("to_frame", "rename", "reset_index"):
             return "it names a series `{key}`" if key in _labels(a.get("name")) else None
         return None if method in _ROW_LOCAL_SERIES else f"Series.{method}"
     if cls == "TrackedStringMethods":
@@ -201,11 +201,14 @@ def _check(call: Call, key: Hashable) -> str | None:
             return None
         if method == "__getitem__":
             k = a.get("key")
-            if isinstance(k, slice | np.ndarray | pd.Series):
-                return "DataFrame[...] by position or an untracked mask"
-            return None
+            if isinstance(k, TrackedSeries):
+                return None  # a mask of the same rows (the capture checks)
+            labels = list(k) if isinstance(k, list | tuple) else [k]
+            if all(isinstance(v, str | int) and not isinstance(v, bool) for v in labels):
+                return None  # columns by label
+            return "DataFrame[...] by position, slice or an untracked mask"
         if method == "__setitem__":
-            return f"it assigns column `{key}`" if a.get("key") == key else None
+            return f"it assigns column `{key}`" if key in _labels(a.get("key")) else None
         if method == "assign":
             return f"it assigns column `{key}`" if key in a.get("kwargs", {}) else None
         if method == "drop":
@@ -223,8 +226,6 @@ def _check(call: Call, key: Hashable) -> str | None:
         if method == "dropna":
             kw = a.get("kw", {})
             return "dropna of columns" if kw.get("axis") in (1, "columns") else None
-        if method == "query":
-            return None
         if method == "reset_index":
             return None
         if method == "groupby":

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dslog_dagster.core import Capture
 from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.capture import Mode
 from dslog_dagster.core.on_demand import (
     DEFERRED,
     deferred_args,
@@ -66,6 +67,14 @@ def by_other(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return a.merge(b, on="k").groupby("w", as_index=False).agg(s=("x", "sum"))
 
 
+def queried(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    return a.query("x > 2")
+
+
+def deduplicated(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    return a.drop_duplicates("x")
+
+
 def rekeyed(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return a.assign(k=a["x"] % 2).groupby("k", as_index=False).agg(s=("x", "sum"))
 
@@ -76,6 +85,8 @@ NOT_SELECTIVE = {
     running: "Series.cumsum",
     by_other: "a merge on [('k', 'k')], not on `w`",
     rekeyed: "it assigns column `k`",
+    queried: "DataFrame.query",
+    deduplicated: "DataFrame.drop_duplicates",
 }
 for _fn in [*SELECTIVE, *NOT_SELECTIVE]:
     register_step_function(_fn)
@@ -92,7 +103,11 @@ def _frames(seed: int, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _deferred(
-    log: DSLog, fn: Callable[..., pd.DataFrame], a: pd.DataFrame, b: pd.DataFrame
+    log: DSLog,
+    fn: Callable[..., pd.DataFrame],
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    mode: Mode = "contributing",
 ) -> tuple[list[str], Callable[[ArrayRecord], Any], pd.DataFrame, OperationRecord]:
     """Record ``fn(a, b)`` as a deferred step: the path out -> a, a value loader, the output
     and the deferred operation."""
@@ -108,7 +123,7 @@ def _deferred(
         recs[:2],
         recs[2:],
         {},
-        args={"on_demand": deferred_args(fn, {f"a{tag}": "a", f"b{tag}": "b"}, "contributing")},
+        args={"on_demand": deferred_args(fn, {f"a{tag}": "a", f"b{tag}": "b"}, mode)},
         capture_method=DEFERRED,
     )
     by_name = {r.name: values[r.name.removesuffix(tag)] for r in recs}
@@ -119,9 +134,16 @@ def _deferred(
     return [recs[2].name, recs[0].name], load, out, op
 
 
-def _captured(fn: Callable[..., pd.DataFrame], a: pd.DataFrame, b: pd.DataFrame, cells: Any) -> Any:
+def _captured(
+    fn: Callable[..., pd.DataFrame],
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    cells: Any,
+    mode: Mode = "contributing",
+) -> Any:
     """The backward answer of ``cells`` of ``fn(a, b)`` -> ``a`` from a capture at run time."""
-    table = Capture().run(fn, a, b).tables[0, 0]
+    result = Capture(mode=mode).run(fn, a, b)
+    table = (result.considered_tables if mode == "considered" else result.tables)[0, 0]
     return prepare(table).run(as_cells(table.out_shape, cells), "backward")
 
 
@@ -142,12 +164,13 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> DSLog:
     seed=st.integers(0, 2**16),
     n=st.integers(1, 12),
     picks=st.lists(st.integers(0, 40), min_size=1, max_size=4),
+    mode=st.sampled_from(["contributing", "considered"]),
 )
 def test_selective_equals_whole_step_and_captured(
-    log: DSLog, fn: Callable[..., pd.DataFrame], seed: int, n: int, picks: list[int]
+    log: DSLog, fn: Callable[..., pd.DataFrame], seed: int, n: int, picks: list[int], mode: Mode
 ) -> None:
     a, b = _frames(seed, n)
-    path, load, out, _ = _deferred(log, fn, a, b)
+    path, load, out, _ = _deferred(log, fn, a, b, mode)
     if len(out) == 0:
         return
     rows = sorted({p % len(out) for p in picks})
@@ -162,7 +185,7 @@ def test_selective_equals_whole_step_and_captured(
     assert again[0].obtained == "re-run"
     assert again[0].operation is not None
     assert got == whole
-    assert got == _captured(fn, a, b, cells)
+    assert got == _captured(fn, a, b, cells, mode)
 
 
 def test_a_step_that_is_not_row_selective_falls_back_and_says_why(log: DSLog) -> None:
