@@ -23,9 +23,13 @@ Steps of other engines (Spark DataFrames) record ``args["on_demand"]["engine"]``
 is an :data:`Engine` registered by the engine's package (:func:`register_engine`, e.g.
 :mod:`dslog_dagster.spark.on_demand`), since this package imports no DataFrame engine. An
 engine may also reconstruct *selectively*: only the lineage of a few selected output rows,
-from a re-run that reads a fraction of the inputs (PROVision §V-C). :func:`trace` uses it for
-a deferred hop the query reaches with few rows; that lineage answers the query but is never
-registered as the step's lineage (it covers the selection only).
+from a re-run that reads a fraction of the inputs (PROVision §V-C). pandas steps, re-run here,
+do the same through a :data:`Selective` function :mod:`dslog_dagster.pandas.selective`
+registers (it re-runs a step whose pandas calls keep rows of different keys apart on the input
+rows of the selected keys). :func:`trace` uses either for a deferred hop the query reaches
+with few rows; that lineage answers the query but is never registered as the step's lineage
+(it covers the selection only), and a step that cannot be re-run selectively is re-run whole,
+its :attr:`Reconstruction.note` saying why.
 
 Functions are found in a process-wide registry (:func:`register_step_function`), filled when the
 module that defines a step is imported (the Dagster decorators do it), so any process of the
