@@ -39,6 +39,7 @@ stored input and output row positions.
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -81,7 +82,9 @@ _KINDS_WRAPPER = "_wrap.<locals>.recorded"
 
 
 def record_calls(fn: Callable[[], Any]) -> tuple[Any, list[Call]]:
-    """Run ``fn()`` and list the calls of the tracked pandas facade made from outside dslog."""
+    """Run ``fn()`` and list the calls of the tracked pandas facade made from outside dslog.
+
+    Needs the process's profile hook: the caller checks no profiler holds it."""
     calls: list[Call] = []
 
     def hook(frame: FrameType, event: str, arg: Any) -> None:
@@ -98,12 +101,13 @@ def record_calls(fn: Callable[[], Any]) -> tuple[Any, list[Call]]:
             return
         calls.append(Call(frame.f_code.co_qualname, dict(frame.f_locals)))
 
-    previous = sys.getprofile()
     sys.setprofile(hook)
+    threading.setprofile(hook)  # threads the step starts report their calls too
     try:
         return fn(), calls
     finally:
-        sys.setprofile(previous)
+        threading.setprofile(None)
+        sys.setprofile(None)
 
 
 _ROW_LOCAL_SERIES = {
@@ -312,6 +316,8 @@ def rerun_rows(rerun: Rerun, output: int, picked: np.ndarray) -> Selection:
     frames = list(rerun.inputs)
     if not all(isinstance(f, pd.DataFrame) for f in frames):
         return Selection(None, "an input is not a pandas DataFrame")
+    if sys.getprofile() is not None or threading.getprofile() is not None:
+        return Selection(None, "a profiler holds the profile hook the list of calls needs")
     stored = rerun.load_output(output)
     capture = Capture(mode=rerun.mode)
     try:

@@ -157,7 +157,7 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> DSLog:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     fn=st.sampled_from(SELECTIVE),
