@@ -24,17 +24,21 @@ one ``c`` value apart from input rows of another:
 
 and none of them writes ``c`` (assigns, renames, fills or casts it), so the output's ``c`` is
 an input's ``c`` unchanged. Then the output rows whose ``c`` is in a set ``K`` are exactly what
-the step computes from the input rows whose ``c`` is in ``K`` — in the same order, with the
-same lineage. Anything else (a sort, ``head``, ``drop_duplicates``, a cumulative or shifted
-column, ``apply``, ``concat``, ``len(df)``, a call not listed) makes the step not selective,
-and :func:`rerun_rows` says which call, for the caller to re-run the whole step.
+the step computes from the input rows whose ``c`` is in ``K``, each with the same lineage —
+though not always in the same order (pandas' merge orders many-to-many matches by how it
+hashes the keys it reads). So order-dependent aggregates (``first``, ``last``) are not
+selective either, and a selected row equal in every column to another row of its key (told
+apart by order only) makes the re-run answer nothing. Anything else (a sort, ``head``,
+``drop_duplicates``, a cumulative or shifted column, ``apply``, ``concat``, ``len(df)``, a call
+not listed) makes the step not selective, and :func:`rerun_rows` says which call, for the
+caller to re-run the whole step.
 
 :func:`rerun_rows` picks ``c`` (an output column every ``groupby`` and ``merge`` keys on),
 semijoins each input that has ``c`` with the selected rows' values, re-runs the step under
 capture on those rows, checks that the rows of the stored output with ``c`` in ``K`` come out
-in order with equal values (else it answers nothing: the caller re-runs the whole step, which
-refuses a stored version that does not reproduce), and renames the lineage's rows to the
-stored input and output row positions.
+in the stored order with equal values (else it answers nothing: the caller re-runs the whole
+step, which refuses a stored version that does not reproduce), and renames the lineage's rows
+to the stored input and output row positions.
 """
 
 import os
@@ -56,6 +60,7 @@ from dslog_dagster.core.compression import compress
 from dslog_dagster.core.on_demand import Rerun, Selection, register_selective
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
+from dslog_dagster.pandas.aggregate import ENDS
 from dslog_dagster.pandas.frame import TrackedDataFrame
 from dslog_dagster.pandas.series import TrackedSeries
 
@@ -162,7 +167,7 @@ _GROUPBY = {
     "__getattr__",
     "transform",
     "size",
-    *["sum", "mean", "median", "min", "max", "count", "first", "last", "std", "var", "nunique"],
+    *["sum", "mean", "median", "min", "max", "count", "std", "var", "nunique"],
 }
 
 
@@ -170,6 +175,19 @@ def _labels(v: Any) -> list[Any]:
     if v is None:
         return []
     return list(v) if isinstance(v, list | tuple) else [v]
+
+
+def _strings(v: Any) -> set[str]:
+    """Every string in ``v`` (nested tuples, lists, dict values, named aggregations)."""
+    if isinstance(v, str):
+        return {v}
+    if isinstance(v, pd.NamedAgg):
+        return _strings(v.aggfunc)
+    if isinstance(v, dict):
+        return _strings(list(v.values()))
+    if isinstance(v, list | tuple):
+        return set().union(*(_strings(x) for x in v)) if v else set()
+    return set()
 
 
 def _merge_keys(left: Any, right: Any, kw: dict[str, Any]) -> list[tuple[Any, Any]] | None:
@@ -199,6 +217,10 @@ def _check(call: Call, key: Hashable) -> str | None:
     if cls == "TrackedGroupBy":
         if method == "agg" and key in a.get("kwargs", {}):
             return f"groupby(...).agg names an aggregate `{key}`"
+        if method in ENDS or ENDS & _strings([a.get("args"), a.get("kwargs"), a.get("func")]):
+            # a group's first row depends on the row order, which a merge does not keep when
+            # it reads fewer rows
+            return "groupby(...) first / last (they depend on the row order)"
         return None if method in _GROUPBY | {"agg"} else f"groupby(...).{method}"
     if cls == "TrackedDataFrame":
         if method in _ROW_LOCAL_FRAME:
@@ -361,8 +383,15 @@ def rerun_rows(rerun: Rerun, output: int, picked: np.ndarray) -> Selection:
             None,
             f"the run on the rows of the selected `{key}` values does not give the stored rows",
         )
-    out_to = np.full(len(got), -1, dtype=np.int64)
     is_picked = np.isin(s_rows, picked)
+    twins = stored.iloc[s_rows].duplicated(keep=False).to_numpy()
+    if twins[is_picked].any():
+        # equal rows are told apart by their order, which a merge does not keep when it reads
+        # fewer rows: which one's lineage is which would be a guess
+        return Selection(
+            None, f"a selected row is equal in every column to another row of its `{key}` value"
+        )
+    out_to = np.full(len(got), -1, dtype=np.int64)
     out_to[g_rows[is_picked]] = s_rows[is_picked]
     tables = result.considered_tables if rerun.mode == "considered" else result.tables
     out_shape = tuple(rerun.op.outputs[output].shape)

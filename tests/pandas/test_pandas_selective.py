@@ -31,7 +31,7 @@ from dslog_dagster.pandas.capture import schema_of
 
 
 def filtered(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    return a[a["x"] > 2][["k", "x"]]
+    return a[a["x"] > 200][["k", "x"]]
 
 
 def merged(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -51,7 +51,7 @@ def assigned(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def pipeline(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    j = a[a["x"] != 3].merge(b, on="k", how="inner").assign(z=lambda d: d["x"] + d["w"])
+    j = a[a["x"] % 3 != 0].merge(b, on="k", how="inner").assign(z=lambda d: d["x"] + d["w"])
     return j.groupby("k").agg(z=("z", "sum"), w=("w", "max")).reset_index()
 
 
@@ -75,6 +75,10 @@ def deduplicated(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return a.drop_duplicates("x")
 
 
+def firsts(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    return a.merge(b, on="k").groupby("k", as_index=False).agg(w=("w", "first"))
+
+
 def rekeyed(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return a.assign(k=a["x"] % 2).groupby("k", as_index=False).agg(s=("x", "sum"))
 
@@ -87,6 +91,7 @@ NOT_SELECTIVE = {
     rekeyed: "it assigns column `k`",
     queried: "DataFrame.query",
     deduplicated: "DataFrame.drop_duplicates",
+    firsts: "first / last (they depend on the row order)",
 }
 for _fn in [*SELECTIVE, *NOT_SELECTIVE]:
     register_step_function(_fn)
@@ -97,7 +102,7 @@ def _frames(seed: int, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Keys with duplicates and nulls on both sides."""
     rng = np.random.default_rng(seed)
     keys = rng.choice([1.0, 2.0, 3.0, 4.0, np.nan], size=n)
-    a = pd.DataFrame({"k": keys, "x": rng.integers(0, 6, n)})
+    a = pd.DataFrame({"k": keys, "x": rng.integers(0, 1000, n)})
     b = pd.DataFrame({"k": rng.choice([1.0, 2.0, 3.0, np.nan], 3), "w": rng.random(3).round(2)})
     return a, b
 
@@ -177,7 +182,10 @@ def test_selective_equals_whole_step_and_captured(
     cells = _rows(rows)
     got, done = trace(log, path, cells, load)
     (r,) = done
-    assert r.obtained == "selective re-run", r.note
+    if r.obtained != "selective re-run":  # rows told apart by order only (rare with these x)
+        assert "equal in every column to another row" in r.note
+        assert got == _captured(fn, a, b, cells, mode)
+        return
     assert r.operation is None
     assert r.rows == len(rows)
     assert r.note.startswith("key `k`: re-ran on ")
