@@ -381,6 +381,7 @@ def _materialize(
             )
             for r in rebuilt:
                 how = "re-run under capture" if r.obtained == "re-run" else f"from a {r.obtained}"
+                how += f"; {r.note}" if r.note else ""
                 context.log.info(
                     f"reconstructed the lineage of on-demand step `{r.deferred.op_name}` "
                     f"({how} in {r.seconds:.2f} s)"

@@ -32,8 +32,19 @@ reconstruction: the step re-run on the facts semijoined with the selected keys),
 captured step's time (``--repeat 0``: the warm-up run is the only one timed; the trace's
 Spark jobs are counted). Goals: on-demand step ≤ 1.02× untracked; the trace ≤ 0.1× the capture.
 
-Run: ``.venv/bin/python bench/on_demand.py [--size 512] [--repeat 5]`` or
-``.venv/bin/python bench/on_demand.py --spark [--rows 10000000] [--repeat 3]``. Informational,
+``--pandas --rows N`` measures the pandas row (issue 27 item 2): a fact frame of ``N`` rows
+merged with a dimension of ``N / 100`` keys, then grouped by key (:func:`merge_groupby`),
+recorded as a deferred step in a store (no Dagster run: the step itself is what is compared).
+It times the step untracked and captured (best of ``--repeat``), then traces 1000 selected
+output rows back to the fact frame (a selective reconstruction,
+:mod:`dslog_dagster.pandas.selective`: a run on 64 rows to list the step's pandas calls, then
+the step re-run under capture on the fact and dimension rows of the selected keys), checks the
+answer against the captured step's, and prints the ratio to the capture (the whole trace, and
+the reconstruction alone: the trace also reads the store's catalog) and the rows re-read.
+
+Run: ``.venv/bin/python bench/on_demand.py [--size 512] [--repeat 5]``,
+``.venv/bin/python bench/on_demand.py --spark [--rows 10000000] [--repeat 3]`` or
+``.venv/bin/python bench/on_demand.py --pandas [--rows 1000000] [--repeat 3]``. Informational,
 not a CI gate (a smoke test runs the NumPy part at toy size).
 """
 
@@ -46,12 +57,17 @@ from typing import Any
 
 import dagster as dg
 import numpy as np
+import pandas as pd
 from image_steps import above, blur
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from dslog_dagster import DSLogIOManager, DSLogResource, tracked_asset
-from dslog_dagster.core import on_demand
+from dslog_dagster.core import Capture, on_demand
+from dslog_dagster.core.api import DSLog
+from dslog_dagster.core.query import as_cells
+from dslog_dagster.core.query.engine import prepare
+from dslog_dagster.pandas.capture import schema_of
 from dslog_dagster.spark.resource import SparkSessionResource
 from dslog_dagster.spark.session import get_session
 
@@ -183,6 +199,68 @@ def spark_main(rows: int, repeat: int) -> None:
     print(f"goal: trace ≤ 0.1× capture: {tr:.3f}x {'PASS' if tr <= 0.1 else 'FAIL'}")
 
 
+def merge_groupby(fact: pd.DataFrame, dim: pd.DataFrame) -> pd.DataFrame:
+    """The pandas step of ``--pandas``: fact ⋈ dim on ``k``, then one row per key."""
+    j = fact.merge(dim, on="k").assign(v=lambda d: d["x"] * d["w"])
+    return j.groupby("k", as_index=False).agg(total=("v", "sum"), n=("x", "count"))
+
+
+def pandas_main(rows: int, repeat: int) -> None:
+    keys = max(rows // 100, 1)
+    ids = np.arange(rows, dtype=np.int64)
+    fact = pd.DataFrame({"id": ids, "k": ids * 7919 % keys, "x": (ids % 13).astype(np.float64)})
+    dim = pd.DataFrame({"k": np.arange(keys), "w": np.arange(keys) % 7 + 0.5})
+    on_demand.register_step_function(merge_groupby)
+    plain_t, capture_t = [], []
+    for _ in range(max(repeat, 1)):
+        t0 = time.perf_counter()
+        out = merge_groupby(fact, dim)
+        plain_t.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        captured = Capture().run(merge_groupby, fact, dim)
+        capture_t.append(time.perf_counter() - t0)
+    picked = np.linspace(0, len(out) - 1, min(1000, len(out))).astype(np.int64)
+    cells = [np.s_[int(r), :] for r in picked]
+    with tempfile.TemporaryDirectory() as tmp:
+        log = DSLog(tmp)
+        values = {"fact": fact, "dim": dim, "agg": out}
+        recs = {
+            n: log.store.register_array(n, v.shape, columns=schema_of(v)) for n, v in values.items()
+        }
+        log.store.register_operation(
+            "agg",
+            [recs["fact"], recs["dim"]],
+            [recs["agg"]],
+            {},
+            args={
+                "on_demand": on_demand.deferred_args(
+                    merge_groupby, {"fact": "fact", "dim": "dim"}, "contributing"
+                )
+            },
+            capture_method=on_demand.DEFERRED,
+        )
+        t0 = time.perf_counter()
+        got, done = on_demand.trace(log, ["agg", "fact"], cells, lambda r: values.get(r.name))
+        traced = time.perf_counter() - t0
+    ref = prepare(captured.tables[0, 0]).run(as_cells(out.shape, cells), "backward")
+    assert got == ref, "the selective answer differs from the captured one"
+    (r,) = done
+    plain, cap = min(plain_t), min(capture_t)
+    print(f"pandas fact ({rows:,} rows) ⋈ dim ({keys:,} keys) → groupby key, best of {repeat}")
+    print()
+    print("| run | seconds | vs capture |")
+    print("|---|---|---|")
+    print(f"| untracked | {plain:.3f} | {plain / cap:.3f}x |")
+    print(f"| captured | {cap:.3f} | 1.000x |")
+    print(
+        f"| trace {len(picked)} selected output rows → fact ({r.obtained}, query included) | "
+        f"{traced:.3f} | {traced / cap:.3f}x |"
+    )
+    print(f"| of which the reconstruction | {r.seconds:.3f} | {r.seconds / cap:.3f}x |")
+    print()
+    print(f"how obtained: {r.how}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=512)
@@ -190,10 +268,14 @@ def main() -> None:
     ap.add_argument("--discovery-size", type=int, help="frame side of the discovery rows")
     ap.add_argument("--only-discovery", action="store_true", help="the discovery section only")
     ap.add_argument("--spark", action="store_true", help="measure the Spark rows instead")
-    ap.add_argument("--rows", type=int, default=10_000_000, help="fact rows (--spark)")
+    ap.add_argument("--pandas", action="store_true", help="measure the pandas rows instead")
+    ap.add_argument("--rows", type=int, help="fact rows (--spark: 10M, --pandas: 1M)")
     args = ap.parse_args()
     if args.spark:
-        spark_main(args.rows, args.repeat)
+        spark_main(args.rows or 10_000_000, args.repeat)
+        return
+    if args.pandas:
+        pandas_main(args.rows or 1_000_000, args.repeat)
         return
     if args.only_discovery:
         _discovery(args.discovery_size or 4 * args.size, args.repeat)

@@ -23,18 +23,23 @@ Steps of other engines (Spark DataFrames) record ``args["on_demand"]["engine"]``
 is an :data:`Engine` registered by the engine's package (:func:`register_engine`, e.g.
 :mod:`dslog_dagster.spark.on_demand`), since this package imports no DataFrame engine. An
 engine may also reconstruct *selectively*: only the lineage of a few selected output rows,
-from a re-run that reads a fraction of the inputs (PROVision §V-C). :func:`trace` uses it for
-a deferred hop the query reaches with few rows; that lineage answers the query but is never
-registered as the step's lineage (it covers the selection only).
+from a re-run that reads a fraction of the inputs (PROVision §V-C). pandas steps, re-run here,
+do the same through a :data:`Selective` function :mod:`dslog_dagster.pandas.selective`
+registers (it re-runs a step whose pandas calls keep rows of different keys apart on the input
+rows of the selected keys). :func:`trace` uses either for a deferred hop the query reaches
+with few rows; that lineage answers the query but is never registered as the step's lineage
+(it covers the selection only), and a step that cannot be re-run selectively is re-run whole,
+its :attr:`Reconstruction.note` saying why.
 
 Functions are found in a process-wide registry (:func:`register_step_function`), filled when the
 module that defines a step is imported (the Dagster decorators do it), so any process of the
 code location can reconstruct.
 """
 
+import importlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -58,6 +63,7 @@ __all__ = [
     "Engine",
     "Reconstruction",
     "Rerun",
+    "Selection",
     "ValueLoader",
     "answering",
     "deferred_args",
@@ -67,6 +73,7 @@ __all__ = [
     "reconstruct",
     "reconstruct_rows",
     "register_engine",
+    "register_selective",
     "register_step_function",
     "step_function",
     "trace",
@@ -192,13 +199,43 @@ class Reconstruction:
     ``"base view"`` / ``"dim view"`` / ``"gen view"`` (taken from a confirmed reuse view,
     nothing ran), or ``"selective re-run"`` (the lineage of selected rows only, from a re-run
     on a fraction of the inputs, :func:`trace`; ``operation`` is ``None``: nothing is
-    registered, and ``rows`` says how many rows were selected)."""
+    registered, and ``rows`` says how many rows were selected). ``note`` says more: for a
+    selective re-run, the key and how many input rows it read; for a whole-step re-run that
+    :func:`trace` chose because the step could not be re-run selectively, why not."""
 
     deferred: OperationRecord
     operation: OperationRecord | None
     seconds: float
     obtained: str = "re-run"
     rows: int | None = None
+    note: str = ""
+
+    @property
+    def how(self) -> str:
+        """How the lineage was obtained, in words (``obtained`` and ``note``)."""
+        return f"{self.obtained} ({self.note})" if self.note else self.obtained
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a :data:`Selective` reconstruction gives: the lineage of the selected rows
+    (``{(output index, input index): table}``, as an :data:`Engine` returns it) and how it
+    was obtained, or ``tables=None`` and why it could not be."""
+
+    tables: dict[tuple[int, int], LineageTable] | None
+    note: str
+
+
+Selective = Callable[[Rerun, int, np.ndarray], Selection]
+"""Reconstructs the lineage of stored rows ``rows`` of output ``output`` of a deferred pandas
+step alone: ``selective(rerun, output, rows)`` (:mod:`dslog_dagster.pandas.selective`)."""
+
+_SELECTIVE: list[Selective] = []
+
+
+def register_selective(fn: Selective) -> None:
+    """Make deferred pandas steps reconstructible row by row in this process."""
+    _SELECTIVE[:] = [fn]
 
 
 def _refuse(op: OperationRecord, why: str) -> ReconstructionError:
@@ -382,10 +419,12 @@ def reconstruct_rows(
     """The lineage of stored rows ``rows`` of output ``output`` of deferred ``op`` alone, from
     a selective re-run (PROVision §V-C), when its engine reconstructs selectively.
 
-    Returns ``(None, ...)`` when it cannot (a NumPy or pandas step, or the engine could not
-    reproduce the selection from a reduced run); else one table per input array version (by
-    ``array_id``) of the output's full shape holding the selected rows' lineage only, and how
-    it was obtained (``"selective re-run"``). Nothing is registered.
+    Returns ``(None, ...)`` when it cannot (a NumPy step, a pandas step that is not
+    row-selective — :mod:`dslog_dagster.pandas.selective` — or a re-run that could not
+    reproduce the selection from a reduced run; :attr:`Reconstruction.note` says why); else
+    one table per input array version (by ``array_id``) of the output's full shape holding
+    the selected rows' lineage only, and how it was obtained (``"selective re-run"``).
+    Nothing is registered.
 
     Raises:
         ReconstructionError: as :func:`reconstruct`.
@@ -393,18 +432,28 @@ def reconstruct_rows(
     rerun, info, _ = _prepare(store, op, load)
     engine = _engine(rerun.op, info)
     t0 = time.perf_counter()
-    if engine is None:
-        return None, Reconstruction(rerun.op, None, 0.0)
     picked = np.unique(np.asarray(rows, dtype=np.int64))
-    by_index = engine(rerun, {output: picked})
+    note = ""
+    if engine is not None:
+        by_index = engine(rerun, {output: picked})
+    elif rerun.inputs and all(is_pandas(a) for a in rerun.inputs):
+        # the pandas side registers itself when imported (the core never imports pandas)
+        importlib.import_module("dslog_dagster.pandas.selective")
+        got = _SELECTIVE[0](rerun, output, picked)
+        if got.tables is None:
+            return None, Reconstruction(rerun.op, None, 0.0, note=got.note)
+        by_index, note = got.tables, got.note
+    else:
+        return None, Reconstruction(rerun.op, None, 0.0)  # NumPy: views or a whole re-run
     seconds = time.perf_counter() - t0
     tables: dict[str, LineageTable] = {}
     for i, rec in enumerate(rerun.records):
         t = by_index.get((output, i))
         if t is None:
-            return None, Reconstruction(rerun.op, None, seconds)
+            why = note or "the reduced re-run did not give the selected rows"
+            return None, Reconstruction(rerun.op, None, seconds, note=why)
         tables.setdefault(rec.array_id, t)
-    return tables, Reconstruction(rerun.op, None, seconds, "selective re-run", len(picked))
+    return tables, Reconstruction(rerun.op, None, seconds, "selective re-run", len(picked), note)
 
 
 def _rerun_here(rerun: Rerun) -> dict[tuple[int, int], LineageTable]:
@@ -498,11 +547,12 @@ def trace(
     operation the path crosses (from ``views`` where a confirmed view knows the lineage, see
     :func:`reconstruct`); returns the answer and what was reconstructed.
 
-    A deferred hop the query crosses backward with at most ``max_rows`` selected rows of an
-    engine that reconstructs selectively (Spark) is answered from the lineage of those rows
+    A deferred hop the query crosses backward with at most ``max_rows`` selected rows of a
+    Spark step, or of a row-selective pandas step, is answered from the lineage of those rows
     alone (:func:`reconstruct_rows`, ``obtained="selective re-run"``), which is not
     registered; ``selective=False``, or a hop it cannot serve, reconstructs (and registers)
-    the step's whole lineage instead."""
+    the step's whole lineage instead, and its :attr:`Reconstruction.note` says why the
+    selective re-run was not used."""
     done: list[Reconstruction] = []
     plan = dslog.plan(path)
     if not any(h.prepared is None and is_deferred(h.operation) for h in plan.hops):
@@ -514,6 +564,7 @@ def trace(
             cur = hop.run(cur)
             continue
         op = hop.operation
+        why = ""
         if selective and hop.direction == "backward" and not cur.is_empty():
             rows = _selected_rows(cur, max_rows)
             if rows is not None:
@@ -523,7 +574,11 @@ def trace(
                     done.append(r)
                     cur = prepare(tables[hop.dst.array_id]).run(cur, "backward")
                     continue
-        done.append(reconstruct(dslog.store, op, load, views=views))
+                why = f"whole step: not selective, {r.note}" if r.note else ""
+            else:
+                why = f"whole step: more than {max_rows:,} rows selected"
+        whole = reconstruct(dslog.store, op, load, views=views)
+        done.append(replace(whole, note=why) if why and not whole.note else whole)
         # the reconstructed operation is newer: the path takes it now
         cur = dslog.plan(path).hops[k].run(cur)
     return cur, done

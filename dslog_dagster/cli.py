@@ -450,7 +450,7 @@ def _trace(args: argparse.Namespace) -> int:
     result, done = trace(log, names, cells, values_loader(args.values, frames=True), views=views)
     for r in done:
         print(
-            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…, {r.obtained}) "
+            f"reconstructed {r.deferred.op_name} ({r.deferred.op_id[:12]}…, {r.how}) "
             f"in {r.seconds:.2f} s",
             file=sys.stderr,
         )

@@ -78,9 +78,18 @@ def test_on_demand_pandas_equals_captured_and_runs_once(tmp_path: Path) -> None:
     cells = np.s_[0:2, 0]  # the group keys of cities a and b
     with pytest.raises(DeferredLineageError, match='policy="on_demand"'):
         log.prov_query(PATH, cells)
+    # a few selected rows: a selective re-run on the rows of their `city` keys (one run on a
+    # few rows lists the step's pandas calls, one runs on those rows), nothing registered
     answer, done = on_demand.trace(log, PATH, cells, io.value_loader(frames=True))
+    assert [(r.obtained, r.operation) for r in done] == [("selective re-run", None)]
+    assert done[0].note.startswith(
+        "key `city`: re-ran on 5 of 8 input rows"
+    )  # people 0-2, cities a, b
+    assert CALLS["joined"] == 3
+    whole, done = on_demand.trace(log, PATH, cells, io.value_loader(frames=True), selective=False)
+    assert whole == answer
     assert [r.deferred.op_id for r in done] == [op.op_id]
-    assert CALLS["joined"] == 2  # re-run once, under capture
+    assert CALLS["joined"] == 4  # re-run once more, under capture, and registered
     ref, _ = _materialize(tmp_path / "b", [people, cities, joined_captured, by_city])
     assert answer == ref.prov_query(PATH, cells)
     # by hand: city a <- the `city` cells of adults 1 and 3 (rows 0, 2), b <- adult 2 (row 1)
@@ -92,7 +101,7 @@ def test_on_demand_pandas_equals_captured_and_runs_once(tmp_path: Path) -> None:
     assert more == []  # kept: no second re-run
     assert got == ref.prov_query(w_path, w_cells)
     assert got.to_indices().tolist() == [[0, 1]]
-    assert CALLS["joined"] == 2
+    assert CALLS["joined"] == 4
 
 
 def test_on_demand_pandas_refuses_a_changed_value(tmp_path: Path) -> None:

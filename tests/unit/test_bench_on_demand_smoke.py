@@ -13,3 +13,9 @@ def test_on_demand_bench_small_run() -> None:
     assert "| local_hot | 3 × 10 | 64 | part | 60 / 1 |" in out
     assert "| global_hot | 30 | 64 | whole input |" in out
     assert "goal: discovery of a 3 × 10 grid on the hotspot step ≥ 10× faster" in out
+
+
+def test_on_demand_bench_pandas_small_run() -> None:
+    out = run_bench("on_demand.py", "--pandas", "--rows", "20000", "--repeat", "1")
+    assert "| trace 200 selected output rows → fact (selective re-run, query included) |" in out
+    assert "how obtained: selective re-run (key `k`: re-ran on " in out
