@@ -57,7 +57,7 @@ import duckdb
 import pyarrow as pa
 
 from dslog_dagster.core import progress
-from dslog_dagster.core.store import array_dirs, catalog_rows, link_check
+from dslog_dagster.core.store import array_dirs, catalog_rows, link_check, sql_text
 from dslog_dagster.core.store.arrays import ArrayFiles
 from dslog_dagster.core.store.catalog_schema import DDL, INTERNAL_TABLES, TABLES
 from dslog_dagster.core.store.failures import discard, errno_of_text, storage_error
@@ -132,6 +132,14 @@ def _schema_current(con: duckdb.DuckDBPyConnection) -> bool:
     except duckdb.CatalogException:  # a new (or foreign) file: no catalog_meta table yet
         return False
     return bool(rows) and rows[0][0] == CATALOG_SCHEMA_VERSION
+
+
+def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object]) -> list[Any]:
+    """The rows of one of our queries, its parameters as literals (:mod:`.sql_text`)."""
+    text = sql_text.inline(sql, params)
+    if text is None:
+        return con.execute(sql, list(params)).fetchall()
+    return con.execute(text).fetchall()
 
 
 def _is_damage(reason: str) -> bool:
@@ -287,7 +295,8 @@ class LineageCatalog:
                 con.execute(f"DROP TABLE IF EXISTS {name}")
             for ddl in DDL:
                 con.execute(ddl)
-        con.execute(
+        sql_text.execute(
+            con,
             "INSERT OR REPLACE INTO catalog_meta VALUES ('schema_version', ?)",
             [CATALOG_SCHEMA_VERSION],
         )
@@ -347,7 +356,7 @@ class LineageCatalog:
         def index(con: duckdb.DuckDBPyConnection) -> None:
             path = f"operations/{record.op_id}.parquet"
             catalog_rows.insert_operations(con, [record], {record.op_id: path})
-            con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [path])
+            sql_text.execute(con, "INSERT OR IGNORE INTO segments VALUES (?)", [path])
 
         return self._try_index(index, record.op_id)
 
@@ -401,10 +410,11 @@ class LineageCatalog:
         changed = 0
         if gone_segs:
             # Operations whose segment vanished: packed elsewhere (move them) or deleted.
-            rows = con.execute(
+            rows = _fetch(
+                con,
                 "SELECT op_id FROM operations WHERE path IN (SELECT unnest(?::VARCHAR[]))",
                 [gone_segs],
-            ).fetchall()
+            )
             if any(op_id not in where for (op_id,) in rows):
                 # A listing racing a compaction can miss a pack that was just renamed in:
                 # look once more before dropping anything from the index.
@@ -417,8 +427,8 @@ class LineageCatalog:
                 con, {op_id: where[op_id] for (op_id,) in rows if op_id in where}
             )
             catalog_rows.delete_operations(con, [op_id for (op_id,) in rows if op_id not in where])
-            con.execute(
-                "DELETE FROM segments WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone_segs]
+            sql_text.execute(
+                con, "DELETE FROM segments WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone_segs]
             )
         if new_segs:
             known_ops = {r[0] for r in con.execute("SELECT op_id FROM operations").fetchall()}
@@ -438,7 +448,7 @@ class LineageCatalog:
                         # Operations moved into it above must follow it into its pack: marked
                         # indexed (it is gone, so no operation can hide behind it), it is seen
                         # to vanish by the next pass, which moves them on.
-                        con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
+                        sql_text.execute(con, "INSERT OR IGNORE INTO segments VALUES (?)", [rel])
                         continue
                     except DSLogError as e:
                         logger.debug("skipping segment %s in %s: %s", rel, self.layout.root, e)
@@ -451,7 +461,7 @@ class LineageCatalog:
                             read[r.op_id] = (r, rel)
                     if partly_damaged:
                         continue  # not marked indexed: every sync notes its damaged rows
-                con.execute("INSERT OR IGNORE INTO segments VALUES (?)", [rel])
+                sql_text.execute(con, "INSERT OR IGNORE INTO segments VALUES (?)", [rel])
             catalog_rows.insert_operations(con, records, paths)
             changed += len(records)
         changed += self._sync_arrays(con, read)
@@ -479,11 +489,12 @@ class LineageCatalog:
             return 0
         known = {
             r[0]
-            for r in con.execute(
+            for r in _fetch(
+                con,
                 "SELECT path FROM arrays WHERE split_part(path, '/', 2) IN "
                 "(SELECT unnest(?::VARCHAR[]))",
                 [todo],
-            ).fetchall()
+            )
         }
         listed: dict[str, list[str]] = {}
         present: set[str] = set()
@@ -494,7 +505,9 @@ class LineageCatalog:
         # records that vanished (a retracted step's, quarantined ones) leave the index
         gone = sorted(known - present)
         if gone:
-            con.execute("DELETE FROM arrays WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone])
+            sql_text.execute(
+                con, "DELETE FROM arrays WHERE path IN (SELECT unnest(?::VARCHAR[]))", [gone]
+            )
         links = (r for rels in listed.values() for r in rels if r.endswith(LINK_SUFFIX))
         linked = link_check.recognised(self.layout, links, read or {})
         arrays, clean = [], []
@@ -513,9 +526,12 @@ class LineageCatalog:
             if ok and array_dirs.settled(on_disk[d], started):
                 clean.append((d, on_disk[d]))
         catalog_rows.insert_arrays(con, arrays)
-        con.execute("DELETE FROM array_dirs WHERE dir IN (SELECT unnest(?::VARCHAR[]))", [todo])
+        sql_text.execute(
+            con, "DELETE FROM array_dirs WHERE dir IN (SELECT unnest(?::VARCHAR[]))", [todo]
+        )
         if clean:
-            con.execute(
+            sql_text.execute(
+                con,
                 "INSERT INTO array_dirs SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[])",
                 [[d for d, _ in clean], [t for _, t in clean]],
             )
@@ -643,7 +659,9 @@ class LineageCatalog:
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Rows of a trusted internal query, after a sync."""
-        return self._read(lambda con: con.execute(sql, list(params or [])).fetchall())
+        if not params:
+            return self._read(lambda con: con.execute(sql).fetchall())
+        return self._read(lambda con: _fetch(con, sql, params))
 
     def column(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         """First column of a trusted internal query, after a sync."""

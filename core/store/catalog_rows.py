@@ -22,11 +22,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from dslog_dagster.core.store import sql_text
 from dslog_dagster.core.store.catalog_schema import SCHEMAS
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
 
 SMALL_BATCH = 16
-"""Up to this many rows are inserted with one parameterised ``VALUES`` statement."""
+"""Up to this many rows are inserted with one ``VALUES`` statement of literals (no bind, so no
+pandas import in the first sync of a process: :mod:`.sql_text`); more through an Arrow table
+(pyarrow imports pandas, which a bulk sync can afford)."""
 
 
 def text(v: Any) -> Any:
@@ -68,7 +71,7 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, columns: Mapping[str, lis
         one = "(" + ", ".join("?" * len(schema.names)) + ")"
         params = [text(columns[c][i]) for i in range(n) for c in schema.names]
         values = ", ".join([one] * n)
-        con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) VALUES {values}", params)
+        sql_text.execute(con, f"INSERT OR IGNORE INTO {table} ({cols}) VALUES {values}", params)
         return
     data = pa.Table.from_arrays([_column(columns[f.name], f.type) for f in schema], schema=schema)
     view = f"_dslog_new_{table}"
@@ -168,8 +171,8 @@ def delete_operations(con: duckdb.DuckDBPyConnection, op_ids: Sequence[str]) -> 
     if not op_ids:
         return
     for table in ("operations", "operation_arrays", "lineage_tables"):
-        con.execute(
-            f"DELETE FROM {table} WHERE op_id IN (SELECT unnest(?::VARCHAR[]))", [list(op_ids)]
+        sql_text.execute(
+            con, f"DELETE FROM {table} WHERE op_id IN (SELECT unnest(?::VARCHAR[]))", [list(op_ids)]
         )
 
 
