@@ -295,6 +295,9 @@ def end_to_end(reps: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes only, no 1e8 run")
+    ap.add_argument(
+        "--smoke", action="store_true", help="--quick with one run per figure (the suite's check)"
+    )
     ap.add_argument("--big-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--e2e", action="store_true", help="only the end-to-end section")
     ap.add_argument("--e2e-child", help=argparse.SUPPRESS)
@@ -309,11 +312,14 @@ def main() -> None:
     if ns.e2e:
         end_to_end(ns.reps)
         return
+    ns.quick = ns.quick or ns.smoke
     sizes = [10**4, 10**5, 10**6] if ns.quick else [10**4, 10**5, 10**6, 10**7]
-    rows = [measure(n, 3 if n <= 10**6 else 1) for n in sizes]
-    # Python reference: measured at 1e4 and 1e5 (1e3 and 1e4 with --quick), extrapolated
-    # beyond with the growth exponent seen between the two.
-    ref_sizes = [10**3, 10**4] if ns.quick else [10**4, 10**5]
+    if ns.smoke:
+        sizes = [10**4, 10**6]
+    rows = [measure(n, 1 if ns.smoke else 3 if n <= 10**6 else 1) for n in sizes]
+    # Python reference: measured at 1e4 and 1e5 (1e3 and 1e4 with --quick, 1e2 and 1e3 with
+    # --smoke), extrapolated beyond with the growth exponent seen between the two.
+    ref_sizes = [10**2, 10**3] if ns.smoke else [10**3, 10**4] if ns.quick else [10**4, 10**5]
     ref_times = {n: python_reference(n, 3 if n == ref_sizes[0] else 2) for n in ref_sizes}
 
     def reference_ms(cells: int, w: str) -> str:
@@ -397,7 +403,7 @@ def main() -> None:
             f"{w} {r[f'{w}_annotated'] / r[f'{w}_bare']:.1f}x" for w in ("negative", "add")
         )
         print(f"Info, not a goal: at {int(r['cells']):.0e} cells (both out of cache): {ratios}.")
-    end_to_end(ns.reps)
+    end_to_end(1 if ns.smoke else ns.reps)
 
 
 if __name__ == "__main__":
