@@ -37,7 +37,7 @@ from dslog_dagster.errors import DamagedStoreWarning, LineageStorageError
 
 STRINGS = [(f"s{i}", "string") for i in range(5)]
 SEED = 2026
-FLIPS_PER_FILE = 8
+FLIPS_PER_FILE = 6
 CLI_EVERY = 6
 
 

@@ -21,7 +21,7 @@ from dslog_dagster.core import LineageRelation, LineageStore
 from dslog_dagster.core.format.segment import Segment
 
 N_WORKERS = 8
-N_OPS = 15
+N_OPS = 10
 N_COMPACTORS = 2
 PACK_BYTES = 8192
 OUT_SHAPE = (6, 5)

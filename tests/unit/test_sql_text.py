@@ -38,7 +38,7 @@ def test_a_name_that_is_not_valid_unicode_is_refused() -> None:
 _WHEN = st.one_of(st.none(), st.datetimes(datetime(1970, 1, 1), datetime(2200, 1, 1)))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     row=st.tuples(_NAMES, st.integers(min_value=0, max_value=2**62), _WHEN),
     names=st.lists(_NAMES, max_size=4),
