@@ -28,7 +28,9 @@ a standalone cluster's ``spark://`` URL, or ``cluster`` to start a master and tw
 127.0.0.1 here, as the tests do; ``local[2]`` otherwise): ``capture_frames`` + writing the
 output with row ids, vs the same PySpark function writing its output. The inputs are
 generated on the executors and stored as Parquet first (once per size, cached), so both read
-scans.
+scans. On a cluster started here the capture has ``spark.dslog.sharedDir`` (``--shared-dir``,
+a folder under the cache: the cluster runs on this host), so it stages its output and taps
+ids as in local mode; ``--shared-dir none`` measures a cluster without a shared folder.
 
 The table gives every figure per size, the growth ratio per 10× (the slope), the peak RSS of
 each measuring process, the 1-minute load average during each run (the machine may be
@@ -262,11 +264,14 @@ def capture_run(spark: Any, rows: int, cache: Path, reps: int) -> dict[str, Any]
     return {"untracked": untracked, "tracked": tracked}
 
 
-def capture_child(master: str, rows: int, cache: Path, reps: int) -> dict[str, Any]:
-    """A fresh driver process's :func:`capture_run` (peak RSS is the driver's)."""
+def capture_child(
+    master: str, rows: int, cache: Path, reps: int, shared_dir: str | None = None
+) -> dict[str, Any]:
+    """A fresh driver process's :func:`capture_run` (peak RSS is the driver's), with
+    ``spark.dslog.sharedDir`` set to ``shared_dir`` when given."""
     from dslog_dagster.spark import get_session
 
-    spark = get_session(master)
+    spark = get_session(master, {"spark.dslog.sharedDir": shared_dir} if shared_dir else None)
     out = capture_run(spark, rows, cache, reps)
     out["rss"] = _rss()
     return out
@@ -378,6 +383,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-only", action="store_true", help="build the stores and exit")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny sizes, in-process")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a goal fails")
+    ap.add_argument(
+        "--shared-dir",
+        default="auto",
+        help=(
+            "spark.dslog.sharedDir of the capture (a folder the executors share with the "
+            "driver): `auto` is a folder under --cache with `cluster` (one host), none "
+            "otherwise; `none` captures without it (no staging, ids by a join)"
+        ),
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
@@ -387,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         elif kind == "spark":
             out = spark_child(Path(a), int(b), args.store_master)
         else:
-            out = capture_child(a, int(b), args.cache, args.reps)
+            shared = None if args.shared_dir in ("auto", "none") else args.shared_dir
+            out = capture_child(a, int(b), args.cache, args.reps, shared)
         print(json.dumps(out))
         return 0
     if args.build_only:
@@ -418,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         with _capture_master(args.capture_master, args.cache, args.worker_memory) as master:
             for rows in args.rows:
                 cmd = ["--cache", str(args.cache), "--reps", str(args.reps)]
+                shared = args.shared_dir
+                if shared == "auto" and args.capture_master == "cluster":
+                    shared = str(args.cache / "shared")
+                    os.makedirs(shared, exist_ok=True)
+                if shared not in ("auto", "none"):
+                    cmd += ["--shared-dir", shared]
                 capture[rows] = _child([*cmd, "--child", "capture", master, str(rows)])
                 print(f"  {rows} rows: {json.dumps(capture[rows])}", flush=True)
     if store:

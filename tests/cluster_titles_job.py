@@ -4,7 +4,8 @@
 Importable by module name (``tests/`` is on the path): Dagster's multiprocess executor
 reconstructs the job in every step process. Data and lineage go under ``DSLOG_TITLES_BASE``;
 the step processes inherit both variables. ``DSLOG_TITLES_SHARED=0`` turns the shared driver
-off (a JVM per step, the "before" of ``bench/cluster_steps.py``).
+off (a JVM per step, the "before" of ``bench/cluster_steps.py``); ``DSLOG_TITLES_SHARED_DIR``
+names a folder the cluster's executors share with the steps (``spark.dslog.sharedDir``).
 """
 
 import os
@@ -26,6 +27,11 @@ def titles_job() -> dg.JobDefinition:
         os.environ["DSLOG_TITLES_BASE"],
         spark_master=os.environ["DSLOG_TITLES_MASTER"],
         shared_driver=os.environ.get("DSLOG_TITLES_SHARED", "1") != "0",
+        spark_conf=(
+            {"spark.dslog.sharedDir": os.environ["DSLOG_TITLES_SHARED_DIR"]}
+            if os.environ.get("DSLOG_TITLES_SHARED_DIR")
+            else None
+        ),
         executor=dg.multiprocess_executor,
     )
     return defs.resolve_job_def("titles_job")

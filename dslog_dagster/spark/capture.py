@@ -60,7 +60,13 @@ from dslog_dagster.spark.lineage import (
 from dslog_dagster.spark.plan import ColumnLineage, Info, quoted, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 from dslog_dagster.spark.session import check_workers
-from dslog_dagster.spark.staging import StagedOutput, new_staging_dir, remove_staging_dir
+from dslog_dagster.spark.staging import (
+    StagedOutput,
+    is_local,
+    new_staging_dir,
+    remove_staging_dir,
+    staging_base,
+)
 from dslog_dagster.spark.state import FrameState
 from dslog_dagster.spark.summaries import SummariesMissing
 
@@ -84,12 +90,14 @@ class _SummariesFailed(Exception):
     :mod:`~dslog_dagster.spark.summaries`); the capture reruns carrying them as columns."""
 
 
-def _can_stage(df: DataFrame, columns: Sequence[str]) -> bool:
-    """Whether the output may be written to a driver-local staging directory in its pass:
-    a local master (executors share the driver's disk) and column names Parquet can hold."""
-    master = str(df.sparkSession.sparkContext.master)
+def _staging_for(df: DataFrame, columns: Sequence[str]) -> str | None:
+    """The folder under which the output is staged in its pass, or None when it cannot be:
+    no folder the executors and this process share (:func:`~dslog_dagster.spark.staging.
+    staging_base`), or column names Parquet cannot hold."""
     lower = [c.lower() for c in columns]
-    return master.startswith("local") and len(set(lower)) == len(lower) and MID not in columns
+    if len(set(lower)) != len(lower) or MID in columns:
+        return None
+    return staging_base(df.sparkSession)
 
 
 # ---------------------------------------------------------------------- inputs
@@ -348,7 +356,7 @@ def _tap_root(mode: str, prepared: list[tuple[DataFrame, int, bool]]) -> Iterato
     if mode != "ranges" or not prepared or not tap_ready(prepared[0][0].sparkSession):
         yield None
         return
-    root = tempfile.mkdtemp(prefix="dslog-tap-")
+    root = tempfile.mkdtemp(prefix="dslog-tap-", dir=staging_base(prepared[0][0].sparkSession))
     try:
         yield root
     finally:
@@ -574,15 +582,22 @@ def _pass(ctx: CaptureContext, state: FrameState, spec: _PassSpec) -> _PassOutpu
     schema: Any = None
     marked: DataFrame | None = None
     try:
-        if _can_stage(state.df, spec.user_names):
+        base = _staging_for(state.df, spec.user_names)
+        if base is not None:
             # the pass writes the output once (rows, MID, slots) with Spark's writer and
             # compresses the row lineage of every slot from those files; write_frame moves
             # them into place
-            path = new_staging_dir()
+            path = new_staging_dir(base)
             out = state.df.withColumn(MID, F.monotonically_increasing_id())
             with tapping(out.sparkSession, ctx.tap_dirs):
                 teed = write_with_lineage(
-                    out, path, spec.id_columns, spec.kinds, spec.n_ins, spec.ok_names
+                    out,
+                    path,
+                    spec.id_columns,
+                    spec.kinds,
+                    spec.n_ins,
+                    spec.ok_names,
+                    count_rows=not is_local(out.sparkSession),  # a shared folder: check it
                 )
             schema = out.schema
             # read back only when needed (refetching by a join, the capture's frames): a file

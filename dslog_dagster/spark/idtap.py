@@ -71,6 +71,7 @@ from dslog_dagster.spark.java import java_tool
 from dslog_dagster.spark.jvm_bridge import java_session, jvm_view
 from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
+from dslog_dagster.spark.staging import staging_base
 from dslog_dagster.spark.summaries import KeyIndex, read_chunks
 
 __all__ = [
@@ -172,9 +173,11 @@ def tap_jar() -> Path | None:
 
 
 def tap_ready(spark: SparkSession) -> bool:
-    """Whether the session can run the tap here: a local master and the class loaded in the
-    driver (registers :data:`FUNCTION`; one JVM call)."""
-    if not str(spark.sparkContext.master).startswith("local"):
+    """Whether the session can run the tap here: a folder its executors write and this
+    process reads (a local master, or a cluster's shared folder: :func:`~dslog_dagster.spark.
+    staging.staging_base`) and the class loaded in the driver (registers :data:`FUNCTION`;
+    one JVM call)."""
+    if staging_base(spark) is None:
         return False
     session = java_session(spark)
     key = (id(spark.sparkContext), str(session.toString()))

@@ -26,6 +26,7 @@ from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
+from dslog_dagster.spark.staging import check_staged_rows
 from dslog_dagster.spark.summaries import GroupSummaries, SummariesMissing, read_summaries
 
 __all__ = [
@@ -548,14 +549,19 @@ def write_with_lineage(
     kinds: list[str],
     n_ins: list[int],
     oks: Sequence[str],
+    count_rows: bool = False,
 ) -> RowTables:
     """Write ``out`` (with ``MID``) as Parquet at ``path`` with Spark's own writer, then
     compress the row lineage of its slot columns (per group: a slot's column, or a range
     slot's summary columns) from the files written, one file — one task's partition — per
     worker thread (:func:`~dslog_dagster.core.background.map_all`).
 
-    For a local master only: ``path`` is on this machine's disk, where the executors ran (as
-    the id tap's files, :mod:`~dslog_dagster.spark.idtap`). Each thread reads only the
+    ``path`` is where the executors wrote: this machine's disk with a local master, a shared
+    folder on a cluster (:mod:`~dslog_dagster.spark.staging`; as the id tap's files,
+    :mod:`~dslog_dagster.spark.idtap`). With ``count_rows`` the executors count the rows as
+    they write them (an ``Observation`` of the same job) and the files must hold that many,
+    else :class:`~dslog_dagster.errors.CaptureError` (a folder that is not shared). Each
+    thread reads only the
     ``MID`` and slot columns of its file and compresses them with the native ProvRC kernel,
     which releases the GIL; only the compressed tables are kept. No row crosses from the JVM
     to Python: sending the output's rows through a Python worker that wrote them with pyarrow
@@ -578,6 +584,12 @@ def write_with_lineage(
 
     from dslog_dagster.core import background
 
+    observed = None
+    if count_rows:
+        from pyspark.sql import Observation
+
+        observed = Observation("dslog-staged-rows")
+        out = out.observe(observed, F.count(F.lit(1)).alias("rows"))
     # (an output without rows still gets one file: Spark's writer keeps the schema)
     out.write.mode("overwrite").option("compression", "zstd").parquet(path)
     files = sorted(
@@ -598,23 +610,25 @@ def write_with_lineage(
         else {d: background.submit(read_summaries, d) for d in dirs}
     )
 
-    def one(name: str) -> tuple[list[dict[str, Any]], dict[int, FailedRows]]:
+    def one(name: str) -> tuple[list[dict[str, Any]], dict[int, FailedRows], int]:
         t = pq.read_table(os.path.join(path, name), columns=columns)  # bigints, booleans
         bad: dict[int, FailedRows] = {}
         if not t.num_rows:
-            return [], bad
+            return [], bad, 0
         summaries = {d: f.result() if isinstance(f, Future) else f for d, f in pending.items()}
         table = _lineage_table(t, groups, oks, summaries, bad)
         got: list[dict[str, Any]] = _compress_partition(table, kinds, n_ins, bool(oks)).to_pylist()
-        return got, bad
+        return got, bad, t.num_rows
 
     try:
         done = background.map_all(one, files)
     finally:  # nothing left running on the staged files when this returns or raises
         wait([f for f in pending.values() if isinstance(f, Future)])
-    rows = [r for got, _ in done for r in got]
+    if observed is not None:
+        check_staged_rows(path, int(observed.get["rows"]), sum(n for _, _, n in done))
+    rows = [r for got, _, _ in done for r in got]
     failed_rows: list[FailedRows | None] = [
-        FailedRows.concat(parts) if (parts := [b[g] for _, b in done if g in b]) else None
+        FailedRows.concat(parts) if (parts := [b[g] for _, b, _ in done if g in b]) else None
         for g in range(len(groups))
     ]
     return dataclasses.replace(_assemble(rows, n_ins), failed_rows=failed_rows)

@@ -1,25 +1,53 @@
 """Where a capture's pass writes its output: staging directories and the staged files.
 
-On a local master the capture's one pass writes the output's rows (with ``MID`` and the slot
-columns) to a driver-local staging directory and compresses the row lineage from those files
+The capture's one pass writes the output's rows (with ``MID`` and the slot columns) to a
+staging directory and compresses the row lineage from those files
 (:mod:`~dslog_dagster.spark.capture`); storing the capture then moves the files into place
 (:func:`~dslog_dagster.io_managers.spark_frames.write_frame`) instead of writing the rows
-again. This module owns those directories: it makes them, remembers the ones not yet moved or
+again. The id tap's files (:mod:`~dslog_dagster.spark.idtap`) go to such a directory too.
+
+Both need a directory the executors write and the driver reads at the same path. With a local
+master that is any folder of this machine (the executors run in the driver's JVM). On a
+cluster it is :data:`SHARED_DIR_CONF`, which the user sets to a folder mounted at the same
+path on the driver and on every executor's host (a shared filesystem, or any folder when the
+whole standalone cluster runs on one host). Without it, a cluster capture marks and caches its
+output and finds failed groups' ids by a join instead: exact, but slower.
+
+A wrong setting (a folder that is not shared) is never silently wrong: the pass counts the
+output's rows on the executors as it writes them (a Spark ``Observation``), and the files
+the driver reads must hold exactly those rows (:func:`check_staged_rows`); the tap's files
+must account for every failed group's count or the join is used.
+
+This module owns those directories: it makes them, remembers the ones not yet moved or
 released and removes those when the process exits.
 """
 
 import atexit
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
+from dslog_dagster.errors import CaptureError, ConfigurationError
 from dslog_dagster.spark.rowid import ROW_ID, dense_id
 
-__all__ = ["STAGED_META", "StagedOutput", "new_staging_dir", "remove_staging_dir"]
+__all__ = [
+    "SHARED_DIR_CONF",
+    "STAGED_META",
+    "StagedOutput",
+    "check_staged_rows",
+    "new_staging_dir",
+    "remove_staging_dir",
+    "staging_base",
+]
+
+SHARED_DIR_CONF = "spark.dslog.sharedDir"
+"""Spark conf naming a folder at the same path on the driver and every executor's host, where
+a cluster capture stages its output and the id tap writes (see the module)."""
 
 STAGED_META = "_dslog_row_ids.json"
 """Side file of a frame stored with :data:`~dslog_dagster.spark.rowid.MID` instead of row ids:
@@ -36,11 +64,55 @@ def _remove_staging() -> None:
     _STAGING.clear()
 
 
-def new_staging_dir() -> str:
-    """A new staging directory, removed at exit unless it is removed first."""
-    path = tempfile.mkdtemp(prefix="dslog-capture-")
+def is_local(spark: SparkSession) -> bool:
+    """Whether the session's executors run in this process's JVM (a local master)."""
+    return str(spark.sparkContext.master).startswith("local")
+
+
+def staging_base(spark: SparkSession) -> str | None:
+    """The folder where executors' files for this process go: :data:`SHARED_DIR_CONF` when
+    set, the temp folder with a local master, else None (a cluster without a shared folder).
+
+    Raises:
+        ConfigurationError: :data:`SHARED_DIR_CONF` is not an absolute path to a folder this
+            process can write.
+    """
+    shared = spark.conf.get(SHARED_DIR_CONF, None)
+    if not shared:
+        return tempfile.gettempdir() if is_local(spark) else None
+    if not os.path.isabs(shared) or not os.path.isdir(shared) or not os.access(shared, os.W_OK):
+        msg = (
+            f"Spark conf {SHARED_DIR_CONF}={shared!r} must be an absolute path to a folder this "
+            "process can write, mounted at the same path on every executor's host; create it, "
+            "or unset it to capture on the cluster without staging (slower)."
+        )
+        raise ConfigurationError(msg)
+    return shared
+
+
+def new_staging_dir(base: str | None = None) -> str:
+    """A new staging directory (under ``base``, else the temp folder), removed at exit unless
+    it is removed first."""
+    path = tempfile.mkdtemp(prefix="dslog-capture-", dir=base)
     _STAGING.add(path)
     return path
+
+
+def check_staged_rows(path: str, written: int, read: int) -> None:
+    """Refuse staged files that do not hold every row the executors wrote.
+
+    Raises:
+        CaptureError: the driver read ``read`` rows from ``path`` where the executors wrote
+            ``written``: the folder is not shared with them.
+    """
+    if written != read:
+        msg = (
+            f"The executors wrote {written} rows to {path} but this process reads {read}: the "
+            f"folder is not the same on the executors' hosts. Set Spark conf "
+            f"{SHARED_DIR_CONF} to a folder mounted at the same path on the driver and every "
+            "executor's host, or unset it."
+        )
+        raise CaptureError(msg)
 
 
 def remove_staging_dir(path: str) -> None:

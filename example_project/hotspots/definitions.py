@@ -72,6 +72,7 @@ def make_defs(
     group_commit: bool = False,
     spark_master: str = "local[*]",
     shared_driver: bool = False,
+    spark_conf: dict[str, str] | None = None,
     executor: dg.ExecutorDefinition = dg.in_process_executor,
 ) -> dg.Definitions:
     """The project's definitions with arrays (and lineage) under ``base_dir``.
@@ -79,7 +80,9 @@ def make_defs(
     The Spark steps run on ``spark_master``; ``shared_driver=True`` makes every step process
     (the Spark resource's and the IO manager's sessions) attach to the machine's shared driver
     instead of starting a JVM each, for ``executor=dg.multiprocess_executor`` (the executor of
-    ``titles_job``; ``hotspot_job`` always runs in one process).
+    ``titles_job``; ``hotspot_job`` always runs in one process). ``spark_conf`` adds to the
+    project's Spark settings (e.g. ``spark.dslog.sharedDir``, a folder a cluster's executors
+    share with the steps: the capture then stages its output and taps ids there).
 
     ``durable=False`` stores lineage without fsync (see ``DSLogResource.durable``);
     ``group_commit=True`` fsyncs it in batches off the steps' path (``DSLogResource.group_commit``).
@@ -104,11 +107,11 @@ def make_defs(
                 dslog=dslog,
                 base_dir=base_dir,
                 spark_master=spark_master,
-                spark_conf=SPARK_CONF,
+                spark_conf={**SPARK_CONF, **(spark_conf or {})},
                 spark_shared_driver=shared_driver,
             ),
             "dslog": dslog,
-            **spark_resources(spark_master, shared_driver=shared_driver),
+            **spark_resources(spark_master, shared_driver=shared_driver, conf=spark_conf),
         },
     )
     lineage = lineage_definitions(

@@ -153,13 +153,15 @@ spark_assets: list[dg.AssetsDefinition] = [
 SPARK_CONF = {"spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS}
 
 
-def spark_resources(master: str = "local[*]", *, shared_driver: bool = False) -> dict[str, Any]:
-    """The Spark resource of the steps: a session on ``master``; with ``shared_driver`` every
-    step process attaches to the machine's shared driver (one JVM for the run's processes,
-    :mod:`dslog_dagster.spark.driver`) instead of starting its own."""
-    return {
-        "spark": SparkSessionResource(master=master, conf=SPARK_CONF, shared_driver=shared_driver)
-    }
+def spark_resources(
+    master: str = "local[*]", *, shared_driver: bool = False, conf: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The Spark resource of the steps: a session on ``master`` with :data:`SPARK_CONF` and
+    ``conf``; with ``shared_driver`` every step process attaches to the machine's shared driver
+    (one JVM for the run's processes, :mod:`dslog_dagster.spark.driver`) instead of starting
+    its own."""
+    merged = {**SPARK_CONF, **(conf or {})}
+    return {"spark": SparkSessionResource(master=master, conf=merged, shared_driver=shared_driver)}
 
 
 def titles_job_def(executor: dg.ExecutorDefinition = dg.in_process_executor) -> Any:

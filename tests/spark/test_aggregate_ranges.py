@@ -270,7 +270,7 @@ def test_refetch_for_rows_repeated_after_the_aggregate_and_without_staging(
         if not staged:  # the pass caches the output and compresses it read back
             import dslog_dagster.spark.capture as capture_module
 
-            monkeypatch.setattr(capture_module, "_can_stage", lambda *a: False)
+            monkeypatch.setattr(capture_module, "_staging_for", lambda *a: None)
         cap, lists = both(f, {"x": scattered_facts, "t": twice})
         assert (cap._staged is not None) == staged
         assert cap.timings["refetched_rows"] == 8  # 4 groups, each on two output rows

@@ -6,7 +6,9 @@ from PySpark's own launcher (``bin/spark-class org.apache.spark.deploy.master.Ma
 ``…worker.Worker``), and stops them at the end. A child process attaches to the cluster with
 :func:`~dslog_dagster.spark.get_session` (a process has one SparkContext; the suite's own is
 local) and captures a join + filter + groupBy whose rows are spread over both workers'
-executors; its lineage, keyed by the output's group name, must equal the local capture's.
+executors; its lineage, keyed by the output's group name, must equal the local capture's,
+both without a folder shared with the executors (the output marked and cached, failed groups
+found by a join) and with one (``spark.dslog.sharedDir``: staged and tapped as locally).
 """
 
 import json
@@ -48,6 +50,8 @@ def lineage(spark):
     cap = capture_frames(pipeline, list(frames(spark)))
     names = [r["name"] for r in cap.frame.collect()]
     out = {"applied": sorted(names)}
+    # staged in the pass, and the failed groups' ids from the id tap (not a join)
+    out["how"] = [cap._staged is not None, cap.timings.get("tapped_rows", 0) > 0]
     for name in ("input0", "input1"):
         for considered in (False, True):
             r = cap.relation(name, considered=considered)
@@ -62,6 +66,9 @@ def lineage(spark):
 if __name__ == "__main__":
     spark = get_session(sys.argv[1], {"spark.sql.shuffle.partitions": "4"})
     out = lineage(spark)
+    # with a folder the executors share (one host here): staged and tapped as in local mode
+    spark.conf.set("spark.dslog.sharedDir", sys.argv[2])
+    out["shared"] = lineage(spark)
     out["executors"] = sorted(
         {e.host() for e in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()}
     )
@@ -90,8 +97,9 @@ def test_capture_on_a_two_worker_cluster_equals_local_mode(
 ) -> None:
     script = tmp_path / "pipeline.py"
     script.write_text(PIPELINE)
+    (tmp_path / "shared").mkdir()
     proc = subprocess.run(
-        [sys.executable, str(script), master_url],
+        [sys.executable, str(script), master_url, str(tmp_path / "shared")],
         capture_output=True,
         text=True,
         timeout=900,
@@ -103,9 +111,15 @@ def test_capture_on_a_two_worker_cluster_equals_local_mode(
     assert got.pop("workers") == 2  # both workers ran an executor for the application
     got.pop("executors")
     want = _local_lineage(spark)
+    assert want.pop("how") == [True, True]  # local mode stages and taps
+    # without a shared folder: marked, cached and joined; with one: as in local mode
+    assert got.pop("how") == [False, False]
+    shared = got.pop("shared")
+    assert shared.pop("how") == [True, True]
     assert got["applied"] == want["applied"]
     for key in want:
         assert got[key] == want[key], key
+        assert shared[key] == want[key], key
     assert len(want["input0 considered=True"]) > len(want["input0 considered=False"]) > 0
 
 
@@ -172,6 +186,8 @@ def test_titles_job_on_the_cluster_with_a_process_per_step_equals_local_mode(
     monkeypatch.setenv("DSLOG_TITLES_BASE", str(onc))
     monkeypatch.setenv("DSLOG_TITLES_MASTER", master_url)
     monkeypatch.setenv("DSLOG_STORE", store)  # every step process's store
+    (tmp_path / "shared").mkdir()  # the cluster runs on this host: any folder is shared
+    monkeypatch.setenv("DSLOG_TITLES_SHARED_DIR", str(tmp_path / "shared"))
     tests = Path(__file__).resolve().parents[1]
     with s3_server():
         boto3.client("s3").create_bucket(Bucket="lineage")

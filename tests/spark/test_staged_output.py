@@ -168,3 +168,72 @@ def test_far_timestamps_as_group_keys(spark: Any) -> None:
     for o, _, i, _ in cap.relation(0).pairs().tolist():
         got.setdefault(rows[o], set()).add(i)
     assert got == groups
+
+
+def _grouped(spark: Any) -> tuple[Any, Any]:
+    src = spark.range(0, 60, numPartitions=3).withColumn("k", (F.col("id") * 7) % 5)
+    src = src.withColumn(ROW_ID, F.col("id"))
+
+    def f(x: Any) -> Any:  # shuffled keys: the groups' ids come from the id tap
+        return x.groupBy("k").agg(F.sum("id").alias("s")).orderBy("k")
+
+    return src, f
+
+
+def test_a_shared_folder_holds_staging_and_taps_and_is_checked(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spark.dslog.sharedDir`` (a cluster's folder shared with the executors): the pass
+    stages there and the tap writes there; the rows the executors counted must be in the
+    files the driver reads, else an error naming the setting (not a capture of fewer rows)."""
+    import dslog_dagster.spark.capture as capture_module
+    from dslog_dagster.errors import CaptureError, ConfigurationError
+    from dslog_dagster.spark.staging import SHARED_DIR_CONF
+
+    src, f = _grouped(spark)
+    want = capture_frames(f, [src], input_rows=[60])
+    want_pairs = sorted(want.relation(0).pairs().tolist())
+    want.release()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setattr(capture_module, "is_local", lambda s: False)  # count as on a cluster
+    seen: list[str] = []
+    real_mkdtemp = capture_module.tempfile.mkdtemp
+
+    def mkdtemp(prefix: str = "", dir: str | None = None) -> str:
+        path = real_mkdtemp(prefix=prefix, dir=dir)
+        seen.append(path)
+        return path
+
+    monkeypatch.setattr(capture_module.tempfile, "mkdtemp", mkdtemp)
+    spark.conf.set(SHARED_DIR_CONF, str(shared))
+    try:
+        cap = capture_frames(f, [src], input_rows=[60])
+        assert cap._staged is not None
+        assert Path(cap._staged.path).parent == shared
+        assert seen
+        assert {Path(p).parent for p in seen} == {shared}
+        assert cap.timings["tapped_rows"] > 0
+        assert sorted(cap.relation(0).pairs().tolist()) == want_pairs
+        cap.release()
+
+        # a folder the executors do not share: the driver misses a file they wrote
+        real_listdir = os.listdir
+
+        def listdir(path: Any) -> list[str]:
+            names = real_listdir(path)
+            if Path(path).name.startswith("dslog-capture-"):
+                part = [n for n in sorted(names) if n.startswith("part-")]
+                names = [n for n in names if n != part[0]]
+            return names
+
+        monkeypatch.setattr(os, "listdir", listdir)
+        with pytest.raises(CaptureError, match=SHARED_DIR_CONF):
+            capture_frames(f, [src], input_rows=[60])
+        monkeypatch.setattr(os, "listdir", real_listdir)
+
+        spark.conf.set(SHARED_DIR_CONF, "relative/dir")
+        with pytest.raises(ConfigurationError, match="absolute path"):
+            capture_frames(f, [src], input_rows=[60])
+    finally:
+        spark.conf.unset(SHARED_DIR_CONF)
