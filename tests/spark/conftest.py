@@ -21,11 +21,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from dslog_dagster.spark.session import get_session
+    from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS, get_session
 
     session = get_session(
         "local[2]",
-        {"spark.sql.shuffle.partitions": "2"},
+        # short jobs on small data: the JIT's first tier only (see FAST_START_JAVA_OPTIONS)
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS,
+        },
         "dslog-tests",
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS
+
 START_TIMEOUT = 240.0
 
 
@@ -92,10 +94,13 @@ def _logs(base: Path) -> str:
 
 @contextlib.contextmanager
 def standalone_cluster(
-    base: Path, workers: int = 2, cores: int = 1, memory: str = "1g"
+    base: Path, workers: int = 2, cores: int = 1, memory: str = "1g", *, fast_start: bool = False
 ) -> Iterator[str]:
     """A standalone master and ``workers`` workers on 127.0.0.1 (logs and work folders under
-    ``base``); yields the master URL once every worker registered.
+    ``base``); yields the master URL once every worker registered. ``fast_start`` runs the
+    master's and workers' JVMs with the JIT's first tier only (``FAST_START_JAVA_OPTIONS``:
+    the tests' short jobs); an application sets its executors' options itself
+    (``spark.executor.extraJavaOptions``).
 
     Raises:
         ServerStartError: a process died or the cluster was not up within
@@ -103,6 +108,8 @@ def standalone_cluster(
     """
     spark_class = str(spark_home() / "bin" / "spark-class")
     env = server_env()
+    if fast_start:
+        env["SPARK_DAEMON_JAVA_OPTS"] = FAST_START_JAVA_OPTIONS
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
     master = ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())]
@@ -152,6 +159,7 @@ def connect_server(base: Path) -> Iterator[str]:
         "spark.ui.enabled": "false",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "2",
+        "spark.driver.extraJavaOptions": FAST_START_JAVA_OPTIONS,  # short jobs, small data
     }
     cmd = [
         str(spark_home() / "bin" / "spark-submit"),

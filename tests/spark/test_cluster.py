@@ -64,7 +64,11 @@ def lineage(spark):
 
 
 if __name__ == "__main__":
-    spark = get_session(sys.argv[1], {"spark.sql.shuffle.partitions": "4"})
+    from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS as fast
+
+    # short jobs on small data: the JIT's first tier in the driver and the executors
+    conf = {"spark.driver.extraJavaOptions": fast, "spark.executor.extraJavaOptions": fast}
+    spark = get_session(sys.argv[1], {"spark.sql.shuffle.partitions": "4", **conf})
     out = lineage(spark)
     # with a folder the executors share (one host here): staged and tapped as in local mode
     spark.conf.set("spark.dslog.sharedDir", sys.argv[2])
@@ -80,7 +84,7 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def master_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
-        with standalone_cluster(tmp_path_factory.mktemp("cluster")) as url:
+        with standalone_cluster(tmp_path_factory.mktemp("cluster"), fast_start=True) as url:
             yield url
     except ServerStartError as e:
         pytest.fail(str(e))

@@ -22,10 +22,11 @@ from dslog_dagster.spark import driver
 STEP = r"""
 import json, sys, time
 from dslog_dagster.spark import get_session
+from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS as FAST
 
 parts = sys.argv[2]
-spark = get_session(sys.argv[1], {"spark.sql.shuffle.partitions": "3"}, shared=True,
-                    idle_timeout=3.0)
+conf = {"spark.sql.shuffle.partitions": "3", "spark.driver.extraJavaOptions": FAST}
+spark = get_session(sys.argv[1], conf, shared=True, idle_timeout=3.0)
 spark.conf.set("spark.sql.shuffle.partitions", parts)  # this process's session only
 time.sleep(1.0)  # both processes attached before either detaches
 rows = spark.sparkContext.parallelize(range(100), 4).map(lambda x: x * x).sum()
