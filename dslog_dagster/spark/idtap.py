@@ -14,13 +14,16 @@ group's ids come from the tap, and the aggregation only counts them (see
 so the optimizer neither drops, duplicates nor moves it) placed under the aggregation: it
 returns ``id`` and remembers ``(key, id)`` for the running task, which writes them to one
 binary file per map partition when it succeeds. The capture then reads the files (on the
-driver's disk: a local master's executors run in the driver's JVM), matches their keys with
+driver's disk: a local master's executors run in the driver's JVM; on a cluster, in the folder
+it shares with the executors, :mod:`~dslog_dagster.spark.staging`), matches their keys with
 the failed groups' keys and compresses their ids (:func:`tapped_ids`: rows of one key with
 consecutive ids, or one id repeated, are recorded as runs, and a group tapped as one
 interval reaches ProvRC as that interval). This is Titian's capture at the stage boundary,
 made exact, checked and persisted:
 
-* only for a local master (the files are on the driver's disk). One integral group key is
+* only where the driver reads the executors' files (a local master, or a cluster's shared
+  folder; a folder that is not in fact shared loses files, and the counts below then fall
+  back to the join). One integral group key is
   recorded as it is (compared as ``bigint``: equal keys, equal groups; a null key is its own
   group). Other keys — strings, decimals, dates, several keys — are recorded as
   ``xxhash64`` of the keys, which the aggregation also outputs (a slot of its own);

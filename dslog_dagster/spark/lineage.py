@@ -3,9 +3,10 @@
 The (output row, input row) pairs of a capture are never collected: each partition of the
 pair DataFrame is compressed by the native ProvRC kernel inside ``mapInArrow`` (on the
 executors), and only the small per-partition tables travel to the driver, where
-:func:`~dslog_dagster.core.combine.merge_tables` unites them. With a local master the output
-is staged with Spark's writer and each staged file's slot columns are compressed on a thread
-of the driver's process, which is where the executors ran (:func:`write_with_lineage`). The
+:func:`~dslog_dagster.core.combine.merge_tables` unites them. With a local master (or a
+cluster with a folder shared with the executors, :mod:`~dslog_dagster.spark.staging`) the
+output is staged with Spark's writer and each staged file's slot columns are compressed on a
+thread of the driver's process (:func:`write_with_lineage`). The
 pairs are produced from a frame whose partitions hold disjoint, contiguous ranges of output
 row ids (the dense ids of :mod:`dslog_dagster.spark.rowid`), so no shuffle is needed and the
 union is exact.
