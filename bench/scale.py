@@ -147,7 +147,21 @@ def query_path(n_ops: int) -> list[str]:
     return [f"{p}/f0", *(f"{p}/a{k}" for k in range(CHAIN, 0, -1))]
 
 
+def _reset_peak() -> None:
+    """Forget the peak RSS this process inherited: on Linux ``ru_maxrss`` keeps the parent's
+    high-water mark across ``fork`` + ``exec`` (a child of the process that built a store would
+    report the builder's peak); ``/proc/self/clear_refs`` resets ``VmHWM``, which
+    :func:`_rss` reads."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
 def _rss() -> float:
+    """This process's peak RSS in bytes (``VmHWM`` where /proc has it, else ``ru_maxrss``)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) * 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
 
 
@@ -395,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
+        _reset_peak()
         kind, a, b = args.child
         if kind == "store":
             out = store_child(Path(a), int(b))
