@@ -87,6 +87,7 @@ def make_defs(
     ``durable=False`` stores lineage without fsync (see ``DSLogResource.durable``);
     ``group_commit=True`` fsyncs it in batches off the steps' path (``DSLogResource.group_commit``).
     """
+    conf = {**SPARK_CONF, **(spark_conf or {})}  # the IO manager's and the resource's
     store_dir = None
     if base_dir is not None and not os.environ.get("DSLOG_STORE"):
         # the IO manager keeps the store under its base_dir; the query assets must find it too
@@ -107,11 +108,11 @@ def make_defs(
                 dslog=dslog,
                 base_dir=base_dir,
                 spark_master=spark_master,
-                spark_conf={**SPARK_CONF, **(spark_conf or {})},
+                spark_conf=conf,
                 spark_shared_driver=shared_driver,
             ),
             "dslog": dslog,
-            **spark_resources(spark_master, shared_driver=shared_driver, conf=spark_conf),
+            **spark_resources(spark_master, shared_driver=shared_driver, conf=conf),
         },
     )
     lineage = lineage_definitions(

@@ -25,8 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS
-
 START_TIMEOUT = 240.0
 
 
@@ -109,6 +107,8 @@ def standalone_cluster(
     spark_class = str(spark_home() / "bin" / "spark-class")
     env = server_env()
     if fast_start:
+        from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS
+
         env["SPARK_DAEMON_JAVA_OPTS"] = FAST_START_JAVA_OPTIONS
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
@@ -151,6 +151,8 @@ def connect_server(base: Path) -> Iterator[str]:
     Raises:
         ServerStartError: the server died or did not listen within :data:`START_TIMEOUT`.
     """
+    from dslog_dagster.spark.session import FAST_START_JAVA_OPTIONS  # not for s3_server users
+
     port = free_port()
     log = base / "server.log"
     conf = {
