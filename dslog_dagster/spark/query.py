@@ -9,14 +9,17 @@ native in-situ path), computed differently:
    one Spark row per ProvRC row (absolute output intervals, input
    constraints, exact input hulls); columnar tables become one-pair rows, as in
    :func:`dslog_dagster.core.query.prepare`;
-3. the θ-join is a Spark SQL range join: a query box meets a table row when their intervals
-   intersect on every output attribute (backward) or every input hull (forward);
-4. de-relativisation runs per partition with the native kernel on the rows and boxes that met
-   there. A partition holding boxes ``B`` and rows ``R`` returns the cells of all
-   ``B × R`` pairs; every such pair is a pair of the full join (a pair that does not intersect
-   yields nothing), and every intersecting pair lands in some partition, so the union over
-   partitions is exactly the hop's answer, splits of diagonals and pooling gaps included;
-5. the boxes are normalised (on the driver, they are the query's answer) before the next hop.
+3. the θ-join and de-relativisation run per partition of the table's rows with the native
+   kernel. Up to :data:`BOXES_INLINE` query boxes travel with the task (one Spark job per
+   hop, no exchange): each partition joins all of them against its rows. More boxes go
+   through a Spark SQL range join first (a query box meets a table row when their intervals
+   intersect on every output attribute (backward) or every input hull (forward)), so that a
+   partition only sees the boxes that meet its rows. Either way a partition holding boxes
+   ``B`` and rows ``R`` returns the cells of all ``B × R`` pairs; every such pair is a pair of
+   the full join (a pair that does not intersect yields nothing), and every intersecting pair
+   lands in some partition, so the union over partitions is exactly the hop's answer, splits
+   of diagonals and pooling gaps included;
+4. the boxes are normalised (on the driver, they are the query's answer) before the next hop.
 
 Select it with ``engine="spark"`` in :func:`run_query`.
 """
@@ -40,6 +43,10 @@ Engine: TypeAlias = QueryEngine
 
 _FIELDS = ("in_ref", "in_q", "in_r", "in_mult", "in_lo", "in_hi")
 _ROWS_PER_PARTITION = 50_000
+BOXES_INLINE = 100_000
+"""Query boxes shipped inside each hop's task (16 bytes per box and axis: 3.2 MB for 2-D
+boxes at this bound). A hop with more boxes joins them to the table's rows in Spark SQL first,
+which costs a broadcast job per hop but sends each partition only the boxes that meet it."""
 
 
 def _row_schema(l: int, m: int) -> str:
@@ -72,42 +79,73 @@ def _decoder(l: int, m: int):  # type: ignore[no-untyped-def]
     return run
 
 
-def _hopper(l: int, m: int, forward: bool, d_src: int, d_dst: int):  # type: ignore[no-untyped-def]
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from dslog_dagster.core.native import kernels as _native
+def _prepared(t: pa.Table, idx: np.ndarray, l: int, m: int) -> Any:
+    """The native table of rows ``idx`` of ``t`` (the decoded schema, :func:`_row_schema`)."""
+    from dslog_dagster.core.native import kernels as _native
 
+    def mat(names: Sequence[str]) -> np.ndarray:
+        if not names:
+            return np.zeros((0, len(idx)), np.int64)
+        return np.ascontiguousarray(
+            np.stack([t.column(n).to_numpy()[idx] for n in names]).astype(np.int64)
+        )
+
+    return _native.PreparedTable(
+        l,
+        m,
+        len(idx),
+        mat([f"ol{j}" for j in range(l)]),
+        mat([f"oh{j}" for j in range(l)]),
+        *[mat([f"{f}{k}" for k in range(m)]) for f in _FIELDS],
+    )
+
+
+def _answer(lo: np.ndarray, hi: np.ndarray, d_dst: int) -> pa.RecordBatch:
+    cols = {"n": np.ones(lo.shape[0], np.int64)}
+    for i in range(d_dst):
+        cols[f"lo{i}"] = lo[:, i]
+        cols[f"hi{i}"] = hi[:, i]
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def _prober(l: int, m: int, forward: bool, d_dst: int, qlo: np.ndarray, qhi: np.ndarray):  # type: ignore[no-untyped-def]
+    """A partition's rows joined to every query box (``qlo``/``qhi`` travel with the task)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts = [b for b in batches if b.num_rows]
         if not parts:
             return
         t = pa.Table.from_batches(parts)
-        rid = t.column("rid").to_numpy()
-        _, ri = np.unique(rid, return_index=True)
-        bid = t.column("bid").to_numpy()
-        _, bi = np.unique(bid, return_index=True)
+        table = _prepared(t, np.arange(t.num_rows), l, m)
+        lo, hi = table.hop(qlo, qhi, forward)
+        yield _answer(lo, hi, d_dst)
 
-        def mat(names: Sequence[str], idx: np.ndarray) -> np.ndarray:
-            if not names:
-                return np.zeros((0, len(idx)), np.int64)
+    return run
+
+
+def _hopper(l: int, m: int, forward: bool, d_src: int, d_dst: int):  # type: ignore[no-untyped-def]
+    """The rows and boxes that met in a partition (rows repeat once per box they meet)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts = [b for b in batches if b.num_rows]
+        if not parts:
+            return
+        t = pa.Table.from_batches(parts)
+        _, ri = np.unique(t.column("rid").to_numpy(), return_index=True)
+        _, bi = np.unique(t.column("bid").to_numpy(), return_index=True)
+        table = _prepared(t, ri, l, m)
+
+        def boxes(names: Sequence[str]) -> np.ndarray:
+            if not names:  # a 0-d source: one empty box
+                return np.zeros((len(bi), 0), np.int64)
             return np.ascontiguousarray(
-                np.stack([t.column(n).to_numpy()[idx] for n in names]).astype(np.int64)
+                np.stack([t.column(n).to_numpy()[bi] for n in names], axis=1).astype(np.int64)
             )
 
-        table = _native.PreparedTable(
-            l,
-            m,
-            len(ri),
-            mat([f"ol{j}" for j in range(l)], ri),
-            mat([f"oh{j}" for j in range(l)], ri),
-            *[mat([f"{f}{k}" for k in range(m)], ri) for f in _FIELDS],
-        )
-        qlo = np.ascontiguousarray(mat([f"qlo{i}" for i in range(d_src)], bi).T)
-        qhi = np.ascontiguousarray(mat([f"qhi{i}" for i in range(d_src)], bi).T)
+        qlo = boxes([f"qlo{i}" for i in range(d_src)])
+        qhi = boxes([f"qhi{i}" for i in range(d_src)])
         lo, hi = table.hop(qlo, qhi, forward)
-        cols = {"n": np.ones(lo.shape[0], np.int64)}
-        for i in range(d_dst):
-            cols[f"lo{i}"] = lo[:, i]
-            cols[f"hi{i}"] = hi[:, i]
-        yield pa.RecordBatch.from_pydict(cols)
+        yield _answer(lo, hi, d_dst)
 
     return run
 
@@ -145,9 +183,7 @@ class SparkQueryEngine:
             # the compressed table (small next to the relation it encodes) goes to one
             # executor, which expands it to rows; the rows are then spread for the joins
             blob = self.log.store.read_blob(op, out, inp)
-            blobs = self.spark.createDataFrame(
-                pa.table({"blob": pa.array([blob], pa.binary())}).to_pandas()
-            )
+            blobs = self.spark.createDataFrame(pa.table({"blob": pa.array([blob], pa.binary())}))
             rows = blobs.mapInArrow(_decoder(l, m), _row_schema(l, m))
             parts = max(1, min(64, rec.rows // _ROWS_PER_PARTITION))
             if parts > 1:
@@ -161,21 +197,14 @@ class SparkQueryEngine:
         rows, l, m = self._table_rows(hop)
         forward = hop.direction == "forward"
         d_src, d_dst = len(hop.src.shape), len(hop.dst.shape)
-        data: dict[str, Any] = {"bid": np.arange(cells.n_boxes, dtype=np.int64)}
-        for i in range(d_src):
-            data[f"qlo{i}"] = cells.lo[:, i]
-            data[f"qhi{i}"] = cells.hi[:, i]
-        boxes = self.spark.createDataFrame(pa.table(data).to_pandas())
-        conds = []
-        for i in range(d_src):
-            lo_c, hi_c = (f"hl{i}", f"hh{i}") if forward else (f"ol{i}", f"oh{i}")
-            conds.append((F.col(f"qlo{i}") <= F.col(hi_c)) & (F.col(f"qhi{i}") >= F.col(lo_c)))
-        cond = conds[0] if conds else F.lit(True)
-        for c in conds[1:]:
-            cond = cond & c
-        joined = rows.join(F.broadcast(boxes), cond, "inner")
         schema = ", ".join(["n bigint", *[f"lo{i} bigint, hi{i} bigint" for i in range(d_dst)]])
-        got = joined.mapInArrow(_hopper(l, m, forward, d_src, d_dst), schema).toArrow()
+        if cells.n_boxes <= BOXES_INLINE:
+            qlo = np.ascontiguousarray(cells.lo, dtype=np.int64).reshape(-1, d_src)
+            qhi = np.ascontiguousarray(cells.hi, dtype=np.int64).reshape(-1, d_src)
+            probe = _prober(l, m, forward, d_dst, qlo, qhi)
+            got = rows.mapInArrow(probe, schema).toArrow()
+        else:
+            got = self._joined(rows, l, m, forward, d_src, d_dst, cells, schema)
         n = got.num_rows
         lo = np.zeros((n, d_dst), np.int64)
         hi = np.zeros((n, d_dst), np.int64)
@@ -185,6 +214,33 @@ class SparkQueryEngine:
         if d_dst == 0:
             return CellSet(hop.dst.shape, lo[:1], hi[:1])
         return CellSet.from_boxes(hop.dst.shape, lo, hi)
+
+    def _joined(
+        self,
+        rows: DataFrame,
+        l: int,
+        m: int,
+        forward: bool,
+        d_src: int,
+        d_dst: int,
+        cells: CellSet,
+        schema: str,
+    ) -> pa.Table:
+        """A hop over many boxes: a range join sends each partition the boxes that meet it."""
+        data: dict[str, Any] = {"bid": np.arange(cells.n_boxes, dtype=np.int64)}
+        for i in range(d_src):
+            data[f"qlo{i}"] = cells.lo[:, i]
+            data[f"qhi{i}"] = cells.hi[:, i]
+        boxes = self.spark.createDataFrame(pa.table(data))
+        conds = []
+        for i in range(d_src):
+            lo_c, hi_c = (f"hl{i}", f"hh{i}") if forward else (f"ol{i}", f"oh{i}")
+            conds.append((F.col(f"qlo{i}") <= F.col(hi_c)) & (F.col(f"qhi{i}") >= F.col(lo_c)))
+        cond = conds[0] if conds else F.lit(True)
+        for c in conds[1:]:
+            cond = cond & c
+        joined = rows.join(F.broadcast(boxes), cond, "inner")
+        return joined.mapInArrow(_hopper(l, m, forward, d_src, d_dst), schema).toArrow()
 
     def prov_query(self, path: Sequence[Any], cells: object) -> CellSet:
         """Cells of the last array of ``path`` linked to ``cells`` of the first (like
