@@ -54,6 +54,9 @@ class FrameInfo:
     rows: int
     schema: tuple[tuple[str, str], ...]
     leaves: tuple[tuple[str, str], ...] = ()
+    files_schema: str | None = None
+    """The Parquet files' whole schema (row ids and lineage columns included) as Spark's
+    JSON, recorded in the side-car so that a load needs no schema-inference job."""
 
     @property
     def lineage_schema(self) -> tuple[tuple[str, str], ...]:
@@ -103,7 +106,7 @@ def write_frame(df: Any, path: str | os.PathLike[str], *, compression: str = "zs
         n = frame.count()
     visible = [f for f in frame.schema.fields if f.name != ROW_ID]
     schema = tuple((f.name, f.dataType.simpleString()) for f in visible)
-    return FrameInfo(target, int(n), schema, tuple(leaf_schema(visible)))
+    return FrameInfo(target, int(n), schema, tuple(leaf_schema(visible)), frame.schema.json())
 
 
 def _can_move(cap: Any, path: str | os.PathLike[str], compression: str) -> bool:
@@ -147,7 +150,8 @@ def _move_staged(cap: Any, target: str) -> FrameInfo:
     fields = staged.schema.fields if staged.schema is not None else cap.frame.schema.fields
     visible = [f for f in fields if f.name in user]
     schema = tuple((f.name, f.dataType.simpleString()) for f in visible)
-    return FrameInfo(target, int(cap.n_rows), schema, tuple(leaf_schema(visible)))
+    files = staged.schema.json() if staged.schema is not None else None
+    return FrameInfo(target, int(cap.n_rows), schema, tuple(leaf_schema(visible)), files)
 
 
 def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False) -> Any:
@@ -159,7 +163,9 @@ def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False
         row_id: keep the ``ROW_ID`` column (for ``capture_frames``); user code gets the frame
             without it.
     """
-    df = spark.read.parquet(os.fspath(path))
+    known = _files_schema(os.fspath(path))
+    reader = spark.read if known is None else spark.read.schema(known)
+    df = reader.parquet(os.fspath(path))
     meta_path = os.path.join(os.fspath(path), STAGED_META)
     if ROW_ID not in df.columns and MID in df.columns and os.path.exists(meta_path):
         # stored from a capture's pass: dense ids from MID and the partition offsets
@@ -178,6 +184,45 @@ def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False
     return df if row_id else df.drop(ROW_ID)
 
 
+def _nullable(t: Any) -> Any:
+    """A Spark type JSON (``StructType.jsonValue``) with every field and element nullable, as
+    Spark reads Parquet: a schema claiming non-null must never meet a null."""
+    if isinstance(t, dict):
+        out = {k: _nullable(v) for k, v in t.items()}
+        for flag in ("nullable", "containsNull", "valueContainsNull"):
+            if flag in out:
+                out[flag] = True
+        return out
+    if isinstance(t, list):
+        return [_nullable(v) for v in t]
+    return t
+
+
+def _files_schema(path: str) -> Any:
+    """The stored files' Spark schema from the side-car, or None (Spark infers it, one job).
+
+    It is used only when it agrees with the schema one file's footer gives (read here,
+    converted from Arrow's types): a side-car that names another column (which Spark would
+    fill with nulls) or another type is ignored, never trusted."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructType
+
+    try:
+        side = json.loads((Path(path) / SIDECAR).read_text())
+        recorded = StructType.fromJson(_nullable(json.loads(side["files_schema"])))
+        part = next(
+            os.path.join(path, n)
+            for n in sorted(os.listdir(path))
+            if n.endswith(".parquet") and not n.startswith(("_", "."))
+        )
+        import pyarrow.parquet as pq
+
+        footer = StructType.fromJson(_nullable(from_arrow_schema(pq.read_schema(part)).jsonValue()))
+    except Exception:  # no side-car entry, no file, a type Arrow cannot map: let Spark infer
+        return None
+    return recorded if recorded == footer else None
+
+
 def stage_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
     """:func:`write_frame` to a new directory ``path``, plus the side-car of rows and schema.
 
@@ -189,7 +234,9 @@ def stage_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
     """
     info = write_frame(df, path)
     try:
-        side = {"rows": info.rows, "schema": [list(c) for c in info.schema]}
+        side: dict[str, Any] = {"rows": info.rows, "schema": [list(c) for c in info.schema]}
+        if info.files_schema is not None:
+            side["files_schema"] = info.files_schema
         (Path(path) / SIDECAR).write_text(json.dumps(side))
     except OSError as e:
         msg = f"Could not write the DataFrame's side-car in `{path}`: {e}"
@@ -223,7 +270,7 @@ def store_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
         for leftover in (tmp, old):
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(leftover)
-    return FrameInfo(str(target), info.rows, info.schema, info.leaves)
+    return FrameInfo(str(target), info.rows, info.schema, info.leaves, info.files_schema)
 
 
 def load_frame(spark: Any, path: str | os.PathLike[str]) -> tuple[Any, int | None]:

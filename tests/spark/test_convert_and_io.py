@@ -155,3 +155,57 @@ def _flat_to_row(lin: Any) -> Any:
 def _rel(log: DSLog, op_name: str, out: str, inp: str) -> LineageRelation:
     op = next(o for o in log.store.operations() if o.op_name == op_name)
     return log.store.read_lineage(op, out, inp).decompress()
+
+
+def _schema_inferences(spark: Any, load: Any) -> int:
+    """Spark jobs run while ``load()`` builds a frame (schema inference is one)."""
+    sc = spark.sparkContext
+    sc.setJobGroup("dslog-load", "a frame's load")
+    try:
+        load()
+        return len(sc.statusTracker().getJobIdsForGroup("dslog-load"))
+    finally:
+        sc.setJobGroup("", "")
+
+
+@pytest.mark.parametrize("captured", [False, True], ids=["numbered", "staged-capture"])
+def test_a_stored_frame_loads_with_its_recorded_schema_and_a_wrong_one_is_ignored(
+    spark: Any, tmp_path: Path, captured: bool
+) -> None:
+    """The side-car records the files' schema, so a load runs no inference job; a side-car
+    that disagrees with the files' footer (a column renamed, a type changed, a column that is
+    not there, which Spark would read as nulls) is ignored and Spark infers, never trusted."""
+    import json
+
+    from dslog_dagster.io_managers.spark_frames import SIDECAR, store_frame
+
+    rows = [(i, None if i % 4 == 0 else float(i) / 2, [i, None], f"s{i}") for i in range(20)]
+    df = spark.createDataFrame(rows, "a long not null, b double, c array<int>, d string")
+    if captured:
+        value: Any = capture_frames(lambda f: f.filter(F.col("a") % 3 > 0), [with_row_id(df).frame])
+    else:
+        value = df.repartition(3)
+    path = tmp_path / "f.parquet"
+    store_frame(value, path)
+    want = sorted(map(tuple, read_frame(spark, path, row_id=True).collect()))
+    assert _schema_inferences(spark, lambda: read_frame(spark, path, row_id=True)) == 0
+    side = path / SIDECAR
+    good = json.loads(side.read_text())
+    assert "files_schema" in good
+    recorded = json.loads(good["files_schema"])
+    for change in ("rename", "type", "missing"):
+        bad = json.loads(json.dumps(recorded))
+        field = next(f for f in bad["fields"] if f["name"] == "b")
+        if change == "rename":
+            field["name"] = "b2"
+        elif change == "type":
+            field["type"] = "float"
+        else:
+            bad["fields"].append({"name": "ghost", "type": "long", "nullable": True, "metadata": {}})
+        side.write_text(json.dumps({**good, "files_schema": json.dumps(bad)}))
+        assert _schema_inferences(spark, lambda: read_frame(spark, path, row_id=True)) > 0, change
+        got = read_frame(spark, path, row_id=True)
+        assert "ghost" not in got.columns and "b2" not in got.columns
+        assert sorted(map(tuple, got.collect())) == want, change
+    if captured:
+        value.release()
