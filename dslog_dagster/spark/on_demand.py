@@ -40,7 +40,15 @@ from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin
 from dslog_dagster.spark.rowid import ROW_ID
 from dslog_dagster.spark.steps import ArrayFromFrame
 
-__all__ = ["ENGINE", "LOCAL_MATCH_ROWS", "match_local", "match_rows", "remap_rows", "rerun_frames"]
+__all__ = [
+    "ENGINE",
+    "KEEP_ROWS",
+    "LOCAL_MATCH_ROWS",
+    "match_local",
+    "match_rows",
+    "remap_rows",
+    "rerun_frames",
+]
 
 ENGINE = "spark"
 """The engine name deferred Spark operations record."""
@@ -86,6 +94,14 @@ def match_rows(recomputed: DataFrame, stored: DataFrame, *, complete: bool) -> n
     sid = np.asarray(table.column("sid").to_numpy(), dtype=np.int64)
     return np.stack([rid, sid], axis=1) if len(rid) else np.zeros((0, 2), np.int64)
 
+
+KEEP_ROWS = 1_000_000
+"""A reduced input of at least this many stored rows is computed once and kept (a local
+checkpoint) for the selective re-run's passes; a smaller one is semijoined where it is read."""
+
+FILTER_IDS = 10_000
+"""Selected rows up to this many are found by an ``isin`` filter on their ids (the ids in the
+plan), more by a broadcast semijoin."""
 
 LOCAL_MATCH_ROWS = 200_000
 """A selective re-run whose output has at most this many rows is matched to the selected rows
@@ -208,22 +224,25 @@ def rerun_frames(
     ((output, picked),) = rows.items()
     stored = rerun.load_output(output)
     spark = stored.sparkSession
-    ids = spark.createDataFrame([(int(r),) for r in picked], f"`{ROW_ID}` bigint")
-    # the selected rows, read once (one job) and kept local: the semijoins and the matching
-    # below would otherwise each re-read the stored output to find them
-    got = (
-        stored.join(F.broadcast(ids), on=ROW_ID, how="left_semi")
-        .select(*[F.col(f"`{c}`") for c in stored.columns])  # the join put ROW_ID first
-        .collect()
-    )
+    # the selected rows, read once and kept local: the semijoins and the matching below would
+    # otherwise each re-read the stored output to find them. A few ids are a filter (one
+    # job); many, a broadcast semijoin (a second job ships them)
+    if len(picked) <= FILTER_IDS:
+        chosen = stored.filter(F.col(ROW_ID).isin([int(r) for r in picked]))
+    else:
+        ids = spark.createDataFrame([(int(r),) for r in picked], f"`{ROW_ID}` bigint")
+        chosen = stored.join(F.broadcast(ids), on=ROW_ID, how="left_semi")
+    got = chosen.select(*[F.col(f"`{c}`") for c in stored.columns]).collect()
     selected = spark.createDataFrame(got, stored.schema)
     reduced = _selected_inputs(rerun, frames, output, selected)
     if reduced is None:
         return {}
-    # each reduced input is computed once (one scan of the stored input); the capture's
-    # passes then read the few kept rows, not the whole input again
+    # each big reduced input is computed once (one scan of the stored input); the capture's
+    # passes then read the few kept rows, not the whole input again. A small input is read
+    # again by each pass instead: cheaper than the job that would keep it
     reduced = [
-        f.localCheckpoint(eager=True) if f is not frames[i] else f for i, f in enumerate(reduced)
+        f.localCheckpoint(eager=True) if f is not frames[i] and in_rows[i] >= KEEP_ROWS else f
+        for i, f in enumerate(reduced)
     ]
     caps = _capture(rerun, reduced, in_rows)
     try:
