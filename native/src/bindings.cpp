@@ -5,8 +5,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
@@ -119,6 +126,65 @@ std::vector<int64_t> shape_of(const std::vector<int64_t>& shape, int d) {
   for (int64_t s : shape)
     if (s < 0) throw std::invalid_argument("negative extent in shape");
   return shape;
+}
+
+// Names and modification times (ns) of the subdirectories of `path` whose names do not start
+// with '.': one readdir pass, then an fstatat per entry relative to the open directory (no
+// path resolution per entry), split over a few threads (the stat calls are the cost: ~2 us
+// each here, 10^5 of them in a store of 10^6 operations), all without the GIL. An entry gone
+// between readdir and fstatat is skipped, as a listing a moment later would not have it.
+// Returns false with errno set when the directory cannot be opened or read.
+bool subdir_mtimes(const std::string& path, std::vector<std::string>& names,
+                   std::vector<int64_t>& times) {
+  DIR* d = opendir(path.c_str());
+  if (!d) return false;
+  const int fd = dirfd(d);
+  std::vector<std::string> found;
+  errno = 0;
+  while (struct dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+    found.emplace_back(e->d_name);
+  }
+  const int read_err = errno;
+  std::vector<int64_t> mt(found.size(), -1);  // -1: gone, or not a directory
+  auto stat_range = [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      struct stat st;
+      if (fstatat(fd, found[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+        continue;
+#ifdef __APPLE__
+      const auto& t = st.st_mtimespec;
+#else
+      const auto& t = st.st_mtim;
+#endif
+      mt[i] = int64_t(t.tv_sec) * 1000000000 + int64_t(t.tv_nsec);
+    }
+  };
+  constexpr size_t kPerThread = 4096;
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t n_threads = std::min<size_t>({hw, 8, (found.size() + kPerThread - 1) / kPerThread});
+  if (n_threads <= 1) {
+    stat_range(0, found.size());
+  } else {
+    std::vector<std::thread> pool;
+    const size_t step = (found.size() + n_threads - 1) / n_threads;
+    for (size_t t = 0; t < n_threads; ++t)
+      pool.emplace_back(stat_range, std::min(found.size(), t * step),
+                        std::min(found.size(), (t + 1) * step));
+    for (auto& th : pool) th.join();
+  }
+  closedir(d);
+  if (read_err) {
+    errno = read_err;
+    return false;
+  }
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (mt[i] < 0) continue;
+    names.push_back(std::move(found[i]));
+    times.push_back(mt[i]);
+  }
+  return true;
 }
 
 }  // namespace
@@ -357,4 +423,38 @@ PYBIND11_MODULE(_native, mod) {
       },
       py::arg("lo"), py::arg("hi"), py::arg("mask"),
       "Set the cells of in-bounds boxes in a C-contiguous uint8/bool mask (validated by the caller).");
+
+  mod.def(
+      "subdir_mtimes",
+      [](const std::string& path) {
+        std::vector<std::string> names;
+        std::vector<int64_t> times;
+        bool ok;
+        int err = 0;
+        {
+          py::gil_scoped_release release;
+          ok = subdir_mtimes(path, names, times);
+          if (!ok) err = errno;
+        }
+        if (!ok) {
+          errno = err;
+          PyErr_SetFromErrnoWithFilename(PyExc_OSError, path.c_str());
+          throw py::error_already_set();
+        }
+        py::list out_names(names.size());
+        for (size_t i = 0; i < names.size(); ++i) {
+          // the file system's encoding, as os.scandir decodes names (undecodable bytes kept)
+          PyObject* u = PyUnicode_DecodeFSDefaultAndSize(names[i].data(),
+                                                          Py_ssize_t(names[i].size()));
+          if (!u) throw py::error_already_set();
+          out_names[i] = py::reinterpret_steal<py::object>(u);
+        }
+        py::array_t<int64_t> out_times(py::ssize_t(times.size()));
+        if (!times.empty())
+          std::memcpy(out_times.mutable_data(), times.data(), times.size() * sizeof(int64_t));
+        return py::make_tuple(out_names, out_times);
+      },
+      py::arg("path"),
+      "Names and modification times (ns) of the subdirectories of `path` not starting with '.' "
+      "(OSError as os.scandir raises it).");
 }
