@@ -158,12 +158,16 @@ def _rel(log: DSLog, op_name: str, out: str, inp: str) -> LineageRelation:
 
 
 def _schema_inferences(spark: Any, load: Any) -> int:
-    """Spark jobs run while ``load()`` builds a frame (schema inference is one)."""
+    """Spark jobs run while ``load()`` builds a frame (schema inference is one). The group is
+    new per call: the status tracker keeps a group's jobs for the session's life."""
+    import uuid
+
     sc = spark.sparkContext
-    sc.setJobGroup("dslog-load", "a frame's load")
+    group = f"dslog-load-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "a frame's load")
     try:
         load()
-        return len(sc.statusTracker().getJobIdsForGroup("dslog-load"))
+        return len(sc.statusTracker().getJobIdsForGroup(group))
     finally:
         sc.setJobGroup("", "")
 
