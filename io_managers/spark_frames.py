@@ -163,7 +163,24 @@ def read_frame(spark: Any, path: str | os.PathLike[str], *, row_id: bool = False
         row_id: keep the ``ROW_ID`` column (for ``capture_frames``); user code gets the frame
             without it.
     """
-    known = _files_schema(os.fspath(path))
+    return _read(spark, path, row_id, _side_car(path))
+
+
+def _side_car(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The stored frame's side-car (:data:`SIDECAR`), or None when it has none or it cannot
+    be read as a JSON object."""
+    with contextlib.suppress(OSError, ValueError):
+        side = json.loads((Path(path) / SIDECAR).read_text())
+        if isinstance(side, dict):
+            return side
+    return None
+
+
+def _read(
+    spark: Any, path: str | os.PathLike[str], row_id: bool, side: dict[str, Any] | None
+) -> Any:
+    """:func:`read_frame` with the side-car already read (``side``)."""
+    known = _files_schema(os.fspath(path), side)
     reader = spark.read if known is None else spark.read.schema(known)
     df = reader.parquet(os.fspath(path))
     meta_path = os.path.join(os.fspath(path), STAGED_META)
@@ -198,27 +215,35 @@ def _nullable(t: Any) -> Any:
     return t
 
 
-def _files_schema(path: str) -> Any:
-    """The stored files' Spark schema from the side-car, or None (Spark infers it, one job).
+def _files_schema(path: str, side: dict[str, Any] | None) -> Any:
+    """The stored files' Spark schema from the side-car ``side``, or None (Spark infers it,
+    one job).
 
     It is used only when it agrees with the schema one file's footer gives (read here,
     converted from Arrow's types): a side-car that names another column (which Spark would
     fill with nulls) or another type is ignored, never trusted."""
+    import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructType
 
+    if side is None or not isinstance(side.get("files_schema"), str):
+        return None
     try:
-        side = json.loads((Path(path) / SIDECAR).read_text())
         recorded = StructType.fromJson(_nullable(json.loads(side["files_schema"])))
         part = next(
-            os.path.join(path, n)
-            for n in sorted(os.listdir(path))
-            if n.endswith(".parquet") and not n.startswith(("_", "."))
+            (
+                os.path.join(path, n)
+                for n in sorted(os.listdir(path))
+                if n.endswith(".parquet") and not n.startswith(("_", "."))
+            ),
+            None,
         )
-        import pyarrow.parquet as pq
-
+        if part is None:
+            return None
         footer = StructType.fromJson(_nullable(from_arrow_schema(pq.read_schema(part)).jsonValue()))
-    except Exception:  # no side-car entry, no file, a type Arrow cannot map: let Spark infer
+    # a damaged entry, an unreadable footer (ArrowInvalid is a ValueError), a type Arrow or
+    # PySpark cannot map: Spark infers the schema instead
+    except (OSError, ValueError, KeyError, TypeError, NotImplementedError):
         return None
     return recorded if recorded == footer else None
 
@@ -276,10 +301,11 @@ def store_frame(df: Any, path: str | os.PathLike[str]) -> FrameInfo:
 def load_frame(spark: Any, path: str | os.PathLike[str]) -> tuple[Any, int | None]:
     """A stored frame *with* its row ids, and its row count from the side-car (``None`` when
     it was written without one)."""
-    df = read_frame(spark, path, row_id=True)
+    side = _side_car(path)
+    df = _read(spark, path, True, side)
     rows = None
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        rows = int(json.loads((Path(path) / SIDECAR).read_text())["rows"])
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        rows = int(side["rows"]) if side is not None else None
     return df, rows
 
 

@@ -42,6 +42,7 @@ from dslog_dagster.spark.steps import ArrayFromFrame
 
 __all__ = [
     "ENGINE",
+    "FILTER_IDS",
     "KEEP_ROWS",
     "LOCAL_MATCH_ROWS",
     "match_local",
