@@ -147,6 +147,20 @@ struct OutRuns {
     }
     runs.push_back({i, 1, 1});
   }
+  // add(i), add(i + 1), ..., add(i + n - 1).
+  void add_range(int64_t i, int64_t n) {
+    if (n <= 0) return;
+    add(i);
+    if (n == 1) return;
+    auto& r = runs.back();  // its last output cell is i
+    if (r[2] == 1) r[1] = 1;
+    if (r[1] == 1) {
+      r[2] += n - 1;
+    } else {
+      runs.push_back({i + 1, 1, n - 1});
+    }
+    last = i + n - 1;
+  }
 };
 
 // A big set and the output cells that reach it (an atom, or the union of several atoms).
@@ -183,6 +197,17 @@ struct Sink {
     if (!bits.empty()) return (bits[size_t((c - lo) >> 6)] >> ((c - lo) & 63)) & 1;
     if (step != 0) return (c - lo) % step == 0;
     return std::binary_search(cells.begin(), cells.end(), c);
+  }
+  // The smallest cell of the set at or above c (UINT64_MAX: none).
+  uint64_t next_cell(uint64_t c) const {
+    if (c > hi) return UINT64_MAX;
+    if (c <= lo) return lo;
+    if (prog) {
+      const uint64_t t = (c - start + stride - 1) / stride;
+      return t < count ? start + t * stride : UINT64_MAX;
+    }
+    auto it = std::lower_bound(cells.begin(), cells.end(), c);
+    return it == cells.end() ? UINT64_MAX : *it;
   }
   template <class F>
   void each_interval(F&& f) const {  // contiguous intervals of cells, increasing
@@ -332,6 +357,43 @@ class Extractor {
           continue;
         }
       }
+      if (hnd::kind(h) == hnd::kCellSet) {
+        // {c} ∪ S with S a shared set of the arena's table (an element-wise operation with a
+        // broadcast scalar: min-max scaling): S's sinks once per entry, c fed as a run; a run
+        // of consecutive cells with the same S extends with one compare per cell.
+        const uint64_t c = hnd::payload(h);
+        if (!ar_.check(h)) throw BadHandle(h);
+        const WithEntry& w = with_entry(h);
+        for (uint32_t sk : w.sinks) sinks_[sk].outs.add(i);
+        const bool own_covered = covered(w.sinks, c);
+        if (w.small.empty() && !own_covered && active_.size() == 1) {
+          Run& r = active_[0];
+          if (r.o0 + r.len == i && r.step == 1 && r.c0 + uint64_t(r.len) == c && c < r.end) {
+            // the next cells continue the run up to the next cell of S (which S's sinks
+            // hold, so it must not be fed again)
+            uint64_t room = r.end - 1 - c;
+            for (uint32_t sk : w.sinks) {
+              const uint64_t nx = sinks_[sk].next_cell(c + 1);
+              if (nx != UINT64_MAX) room = std::min(room, nx - c - 1);
+            }
+            const int64_t more = follow(data, stride, i, ncell, h, room);
+            for (uint32_t sk : w.sinks) sinks_[sk].outs.add_range(i + 1, more);
+            r.len += 1 + more;
+            i += more;
+            have_prev = false;
+            continue;
+          }
+        }
+        cur2_.assign(w.small.begin(), w.small.end());
+        if (!own_covered) {
+          cur2_.push_back(c);
+          std::sort(cur2_.begin(), cur2_.end());
+          cur2_.erase(std::unique(cur2_.begin(), cur2_.end()), cur2_.end());
+        }
+        feed(i, cur2_.data(), cur2_.size());
+        have_prev = false;
+        continue;
+      }
       if (hnd::kind(h) == hnd::kJoin && shared_side(h)) {
         // {own cells} ∪ the small set the previous cell's union also held (min-max scaling:
         // {c, argmin} ∪ {argmax, argmin}): that set is one sink (its output group times its
@@ -456,7 +518,12 @@ class Extractor {
   // Values of cells [vend_, upto) (nothing without a value buffer).
   void values_upto(int64_t upto) {
     if (!vdst_) return;
-    for (int64_t t = vend_; t < upto; ++t) std::memcpy(vdst_ + t, vsrc_ + t * vstride_, 8);
+    // Locals: the stores through a double* could alias this object's fields, so a loop over
+    // the members would reload all three per cell (half the time of an element-wise scan).
+    double* const dst = vdst_;
+    const char* const src = vsrc_;
+    const std::ptrdiff_t stride = vstride_;
+    for (int64_t t = vend_; t < upto; ++t) std::memcpy(dst + t, src + t * stride, 8);
     vend_ = std::max(vend_, upto);
   }
 
@@ -553,7 +620,11 @@ class Extractor {
           stack.push_back(s[0]);
           break;
         }
-        default:  // a pair inside a union, or kind 7: only forged bytes put one there
+        case hnd::kCellSet:  // its cell, and its shared set (an atom unless a cell or union)
+          small.push_back(hnd::payload(t));
+          stack.push_back(ar_.with_set(t));
+          break;
+        default:  // a pair inside a union: only forged bytes put one there
           throw ForgedHandle(t);
       }
     }
@@ -679,6 +750,11 @@ class Extractor {
           st[top++] = sd[0];
           break;
         }
+        case hnd::kCellSet:
+          if (++opened > 8 || top + 1 > 16) return false;
+          spine_cells_.push_back(hnd::payload(t));
+          st[top++] = ar_.with_set(t);
+          break;
         case hnd::kList:
         case hnd::kProg:
         case hnd::kGroup:
@@ -711,6 +787,58 @@ class Extractor {
     std::vector<uint64_t> small;  // cells of the shared sets outside their sinks
     uint32_t next = UINT32_MAX;
   };
+
+  struct WithEntry {
+    std::vector<uint32_t> sinks;
+    std::vector<uint64_t> small;  // cells of the shared set outside its sinks
+  };
+  // The analysis of the shared set S of kCellSet handle h (checked), once per entry: S is an
+  // atom, or a list with references decomposed as walk() does.
+  const WithEntry& with_entry(Handle h) {
+    const Handle key = h & ~hnd::kPayloadMask;
+    if (uint32_t* v = with_ids_.find(key)) return withs_[*v];
+    WithEntry e;
+    const Handle sh = ar_.with_set(h);
+    std::vector<uint32_t> atoms;
+    if (hnd::kind(sh) == hnd::kList && ar_.list_has_refs(sh)) {
+      std::vector<Handle> stack;
+      walk(sh, e.small, atoms, stack);
+    } else {
+      atoms.push_back(atom(sh));
+    }
+    normalise_sets(e.small, atoms);
+    sinks_for(atoms, e.sinks);
+    // Entries holding the same few cells share one sink ({m} ∪ d and ({m} ∪ {m}) ∪ d in
+    // min-max scaling: the minimum's own cell reaches the same cells by another handle), so
+    // their output cells form one group and one box.
+    if (e.sinks.size() == 1) e.sinks[0] = same_cells_sink(e.sinks[0]);
+    size_t w = 0;
+    for (uint64_t c : e.small)
+      if (!covered(e.sinks, c)) e.small[w++] = c;
+    e.small.resize(w);
+    withs_.push_back(std::move(e));
+    with_ids_.put(key, uint32_t(withs_.size() - 1));
+    return withs_.back();
+  }
+
+  // The first sink of with_entry() holding exactly the cells of sink `sk` when it has at most
+  // kSmall cells (else sk itself).
+  uint32_t same_cells_sink(uint32_t sk) {
+    std::vector<uint64_t> cells;
+    const Sink& s = sinks_[sk];
+    bool small = true;
+    s.each_interval([&](uint64_t lo, uint64_t hi) {
+      for (uint64_t c = lo; c <= hi && small; ++c) {
+        cells.push_back(c);
+        small = cells.size() <= kSmall;
+      }
+    });
+    if (!small) return sk;
+    for (const auto& [known, id] : small_sinks_)
+      if (known == cells) return id;
+    small_sinks_.emplace_back(std::move(cells), sk);
+    return sk;
+  }
 
   // The analysis of the shared sets spine_others_ (reached through a union: never read as
   // the output cell's own small set), cached by the set of handles.
@@ -1069,6 +1197,9 @@ class Extractor {
   std::vector<uint32_t> atoms_, cur_sinks_, by_lo_;
   IdMap memo_ids_, spine_ids_;
   std::vector<SpineEntry> spines_;
+  IdMap with_ids_;  // kCellSet entry bits -> withs_
+  std::vector<std::pair<std::vector<uint64_t>, uint32_t>> small_sinks_;  // same_cells_sink
+  std::vector<WithEntry> withs_;
   std::vector<uint64_t> spine_cells_, cur2_;
   std::vector<Handle> spine_others_;
   // quick_spine(): the shared set of the last {cell} ∪ shared union and its spine entry.

@@ -1347,6 +1347,71 @@ struct StatCache {
   }
 };
 
+// An element-wise operation of an annotated array with a broadcast annotated operand (stride
+// 0: a scalar statistic, x - x.min(), s / (max - min)): every output cell's set is its own
+// cell joined with the operand's set g, which is entered once in the arena's table of shared
+// sets (kCellSet) instead of a lazy union node per element; an element that already carries
+// {c} ∪ S (the second step of min-max scaling) gets {c} ∪ (S ∪ g), the union of the shared
+// sets made once per distinct S. Returns 1 when the operand is not a set this applies to
+// (nothing written: the caller runs its general loop), 0 when done, -1 on error.
+template <BinInline OP>
+__attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char* b, char* o,
+                                           npy_intp n, npy_intp sa, npy_intp sb, npy_intp so,
+                                           bool scalar_b) {
+  const Handle g = load(scalar_b ? b : a).h;
+  if (g == 0 || !ar.check(g)) return 1;
+  const auto kg = hnd::kind(g);
+  // progressions and groups: the statistic-holds-the-cell path of arith_fast_op keeps the
+  // statistic's own handle (x - x.mean()), which is smaller still
+  if (kg == hnd::kPair || kg == hnd::kProg || kg == hnd::kGroup || ar.is_owned(g)) return 1;
+  const Handle gbits = ar.with_bits(g);
+  if (gbits == 0) return 1;
+  const uint64_t ep = ar.epoch();
+  constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
+  const uint64_t cell_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell) << hnd::kKindShift);
+  const uint64_t with_tag = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCellSet) << hnd::kKindShift);
+  const uint64_t ncells = ar.n_cells();
+  const uint64_t gcell = kg == hnd::kCell ? hnd::payload(g) : ~uint64_t(0);
+  const char* vp = scalar_b ? a : b;  // the varying operand
+  const npy_intp sv = scalar_b ? sa : sb;
+  const double gv = load_v(scalar_b ? b : a);
+  // the last {c} ∪ S read and what it became: handle bits without the cell
+  Handle in_bits = 0, out_bits = 0;
+  for (npy_intp i = 0; i < n; ++i) {
+    const TF x = load(vp + i * sv);
+    const double v = scalar_b ? arith_value<OP>(x.v, gv) : arith_value<OP>(gv, x.v);
+    char* out = o + i * so;
+    const Handle hx = x.h;
+    Handle h;
+    if ((hx & kTagMask) == cell_bits) {
+      const uint64_t c = hnd::payload(hx);
+      if (c >= ncells) return set_forged_error(), -1;
+      h = c == gcell ? g : (gbits | c);
+    } else if (hx == 0) {
+      h = g;
+    } else if ((hx & kTagMask) == with_tag && (hx & ~hnd::kPayloadMask) == in_bits) {
+      const uint64_t c = hnd::payload(hx);
+      if (c >= ncells) return set_forged_error(), -1;
+      h = out_bits | c;
+    } else {
+      if (!ar.check(hx)) return set_handle_error(hx), -1;
+      h = 0;
+      if (hnd::kind(hx) == hnd::kCellSet) {
+        const Handle sx = ar.with_set(hx);
+        const Handle bits = ar.with_bits(ar.join(sx, g));
+        if (bits != 0) {
+          in_bits = hx & ~hnd::kPayloadMask;
+          out_bits = bits;
+          h = bits | hnd::payload(hx);
+        }
+      }
+      if (h == 0) h = ar.join(hx, g);
+    }
+    store(out, v, h);
+  }
+  return 0;
+}
+
 template <BinInline OP, bool in_place>
 __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char* b, char* o, npy_intp n, npy_intp sa,
                   npy_intp sb, npy_intp so) {
@@ -1383,6 +1448,10 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
       if (arith_slow<true>(ar, x, y, v, out) < 0) return -1;
     }
     return 0;
+  }
+  if (n >= 2 && (sa == 0) != (sb == 0) && !(sa == 0 ? a == o : b == o)) {
+    const int rc = broadcast_op<OP>(ar, a, b, o, n, sa, sb, so, sb == 0);
+    if (rc <= 0) return rc;
   }
   const uint64_t cell2_bits = (ep << hnd::kEpochShift) | (uint64_t(hnd::kCell2) << hnd::kKindShift);
   const uint64_t ncells = ar.n_cells();  // cell ids at or above it are forged
@@ -1495,7 +1564,13 @@ int arith_fast(BinInline op, bool in_place, Arena& ar, const char* a, const char
 // either zero of a (0.0, -0.0) tie depending on where the zeros sit in its vectors, so the
 // lane is laid out as the float64 array would be: contiguous, or with the same element step
 // (a tracked element is 16 bytes, a float64 8).
-double pick_reduce_value(const BinInfo& info, double v, const char* b, npy_intp n, npy_intp sb) {
+//
+// With `ar` (contributing mode), the same pass checks every handle (a cell inline, anything
+// else by the arena; the first invalid one in `*bad`) and leaves the lane's values in `*vals`
+// (`*vstep` apart), so the caller finds the picked cells without reading the lane again.
+double pick_reduce_value(const BinInfo& info, double v, const char* b, npy_intp n, npy_intp sb,
+                         const Arena* ar = nullptr, Handle* bad = nullptr,
+                         const double** vals = nullptr, npy_intp* vstep = nullptr) {
   constexpr npy_intp kMaxStep = 8;
   const npy_intp step = (sb > 0 && sb % 16 == 0 && sb / 16 <= kMaxStep) ? sb / 16 : 1;
   // One buffer per thread, grown on demand: a reduction over many lanes (np.max(x, axis=1))
@@ -1503,13 +1578,64 @@ double pick_reduce_value(const BinInfo& info, double v, const char* b, npy_intp 
   thread_local std::vector<double> buf;
   const size_t need = static_cast<size_t>(n > 0 ? (n - 1) * step + 1 : 0);
   if (buf.size() < need) buf.resize(need);
-  for (npy_intp i = 0; i < n; ++i) buf[static_cast<size_t>(i * step)] = load_v(b + i * sb);
+  if (ar != nullptr) {
+    constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
+    const uint64_t cell_bits =
+        (uint64_t(ar->epoch()) << hnd::kEpochShift) | (uint64_t(hnd::kCell) << hnd::kKindShift);
+    const uint64_t ncells = ar->n_cells();
+    double* d = buf.data();
+    for (npy_intp i = 0; i < n; ++i) {
+      const TF x = load(b + i * sb);
+      d[i * step] = x.v;
+      if (x.h && !((x.h & kTagMask) == cell_bits && hnd::payload(x.h) < ncells) &&
+          !ar->check(x.h)) {
+        *bad = x.h;
+        return v;
+      }
+    }
+    *vals = d;
+    *vstep = step;
+  } else {
+    for (npy_intp i = 0; i < n; ++i) buf[static_cast<size_t>(i * step)] = load_v(b + i * sb);
+  }
   char* args[3] = {reinterpret_cast<char*>(&v), reinterpret_cast<char*>(buf.data()),
                    reinterpret_cast<char*>(&v)};
   npy_intp d[1] = {n};
   npy_intp st[3] = {0, npy_intp(8) * step, 0};
   info.f64.fn(args, d, st, info.f64.data);
   return v;
+}
+
+// The first cell of a lane (values `step` apart) that a sequential pick from `cur` keeps, as
+// the element loop of binary_impl decides it (-1: none), and whether a later cell ties it.
+template <BinInline OP>
+npy_intp pick_winner_op(const double* d, npy_intp step, npy_intp n, double cur, bool& tied) {
+  npy_intp win = -1;
+  tied = false;
+  for (npy_intp i = 0; i < n; ++i) {
+    const double x = d[i * step];
+    if (second_wins(OP, cur, x)) {
+      cur = x;
+      win = i;
+      tied = false;
+    } else if (x == cur) {
+      tied = true;
+    }
+  }
+  return win;
+}
+npy_intp pick_winner(BinInline op, const double* d, npy_intp step, npy_intp n, double cur,
+                     bool& tied) {
+  switch (op) {
+    case I_MAX:
+      return pick_winner_op<I_MAX>(d, step, n, cur, tied);
+    case I_MIN:
+      return pick_winner_op<I_MIN>(d, step, n, cur, tied);
+    case I_FMAX:
+      return pick_winner_op<I_FMAX>(d, step, n, cur, tied);
+    default:
+      return pick_winner_op<I_FMIN>(d, step, n, cur, tied);
+  }
 }
 
 int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
@@ -1524,11 +1650,19 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
       // appended to in place (amortised O(1) per annotation).
       TF acc = load(o);
       double v = acc.v;
+      const double* lane = nullptr;  // the lane's values, when pick_reduce_value kept them
+      npy_intp lane_step = 1;
       if (info.pairwise) {
         double s = pairwise_sum(b, n, sb);
         v = info.op == I_SUB ? v - s : v + s;
       } else if (info.kind == B_PICK && info.f64.fn != nullptr) {
-        v = pick_reduce_value(info, v, b, n, sb);
+        if (ar && ar->mode() == dslog::Mode::kContributing) {
+          Handle bad = 0;
+          v = pick_reduce_value(info, v, b, n, sb, ar, &bad, &lane, &lane_step);
+          if (bad) return set_handle_error(bad), -1;
+        } else {
+          v = pick_reduce_value(info, v, b, n, sb);
+        }
       } else if (info.kind == B_PICK || info.op != I_NONE) {
         for (npy_intp i = 0; i < n; ++i) {
           double x = load_v(b + i * sb);
@@ -1563,7 +1697,11 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
         if (n > 0 && h && !ar->check(h)) return set_handle_error(h), -1;
         npy_intp win = -1;
         bool tied = false;  // a cell after the winner compares equal to it
-        for (npy_intp i = 0; i < n; ++i) {
+        if (lane != nullptr) {  // values kept, handles checked: the scan reads 8 bytes a cell
+          win = pick_winner(info.op, lane, lane_step, n, cur, tied);
+          if (win >= 0) cur = lane[win * lane_step];
+        }
+        for (npy_intp i = lane != nullptr ? n : 0; i < n; ++i) {
           const TF x = load(b + i * sb);
           if (x.h && !((x.h & kTagMask) == cell_bits && hnd::payload(x.h) < ncells) &&
               !ar->check(x.h))

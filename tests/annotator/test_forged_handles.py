@@ -41,7 +41,7 @@ EPOCH_SHIFT, KIND_SHIFT, EST_SHIFT = (
 )
 PAYLOAD_MASK = (1 << LAYOUT["payload_bits"]) - 1
 MEMBER_BITS = LAYOUT["member_bits"]
-K_LIST, K_CELL, K_JOIN, K_PAIR, K_CELL2, K_PROG, K_GROUP, K_UNUSED = range(8)
+K_LIST, K_CELL, K_JOIN, K_PAIR, K_CELL2, K_PROG, K_GROUP, K_CELLSET = range(8)
 N = 64  # cells per input: small, so every table index below is far out of range
 
 
@@ -86,8 +86,8 @@ BAD = [
     pytest.param(K_PROG, 5_000, 255, id="prog"),
     pytest.param(K_PROG, PAYLOAD_MASK, 255, id="prog-last"),
     pytest.param(K_GROUP, _group_payload(7, 0), 255, id="group"),
-    pytest.param(K_UNUSED, 0, 1, id="kind7"),
-    pytest.param(K_UNUSED, 12, 255, id="kind7-b"),
+    pytest.param(K_CELLSET, 0, 200, id="cellset-no-such-set"),
+    pytest.param(K_CELLSET, 12, 255, id="cellset-last-set"),
 ]
 
 
@@ -123,7 +123,7 @@ OPS = _ops()
 def test_out_of_range_handles_of_every_kind_raise(
     kind: int, payload: int, est: int, op: str, mode: str
 ) -> None:
-    """Each kind with a payload outside its table (and kind 7), at the running epoch, in
+    """Each kind with a payload outside its table, at the running epoch, in
     every operation family and both modes: ForgedLineageError, from the operation itself or
     from extraction of the result that carries it."""
 
@@ -149,6 +149,23 @@ def test_group_member_outside_its_group_raises() -> None:
 
     with pytest.raises(ForgedLineageError):
         capture(f, np.random.default_rng(2).random((6, 8)))
+
+
+@pytest.mark.parametrize("where", ["operation", "extraction"])
+def test_cell_with_shared_set_past_the_inputs_raises(where: str) -> None:
+    """A real {cell} ∪ shared-set handle (an array minus a broadcast scalar makes one) with
+    its cell moved past the inputs is rejected, by the next operation or by extraction."""
+
+    def f(x: Any) -> Any:
+        s = x - x.min()  # every cell but the minimum: {c} ∪ {argmin}
+        h = handles(s)
+        kinds = (h >> np.uint64(KIND_SHIFT)) & np.uint64(7)
+        real = int(h[kinds == K_CELLSET][0])
+        past = forge([(real & ~PAYLOAD_MASK) | (2 * N)] * N)
+        return past * 2.0 if where == "operation" else past
+
+    with pytest.raises(ForgedLineageError):
+        capture(f, np.random.default_rng(3).random(N))
 
 
 def test_random_bytes_with_the_running_epoch_raise() -> None:

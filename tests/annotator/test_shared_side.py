@@ -32,6 +32,13 @@ SHARED: dict[str, Callable[[Any], Any]] = {
     "plus first": lambda a: (a + a.flat[0]) * (a.flat[-1] + a.flat[0]),
     "first and last": lambda a: a * a.flat[-1] + (a.flat[0] - a.flat[-1]),
     "minus argmax": lambda a: (a - a.max()) * (a.min() + a.flat[0] + 3.0),
+    # a cell with a broadcast scalar's set ({c} ∪ S, one shared entry for the whole array),
+    # then reduced, picked, sorted, accumulated, and with a scalar of a few cells as S
+    "sum of shifted": lambda a: np.sum(a - a.min(), axis=0) * (a - a.max()).sum(),
+    "max of shifted": lambda a: (a - a.min()).max(axis=0) + np.subtract(a.max(), a).min(),
+    "sorted shifted": lambda a: np.sort(a - a.min(), axis=-1) / (a.max() + 1.0),
+    "cumsum shifted": lambda a: np.cumsum(a - a.min(), axis=-1),
+    "minus a block sum": lambda a: (a - a[:2, :2].sum()) * (a.flat[-1] + 1.0),
 }
 
 

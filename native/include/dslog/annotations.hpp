@@ -14,12 +14,16 @@
 //                kGroup (member j of a group: the progression {start0 + j * cstep + k * stride :
 //                k < count}; one group holds the accumulators of a whole row of a reduction
 //                along a non-contiguous axis, which then grow by one shared counter per row)
+//                kCellSet (a cell and a shared set {c} ∪ S: S is entry `est` of the arena's
+//                small table of shared sets; its est is "many")
 //   bits 34..41  est: upper bound on the number of cells reachable (255 = "many"); for kCell2
 //                the index of its distance (its est is 2)
 //   bits  0..33  payload: cell id, or index into the list / join / pair / progression tables
 //
 // kCell2 is what an element-wise binary operation of two annotated arrays produces: no table
-// entry per element. kProg is what a reduction along an axis accumulates (its cells arrive
+// entry per element. kCellSet is what an element-wise operation of an annotated array with a
+// broadcast annotated scalar produces (min-max scaling: x - x.min(), then / (max - min)): the
+// scalar's set is entered once, every element names its own cell and that entry. kProg is what a reduction along an axis accumulates (its cells arrive
 // with a constant stride): appending is a counter increment, and no cell id is stored.
 //
 // Sets are immutable once the ufunc call that built them returned, because NumPy copies
@@ -65,7 +69,7 @@ class ForgedHandle : public std::runtime_error {
 
 namespace hnd {
 // The 64 bits of a handle, narrowest first:
-// * kind, 3 bits: the seven kinds below (kind 7 is never issued, so it is always forged).
+// * kind, 3 bits: the eight kinds below.
 // * est, 8 bits: a size hint compared with thresholds up to kMaterialiseMax (64), and for
 //   kCell2 the index of its distance in a table of 256 (kMaxDeltas): an element-wise binary
 //   operation of two annotated arrays stores no table entry per element while its cells are
@@ -96,7 +100,8 @@ enum Kind : uint32_t {
   kPair = 3,
   kCell2 = 4,
   kProg = 5,
-  kGroup = 6
+  kGroup = 6,
+  kCellSet = 7
 };
 // kGroup payload: group index in bits 20..39, member (column) in bits 0..19.
 constexpr int kMemberBits = 20;
@@ -109,7 +114,10 @@ inline uint32_t make_tag(uint32_t ep, Kind k) { return (ep << (kEpochShift - kKi
 inline uint32_t epoch(Handle h) { return uint32_t(h >> kEpochShift); }
 inline uint64_t payload(Handle h) { return h & kPayloadMask; }
 inline uint32_t field8(Handle h) { return uint32_t((h >> kEstShift) & 0xffu); }
-inline uint32_t est(Handle h) { return kind(h) == kCell2 ? 2u : field8(h); }
+inline uint32_t est(Handle h) {
+  const Kind k = kind(h);
+  return k == kCell2 ? 2u : k == kCellSet ? kEstMany : field8(h);
+}
 inline Handle make(uint32_t ep, Kind k, uint32_t e, uint64_t p) {
   return (uint64_t(ep) << kEpochShift) | (uint64_t(k) << kKindShift) |
          (uint64_t(std::min(e, kEstMany)) << kEstShift) | p;
@@ -281,9 +289,10 @@ class Arena {
         const uint64_t g = p >> hnd::kMemberBits;
         return g < groups_.size() && (p & hnd::kMemberMask) < groups_[size_t(g)].ncols;
       }
-      default:
-        return false;
+      case hnd::kCellSet:
+        return hnd::field8(h) < withs_.size() && p < next_cell_;
     }
+    return false;
   }
   // Total number of input cells (every valid cell id is below it).
   uint64_t n_cells() const { return next_cell_; }
@@ -411,6 +420,7 @@ class Arena {
         return {scratch.data(), scratch.size()};
       }
       case hnd::kJoin:
+      case hnd::kCellSet:
         scratch.clear();
         collect(h, scratch);
         sort_unique(scratch);
@@ -421,7 +431,7 @@ class Arena {
         scratch.clear();
         collect(h, scratch);
         return {scratch.data(), scratch.size()};
-      default:  // a pair or kind 7: only forged bytes put one here
+      default:  // a pair: only forged bytes put one here
         throw ForgedHandle(h);
     }
   }
@@ -485,6 +495,26 @@ class Arena {
     if (last_delta_ < 0 || deltas_[size_t(last_delta_)] != d) return 0;
     return pack_cell2(c, uint32_t(last_delta_));
   }
+
+  // ---- cells with a shared set (kCellSet) -----------------------------------------------
+  // The kCellSet handle {c} ∪ s for a valid, immutable, non-pair, non-empty set s (never an
+  // accumulator of the running call), or 0 when the table of shared sets is full (the caller
+  // then builds the union as before). c must be an input cell.
+  Handle cell_with(uint64_t c, Handle s) { return with_bits(s) | c; }
+  // The handle bits (epoch, kind, entry) of {c} ∪ s without the cell: `| c` completes them;
+  // 0 when the table is full.
+  Handle with_bits(Handle s) {
+    if (s == 0 || hnd::kind(s) == hnd::kPair || owned(s)) return 0;
+    if (last_with_ >= 0 && withs_[size_t(last_with_)] == s) return pack_with(uint32_t(last_with_));
+    for (size_t e = 0; e < withs_.size(); ++e)
+      if (withs_[e] == s) return pack_with(uint32_t(last_with_ = int(e)));
+    if (withs_.size() >= kMaxWiths) return 0;
+    withs_.push_back(s);
+    last_with_ = int(withs_.size() - 1);
+    return pack_with(uint32_t(last_with_));
+  }
+  // The shared set S of a kCellSet handle {c} ∪ S (checked).
+  Handle with_set(Handle h) const { return with_at(h); }
 
   // ---- groups (row-wise reductions) -------------------------------------------------------
   // A new group of this call with `ncols` members, each {start0 + j * cstep + k * stride :
@@ -631,6 +661,19 @@ class Arena {
     if (hnd::tag(h) != hnd::make_tag(epoch_, hnd::kCell2) || i >= deltas_.size())
       throw ForgedHandle(h);
     return deltas_[i];
+  }
+
+  // The shared set S of a kCellSet handle {c} ∪ S.
+  Handle with_at(Handle h) const {
+    const uint32_t i = hnd::field8(h);
+    if (hnd::tag(h) != hnd::make_tag(epoch_, hnd::kCellSet) || i >= withs_.size())
+      throw ForgedHandle(h);
+    return withs_[i];
+  }
+  static constexpr size_t kMaxWiths = 256;
+  Handle pack_with(uint32_t e) const {
+    return (uint64_t(epoch_) << hnd::kEpochShift) |
+           (uint64_t(hnd::kCellSet) << hnd::kKindShift) | (uint64_t(e) << hnd::kEstShift);
   }
 
   // ---- distances of kCell2 handles (a small open-addressing map) --------------------------
@@ -859,6 +902,12 @@ class Arena {
         node.len = uint32_t(node.len + len) & kMaxLen;
         return;
       }
+      case hnd::kCellSet: {
+        const Handle sh = with_at(x);
+        push_entry(idx, hnd::payload(x), hint);
+        append(idx, sh, hint, depth);
+        return;
+      }
       case hnd::kJoin: {
         if (hnd::est(x) <= kInlineMax) {  // small: its cells (bounded by est)
           std::vector<uint64_t>& tmp = scratch_b_;
@@ -876,7 +925,7 @@ class Arena {
         append(idx, j[1], hint, depth - 1);
         return;
       }
-      default:  // a pair or kind 7: only forged bytes put one here
+      default:  // a pair: only forged bytes put one here
         throw ForgedHandle(x);
     }
   }
@@ -974,6 +1023,8 @@ class Arena {
         const auto& j = join_at(b);
         return holds(j[0], c, depth - 1) || holds(j[1], c, depth - 1);
       }
+      case hnd::kCellSet:
+        return c == hnd::payload(b) || (depth > 0 && holds(with_at(b), c, depth - 1));
       default:
         return false;
     }
@@ -1084,7 +1135,10 @@ class Arena {
       case hnd::kJoin:
         join_at(h);  // validates it before the walk
         break;
-      default:  // a pair or kind 7: only forged bytes put one here
+      case hnd::kCellSet:
+        with_at(h);  // validates it before the walk
+        break;
+      default:  // a pair: only forged bytes put one here
         throw ForgedHandle(h);
     }
     seen_.clear();
@@ -1128,7 +1182,14 @@ class Arena {
           stack_.push_back(j[1]);
           break;
         }
-        default:  // a pair or kind 7 inside a union: only forged bytes put one there
+        case hnd::kCellSet: {  // never deduplicated: the cell differs per handle
+          const Handle sh = with_at(t);
+          if (hnd::payload(t) >= next_cell_) throw ForgedHandle(t);
+          out.push_back(hnd::payload(t));
+          stack_.push_back(sh);
+          break;
+        }
+        default:  // a pair inside a union: only forged bytes put one there
           throw ForgedHandle(t);
       }
     }
@@ -1269,6 +1330,8 @@ class Arena {
   std::vector<uint64_t> deltas_;
   std::vector<int> delta_slots_;
   int last_delta_ = -1;
+  std::vector<Handle> withs_;  // the shared sets of kCellSet handles (immutable, checked)
+  int last_with_ = -1;
   size_t call_prog_start_ = 0;
   std::vector<uint64_t*> pool_chunks_;
   size_t pool_top_ = 0;
