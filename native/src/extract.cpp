@@ -365,33 +365,50 @@ class Extractor {
         if (!ar_.check(h)) throw BadHandle(h);
         const WithEntry& w = with_entry(h);
         for (uint32_t sk : w.sinks) sinks_[sk].outs.add(i);
-        const bool own_covered = covered(w.sinks, c);
-        if (w.small.empty() && !own_covered && active_.size() == 1) {
-          Run& r = active_[0];
-          if (r.o0 + r.len == i && r.step == 1 && r.c0 + uint64_t(r.len) == c && c < r.end) {
-            // the next cells continue the run up to the next cell of S (which S's sinks
-            // hold, so it must not be fed again)
-            uint64_t room = r.end - 1 - c;
-            for (uint32_t sk : w.sinks) {
-              const uint64_t nx = sinks_[sk].next_cell(c + 1);
-              if (nx != UINT64_MAX) room = std::min(room, nx - c - 1);
-            }
-            const int64_t more = follow(data, stride, i, ncell, h, room);
-            for (uint32_t sk : w.sinks) sinks_[sk].outs.add_range(i + 1, more);
-            r.len += 1 + more;
-            i += more;
-            have_prev = false;
-            continue;
-          }
-        }
         cur2_.assign(w.small.begin(), w.small.end());
-        if (!own_covered) {
-          cur2_.push_back(c);
+        size_t own_fed = 0;
+        for (uint64_t off : w.offs) {
+          if (covered(w.sinks, c + off)) continue;
+          cur2_.push_back(c + off);
+          ++own_fed;
+        }
+        if (!w.small.empty()) {
           std::sort(cur2_.begin(), cur2_.end());
           cur2_.erase(std::unique(cur2_.begin(), cur2_.end()), cur2_.end());
         }
         feed(i, cur2_.data(), cur2_.size());
         have_prev = false;
+        if (w.small.empty() && own_fed == w.offs.size() && active_.size() == own_fed) {
+          // Every own cell is the tail of its own diagonal run (each active run reached i, by
+          // one step or as its first pair): while the next cells hold h + 1, h + 2, ... (the
+          // same entry, every cell one further) each run continues by one, up to the end of
+          // its input and to the next cell of S (which S's sinks hold: never fed again).
+          uint64_t room = UINT64_MAX;
+          bool diagonal = true;
+          for (const Run& r : active_) {
+            if (r.o0 + r.len != i + 1 || (r.len > 1 && r.step != 1)) {
+              diagonal = false;
+              break;
+            }
+            room = std::min(room, r.end - 1 - (r.c0 + uint64_t(r.len - 1)));
+          }
+          if (diagonal && room > 0) {
+            for (uint32_t sk : w.sinks)
+              for (uint64_t off : w.offs) {
+                const uint64_t nx = sinks_[sk].next_cell(c + off + 1);
+                if (nx != UINT64_MAX) room = std::min(room, nx - (c + off) - 1);
+              }
+            const int64_t more = room > 0 ? follow(data, stride, i, ncell, h, room) : 0;
+            if (more > 0) {
+              for (uint32_t sk : w.sinks) sinks_[sk].outs.add_range(i + 1, more);
+              for (Run& r : active_) {
+                r.step = 1;
+                r.len += more;
+              }
+              i += more;
+            }
+          }
+        }
         continue;
       }
       if (hnd::kind(h) == hnd::kJoin && shared_side(h)) {
@@ -620,10 +637,14 @@ class Extractor {
           stack.push_back(s[0]);
           break;
         }
-        case hnd::kCellSet:  // its cell, and its shared set (an atom unless a cell or union)
-          small.push_back(hnd::payload(t));
-          stack.push_back(ar_.with_set(t));
+        case hnd::kCellSet: {  // its cells, and its shared set (an atom unless cells or union)
+          const WithNode& w = ar_.with_node(t);
+          const uint64_t c = hnd::payload(t);
+          small.push_back(c);
+          for (uint32_t k = 0; k < w.nrel; ++k) small.push_back(c + w.rel[k]);
+          stack.push_back(w.shared);
           break;
+        }
         default:  // a pair inside a union: only forged bytes put one there
           throw ForgedHandle(t);
       }
@@ -750,11 +771,15 @@ class Extractor {
           st[top++] = sd[0];
           break;
         }
-        case hnd::kCellSet:
+        case hnd::kCellSet: {
           if (++opened > 8 || top + 1 > 16) return false;
-          spine_cells_.push_back(hnd::payload(t));
-          st[top++] = ar_.with_set(t);
+          const WithNode& w = ar_.with_node(t);
+          const uint64_t c = hnd::payload(t);
+          spine_cells_.push_back(c);
+          for (uint32_t k = 0; k < w.nrel; ++k) spine_cells_.push_back(c + w.rel[k]);
+          st[top++] = w.shared;
           break;
+        }
         case hnd::kList:
         case hnd::kProg:
         case hnd::kGroup:
@@ -791,6 +816,8 @@ class Extractor {
   struct WithEntry {
     std::vector<uint32_t> sinks;
     std::vector<uint64_t> small;  // cells of the shared set outside its sinks
+    std::vector<uint64_t> offs;   // the own cells' offsets from the first (0 first)
+    uint64_t max_off = 0;
   };
   // The analysis of the shared set S of kCellSet handle h (checked), once per entry: S is an
   // atom, or a list with references decomposed as walk() does.
@@ -798,9 +825,14 @@ class Extractor {
     const Handle key = h & ~hnd::kPayloadMask;
     if (uint32_t* v = with_ids_.find(key)) return withs_[*v];
     WithEntry e;
-    const Handle sh = ar_.with_set(h);
+    const WithNode& node = ar_.with_node(h);
+    e.offs.push_back(0);
+    e.offs.insert(e.offs.end(), node.rel, node.rel + node.nrel);
+    e.max_off = node.max_rel();
+    const Handle sh = node.shared;
     std::vector<uint32_t> atoms;
-    if (hnd::kind(sh) == hnd::kList && ar_.list_has_refs(sh)) {
+    if (sh == 0) {
+    } else if (hnd::kind(sh) == hnd::kList && ar_.list_has_refs(sh)) {
       std::vector<Handle> stack;
       walk(sh, e.small, atoms, stack);
     } else {

@@ -1364,6 +1364,10 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
   // progressions and groups: the statistic-holds-the-cell path of arith_fast_op keeps the
   // statistic's own handle (x - x.mean()), which is smaller still
   if (kg == hnd::kPair || kg == hnd::kProg || kg == hnd::kGroup || ar.is_owned(g)) return 1;
+  // A statistic's list (the mean of a blurred image: every cell) sorted once, so that an
+  // element whose cells it holds keeps its handle (the union is the statistic itself)
+  // instead of a lazy union node per element.
+  ar.normalise_list(g);
   const Handle gbits = ar.with_bits(g);
   if (gbits == 0) return 1;
   const uint64_t ep = ar.epoch();
@@ -1375,8 +1379,10 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
   const char* vp = scalar_b ? a : b;  // the varying operand
   const npy_intp sv = scalar_b ? sa : sb;
   const double gv = load_v(scalar_b ? b : a);
-  // the last {c} ∪ S read and what it became: handle bits without the cell
+  // the last {c} ∪ S read and what it became: handle bits without the cell, and the
+  // largest offset of its own cells (for the check that they are input cells)
   Handle in_bits = 0, out_bits = 0;
+  uint64_t out_max = 0;
   for (npy_intp i = 0; i < n; ++i) {
     const TF x = load(vp + i * sv);
     const double v = scalar_b ? arith_value<OP>(x.v, gv) : arith_value<OP>(gv, x.v);
@@ -1389,19 +1395,26 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
       h = c == gcell ? g : (gbits | c);
     } else if (hx == 0) {
       h = g;
+    } else if ((hx & kTagMask) == with_tag && kg == hnd::kList) {
+      // a stencil's cells against a statistic over them (a blurred image minus its mean):
+      // the statistic when it holds them all
+      if (!ar.check(hx)) return set_handle_error(hx), -1;
+      h = ar.with_covered(g, hx) ? g : ar.join(hx, g);
     } else if ((hx & kTagMask) == with_tag && (hx & ~hnd::kPayloadMask) == in_bits) {
       const uint64_t c = hnd::payload(hx);
-      if (c >= ncells) return set_forged_error(), -1;
+      if (c + out_max >= ncells) return set_forged_error(), -1;
       h = out_bits | c;
     } else {
       if (!ar.check(hx)) return set_handle_error(hx), -1;
       h = 0;
       if (hnd::kind(hx) == hnd::kCellSet) {
-        const Handle sx = ar.with_set(hx);
-        const Handle bits = ar.with_bits(ar.join(sx, g));
+        const dslog::WithNode w = ar.with_node(hx);  // a copy: the table may grow below
+        const Handle sh = w.shared == 0 ? g : ar.join(w.shared, g);
+        const Handle bits = ar.with_bits(sh, w.rel, w.nrel);
         if (bits != 0) {
           in_bits = hx & ~hnd::kPayloadMask;
           out_bits = bits;
+          out_max = w.max_rel();
           h = bits | hnd::payload(hx);
         }
       }
@@ -1411,6 +1424,45 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
   }
   return 0;
 }
+
+// The bits (epoch and kind) of a kCell2 handle h, so that (h & kTagMask) == cell2_tag_any(h)
+// tests its kind alone (the est field of a kCell2 handle is its distance index).
+inline uint64_t cell2_tag_any(Handle h) {
+  constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
+  return hnd::kind(h) == hnd::kCell2 ? (h & kTagMask) : ~uint64_t(0);
+}
+
+// The stencil unions of arith_fast_op: (bits of x, bits of y, distance) -> the union's bits
+// (its first cell is the smaller of x's and y's) and its largest offset. Direct-mapped: a
+// 3×3 blur meets one interior shape and a few edge shapes per call.
+struct StencilMemo {
+  struct Slot {
+    Handle kx = 0, ky = 0;
+    int64_t delta = 0;
+    Handle bits = 0;
+    uint64_t max = 0;
+    bool hit = false;
+    void set(Handle b, uint64_t m) {
+      bits = b;
+      max = m;
+    }
+  };
+  static constexpr size_t kSlots = 64;
+  Slot slots[kSlots];
+  Slot& slot(Handle kx, Handle ky, int64_t delta) {
+    const uint64_t k = (kx * 0x9E3779B97F4A7C15ull) ^ (ky * 0xC2B2AE3D27D4EB4Full) ^
+                       (uint64_t(delta) * 0x165667B19E3779F9ull);
+    Slot& s = slots[size_t(k >> 58) & (kSlots - 1)];
+    s.hit = s.bits != 0 && s.kx == kx && s.ky == ky && s.delta == delta;
+    if (!s.hit) {
+      s.kx = kx;
+      s.ky = ky;
+      s.delta = delta;
+      s.bits = 0;
+    }
+    return s;
+  }
+};
 
 template <BinInline OP, bool in_place>
 __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char* b, char* o, npy_intp n, npy_intp sa,
@@ -1460,6 +1512,9 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
   uint64_t dist_bits =
       cell2_bits | (uint64_t(std::max(ar.last_delta_index(), 0)) << hnd::kEstShift);
   StatCache sx, sy;
+  const uint64_t with_tag =
+      (ep << hnd::kEpochShift) | (uint64_t(hnd::kCellSet) << hnd::kKindShift);
+  StencilMemo stencil;
   auto run = [&](auto nt) -> int {
     constexpr bool kNT = decltype(nt)::value;
     npy_intp start = 0;
@@ -1498,12 +1553,43 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
             store(out, v, dist_bits | lo);
           continue;
         }
-        const Handle h2 = ar.join_cells(cx, cy);
+        Handle h2 = ar.join_cells(cx, cy);
         if (hnd::kind(h2) == hnd::kCell2) {
           dist = d;
           dist_bits = h2 & ~hnd::kPayloadMask;
+        } else if (hnd::kind(h2) == hnd::kJoin) {  // no distance left: offsets from the first
+          const Handle h3 = ar.cell_like_union(x.h, y.h);
+          if (h3 != 0) h2 = h3;
         }
         store(out, v, h2);
+        continue;
+      }
+      if (((x.h & kTagMask) == with_tag || (x.h & kTagMask) == cell2_tag_any(x.h) ||
+           (x.h & kTagMask) == cell_bits) &&
+          ((y.h & kTagMask) == with_tag || (y.h & kTagMask) == cell2_tag_any(y.h) ||
+           (y.h & kTagMask) == cell_bits)) {
+        // A stencil (a sum of shifted slices): cells named by offsets from the first, one
+        // table entry per shape of the neighbourhood, decided once per distinct pair of
+        // entries and distance (a small memo), checked per element by the largest cell.
+        const uint64_t cx = hnd::payload(x.h), cy = hnd::payload(y.h);
+        const int64_t delta = int64_t(cy - cx);
+        StencilMemo::Slot& sl = stencil.slot(x.h & ~hnd::kPayloadMask, y.h & ~hnd::kPayloadMask, delta);
+        if (!sl.hit) {
+          if (!ar.check(x.h)) return set_handle_error(x.h), -1;
+          if (!ar.check(y.h)) return set_handle_error(y.h), -1;
+          const Handle u = ar.cell_like_union(x.h, y.h);
+          if (u == 0) {
+            if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
+            continue;
+          }
+          sl.set(u & ~hnd::kPayloadMask, ar.cell_like_max(u));
+        }
+        const uint64_t c = cx < cy ? cx : cy;
+        if (c + sl.max >= ncells) return set_forged_error(), -1;
+        if (kNT)
+          store_nt(out, v, sl.bits | c);
+        else
+          store(out, v, sl.bits | c);
         continue;
       }
       {

@@ -14,8 +14,9 @@
 //                kGroup (member j of a group: the progression {start0 + j * cstep + k * stride :
 //                k < count}; one group holds the accumulators of a whole row of a reduction
 //                along a non-contiguous axis, which then grow by one shared counter per row)
-//                kCellSet (a cell and a shared set {c} ∪ S: S is entry `est` of the arena's
-//                small table of shared sets; its est is "many")
+//                kCellSet (a few cells and a shared set {c} ∪ {c + r : r ∈ R} ∪ S: R (at most
+//                16 positive offsets) and S (a set, or none) are entry `est` of the arena's
+//                small table; its est is "many")
 //   bits 34..41  est: upper bound on the number of cells reachable (255 = "many"); for kCell2
 //                the index of its distance (its est is 2)
 //   bits  0..33  payload: cell id, or index into the list / join / pair / progression tables
@@ -23,7 +24,9 @@
 // kCell2 is what an element-wise binary operation of two annotated arrays produces: no table
 // entry per element. kCellSet is what an element-wise operation of an annotated array with a
 // broadcast annotated scalar produces (min-max scaling: x - x.min(), then / (max - min)): the
-// scalar's set is entered once, every element names its own cell and that entry. kProg is what a reduction along an axis accumulates (its cells arrive
+// scalar's set is entered once, every element names its own cell and that entry. It is also
+// what a stencil produces (a 3×3 blur adds nine shifted slices): the offsets of the other
+// cells from the first are one entry for every interior element. kProg is what a reduction along an axis accumulates (its cells arrive
 // with a constant stride): appending is a counter increment, and no cell id is stored.
 //
 // Sets are immutable once the ufunc call that built them returned, because NumPy copies
@@ -215,6 +218,16 @@ struct FlatPairs {
   std::vector<int64_t> in_flat;
 };
 
+// Entry of the kCellSet table: the cells {c} ∪ {c + rel[k] : k < nrel} ∪ the set `shared`
+// (0: none) for the cell c a handle names. rel ascending, positive.
+struct WithNode {
+  static constexpr uint32_t kMaxRel = 16;
+  Handle shared;
+  uint32_t nrel;
+  uint64_t rel[kMaxRel];
+  uint64_t max_rel() const { return nrel ? rel[nrel - 1] : 0; }
+};
+
 class Arena {
  public:
   static constexpr uint32_t kJoinMax = 16;          // lazy unions stay this small
@@ -290,7 +303,8 @@ class Arena {
         return g < groups_.size() && (p & hnd::kMemberMask) < groups_[size_t(g)].ncols;
       }
       case hnd::kCellSet:
-        return hnd::field8(h) < withs_.size() && p < next_cell_;
+        return hnd::field8(h) < withs_.size() &&
+               p + withs_[hnd::field8(h)].max_rel() < next_cell_;
     }
     return false;
   }
@@ -504,17 +518,116 @@ class Arena {
   // The handle bits (epoch, kind, entry) of {c} ∪ s without the cell: `| c` completes them;
   // 0 when the table is full.
   Handle with_bits(Handle s) {
-    if (s == 0 || hnd::kind(s) == hnd::kPair || owned(s)) return 0;
-    if (last_with_ >= 0 && withs_[size_t(last_with_)] == s) return pack_with(uint32_t(last_with_));
+    if (s == 0) return 0;
+    return with_bits(s, nullptr, 0);
+  }
+  // The bits of {c} ∪ {c + rel[k] : k < nrel} ∪ s (s may be 0 when nrel > 0); 0 when s is
+  // not a set an entry may hold (a pair, this call's accumulator), rel is too long, or the
+  // table is full. rel ascending, positive.
+  Handle with_bits(Handle s, const uint64_t* rel, uint32_t nrel) {
+    if ((s == 0 && nrel == 0) || nrel > WithNode::kMaxRel) return 0;
+    if (s != 0 && (hnd::kind(s) == hnd::kPair || owned(s))) return 0;
+    auto same = [&](const WithNode& w) {
+      return w.shared == s && w.nrel == nrel && std::equal(rel, rel + nrel, w.rel);
+    };
+    if (last_with_ >= 0 && same(withs_[size_t(last_with_)]))
+      return pack_with(uint32_t(last_with_));
     for (size_t e = 0; e < withs_.size(); ++e)
-      if (withs_[e] == s) return pack_with(uint32_t(last_with_ = int(e)));
+      if (same(withs_[e])) return pack_with(uint32_t(last_with_ = int(e)));
     if (withs_.size() >= kMaxWiths) return 0;
-    withs_.push_back(s);
+    WithNode w{s, nrel, {}};
+    std::copy(rel, rel + nrel, w.rel);
+    withs_.push_back(w);
     last_with_ = int(withs_.size() - 1);
     return pack_with(uint32_t(last_with_));
   }
-  // The shared set S of a kCellSet handle {c} ∪ S (checked).
+  // The shared set S of a kCellSet handle (checked; 0: none).
   Handle with_set(Handle h) const { return with_at(h); }
+  // The entry of a kCellSet handle (checked).
+  const WithNode& with_node(Handle h) const { return withs_[with_index(h)]; }
+
+  // A cell-like handle (kCell, kCell2, kCellSet): its first cell and its entry's parts.
+  struct CellLike {
+    uint64_t base;
+    uint32_t n;       // own cells: base + off[k], k < n (off[0] = 0, ascending)
+    uint64_t off[WithNode::kMaxRel + 1];
+    Handle shared;
+  };
+  // h (checked, cell-like) in parts; false for other kinds.
+  bool cell_like(Handle h, CellLike& out) const {
+    out.base = hnd::payload(h);
+    out.off[0] = 0;
+    out.shared = 0;
+    switch (hnd::kind(h)) {
+      case hnd::kCell:
+        out.n = 1;
+        return true;
+      case hnd::kCell2:
+        out.n = 2;
+        out.off[1] = delta_at(h);
+        return true;
+      case hnd::kCellSet: {
+        const WithNode& w = with_node(h);
+        out.n = 1 + w.nrel;
+        std::copy(w.rel, w.rel + w.nrel, out.off + 1);
+        out.shared = w.shared;
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+  // The union of two cell-like handles x and y (checked) as one cell-like handle: a stencil
+  // (x + shifted x) names its cells by offsets from its first, its shared sets joined. 0 when
+  // the union has more than kMaxRel + 1 own cells or the table is full (the caller then
+  // builds a lazy union).
+  Handle cell_like_union(Handle x, Handle y) {
+    CellLike a, b;
+    if (!cell_like(x, a) || !cell_like(y, b)) return 0;
+    const uint64_t base = std::min(a.base, b.base);
+    uint64_t cells[2 * (WithNode::kMaxRel + 1)];
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < a.n; ++k) cells[n++] = a.base - base + a.off[k];
+    for (uint32_t k = 0; k < b.n; ++k) cells[n++] = b.base - base + b.off[k];
+    std::sort(cells, cells + n);
+    n = uint32_t(std::unique(cells, cells + n) - cells);
+    if (n > WithNode::kMaxRel + 1) return 0;
+    Handle sh = a.shared;
+    if (b.shared != 0 && b.shared != sh) sh = sh == 0 ? b.shared : join_plain(sh, b.shared);
+    if (sh == 0 && n == 1) return cell(base);
+    if (sh == 0 && n == 2) {
+      const Handle h2 = join_cells(base, base + cells[1]);
+      if (hnd::kind(h2) == hnd::kCell2) return h2;
+    }
+    const Handle bits = with_bits(sh, cells + 1, n - 1);
+    return bits ? (bits | base) : 0;
+  }
+  // The largest offset of a cell-like handle's own cells from its first (checked).
+  uint64_t cell_like_max(Handle h) const {
+    switch (hnd::kind(h)) {
+      case hnd::kCell2:
+        return delta_at(h);
+      case hnd::kCellSet:
+        return with_node(h).max_rel();
+      default:
+        return 0;
+    }
+  }
+  // Every cell of kCellSet handle s (checked) lies in set b, decided as covers() does.
+  bool with_covered(Handle b, Handle s) {
+    const WithNode& w = with_node(s);
+    const uint64_t c = hnd::payload(s);
+    if (!holds(b, c, 2)) return false;
+    for (uint32_t k = 0; k < w.nrel; ++k)
+      if (!holds(b, c + w.rel[k], 2)) return false;
+    return w.shared == 0 || w.shared == b || covers(b, w.shared);
+  }
+  // Sort list h in place now (it is sorted on first read anyway), so that membership tests
+  // (covers, holds) can decide against it: a statistic broadcast over an array is tested
+  // once per element.
+  void normalise_list(Handle h) {
+    if (h != 0 && hnd::kind(h) == hnd::kList) normalise(list_at(h));
+  }
 
   // ---- groups (row-wise reductions) -------------------------------------------------------
   // A new group of this call with `ncols` members, each {start0 + j * cstep + k * stride :
@@ -664,11 +777,12 @@ class Arena {
   }
 
   // The shared set S of a kCellSet handle {c} ∪ S.
-  Handle with_at(Handle h) const {
+  Handle with_at(Handle h) const { return withs_[with_index(h)].shared; }
+  size_t with_index(Handle h) const {
     const uint32_t i = hnd::field8(h);
     if (hnd::tag(h) != hnd::make_tag(epoch_, hnd::kCellSet) || i >= withs_.size())
       throw ForgedHandle(h);
-    return withs_[i];
+    return i;
   }
   static constexpr size_t kMaxWiths = 256;
   Handle pack_with(uint32_t e) const {
@@ -903,8 +1017,11 @@ class Arena {
         return;
       }
       case hnd::kCellSet: {
-        const Handle sh = with_at(x);
-        push_entry(idx, hnd::payload(x), hint);
+        const WithNode& w = with_node(x);
+        const uint64_t c = hnd::payload(x);
+        const Handle sh = w.shared;
+        push_entry(idx, c, hint);
+        for (uint32_t k = 0; k < w.nrel; ++k) push_entry(idx, c + w.rel[k], hint);
         append(idx, sh, hint, depth);
         return;
       }
@@ -1023,8 +1140,12 @@ class Arena {
         const auto& j = join_at(b);
         return holds(j[0], c, depth - 1) || holds(j[1], c, depth - 1);
       }
-      case hnd::kCellSet:
-        return c == hnd::payload(b) || (depth > 0 && holds(with_at(b), c, depth - 1));
+      case hnd::kCellSet: {
+        const WithNode& w = with_node(b);
+        const uint64_t c0 = hnd::payload(b);
+        if (c == c0 || (c > c0 && std::binary_search(w.rel, w.rel + w.nrel, c - c0))) return true;
+        return depth > 0 && w.shared != 0 && holds(w.shared, c, depth - 1);
+      }
       default:
         return false;
     }
@@ -1182,11 +1303,13 @@ class Arena {
           stack_.push_back(j[1]);
           break;
         }
-        case hnd::kCellSet: {  // never deduplicated: the cell differs per handle
-          const Handle sh = with_at(t);
-          if (hnd::payload(t) >= next_cell_) throw ForgedHandle(t);
-          out.push_back(hnd::payload(t));
-          stack_.push_back(sh);
+        case hnd::kCellSet: {  // never deduplicated: the cells differ per handle
+          const WithNode& w = with_node(t);
+          const uint64_t c = hnd::payload(t);
+          if (c + w.max_rel() >= next_cell_) throw ForgedHandle(t);
+          out.push_back(c);
+          for (uint32_t k = 0; k < w.nrel; ++k) out.push_back(c + w.rel[k]);
+          stack_.push_back(w.shared);
           break;
         }
         default:  // a pair inside a union: only forged bytes put one there
@@ -1241,8 +1364,36 @@ class Arena {
   // Sort and deduplicate. A flattened union is a few sorted runs (a big shared set and a
   // few cells): those are merged (O(n log runs)) instead of sorted.
   static void sort_unique(std::vector<uint64_t>& v) {
-    sort_runs(v.data(), v.size());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
+    v.resize(sort_unique_in_place(v.data(), v.size()));
+  }
+
+  // Sort d[0, n) and drop duplicates; returns the new length. A big set of cells that
+  // repeats many cells over a narrow range (the sum of a blurred image: nine entries per
+  // cell) goes through a bitmap over its range, O(n + range / 64), instead of a sort.
+  static size_t sort_unique_in_place(uint64_t* d, size_t n) {
+    constexpr size_t kBitmapMin = size_t{1} << 16;
+    if (n >= kBitmapMin) {
+      uint64_t lo = d[0], hi = d[0];
+      for (size_t i = 1; i < n; ++i) {
+        lo = std::min(lo, d[i]);
+        hi = std::max(hi, d[i]);
+      }
+      // cells only (references are >= kRefMin), and a range at most 16 times the entries
+      if (hi < kRefMin && hi - lo < 16 * uint64_t(n)) {
+        std::vector<uint64_t> bits(size_t((hi - lo) / 64 + 1), 0);
+        for (size_t i = 0; i < n; ++i) {
+          const uint64_t t = d[i] - lo;
+          bits[size_t(t >> 6)] |= uint64_t{1} << (t & 63);
+        }
+        size_t w = 0;
+        for (size_t k = 0; k < bits.size(); ++k)
+          for (uint64_t b = bits[k]; b != 0; b &= b - 1)
+            d[w++] = lo + uint64_t(k) * 64 + uint64_t(__builtin_ctzll(b));
+        return w;
+      }
+    }
+    sort_runs(d, n);
+    return size_t(std::unique(d, d + n) - d);
   }
 
   static void sort_runs(uint64_t* d, size_t n) {
@@ -1277,9 +1428,7 @@ class Arena {
 
   static void normalise(ListNode& n) {
     if (!n.dirty) return;
-    uint64_t* e = n.data + n.len;
-    sort_runs(n.data, n.len);
-    n.len = uint32_t(std::unique(n.data, e) - n.data) & kMaxLen;
+    n.len = uint32_t(sort_unique_in_place(n.data, n.len)) & kMaxLen;
     n.dirty = 0;
   }
 
@@ -1330,7 +1479,7 @@ class Arena {
   std::vector<uint64_t> deltas_;
   std::vector<int> delta_slots_;
   int last_delta_ = -1;
-  std::vector<Handle> withs_;  // the shared sets of kCellSet handles (immutable, checked)
+  std::vector<WithNode> withs_;  // the entries of kCellSet handles (immutable, checked)
   int last_with_ = -1;
   size_t call_prog_start_ = 0;
   std::vector<uint64_t*> pool_chunks_;
