@@ -1383,6 +1383,11 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
   // largest offset of its own cells (for the check that they are input cells)
   Handle in_bits = 0, out_bits = 0;
   uint64_t out_max = 0;
+  // g a list of one interval of cells: membership by its ends (the memo of the last entry)
+  uint64_t dense_lo = 0, dense_hi = 0, dense_max = 0;
+  const bool dense = ar.dense_list(g, dense_lo, dense_hi);
+  Handle dense_bits = 0;
+  bool dense_shared_ok = false;
   for (npy_intp i = 0; i < n; ++i) {
     const TF x = load(vp + i * sv);
     const double v = scalar_b ? arith_value<OP>(x.v, gv) : arith_value<OP>(gv, x.v);
@@ -1399,7 +1404,20 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
       // a stencil's cells against a statistic over them (a blurred image minus its mean):
       // the statistic when it holds them all
       if (!ar.check(hx)) return set_handle_error(hx), -1;
-      h = ar.with_covered(g, hx) ? g : ar.join(hx, g);
+      bool held;
+      if (dense) {  // an interval: the own cells by their ends, the shared set once per entry
+        if ((hx & ~hnd::kPayloadMask) != dense_bits) {
+          const dslog::WithNode& w = ar.with_node(hx);
+          dense_bits = hx & ~hnd::kPayloadMask;
+          dense_max = w.max_rel();
+          dense_shared_ok = w.shared == 0 || w.shared == g || ar.covers_set(g, w.shared);
+        }
+        const uint64_t c = hnd::payload(hx);
+        held = dense_shared_ok && c >= dense_lo && c + dense_max <= dense_hi;
+      } else {
+        held = ar.with_covered(g, hx);
+      }
+      h = held ? g : ar.join(hx, g);
     } else if ((hx & kTagMask) == with_tag && (hx & ~hnd::kPayloadMask) == in_bits) {
       const uint64_t c = hnd::payload(hx);
       if (c + out_max >= ncells) return set_forged_error(), -1;
@@ -1515,6 +1533,8 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
   const uint64_t with_tag =
       (ep << hnd::kEpochShift) | (uint64_t(hnd::kCellSet) << hnd::kKindShift);
   StencilMemo stencil;
+  Handle pass_bits = 0;  // the last kind-7 entry passed through with a constant, checked
+  uint64_t pass_max = 0;
   auto run = [&](auto nt) -> int {
     constexpr bool kNT = decltype(nt)::value;
     npy_intp start = 0;
@@ -1562,6 +1582,22 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
           if (h3 != 0) h2 = h3;
         }
         store(out, v, h2);
+        continue;
+      }
+      if ((x.h == 0) != (y.h == 0) && ((x.h | y.h) & kTagMask) == with_tag) {
+        // a stencil's cells and a constant (a blur's / 9.0): the handle passes through,
+        // checked by its largest cell once its entry is known
+        const Handle hh = x.h | y.h;
+        if ((hh & ~hnd::kPayloadMask) != pass_bits) {
+          if (!ar.check(hh)) return set_handle_error(hh), -1;
+          pass_bits = hh & ~hnd::kPayloadMask;
+          pass_max = ar.cell_like_max(hh);
+        }
+        if (hnd::payload(hh) + pass_max >= ncells) return set_forged_error(), -1;
+        if (kNT)
+          store_nt(out, v, hh);
+        else
+          store(out, v, hh);
         continue;
       }
       if (((x.h & kTagMask) == with_tag || (x.h & kTagMask) == cell2_tag_any(x.h) ||
@@ -1813,6 +1849,7 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
         store(o, v, h);
         return 0;
       }
+      Handle prev = 0;  // the last element's handle joined into h (acc_join_next)
       for (npy_intp i = 0; i < n; ++i) {
         TF x = load(b + i * sb);
         if (info.kind != B_PICK && ar && hnd::epoch(x.h) == ar->epoch() &&
@@ -1830,9 +1867,15 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
           ar->acc_pick(h, x.h, w, size_t(n - i), tie);
         } else {
           if (x.h == 0) continue;
+          if (x.h == prev + 1 && hnd::kind(x.h) == hnd::kCellSet && ar &&
+              ar->acc_join_next(h, x.h)) {
+            prev = x.h;
+            continue;
+          }
           if (!ar || !handle_ok(h) || !handle_ok(x.h))
             return set_handle_error(first_bad({h, x.h})), -1;
           ar->acc_join(h, x.h, size_t(n - i));
+          prev = x.h;
         }
       }
       store(o, v, h);

@@ -58,6 +58,7 @@ STENCILS: dict[str, Callable[[Any], Any]] = {
     "blur, hotspot": lambda a: np.where(box(a) > box(a).mean(), box(a), 0.0),
     "blur minus the minimum": lambda a: (box(a) - a.min()) / (a.max() + 3.0),
     "blur column sums": lambda a: box(a).sum(axis=0),
+    "blur row sums": lambda a: box(a).sum(axis=1) + box(a)[1:].sum(),
     "blur maxima": lambda a: box(a).max(axis=1) + box(a).min(),
     "blur sorted": lambda a: np.sort(box(a), axis=-1),
     "blur of a blur": lambda a: box(box(a)),

@@ -224,6 +224,7 @@ struct WithNode {
   static constexpr uint32_t kMaxRel = 16;
   Handle shared;
   uint32_t nrel;
+  uint32_t lead;  // bit k: own cell k (0: c, k: c + rel[k - 1]) is not one after another
   uint64_t rel[kMaxRel];
   uint64_t max_rel() const { return nrel ? rel[nrel - 1] : 0; }
 };
@@ -535,8 +536,14 @@ class Arena {
     for (size_t e = 0; e < withs_.size(); ++e)
       if (same(withs_[e])) return pack_with(uint32_t(last_with_ = int(e)));
     if (withs_.size() >= kMaxWiths) return 0;
-    WithNode w{s, nrel, {}};
+    WithNode w{s, nrel, 0, {}};
     std::copy(rel, rel + nrel, w.rel);
+    // The cells of {c + 1} ∪ ... that {c} ∪ ... lacks: own cell k unless it is one after
+    // another own cell (a reduction over consecutive cells appends only these).
+    for (uint32_t k = 0; k <= nrel; ++k) {
+      const uint64_t off = k == 0 ? 0 : rel[k - 1];
+      if (!std::binary_search(rel, rel + nrel, off + 1)) w.lead |= 1u << k;
+    }
     withs_.push_back(w);
     last_with_ = int(withs_.size() - 1);
     return pack_with(uint32_t(last_with_));
@@ -602,6 +609,35 @@ class Arena {
     const Handle bits = with_bits(sh, cells + 1, n - 1);
     return bits ? (bits | base) : 0;
   }
+  // acc <- acc ∪ x for a reduction step where x (kCellSet) is the handle after the previous
+  // element's (the same entry, the next cell) and acc, this call's accumulator list, already
+  // holds the previous element's set: only the cells x adds are appended (a sum over a blurred
+  // image: 3 of the 9 cells per element). False (nothing done) otherwise.
+  bool acc_join_next(Handle acc, Handle x) {
+    if (acc == 0 || hnd::kind(acc) != hnd::kList || !owned(acc)) return false;
+    const WithNode& w = with_node(x);
+    const uint64_t c = hnd::payload(x);
+    if (c + w.max_rel() >= next_cell_) throw ForgedHandle(x);
+    const size_t idx = hnd::payload(acc);
+    for (uint32_t k = 0, m = w.lead; m != 0; ++k, m >>= 1)
+      if (m & 1u) push_entry(idx, k == 0 ? c : c + w.rel[k - 1], 0);
+    return true;
+  }
+
+  // Every cell of the small set s lies in b (see covers(); false when not decidable cheaply).
+  bool covers_set(Handle b, Handle s) { return covers(b, s); }
+
+  // The cells of list h form one interval [lo, hi] (sorted, no references): then a cell is
+  // in it by two compares.
+  bool dense_list(Handle h, uint64_t& lo, uint64_t& hi) const {
+    if (h == 0 || hnd::kind(h) != hnd::kList) return false;
+    const ListNode& n = list_at(h);
+    if (n.refs || n.dirty || n.len == 0) return false;
+    lo = n.data[0];
+    hi = n.data[n.len - 1];
+    return hi - lo == uint64_t(n.len) - 1;
+  }
+
   // The largest offset of a cell-like handle's own cells from its first (checked).
   uint64_t cell_like_max(Handle h) const {
     switch (hnd::kind(h)) {
