@@ -1457,9 +1457,10 @@ struct StencilMemo {
   struct Slot {
     Handle kx = 0, ky = 0;
     int64_t delta = 0;
-    Handle bits = 0;
+    Handle bits = 0;  // 0 with `failed`: no entry for this union (a lazy union instead)
     uint64_t max = 0;
     bool hit = false;
+    bool failed = false;
     void set(Handle b, uint64_t m) {
       bits = b;
       max = m;
@@ -1471,12 +1472,13 @@ struct StencilMemo {
     const uint64_t k = (kx * 0x9E3779B97F4A7C15ull) ^ (ky * 0xC2B2AE3D27D4EB4Full) ^
                        (uint64_t(delta) * 0x165667B19E3779F9ull);
     Slot& s = slots[size_t(k >> 58) & (kSlots - 1)];
-    s.hit = s.bits != 0 && s.kx == kx && s.ky == ky && s.delta == delta;
+    s.hit = (s.bits != 0 || s.failed) && s.kx == kx && s.ky == ky && s.delta == delta;
     if (!s.hit) {
       s.kx = kx;
       s.ky = ky;
       s.delta = delta;
       s.bits = 0;
+      s.failed = false;
     }
     return s;
   }
@@ -1573,13 +1575,10 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
             store(out, v, dist_bits | lo);
           continue;
         }
-        Handle h2 = ar.join_cells(cx, cy);
+        const Handle h2 = ar.join_cells(cx, cy);
         if (hnd::kind(h2) == hnd::kCell2) {
           dist = d;
           dist_bits = h2 & ~hnd::kPayloadMask;
-        } else if (hnd::kind(h2) == hnd::kJoin) {  // no distance left: offsets from the first
-          const Handle h3 = ar.cell_like_union(x.h, y.h);
-          if (h3 != 0) h2 = h3;
         }
         store(out, v, h2);
         continue;
@@ -1600,7 +1599,8 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
           store(out, v, hh);
         continue;
       }
-      if (((x.h & kTagMask) == with_tag || (x.h & kTagMask) == cell2_tag_any(x.h) ||
+      if (!ar.withs_full() &&
+          ((x.h & kTagMask) == with_tag || (x.h & kTagMask) == cell2_tag_any(x.h) ||
            (x.h & kTagMask) == cell_bits) &&
           ((y.h & kTagMask) == with_tag || (y.h & kTagMask) == cell2_tag_any(y.h) ||
            (y.h & kTagMask) == cell_bits)) {
@@ -1610,11 +1610,16 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
         const uint64_t cx = hnd::payload(x.h), cy = hnd::payload(y.h);
         const int64_t delta = int64_t(cy - cx);
         StencilMemo::Slot& sl = stencil.slot(x.h & ~hnd::kPayloadMask, y.h & ~hnd::kPayloadMask, delta);
+        if (sl.hit && sl.failed) {  // too many cells for an entry: as before, checked there
+          if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
+          continue;
+        }
         if (!sl.hit) {
           if (!ar.check(x.h)) return set_handle_error(x.h), -1;
           if (!ar.check(y.h)) return set_handle_error(y.h), -1;
           const Handle u = ar.cell_like_union(x.h, y.h);
           if (u == 0) {
+            sl.failed = true;
             if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
             continue;
           }
@@ -2947,7 +2952,14 @@ py::tuple annotate(py::array_t<double, py::array::c_style | py::array::forcecast
     // Cell base + i has the handle of cell base plus i (the id is the payload, in the low
     // bits; ids stay below 2^34): one add per cell, no re-encoding.
     const Handle h0 = size ? ar.cell(base) : 0;
-    for (uint64_t i = 0; i < size; ++i) store(dst + i * 16, src[i], h0 + i);
+    // A big input is written around the cache (streaming stores: no read for ownership of
+    // lines that are overwritten whole), as the element-wise kernels write their outputs.
+    if (streamable(dst, npy_intp(size), 16)) {
+      for (uint64_t i = 0; i < size; ++i) store_nt(dst + i * 16, src[i], h0 + i);
+      stream_fence();
+    } else {
+      for (uint64_t i = 0; i < size; ++i) store(dst + i * 16, src[i], h0 + i);
+    }
   }
   return py::make_tuple(out, base);
 }

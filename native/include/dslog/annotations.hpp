@@ -533,9 +533,16 @@ class Arena {
     };
     if (last_with_ >= 0 && same(withs_[size_t(last_with_)]))
       return pack_with(uint32_t(last_with_));
-    for (size_t e = 0; e < withs_.size(); ++e)
-      if (same(withs_[e])) return pack_with(uint32_t(last_with_ = int(e)));
+    // An open-addressing index over the entries (4 slots per entry: never full).
+    uint64_t key = s * 0x9E3779B97F4A7C15ull + nrel;
+    for (uint32_t k = 0; k < nrel; ++k) key = (key ^ rel[k]) * 0x100000001b3ull;
+    if (with_slots_.empty()) with_slots_.assign(4 * kMaxWiths, -1);
+    size_t slot = size_t(key >> 40) & (with_slots_.size() - 1);
+    for (; with_slots_[slot] >= 0; slot = (slot + 1) & (with_slots_.size() - 1))
+      if (same(withs_[size_t(with_slots_[slot])]))
+        return pack_with(uint32_t(last_with_ = with_slots_[slot]));
     if (withs_.size() >= kMaxWiths) return 0;
+    with_slots_[slot] = int(withs_.size());
     WithNode w{s, nrel, 0, {}};
     std::copy(rel, rel + nrel, w.rel);
     // The cells of {c + 1} ∪ ... that {c} ∪ ... lacks: own cell k unless it is one after
@@ -548,6 +555,8 @@ class Arena {
     last_with_ = int(withs_.size() - 1);
     return pack_with(uint32_t(last_with_));
   }
+  // No entry can be added any more (every new shape of cells goes through lazy unions).
+  bool withs_full() const { return withs_.size() >= kMaxWiths; }
   // The shared set S of a kCellSet handle (checked; 0: none).
   Handle with_set(Handle h) const { return with_at(h); }
   // The entry of a kCellSet handle (checked).
@@ -1516,6 +1525,7 @@ class Arena {
   std::vector<int> delta_slots_;
   int last_delta_ = -1;
   std::vector<WithNode> withs_;  // the entries of kCellSet handles (immutable, checked)
+  std::vector<int> with_slots_;   // index of withs_ by content (with_bits)
   int last_with_ = -1;
   size_t call_prog_start_ = 0;
   std::vector<uint64_t*> pool_chunks_;
