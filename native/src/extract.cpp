@@ -361,7 +361,7 @@ class Extractor {
         // {c} ∪ S with S a shared set of the arena's table (an element-wise operation with a
         // broadcast scalar: min-max scaling): S's sinks once per entry, c fed as a run; a run
         // of consecutive cells with the same S extends with one compare per cell.
-        const uint64_t c = hnd::payload(h);
+        const uint64_t c = hnd::with_cell(h);
         if (!ar_.check(h)) throw BadHandle(h);
         const WithEntry& w = with_entry(h);
         for (uint32_t sk : w.sinks) sinks_[sk].outs.add(i);
@@ -639,7 +639,7 @@ class Extractor {
         }
         case hnd::kCellSet: {  // its cells, and its shared set (an atom unless cells or union)
           const WithNode& w = ar_.with_node(t);
-          const uint64_t c = hnd::payload(t);
+          const uint64_t c = hnd::with_cell(t);
           small.push_back(c);
           for (uint32_t k = 0; k < w.nrel; ++k) small.push_back(c + w.rel[k]);
           stack.push_back(w.shared);
@@ -774,7 +774,7 @@ class Extractor {
         case hnd::kCellSet: {
           if (++opened > 8 || top + 1 > 16) return false;
           const WithNode& w = ar_.with_node(t);
-          const uint64_t c = hnd::payload(t);
+          const uint64_t c = hnd::with_cell(t);
           spine_cells_.push_back(c);
           for (uint32_t k = 0; k < w.nrel; ++k) spine_cells_.push_back(c + w.rel[k]);
           st[top++] = w.shared;
@@ -822,7 +822,7 @@ class Extractor {
   // The analysis of the shared set S of kCellSet handle h (checked), once per entry: S is an
   // atom, or a list with references decomposed as walk() does.
   const WithEntry& with_entry(Handle h) {
-    const Handle key = h & ~hnd::kPayloadMask;
+    const Handle key = hnd::with_entry_bits(h);
     if (uint32_t* v = with_ids_.find(key)) return withs_[*v];
     WithEntry e;
     const WithNode& node = ar_.with_node(h);

@@ -1406,20 +1406,20 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
       if (!ar.check(hx)) return set_handle_error(hx), -1;
       bool held;
       if (dense) {  // an interval: the own cells by their ends, the shared set once per entry
-        if ((hx & ~hnd::kPayloadMask) != dense_bits) {
+        if (hnd::with_entry_bits(hx) != dense_bits) {
           const dslog::WithNode& w = ar.with_node(hx);
-          dense_bits = hx & ~hnd::kPayloadMask;
+          dense_bits = hnd::with_entry_bits(hx);
           dense_max = w.max_rel();
           dense_shared_ok = w.shared == 0 || w.shared == g || ar.covers_set(g, w.shared);
         }
-        const uint64_t c = hnd::payload(hx);
+        const uint64_t c = hnd::with_cell(hx);
         held = dense_shared_ok && c >= dense_lo && c + dense_max <= dense_hi;
       } else {
         held = ar.with_covered(g, hx);
       }
       h = held ? g : ar.join(hx, g);
-    } else if ((hx & kTagMask) == with_tag && (hx & ~hnd::kPayloadMask) == in_bits) {
-      const uint64_t c = hnd::payload(hx);
+    } else if ((hx & kTagMask) == with_tag && hnd::with_entry_bits(hx) == in_bits) {
+      const uint64_t c = hnd::with_cell(hx);
       if (c + out_max >= ncells) return set_forged_error(), -1;
       h = out_bits | c;
     } else {
@@ -1430,10 +1430,10 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
         const Handle sh = w.shared == 0 ? g : ar.join(w.shared, g);
         const Handle bits = ar.with_bits(sh, w.rel, w.nrel);
         if (bits != 0) {
-          in_bits = hx & ~hnd::kPayloadMask;
+          in_bits = hnd::with_entry_bits(hx);
           out_bits = bits;
           out_max = w.max_rel();
-          h = bits | hnd::payload(hx);
+          h = bits | hnd::with_cell(hx);
         }
       }
       if (h == 0) h = ar.join(hx, g);
@@ -1448,6 +1448,14 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
 inline uint64_t cell2_tag_any(Handle h) {
   constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
   return hnd::kind(h) == hnd::kCell2 ? (h & kTagMask) : ~uint64_t(0);
+}
+
+// The first cell of a cell-like handle and the handle without it (`entry | cell` rebuilds it).
+inline uint64_t cell_of(Handle h) {
+  return hnd::kind(h) == hnd::kCellSet ? hnd::with_cell(h) : hnd::payload(h);
+}
+inline Handle entry_of(Handle h) {
+  return hnd::kind(h) == hnd::kCellSet ? hnd::with_entry_bits(h) : (h & ~hnd::kPayloadMask);
 }
 
 // The stencil unions of arith_fast_op: (bits of x, bits of y, distance) -> the union's bits
@@ -1560,6 +1568,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
       }
     }
 #endif
+    Handle prev_x = 0, prev_y = 0;  // the last two-cell element's operands
     for (npy_intp i = start; i < n; ++i) {
       char* out = o + i * so;
       const TF x = load(a + i * sa), y = load(b + i * sb);
@@ -1573,13 +1582,25 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
             store_nt(out, v, dist_bits | lo);
           else
             store(out, v, dist_bits | lo);
+          prev_x = x.h;
+          prev_y = y.h;
           continue;
         }
-        const Handle h2 = ar.join_cells(cx, cy);
-        if (hnd::kind(h2) == hnd::kCell2) {
+        Handle h2 = cx == cy ? x.h : ar.cell2_of(cx, cy);
+        if (h2 != 0 && hnd::kind(h2) == hnd::kCell2) {
           dist = d;
           dist_bits = h2 & ~hnd::kPayloadMask;
+        } else if (h2 == 0 && (y.h == prev_y || x.h == prev_x)) {
+          // No distance left, and one operand repeats from the last element (a row's maximum
+          // broadcast over the row, which NumPy may hand over through a buffer rather than
+          // with stride 0): the other's cell with the repeated cell as a shared set.
+          const bool rep_y = y.h == prev_y;
+          const Handle bits = ar.with_bits(rep_y ? y.h : x.h);
+          if (bits != 0) h2 = bits | (rep_y ? cx : cy);
         }
+        if (h2 == 0) h2 = ar.join_cells(cx, cy);
+        prev_x = x.h;
+        prev_y = y.h;
         store(out, v, h2);
         continue;
       }
@@ -1587,12 +1608,12 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
         // a stencil's cells and a constant (a blur's / 9.0): the handle passes through,
         // checked by its largest cell once its entry is known
         const Handle hh = x.h | y.h;
-        if ((hh & ~hnd::kPayloadMask) != pass_bits) {
+        if (hnd::with_entry_bits(hh) != pass_bits) {
           if (!ar.check(hh)) return set_handle_error(hh), -1;
-          pass_bits = hh & ~hnd::kPayloadMask;
+          pass_bits = hnd::with_entry_bits(hh);
           pass_max = ar.cell_like_max(hh);
         }
-        if (hnd::payload(hh) + pass_max >= ncells) return set_forged_error(), -1;
+        if (hnd::with_cell(hh) + pass_max >= ncells) return set_forged_error(), -1;
         if (kNT)
           store_nt(out, v, hh);
         else
@@ -1607,9 +1628,9 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
         // A stencil (a sum of shifted slices): cells named by offsets from the first, one
         // table entry per shape of the neighbourhood, decided once per distinct pair of
         // entries and distance (a small memo), checked per element by the largest cell.
-        const uint64_t cx = hnd::payload(x.h), cy = hnd::payload(y.h);
+        const uint64_t cx = cell_of(x.h), cy = cell_of(y.h);
         const int64_t delta = int64_t(cy - cx);
-        StencilMemo::Slot& sl = stencil.slot(x.h & ~hnd::kPayloadMask, y.h & ~hnd::kPayloadMask, delta);
+        StencilMemo::Slot& sl = stencil.slot(entry_of(x.h), entry_of(y.h), delta);
         if (sl.hit && sl.failed) {  // too many cells for an entry: as before, checked there
           if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
           continue;
@@ -1623,7 +1644,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
             if (arith_slow<false>(ar, x, y, v, out) < 0) return -1;
             continue;
           }
-          sl.set(u & ~hnd::kPayloadMask, ar.cell_like_max(u));
+          sl.set(entry_of(u), ar.cell_like_max(u));
         }
         const uint64_t c = cx < cy ? cx : cy;
         if (c + sl.max >= ncells) return set_forged_error(), -1;
@@ -1873,7 +1894,7 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
         } else {
           if (x.h == 0) continue;
           if (x.h == prev + 1 && hnd::kind(x.h) == hnd::kCellSet && ar &&
-              ar->acc_join_next(h, x.h)) {
+              ar->acc_join_next(h, x.h, prev)) {
             prev = x.h;
             continue;
           }

@@ -134,3 +134,35 @@ def test_a_blur_is_offsets_not_unions_and_a_few_rows() -> None:
     assert rel.n == (2 * 2 + 58 * 3) * (2 * 2 + 78 * 3)
     assert native.rows <= 40, native.rows
     assert same_pairs(stored.decompress(), rel)
+
+
+@pytest.mark.parametrize("rows", [600, 4200])
+def test_many_broadcast_sets_use_the_wide_table_then_unions(rows: int) -> None:
+    """A row's maximum broadcast over its row (NumPy hands it over through a buffer, not with
+    stride 0): a cell further from it than the 256 distances the two-cell table holds is its
+    own cell plus the maximum as a shared set, one table entry per row (4096 entries), never a
+    lazy union; past the table's end rows fall back to unions. Both give the pairs of the
+    pair-by-pair extraction."""
+    cols = 520
+
+    def f(a: Any) -> Any:
+        return np.exp(a - a.max(axis=1, keepdims=True))
+
+    x = np.random.default_rng(rows).random((rows, cols))
+    epoch = _annotator.begin(0)
+    try:
+        h = np.ascontiguousarray(f(_annotator.annotate(x)[0])).view(np.uint64)[:, 1::2]
+        kinds = (h >> np.uint64(KIND_SHIFT)) & np.uint64(7)
+        rows_with = int((kinds == K_CELLSET).any(axis=1).sum())
+        joins = _annotator.stats()["joins"]
+    finally:
+        _annotator.end(epoch)
+    if rows <= 4096:  # at most a row's first cell, where the buffer has not repeated yet
+        assert joins <= rows
+        assert rows_with >= 0.9 * rows
+    else:  # every row needs an entry: the table's 4096, then unions
+        assert rows_with == 4096
+        assert joins > rows
+    for rel, _, native in pairs_and_tables(f, [x]).values():
+        assert same_pairs(native.decompress(), rel)
+        assert native.n_pairs == rel.n

@@ -121,6 +121,18 @@ inline uint32_t est(Handle h) {
   const Kind k = kind(h);
   return k == kCell2 ? 2u : k == kCellSet ? kEstMany : field8(h);
 }
+// kCellSet payload: the cell in bits 0..29, the high 4 bits of its entry index above (the low
+// 8 bits are the est field): 4096 entries, for captures of at most 2^30 cells (bigger ones
+// never make kCellSet handles). A cell + 1 never carries into the index: cells stay below
+// the capture's cell count.
+constexpr int kWithCellBits = 30;
+constexpr uint64_t kWithCellMask = (uint64_t{1} << kWithCellBits) - 1;
+inline uint64_t with_cell(Handle h) { return h & kWithCellMask; }
+inline uint32_t with_index(Handle h) {
+  return field8(h) | uint32_t(((h & kPayloadMask) >> kWithCellBits) << 8);
+}
+// A kCellSet handle without its cell (epoch, kind, entry): `| cell` completes it.
+inline Handle with_entry_bits(Handle h) { return h & ~kWithCellMask; }
 inline Handle make(uint32_t ep, Kind k, uint32_t e, uint64_t p) {
   return (uint64_t(ep) << kEpochShift) | (uint64_t(k) << kKindShift) |
          (uint64_t(std::min(e, kEstMany)) << kEstShift) | p;
@@ -304,8 +316,8 @@ class Arena {
         return g < groups_.size() && (p & hnd::kMemberMask) < groups_[size_t(g)].ncols;
       }
       case hnd::kCellSet:
-        return hnd::field8(h) < withs_.size() &&
-               p + withs_[hnd::field8(h)].max_rel() < next_cell_;
+        return hnd::with_index(h) < withs_.size() &&
+               hnd::with_cell(h) + withs_[hnd::with_index(h)].max_rel() < next_cell_;
     }
     return false;
   }
@@ -527,6 +539,7 @@ class Arena {
   // table is full. rel ascending, positive.
   Handle with_bits(Handle s, const uint64_t* rel, uint32_t nrel) {
     if ((s == 0 && nrel == 0) || nrel > WithNode::kMaxRel) return 0;
+    if (next_cell_ > hnd::kWithCellMask + 1) return 0;  // cells must fit 30 bits
     if (s != 0 && (hnd::kind(s) == hnd::kPair || owned(s))) return 0;
     auto same = [&](const WithNode& w) {
       return w.shared == s && w.nrel == nrel && std::equal(rel, rel + nrel, w.rel);
@@ -536,7 +549,7 @@ class Arena {
     // An open-addressing index over the entries (4 slots per entry: never full).
     uint64_t key = s * 0x9E3779B97F4A7C15ull + nrel;
     for (uint32_t k = 0; k < nrel; ++k) key = (key ^ rel[k]) * 0x100000001b3ull;
-    if (with_slots_.empty()) with_slots_.assign(4 * kMaxWiths, -1);
+    if (with_slots_.empty()) with_slots_.assign(2 * kMaxWiths, -1);
     size_t slot = size_t(key >> 40) & (with_slots_.size() - 1);
     for (; with_slots_[slot] >= 0; slot = (slot + 1) & (with_slots_.size() - 1))
       if (same(withs_[size_t(with_slots_[slot])]))
@@ -571,7 +584,7 @@ class Arena {
   };
   // h (checked, cell-like) in parts; false for other kinds.
   bool cell_like(Handle h, CellLike& out) const {
-    out.base = hnd::payload(h);
+    out.base = hnd::kind(h) == hnd::kCellSet ? hnd::with_cell(h) : hnd::payload(h);
     out.off[0] = 0;
     out.shared = 0;
     switch (hnd::kind(h)) {
@@ -622,10 +635,11 @@ class Arena {
   // element's (the same entry, the next cell) and acc, this call's accumulator list, already
   // holds the previous element's set: only the cells x adds are appended (a sum over a blurred
   // image: 3 of the 9 cells per element). False (nothing done) otherwise.
-  bool acc_join_next(Handle acc, Handle x) {
+  bool acc_join_next(Handle acc, Handle x, Handle prev) {
     if (acc == 0 || hnd::kind(acc) != hnd::kList || !owned(acc)) return false;
+    if (x != prev + 1 || hnd::with_entry_bits(x) != hnd::with_entry_bits(prev)) return false;
     const WithNode& w = with_node(x);
-    const uint64_t c = hnd::payload(x);
+    const uint64_t c = hnd::with_cell(x);
     if (c + w.max_rel() >= next_cell_) throw ForgedHandle(x);
     const size_t idx = hnd::payload(acc);
     for (uint32_t k = 0, m = w.lead; m != 0; ++k, m >>= 1)
@@ -661,7 +675,7 @@ class Arena {
   // Every cell of kCellSet handle s (checked) lies in set b, decided as covers() does.
   bool with_covered(Handle b, Handle s) {
     const WithNode& w = with_node(s);
-    const uint64_t c = hnd::payload(s);
+    const uint64_t c = hnd::with_cell(s);
     if (!holds(b, c, 2)) return false;
     for (uint32_t k = 0; k < w.nrel; ++k)
       if (!holds(b, c + w.rel[k], 2)) return false;
@@ -698,6 +712,14 @@ class Arena {
   uint64_t cell2_delta(Handle h) const { return delta_at(h); }
   // Handle of the single cell c (for comparisons in hot loops).
   Handle cell_handle(uint64_t c) const { return cell(c); }
+
+  // The kCell2 handle of the cells {a, b} (a != b), or 0 when their distance has no entry
+  // left in the table (nothing is allocated).
+  Handle cell2_of(uint64_t a, uint64_t b) {
+    if (a > b) std::swap(a, b);
+    const int d = delta_index(b - a);
+    return d >= 0 ? pack_cell2(a, uint32_t(d)) : 0;
+  }
 
   // Element-wise union of two single cells without a table entry when possible (kCell2).
   Handle join_cells(uint64_t a, uint64_t b) {
@@ -824,15 +846,16 @@ class Arena {
   // The shared set S of a kCellSet handle {c} ∪ S.
   Handle with_at(Handle h) const { return withs_[with_index(h)].shared; }
   size_t with_index(Handle h) const {
-    const uint32_t i = hnd::field8(h);
+    const uint32_t i = hnd::with_index(h);
     if (hnd::tag(h) != hnd::make_tag(epoch_, hnd::kCellSet) || i >= withs_.size())
       throw ForgedHandle(h);
     return i;
   }
-  static constexpr size_t kMaxWiths = 256;
+  static constexpr size_t kMaxWiths = 4096;
   Handle pack_with(uint32_t e) const {
     return (uint64_t(epoch_) << hnd::kEpochShift) |
-           (uint64_t(hnd::kCellSet) << hnd::kKindShift) | (uint64_t(e) << hnd::kEstShift);
+           (uint64_t(hnd::kCellSet) << hnd::kKindShift) | (uint64_t(e & 255u) << hnd::kEstShift) |
+           (uint64_t(e >> 8) << hnd::kWithCellBits);
   }
 
   // ---- distances of kCell2 handles (a small open-addressing map) --------------------------
@@ -1063,7 +1086,7 @@ class Arena {
       }
       case hnd::kCellSet: {
         const WithNode& w = with_node(x);
-        const uint64_t c = hnd::payload(x);
+        const uint64_t c = hnd::with_cell(x);
         const Handle sh = w.shared;
         push_entry(idx, c, hint);
         for (uint32_t k = 0; k < w.nrel; ++k) push_entry(idx, c + w.rel[k], hint);
@@ -1187,7 +1210,7 @@ class Arena {
       }
       case hnd::kCellSet: {
         const WithNode& w = with_node(b);
-        const uint64_t c0 = hnd::payload(b);
+        const uint64_t c0 = hnd::with_cell(b);
         if (c == c0 || (c > c0 && std::binary_search(w.rel, w.rel + w.nrel, c - c0))) return true;
         return depth > 0 && w.shared != 0 && holds(w.shared, c, depth - 1);
       }
@@ -1350,7 +1373,7 @@ class Arena {
         }
         case hnd::kCellSet: {  // never deduplicated: the cells differ per handle
           const WithNode& w = with_node(t);
-          const uint64_t c = hnd::payload(t);
+          const uint64_t c = hnd::with_cell(t);
           if (c + w.max_rel() >= next_cell_) throw ForgedHandle(t);
           out.push_back(c);
           for (uint32_t k = 0; k < w.nrel; ++k) out.push_back(c + w.rel[k]);
