@@ -357,6 +357,17 @@ class Extractor {
           continue;
         }
       }
+      if (hnd::kind(h) == hnd::kGroup && !considered_) {
+        // Consecutive members of one group (np.sum(x, axis=0): output column j holds member
+        // j, the column's progression): with a column step of one cell, the members j..j+m
+        // are `count` diagonal runs, closed here as such, instead of one sink per member.
+        const int64_t m = group_members(data, stride, i, ncell, h);
+        if (m > 0) {
+          i += m - 1;
+          have_prev = false;
+          continue;
+        }
+      }
       if (hnd::kind(h) == hnd::kCellSet) {
         // {c} ∪ S with S a shared set of the arena's table (an element-wise operation with a
         // broadcast scalar: min-max scaling): S's sinks once per entry, c fed as a run; a run
@@ -512,6 +523,35 @@ class Extractor {
       st->groups += int64_t(sinks_.size() - n_atoms_);
       st->runs += runs_;
     }
+  }
+
+  // The group fast path of scan(): how many output cells from i hold the members h, h + 1,
+  // ... of one group (at least 2, a column step of 1, every cell inside one input), with
+  // their runs closed; 0 (nothing done) when that does not apply.
+  int64_t group_members(const char* data, std::ptrdiff_t stride, int64_t i, int64_t ncell,
+                        Handle h) {
+    if (!ar_.check(h)) throw BadHandle(h);
+    const GroupNode& g = ar_.group_of(h);
+    const uint64_t j0 = hnd::payload(h) & hnd::kMemberMask;
+    if (g.cstep != 1 || g.count < 2 || g.stride == 0) return 0;
+    // members up to the group's last, and (for the values) the copied block
+    const int64_t room = int64_t(std::min<uint64_t>(g.ncols - 1 - j0, uint64_t(ncell)));
+    const int64_t more = follow(data, stride, i, ncell, h, uint64_t(room));
+    const int64_t m = 1 + more;
+    if (m < 2) return 0;
+    const uint64_t first = g.start0 + j0;  // member j0's first cell (cstep 1)
+    uint64_t last_start;
+    if (__builtin_mul_overflow(g.count - 1, g.stride, &last_start) ||
+        __builtin_add_overflow(last_start, first, &last_start))
+      throw ForgedCell();
+    const uint64_t last = last_start + uint64_t(m - 1);  // the largest cell
+    if (last >= ncells_) throw ForgedCell();
+    const size_t j = k_ == 1 ? 0 : ar_.input_of(first);
+    if (j + 1 < k_ && last >= ends_[j]) return 0;  // crosses into the next input
+    retire(i);
+    for (uint64_t k = 0; k < g.count; ++k)
+      close(Run{i, first + k * g.stride, m, ends_[j], j, 1});
+    return m;
   }
 
   // How many cells after output cell i (at most `room`, and not past the last cell) hold the

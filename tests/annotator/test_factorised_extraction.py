@@ -175,3 +175,22 @@ def test_registry_capture_expands_no_pairs(tmp_path: Path) -> None:
     assert r.obtained == "captured"
     assert isinstance(r.relations, LazyRelations)
     assert "0 expanded" in repr(r.relations)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "step",
+    [
+        pytest.param(lambda a, b: np.sum(a, axis=0), id="first-input"),
+        pytest.param(lambda a, b: np.sum(b, axis=0), id="second-input"),
+        pytest.param(lambda a, b: np.sum(b[:, ::-1], axis=0), id="reversed-columns"),
+        pytest.param(lambda a, b: np.sum(b.T, axis=0), id="transposed"),
+        pytest.param(lambda a, b: np.sum(b[1:, 2:-1], axis=0), id="inner-block"),
+        pytest.param(lambda a, b: (np.sum(a, axis=0), np.sum(b, axis=0)[3:]), id="both-partly"),
+    ],
+)
+def test_column_sums_of_either_input(step: Callable[..., Any], mode: str) -> None:
+    """A reduction along axis 0 leaves every output column a member of one group; runs of
+    members are closed as diagonal runs (one per reduced row), in whichever input they lie."""
+    rng = np.random.default_rng(5)
+    _check(step, [rng.uniform(-2, 2, (9, 11)), rng.uniform(-2, 2, (12, 11))], mode)
