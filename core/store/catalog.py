@@ -47,8 +47,10 @@ moves the paths of the operations a compaction packed, so the index follows comp
 
 import contextlib
 import logging
+import os
 import random
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -61,6 +63,7 @@ from dslog_dagster.core.store import array_dirs, catalog_rows, link_check, sql_t
 from dslog_dagster.core.store.arrays import ArrayFiles
 from dslog_dagster.core.store.catalog_schema import DDL, INTERNAL_TABLES, TABLES
 from dslog_dagster.core.store.failures import discard, errno_of_text, storage_error
+from dslog_dagster.core.store.files import TMP_PREFIX
 from dslog_dagster.core.store.layout import LINK_SUFFIX, StoreLayout
 from dslog_dagster.core.store.operations import OperationFiles
 from dslog_dagster.core.store.records import ArrayRecord, OperationRecord
@@ -227,6 +230,8 @@ class LineageCatalog:
         while True:
             attempts += 1
             existed = self.path.exists()
+            if not existed:
+                self._create()
             try:
                 con = duckdb.connect(str(self.path))
             except duckdb.Error as e:
@@ -263,6 +268,31 @@ class LineageCatalog:
                 waited.enter_context(progress.waiting(f"the lock of the catalog `{self.path}`"))
             time.sleep(min(remaining, delay * random.uniform(0.5, 1.5)))
             delay = min(delay * 2, 0.2)
+
+    def _create(self) -> None:
+        """Create the catalog file whole: built under a temporary name in the staging folder
+        and linked into place, so that no process ever opens a file another one is still
+        creating (DuckDB writes a new file's header after creating it; a reader in between saw
+        "not a valid DuckDB database file" and rebuilt the catalog as damaged). When another
+        process linked its file first, that one stays. Failures are left to the connection
+        that follows, which reports them."""
+        staging = self.layout.staging_dir
+        tmp = staging / f"{TMP_PREFIX}catalog-{uuid.uuid4().hex}.duckdb"
+        try:
+            staging.mkdir(parents=True, exist_ok=True)
+            con = duckdb.connect(str(tmp))
+            try:
+                con.execute("BEGIN TRANSACTION")
+                self._ensure_schema(con)
+                con.execute("COMMIT")
+            finally:
+                con.close()
+            os.link(tmp, self.path)
+        except (OSError, duckdb.Error) as e:
+            logger.debug("catalog %s not created ahead of its first connection: %s", self.path, e)
+        finally:
+            discard(tmp)
+            discard(tmp.with_name(tmp.name + ".wal"))
 
     def _drop_unborn(self, existed: bool, e: duckdb.Error) -> None:
         """Remove the catalog file this connection was creating when the file system refused

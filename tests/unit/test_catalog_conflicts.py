@@ -133,3 +133,28 @@ def test_a_conflict_that_outlasts_the_retries_is_not_taken_for_damage() -> None:
     )
     assert not _is_damage("TransactionContext Error: Catalog write-write conflict on create")
     assert _is_damage("Serialization Error: Failed to deserialize: field id mismatch")
+
+
+def test_the_catalog_file_appears_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No connection is ever opened on a catalog path that does not exist yet: DuckDB creates
+    the file and only then writes its header, and a process opening it in between took it for
+    a damaged catalog (a flaky DamagedStoreWarning in the eight-writer concurrency test). The
+    file is built under a temporary name and linked into place; nothing is left behind."""
+    from dslog_dagster.core import LineageStore
+    from dslog_dagster.core.store import catalog as catalog_module
+
+    opened: list[tuple[str, bool]] = []
+    real_connect = duckdb.connect
+
+    def connect(database: str = ":memory:", *args: Any, **kwargs: Any) -> Any:
+        opened.append((str(database), Path(str(database)).exists()))
+        return real_connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(catalog_module.duckdb, "connect", connect)
+    store = LineageStore(tmp_path / "store")
+    store.register_array("x", (2, 2))
+    assert [a.name for a in store.arrays()] == ["x"]
+    path = str(store.catalog.path)
+    assert any(p == path for p, _ in opened)
+    assert all(existed for p, existed in opened if p == path)
+    assert not list((tmp_path / "store" / ".staging").glob("*catalog*"))
