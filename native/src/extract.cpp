@@ -536,9 +536,22 @@ class Extractor {
     if (g.cstep != 1 || g.count < 2 || g.stride == 0) return 0;
     // members up to the group's last, and (for the values) the copied block
     const int64_t room = int64_t(std::min<uint64_t>(g.ncols - 1 - j0, uint64_t(ncell)));
+    // Only for members read once: a group whose members other output cells hold too (the
+    // column statistics of `(x - x.mean(0)) / x.std(0)`, repeated on every row) is one sink
+    // per member, its output cells a few boxes, not a run per row and member.
+    // So: the whole group from its first member, in one stretch, its first member never read
+    // before (as an atom of the sink path) and not again right after it.
+    const uint64_t gid = (hnd::payload(h) >> hnd::kMemberBits) + 1;
+    if (j0 != 0 || groups_run_.find(gid) != nullptr || atom_ids_.find(h) != nullptr) return 0;
     const int64_t more = follow(data, stride, i, ncell, h, uint64_t(room));
     const int64_t m = 1 + more;
-    if (m < 2) return 0;
+    if (m < 2 || uint64_t(m) != g.ncols) return 0;
+    if (i + m < ncell) {
+      Handle next;
+      std::memcpy(&next, data + (i + m) * stride, sizeof next);
+      if (next == h) return 0;
+    }
+    groups_run_.put(gid, 1);
     const uint64_t first = g.start0 + j0;  // member j0's first cell (cstep 1)
     uint64_t last_start;
     if (__builtin_mul_overflow(g.count - 1, g.stride, &last_start) ||
@@ -1270,6 +1283,7 @@ class Extractor {
   IdMap memo_ids_, spine_ids_;
   std::vector<SpineEntry> spines_;
   IdMap with_ids_;  // kCellSet entry bits -> withs_
+  IdMap groups_run_;  // groups (index + 1) whose members group_members() closed as runs
   std::vector<std::pair<std::vector<uint64_t>, uint32_t>> small_sinks_;  // same_cells_sink
   std::vector<WithEntry> withs_;
   std::vector<uint64_t> spine_cells_, cur2_;

@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dslog_dagster import _annotator
 from dslog_dagster.core.capture import Capture, capture
-from dslog_dagster.core.extraction import LazyRelations
+from dslog_dagster.core.extraction import LazyRelations, extraction_stats
 from dslog_dagster.core.testing.extraction import pairs_and_tables, same_pairs
 from tests.annotator.grid import CASES, GridCase
 from tests.annotator.reference import MODES, Mode
@@ -194,3 +195,24 @@ def test_column_sums_of_either_input(step: Callable[..., Any], mode: str) -> Non
     members are closed as diagonal runs (one per reduced row), in whichever input they lie."""
     rng = np.random.default_rng(5)
     _check(step, [rng.uniform(-2, 2, (9, 11)), rng.uniform(-2, 2, (12, 11))], mode)
+
+
+def test_group_members_read_once_are_runs_and_read_again_are_sinks() -> None:
+    """`sum(axis=0)` reads each member of its group once: one diagonal run per reduced row.
+    Standardizing reads the column statistics' members on every row: one sink per member
+    (a run per row and member would make a record each). Both end as one stored row."""
+    x = np.random.default_rng(9).uniform(-2, 2, (60, 50))
+    cases = {
+        "sum0": (lambda a: np.sum(a, axis=0), {"runs": 60, "atoms": 0}),
+        "standardize": (lambda a: (a - a.mean(axis=0)) / a.std(axis=0), {"runs": 0, "atoms": 50}),
+    }
+    for name, (f, want) in cases.items():
+        epoch = _annotator.begin(0)
+        try:
+            stats = extraction_stats(f(_annotator.annotate(x)[0]), [x.shape])
+        finally:
+            _annotator.end(epoch)
+        assert {k: stats[k] for k in want} == want, name
+        (rel, _, native), *_ = pairs_and_tables(f, [x]).values()
+        assert native.rows == 1, name
+        assert same_pairs(native.decompress(), rel), name
