@@ -44,10 +44,12 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -1475,8 +1477,12 @@ struct StencilMemo {
     }
   };
   static constexpr size_t kSlots = 64;
-  Slot slots[kSlots];
+  // Filled on first use: most calls (anything but a stencil) never look a union up, and a
+  // reduction along an axis calls the loop once per row.
+  std::optional<std::array<Slot, kSlots>> table;
   Slot& slot(Handle kx, Handle ky, int64_t delta) {
+    if (!table) table.emplace();
+    std::array<Slot, kSlots>& slots = *table;
     const uint64_t k = (kx * 0x9E3779B97F4A7C15ull) ^ (ky * 0xC2B2AE3D27D4EB4Full) ^
                        (uint64_t(delta) * 0x165667B19E3779F9ull);
     Slot& s = slots[size_t(k >> 58) & (kSlots - 1)];
