@@ -26,7 +26,11 @@ of the frame decides a cell and discovery falls back to whole runs.
 ``--spark --rows N`` measures the Spark rows instead: a fact frame of ``N`` rows joined with a
 dimension of ``N / 100`` keys, then grouped by key (one output row per key). The ``agg`` step
 runs untracked (``off``), ``on_demand`` and captured, alternating, ``--repeat`` times (Dagster's
-step durations, the stored frame's write included); then one backward query selects 1000
+step durations, the stored frame's write included; ``off`` and ``on_demand`` take turns going
+first). The on-demand goal is judged on the median of the paired ratios (each ``on_demand`` run
+over the ``off`` run beside it): on this shared machine two runs of the same 3 s step differ by
+more than 2 %, and a pair shares the machine's slow phases; the best-of ratio is printed beside
+it. Then one backward query selects 1000
 output rows of the on-demand store and traces them to the fact frame (a selective
 reconstruction: the step re-run on the facts semijoined with the selected keys), against the
 captured step's time (``--repeat 0``: the warm-up run is the only one timed; the trace's
@@ -50,6 +54,7 @@ not a CI gate (a smoke test runs the NumPy part at toy size).
 
 import argparse
 import contextlib
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -150,6 +155,15 @@ def _spark_step(root: Path, rows: int, policy: str, inst: dg.DagsterInstance, fu
     raise AssertionError(msg)
 
 
+def paired_ratios(off: list[float], on: list[float]) -> list[float]:
+    """``on[k] / off[k]`` for the timed runs (the warm-up excluded when there are repeats):
+    each pair ran back to back, so slow phases of a shared machine hit both sides of a pair;
+    the median of the pairs is the goal's figure, the best of each side printed beside it."""
+    if len(off) != len(on) or len(off) < 2:
+        return []
+    return [b / a for a, b in zip(off, on, strict=True) if a > 0]
+
+
 def spark_main(rows: int, repeat: int) -> None:
     """The Spark rows (see the module docstring)."""
     policies = ("off", "on_demand", "capture")
@@ -162,8 +176,10 @@ def spark_main(rows: int, repeat: int) -> None:
             first = _spark_step(roots[p], rows, p, insts[p], full=True)
             if repeat == 0:
                 times[p].append(first)
-        for _ in range(repeat):
-            for p in policies:
+        for k in range(repeat):
+            # off and on_demand in turn first, so neither always runs after the other
+            order = policies if k % 2 == 0 else ("on_demand", "off", "capture")
+            for p in order:
                 times[p].append(_spark_step(roots[p], rows, p, insts[p], full=False))
         dslog = DSLogResource(store_dir=str(roots["on_demand"] / "store"))
         io = DSLogIOManager(dslog=dslog, base_dir=str(roots["on_demand"] / "values"))
@@ -195,6 +211,15 @@ def spark_main(rows: int, repeat: int) -> None:
     print()
     od = best["on_demand"] / best["off"]
     tr = traced / best["capture"]
+    paired = paired_ratios(times["off"], times["on_demand"])
+    print(f"best-of ratio on_demand / off: {od:.3f}x")
+    if paired:
+        med = statistics.median(paired)
+        print(
+            f"paired ratios on_demand / off ({len(paired)} pairs, each pair back to back): "
+            f"median {med:.3f}x, range {min(paired):.3f}–{max(paired):.3f}x"
+        )
+        od = med
     print(f"goal: on-demand step ≤ 1.02× untracked: {od:.3f}x {'PASS' if od <= 1.02 else 'FAIL'}")
     print(f"goal: trace ≤ 0.1× capture: {tr:.3f}x {'PASS' if tr <= 0.1 else 'FAIL'}")
 

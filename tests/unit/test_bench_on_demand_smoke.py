@@ -1,5 +1,6 @@
 """``bench/on_demand.py`` runs end to end at toy size and prints its tables."""
 
+import pytest
 from benchrun import run_bench
 
 
@@ -19,3 +20,22 @@ def test_on_demand_bench_pandas_small_run() -> None:
     out = run_bench("on_demand.py", "--pandas", "--rows", "20000", "--repeat", "1")
     assert "| trace 200 selected output rows → fact (selective re-run, query included) |" in out
     assert "how obtained: selective re-run (key `k`: re-ran on " in out
+
+
+def test_paired_ratios_pair_each_run_with_the_one_beside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Spark rows' on-demand figure: each on_demand run over the off run of its pair."""
+    import importlib.util
+
+    from benchrun import BENCH_DIR
+
+    monkeypatch.syspath_prepend(str(BENCH_DIR))  # its sibling modules
+    spec = importlib.util.spec_from_file_location("bench_on_demand", BENCH_DIR / "on_demand.py")
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.paired_ratios([2.0, 4.0, 5.0], [2.2, 4.0, 4.5]) == [1.1, 1.0, 0.9]
+    assert bench.paired_ratios([2.0], [2.2]) == []  # one run: no pairs to take a median of
+    assert bench.paired_ratios([2.0, 3.0], [2.0]) == []
