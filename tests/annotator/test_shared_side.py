@@ -56,13 +56,36 @@ SHARED: dict[str, Callable[[Any], Any]] = {
     view=st.sampled_from(sorted(VIEWS)),
 )
 def test_shared_side_unions_equal_the_reference(data: Any, step: str, view: str) -> None:
+    equals_the_reference(SHARED[step], view, data)
+
+
+def equals_the_reference(step: Callable[[Any], Any], view: str, data: Any) -> None:
+    """``step`` through ``view`` of a drawn array (up to 7×7, no ties) against the reference
+    annotator, contributing mode."""
     shape = data.draw(st.tuples(st.integers(1, 7), st.integers(1, 7)))
     x = values(data.draw, shape, ties=False)
 
     def f(a: Any) -> Any:
-        return SHARED[step](VIEWS[view](a))
+        return step(VIEWS[view](a))
 
     check(f, [x], "contributing")
+
+
+def equals_the_pair_by_pair_extraction(
+    step: Callable[[Any], Any], view: str, mode: Mode, data: Any
+) -> None:
+    """The native table of ``step`` through ``view`` of a drawn array (8..40 a side, ties
+    drawn), before the store's re-compression of small relations, against the pair-by-pair
+    extraction: the same pairs, counted the same."""
+    shape = data.draw(st.tuples(st.integers(8, 40), st.integers(8, 40)))
+    x = values(data.draw, shape, ties=data.draw(st.booleans()))
+
+    def f(a: Any) -> Any:
+        return step(VIEWS[view](a))
+
+    for rel, _, native in pairs_and_tables(f, [x], mode).values():
+        assert same_pairs(native.decompress(), rel)
+        assert native.n_pairs == rel.n
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -86,16 +109,7 @@ def test_one_element_and_thin_shapes(shape: tuple[int, ...], step: str, mode: Mo
 def test_native_tables_equal_the_pair_by_pair_extraction(
     data: Any, mode: Mode, step: str, view: str
 ) -> None:
-    # the native table, before the store's re-compression of small relations
-    shape = data.draw(st.tuples(st.integers(8, 40), st.integers(8, 40)))
-    x = values(data.draw, shape, ties=data.draw(st.booleans()))
-
-    def f(a: Any) -> Any:
-        return SHARED[step](VIEWS[view](a))
-
-    for rel, _, native in pairs_and_tables(f, [x], mode).values():
-        assert same_pairs(native.decompress(), rel)
-        assert native.n_pairs == rel.n
+    equals_the_pair_by_pair_extraction(SHARED[step], view, mode, data)
 
 
 def test_min_max_is_a_few_rows() -> None:
