@@ -151,7 +151,7 @@ def test_group_member_outside_its_group_raises() -> None:
         capture(f, np.random.default_rng(2).random((6, 8)))
 
 
-@pytest.mark.parametrize("where", ["operation", "extraction"])
+@pytest.mark.parametrize("where", ["operation", "reduction", "extraction"])
 def test_cell_with_shared_set_past_the_inputs_raises(where: str) -> None:
     """A real {cell} ∪ shared-set handle (an array minus a broadcast scalar makes one) with
     its cell moved past the inputs is rejected, by the next operation or by extraction."""
@@ -162,7 +162,9 @@ def test_cell_with_shared_set_past_the_inputs_raises(where: str) -> None:
         kinds = (h >> np.uint64(KIND_SHIFT)) & np.uint64(7)
         real = int(h[kinds == K_CELLSET][0])
         past = forge([(real & ~PAYLOAD_MASK) | (2 * N)] * N)
-        return past * 2.0 if where == "operation" else past
+        if where == "operation":
+            return past * 2.0
+        return np.sum(past) if where == "reduction" else past
 
     with pytest.raises(ForgedLineageError):
         capture(f, np.random.default_rng(3).random(N))

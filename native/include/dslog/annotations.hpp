@@ -1087,6 +1087,7 @@ class Arena {
       case hnd::kCellSet: {
         const WithNode& w = with_node(x);
         const uint64_t c = hnd::with_cell(x);
+        if (c + w.max_rel() >= next_cell_) throw ForgedHandle(x);
         const Handle sh = w.shared;
         push_entry(idx, c, hint);
         for (uint32_t k = 0; k < w.nrel; ++k) push_entry(idx, c + w.rel[k], hint);
