@@ -690,14 +690,10 @@ class Extractor {
           stack.push_back(s[0]);
           break;
         }
-        case hnd::kCellSet: {  // its cells, and its shared set (an atom unless cells or union)
-          const WithNode& w = ar_.with_node(t);
-          const uint64_t c = hnd::with_cell(t);
-          small.push_back(c);
-          for (uint32_t k = 0; k < w.nrel; ++k) small.push_back(c + w.rel[k]);
-          stack.push_back(w.shared);
+        case hnd::kCellSet:  // its cells, and its shared set (an atom unless cells or union)
+          ar_.each_own_cell(t, [&](uint64_t c) { small.push_back(c); });
+          stack.push_back(ar_.with_node(t).shared);
           break;
-        }
         default:  // a pair inside a union: only forged bytes put one there
           throw ForgedHandle(t);
       }
@@ -824,15 +820,11 @@ class Extractor {
           st[top++] = sd[0];
           break;
         }
-        case hnd::kCellSet: {
+        case hnd::kCellSet:
           if (++opened > 8 || top + 1 > 16) return false;
-          const WithNode& w = ar_.with_node(t);
-          const uint64_t c = hnd::with_cell(t);
-          spine_cells_.push_back(c);
-          for (uint32_t k = 0; k < w.nrel; ++k) spine_cells_.push_back(c + w.rel[k]);
-          st[top++] = w.shared;
+          ar_.each_own_cell(t, [&](uint64_t c) { spine_cells_.push_back(c); });
+          st[top++] = ar_.with_node(t).shared;
           break;
-        }
         case hnd::kList:
         case hnd::kProg:
         case hnd::kGroup:
@@ -870,7 +862,6 @@ class Extractor {
     std::vector<uint32_t> sinks;
     std::vector<uint64_t> small;  // cells of the shared set outside its sinks
     std::vector<uint64_t> offs;   // the own cells' offsets from the first (0 first)
-    uint64_t max_off = 0;
   };
   // The analysis of the shared set S of kCellSet handle h (checked), once per entry: S is an
   // atom, or a list with references decomposed as walk() does.
@@ -881,26 +872,16 @@ class Extractor {
     const WithNode& node = ar_.with_node(h);
     e.offs.push_back(0);
     e.offs.insert(e.offs.end(), node.rel, node.rel + node.nrel);
-    e.max_off = node.max_rel();
-    const Handle sh = node.shared;
     std::vector<uint32_t> atoms;
-    if (sh == 0) {
-    } else if (hnd::kind(sh) == hnd::kList && ar_.list_has_refs(sh)) {
-      std::vector<Handle> stack;
-      walk(sh, e.small, atoms, stack);
-    } else {
-      atoms.push_back(atom(sh));
-    }
+    std::vector<Handle> stack;
+    if (node.shared != 0) shared_parts(node.shared, e.small, atoms, stack);
     normalise_sets(e.small, atoms);
     sinks_for(atoms, e.sinks);
     // Entries holding the same few cells share one sink ({m} ∪ d and ({m} ∪ {m}) ∪ d in
     // min-max scaling: the minimum's own cell reaches the same cells by another handle), so
     // their output cells form one group and one box.
     if (e.sinks.size() == 1) e.sinks[0] = same_cells_sink(e.sinks[0]);
-    size_t w = 0;
-    for (uint64_t c : e.small)
-      if (!covered(e.sinks, c)) e.small[w++] = c;
-    e.small.resize(w);
+    drop_covered(e.small, e.sinks);
     withs_.push_back(std::move(e));
     with_ids_.put(key, uint32_t(withs_.size() - 1));
     return withs_.back();
@@ -939,19 +920,10 @@ class Extractor {
     e.key = spine_others_;
     std::vector<uint32_t> atoms;
     std::vector<Handle> stack;
-    for (Handle x : spine_others_) {
-      if (hnd::kind(x) == hnd::kList && ar_.list_has_refs(x)) {
-        walk(x, e.small, atoms, stack);
-        continue;
-      }
-      atoms.push_back(atom(x));  // shared: an atom whatever its size
-    }
+    for (Handle x : spine_others_) shared_parts(x, e.small, atoms, stack);
     normalise_sets(e.small, atoms);
     sinks_for(atoms, e.sinks);
-    size_t w = 0;
-    for (uint64_t c : e.small)
-      if (!covered(e.sinks, c)) e.small[w++] = c;
-    e.small.resize(w);
+    drop_covered(e.small, e.sinks);
     e.next = first ? *first : UINT32_MAX;
     spines_.push_back(std::move(e));
     spine_ids_.put(key, uint32_t(spines_.size() - 1));
@@ -975,13 +947,30 @@ class Extractor {
     normalise_sets(mm.small, mm.atoms);
     std::vector<uint32_t> sinks;
     sinks_for(mm.atoms, sinks);
-    size_t w = 0;
-    for (uint64_t c : mm.small)
-      if (!covered(sinks, c)) mm.small[w++] = c;
-    mm.small.resize(w);
+    drop_covered(mm.small, sinks);
     memos_.push_back(std::move(mm));
     memo_ids_.put(t, uint32_t(memos_.size() - 1));
     return memos_.back();
+  }
+
+  // A set reached through a union or a table entry (shared by construction): one atom
+  // whatever its size, or, for a list with references, its cells and atoms as walk() splits
+  // them (appended).
+  void shared_parts(Handle x, std::vector<uint64_t>& small, std::vector<uint32_t>& atoms,
+                    std::vector<Handle>& stack) {
+    if (hnd::kind(x) == hnd::kList && ar_.list_has_refs(x)) {
+      walk(x, small, atoms, stack);
+      return;
+    }
+    atoms.push_back(atom(x));
+  }
+
+  // Drop the cells of `small` that the sinks hold (they reach the output through the sinks).
+  void drop_covered(std::vector<uint64_t>& small, const std::vector<uint32_t>& sinks) const {
+    size_t w = 0;
+    for (uint64_t c : small)
+      if (!covered(sinks, c)) small[w++] = c;
+    small.resize(w);
   }
 
   void normalise_sets(std::vector<uint64_t>& small, std::vector<uint32_t>& atoms) {

@@ -527,7 +527,6 @@ class Arena {
   // The kCellSet handle {c} ∪ s for a valid, immutable, non-pair, non-empty set s (never an
   // accumulator of the running call), or 0 when the table of shared sets is full (the caller
   // then builds the union as before). c must be an input cell.
-  Handle cell_with(uint64_t c, Handle s) { return with_bits(s) | c; }
   // The handle bits (epoch, kind, entry) of {c} ∪ s without the cell: `| c` completes them;
   // 0 when the table is full.
   Handle with_bits(Handle s) {
@@ -570,10 +569,18 @@ class Arena {
   }
   // No entry can be added any more (every new shape of cells goes through lazy unions).
   bool withs_full() const { return withs_.size() >= kMaxWiths; }
-  // The shared set S of a kCellSet handle (checked; 0: none).
-  Handle with_set(Handle h) const { return with_at(h); }
   // The entry of a kCellSet handle (checked).
   const WithNode& with_node(Handle h) const { return withs_[with_index(h)]; }
+  // f(cell) for each own cell of kCellSet handle h, first cell first (checked: every one is
+  // an input cell, else ForgedHandle). Its shared set is with_node(h).shared.
+  template <class F>
+  void each_own_cell(Handle h, F&& f) const {
+    const WithNode& w = with_node(h);
+    const uint64_t c = hnd::with_cell(h);
+    if (c + w.max_rel() >= next_cell_) throw ForgedHandle(h);
+    f(c);
+    for (uint32_t k = 0; k < w.nrel; ++k) f(c + w.rel[k]);
+  }
 
   // A cell-like handle (kCell, kCell2, kCellSet): its first cell and its entry's parts.
   struct CellLike {
@@ -625,8 +632,8 @@ class Arena {
     if (b.shared != 0 && b.shared != sh) sh = sh == 0 ? b.shared : join_plain(sh, b.shared);
     if (sh == 0 && n == 1) return cell(base);
     if (sh == 0 && n == 2) {
-      const Handle h2 = join_cells(base, base + cells[1]);
-      if (hnd::kind(h2) == hnd::kCell2) return h2;
+      const Handle h2 = cell2_of(base, base + cells[1]);
+      if (h2 != 0) return h2;
     }
     const Handle bits = with_bits(sh, cells + 1, n - 1);
     return bits ? (bits | base) : 0;
@@ -843,8 +850,7 @@ class Arena {
     return deltas_[i];
   }
 
-  // The shared set S of a kCellSet handle {c} ∪ S.
-  Handle with_at(Handle h) const { return withs_[with_index(h)].shared; }
+  // The table index of kCellSet handle h (checked).
   size_t with_index(Handle h) const {
     const uint32_t i = hnd::with_index(h);
     if (hnd::tag(h) != hnd::make_tag(epoch_, hnd::kCellSet) || i >= withs_.size())
@@ -1084,16 +1090,10 @@ class Arena {
         node.len = uint32_t(node.len + len) & kMaxLen;
         return;
       }
-      case hnd::kCellSet: {
-        const WithNode& w = with_node(x);
-        const uint64_t c = hnd::with_cell(x);
-        if (c + w.max_rel() >= next_cell_) throw ForgedHandle(x);
-        const Handle sh = w.shared;
-        push_entry(idx, c, hint);
-        for (uint32_t k = 0; k < w.nrel; ++k) push_entry(idx, c + w.rel[k], hint);
-        append(idx, sh, hint, depth);
+      case hnd::kCellSet:
+        each_own_cell(x, [&](uint64_t c) { push_entry(idx, c, hint); });
+        append(idx, with_node(x).shared, hint, depth);
         return;
-      }
       case hnd::kJoin: {
         if (hnd::est(x) <= kInlineMax) {  // small: its cells (bounded by est)
           std::vector<uint64_t>& tmp = scratch_b_;
@@ -1326,7 +1326,7 @@ class Arena {
         join_at(h);  // validates it before the walk
         break;
       case hnd::kCellSet:
-        with_at(h);  // validates it before the walk
+        with_index(h);  // validates it before the walk
         break;
       default:  // a pair: only forged bytes put one here
         throw ForgedHandle(h);
@@ -1372,15 +1372,10 @@ class Arena {
           stack_.push_back(j[1]);
           break;
         }
-        case hnd::kCellSet: {  // never deduplicated: the cells differ per handle
-          const WithNode& w = with_node(t);
-          const uint64_t c = hnd::with_cell(t);
-          if (c + w.max_rel() >= next_cell_) throw ForgedHandle(t);
-          out.push_back(c);
-          for (uint32_t k = 0; k < w.nrel; ++k) out.push_back(c + w.rel[k]);
-          stack_.push_back(w.shared);
+        case hnd::kCellSet:  // never deduplicated: the cells differ per handle
+          each_own_cell(t, [&](uint64_t c) { out.push_back(c); });
+          stack_.push_back(with_node(t).shared);
           break;
-        }
         default:  // a pair inside a union: only forged bytes put one there
           throw ForgedHandle(t);
       }
