@@ -1445,11 +1445,12 @@ __attribute__((noinline)) int broadcast_op(Arena& ar, const char* a, const char*
   return 0;
 }
 
-// The bits (epoch and kind) of a kCell2 handle h, so that (h & kTagMask) == cell2_tag_any(h)
-// tests its kind alone (the est field of a kCell2 handle is its distance index).
-inline uint64_t cell2_tag_any(Handle h) {
-  constexpr uint64_t kTagMask = ~((uint64_t(1) << hnd::kKindShift) - 1);
-  return hnd::kind(h) == hnd::kCell2 ? (h & kTagMask) : ~uint64_t(0);
+// A cell, two cells or kind 7: a handle the stencil path unites by offsets. Its epoch and
+// table index are checked where its entry is first met (a miss of the stencil memo, whose key
+// holds them), its cells per element.
+inline bool cell_like_kind(Handle h) {
+  const auto k = hnd::kind(h);
+  return h != 0 && (k == hnd::kCell || k == hnd::kCell2 || k == hnd::kCellSet);
 }
 
 // The first cell of a cell-like handle and the handle without it (`entry | cell` rebuilds it).
@@ -1626,11 +1627,7 @@ __attribute__((noinline)) int arith_fast_op(Arena& ar, const char* a, const char
           store(out, v, hh);
         continue;
       }
-      if (!ar.withs_full() &&
-          ((x.h & kTagMask) == with_tag || (x.h & kTagMask) == cell2_tag_any(x.h) ||
-           (x.h & kTagMask) == cell_bits) &&
-          ((y.h & kTagMask) == with_tag || (y.h & kTagMask) == cell2_tag_any(y.h) ||
-           (y.h & kTagMask) == cell_bits)) {
+      if (!ar.withs_full() && cell_like_kind(x.h) && cell_like_kind(y.h)) {
         // A stencil (a sum of shifted slices): cells named by offsets from the first, one
         // table entry per shape of the neighbourhood, decided once per distinct pair of
         // entries and distance (a small memo), checked per element by the largest cell.
@@ -1854,18 +1851,19 @@ int binary_impl(const BinInfo& info, char* const* data, const npy_intp* dims,
         if (lane != nullptr) {  // values kept, handles checked: the scan reads 8 bytes a cell
           win = pick_winner(info.op, lane, lane_step, n, cur, tied);
           if (win >= 0) cur = lane[win * lane_step];
-        }
-        for (npy_intp i = lane != nullptr ? n : 0; i < n; ++i) {
-          const TF x = load(b + i * sb);
-          if (x.h && !((x.h & kTagMask) == cell_bits && hnd::payload(x.h) < ncells) &&
-              !ar->check(x.h))
-            return set_handle_error(x.h), -1;
-          if (second_wins(info.op, cur, x.v)) {
-            cur = x.v;
-            win = i;
-            tied = false;
-          } else if (x.v == cur) {
-            tied = true;
+        } else {
+          for (npy_intp i = 0; i < n; ++i) {
+            const TF x = load(b + i * sb);
+            if (x.h && !((x.h & kTagMask) == cell_bits && hnd::payload(x.h) < ncells) &&
+                !ar->check(x.h))
+              return set_handle_error(x.h), -1;
+            if (second_wins(info.op, cur, x.v)) {
+              cur = x.v;
+              win = i;
+              tied = false;
+            } else if (x.v == cur) {
+              tied = true;
+            }
           }
         }
         if (win >= 0) {
