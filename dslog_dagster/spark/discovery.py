@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from dslog_dagster.core.discovery import Discovery, grid
 from dslog_dagster.errors import DiscoveryError, QueryError
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin
-from dslog_dagster.spark.rowid import ROW_ID
+from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
 
 __all__ = ["discover_frames"]
 
@@ -103,15 +103,12 @@ class _Search:
         self.run, self.output = run, output
         self.names = list(inputs)
         self.plain = {n: f.drop(ROW_ID) if ROW_ID in f.columns else f for n, f in inputs.items()}
-        spark = stored.sparkSession
         visible = stored.drop(ROW_ID) if ROW_ID in stored.columns else stored
         self.columns = list(visible.columns)
         self.types = [(f.name, f.dataType.simpleString()) for f in visible.schema.fields]
         # the selected rows, fetched once and kept as a local frame: no candidate re-reads
         # the stored output to find them
-        ids = spark.createDataFrame([(int(r),) for r in rows], f"`{ROW_ID}` bigint")
-        picked = stored.join(F.broadcast(ids), on=ROW_ID, how="left_semi").drop(ROW_ID)
-        self.selected = spark.createDataFrame(picked.collect(), visible.schema)
+        self.selected = rows_by_id(stored, rows).drop(ROW_ID)
         self.stored = visible
         self._want: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         self.part_runs = 0

@@ -37,12 +37,11 @@ from dslog_dagster.errors import ReconstructionError
 from dslog_dagster.spark.capture import capture_frame_outputs
 from dslog_dagster.spark.frame_capture import FrameCapture
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin
-from dslog_dagster.spark.rowid import ROW_ID
+from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
 from dslog_dagster.spark.steps import ArrayFromFrame
 
 __all__ = [
     "ENGINE",
-    "FILTER_IDS",
     "KEEP_ROWS",
     "LOCAL_MATCH_ROWS",
     "match_local",
@@ -99,10 +98,6 @@ def match_rows(recomputed: DataFrame, stored: DataFrame, *, complete: bool) -> n
 KEEP_ROWS = 1_000_000
 """A reduced input of at least this many stored rows is computed once and kept (a local
 checkpoint) for the selective re-run's passes; a smaller one is semijoined where it is read."""
-
-FILTER_IDS = 10_000
-"""Selected rows up to this many are found by an ``isin`` filter on their ids (the ids in the
-plan), more by a broadcast semijoin."""
 
 LOCAL_MATCH_ROWS = 200_000
 """A selective re-run whose output has at most this many rows is matched to the selected rows
@@ -225,16 +220,10 @@ def rerun_frames(
     ((output, picked),) = rows.items()
     stored = rerun.load_output(output)
     spark = stored.sparkSession
-    # the selected rows, read once and kept local: the semijoins and the matching below would
-    # otherwise each re-read the stored output to find them. A few ids are a filter (one
-    # job); many, a broadcast semijoin (a second job ships them)
-    if len(picked) <= FILTER_IDS:
-        chosen = stored.filter(F.col(ROW_ID).isin([int(r) for r in picked]))
-    else:
-        ids = spark.createDataFrame([(int(r),) for r in picked], f"`{ROW_ID}` bigint")
-        chosen = stored.join(F.broadcast(ids), on=ROW_ID, how="left_semi")
-    got = chosen.select(*[F.col(f"`{c}`") for c in stored.columns]).collect()
-    selected = spark.createDataFrame(got, stored.schema)
+    # the selected rows, read once and kept in the JVM: the semijoins and the matching below
+    # would otherwise each re-read the stored output to find them
+    selected = rows_by_id(stored, picked)
+    got = selected.collect()
     reduced = _selected_inputs(rerun, frames, output, selected)
     if reduced is None:
         return {}

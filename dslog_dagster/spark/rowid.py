@@ -12,15 +12,18 @@ aggregation's scattered groups again only over deterministic plans).
 """
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from dslog_dagster.spark.jvm_bridge import java_frame
 
-__all__ = ["ROW_ID", "RowIds", "with_row_id"]
+__all__ = ["FILTER_IDS", "ROW_ID", "RowIds", "rows_by_id", "with_row_id"]
 
 ROW_ID = "__dslog_row_id"
 """Name of the row-id column of stored DataFrame assets (bigint, 0..n-1, no gaps)."""
@@ -94,3 +97,29 @@ def with_row_id(df: DataFrame, name: str = ROW_ID) -> RowIds:
     counts = {int(r[0]): int(r[1]) for r in marked.groupBy(part.alias("p")).count().collect()}
     offsets = partition_offsets(counts)
     return RowIds(dense_ids(marked, offsets, name), offsets[-1], marked, checkpointed=True)
+
+
+FILTER_IDS = 10_000
+"""Up to this many ids, :func:`rows_by_id` finds the rows by an ``IN`` filter on their ids
+(the ids in the plan); more, by a broadcast semijoin with a local frame of the ids."""
+
+
+def rows_by_id(stored: DataFrame, ids: Sequence[int] | np.ndarray) -> DataFrame:
+    """The rows of ``stored`` (a frame with :data:`ROW_ID`) whose id is in ``ids``, computed
+    once and kept (a local checkpoint): what an on-demand re-run or a parameter search reads
+    many times without scanning the stored frame again.
+
+    Why not ``Column.isin`` and ``createDataFrame(list)``: the first crosses py4j once per id
+    (a second per thousand ids), the second makes a Python-RDD frame whose first job starts
+    Spark's Python workers (seconds on a small machine). Here the ids reach the JVM as one SQL
+    expression or one Arrow table (a local relation), and the kept rows are a JVM-side frame.
+    """
+    picked = np.unique(np.asarray(ids, dtype=np.int64))
+    if len(picked) <= FILTER_IDS:
+        listed = ", ".join(str(int(r)) for r in picked) or "NULL"
+        chosen = stored.filter(F.expr(f"`{ROW_ID}` IN ({listed})"))
+    else:
+        spark = stored.sparkSession
+        keys = spark.createDataFrame(pa.table({ROW_ID: pa.array(picked, pa.int64())}))
+        chosen = stored.join(F.broadcast(keys), on=ROW_ID, how="left_semi")
+    return chosen.select(*[F.col(f"`{c}`") for c in stored.columns]).localCheckpoint(eager=True)

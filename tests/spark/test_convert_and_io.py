@@ -17,6 +17,7 @@ from dslog_dagster.errors import LineageStorageError
 from dslog_dagster.io_managers.spark_frames import read_frame, write_frame
 from dslog_dagster.spark import ROW_ID, capture_frames, with_row_id
 from dslog_dagster.spark.convert import from_numpy, to_numpy, to_pandas
+from dslog_dagster.spark import rowid
 from dslog_dagster.spark.resource import SparkSessionResource
 
 
@@ -27,6 +28,27 @@ def test_row_ids_are_dense_over_many_partitions(spark: Any) -> None:
     assert ids.n == 666
     assert got == list(range(666))
     ids.release()
+
+
+@pytest.mark.parametrize("by", ["filter", "semijoin"])
+def test_rows_by_id_keeps_exactly_the_named_rows(
+    spark: Any, by: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways of finding rows by id (an IN filter, a broadcast semijoin with an Arrow
+    frame of the ids) keep every column of exactly the named rows, repeats and unknown ids
+    included, and no ids give no rows."""
+    if by == "semijoin":
+        monkeypatch.setattr(rowid, "FILTER_IDS", 0)
+    df = with_row_id(
+        spark.range(0, 300, numPartitions=3).selectExpr("id * 2 AS a", "CAST(id AS STRING) AS s")
+    )
+    want = [5, 5, 0, 299, 77, 1000]
+    got = rowid.rows_by_id(df.frame, np.asarray(want))
+    assert got.columns == df.frame.columns
+    rows = sorted((r[ROW_ID], r["a"], r["s"]) for r in got.collect())
+    assert rows == [(i, 2 * i, str(i)) for i in sorted({0, 5, 77, 299})]
+    assert rowid.rows_by_id(df.frame, []).count() == 0
+    df.release()
 
 
 def test_write_then_read_frame_keeps_ids(spark: Any, tmp_path: Path) -> None:

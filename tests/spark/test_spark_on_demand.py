@@ -31,6 +31,7 @@ from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.io_managers.spark_frames import load_frame, read_frame
 from dslog_dagster.spark import ROW_ID, as_array, capture_frames
 from dslog_dagster.spark import on_demand as spark_on_demand
+from dslog_dagster.spark import rowid
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns
 from dslog_dagster.spark.resource import SparkSessionResource
 
@@ -233,15 +234,15 @@ def test_selective_equals_full_and_is_not_registered(
     # the reduced inputs kept (checkpointed, as big ones are) or semijoined where read
     keep = data.draw(st.sampled_from([0, spark_on_demand.KEEP_ROWS]), label="KEEP_ROWS")
     # the selected rows found by a filter on their ids, or by a semijoin with them
-    by = data.draw(st.sampled_from([0, spark_on_demand.FILTER_IDS]), label="FILTER_IDS")
-    defaults = spark_on_demand.KEEP_ROWS, spark_on_demand.FILTER_IDS
-    spark_on_demand.KEEP_ROWS, spark_on_demand.FILTER_IDS = keep, by
+    by = data.draw(st.sampled_from([0, rowid.FILTER_IDS]), label="FILTER_IDS")
+    defaults = spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS
+    spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = keep, by
     try:
         tables, r = on_demand.reconstruct_rows(
             log.store, op, io.value_loader(frames=True), 0, picked
         )
     finally:
-        spark_on_demand.KEEP_ROWS, spark_on_demand.FILTER_IDS = defaults
+        spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = defaults
     assert tables is not None
     assert (r.obtained, r.operation, r.rows) == ("selective re-run", None, len(picked))
     assert len(log.store.operations("totals")) == 1  # nothing registered
