@@ -30,7 +30,9 @@ step durations, the stored frame's write included; ``off`` and ``on_demand`` tak
 first). The on-demand goal is judged on the median of the paired ratios (each ``on_demand`` run
 over the ``off`` run beside it): on this shared machine two runs of the same 3 s step differ by
 more than 2 %, and a pair shares the machine's slow phases; the best-of ratio is printed beside
-it. Then one backward query selects 1000
+it. ``--pairs N`` adds N more ``off``/``on_demand`` pairs without the capture runs between
+them: a 2 % goal under noise of ±10 % per run needs a few dozen pairs to be decided. Then one
+backward query selects 1000
 output rows of the on-demand store and traces them to the fact frame (a selective
 reconstruction: the step re-run on the facts semijoined with the selected keys), against the
 captured step's time (``--repeat 0``: the warm-up run is the only one timed; the trace's
@@ -47,7 +49,7 @@ answer against the captured step's, and prints the ratio to the capture (the who
 the reconstruction alone: the trace also reads the store's catalog) and the rows re-read.
 
 Run: ``.venv/bin/python bench/on_demand.py [--size 512] [--repeat 5]``,
-``.venv/bin/python bench/on_demand.py --spark [--rows 10000000] [--repeat 3]`` or
+``.venv/bin/python bench/on_demand.py --spark [--rows 10000000] [--repeat 3] [--pairs 30]`` or
 ``.venv/bin/python bench/on_demand.py --pandas [--rows 1000000] [--repeat 3]``. Informational,
 not a CI gate (a smoke test runs the NumPy part at toy size).
 """
@@ -164,8 +166,9 @@ def paired_ratios(off: list[float], on: list[float]) -> list[float]:
     return [b / a for a, b in zip(off, on, strict=True) if a > 0]
 
 
-def spark_main(rows: int, repeat: int) -> None:
-    """The Spark rows (see the module docstring)."""
+def spark_main(rows: int, repeat: int, pairs: int = 0) -> None:
+    """The Spark rows (see the module docstring); ``pairs`` more ``off``/``on_demand`` pairs
+    after the ``repeat`` rounds, for the paired ratio only (no capture run between them)."""
     policies = ("off", "on_demand", "capture")
     times: dict[str, list[float]] = {p: [] for p in policies}
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
@@ -180,6 +183,9 @@ def spark_main(rows: int, repeat: int) -> None:
             # off and on_demand in turn first, so neither always runs after the other
             order = policies if k % 2 == 0 else ("on_demand", "off", "capture")
             for p in order:
+                times[p].append(_spark_step(roots[p], rows, p, insts[p], full=False))
+        for k in range(pairs):
+            for p in ("off", "on_demand") if k % 2 == 0 else ("on_demand", "off"):
                 times[p].append(_spark_step(roots[p], rows, p, insts[p], full=False))
         dslog = DSLogResource(store_dir=str(roots["on_demand"] / "store"))
         io = DSLogIOManager(dslog=dslog, base_dir=str(roots["on_demand"] / "values"))
@@ -198,7 +204,10 @@ def spark_main(rows: int, repeat: int) -> None:
     assert got.count() > 0
     best = {p: min(v) for p, v in times.items()}
     print(f"Spark fact ({rows:,} rows) ⋈ dim ({max(rows // 100, 1):,} keys) → groupBy key, ")
-    print(f"best of {repeat} (the `agg` step, stored frame included)")
+    print(
+        f"best of {repeat} (the `agg` step, stored frame included; off and on_demand: best of "
+        f"{len(times['off'])})"
+    )
     print()
     print("| policy | agg step (s) | ratio |")
     print("|---|---|---|")
@@ -295,9 +304,15 @@ def main() -> None:
     ap.add_argument("--spark", action="store_true", help="measure the Spark rows instead")
     ap.add_argument("--pandas", action="store_true", help="measure the pandas rows instead")
     ap.add_argument("--rows", type=int, help="fact rows (--spark: 10M, --pandas: 1M)")
+    ap.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="--spark: more off/on_demand pairs for the paired ratio (no capture runs between)",
+    )
     args = ap.parse_args()
     if args.spark:
-        spark_main(args.rows or 10_000_000, args.repeat)
+        spark_main(args.rows or 10_000_000, args.repeat, args.pairs)
         return
     if args.pandas:
         pandas_main(args.rows or 1_000_000, args.repeat)

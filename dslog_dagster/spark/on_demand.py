@@ -36,9 +36,10 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.errors import ReconstructionError
 from dslog_dagster.spark.capture import capture_frame_outputs
 from dslog_dagster.spark.frame_capture import FrameCapture
-from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin
+from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin, semijoin_keys
 from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
 from dslog_dagster.spark.steps import ArrayFromFrame
+from dslog_dagster.spark.stored_subset import key_table, read_subset
 
 __all__ = [
     "ENGINE",
@@ -180,19 +181,47 @@ def _capture(rerun: Rerun, frames: Sequence[DataFrame], rows: Sequence[int]) -> 
 
 
 def _selected_inputs(
-    rerun: Rerun, frames: list[DataFrame], output: int, selected: DataFrame
+    rerun: Rerun,
+    frames: list[DataFrame],
+    output: int,
+    selected: DataFrame,
+    got: Sequence[Any],
+    in_rows: Sequence[int],
 ) -> list[DataFrame] | None:
     """The inputs semijoined with the selected rows (see :mod:`.pushdown`); ``None`` when
-    the selection reaches no input (a full re-run would read the same)."""
+    the selection reaches no input (a full re-run would read the same). ``got``: the
+    selected rows, collected.
+
+    An input of at least :data:`KEEP_ROWS` stored rows is reduced once and kept: read in
+    this process when :mod:`.stored_subset` can (a plain stored scan, simple keys), else
+    semijoined in Spark and checkpointed. A smaller one is semijoined where it is read. The
+    keys reach Spark as one local frame of their distinct values when they are simple (no
+    job deduplicates them), else as the selected rows, deduplicated by Spark."""
     names = [f"in{i}" for i in range(len(frames))]
     tagged = [f.drop(ROW_ID).alias(TAG + n) for f, n in zip(frames, names, strict=True)]
     outs = _outputs(rerun.call(*tagged), rerun.refuse)
     on = pushdown_columns(outs[output], names)
     if not any(on.values()):
         return None
-    return [
-        semijoin(f, selected, on[n]) if on[n] else f for f, n in zip(frames, names, strict=True)
-    ]
+    reduced = []
+    for i, (f, n) in enumerate(zip(frames, names, strict=True)):
+        if not on[n]:
+            reduced.append(f)
+            continue
+        keep = in_rows[i] >= KEEP_ROWS
+        keys = key_table(got, selected.schema, on[n])
+        if keys is None:
+            part = semijoin(f, selected, on[n])
+        else:
+            local = read_subset(f, keys) if keep else None
+            if local is not None:
+                reduced.append(local)
+                continue
+            part = semijoin_keys(f, f.sparkSession.createDataFrame(keys))
+        # a big input computed once (one scan); the capture's passes then read the few kept
+        # rows. A small one is read again by each pass: cheaper than the job that keeps it
+        reduced.append(part.localCheckpoint(eager=True) if keep else part)
+    return reduced
 
 
 def rerun_frames(
@@ -219,21 +248,13 @@ def rerun_frames(
                 c.release()
     ((output, picked),) = rows.items()
     stored = rerun.load_output(output)
-    spark = stored.sparkSession
     # the selected rows, read once and kept in the JVM: the semijoins and the matching below
     # would otherwise each re-read the stored output to find them
     selected = rows_by_id(stored, picked)
     got = selected.collect()
-    reduced = _selected_inputs(rerun, frames, output, selected)
+    reduced = _selected_inputs(rerun, frames, output, selected, got, in_rows)
     if reduced is None:
         return {}
-    # each big reduced input is computed once (one scan of the stored input); the capture's
-    # passes then read the few kept rows, not the whole input again. A small input is read
-    # again by each pass instead: cheaper than the job that would keep it
-    reduced = [
-        f.localCheckpoint(eager=True) if f is not frames[i] and in_rows[i] >= KEEP_ROWS else f
-        for i, f in enumerate(reduced)
-    ]
     caps = _capture(rerun, reduced, in_rows)
     try:
         cap = caps[output]

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from dslog_dagster.spark.jvm_bridge import java_frame
 
-__all__ = ["TAG", "pushdown_columns", "semijoin"]
+__all__ = ["TAG", "pushdown_columns", "semijoin", "semijoin_keys"]
 
 TAG = "__dslog_in_"
 """Alias prefix marking input frames in a plan (``df.alias(TAG + name)``)."""
@@ -134,3 +134,12 @@ def semijoin(frame: DataFrame, selected: DataFrame, on: Mapping[str, str]) -> Da
     sel = selected.select(*[F.col(f"`{c}`").alias(k) for c, k in zip(on, keys, strict=True)])
     cond = [frame[f"`{col}`"].eqNullSafe(sel[k]) for col, k in zip(on.values(), keys, strict=True)]
     return frame.join(F.broadcast(sel.distinct()), on=cond, how="left_semi")
+
+
+def semijoin_keys(frame: DataFrame, keys: DataFrame) -> DataFrame:
+    """``frame`` ⋉ ``keys`` on every column of ``keys`` (named by ``frame``'s columns; distinct
+    tuples without nulls, a small local frame, so it is broadcast as it is)."""
+    names = [f"__dslog_k{j}" for j in range(len(keys.columns))]
+    sel = keys.toDF(*names)
+    cond = [frame[f"`{c}`"] == sel[k] for c, k in zip(keys.columns, names, strict=True)]
+    return frame.join(F.broadcast(sel), on=cond, how="left_semi")

@@ -15,9 +15,8 @@ from dslog_dagster.core.capture import capture
 from dslog_dagster.core.testing.baselines import naive_join
 from dslog_dagster.errors import LineageStorageError
 from dslog_dagster.io_managers.spark_frames import read_frame, write_frame
-from dslog_dagster.spark import ROW_ID, capture_frames, with_row_id
+from dslog_dagster.spark import ROW_ID, capture_frames, rowid, with_row_id
 from dslog_dagster.spark.convert import from_numpy, to_numpy, to_pandas
-from dslog_dagster.spark import rowid
 from dslog_dagster.spark.resource import SparkSessionResource
 
 

@@ -29,9 +29,8 @@ from dslog_dagster.core.query.engine import prepare
 from dslog_dagster.errors import ConfigurationError, DeferredLineageError, ReconstructionError
 from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.io_managers.spark_frames import load_frame, read_frame
-from dslog_dagster.spark import ROW_ID, as_array, capture_frames
+from dslog_dagster.spark import ROW_ID, as_array, capture_frames, rowid
 from dslog_dagster.spark import on_demand as spark_on_demand
-from dslog_dagster.spark import rowid
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns
 from dslog_dagster.spark.resource import SparkSessionResource
 

@@ -1,0 +1,117 @@
+"""Reading the part of a stored frame a selection needs with Arrow
+(:mod:`dslog_dagster.spark.stored_subset`), against Spark's own null-safe semijoin of the same
+stored frame with the same selected rows (:func:`dslog_dagster.spark.pushdown.semijoin`); and
+every case it must leave to Spark answers ``None``."""
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dslog_dagster.io_managers.spark_frames import load_frame, write_frame
+from dslog_dagster.spark import ROW_ID
+from dslog_dagster.spark import stored_subset as sub
+from dslog_dagster.spark.pushdown import semijoin, semijoin_keys
+
+_SCHEMA = "a bigint, b string, c int, d date, x double"
+
+
+def _stored(spark: Any, path: Path, rows: list[tuple[Any, ...]]) -> Any:
+    write_frame(spark.createDataFrame(rows, _SCHEMA).repartition(3), path)
+    frame, _ = load_frame(spark, path)
+    return frame
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+_ROW = st.tuples(
+    st.integers(0, 5),
+    st.sampled_from(["p", "q", "r", "é"]),
+    st.integers(-3, 3),
+    st.sampled_from([datetime.date(2026, 1, d) for d in (1, 2, 3)]),
+    st.floats(allow_nan=False, width=32),
+)
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    data=st.lists(_ROW, min_size=1, max_size=40),
+    picks=st.lists(st.integers(0, 39), max_size=6),
+    on=st.sampled_from([("a",), ("b",), ("a", "b"), ("c", "d"), ("d",)]),
+)
+def test_the_arrow_subset_equals_sparks_semijoin(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, data: Any, picks: Any, on: Any
+) -> None:
+    """Over random stored frames, selections (repeats, none) and key columns of each simple
+    type, alone and in pairs: the rows kept are exactly Spark's null-safe semijoin's, every
+    column and row id included, and the local key frame gives Spark the same rows too."""
+    frame = _stored(spark, tmp_path_factory.mktemp("subset") / "f.parquet", data)
+    chosen = [data[i % len(data)] for i in picks]
+    selected = (
+        spark.createDataFrame(chosen, _SCHEMA) if chosen else spark.createDataFrame([], _SCHEMA)
+    )
+    rows = selected.collect()
+    mapping = {c: c for c in on}
+    want = _rows(semijoin(frame, selected, mapping))
+    keys = sub.key_table(rows, selected.schema, mapping)
+    assert keys is not None
+    assert keys.num_rows == len({tuple(r[c] for c in on) for r in rows})
+    got = sub.read_subset(frame, keys)
+    assert got is not None
+    assert got.columns == frame.columns
+    assert _rows(got) == want
+    assert _rows(semijoin_keys(frame, spark.createDataFrame(keys))) == want
+
+
+def test_what_arrow_cannot_decide_is_left_to_spark(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Null keys, floating-point keys, a frame with anything on its scan, and a selection
+    keeping more than LOCAL_ROWS rows each answer None (the caller semijoins in Spark)."""
+    day = datetime.date(2026, 1, 1)
+    frame = _stored(spark, tmp_path / "f.parquet", [(i % 3, "p", i, day, 0.5) for i in range(9)])
+    nulls = spark.createDataFrame([(None, "p", 1, day, 0.5)], _SCHEMA)
+    assert sub.key_table(nulls.collect(), nulls.schema, {"a": "a"}) is None
+    floats = spark.createDataFrame([(1, "p", 1, day, 0.5)], _SCHEMA)
+    assert sub.key_table(floats.collect(), floats.schema, {"x": "x"}) is None
+    keys = sub.key_table(floats.collect(), floats.schema, {"a": "a"})
+    assert keys is not None
+    assert sub.read_subset(frame.filter("c > 2"), keys) is None
+    assert sub.read_subset(frame.drop(ROW_ID), keys) is None
+    kept = sub.read_subset(frame, keys)
+    assert kept is not None
+    assert kept.count() == 3
+    monkeypatch.setattr(sub, "LOCAL_ROWS", 2)
+    assert sub.read_subset(frame, keys) is None
+
+
+def test_a_key_the_stored_column_cannot_hold_is_left_to_spark(spark: Any, tmp_path: Path) -> None:
+    """A key value outside the stored column's type (a bigint key for an int column) cannot
+    be cast for Arrow's filter: None, not an error and not a wrong subset."""
+    frame = _stored(spark, tmp_path / "f.parquet", [(1, "p", 1, datetime.date(2026, 1, 1), 0.5)])
+    keys = pa.table({"c": pa.array([2**40], pa.int64())})
+    assert sub.read_subset(frame, keys) is None
+
+
+def test_a_table_with_an_empty_batch_reaches_spark_whole(spark: Any) -> None:
+    """PySpark 4.3's createDataFrame(pa.Table) drops the batches after an empty one; a
+    filtered scan gives such tables (an empty file's batch between two matches). local_frame
+    hands every row over, and checks the count."""
+    schema = pa.schema([("a", pa.int64())])
+    parts = [[3], [], [5, 6]]
+    table = pa.Table.from_batches(
+        [pa.record_batch([pa.array(p, pa.int64())], schema=schema) for p in parts], schema=schema
+    )
+    local = sub.local_frame(spark, table)
+    assert local is not None
+    assert sorted(r.a for r in local.collect()) == [3, 5, 6]
