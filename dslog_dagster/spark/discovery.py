@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from dslog_dagster.core.discovery import Discovery, grid
 from dslog_dagster.errors import DiscoveryError, QueryError
-from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin
+from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin, semijoin_keys
 from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
+from dslog_dagster.spark.stored_subset import key_table, local_frame
 
 __all__ = ["discover_frames"]
 
@@ -109,6 +109,8 @@ class _Search:
         # the selected rows, fetched once and kept as a local frame: no candidate re-reads
         # the stored output to find them
         self.selected = rows_by_id(stored, rows).drop(ROW_ID)
+        self._picked = self.selected.collect()
+        self._keys: dict[tuple[tuple[str, str], ...], DataFrame | None] = {}
         self.stored = visible
         self._want: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         self.part_runs = 0
@@ -129,12 +131,20 @@ class _Search:
     def _restricted(self, frame: DataFrame, keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
         """``frame``'s rows whose ``keys`` equal a selected row's (all rows: no keys)."""
         if keys:
-            sel = self.selected.select(
-                *[F.col(f"`{k}`").alias(f"__dslog_s{j}") for j, k in enumerate(keys)]
-            )
-            cond = [frame[f"`{k}`"].eqNullSafe(sel[f"__dslog_s{j}"]) for j, k in enumerate(keys)]
-            frame = frame.join(F.broadcast(sel.distinct()), on=cond, how="left_semi")
+            frame = self._semijoin(frame, {k: k for k in keys})
         return [tuple(r) for r in frame.select(*[f"`{c}`" for c in self.columns]).collect()]
+
+    def _semijoin(self, frame: DataFrame, on: Mapping[str, str]) -> DataFrame:
+        """``frame`` ⋉ the selected rows on ``frame[on[c]] <=> selected[c]``: with one local
+        frame of the distinct keys when they are simple (made once per ``on``; no candidate
+        run deduplicates them again), else by Spark's null-safe semijoin."""
+        at = tuple(on.items())
+        if at not in self._keys:
+            table = key_table(self._picked, self.selected.schema, on)
+            spark = self.selected.sparkSession
+            self._keys[at] = None if table is None else local_frame(spark, table)
+        keys = self._keys[at]
+        return semijoin(frame, self.selected, on) if keys is None else semijoin_keys(frame, keys)
 
     def _want_rows(self, keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
         if keys not in self._want:
@@ -156,7 +166,7 @@ class _Search:
     def on_part(self, params: Mapping[str, Any], on: Mapping[str, Mapping[str, str]]) -> bool:
         """Does the candidate give the stored rows with the selected rows' keys, run on the
         inputs semijoined with the selection?"""
-        part = {n: semijoin(f, self.selected, on[n]) if on[n] else f for n, f in self.plain.items()}
+        part = {n: self._semijoin(f, on[n]) if on[n] else f for n, f in self.plain.items()}
         if not self.kept:
             self.kept = {n: int(f.count()) for n, f in part.items()}
         keys = tuple(dict.fromkeys(c for n in self.names for c in on[n]))

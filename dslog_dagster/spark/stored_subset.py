@@ -149,11 +149,16 @@ def read_subset(frame: DataFrame, keys: pa.Table) -> DataFrame | None:
         cond = one if cond is None else cond & one
     batches = []
     kept = 0
-    for batch in dataset.to_batches(filter=cond):
-        kept += batch.num_rows
-        if kept > LOCAL_ROWS:
-            return None
-        batches.append(batch)
+    try:
+        for batch in dataset.to_batches(filter=cond):
+            kept += batch.num_rows
+            if kept > LOCAL_ROWS:
+                return None
+            batches.append(batch)
+    # a file that cannot be read or does not fit the first file's schema: Spark, whose
+    # reader the stored frame was made for, reads it (or says what is wrong with it)
+    except (OSError, ValueError, TypeError, pa.ArrowException):
+        return None
     table = pa.Table.from_batches(batches, schema=dataset.schema)
     if len(cols) > 1:  # the filter kept each column's values; keep the exact tuples
         order = "__dslog_order"

@@ -95,6 +95,19 @@ def test_what_arrow_cannot_decide_is_left_to_spark(
     assert sub.read_subset(frame, keys) is None
 
 
+def test_a_file_arrow_cannot_read_is_left_to_spark(spark: Any, tmp_path: Path) -> None:
+    """A stored file damaged after Spark listed it: None (Spark's own read then reports it),
+    not a pyarrow error out of the re-run."""
+    day = datetime.date(2026, 1, 1)
+    frame = _stored(spark, tmp_path / "f.parquet", [(i % 3, "p", i, day, 0.5) for i in range(9)])
+    keys = pa.table({"a": pa.array([1], pa.int64())})
+    assert sub.read_subset(frame, keys) is not None
+    victim = sorted((tmp_path / "f.parquet").glob("part-*.parquet"))[-1]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    assert sub.read_subset(frame, keys) is None
+
+
 def test_a_key_the_stored_column_cannot_hold_is_left_to_spark(spark: Any, tmp_path: Path) -> None:
     """A key value outside the stored column's type (a bigint key for an int column) cannot
     be cast for Arrow's filter: None, not an error and not a wrong subset."""
