@@ -109,7 +109,7 @@ class _Search:
         # the selected rows, fetched once and kept as a local frame: no candidate re-reads
         # the stored output to find them
         self.selected = rows_by_id(stored, rows).drop(ROW_ID)
-        self._picked = self.selected.collect()
+        self._picked: list[Any] | None = None  # the selected rows, collected when first needed
         self._keys: dict[tuple[tuple[str, str], ...], DataFrame | None] = {}
         self.stored = visible
         self._want: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
@@ -140,6 +140,8 @@ class _Search:
         run deduplicates them again), else by Spark's null-safe semijoin."""
         at = tuple(on.items())
         if at not in self._keys:
+            if self._picked is None:
+                self._picked = self.selected.collect()
             table = key_table(self._picked, self.selected.schema, on)
             spark = self.selected.sparkSession
             self._keys[at] = None if table is None else local_frame(spark, table)

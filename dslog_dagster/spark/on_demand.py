@@ -39,7 +39,7 @@ from dslog_dagster.spark.frame_capture import FrameCapture
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin, semijoin_keys
 from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
 from dslog_dagster.spark.steps import ArrayFromFrame
-from dslog_dagster.spark.stored_subset import key_table, read_subset
+from dslog_dagster.spark.stored_subset import key_table, local_frame, read_subset
 
 __all__ = [
     "ENGINE",
@@ -210,14 +210,12 @@ def _selected_inputs(
             continue
         keep = in_rows[i] >= KEEP_ROWS
         keys = key_table(got, selected.schema, on[n])
-        if keys is None:
-            part = semijoin(f, selected, on[n])
-        else:
-            local = read_subset(f, keys) if keep else None
-            if local is not None:
-                reduced.append(local)
-                continue
-            part = semijoin_keys(f, f.sparkSession.createDataFrame(keys))
+        local = read_subset(f, keys) if keys is not None and keep else None
+        if local is not None:
+            reduced.append(local)
+            continue
+        key_frame = local_frame(f.sparkSession, keys) if keys is not None else None
+        part = semijoin(f, selected, on[n]) if key_frame is None else semijoin_keys(f, key_frame)
         # a big input computed once (one scan); the capture's passes then read the few kept
         # rows. A small one is read again by each pass: cheaper than the job that keeps it
         reduced.append(part.localCheckpoint(eager=True) if keep else part)

@@ -130,16 +130,14 @@ def pushdown_columns(out: DataFrame, inputs: list[str]) -> dict[str, dict[str, s
 def semijoin(frame: DataFrame, selected: DataFrame, on: Mapping[str, str]) -> DataFrame:
     """``frame`` ⋉ ``selected`` on ``frame[on[c]] <=> selected[c]`` for every output column
     ``c`` of ``on`` (null-safe: a null key keeps the input rows with a null there)."""
-    keys = [f"__dslog_k{j}" for j in range(len(on))]
-    sel = selected.select(*[F.col(f"`{c}`").alias(k) for c, k in zip(on, keys, strict=True)])
-    cond = [frame[f"`{col}`"].eqNullSafe(sel[k]) for col, k in zip(on.values(), keys, strict=True)]
-    return frame.join(F.broadcast(sel.distinct()), on=cond, how="left_semi")
+    keys = selected.select(*[F.col(f"`{c}`") for c in on]).toDF(*on.values())
+    return semijoin_keys(frame, keys.distinct())
 
 
 def semijoin_keys(frame: DataFrame, keys: DataFrame) -> DataFrame:
-    """``frame`` ⋉ ``keys`` on every column of ``keys`` (named by ``frame``'s columns; distinct
-    tuples without nulls, a small local frame, so it is broadcast as it is)."""
+    """``frame`` ⋉ ``keys`` on every column of ``keys`` (named by ``frame``'s columns,
+    null-safe; distinct tuples in a small frame, broadcast as it is)."""
     names = [f"__dslog_k{j}" for j in range(len(keys.columns))]
     sel = keys.toDF(*names)
-    cond = [frame[f"`{c}`"] == sel[k] for c, k in zip(keys.columns, names, strict=True)]
+    cond = [frame[f"`{c}`"].eqNullSafe(sel[k]) for c, k in zip(keys.columns, names, strict=True)]
     return frame.join(F.broadcast(sel), on=cond, how="left_semi")

@@ -26,7 +26,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyspark.sql import DataFrame
 from pyspark.sql.types import (
@@ -71,20 +70,13 @@ _ARROW: dict[type[DataType], pa.DataType] = {
 }
 
 
-def _type_of(schema: StructType, name: str) -> DataType | None:
-    for f in schema.fields:
-        if f.name == name:
-            return f.dataType
-    return None
-
-
 def key_table(rows: Sequence[Any], schema: StructType, on: Mapping[str, str]) -> pa.Table | None:
     """The distinct tuples ``(row[c] for c in on)`` of the selected ``rows`` (collected
     ``Row`` objects of a frame with ``schema``), as columns named by the input columns
     ``on[c]``; ``None`` when a key is null or of a type outside :data:`KEY_TYPES`."""
     types = []
     for c in on:
-        t = _type_of(schema, c)
+        t = schema[c].dataType if c in schema.fieldNames() else None
         if t is None or type(t) not in KEY_TYPES:
             return None
         types.append(_ARROW[type(t)])
@@ -161,10 +153,7 @@ def read_subset(frame: DataFrame, keys: pa.Table) -> DataFrame | None:
         return None
     table = pa.Table.from_batches(batches, schema=dataset.schema)
     if len(cols) > 1:  # the filter kept each column's values; keep the exact tuples
-        order = "__dslog_order"
-        table = table.append_column(order, pa.array(range(table.num_rows), pa.int64()))
         table = table.join(keys, keys=cols, join_type="left semi")
-        table = table.take(pc.sort_indices(table, [(order, "ascending")])).drop_columns([order])
     local = local_frame(frame.sparkSession, table)
     if local is None or not _same_types(local.schema, frame.schema):
         return None
