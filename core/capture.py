@@ -50,7 +50,13 @@ import numpy as np
 import numpy.typing as npt
 
 from dslog_dagster.core import progress
-from dslog_dagster.core.extraction import LazyRelations, extract_tables, values_and_tables
+from dslog_dagster.core.deferred import DeferredArray, DeferredRun, map_table
+from dslog_dagster.core.extraction import (
+    LazyRelations,
+    extract_tables,
+    stored_table,
+    values_and_tables,
+)
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.positions import Positions, carrier_of
 from dslog_dagster.core.provrc import LineageTable
@@ -425,6 +431,13 @@ class Capture:
             is True or ``func`` is NumPy's own, otherwise :class:`LineageLostError` says so.
         pure: calling ``func`` twice is harmless (no side effects); lets the all-to-all
             fallback re-run it on plain inputs.
+        defer: ``True`` (default): ``func`` gets deferred inputs that compute element-wise
+            ufuncs and sums with plain NumPy and take their lineage from the shapes; the
+            first other operation annotates the inputs and turns every deferred array into
+            its tracked array (:mod:`~dslog_dagster.core.deferred`). Values and lineage are
+            the eager capture's either way. ``False``: ``func`` gets annotated
+            ``tracked_float`` arrays from the start, for code that checks
+            ``isinstance(x, np.ndarray)`` on its inputs.
 
     Raises:
         ValueError: ``mode`` or ``on_lost`` is not one of its values (when made).
@@ -442,6 +455,7 @@ class Capture:
     mode: Mode = "contributing"
     on_lost: OnLost = "raise"
     pure: bool = False
+    defer: bool = True
 
     def __post_init__(self) -> None:
         check_options(self.mode, self.on_lost)
@@ -456,7 +470,9 @@ class Capture:
             frames = importlib.import_module("dslog_dagster.pandas.capture")
             return frames.as_capture_result(func, arrays, self.mode, kwargs)  # type: ignore[no-any-return]
         inputs = [as_input(a, k) for k, a in enumerate(arrays)]
-        return capture_inputs(func, inputs, self.mode, self.on_lost, kwargs, pure=self.pure)
+        return capture_inputs(
+            func, inputs, self.mode, self.on_lost, kwargs, pure=self.pure, defer=self.defer
+        )
 
 
 def capture(func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any) -> CaptureResult:
@@ -471,10 +487,13 @@ def capture(func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any) 
     takes the same arguments.
 
     Args:
-        func: the operation; called with one ``tracked_float`` array per entry of ``arrays``
-            (same shapes) and ``kwargs`` unchanged. It may return an array, a scalar, or a
-            tuple/list of them. Positional only, so ``func`` may itself take a ``func``
-            keyword.
+        func: the operation; called with one array per entry of ``arrays`` (same shapes) and
+            ``kwargs`` unchanged: a deferred array
+            (:class:`~dslog_dagster.core.deferred.DeferredArray`) that becomes a
+            ``tracked_float`` array at the first operation outside the element-wise fast path
+            (``Capture(defer=False)``: a ``tracked_float`` array from the start). It may
+            return an array, a scalar, or a tuple/list of them. Positional only, so ``func``
+            may itself take a ``func`` keyword.
         *arrays: the inputs whose cells are tracked (any real numeric dtype, any rank; they are
             converted to float64). pandas DataFrames go to the pandas capture instead
             (``func`` gets tracked frames; the result's ``value`` is the output frame and its
@@ -523,11 +542,15 @@ def capture_inputs(
     kwargs: Mapping[str, Any],
     *,
     pure: bool = False,
+    defer: bool = True,
 ) -> CaptureResult:
     """:func:`capture` on inputs already converted by :func:`as_input` (options unchecked).
 
     The building block of every annotated run: the view registry captures through it, and
-    so do its synthetic-input probes. ``func`` runs once; only the all-to-all fallback of a
+    so do its synthetic-input probes. ``defer``: ``func`` gets
+    :class:`~dslog_dagster.core.deferred.DeferredArray` inputs, annotated only when it leaves
+    the element-wise fast path (:mod:`~dslog_dagster.core.deferred`); else annotated arrays
+    from the start. ``func`` runs once; only the all-to-all fallback of a
     run that raised part-way calls it again, and only when :func:`may_run_again` allows.
     """
     name = func_name(func)
@@ -541,6 +564,7 @@ def capture_inputs(
     # ends another one (each thread has its own, see native/src/tracked_float.cpp).
     epoch = _annotator.begin(1 if mode == "considered" else 0)
     lost: str | None = None
+    run = DeferredRun(inputs, name) if defer else None
     try:
         try:
             label = progress.subject(name)
@@ -548,8 +572,10 @@ def capture_inputs(
             with progress.phase(
                 f"annotated run of `{label}`", _input_sizes(inputs), wake=False
             ) as ph:
-                tracked = [_annotator.annotate(a)[0] for a in inputs]
-                result = func(*tracked, **kwargs)
+                if run is not None:
+                    result = func(*run.inputs(), **kwargs)
+                else:
+                    result = func(*[_annotator.annotate(a)[0] for a in inputs], **kwargs)
                 used = int(_annotator.stats().get("bytes_used", 0))
                 if used:
                     ph.note(f"{progress.fmt_bytes(used)} of annotation lists")
@@ -567,7 +593,7 @@ def capture_inputs(
             with progress.phase(
                 f"extraction of `{progress.subject(name)}`'s lineage", wake=False
             ) as ph:
-                res = _extract(result, inputs, mode, on_lost, name)
+                res = _extract(result, inputs, mode, on_lost, name, run)
                 tables = list(res.tables.values()) if res.tables else []
                 pairs = sum(t.n_pairs for t in tables)
                 rows = sum(t.rows for t in tables)
@@ -577,6 +603,8 @@ def capture_inputs(
                 )
             return res
     finally:
+        if run is not None:
+            run.close()
         _annotator.end(epoch)
     return _rerun_all_to_all(func, inputs, kwargs, mode, lost)
 
@@ -609,7 +637,12 @@ def _input_sizes(inputs: list[F64]) -> str:
 
 
 def _extract(
-    result: Any, inputs: list[F64], mode: Mode, on_lost: OnLost, name: str
+    result: Any,
+    inputs: list[F64],
+    mode: Mode,
+    on_lost: OnLost,
+    name: str,
+    run: DeferredRun | None = None,
 ) -> CaptureResult:
     """The result of a completed annotated run (the capture still running): the stored
     tables of each tracked output; under ``on_lost="all_to_all"`` an output returned without
@@ -620,7 +653,17 @@ def _extract(
     considered: dict[tuple[int, int], LineageTable] | None = {} if mode == "considered" else None
     plain: list[npt.NDArray[Any]] = []
     lost: list[str] = []
+    # a result still deferred carries its lineage as maps; one whose run switched is its twin.
+    # Any other output is read by the native extraction, which needs every input annotated
+    # (a tracked array made outside the run, or none at all: it is refused as before)
+    if run is not None and not all(isinstance(o, DeferredArray) for o in outs):
+        run.switch()
+    outs = [o.twin() if isinstance(o, DeferredArray) and not o.deferred else o for o in outs]
     for o, out in enumerate(outs):
+        if isinstance(out, DeferredArray):
+            outs[o] = out.plain()
+            plain.append(_deferred_output(out, o, inputs, shapes, tables, considered))
+            continue
         try:
             arr = tracked_output(out, o, name)
         except LineageLostError as e:
@@ -654,6 +697,29 @@ def _extract(
         tables=tables,
         considered_tables=considered,
     )
+
+
+def _deferred_output(
+    out: DeferredArray,
+    o: int,
+    inputs: Sequence[F64],
+    shapes: list[Shape],
+    tables: dict[tuple[int, int], LineageTable],
+    considered: dict[tuple[int, int], LineageTable] | None,
+) -> npt.NDArray[np.float64]:
+    """Output ``o`` still deferred: its values as the plain run computed them (a copy when
+    they are an input's own array) and its tables from its maps, one row per input; the
+    considered cells of the fast path's operations are their contributing ones."""
+    value = np.asarray(out.plain(), dtype=np.float64)
+    if any(value is a for a in inputs):
+        value = value.copy()
+    out_shape = tuple(int(d) for d in value.shape)
+    for i, shape in enumerate(shapes):
+        table = stored_table(map_table(out.maps(), i, out_shape, shape))
+        tables[(o, i)] = table
+        if considered is not None:
+            considered[(o, i)] = table
+    return value
 
 
 _DEFAULT = Capture()

@@ -2989,6 +2989,25 @@ py::tuple annotate(py::array_t<double, py::array::c_style | py::array::forcecast
   return py::make_tuple(out, base);
 }
 
+// Overwrite the values of a C-contiguous, writeable tracked array with `values` (same size, C
+// order), keeping every cell's handle. The deferred capture (core/deferred.py) rebuilds a
+// result's handles by re-running its element-wise chain under annotation when the run turns to
+// tracked arrays; the values the user's run already computed with plain NumPy are put back, so
+// what it computed never changes, whatever the re-run's inputs now hold.
+void assign_values(py::handle obj, py::array_t<double, py::array::c_style | py::array::forcecast> values) {
+  PyArrayObject* arr = require_tracked(obj, "assign_values()");
+  if (!PyArray_IS_C_CONTIGUOUS(arr) || !PyArray_ISWRITEABLE(arr))
+    throw std::invalid_argument("assign_values(): the tracked array must be C-contiguous and writeable");
+  const npy_intp n = PyArray_SIZE(arr);
+  if (npy_intp(values.size()) != n)
+    throw std::invalid_argument("assign_values(): values have " + std::to_string(values.size()) +
+                                " cells, the tracked array " + std::to_string(n));
+  char* d = PyArray_BYTES(arr);
+  const double* s = values.data();
+  py::gil_scoped_release nogil;
+  for (npy_intp i = 0; i < n; ++i) std::memcpy(d + i * 16, s + i, sizeof(double));
+}
+
 // Plain float64 copy of the values (C order).
 py::array_t<double> values_of(py::handle obj) {
   PyArrayObject* arr = require_tracked(obj, "values()");
@@ -3406,6 +3425,8 @@ PYBIND11_MODULE(_annotator, m) {
   m.def("annotate", &annotate, py::arg("values"),
         "Tracked copy of a float64 array whose cells are annotated; returns (array, base).");
   m.def("values", &values_of, py::arg("arr"), "Plain float64 values of a tracked array.");
+  m.def("assign_values", &assign_values, py::arg("arr"), py::arg("values"),
+        "Overwrite a C-contiguous tracked array's values in place, keeping its handles.");
   m.def("extract", &extract, py::arg("out"), py::arg("in_shapes"), py::arg("considered") = false);
   m.def("extract_tables", &extract_tables, py::arg("out"), py::arg("in_shapes"),
         py::arg("considered") = false, py::arg("values") = py::none());

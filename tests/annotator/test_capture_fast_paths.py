@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dslog_dagster.core.capture import capture
+from dslog_dagster.core.capture import Capture, capture
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.testing.extraction import pairs_and_tables, same_pairs
 from tests.annotator.reference import MODES
@@ -114,10 +114,11 @@ def test_big_capture_values_equal_numpy_and_blocks_are_reused() -> None:
     rng = np.random.default_rng(0)
     x, y = rng.random((600, 700)), rng.random((600, 700))
     before = _get_handler_name()
-    first = capture(np.add, x, y)
+    eager = Capture(defer=False)  # annotated from the start: the inputs' blocks are cached
+    first = eager.run(np.add, x, y)
     cached = _annotator.cached_bytes()
     assert cached >= x.nbytes  # the annotated inputs (16 B per cell) were freed into the cache
-    again = capture(np.add, x, y)
+    again = eager.run(np.add, x, y)
     assert _get_handler_name() == before  # the caller's handler is back
     np.testing.assert_array_equal(first.value, x + y)
     np.testing.assert_array_equal(again.value, x + y)

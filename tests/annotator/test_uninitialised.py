@@ -23,7 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dslog_dagster.core.capture import TRACKED_FLOAT, capture
+from dslog_dagster.core.capture import TRACKED_FLOAT, Capture
+
+# the tracked kernels' zero-fill is the subject: annotated from the start (no deferred inputs)
+capture = Capture(defer=False).run
 from dslog_dagster.errors import StaleLineageError
 from tests.annotator.reference import reference_capture, to_relations
 

@@ -282,7 +282,7 @@ def test_tracked_arrays_outliving_their_capture_are_stale() -> None:
         kept.append(a)
         return a + 1
 
-    capture(keep, rand(3))
+    Capture(defer=False).run(keep, rand(3))  # annotated from the start: kept is tracked
     assert kept[0].dtype == TRACKED_FLOAT
     with pytest.raises(StaleLineageError):
         capture(lambda b: kept[0] + b, rand(3))
@@ -296,16 +296,17 @@ def test_arena_is_freed_and_repeated_captures_do_not_grow_memory() -> None:
         return pages * 4096 / 2**20
 
     x = rand(400, 500)
-    r = capture(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
+    eager = Capture(defer=False)  # annotated from the start: the arena holds the sums' lists
+    r = eager.run(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
     assert r.annotation_bytes > 0
     assert not _annotator.active()
     assert _annotator.stats() == {"active": False}
     for _ in range(3):
-        capture(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
+        eager.run(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
     gc.collect()
     before = rss_mb()
     for _ in range(8):
-        capture(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
+        eager.run(lambda a: np.sum(a, axis=0) + np.sum(a * 2.0, axis=0), x)
     gc.collect()
     assert rss_mb() - before < 40
 

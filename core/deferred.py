@@ -1,0 +1,545 @@
+"""Deferred annotation: element-wise chains and sums run on plain NumPy, lineage from shapes.
+
+An annotated run writes a 16-byte cell per input value, and every kernel on tracked cells
+moves twice the bytes of its plain twin. For ``-x``, ``x + y`` or ``np.sum(x, axis=0)`` that
+alone costs more than the plain run several times over (issue 23), while their lineage
+follows from the shapes: an element-wise output cell comes from the cell of each operand that
+broadcasting aligns with it, a sum's from the whole reduced axes. So a capture hands ``func``
+:class:`DeferredArray` inputs: duck arrays over the plain float64 values that compute those
+operations with NumPy itself and carry, per input, a *map* from output axes to input axes
+(:data:`Maps`). A result that is still deferred when ``func`` returns gets its tables from its
+map (one ProvRC row per input), with no annotation and no extraction.
+
+**The fast path** (what stays deferred):
+
+* a ufunc of :data:`ELEMENTWISE` called on deferred arrays, Python or NumPy real scalars and
+  plain real arrays (no ``out``, ``where``, ``dtype`` or other keywords; NumPy's broadcasting),
+  giving float64;
+* ``np.sum``, ``np.add.reduce`` and the ``sum`` method over whole axes (``axis`` and
+  ``keepdims`` only);
+* ``shape``, ``ndim``, ``size``, ``len`` and ``np.shape``/``np.ndim``/``np.size``, which read
+  nothing.
+
+An input that two operands reach through different maps (``x + x.sum(axis=0)``) leaves it.
+
+**The switch.** Anything else — indexing, another function or ufunc, a method, ``dtype``,
+``np.asarray``, printing — turns the whole capture to tracked arrays, once and for good: every
+input is annotated in argument order (as an eager capture annotates them), every deferred
+array still alive gets its tracked *twin* (its chain re-run under annotation for the handles,
+then its values put back from the plain run with ``_annotator.assign_values``, so what ``func``
+computed never changes), and the operation then runs on the twins. From then on every
+deferred array forwards everything to its twin, and new results are ordinary tracked arrays.
+The user's function runs once either way; values are NumPy's own.
+
+What ``func`` can tell apart: ``type(x)`` and ``isinstance(x, np.ndarray)`` (a deferred array
+is not an ndarray until it switches — ``np.asarray(x)`` gives the tracked array); everything
+it computes is what the eager capture computes.
+"""
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from dslog_dagster.core.native import annotator as _annotator
+from dslog_dagster.core.provrc import LineageTable
+from dslog_dagster.errors import StaleLineageError
+
+__all__ = [
+    "ELEMENTWISE",
+    "DeferredArray",
+    "DeferredRun",
+    "Maps",
+    "map_table",
+]
+
+Maps = dict[int, tuple[int, ...]]
+"""Per input (by argument index) that a deferred array's cells come from: one entry per input
+axis, the output axis whose index it equals (``j >= 0``), or ``-1`` for the whole axis (a
+reduced axis, or one broadcasting stretches from length 1)."""
+
+ELEMENTWISE: frozenset[np.ufunc] = frozenset(
+    {
+        np.negative, np.positive, np.absolute, np.fabs,
+        np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan,
+        np.sinh, np.cosh, np.tanh, np.arcsinh, np.arccosh, np.arctanh,
+        np.degrees, np.radians, np.deg2rad, np.rad2deg,
+        np.rint, np.floor, np.ceil, np.trunc,
+        np.exp, np.exp2, np.expm1, np.log, np.log2, np.log10, np.log1p,
+        np.sqrt, np.cbrt, np.square, np.reciprocal, np.sign,
+        np.add, np.subtract, np.multiply, np.true_divide, np.floor_divide,
+        np.power, np.float_power, np.fmod, np.remainder, np.hypot, np.arctan2,
+        np.logaddexp, np.logaddexp2, np.copysign,
+    }
+)  # fmt: skip
+"""Ufuncs whose output cell carries every operand's aligned cell, in both capture modes (the
+tracked kernels' ``U_DELEGATE``/``B_ARITH`` rules; ``maximum``, comparisons and predicates are
+not among them)."""
+
+_FORWARDED_DUNDERS = frozenset({"__dlpack__", "__dlpack_device__", "__array_namespace__"})
+"""Dunder attributes read from the twin (the DLPack and array-API entry points); any other
+dunder name the class does not define is absent, so a protocol probe never switches."""
+
+_SHAPE_FUNCS: dict[Callable[..., Any], str] = {np.shape: "shape", np.ndim: "ndim", np.size: "size"}
+
+
+class _Node:
+    """How a deferred value was made: input ``k`` (``op is None``), or ``op`` applied to
+    ``args`` (nodes and constants). Holds no values of its own, so an intermediate the user
+    dropped is freed as in a plain run; the switch re-runs the chain from the inputs."""
+
+    __slots__ = ("args", "input", "kwargs", "op")
+
+    def __init__(
+        self,
+        op: Callable[..., Any] | None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        input: int = -1,
+    ) -> None:
+        self.op = op
+        self.args = args
+        self.kwargs = kwargs or {}
+        self.input = input
+
+
+class DeferredRun:
+    """One capture's deferred state: its inputs, the deferred arrays alive, and the switch.
+
+    Made by the capture before ``func`` runs (:meth:`inputs`); :meth:`close` when it returns,
+    after the outputs were read. A deferred array used after its capture ended, or from
+    another thread, raises :class:`~dslog_dagster.errors.StaleLineageError` when it would
+    switch, as a tracked array of an ended capture or of another thread's does.
+    """
+
+    def __init__(self, inputs: Sequence[npt.NDArray[np.float64]], name: str) -> None:
+        self._inputs = list(inputs)
+        self._name = name
+        self._thread = threading.get_ident()
+        self._live: list[weakref.ref[DeferredArray]] = []
+        self.switched = False
+        self.closed = False
+        self.tracked: list[np.ndarray[Any, Any]] = []
+
+    def inputs(self) -> list["DeferredArray"]:
+        """The deferred inputs ``func`` receives, in argument order."""
+        return [
+            DeferredArray._make(self, a, _Node(None, input=k), {k: tuple(range(a.ndim))})
+            for k, a in enumerate(self._inputs)
+        ]
+
+    def close(self) -> None:
+        """End the run: nothing may switch any more."""
+        self.closed = True
+        self._live.clear()
+
+    def _register(self, d: "DeferredArray") -> None:
+        if len(self._live) >= 64 and len(self._live) & (len(self._live) - 1) == 0:
+            self._live = [r for r in self._live if r() is not None]
+        self._live.append(weakref.ref(d))
+
+    def switch(self) -> None:
+        """Turn the capture to tracked arrays (see the module docstring); idempotent."""
+        if self.switched:
+            return
+        if self.closed:
+            msg = (
+                f"A deferred array of the capture of `{self._name}` was used after its capture "
+                "ended; its lineage is gone, as a tracked array's is. Keep the arrays a "
+                "captured function makes inside that function."
+            )
+            raise StaleLineageError(msg)
+        if threading.get_ident() != self._thread:
+            msg = (
+                f"A deferred array of the capture of `{self._name}` was used from another "
+                "thread; its lineage belongs to the capture running in its own thread, as a "
+                "tracked array's does (captures are per thread)."
+            )
+            raise StaleLineageError(msg)
+        self.switched = True
+        self.tracked = [_annotator.annotate(a)[0] for a in self._inputs]
+        memo: dict[int, Any] = {}
+        live = [d for r in self._live if (d := r()) is not None]
+        self._live.clear()
+        # the chains re-run for their handles only: their floating-point warnings were
+        # already given by the plain run
+        with np.errstate(all="ignore"):
+            for d in live:
+                d._twin = self._twin_of(d, memo)
+                d._value = None
+                d._node = None
+
+    def _replay(self, node: _Node, memo: dict[int, Any]) -> Any:
+        got = memo.get(id(node))
+        if got is not None:
+            return got
+        if node.op is None:
+            out = self.tracked[node.input]
+        else:
+            args = [self._replay(a, memo) if isinstance(a, _Node) else a for a in node.args]
+            out = node.op(*args, **node.kwargs)
+        memo[id(node)] = out
+        return out
+
+    def _twin_of(self, d: "DeferredArray", memo: dict[int, Any]) -> Any:
+        node = cast("_Node", d._node)
+        if node.op is None:
+            return self.tracked[node.input]
+        got = self._replay(node, memo)
+        # a fresh ufunc or sum result is C order, writeable and nobody else's; anything else
+        # (a scalar) is copied first
+        fresh = isinstance(got, np.ndarray) and got.flags.c_contiguous and got.flags.writeable
+        arr = got if fresh and all(got is not t for t in self.tracked) else np.array(got)
+        _annotator.assign_values(arr, np.asarray(d._value, dtype=np.float64))
+        return arr[()] if not isinstance(d._value, np.ndarray) else arr
+
+
+class _Method:
+    """A twin's method that takes deferred arguments as their twins (``a.take(i)`` with a
+    deferred ``i``: the position hook reads ``i``'s annotations)."""
+
+    __slots__ = ("_bound",)
+
+    def __init__(self, bound: Callable[..., Any]) -> None:
+        self._bound = bound
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bound(*_unwrap(args), **_unwrap(kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bound, name)
+
+
+def _unwrap(x: Any) -> Any:
+    """``x`` with every deferred array (also inside lists, tuples and dicts) replaced by its
+    twin; the run has switched."""
+    if isinstance(x, DeferredArray):
+        return x.twin()
+    if isinstance(x, tuple | list):
+        return type(x)(_unwrap(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _unwrap(v) for k, v in x.items()}
+    return x
+
+
+def _plain_operand(x: Any) -> bool:
+    """A constant the fast path takes: a real Python or NumPy scalar, or a plain real array
+    whose dtype leaves a float64 result float64."""
+    if isinstance(x, bool | int | float):
+        return True
+    if type(x) is np.ndarray or isinstance(x, np.bool_ | np.integer | np.floating):
+        dt = x.dtype
+        return dt.kind in "biu" or (dt.kind == "f" and dt.itemsize <= 8)
+    return False
+
+
+def _aligned(maps: Maps, shape: tuple[int, ...], out: tuple[int, ...]) -> Maps:
+    """``maps`` of an operand of ``shape`` broadcast to ``out``."""
+    lead = len(out) - len(shape)
+    return {
+        k: tuple(-1 if j < 0 or (shape[j] == 1 and out[j + lead] != 1) else j + lead for j in m)
+        for k, m in maps.items()
+    }
+
+
+def _reduced(maps: Maps, ndim: int, axes: tuple[int, ...], keepdims: bool) -> Maps:
+    """``maps`` after summing ``axes`` of an operand of rank ``ndim``."""
+    gone = set(axes)
+    renum = {j: j if keepdims else j - sum(1 for a in axes if a < j) for j in range(ndim)}
+    return {k: tuple(-1 if j < 0 or j in gone else renum[j] for j in m) for k, m in maps.items()}
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...] | None:
+    """``axis`` as normalised axes, or None when it is not ints (NumPy has already said what
+    is wrong with an out-of-range one)."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    if not all(isinstance(a, int | np.integer) and not isinstance(a, bool) for a in items):
+        return None
+    return tuple(int(a) % ndim if ndim else 0 for a in items)
+
+
+class DeferredArray(NDArrayOperatorsMixin):
+    """A float64 array of a running capture whose lineage is a map of the inputs' cells.
+
+    See the module docstring: it computes element-wise ufuncs and sums with plain NumPy and
+    stays deferred; anything else switches the capture to tracked arrays, after which it
+    forwards everything to its tracked twin (``np.asarray(x)`` returns the twin).
+    """
+
+    __slots__ = ("__weakref__", "_maps", "_node", "_run", "_twin", "_value")
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like an ndarray
+
+    _run: DeferredRun
+    _value: Any
+    _node: _Node | None
+    _maps: Maps
+    _twin: Any
+
+    @classmethod
+    def _make(cls, run: DeferredRun, value: Any, node: _Node, maps: Maps) -> "DeferredArray":
+        d = object.__new__(cls)
+        d._run, d._value, d._node, d._maps, d._twin = run, value, node, maps, None
+        run._register(d)
+        return d
+
+    # --- what the capture reads --------------------------------------------------------------
+    @property
+    def deferred(self) -> bool:
+        """Still deferred (its run has not switched)."""
+        return self._twin is None
+
+    def twin(self) -> Any:
+        """The tracked array (or tracked scalar) this stands for: the run switches first."""
+        self._run.switch()
+        return self._twin
+
+    def plain(self) -> Any:
+        """Its values as the plain run computed them (a float64 array or ``np.float64``);
+        only while deferred."""
+        assert self._twin is None
+        return self._value
+
+    def maps(self) -> Maps:
+        """Its maps (only while deferred)."""
+        return self._maps
+
+    # --- the fast path -------------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if not self._run.switched:
+            if method == "__call__" and not kwargs and ufunc in ELEMENTWISE:
+                got = _elementwise(self._run, ufunc, inputs)
+                if got is not None:
+                    return got
+            elif (
+                method == "reduce"
+                and ufunc is np.add
+                and len(inputs) == 1
+                and set(kwargs) <= {"axis", "keepdims"}
+            ):
+                got = _sum(self._run, inputs[0], kwargs.get("axis", 0), kwargs)
+                if got is not None:
+                    return got
+        self._run.switch()
+        if "where" in kwargs and "out" not in kwargs:
+            # NumPy drops an explicit out=None before the override (and warns about a
+            # `where` without `out` only when nobody overrides): keep the twins' call silent
+            kwargs["out"] = None
+        return getattr(ufunc, method)(*_unwrap(inputs), **_unwrap(kwargs))
+
+    def __array_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if not self._run.switched:
+            if func is np.sum and len(args) <= 2 and set(kwargs) <= {"axis", "keepdims"}:
+                axis = args[1] if len(args) == 2 else kwargs.get("axis")
+                got = (
+                    None
+                    if len(args) == 2 and "axis" in kwargs
+                    else _sum(self._run, args[0], axis, kwargs)
+                )
+                if got is not None:
+                    return got
+            attr = _SHAPE_FUNCS.get(func)
+            if attr is not None and len(args) == 1 and not kwargs and args[0] is self:
+                return getattr(np.asarray(self._value), attr)
+        self._run.switch()
+        return _installed(func)(*_unwrap(args), **_unwrap(kwargs))
+
+    def sum(self, axis: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``ndarray.sum``: deferred for ``axis`` and ``keepdims``, else on the twin."""
+        if not self._run.switched and not args and set(kwargs) <= {"keepdims"}:
+            got = _sum(self._run, self, axis, kwargs)
+            if got is not None:
+                return got
+        return self.twin().sum(axis, *_unwrap(args), **_unwrap(kwargs))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._twin.shape if self._twin is not None else np.shape(self._value)
+
+    @property
+    def ndim(self) -> int:
+        return self._twin.ndim if self._twin is not None else np.ndim(self._value)
+
+    @property
+    def size(self) -> int:
+        return self._twin.size if self._twin is not None else np.size(self._value)
+
+    def __len__(self) -> int:
+        if self._twin is None and isinstance(self._value, np.ndarray) and self._value.ndim:
+            return len(self._value)
+        return len(self.twin())
+
+    # --- everything else: on the twin ----------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__") and name not in _FORWARDED_DUNDERS:
+            # protocol probes (NumPy's __array_interface__/__array_struct__/__array_priority__,
+            # copy's and pickle's hooks): no switch; NumPy then converts through __array__
+            raise AttributeError(name)
+        if name in DeferredArray.__slots__:
+            raise AttributeError(name)
+        got = getattr(self.twin(), name)
+        if callable(got):  # a method: deferred arguments (an index array) go as their twins
+            return _Method(got)
+        return got
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        t = self.twin()
+        arr = np.asarray(t) if dtype is None else np.asarray(t, dtype=dtype)
+        return arr.copy() if copy else arr
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.twin()[_unwrap(key)]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.twin()[_unwrap(key)] = _unwrap(value)
+
+    def __delitem__(self, key: Any) -> None:
+        del self.twin()[_unwrap(key)]
+
+    def __iter__(self) -> Any:
+        return iter(self.twin())
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        return round(self.twin(), ndigits) if ndigits is not None else round(self.twin())
+
+    def __contains__(self, value: Any) -> bool:
+        return _unwrap(value) in self.twin()
+
+    def __bool__(self) -> bool:
+        return bool(self.twin())
+
+    def __float__(self) -> float:
+        return float(self.twin())
+
+    def __int__(self) -> int:
+        return int(self.twin())
+
+    def __index__(self) -> int:
+        return cast("int", self.twin().__index__())
+
+    def __complex__(self) -> complex:
+        return complex(self.twin())
+
+    def __repr__(self) -> str:
+        return repr(self.twin())
+
+    def __str__(self) -> str:
+        return str(self.twin())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.twin(), spec)
+
+    def __copy__(self) -> Any:
+        return self.twin().copy()
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self.twin().copy()
+
+    def __reduce__(self) -> Any:
+        return self.twin().__reduce__()
+
+
+def _installed(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What NumPy's namespace holds under ``func``'s name when it wraps ``func``: the capture's
+    ``np.argwhere``/``np.where`` (:mod:`~dslog_dagster.core.positions`) hand NumPy's own
+    function to the dispatch, which must reach the wrapper again once the run switched."""
+    current = getattr(np, getattr(func, "__name__", ""), None)
+    return current if getattr(current, "__wrapped__", None) is func else func  # type: ignore[return-value]
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return x.shape if isinstance(x, DeferredArray) else np.shape(x)
+
+
+def _elementwise(run: DeferredRun, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Any:
+    """``ufunc(*inputs)`` deferred, or None when it leaves the fast path."""
+    values = []
+    for x in inputs:
+        if isinstance(x, DeferredArray):
+            if x._run is not run:
+                return None
+            values.append(x._value)
+        elif _plain_operand(x):
+            values.append(x)
+        else:
+            return None
+    try:
+        out_shape = np.broadcast_shapes(*[np.shape(v) for v in values])
+    except ValueError:
+        return None  # NumPy raises it on the twins, with its own message
+    maps: Maps = {}
+    for x in inputs:
+        if not isinstance(x, DeferredArray):
+            continue
+        for k, m in _aligned(x._maps, _shape(x), out_shape).items():
+            if maps.setdefault(k, m) != m:
+                return None  # one input reached through two maps: not one row per input
+    value = ufunc(*values)
+    if np.asarray(value).dtype != np.float64:
+        return None  # the plain run's value is dropped; the twins compute it
+    node = _Node(ufunc, tuple(x._node if isinstance(x, DeferredArray) else x for x in inputs))
+    return DeferredArray._make(run, value, node, maps)
+
+
+def _sum(run: DeferredRun, x: Any, axis: Any, kwargs: dict[str, Any]) -> Any:
+    """``np.sum(x, axis, keepdims=...)`` deferred, or None when it leaves the fast path."""
+    if not isinstance(x, DeferredArray) or x._run is not run:
+        return None
+    keepdims = kwargs.get("keepdims", False)
+    if not isinstance(keepdims, bool):
+        return None
+    ndim = np.ndim(x._value)
+    axes = _axes(axis, ndim)
+    if axes is None:
+        return None
+    # NumPy first: it raises for an axis out of range or repeated, as on the twin
+    value = np.sum(x._value, axis=axis, keepdims=keepdims)
+    maps = _reduced(x._maps, ndim, axes, keepdims)
+    node = _Node(np.sum, (x._node,), {"axis": axis, "keepdims": keepdims})
+    return DeferredArray._make(run, value, node, maps)
+
+
+def map_table(
+    maps: Maps, k: int, out_shape: tuple[int, ...], in_shape: tuple[int, ...]
+) -> LineageTable:
+    """The ProvRC table of input ``k`` of a deferred output of ``out_shape``: one row (none
+    when either side is empty or the output does not come from ``k``)."""
+    l, m = len(out_shape), len(in_shape)
+    entry = maps.get(k)
+    n_out = int(np.prod(out_shape, dtype=np.int64))
+    n_in = int(np.prod(in_shape, dtype=np.int64))
+    rows = 1 if entry is not None and n_out > 0 and n_in > 0 else 0
+    # an input axis of length 1 is absolute (0..0), as the native extraction writes it
+    axes = entry or (-1,) * m
+    ref = [j if j >= 0 and d != 1 else -1 for j, d in zip(axes, in_shape, strict=True)]
+    hi = [0 if j >= 0 else d - 1 for j, d in zip(ref, in_shape, strict=True)]
+    whole = [d for j, d in zip(ref, in_shape, strict=True) if j < 0]
+    n_pairs = n_out * int(np.prod(whole, dtype=np.int64)) if rows else 0
+
+    def col(values: Sequence[int], k: int) -> npt.NDArray[np.int64]:
+        return np.asarray(values, dtype=np.int64).reshape(k, 1)[:, :rows].copy()
+
+    return LineageTable.from_fields(
+        tuple(out_shape),
+        tuple(in_shape),
+        rows,
+        n_pairs,
+        (
+            col([0] * l, l),
+            col([d - 1 for d in out_shape], l),
+            col(ref, m),
+            col([1] * m, m),
+            col([0] * m, m),
+            col([1] * m, m),
+            col([0] * m, m),
+            col(hi, m),
+        ),
+    )
