@@ -15,12 +15,15 @@ map (one ProvRC row per input), with no annotation and no extraction.
 * a ufunc of :data:`ELEMENTWISE` called on deferred arrays, Python or NumPy real scalars and
   plain real arrays (no ``out``, ``where``, ``dtype`` or other keywords; NumPy's broadcasting),
   giving float64;
-* ``np.sum``, ``np.add.reduce`` and the ``sum`` method over whole axes (``axis`` and
-  ``keepdims`` only);
+* ``np.sum``/``mean``/``var``/``std`` (and their methods) and ``np.add.reduce`` over whole
+  axes (``axis``, ``keepdims``, ``ddof`` only): each output cell carries the whole reduced
+  axes;
 * ``shape``, ``ndim``, ``size``, ``len`` and ``np.shape``/``np.ndim``/``np.size``, which read
   nothing.
 
-An input that two operands reach through different maps (``x + x.sum(axis=0)``) leaves it.
+An input that two operands reach through different maps stays on it when one map holds the
+other (``x - x.mean(axis=0)``: the column holds the cell, so the union is the column's map);
+otherwise (``x + x.T``-like shapes) it leaves.
 
 **The switch.** Anything else — indexing, another function or ufunc, a method, ``dtype``,
 ``np.asarray``, printing — turns the whole capture to tracked arrays, once and for good: every
@@ -246,6 +249,12 @@ def _aligned(maps: Maps, shape: tuple[int, ...], out: tuple[int, ...]) -> Maps:
     }
 
 
+def _holds(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Does map ``a`` relate every pair map ``b`` relates? (each axis whole in ``a``, or the
+    same in both)."""
+    return all(i == -1 or i == j for i, j in zip(a, b, strict=True))
+
+
 def _reduced(maps: Maps, ndim: int, axes: tuple[int, ...], keepdims: bool) -> Maps:
     """``maps`` after summing ``axes`` of an operand of rank ``ndim``."""
     gone = set(axes)
@@ -317,15 +326,12 @@ class DeferredArray(NDArrayOperatorsMixin):
                 got = _elementwise(self._run, ufunc, inputs)
                 if got is not None:
                     return got
-            elif (
-                method == "reduce"
-                and ufunc is np.add
-                and len(inputs) == 1
-                and set(kwargs) <= {"axis", "keepdims"}
-            ):
-                got = _sum(self._run, inputs[0], kwargs.get("axis", 0), kwargs)
+            elif method == "reduce" and ufunc is np.add and len(inputs) == 1:
+                axis = kwargs.pop("axis", 0)  # ufunc.reduce's default axis is 0
+                got = _reduce(self._run, np.sum, inputs[0], axis, kwargs)
                 if got is not None:
                     return got
+                kwargs["axis"] = axis
         self._run.switch()
         if "where" in kwargs and "out" not in kwargs:
             # NumPy drops an explicit out=None before the override (and warns about a
@@ -337,13 +343,10 @@ class DeferredArray(NDArrayOperatorsMixin):
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         if not self._run.switched:
-            if func is np.sum and len(args) <= 2 and set(kwargs) <= {"axis", "keepdims"}:
-                axis = args[1] if len(args) == 2 else kwargs.get("axis")
-                got = (
-                    None
-                    if len(args) == 2 and "axis" in kwargs
-                    else _sum(self._run, args[0], axis, kwargs)
-                )
+            if func in _REDUCTIONS and len(args) <= 2 and not (len(args) == 2 and "axis" in kwargs):
+                rest = dict(kwargs)
+                axis = args[1] if len(args) == 2 else rest.pop("axis", None)
+                got = _reduce(self._run, func, args[0], axis, rest)
                 if got is not None:
                     return got
             attr = _SHAPE_FUNCS.get(func)
@@ -352,13 +355,29 @@ class DeferredArray(NDArrayOperatorsMixin):
         self._run.switch()
         return _installed(func)(*_unwrap(args), **_unwrap(kwargs))
 
-    def sum(self, axis: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """``ndarray.sum``: deferred for ``axis`` and ``keepdims``, else on the twin."""
-        if not self._run.switched and not args and set(kwargs) <= {"keepdims"}:
-            got = _sum(self._run, self, axis, kwargs)
+    def _statistic(self, func: Callable[..., Any], axis: Any, args: Any, kwargs: Any) -> Any:
+        if not self._run.switched and not args:
+            got = _reduce(self._run, func, self, axis, dict(kwargs))
             if got is not None:
                 return got
-        return self.twin().sum(axis, *_unwrap(args), **_unwrap(kwargs))
+        method = getattr(self.twin(), func.__name__)
+        return method(axis, *_unwrap(args), **_unwrap(kwargs))
+
+    def sum(self, axis: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``ndarray.sum``: deferred for ``axis`` and ``keepdims``, else on the twin."""
+        return self._statistic(np.sum, axis, args, kwargs)
+
+    def mean(self, axis: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``ndarray.mean``: deferred for ``axis`` and ``keepdims``, else on the twin."""
+        return self._statistic(np.mean, axis, args, kwargs)
+
+    def var(self, axis: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``ndarray.var``: deferred for ``axis``, ``keepdims`` and ``ddof``, else on the twin."""
+        return self._statistic(np.var, axis, args, kwargs)
+
+    def std(self, axis: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``ndarray.std``: deferred for ``axis``, ``keepdims`` and ``ddof``, else on the twin."""
+        return self._statistic(np.std, axis, args, kwargs)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -480,8 +499,14 @@ def _elementwise(run: DeferredRun, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> 
         if not isinstance(x, DeferredArray):
             continue
         for k, m in _aligned(x._maps, _shape(x), out_shape).items():
-            if maps.setdefault(k, m) != m:
-                return None  # one input reached through two maps: not one row per input
+            seen = maps.setdefault(k, m)
+            if seen != m:
+                # one input through two maps: their union is one row when one map holds the
+                # other (x - x.mean(0): the column holds the cell), else it leaves the path
+                if _holds(m, seen):
+                    maps[k] = m
+                elif not _holds(seen, m):
+                    return None
     value = ufunc(*values)
     if np.asarray(value).dtype != np.float64:
         return None  # the plain run's value is dropped; the twins compute it
@@ -489,21 +514,42 @@ def _elementwise(run: DeferredRun, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> 
     return DeferredArray._make(run, value, node, maps)
 
 
-def _sum(run: DeferredRun, x: Any, axis: Any, kwargs: dict[str, Any]) -> Any:
-    """``np.sum(x, axis, keepdims=...)`` deferred, or None when it leaves the fast path."""
-    if not isinstance(x, DeferredArray) or x._run is not run:
+_REDUCTIONS: dict[Callable[..., Any], frozenset[str]] = {
+    np.sum: frozenset({"keepdims"}),
+    np.mean: frozenset({"keepdims"}),
+    np.var: frozenset({"keepdims", "ddof"}),
+    np.std: frozenset({"keepdims", "ddof"}),
+}
+"""Statistics over whole axes whose output cell carries every cell of the axes it reduces
+(a sum's, and so a mean's; a variance's and a standard deviation's through the mean), with the
+keywords the fast path takes besides ``axis``."""
+
+
+def _reduce(
+    run: DeferredRun, func: Callable[..., Any], x: Any, axis: Any, kwargs: dict[str, Any]
+) -> Any:
+    """``func(x, axis=axis, **kwargs)`` (one of :data:`_REDUCTIONS`) deferred, or None when it
+    leaves the fast path."""
+    if (
+        not isinstance(x, DeferredArray)
+        or x._run is not run
+        or not set(kwargs) <= _REDUCTIONS[func]
+    ):
         return None
     keepdims = kwargs.get("keepdims", False)
-    if not isinstance(keepdims, bool):
+    ddof = kwargs.get("ddof", 0)
+    if not isinstance(keepdims, bool) or not isinstance(ddof, int | float | np.integer):
         return None
     ndim = np.ndim(x._value)
     axes = _axes(axis, ndim)
     if axes is None:
         return None
     # NumPy first: it raises for an axis out of range or repeated, as on the twin
-    value = np.sum(x._value, axis=axis, keepdims=keepdims)
+    value = func(x._value, axis=axis, **kwargs)
+    if np.asarray(value).dtype != np.float64:
+        return None
     maps = _reduced(x._maps, ndim, axes, keepdims)
-    node = _Node(np.sum, (x._node,), {"axis": axis, "keepdims": keepdims})
+    node = _Node(func, (x._node,), {"axis": axis, **kwargs})
     return DeferredArray._make(run, value, node, maps)
 
 

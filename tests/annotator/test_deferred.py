@@ -3,7 +3,8 @@ element-wise fast path, or leaves it at any point, gives exactly the eager captu
 lineage, and the plain run's values.
 
 The property test draws programs over one to three broadcast-compatible inputs: chains of the
-fast path's ufuncs (with scalars and plain constant arrays), sums over random axes, and an
+fast path's ufuncs (with scalars and plain constant arrays), sums, means, variances and
+standard deviations over random axes (combined with the arrays they summarise), and an
 operation off the fast path (indexing, a sort, ``maximum``, a comparison, ``np.asarray``) at a
 random step or none; it captures each program deferred and eager, in both modes. The other
 tests pin what the switch must get right: a mutation after the switch does not reach values
@@ -32,6 +33,7 @@ from dslog_dagster.errors import StaleLineageError
 
 UNARY = [np.negative, np.exp, np.sqrt, np.log1p, np.tanh, np.absolute, np.square, np.floor]
 BINARY = [np.add, np.subtract, np.multiply, np.true_divide, np.power, np.hypot, np.arctan2]
+STATS = [np.sum, np.mean, np.var, np.std]
 OFF_PATH: list[Callable[[Any], Any]] = [
     lambda a: np.asarray(a)[..., ::-1] if np.ndim(a) else a * 1.0,
     lambda a: np.sort(a, axis=-1) if np.ndim(a) else a + 0.0,
@@ -140,10 +142,12 @@ def interpret(steps: list[tuple[Any, ...]]) -> Callable[..., Any]:
                 axis: Any = None
                 if nd and b % 3:
                     axis = b % nd if b % 2 else tuple(range(nd))[: 1 + b % nd]
+                stat = STATS[(a // 2) % len(STATS)]
+                extra = {"ddof": 1} if stat in (np.var, np.std) and b % 4 == 1 else {}
                 if a % 2:
-                    pool.append(np.sum(x, axis=axis, keepdims=flag))
+                    pool.append(stat(x, axis=axis, keepdims=flag, **extra))
                 else:
-                    pool.append(x.sum(axis, keepdims=flag))
+                    pool.append(getattr(x, stat.__name__)(axis, keepdims=flag, **extra))
             else:
                 pool.append(OFF_PATH[b % len(OFF_PATH)](x))
         if len(pool) > len(xs) + 1 and steps[-1][3]:
