@@ -658,7 +658,11 @@ def _extract(
     # (a tracked array made outside the run, or none at all: it is refused as before)
     if run is not None and not all(isinstance(o, DeferredArray) for o in outs):
         run.switch()
-    outs = [o.twin() if isinstance(o, DeferredArray) and not o.deferred else o for o in outs]
+    # a deferred array of another capture is stale: twin() raises StaleLineageError
+    outs = [
+        o.twin() if isinstance(o, DeferredArray) and (not o.deferred or not o.of(run)) else o
+        for o in outs
+    ]
     for o, out in enumerate(outs):
         if isinstance(out, DeferredArray):
             outs[o] = out.plain()

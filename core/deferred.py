@@ -50,7 +50,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.provrc import LineageTable
-from dslog_dagster.errors import StaleLineageError
+from dslog_dagster.errors import CaptureError, StaleLineageError
 
 __all__ = [
     "ELEMENTWISE",
@@ -126,6 +126,7 @@ class DeferredRun:
         self._live: list[weakref.ref[DeferredArray]] = []
         self.switched = False
         self.closed = False
+        self.failed = False
         self.tracked: list[np.ndarray[Any, Any]] = []
 
     def inputs(self) -> list["DeferredArray"]:
@@ -163,18 +164,27 @@ class DeferredRun:
                 "tracked array's does (captures are per thread)."
             )
             raise StaleLineageError(msg)
-        self.switched = True
-        self.tracked = [_annotator.annotate(a)[0] for a in self._inputs]
-        memo: dict[int, Any] = {}
+        if self.failed:
+            msg = (
+                f"The capture of `{self._name}` could not turn its deferred arrays into "
+                "tracked ones (the switch failed above); its arrays cannot be used any more."
+            )
+            raise CaptureError(msg)
         live = [d for r in self._live if (d := r()) is not None]
+        try:
+            self.tracked = [_annotator.annotate(a)[0] for a in self._inputs]
+            memo: dict[int, Any] = {}
+            # the chains re-run for their handles only: their floating-point warnings were
+            # already given by the plain run
+            with np.errstate(all="ignore"):
+                twins = [self._twin_of(d, memo) for d in live]
+        except BaseException:
+            self.failed = True  # half-annotated: no later use may see a partial switch
+            raise
+        for d, twin in zip(live, twins, strict=True):
+            d._twin, d._value, d._node = twin, None, None
         self._live.clear()
-        # the chains re-run for their handles only: their floating-point warnings were
-        # already given by the plain run
-        with np.errstate(all="ignore"):
-            for d in live:
-                d._twin = self._twin_of(d, memo)
-                d._value = None
-                d._node = None
+        self.switched = True
 
     def _replay(self, node: _Node, memo: dict[int, Any]) -> Any:
         got = memo.get(id(node))
@@ -195,8 +205,14 @@ class DeferredRun:
         got = self._replay(node, memo)
         # a fresh ufunc or sum result is C order, writeable and nobody else's; anything else
         # (a scalar) is copied first
-        fresh = isinstance(got, np.ndarray) and got.flags.c_contiguous and got.flags.writeable
-        arr = got if fresh and all(got is not t for t in self.tracked) else np.array(got)
+        fresh = (
+            isinstance(got, np.ndarray)
+            and got.base is None  # owns its memory: never a view of an input's twin
+            and got.flags.c_contiguous
+            and got.flags.writeable
+            and all(got is not t for t in self.tracked)
+        )
+        arr = got if fresh else np.array(got)
         _annotator.assign_values(arr, np.asarray(d._value, dtype=np.float64))
         return arr[()] if not isinstance(d._value, np.ndarray) else arr
 
@@ -303,6 +319,10 @@ class DeferredArray(NDArrayOperatorsMixin):
     def deferred(self) -> bool:
         """Still deferred (its run has not switched)."""
         return self._twin is None
+
+    def of(self, run: DeferredRun | None) -> bool:
+        """Was it made by ``run``?"""
+        return self._run is run
 
     def twin(self) -> Any:
         """The tracked array (or tracked scalar) this stands for: the run switches first."""

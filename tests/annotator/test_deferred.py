@@ -29,7 +29,7 @@ from dslog_dagster.core.capture import CaptureResult, as_input, capture_inputs
 from dslog_dagster.core.deferred import DeferredArray
 from dslog_dagster.core.native import annotator as _annotator
 from dslog_dagster.core.reuse.views import tables_equal
-from dslog_dagster.errors import StaleLineageError
+from dslog_dagster.errors import CaptureError, StaleLineageError
 
 UNARY = [np.negative, np.exp, np.sqrt, np.log1p, np.tanh, np.absolute, np.square, np.floor]
 BINARY = [np.add, np.subtract, np.multiply, np.true_divide, np.power, np.hypot, np.arctan2]
@@ -299,3 +299,49 @@ def test_eager_capture_is_still_available() -> None:
     Capture(defer=False).run(lambda a: seen.append(a) or -a, np.ones(3))
     assert isinstance(seen[0], np.ndarray)
     assert seen[0].dtype == _annotator.dtype
+
+
+def test_returning_a_deferred_array_of_an_earlier_capture_is_stale() -> None:
+    kept: list[Any] = []
+    capture(lambda a: kept.append(a + 1.0) or a * 2.0, np.arange(3.0))
+    with pytest.raises(StaleLineageError):
+        capture(lambda a: kept[0], np.arange(3.0))
+    with pytest.raises(StaleLineageError):
+        capture(lambda a: a + kept[0], np.arange(3.0))
+
+
+def test_a_failed_switch_leaves_no_half_switched_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch annotates the inputs; when that fails, a second try inside the same run
+    raises CaptureError instead of handing out partly switched arrays, and the arrays stay
+    deferred (a result returned as it is keeps its lineage from the maps)."""
+    import dslog_dagster.core.deferred as deferred
+
+    class Failing:
+        def __getattr__(self, name: str) -> Any:
+            if name == "annotate":
+
+                def fail(a: Any) -> Any:
+                    msg = "no room for the annotated input"
+                    raise MemoryError(msg)
+
+                return fail
+            return getattr(_annotator, name)
+
+    seen: list[str] = []
+
+    def f(a: Any) -> Any:
+        y = a + 1.0
+        try:
+            y[0]
+        except MemoryError:
+            seen.append("first")
+        with pytest.raises(CaptureError, match="could not turn"):
+            y[0]
+        seen.append("second")
+        return y
+
+    monkeypatch.setattr(deferred, "_annotator", Failing())
+    r = capture(f, np.arange(3.0))
+    assert seen == ["first", "second"]
+    assert r.value.tolist() == [1.0, 2.0, 3.0]
+    assert r.relation(0, 0).pairs().tolist() == [[0, 0], [1, 1], [2, 2]]

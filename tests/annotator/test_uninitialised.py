@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 
 from dslog_dagster.core.capture import TRACKED_FLOAT, Capture
+from dslog_dagster.errors import StaleLineageError
+from tests.annotator.reference import reference_capture, to_relations
 
 # the tracked kernels' zero-fill is the subject: annotated from the start (no deferred inputs)
 capture = Capture(defer=False).run
-from dslog_dagster.errors import StaleLineageError
-from tests.annotator.reference import reference_capture, to_relations
 
 N = 20_000  # cells: above the 16,384 at which element-wise outputs skip the zero-fill
 REPS = 8
