@@ -7,13 +7,16 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dslog_dagster.io_managers.spark_frames import load_frame, write_frame
-from dslog_dagster.spark import ROW_ID
+from dslog_dagster.spark import ROW_ID, rowid
 from dslog_dagster.spark import stored_subset as sub
 from dslog_dagster.spark.pushdown import semijoin, semijoin_keys
 
@@ -27,14 +30,17 @@ def _stored(spark: Any, path: Path, rows: list[tuple[Any, ...]]) -> Any:
 
 
 def _rows(df: Any) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r) for r in df.collect())
+    return sorted((tuple(r) for r in df.collect()), key=repr)  # nulls among the values
 
 
+_COLS = ["a", "b", "c", "d", "x"]
+# stored keys may be null (a null key is kept by no non-null selected key, as in Spark's
+# null-safe semijoin); selected ones are not (key_table refuses them)
 _ROW = st.tuples(
-    st.integers(0, 5),
-    st.sampled_from(["p", "q", "r", "é"]),
-    st.integers(-3, 3),
-    st.sampled_from([datetime.date(2026, 1, d) for d in (1, 2, 3)]),
+    st.one_of(st.none(), st.integers(0, 5)),
+    st.one_of(st.none(), st.sampled_from(["p", "q", "r", "é"])),
+    st.one_of(st.none(), st.integers(-3, 3)),
+    st.sampled_from([None, *(datetime.date(2026, 1, d) for d in (1, 2, 3))]),
     st.floats(allow_nan=False, width=32),
 )
 
@@ -48,15 +54,25 @@ _ROW = st.tuples(
     data=st.lists(_ROW, min_size=1, max_size=40),
     picks=st.lists(st.integers(0, 39), max_size=6),
     on=st.sampled_from([("a",), ("b",), ("a", "b"), ("c", "d"), ("d",)]),
+    span=st.sampled_from([sub.LOOKUP_SPAN, 0]),
 )
 def test_the_arrow_subset_equals_sparks_semijoin(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, data: Any, picks: Any, on: Any
+    spark: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    data: Any,
+    picks: Any,
+    on: Any,
+    span: int,
 ) -> None:
-    """Over random stored frames, selections (repeats, none) and key columns of each simple
-    type, alone and in pairs: the rows kept are exactly Spark's null-safe semijoin's, every
-    column and row id included, and the local key frame gives Spark the same rows too."""
+    """Over random stored frames (null keys among them), selections (repeats, none) and key
+    columns of each simple type, alone and in pairs, integers matched by the lookup table or
+    by Arrow's hash set (``span``): the rows kept are exactly Spark's null-safe semijoin's,
+    every column and row id included, and the local key frame gives Spark the same rows."""
+    monkeypatch.setattr(sub, "LOOKUP_SPAN", span)
     frame = _stored(spark, tmp_path_factory.mktemp("subset") / "f.parquet", data)
     chosen = [data[i % len(data)] for i in picks]
+    chosen = [r for r in chosen if all(r[_COLS.index(c)] is not None for c in on)]
     selected = (
         spark.createDataFrame(chosen, _SCHEMA) if chosen else spark.createDataFrame([], _SCHEMA)
     )
@@ -128,3 +144,72 @@ def test_a_table_with_an_empty_batch_reaches_spark_whole(spark: Any) -> None:
     local = sub.local_frame(spark, table)
     assert local is not None
     assert sorted(r.a for r in local.collect()) == [3, 5, 6]
+
+
+@settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    picks=st.lists(st.integers(0, 59), max_size=6),
+    on=st.sampled_from([("a",), ("b",), ("a", "b")]),
+)
+def test_row_groups_left_out_by_their_statistics_hold_no_key(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, picks: Any, on: Any
+) -> None:
+    """Files of many row groups, sorted on ``a`` (so most groups' statistics rule out the
+    selected keys and are not read): the subset is still exactly Spark's semijoin."""
+    path = tmp_path_factory.mktemp("groups") / "f.parquet"
+    path.mkdir()
+    for part in range(2):
+        ids = np.arange(part * 30, part * 30 + 30, dtype=np.int64)
+        table = pa.table(
+            {
+                "a": pa.array(ids // 4, pa.int64()),
+                "b": pa.array([f"s{i % 7}" for i in ids], pa.string()),
+                ROW_ID: pa.array(ids, pa.int64()),
+            }
+        )
+        pq.write_table(table, path / f"part-{part}.parquet", row_group_size=5)
+    frame = spark.read.parquet(str(path))
+    selected = rowid.rows_by_id(frame, picks)
+    rows = selected.collect()
+    mapping = {c: c for c in on}
+    keys = sub.key_table(rows, selected.schema, mapping)
+    assert keys is not None
+    got = sub.read_subset(frame, keys)
+    assert got is not None
+    assert _rows(got) == _rows(semijoin(frame, selected, mapping))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from([pa.int8(), pa.int16(), pa.int32(), pa.int64()]),
+    data=st.data(),
+    span=st.sampled_from([sub.LOOKUP_SPAN, 0]),
+)
+def test_key_columns_are_matched_as_arrows_is_in(kind: Any, data: Any, span: int) -> None:
+    """An integer key column matched by the lookup table (over the keys' range; nulls, the
+    type's extremes, an 8-bit column spanning more than its type holds) or by Arrow's hash
+    set is ``pc.is_in`` exactly; the same for strings and dates."""
+    top = 2 ** (kind.bit_width - 1)
+    ints = st.integers(-top, top - 1)
+    base = data.draw(ints)
+    near = st.integers(max(base - 3, -top), min(base + 12, top - 1))  # a range the table spans
+    keys = pa.array(sorted(data.draw(st.sets(st.one_of(near, ints), max_size=6))), kind)
+    values = st.one_of(st.none(), near, ints)
+    column = pa.array(data.draw(st.lists(values, max_size=40)), kind)
+    default = sub.LOOKUP_SPAN
+    sub.LOOKUP_SPAN = span
+    try:
+        got = sub._matcher(keys)(column)
+    finally:
+        sub.LOOKUP_SPAN = default
+    want = pc.is_in(column, value_set=keys).to_numpy(zero_copy_only=False)
+    assert got.dtype == np.bool_
+    assert got.tolist() == want.tolist()
+    text = pa.array(["p", None, "q", "é"])
+    assert sub._matcher(pa.array(["é", "q"]))(text).tolist() == [False, False, True, True]
+    days = pa.array([datetime.date(2026, 1, d) for d in (1, 2)] + [None], pa.date32())
+    assert sub._matcher(days.slice(1, 1))(days).tolist() == [False, True, False]
