@@ -39,7 +39,7 @@ from dslog_dagster.spark.frame_capture import FrameCapture
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin, semijoin_keys
 from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
 from dslog_dagster.spark.steps import ArrayFromFrame
-from dslog_dagster.spark.stored_subset import key_table, local_frame, read_subset
+from dslog_dagster.spark.stored_subset import key_table, local_frame, read_rows, read_subset
 
 __all__ = [
     "ENGINE",
@@ -246,10 +246,15 @@ def rerun_frames(
                 c.release()
     ((output, picked),) = rows.items()
     stored = rerun.load_output(output)
-    # the selected rows, read once and kept in the JVM: the semijoins and the matching below
-    # would otherwise each re-read the stored output to find them
-    selected = rows_by_id(stored, picked)
-    got = selected.collect()
+    # the selected rows, read once and kept (a local frame read by this process when the
+    # stored output is a plain local scan, else kept in the JVM): the semijoins and the
+    # matching below would otherwise each re-read the stored output to find them
+    read = read_rows(stored, picked)
+    if read is None:
+        selected = rows_by_id(stored, picked)
+        got = selected.collect()
+    else:
+        selected, got = read
     reduced = _selected_inputs(rerun, frames, output, selected, got, in_rows)
     if reduced is None:
         return {}

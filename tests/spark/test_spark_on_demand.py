@@ -232,16 +232,32 @@ def test_selective_equals_full_and_is_not_registered(
     picked = sorted(data.draw(st.sets(st.integers(0, n_out - 1), min_size=1, max_size=3)))
     # the reduced inputs kept (checkpointed, as big ones are) or semijoined where read
     keep = data.draw(st.sampled_from([0, spark_on_demand.KEEP_ROWS]), label="KEEP_ROWS")
-    # the selected rows found by a filter on their ids, or by a semijoin with them
-    by = data.draw(st.sampled_from([0, rowid.FILTER_IDS]), label="FILTER_IDS")
+    # the selected rows read with Arrow, or (Arrow refusing) by Spark: by a filter on their
+    # ids, or by a semijoin with them; the calls say which way ran
+    by = data.draw(st.sampled_from(["arrow", 0, rowid.FILTER_IDS]), label="selected rows")
+    read_rows, rows_by_id = spark_on_demand.read_rows, spark_on_demand.rows_by_id
+    calls: list[str] = []
+
+    def spark_read(*a: Any) -> Any:
+        calls.append("spark")
+        return rows_by_id(*a)
+
+    def arrow_read(*a: Any) -> Any:
+        calls.append("arrow")
+        return read_rows(*a) if by == "arrow" else None
+
     defaults = spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS
-    spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = keep, by
+    spark_on_demand.KEEP_ROWS = keep
+    rowid.FILTER_IDS = rowid.FILTER_IDS if by == "arrow" else int(by)
+    spark_on_demand.read_rows, spark_on_demand.rows_by_id = arrow_read, spark_read
     try:
         tables, r = on_demand.reconstruct_rows(
             log.store, op, io.value_loader(frames=True), 0, picked
         )
     finally:
         spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = defaults
+        spark_on_demand.read_rows, spark_on_demand.rows_by_id = read_rows, rows_by_id
+    assert calls == (["arrow"] if by == "arrow" else ["arrow", "spark"])
     assert tables is not None
     assert (r.obtained, r.operation, r.rows) == ("selective re-run", None, len(picked))
     assert len(log.store.operations("totals")) == 1  # nothing registered

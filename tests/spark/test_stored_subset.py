@@ -1,7 +1,8 @@
 """Reading the part of a stored frame a selection needs with Arrow
 (:mod:`dslog_dagster.spark.stored_subset`), against Spark's own null-safe semijoin of the same
-stored frame with the same selected rows (:func:`dslog_dagster.spark.pushdown.semijoin`); and
-every case it must leave to Spark answers ``None``."""
+stored frame with the same selected rows (:func:`dslog_dagster.spark.pushdown.semijoin`), and
+the selected rows themselves against :func:`dslog_dagster.spark.rowid.rows_by_id` and a
+collect; every case it must leave to Spark answers ``None``."""
 
 import datetime
 from pathlib import Path
@@ -146,6 +147,83 @@ def test_a_table_with_an_empty_batch_reaches_spark_whole(spark: Any) -> None:
     assert sorted(r.a for r in local.collect()) == [3, 5, 6]
 
 
+_WIDE = "a bigint, b string, c int, d date, x double, f float, t tinyint, s smallint, o boolean"
+_ANY_FLOAT = st.one_of(
+    st.none(), st.sampled_from([float("nan"), -0.0, 0.0, float("inf")]), st.floats(width=32)
+)
+_WIDE_ROW = st.tuples(
+    st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+    st.one_of(st.none(), st.text(max_size=3)),
+    st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)),
+    st.one_of(st.none(), st.dates()),
+    _ANY_FLOAT,
+    _ANY_FLOAT,
+    st.one_of(st.none(), st.integers(-128, 127)),
+    st.one_of(st.none(), st.integers(-(2**15), 2**15 - 1)),
+    st.one_of(st.none(), st.booleans()),
+)
+
+
+def _exact(rows: list[Any]) -> list[tuple[list[str], list[tuple[str, str]]]]:
+    """Rows by id, each as its field names and its values' types and reprs: NaN equals NaN
+    here, and ``-0.0`` does not equal ``0.0`` (both would be lost by ``==``)."""
+    ordered = sorted(rows, key=lambda r: r[ROW_ID])
+    return [(list(r.asDict()), [(type(v).__name__, repr(v)) for v in r]) for r in ordered]
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    data=st.lists(_WIDE_ROW, min_size=1, max_size=30),
+    picks=st.lists(st.integers(-2, 40), max_size=8),
+)
+def test_the_arrow_rows_equal_rows_by_id_collected(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, data: Any, picks: Any
+) -> None:
+    """Over random stored frames with a column of every VALUE_TYPES type (nulls, NaN,
+    ``-0.0``, extreme integers) and random ids (repeats, unknown ids, none): read_rows gives
+    the rows rows_by_id keeps, as collect gives them (names, Python types, values), and its
+    local frame holds the same rows with the stored types."""
+    path = tmp_path_factory.mktemp("rows") / "f.parquet"
+    write_frame(spark.createDataFrame(data, _WIDE).repartition(3), path)
+    frame, _ = load_frame(spark, path)
+    read = sub.read_rows(frame, np.asarray(picks, dtype=np.int64))
+    assert read is not None
+    local, got = read
+    want = rowid.rows_by_id(frame, picks).collect()
+    assert _exact(got) == _exact(want)
+    assert [(f.name, f.dataType) for f in local.schema] == [
+        (f.name, f.dataType) for f in frame.schema
+    ]
+    assert _exact(local.collect()) == _exact(want)
+    on = {"a": "a", "b": "b"}  # the trace's keys from either rows are the same (or None)
+    assert sub.key_table(got, local.schema, on) == sub.key_table(want, frame.schema, on)
+
+
+def test_rows_arrow_cannot_give_exactly_are_left_to_rows_by_id(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column whose collected values Arrow does not give as Spark does (a timestamp, in
+    the session's time zone; a binary value, a bytearray), a frame with anything on its
+    scan or without row ids, and more ids than LOCAL_ROWS: None (the caller asks Spark)."""
+    day = datetime.date(2026, 1, 1)
+    frame = _stored(spark, tmp_path / "f.parquet", [(i % 3, "p", i, day, 0.5) for i in range(9)])
+    assert sub.read_rows(frame, [1, 2]) is not None
+    assert sub.read_rows(frame.filter("c > 2"), [1, 2]) is None
+    assert sub.read_rows(frame.drop(ROW_ID), [1, 2]) is None
+    for extra in ("CAST('2026-01-01 10:00:00' AS TIMESTAMP)", "CAST('z' AS BINARY)"):
+        path = tmp_path / f"{len(extra)}.parquet"
+        write_frame(frame.drop(ROW_ID).selectExpr("*", f"{extra} AS e"), path)
+        other, _ = load_frame(spark, path)
+        assert sub.read_rows(other, [1, 2]) is None
+    monkeypatch.setattr(sub, "LOCAL_ROWS", 1)
+    assert sub.read_rows(frame, [1, 2]) is None
+    assert sub.read_rows(frame, [1, 1]) is not None  # one id, asked twice
+
+
 @settings(
     max_examples=5,
     deadline=None,
@@ -159,7 +237,8 @@ def test_row_groups_left_out_by_their_statistics_hold_no_key(
     spark: Any, tmp_path_factory: pytest.TempPathFactory, picks: Any, on: Any
 ) -> None:
     """Files of many row groups, sorted on ``a`` (so most groups' statistics rule out the
-    selected keys and are not read): the subset is still exactly Spark's semijoin."""
+    selected keys and are not read): the subset and the selected rows are still exactly
+    Spark's."""
     path = tmp_path_factory.mktemp("groups") / "f.parquet"
     path.mkdir()
     for part in range(2):
@@ -181,6 +260,9 @@ def test_row_groups_left_out_by_their_statistics_hold_no_key(
     got = sub.read_subset(frame, keys)
     assert got is not None
     assert _rows(got) == _rows(semijoin(frame, selected, mapping))
+    read = sub.read_rows(frame, picks)
+    assert read is not None
+    assert _exact(read[1]) == _exact(rows)
 
 
 @settings(max_examples=60, deadline=None)
