@@ -10,9 +10,9 @@ equality Arrow and Spark share, the same rows are found here instead:
 * :func:`key_table` — the distinct key tuples of the selected rows, as an Arrow table;
 * :func:`read_subset` — the stored rows whose key tuple is among them (the row groups whose
   statistics hold no key skipped, each key column of the others matched by a lookup table,
-  then an exact semijoin for several key columns), handed to Spark as one local frame
-  (:func:`local_frame`, which checks that Spark took every row) and kept (a local
-  checkpoint), so the capture's passes read the few kept rows;
+  then an exact semijoin for several key columns), handed to Spark as one Parquet file in a
+  staging folder, or as one local frame (:func:`local_frame`, which checks that Spark took
+  every row) kept by a local checkpoint, so the capture's passes read the few kept rows;
 * :func:`read_rows` — the selected output rows themselves, by row id, as a local frame and
   as collected rows (no Spark job).
 
@@ -24,6 +24,8 @@ local, a stored schema that does not map to the frame's types, or more than
 :data:`LOCAL_ROWS` rows to keep.
 """
 
+import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -32,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Row
 from pyspark.sql.types import (
     BooleanType,
@@ -243,11 +246,20 @@ def _as_stored(dataset: ds.Dataset, keys: pa.Table) -> pa.Table | None:
         return None
 
 
-def read_subset(frame: DataFrame, keys: pa.Table) -> DataFrame | None:
+def read_subset(frame: DataFrame, keys: pa.Table, staging: str | None = None) -> DataFrame | None:
     """``frame`` ⋉ ``keys`` (a :func:`key_table`, columns named by ``frame``'s columns)
     read from ``frame``'s files in this process and kept in Spark; ``None`` when this cannot
     give exactly Spark's semijoin or would keep more than :data:`LOCAL_ROWS` rows (see the
-    module docstring)."""
+    module docstring).
+
+    ``staging``: a folder the executors read at the same path (see
+    :mod:`~dslog_dagster.spark.staging`), owned by the caller, who removes it once the frame
+    is no longer read. When given and every column is of :data:`VALUE_TYPES`, the rows kept
+    are written there as one Parquet file that Spark scans; else they become a local frame,
+    checkpointed. On the bench's 10^5 kept rows the local frame takes 0.15 s to build and
+    its checkpoint (a job) 0.35 s, where the file takes 0.03 s to write and the capture's
+    passes scan it as fast as they read the checkpoint (without the checkpoint, each pass
+    would turn the local rows into a job's tasks again: slower than keeping them)."""
     dataset = _stored_dataset(frame)
     if dataset is None:
         return None
@@ -260,10 +272,25 @@ def read_subset(frame: DataFrame, keys: pa.Table) -> DataFrame | None:
         return None
     if len(cols) > 1:  # each column's values matched; keep the exact tuples
         table = table.join(stored_keys, keys=cols, join_type="left semi")
+    if staging is not None and all(type(f.dataType) in VALUE_TYPES for f in frame.schema):
+        return _staged(frame, table, staging)
     local = local_frame(frame.sparkSession, table)
     if local is None or not _same_types(local.schema, frame.schema):
         return None
     return local.localCheckpoint(eager=True)
+
+
+def _staged(frame: DataFrame, table: pa.Table, staging: str) -> DataFrame | None:
+    """``table`` (rows of ``frame``'s files, of :data:`VALUE_TYPES`, whose Parquet types
+    Spark reads back as they were) written to a new folder under ``staging`` and scanned by
+    Spark with ``frame``'s schema (no job infers it); ``None`` when it cannot be written."""
+    try:
+        path = tempfile.mkdtemp(prefix="subset-", dir=staging)
+        pq.write_table(table, os.path.join(path, "part-0.parquet"))
+    except (OSError, pa.ArrowException):
+        return None
+    staged: DataFrame = frame.sparkSession.read.schema(frame.schema).parquet(path)
+    return staged
 
 
 def read_rows(

@@ -56,6 +56,7 @@ _ROW = st.tuples(
     picks=st.lists(st.integers(0, 39), max_size=6),
     on=st.sampled_from([("a",), ("b",), ("a", "b"), ("c", "d"), ("d",)]),
     span=st.sampled_from([sub.LOOKUP_SPAN, 0]),
+    staged=st.booleans(),
 )
 def test_the_arrow_subset_equals_sparks_semijoin(
     spark: Any,
@@ -65,13 +66,19 @@ def test_the_arrow_subset_equals_sparks_semijoin(
     picks: Any,
     on: Any,
     span: int,
+    staged: bool,
 ) -> None:
     """Over random stored frames (null keys among them), selections (repeats, none) and key
     columns of each simple type, alone and in pairs, integers matched by the lookup table or
-    by Arrow's hash set (``span``): the rows kept are exactly Spark's null-safe semijoin's,
-    every column and row id included, and the local key frame gives Spark the same rows."""
+    by Arrow's hash set (``span``), kept rows handed over as a local frame or a staged file:
+    the rows kept are exactly Spark's null-safe semijoin's, every column and row id
+    included, and the local key frame gives Spark the same rows."""
     monkeypatch.setattr(sub, "LOOKUP_SPAN", span)
-    frame = _stored(spark, tmp_path_factory.mktemp("subset") / "f.parquet", data)
+    root = tmp_path_factory.mktemp("subset")
+    staging = root / "staging" if staged else None
+    if staging is not None:
+        staging.mkdir()
+    frame = _stored(spark, root / "f.parquet", data)
     chosen = [data[i % len(data)] for i in picks]
     chosen = [r for r in chosen if all(r[_COLS.index(c)] is not None for c in on)]
     selected = (
@@ -83,10 +90,14 @@ def test_the_arrow_subset_equals_sparks_semijoin(
     keys = sub.key_table(rows, selected.schema, mapping)
     assert keys is not None
     assert keys.num_rows == len({tuple(r[c] for c in on) for r in rows})
-    got = sub.read_subset(frame, keys)
+    got = sub.read_subset(frame, keys, None if staging is None else str(staging))
     assert got is not None
     assert got.columns == frame.columns
     assert _rows(got) == want
+    if staging is not None:  # read from the file written there
+        files = got.inputFiles()
+        assert len(files) == 1
+        assert str(staging) in files[0]
     assert _rows(semijoin_keys(frame, spark.createDataFrame(keys))) == want
 
 
@@ -295,3 +306,44 @@ def test_key_columns_are_matched_as_arrows_is_in(kind: Any, data: Any, span: int
     assert sub._matcher(pa.array(["é", "q"]))(text).tolist() == [False, False, True, True]
     days = pa.array([datetime.date(2026, 1, d) for d in (1, 2)] + [None], pa.date32())
     assert sub._matcher(days.slice(1, 1))(days).tolist() == [False, True, False]
+
+
+def test_staged_rows_of_every_value_type_reach_spark_as_they_were(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Kept rows staged as a Parquet file that Spark scans: every VALUE_TYPES column (nulls,
+    NaN, ``-0.0``, float32, 8- and 16-bit integers) reads back exactly as Spark's own
+    semijoin gives it. A column of another type (binary) is handed over as a local frame,
+    nothing staged."""
+    day = datetime.date(2026, 1, 1)
+    rows = [
+        (1, "p", 1, day, float("nan"), -0.0, -128, 32767, True),
+        (1, None, None, None, -0.0, float("nan"), None, None, None),
+        (2, "é", -(2**31), day, 1.5, 0.1, 127, -(2**15), False),
+        (None, "q", 3, day, 0.25, 0.5, 0, 0, True),
+    ]
+    write_frame(spark.createDataFrame(rows, _WIDE).repartition(2), tmp_path / "f.parquet")
+    frame, _ = load_frame(spark, tmp_path / "f.parquet")
+    selected = frame.filter("a = 1")
+    keys = sub.key_table(selected.collect(), selected.schema, {"a": "a"})
+    assert keys is not None
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    got = sub.read_subset(frame, keys, str(staging))
+    assert got is not None
+    assert len(list(staging.iterdir())) == 1
+    want = semijoin(frame, selected, {"a": "a"}).collect()
+    assert len(want) == 2
+    assert _exact(got.collect()) == _exact(want)
+    assert [(f.name, f.dataType) for f in got.schema] == [
+        (f.name, f.dataType) for f in frame.schema
+    ]
+    binary = frame.selectExpr("*", "CAST(b AS BINARY) AS e").drop(ROW_ID)
+    write_frame(binary, tmp_path / "g.parquet")
+    other, _ = load_frame(spark, tmp_path / "g.parquet")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    local = sub.read_subset(other, keys, str(empty))
+    assert local is not None
+    assert local.count() == 2
+    assert list(empty.iterdir()) == []
