@@ -38,8 +38,9 @@ from dslog_dagster.spark.capture import capture_frame_outputs
 from dslog_dagster.spark.frame_capture import FrameCapture
 from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin, semijoin_keys
 from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
+from dslog_dagster.spark.staging import new_staging_dir, remove_staging_dir, staging_base
 from dslog_dagster.spark.steps import ArrayFromFrame
-from dslog_dagster.spark.stored_subset import key_table, local_frame, read_subset
+from dslog_dagster.spark.stored_subset import key_table, local_frame, read_rows, read_subset
 
 __all__ = [
     "ENGINE",
@@ -187,10 +188,12 @@ def _selected_inputs(
     selected: DataFrame,
     got: Sequence[Any],
     in_rows: Sequence[int],
+    staging: str | None,
 ) -> list[DataFrame] | None:
     """The inputs semijoined with the selected rows (see :mod:`.pushdown`); ``None`` when
     the selection reaches no input (a full re-run would read the same). ``got``: the
-    selected rows, collected.
+    selected rows, collected; ``staging``: a folder the executors read, where
+    :func:`~dslog_dagster.spark.stored_subset.read_subset` may write the rows it keeps.
 
     An input of at least :data:`KEEP_ROWS` stored rows is reduced once and kept: read in
     this process when :mod:`.stored_subset` can (a plain stored scan, simple keys), else
@@ -210,7 +213,7 @@ def _selected_inputs(
             continue
         keep = in_rows[i] >= KEEP_ROWS
         keys = key_table(got, selected.schema, on[n])
-        local = read_subset(f, keys) if keys is not None and keep else None
+        local = read_subset(f, keys, staging) if keys is not None and keep else None
         if local is not None:
             reduced.append(local)
             continue
@@ -246,13 +249,41 @@ def rerun_frames(
                 c.release()
     ((output, picked),) = rows.items()
     stored = rerun.load_output(output)
-    # the selected rows, read once and kept in the JVM: the semijoins and the matching below
-    # would otherwise each re-read the stored output to find them
-    selected = rows_by_id(stored, picked)
-    got = selected.collect()
-    reduced = _selected_inputs(rerun, frames, output, selected, got, in_rows)
-    if reduced is None:
-        return {}
+    # the selected rows, read once and kept (a local frame read by this process when the
+    # stored output is a plain local scan, else kept in the JVM): the semijoins and the
+    # matching below would otherwise each re-read the stored output to find them
+    read = read_rows(stored, picked)
+    if read is None:
+        selected = rows_by_id(stored, picked)
+        got = selected.collect()
+    else:
+        selected, got = read
+    base = staging_base(stored.sparkSession)
+    staging = None if base is None else new_staging_dir(base)
+    try:
+        reduced = _selected_inputs(rerun, frames, output, selected, got, in_rows, staging)
+        if reduced is None:
+            return {}
+        return _selected_tables(rerun, reduced, output, stored, selected, got, len(picked))
+    finally:
+        if staging is not None:  # the kept rows, read by the capture's passes only
+            remove_staging_dir(staging)
+
+
+def _selected_tables(
+    rerun: Rerun,
+    reduced: list[DataFrame],
+    output: int,
+    stored: DataFrame,
+    selected: DataFrame,
+    got: Sequence[Any],
+    n_picked: int,
+) -> dict[tuple[int, int], LineageTable]:
+    """The lineage of the ``n_picked`` selected rows (``selected``, collected as ``got``)
+    from a capture of the step on the ``reduced`` inputs, named by the stored rows' ids;
+    empty when a selected row does not come out of the reduced run."""
+    in_rows = [int(a.shape[0]) for a in rerun.records]
+    considered = rerun.mode == "considered"
     caps = _capture(rerun, reduced, in_rows)
     try:
         cap = caps[output]
@@ -264,12 +295,12 @@ def rerun_frames(
             pairs = match_local(mine, theirs)
         else:
             pairs = match_rows(cap.frame_with_row_id, selected, complete=False)
-        if len(pairs) != len(picked) or (pairs < 0).any():
+        if len(pairs) != n_picked or (pairs < 0).any():
             return {}  # a selected row did not come out of the reduced run: reconstruct all
         n_out = int(rerun.op.outputs[output].shape[0])
         return {
             (output, i): remap_rows(_table(rerun, cap, i, considered), pairs, n_out)
-            for i in range(len(frames))
+            for i in range(len(reduced))
         }
     finally:
         for c in caps:

@@ -232,16 +232,32 @@ def test_selective_equals_full_and_is_not_registered(
     picked = sorted(data.draw(st.sets(st.integers(0, n_out - 1), min_size=1, max_size=3)))
     # the reduced inputs kept (checkpointed, as big ones are) or semijoined where read
     keep = data.draw(st.sampled_from([0, spark_on_demand.KEEP_ROWS]), label="KEEP_ROWS")
-    # the selected rows found by a filter on their ids, or by a semijoin with them
-    by = data.draw(st.sampled_from([0, rowid.FILTER_IDS]), label="FILTER_IDS")
+    # the selected rows read with Arrow, or (Arrow refusing) by Spark: by a filter on their
+    # ids, or by a semijoin with them; the calls say which way ran
+    by = data.draw(st.sampled_from(["arrow", 0, rowid.FILTER_IDS]), label="selected rows")
+    read_rows, rows_by_id = spark_on_demand.read_rows, spark_on_demand.rows_by_id
+    calls: list[str] = []
+
+    def spark_read(*a: Any) -> Any:
+        calls.append("spark")
+        return rows_by_id(*a)
+
+    def arrow_read(*a: Any) -> Any:
+        calls.append("arrow")
+        return read_rows(*a) if by == "arrow" else None
+
     defaults = spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS
-    spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = keep, by
+    spark_on_demand.KEEP_ROWS = keep
+    rowid.FILTER_IDS = rowid.FILTER_IDS if by == "arrow" else int(by)
+    spark_on_demand.read_rows, spark_on_demand.rows_by_id = arrow_read, spark_read
     try:
         tables, r = on_demand.reconstruct_rows(
             log.store, op, io.value_loader(frames=True), 0, picked
         )
     finally:
         spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = defaults
+        spark_on_demand.read_rows, spark_on_demand.rows_by_id = read_rows, rows_by_id
+    assert calls == (["arrow"] if by == "arrow" else ["arrow", "spark"])
     assert tables is not None
     assert (r.obtained, r.operation, r.rows) == ("selective re-run", None, len(picked))
     assert len(log.store.operations("totals")) == 1  # nothing registered
@@ -347,3 +363,44 @@ def test_example_on_demand_spark_pipeline(spark: Any, tmp_path: Path) -> None:
             assert got
     finally:
         cap.release()
+
+
+def test_kept_rows_are_staged_for_the_capture_then_removed(
+    spark: Any, base: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every input kept (KEEP_ROWS 0), the inputs read with Arrow reach the capture as
+    files in a staging folder of the trace; the answer equals the captured lineage and the
+    folder is gone afterwards."""
+    root, ref = base
+    log, io = _copy(root, tmp_path)
+    (op,) = log.store.operations("totals")
+    monkeypatch.setattr(spark_on_demand, "KEEP_ROWS", 0)
+    made: list[str] = []
+    files: list[list[str]] = []
+    new_dir, read_subset = spark_on_demand.new_staging_dir, spark_on_demand.read_subset
+
+    def staging_dir(*a: Any) -> str:
+        made.append(new_dir(*a))
+        return made[-1]
+
+    def subset(*a: Any) -> Any:
+        got = read_subset(*a)
+        files.append([] if got is None else got.inputFiles())
+        return got
+
+    monkeypatch.setattr(spark_on_demand, "new_staging_dir", staging_dir)
+    monkeypatch.setattr(spark_on_demand, "read_subset", subset)
+    picked = [0, 2]
+    tables, r = on_demand.reconstruct_rows(log.store, op, io.value_loader(frames=True), 0, picked)
+    assert tables is not None
+    assert r.obtained == "selective re-run"
+    (staging,) = made
+    assert not Path(staging).exists()
+    assert files
+    assert all(len(f) == 1 and f"{staging}/subset-" in f[0] for f in files)
+    n_out = len(_totals_rows(spark, root))
+    cells = [(row, c) for row in picked for c in range(4)]
+    for rec in op.inputs:
+        got = prepare(tables[rec.array_id]).run(as_cells((n_out, 4), cells), "backward")
+        want = _want(spark, root, ref, rec.name, cells)
+        assert {tuple(c) for c in got.to_indices().tolist()} == want
