@@ -40,7 +40,13 @@ from dslog_dagster.spark.pushdown import TAG, pushdown_columns, semijoin, semijo
 from dslog_dagster.spark.rowid import ROW_ID, rows_by_id
 from dslog_dagster.spark.staging import new_staging_dir, remove_staging_dir, staging_base
 from dslog_dagster.spark.steps import ArrayFromFrame
-from dslog_dagster.spark.stored_subset import key_table, local_frame, read_rows, read_subset
+from dslog_dagster.spark.stored_subset import (
+    VALUE_TYPES,
+    key_table,
+    local_frame,
+    read_rows,
+    read_subset,
+)
 
 __all__ = [
     "ENGINE",
@@ -290,7 +296,7 @@ def _selected_tables(
         _check_schema(rerun, output, cap, stored)
         if cap.n_rows <= LOCAL_MATCH_ROWS:
             cols = [F.col(f"`{c}`") for c, _ in _visible(stored)] + [F.col(ROW_ID)]
-            mine = cap.frame_with_row_id.select(*cols).collect()
+            mine = _collected(cap.frame_with_row_id.select(*cols))
             theirs = [tuple(r[c] for c in [*(n for n, _ in _visible(stored)), ROW_ID]) for r in got]
             pairs = match_local(mine, theirs)
         else:
@@ -305,6 +311,18 @@ def _selected_tables(
     finally:
         for c in caps:
             c.release()
+
+
+def _collected(frame: DataFrame) -> list[tuple[Any, ...]]:
+    """``frame``'s rows as tuples of the values its ``collect`` gives. Through Arrow when
+    every column is of a type whose Python values Arrow and ``collect`` give alike
+    (:data:`~dslog_dagster.spark.stored_subset.VALUE_TYPES`): one batch, no ``Row`` per row
+    (``collect`` spent 0.4 s of a 3.9 s trace on 1,000 rows, half of it building ``Row``
+    objects); else through ``collect``."""
+    if all(type(f.dataType) in VALUE_TYPES for f in frame.schema.fields):
+        table = frame.toArrow()
+        return list(zip(*[c.to_pylist() for c in table.columns], strict=True))
+    return [tuple(r) for r in frame.collect()]
 
 
 def _table(rerun: Rerun, cap: FrameCapture, i: int, considered: bool) -> LineageTable:

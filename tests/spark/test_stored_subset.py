@@ -347,3 +347,34 @@ def test_staged_rows_of_every_value_type_reach_spark_as_they_were(
     assert local is not None
     assert local.count() == 2
     assert list(empty.iterdir()) == []
+
+
+def test_collected_rows_equal_collect_through_arrow_or_not(spark: Any) -> None:
+    """The selective re-run's rows for the local matching: through Arrow for simple types,
+    through ``collect`` otherwise; either way the tuples ``collect`` gives (NaN, -0.0, nulls,
+    dates, bytes, timestamps, structs)."""
+    from dslog_dagster.spark.on_demand import _collected
+
+    simple = spark.createDataFrame(
+        [
+            (1, float("nan"), "a", datetime.date(2024, 2, 29), True, 7),
+            (-(2**63), -0.0, None, None, None, 8),
+            (None, 1.5, "é", datetime.date(1970, 1, 1), False, 9),
+        ],
+        f"i long, d double, s string, day date, b boolean, {ROW_ID} long",
+    ).selectExpr("*", "cast(d as float) as f", "cast(i % 100 as tinyint) as t")
+    nested = spark.createDataFrame(
+        [(bytearray(b"x\x00"), datetime.datetime(2024, 1, 2, 3, 4, 5), (1, "z"), 0)],
+        f"bin binary, ts timestamp, st struct<a:int,b:string>, {ROW_ID} long",
+    )
+    for frame, arrow in ((simple, True), (nested, False)):
+        calls: list[str] = []
+        real = frame.toArrow
+        frame.toArrow = lambda real=real, calls=calls: calls.append("arrow") or real()  # type: ignore[method-assign]
+        got = _collected(frame)
+        want = [tuple(r) for r in frame.collect()]
+        assert calls == (["arrow"] if arrow else [])
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert [type(x) for x in g] == [type(x) for x in w]
+            assert repr(g) == repr(w)  # NaN and -0.0 compare by their text
