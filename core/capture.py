@@ -298,6 +298,19 @@ def _lost_message(name: str, exc: BaseException) -> str:
     )
 
 
+def _deferred_refusal(name: str, exc: BaseException) -> CaptureError:
+    """What to do when ``name`` refused a deferred input (code that checks for an ndarray,
+    or a library that rejects other array types)."""
+    msg = (
+        f"`{name}` refused a deferred input: {exc}. A capture hands the function deferred "
+        "arrays (dslog_dagster.core.deferred), which are not ndarrays until the first "
+        "operation off the element-wise fast path. Capture with `Capture(defer=False)` to "
+        "get annotated ndarrays from the start, or convert with `np.asarray(x)` first (in a "
+        "Dagster step too)."
+    )
+    return CaptureError(msg)
+
+
 def _is_dtype_rejection(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, TypeError | ValueError) and (
@@ -506,7 +519,9 @@ def capture(func: Callable[..., Any], /, *arrays: npt.ArrayLike, **kwargs: Any) 
     Raises:
         LineageLostError: the function rejected the dtype, converted to a plain dtype, or
             returned values without lineage.
-        CaptureError: a capture is already running in this thread (captures do not nest).
+        CaptureError: a capture is already running in this thread (captures do not nest), or
+            ``func`` refused a deferred input (a ``TypeError``/``ValueError`` naming
+            ``DeferredArray``; ``Capture(defer=False)`` annotates from the start).
         UnsupportedArrayError: an input is not a real numeric array.
 
     Examples:
@@ -585,6 +600,8 @@ def capture_inputs(
         except DSLogError:
             raise
         except (TypeError, ValueError) as e:
+            if run is not None and "DeferredArray" in str(e):
+                raise _deferred_refusal(name, e) from e
             if not _is_dtype_rejection(e):
                 raise
             lost = _lost_message(name, e)

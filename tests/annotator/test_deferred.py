@@ -345,3 +345,17 @@ def test_a_failed_switch_leaves_no_half_switched_arrays(monkeypatch: pytest.Monk
     assert seen == ["first", "second"]
     assert r.value.tolist() == [1.0, 2.0, 3.0]
     assert r.relation(0, 0).pairs().tolist() == [[0, 0], [1, 1], [2, 2]]
+
+
+def test_code_that_refuses_a_deferred_input_gets_told_what_to_do() -> None:
+    def strict(a: Any) -> Any:
+        if not isinstance(a, np.ndarray):
+            msg = f"expected an ndarray, got {type(a).__name__}"
+            raise TypeError(msg)
+        return a * 2.0
+
+    with pytest.raises(CaptureError, match=r"defer=False") as info:
+        capture(strict, np.arange(3.0))
+    assert isinstance(info.value.__cause__, TypeError)
+    assert Capture(defer=False).run(strict, np.arange(3.0)).value.tolist() == [0.0, 2.0, 4.0]
+    assert capture(lambda a: strict(np.asarray(a)), np.arange(3.0)).value.tolist() == [0, 2, 4]
