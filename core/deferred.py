@@ -578,34 +578,8 @@ def map_table(
 ) -> LineageTable:
     """The ProvRC table of input ``k`` of a deferred output of ``out_shape``: one row (none
     when either side is empty or the output does not come from ``k``)."""
-    l, m = len(out_shape), len(in_shape)
-    entry = maps.get(k)
-    n_out = int(np.prod(out_shape, dtype=np.int64))
-    n_in = int(np.prod(in_shape, dtype=np.int64))
-    rows = 1 if entry is not None and n_out > 0 and n_in > 0 else 0
+    entry = maps.get(k)  # None: no cell of this output comes from input k
+    axes = entry or (-1,) * len(in_shape)
     # an input axis of length 1 is absolute (0..0), as the native extraction writes it
-    axes = entry or (-1,) * m
     ref = [j if j >= 0 and d != 1 else -1 for j, d in zip(axes, in_shape, strict=True)]
-    hi = [0 if j >= 0 else d - 1 for j, d in zip(ref, in_shape, strict=True)]
-    whole = [d for j, d in zip(ref, in_shape, strict=True) if j < 0]
-    n_pairs = n_out * int(np.prod(whole, dtype=np.int64)) if rows else 0
-
-    def col(values: Sequence[int], k: int) -> npt.NDArray[np.int64]:
-        return np.asarray(values, dtype=np.int64).reshape(k, 1)[:, :rows].copy()
-
-    return LineageTable.from_fields(
-        tuple(out_shape),
-        tuple(in_shape),
-        rows,
-        n_pairs,
-        (
-            col([0] * l, l),
-            col([d - 1 for d in out_shape], l),
-            col(ref, m),
-            col([1] * m, m),
-            col([0] * m, m),
-            col([1] * m, m),
-            col([0] * m, m),
-            col(hi, m),
-        ),
-    )
+    return LineageTable.box(out_shape, in_shape, ref, empty=entry is None)

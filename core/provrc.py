@@ -119,9 +119,25 @@ class LineageTable(TableDisplay):
         """The relation of every output cell to every input cell, as one ProvRC row (no row
         when either array is empty): what a flagged fallback records, at the cost of one
         row whatever the sizes."""
+        return cls.box(out_shape, in_shape, [-1] * len(in_shape))
+
+    @classmethod
+    def box(
+        cls, out_shape: Shape, in_shape: Shape, ref: Sequence[int], *, empty: bool = False
+    ) -> "LineageTable":
+        """One ProvRC row over the whole output (none when either array is empty, or
+        ``empty``: the relation without pairs between these shapes): output
+        cell ``b`` relates to the input cells ``a`` with ``a_k = b_{ref[k]}`` where
+        ``ref[k] >= 0`` (that input axis has output axis ``ref[k]``'s length) and any ``a_k``
+        where ``ref[k] == -1``. Every output cell to every input cell (:meth:`all_to_all`),
+        and an element-wise, broadcast or reduced relation
+        (:func:`~dslog_dagster.core.deferred.map_table`), are such rows."""
         l, m = len(out_shape), len(in_shape)
-        n_pairs = int(np.prod(out_shape, dtype=np.int64)) * int(np.prod(in_shape, dtype=np.int64))
-        rows = 1 if n_pairs > 0 else 0
+        n_out = int(np.prod(out_shape, dtype=np.int64))
+        n_in = int(np.prod(in_shape, dtype=np.int64))
+        rows = 1 if n_out > 0 and n_in > 0 and not empty else 0
+        whole = [d for j, d in zip(ref, in_shape, strict=True) if j < 0]
+        n_pairs = n_out * int(np.prod(whole, dtype=np.int64)) if rows else 0
 
         def col(values: Sequence[int], k: int) -> I64:
             return np.asarray(values, dtype=np.int64).reshape(k, 1)[:, :rows].copy()
@@ -134,12 +150,12 @@ class LineageTable(TableDisplay):
             (
                 col([0] * l, l),
                 col([d - 1 for d in out_shape], l),
-                col([-1] * m, m),
+                col(list(ref), m),
                 col([1] * m, m),
                 col([0] * m, m),
                 col([1] * m, m),
                 col([0] * m, m),
-                col([d - 1 for d in in_shape], m),
+                col([0 if j >= 0 else d - 1 for j, d in zip(ref, in_shape, strict=True)], m),
             ),
         )
 
