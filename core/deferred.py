@@ -46,6 +46,7 @@ from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.array_utils import normalize_axis_tuple
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from dslog_dagster.core.native import annotator as _annotator
@@ -278,17 +279,6 @@ def _reduced(maps: Maps, ndim: int, axes: tuple[int, ...], keepdims: bool) -> Ma
     return {k: tuple(-1 if j < 0 or j in gone else renum[j] for j in m) for k, m in maps.items()}
 
 
-def _axes(axis: Any, ndim: int) -> tuple[int, ...] | None:
-    """``axis`` as normalised axes, or None when it is not ints (NumPy has already said what
-    is wrong with an out-of-range one)."""
-    if axis is None:
-        return tuple(range(ndim))
-    items = axis if isinstance(axis, tuple) else (axis,)
-    if not all(isinstance(a, int | np.integer) and not isinstance(a, bool) for a in items):
-        return None
-    return tuple(int(a) % ndim if ndim else 0 for a in items)
-
-
 class DeferredArray(NDArrayOperatorsMixin):
     """A float64 array of a running capture whose lineage is a map of the inputs' cells.
 
@@ -347,11 +337,11 @@ class DeferredArray(NDArrayOperatorsMixin):
                 if got is not None:
                     return got
             elif method == "reduce" and ufunc is np.add and len(inputs) == 1:
-                axis = kwargs.pop("axis", 0)  # ufunc.reduce's default axis is 0
-                got = _reduce(self._run, np.sum, inputs[0], axis, kwargs)
+                rest = {k: v for k, v in kwargs.items() if k != "axis"}
+                # ufunc.reduce's default axis is 0
+                got = _reduce(self._run, np.sum, inputs[0], kwargs.get("axis", 0), rest)
                 if got is not None:
                     return got
-                kwargs["axis"] = axis
         self._run.switch()
         if "where" in kwargs and "out" not in kwargs:
             # NumPy drops an explicit out=None before the override (and warns about a
@@ -560,14 +550,13 @@ def _reduce(
     ddof = kwargs.get("ddof", 0)
     if not isinstance(keepdims, bool) or not isinstance(ddof, int | float | np.integer):
         return None
-    ndim = np.ndim(x._value)
-    axes = _axes(axis, ndim)
-    if axes is None:
-        return None
-    # NumPy first: it raises for an axis out of range or repeated, as on the twin
+    # NumPy first: it raises for an axis that is not one, out of range or repeated, as it
+    # would on the twin; the axes are then valid
     value = func(x._value, axis=axis, **kwargs)
     if np.asarray(value).dtype != np.float64:
         return None
+    ndim = np.ndim(x._value)
+    axes = tuple(range(ndim)) if axis is None else normalize_axis_tuple(axis, ndim)
     maps = _reduced(x._maps, ndim, axes, keepdims)
     node = _Node(func, (x._node,), {"axis": axis, **kwargs})
     return DeferredArray._make(run, value, node, maps)

@@ -270,7 +270,7 @@ def rerun_frames(
         reduced = _selected_inputs(rerun, frames, output, selected, got, in_rows, staging)
         if reduced is None:
             return {}
-        return _selected_tables(rerun, reduced, output, stored, selected, got, len(picked))
+        return _selected_tables(rerun, reduced, in_rows, output, stored, selected, got, len(picked))
     finally:
         if staging is not None:  # the kept rows, read by the capture's passes only
             remove_staging_dir(staging)
@@ -279,6 +279,7 @@ def rerun_frames(
 def _selected_tables(
     rerun: Rerun,
     reduced: list[DataFrame],
+    in_rows: Sequence[int],
     output: int,
     stored: DataFrame,
     selected: DataFrame,
@@ -286,9 +287,9 @@ def _selected_tables(
     n_picked: int,
 ) -> dict[tuple[int, int], LineageTable]:
     """The lineage of the ``n_picked`` selected rows (``selected``, collected as ``got``)
-    from a capture of the step on the ``reduced`` inputs, named by the stored rows' ids;
-    empty when a selected row does not come out of the reduced run."""
-    in_rows = [int(a.shape[0]) for a in rerun.records]
+    from a capture of the step on the ``reduced`` inputs (of ``in_rows`` stored rows each),
+    named by the stored rows' ids; empty when a selected row does not come out of the
+    reduced run."""
     considered = rerun.mode == "considered"
     caps = _capture(rerun, reduced, in_rows)
     try:
