@@ -21,12 +21,14 @@ does not (an operator the push-down could not see through), this engine answers 
 the caller reconstructs in full.
 """
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from dslog_dagster.core.combine import factored_table
 from dslog_dagster.core.compression import compress
@@ -191,21 +193,25 @@ def _selected_inputs(
     rerun: Rerun,
     frames: list[DataFrame],
     output: int,
-    selected: DataFrame,
+    selected: Callable[[], DataFrame],
+    stored_schema: StructType,
     got: Sequence[Any],
     in_rows: Sequence[int],
     staging: str | None,
 ) -> list[DataFrame] | None:
     """The inputs semijoined with the selected rows (see :mod:`.pushdown`); ``None`` when
-    the selection reaches no input (a full re-run would read the same). ``got``: the
-    selected rows, collected; ``staging``: a folder the executors read, where
+    the selection reaches no input (a full re-run would read the same). ``selected``: the
+    selected rows as a frame (made on first use; of schema ``stored_schema``), ``got``: the
+    same rows, collected; ``staging``: a folder the executors read, where
     :func:`~dslog_dagster.spark.stored_subset.read_subset` may write the rows it keeps.
 
-    An input of at least :data:`KEEP_ROWS` stored rows is reduced once and kept: read in
-    this process when :mod:`.stored_subset` can (a plain stored scan, simple keys), else
-    semijoined in Spark and checkpointed. A smaller one is semijoined where it is read. The
-    keys reach Spark as one local frame of their distinct values when they are simple (no
-    job deduplicates them), else as the selected rows, deduplicated by Spark."""
+    An input is read in this process when :mod:`.stored_subset` can (a plain stored scan,
+    simple keys) and either there is a staging folder or it has at least :data:`KEEP_ROWS`
+    stored rows (then it is kept without one by a local checkpoint, a job). Else an input of
+    at least :data:`KEEP_ROWS` rows is semijoined in Spark and checkpointed, and a smaller one
+    is semijoined where it is read. The keys reach Spark as one local frame of their distinct
+    values when they are simple (no job deduplicates them), else as the selected rows,
+    deduplicated by Spark."""
     names = [f"in{i}" for i in range(len(frames))]
     tagged = [f.drop(ROW_ID).alias(TAG + n) for f, n in zip(frames, names, strict=True)]
     outs = _outputs(rerun.call(*tagged), rerun.refuse)
@@ -218,13 +224,19 @@ def _selected_inputs(
             reduced.append(f)
             continue
         keep = in_rows[i] >= KEEP_ROWS
-        keys = key_table(got, selected.schema, on[n])
-        local = read_subset(f, keys, staging) if keys is not None and keep else None
+        keys = key_table(got, stored_schema, on[n])
+        # staged, even a small input is cheaper read here: its semijoin in Spark is a job
+        # (a broadcast of the keys) and a scan in each of the capture's passes
+        local = (
+            read_subset(f, keys, staging)
+            if keys is not None and (keep or staging is not None)
+            else None
+        )
         if local is not None:
             reduced.append(local)
             continue
         key_frame = local_frame(f.sparkSession, keys) if keys is not None else None
-        part = semijoin(f, selected, on[n]) if key_frame is None else semijoin_keys(f, key_frame)
+        part = semijoin(f, selected(), on[n]) if key_frame is None else semijoin_keys(f, key_frame)
         # a big input computed once (one scan); the capture's passes then read the few kept
         # rows. A small one is read again by each pass: cheaper than the job that keeps it
         reduced.append(part.localCheckpoint(eager=True) if keep else part)
@@ -260,14 +272,28 @@ def rerun_frames(
     # matching below would otherwise each re-read the stored output to find them
     read = read_rows(stored, picked)
     if read is None:
-        selected = rows_by_id(stored, picked)
-        got = selected.collect()
+        frame = rows_by_id(stored, picked)
+        got = frame.collect()
+
+        def selected() -> DataFrame:
+            return frame
+
     else:
-        selected, got = read
+        table, got = read
+
+        @functools.cache
+        def selected() -> DataFrame:
+            # only a semijoin on keys that are not simple, or matching a big re-run's output
+            # in Spark, needs the rows as a frame: not made otherwise
+            local = local_frame(stored.sparkSession, table)
+            return rows_by_id(stored, picked) if local is None else local
+
     base = staging_base(stored.sparkSession)
     staging = None if base is None else new_staging_dir(base)
     try:
-        reduced = _selected_inputs(rerun, frames, output, selected, got, in_rows, staging)
+        reduced = _selected_inputs(
+            rerun, frames, output, selected, stored.schema, got, in_rows, staging
+        )
         if reduced is None:
             return {}
         return _selected_tables(rerun, reduced, in_rows, output, stored, selected, got, len(picked))
@@ -282,11 +308,11 @@ def _selected_tables(
     in_rows: Sequence[int],
     output: int,
     stored: DataFrame,
-    selected: DataFrame,
+    selected: Callable[[], DataFrame],
     got: Sequence[Any],
     n_picked: int,
 ) -> dict[tuple[int, int], LineageTable]:
-    """The lineage of the ``n_picked`` selected rows (``selected``, collected as ``got``)
+    """The lineage of the ``n_picked`` selected rows (``selected()``, collected as ``got``)
     from a capture of the step on the ``reduced`` inputs (of ``in_rows`` stored rows each),
     named by the stored rows' ids; empty when a selected row does not come out of the
     reduced run."""
@@ -294,14 +320,20 @@ def _selected_tables(
     caps = _capture(rerun, reduced, in_rows)
     try:
         cap = caps[output]
-        _check_schema(rerun, output, cap, stored)
+        visible = _visible(stored)
+        staged = cap.staged
+        mine_schema = None if staged is None else staged.visible()
+        _check_schema(rerun, output, cap, visible, mine_schema)
         if cap.n_rows <= LOCAL_MATCH_ROWS:
-            cols = [F.col(f"`{c}`") for c, _ in _visible(stored)] + [F.col(ROW_ID)]
-            mine = _collected(cap.frame_with_row_id.select(*cols))
-            theirs = [tuple(r[c] for c in [*(n for n, _ in _visible(stored)), ROW_ID]) for r in got]
+            names = [n for n, _ in visible]
+            mine = _staged_rows(cap, stored.schema, names)
+            if mine is None:
+                cols = [F.col(f"`{c}`") for c in names] + [F.col(ROW_ID)]
+                mine = _collected(cap.frame_with_row_id.select(*cols))
+            theirs = [tuple(r[c] for c in [*names, ROW_ID]) for r in got]
             pairs = match_local(mine, theirs)
         else:
-            pairs = match_rows(cap.frame_with_row_id, selected, complete=False)
+            pairs = match_rows(cap.frame_with_row_id, selected(), complete=False)
         if len(pairs) != n_picked or (pairs < 0).any():
             return {}  # a selected row did not come out of the reduced run: reconstruct all
         n_out = int(rerun.op.outputs[output].shape[0])
@@ -312,6 +344,24 @@ def _selected_tables(
     finally:
         for c in caps:
             c.release()
+
+
+def _staged_rows(
+    cap: FrameCapture, schema: StructType, names: Sequence[str]
+) -> list[tuple[Any, ...]] | None:
+    """The re-run's output rows (``names``, then ``ROW_ID``) read by this process from the
+    files its pass staged (:meth:`~dslog_dagster.spark.staging.StagedOutput.read_local`):
+    the rows ``cap.frame_with_row_id`` holds, without analysing that frame and running a job
+    to collect it (0.4 s of a 3.4 s trace). ``None`` when the output was not staged or a
+    column (``schema``: the stored output's, equal to the re-run's) is not of a type whose
+    values Arrow gives as ``collect`` does (:data:`~dslog_dagster.spark.stored_subset.
+    VALUE_TYPES`)."""
+    staged = cap.staged
+    types = {f.name: type(f.dataType) for f in schema.fields}
+    if staged is None or any(types.get(n) not in VALUE_TYPES for n in names):
+        return None
+    table = staged.read_local(names)
+    return list(zip(*[c.to_pylist() for c in table.columns], strict=True))
 
 
 def _collected(frame: DataFrame) -> list[tuple[Any, ...]]:
@@ -339,10 +389,18 @@ def _table(rerun: Rerun, cap: FrameCapture, i: int, considered: bool) -> Lineage
     return t
 
 
-def _check_schema(rerun: Rerun, k: int, cap: FrameCapture, stored: DataFrame) -> None:
+def _check_schema(
+    rerun: Rerun,
+    k: int,
+    cap: FrameCapture,
+    theirs: list[tuple[str, str]],
+    mine: list[tuple[str, str]] | None = None,
+) -> None:
+    """Refuse a re-run whose output ``k`` has other columns than the stored version's
+    (``theirs``); ``mine``: the re-run's, when known without its frame."""
     rec = rerun.op.outputs[k]
-    mine = _visible(cap.frame_with_row_id)
-    theirs = _visible(stored)
+    if mine is None:
+        mine = _visible(cap.frame_with_row_id)
     if mine != theirs:
         msg = (
             f"re-running it gives `{rec.name}` the columns {mine}, not the stored version "
@@ -361,7 +419,7 @@ def _full(
     tables: dict[tuple[int, int], LineageTable] = {}
     for k, (cap, out) in enumerate(zip(caps, rec.outputs, strict=True)):
         stored = rerun.load_output(k)
-        _check_schema(rerun, k, cap, stored)
+        _check_schema(rerun, k, cap, _visible(stored))
         pairs = match_rows(cap.frame_with_row_id, stored, complete=True)
         missing = int((pairs[:, 1] < 0).sum())
         extra = int((pairs[:, 0] < 0).sum())

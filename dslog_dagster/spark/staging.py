@@ -26,14 +26,17 @@ import atexit
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from dslog_dagster.errors import CaptureError, ConfigurationError
-from dslog_dagster.spark.rowid import ROW_ID, dense_id
+from dslog_dagster.spark.rowid import MID, PART_BITS, ROW_ID, dense_id
 
 __all__ = [
     "SHARED_DIR_CONF",
@@ -145,3 +148,48 @@ class StagedOutput:
         hidden = [c for c in names if c not in user]
         with_id = df.withColumn(ROW_ID, dense_id(list(self.offsets)))
         return df.drop(*hidden), with_id.drop(*hidden)
+
+    def visible(self) -> list[tuple[str, str]] | None:
+        """The output's columns and their Spark types (``simpleString``), as :meth:`frames`
+        gives them, from the recorded schema (no file read, no JVM call); ``None`` without
+        one."""
+        if self.schema is None:
+            return None
+        user = set(self.columns)
+        return [(f.name, f.dataType.simpleString()) for f in self.schema.fields if f.name in user]
+
+    def read_local(self, columns: Sequence[str]) -> pa.Table:
+        """``columns`` of every staged row and its dense ``ROW_ID``, read by this process with
+        Arrow: the rows :meth:`frames` gives, without a Spark job or a frame to analyse (the
+        driver reads these files anyway: the pass compressed the lineage from them).
+
+        The files are named as the pass read them; each row's id is
+        ``offsets[MID >> PART_BITS] + (MID & mask)``, as :func:`~dslog_dagster.spark.rowid.
+        dense_id` computes it in Spark.
+
+        Raises:
+            CaptureError: a staged file holds a ``MID`` of a partition the pass did not count
+                (the folder changed since the pass).
+        """
+        names = sorted(
+            n
+            for n in os.listdir(self.path)
+            if n.endswith(".parquet") and not n.startswith((".", "_"))
+        )
+        if not names:
+            msg = f"The staged output at {self.path} holds no file; capture the step again."
+            raise CaptureError(msg)
+        table = pa.concat_tables(
+            [pq.read_table(os.path.join(self.path, n), columns=[*columns, MID]) for n in names]
+        )
+        mid = table.column(MID).to_numpy()
+        part = mid >> PART_BITS
+        starts = np.asarray(self.offsets[:-1], dtype=np.int64)
+        if len(part) and int(part.max()) >= len(starts):
+            msg = (
+                f"The staged output at {self.path} holds rows of partition {int(part.max())}, "
+                f"but its pass counted {len(starts)}: the folder changed; capture the step again."
+            )
+            raise CaptureError(msg)
+        ids = starts[part] + (mid & ((1 << PART_BITS) - 1))
+        return table.drop_columns([MID]).append_column(ROW_ID, pa.array(ids, pa.int64()))

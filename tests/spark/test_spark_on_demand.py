@@ -215,7 +215,7 @@ def test_a_path_mixing_captured_numpy_and_spark_with_on_demand_steps(
 
 
 @settings(
-    max_examples=4,
+    max_examples=6,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -232,6 +232,11 @@ def test_selective_equals_full_and_is_not_registered(
     picked = sorted(data.draw(st.sets(st.integers(0, n_out - 1), min_size=1, max_size=3)))
     # the reduced inputs kept (checkpointed, as big ones are) or semijoined where read
     keep = data.draw(st.sampled_from([0, spark_on_demand.KEEP_ROWS]), label="KEEP_ROWS")
+    # with a staging folder every input is read with Arrow and staged; without one, the big
+    # ones are kept by a checkpoint and the small ones semijoined in Spark where read
+    staged = data.draw(st.booleans(), label="staging folder")
+    # the re-run's output rows read from its staged files, or collected from Spark
+    from_files = data.draw(st.booleans(), label="output rows from the staged files")
     # the selected rows read with Arrow, or (Arrow refusing) by Spark: by a filter on their
     # ids, or by a semijoin with them; the calls say which way ran
     by = data.draw(st.sampled_from(["arrow", 0, rowid.FILTER_IDS]), label="selected rows")
@@ -247,6 +252,12 @@ def test_selective_equals_full_and_is_not_registered(
         return read_rows(*a) if by == "arrow" else None
 
     defaults = spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS
+    staging_base = spark_on_demand.staging_base
+    staged_rows = spark_on_demand._staged_rows
+    if not staged:
+        spark_on_demand.staging_base = lambda spark: None
+    if not from_files:
+        spark_on_demand._staged_rows = lambda *a: None
     spark_on_demand.KEEP_ROWS = keep
     rowid.FILTER_IDS = rowid.FILTER_IDS if by == "arrow" else int(by)
     spark_on_demand.read_rows, spark_on_demand.rows_by_id = arrow_read, spark_read
@@ -257,6 +268,8 @@ def test_selective_equals_full_and_is_not_registered(
     finally:
         spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = defaults
         spark_on_demand.read_rows, spark_on_demand.rows_by_id = read_rows, rows_by_id
+        spark_on_demand.staging_base = staging_base
+        spark_on_demand._staged_rows = staged_rows
     assert calls == (["arrow"] if by == "arrow" else ["arrow", "spark"])
     assert tables is not None
     assert (r.obtained, r.operation, r.rows) == ("selective re-run", None, len(picked))
@@ -369,7 +382,8 @@ def test_kept_rows_are_staged_for_the_capture_then_removed(
     spark: Any, base: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With every input kept (KEEP_ROWS 0), the inputs read with Arrow reach the capture as
-    files in a staging folder of the trace; the answer equals the captured lineage and the
+    files in a staging folder of the trace, and the re-run's output rows are read from the
+    files its pass staged (no collect); the answer equals the captured lineage and the
     folder is gone afterwards."""
     root, ref = base
     log, io = _copy(root, tmp_path)
@@ -390,6 +404,12 @@ def test_kept_rows_are_staged_for_the_capture_then_removed(
 
     monkeypatch.setattr(spark_on_demand, "new_staging_dir", staging_dir)
     monkeypatch.setattr(spark_on_demand, "read_subset", subset)
+
+    def collected(frame: Any) -> Any:
+        msg = "the re-run's rows were collected, not read from its files"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(spark_on_demand, "_collected", collected)
     picked = [0, 2]
     tables, r = on_demand.reconstruct_rows(log.store, op, io.value_loader(frames=True), 0, picked)
     assert tables is not None

@@ -237,3 +237,52 @@ def test_a_shared_folder_holds_staging_and_taps_and_is_checked(
             capture_frames(f, [src], input_rows=[60])
     finally:
         spark.conf.unset(SHARED_DIR_CONF)
+
+
+def test_staged_rows_read_locally_equal_the_frame_with_row_ids(spark: Any) -> None:
+    """``StagedOutput.read_local`` gives every staged row under the dense id
+    ``frame_with_row_id`` gives it (several partitions, so several offsets; an empty
+    output too), and ``visible`` the output's columns and types; a staged file holding a
+    partition the pass did not count is refused."""
+    from dslog_dagster.errors import CaptureError
+    from dslog_dagster.spark.rowid import MID, PART_BITS
+
+    src = spark.range(0, 60, numPartitions=3).withColumn("k", F.col("id") % 11)
+    src = src.withColumn(ROW_ID, F.col("id"))
+
+    def f(x: Any) -> Any:
+        out = x.groupBy("k").agg(F.sum("id").alias("s"), F.count("*").alias("n"))
+        return out.repartition(3)
+
+    cap = capture_frames(f, [src], input_rows=[60])
+    staged = cap.staged
+    assert staged is not None
+    try:
+        assert len(staged.offsets) > 2  # rows in more than one partition
+        assert staged.visible() == [("k", "bigint"), ("s", "bigint"), ("n", "bigint")]
+        table = staged.read_local(["k", "s", "n"])
+        assert table.column_names == ["k", "s", "n", ROW_ID]
+        got = {r[ROW_ID]: (r["k"], r["s"], r["n"]) for r in table.to_pylist()}
+        want = {r[ROW_ID]: (r["k"], r["s"], r["n"]) for r in cap.frame_with_row_id.collect()}
+        assert got == want
+        assert sorted(got) == list(range(11))
+        # a file of a partition the pass never counted: the folder changed under it
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = [f for f in os.listdir(staged.path) if f.endswith(".parquet")]
+        first = pq.read_table(os.path.join(staged.path, names[0]))
+        far = pa.array([len(staged.offsets) << PART_BITS] * first.num_rows, pa.int64())
+        at = first.column_names.index(MID)
+        forged = first.set_column(at, first.schema.field(at), far)
+        pq.write_table(forged, os.path.join(staged.path, "zz-forged.parquet"))
+        with pytest.raises(CaptureError, match="folder changed"):
+            staged.read_local(["k"])
+    finally:
+        cap.release()
+    empty = capture_frames(lambda x: x.filter(F.col("id") < 0), [src], input_rows=[60])
+    try:
+        assert empty.staged is not None
+        assert empty.staged.read_local(["id", "k"]).num_rows == 0
+    finally:
+        empty.release()

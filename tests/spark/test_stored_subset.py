@@ -57,6 +57,7 @@ _ROW = st.tuples(
     on=st.sampled_from([("a",), ("b",), ("a", "b"), ("c", "d"), ("d",)]),
     span=st.sampled_from([sub.LOOKUP_SPAN, 0]),
     staged=st.booleans(),
+    file_rows=st.sampled_from([sub.FILE_ROWS, 1]),
 )
 def test_the_arrow_subset_equals_sparks_semijoin(
     spark: Any,
@@ -67,13 +68,16 @@ def test_the_arrow_subset_equals_sparks_semijoin(
     on: Any,
     span: int,
     staged: bool,
+    file_rows: int,
 ) -> None:
     """Over random stored frames (null keys among them), selections (repeats, none) and key
     columns of each simple type, alone and in pairs, integers matched by the lookup table or
-    by Arrow's hash set (``span``), kept rows handed over as a local frame or a staged file:
-    the rows kept are exactly Spark's null-safe semijoin's, every column and row id
-    included, and the local key frame gives Spark the same rows."""
+    by Arrow's hash set (``span``), kept rows handed over as a local frame or staged files
+    (one per core when there are ``file_rows`` rows for each): the rows kept are exactly
+    Spark's null-safe semijoin's, every column and row id included, and the local key frame
+    gives Spark the same rows."""
     monkeypatch.setattr(sub, "LOOKUP_SPAN", span)
+    monkeypatch.setattr(sub, "FILE_ROWS", file_rows)
     root = tmp_path_factory.mktemp("subset")
     staging = root / "staging" if staged else None
     if staging is not None:
@@ -94,10 +98,11 @@ def test_the_arrow_subset_equals_sparks_semijoin(
     assert got is not None
     assert got.columns == frame.columns
     assert _rows(got) == want
-    if staging is not None:  # read from the file written there
+    if staging is not None:  # read from the files written there
         files = got.inputFiles()
-        assert len(files) == 1
-        assert str(staging) in files[0]
+        cores = spark.sparkContext.defaultParallelism
+        assert len(files) == max(1, min(cores, len(want) // file_rows))
+        assert all(str(staging) in f for f in files)
     assert _rows(semijoin_keys(frame, spark.createDataFrame(keys))) == want
 
 
@@ -196,14 +201,17 @@ def test_the_arrow_rows_equal_rows_by_id_collected(
 ) -> None:
     """Over random stored frames with a column of every VALUE_TYPES type (nulls, NaN,
     ``-0.0``, extreme integers) and random ids (repeats, unknown ids, none): read_rows gives
-    the rows rows_by_id keeps, as collect gives them (names, Python types, values), and its
-    local frame holds the same rows with the stored types."""
+    the rows rows_by_id keeps, as collect gives them (names, Python types, values), and the
+    local frame of its table holds the same rows with the stored types."""
     path = tmp_path_factory.mktemp("rows") / "f.parquet"
     write_frame(spark.createDataFrame(data, _WIDE).repartition(3), path)
     frame, _ = load_frame(spark, path)
     read = sub.read_rows(frame, np.asarray(picks, dtype=np.int64))
     assert read is not None
-    local, got = read
+    table, got = read
+    assert table.num_rows == len(got)
+    local = sub.local_frame(spark, table)
+    assert local is not None
     want = rowid.rows_by_id(frame, picks).collect()
     assert _exact(got) == _exact(want)
     assert [(f.name, f.dataType) for f in local.schema] == [
