@@ -10,10 +10,11 @@ equality Arrow and Spark share, the same rows are found here instead:
 * :func:`key_table` — the distinct key tuples of the selected rows, as an Arrow table;
 * :func:`read_subset` — the stored rows whose key tuple is among them (the row groups whose
   statistics hold no key skipped, each key column of the others matched by a lookup table,
-  then an exact semijoin for several key columns), handed to Spark as one Parquet file in a
-  staging folder, or as one local frame (:func:`local_frame`, which checks that Spark took
-  every row) kept by a local checkpoint, so the capture's passes read the few kept rows;
-* :func:`read_rows` — the selected output rows themselves, by row id, as a local frame and
+  then an exact semijoin for several key columns), handed to Spark as Parquet files (one per
+  core) in a staging folder, or as one local frame (:func:`local_frame`, which checks that
+  Spark took every row) kept by a local checkpoint, so the capture's passes read the few kept
+  rows;
+* :func:`read_rows` — the selected output rows themselves, by row id, as an Arrow table and
   as collected rows (no Spark job).
 
 Anything else answers ``None`` and the caller semijoins in Spark: a null key (Spark's
@@ -259,11 +260,11 @@ def read_subset(frame: DataFrame, keys: pa.Table, staging: str | None = None) ->
     ``staging``: a folder the executors read at the same path (see
     :mod:`~dslog_dagster.spark.staging`), owned by the caller, who removes it once the frame
     is no longer read. When given and every column is of :data:`VALUE_TYPES`, the rows kept
-    are written there as one Parquet file that Spark scans; else they become a local frame,
-    checkpointed. On the bench's 10^5 kept rows the local frame takes 0.15 s to build and
-    its checkpoint (a job) 0.35 s, where the file takes 0.03 s to write and the capture's
-    passes scan it as fast as they read the checkpoint (without the checkpoint, each pass
-    would turn the local rows into a job's tasks again: slower than keeping them)."""
+    are written there as Parquet files (see :func:`_staged`) that Spark scans; else they become
+    a local frame, checkpointed. On the bench's 10^5 kept rows the local frame takes 0.15 s to
+    build and its checkpoint (a job) 0.35 s, where the files take 0.03 s to write and the
+    capture's passes scan them as fast as they read the checkpoint (without the checkpoint,
+    each pass would turn the local rows into a job's tasks again: slower than keeping them)."""
     dataset = _stored_dataset(frame)
     if dataset is None:
         return None
