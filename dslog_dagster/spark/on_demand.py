@@ -206,12 +206,13 @@ def _selected_inputs(
     :func:`~dslog_dagster.spark.stored_subset.read_subset` may write the rows it keeps.
 
     An input is read in this process when :mod:`.stored_subset` can (a plain stored scan,
-    simple keys) and either there is a staging folder or it has at least :data:`KEEP_ROWS`
-    stored rows (then it is kept without one by a local checkpoint, a job). Else an input of
-    at least :data:`KEEP_ROWS` rows is semijoined in Spark and checkpointed, and a smaller one
-    is semijoined where it is read. The keys reach Spark as one local frame of their distinct
-    values when they are simple (no job deduplicates them), else as the selected rows,
-    deduplicated by Spark."""
+    simple keys) and either its rows can be staged (a staging folder, columns of
+    :data:`~dslog_dagster.spark.stored_subset.VALUE_TYPES`) or it has at least
+    :data:`KEEP_ROWS` stored rows (then it is kept as a local frame by a checkpoint). Else
+    an input of at least :data:`KEEP_ROWS` rows is semijoined in Spark and checkpointed, and a
+    smaller one is semijoined where it is read. The keys reach Spark as one local frame of
+    their distinct values when they are simple (no job deduplicates them), else as the
+    selected rows, deduplicated by Spark."""
     names = [f"in{i}" for i in range(len(frames))]
     tagged = [f.drop(ROW_ID).alias(TAG + n) for f, n in zip(frames, names, strict=True)]
     outs = _outputs(rerun.call(*tagged), rerun.refuse)
@@ -225,13 +226,13 @@ def _selected_inputs(
             continue
         keep = in_rows[i] >= KEEP_ROWS
         keys = key_table(got, stored_schema, on[n])
-        # staged, even a small input is cheaper read here: its semijoin in Spark is a job
-        # (a broadcast of the keys) and a scan in each of the capture's passes
-        local = (
-            read_subset(f, keys, staging)
-            if keys is not None and (keep or staging is not None)
-            else None
+        # staged as files, even a small input is cheaper read here: its semijoin in Spark is a
+        # job (a broadcast of the keys) and a scan in each of the capture's passes; as a local
+        # frame it would be kept by a job of its own
+        stageable = staging is not None and all(
+            type(fld.dataType) in VALUE_TYPES for fld in f.schema.fields
         )
+        local = read_subset(f, keys, staging) if keys is not None and (keep or stageable) else None
         if local is not None:
             reduced.append(local)
             continue
