@@ -300,13 +300,16 @@ def _lost_message(name: str, exc: BaseException) -> str:
 
 def _deferred_refusal(name: str, exc: BaseException) -> CaptureError:
     """What to do when ``name`` refused a deferred input (code that checks for an ndarray,
-    or a library that rejects other array types)."""
+    or a library that rejects other array types). The message names every place the option
+    is set: the same refusal reaches a :class:`Capture`, a Dagster step (whose user never
+    builds a ``Capture``) and a reuse registry's capture."""
     msg = (
         f"`{name}` refused a deferred input: {exc}. A capture hands the function deferred "
         "arrays (dslog_dagster.core.deferred), which are not ndarrays until the first "
-        "operation off the element-wise fast path. Capture with `Capture(defer=False)` to "
-        "get annotated ndarrays from the start, or convert with `np.asarray(x)` first (in a "
-        "Dagster step too)."
+        "operation off the element-wise fast path. Capture with `Capture(defer=False)` (a "
+        "Dagster step: `defer=False` on `@tracked_asset`, `@tracked_multi_asset` or "
+        "`@tracked_op`; a reuse registry: `with_options(defer=False)`) to get annotated "
+        "ndarrays from the start, or convert with `np.asarray(x)` first."
     )
     return CaptureError(msg)
 

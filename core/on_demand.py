@@ -127,12 +127,17 @@ def deferred_args(
     mode: CaptureMode,
     engine: str | None = None,
     reuse: dict[str, Any] | None = None,
+    *,
+    defer: bool = True,
 ) -> dict[str, Any]:
     """What a deferred operation records in ``args["on_demand"]``: the function's key and
     code identity, the step's parameter per input array name, the lineage mode, the engine
-    that re-runs it (``None``: NumPy arrays and pandas DataFrames, re-run here) and
+    that re-runs it (``None``: NumPy arrays and pandas DataFrames, re-run here),
     (``reuse``) the name, code version and keyword arguments its captures are keyed by in the
-    reuse registry, so a confirmed view can answer for it."""
+    reuse registry, so a confirmed view can answer for it, and ``"defer": False`` when the
+    step's NumPy re-run must get annotated ndarrays from the start
+    (:attr:`~dslog_dagster.core.capture.Capture.defer`; absent: deferred, the default, so
+    records made before the option read the same)."""
     info: dict[str, Any] = {
         "function": function_key(fn),
         "code": code_identity(fn),
@@ -143,6 +148,8 @@ def deferred_args(
         info["engine"] = engine
     if reuse is not None:
         info["reuse"] = dict(reuse)
+    if not defer:
+        info["defer"] = False
     return info
 
 
@@ -459,7 +466,8 @@ def reconstruct_rows(
 def _rerun_here(rerun: Rerun) -> dict[tuple[int, int], LineageTable]:
     """Re-run a NumPy or pandas step under :class:`Capture` and check its outputs."""
     rec, args = rerun.op, rerun.inputs
-    result = Capture(mode=rerun.mode).run(rerun.call, *args)
+    defer = (rec.args.get("on_demand") or {}).get("defer", True) is not False
+    result = Capture(mode=rerun.mode, defer=defer).run(rerun.call, *args)
     outputs: list[Any]
     if any(is_pandas(a) for a in args):  # compare the frames themselves (names, dtypes, NaN)
         outputs = list(result.value) if isinstance(result.value, tuple) else [result.value]

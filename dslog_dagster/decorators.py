@@ -32,12 +32,14 @@ keeps their stored row ids aside), step 4 is the relational capture instead
 (:func:`dslog_dagster.spark.steps.capture_step`): the function sees ``TrackedFrame`` objects
 and returns frames, or ``as_array(frame, columns)`` to hand a NumPy array to NumPy steps.
 
-Under capture the function sees ``tracked_float`` arrays (float64 values) and its outputs are
-float64 arrays; the docs' "NumPy capture" page (``docs/concepts/capture.md``) lists what NumPy code
-is supported. Steps that need integer or boolean outputs, or non-NumPy code, use
-``policy="all_to_all"`` (flagged over-approximation) or ``policy="off"``. To compute plain numbers
-for logs or metadata inside a captured step, use :func:`plain`. Called directly (outside a Dagster
-run) a decorated function runs unchanged, without capture.
+Under capture the function sees float64 arrays: deferred arrays that become ``tracked_float``
+arrays at the first operation off the element-wise fast path (with ``defer=False``,
+``tracked_float`` arrays from the start), and its outputs are float64 arrays; the docs'
+"NumPy capture" page (``docs/concepts/capture.md``) lists what NumPy code is supported. Steps
+that need integer or boolean outputs, or non-NumPy code, use ``policy="all_to_all"`` (flagged
+over-approximation) or ``policy="off"``. To compute plain numbers for logs or metadata inside a
+captured step, use :func:`plain`. Called directly (outside a Dagster run) a decorated function
+runs unchanged, without capture.
 """
 
 import functools
@@ -91,6 +93,7 @@ def _options(
     *,
     multi: bool,
     characters: bool = False,
+    defer: bool = True,
 ) -> StepOptions:
     """The decorator's arguments, checked when the decorator runs (so a mistake fails at
     import, not in a run)."""
@@ -113,9 +116,25 @@ def _options(
             "for Spark and pandas steps)."
         )
         raise DSLogError(msg)
+    if not isinstance(defer, bool):
+        msg = f"`defer` must be True or False, not {defer!r}."
+        raise DSLogError(msg)
+    if declared is not None and not defer:
+        msg = (
+            f"Step `{getattr(fn, '__name__', 'step')}` declares its lineage (`lineage=`), so "
+            "nothing is captured and its inputs are never deferred; drop `defer=False`."
+        )
+        raise DSLogError(msg)
     untracked = frozenset(untracked_inputs)
     return StepOptions(
-        checked_policy, checked_mode, untracked, op_code_version, pure, declared, characters
+        checked_policy,
+        checked_mode,
+        untracked,
+        op_code_version,
+        pure,
+        declared,
+        characters,
+        defer,
     )
 
 
@@ -131,6 +150,7 @@ def tracked_asset(
     pure: bool = False,
     lineage: object = None,
     characters: bool = False,
+    defer: bool = True,
     **asset_kwargs: Any,
 ) -> Callable[[F], dg.AssetsDefinition]: ...
 def tracked_asset(
@@ -142,6 +162,7 @@ def tracked_asset(
     pure: bool = False,
     lineage: object = None,
     characters: bool = False,
+    defer: bool = True,
     **asset_kwargs: Any,
 ) -> Any:
     """``@dg.asset`` with cell-level lineage of its NumPy inputs (usable bare or with args).
@@ -157,6 +178,16 @@ def tracked_asset(
             on synthetic inputs before confirming a view, sampled re-runs to verify a served
             one. By default (False) the function runs exactly once per materialization and
             views are confirmed from observed runs alone (``dslog/record`` says how).
+        defer: ``True`` (default): a NumPy step's function gets deferred arrays
+            (:class:`~dslog_dagster.core.deferred.DeferredArray`) that run element-wise code
+            on plain NumPy and are annotated only at the first other operation, the cheaper
+            capture. ``False``: it gets annotated ``tracked_float`` ndarrays from the start
+            (:attr:`Capture.defer <dslog_dagster.core.capture.Capture.defer>`), for code that
+            checks ``isinstance(x, np.ndarray)`` on its inputs or passes them to a library
+            (compiled code) that takes ndarrays only; such a step otherwise fails with a
+            ``CaptureError`` saying so.
+            Values and lineage are the same either way. Spark and pandas steps are captured
+            without deferred arrays, so it has no effect on them.
         lineage: declare the lineage instead of capturing it, for code the annotator cannot
             run (compiled code, external services, non-float outputs): one of the core API's
             capture forms (a per-cell callable ``capture(out_index) -> input cells``,
@@ -189,7 +220,7 @@ def tracked_asset(
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
         opts = _options(
             policy, mode, untracked_inputs, None, pure, lineage, fn,
-            multi=False, characters=characters,
+            multi=False, characters=characters, defer=defer,
         )  # fmt: skip
         defined: dg.AssetsDefinition = dg.asset(**asset_kwargs)(_wrap(fn, opts))
         return defined
@@ -205,18 +236,19 @@ def tracked_multi_asset(
     pure: bool = False,
     lineage: object = None,
     characters: bool = False,
+    defer: bool = True,
     **multi_asset_kwargs: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """``@dg.multi_asset`` with lineage: every output asset gets its own operation in the
     store, with lineage from every tracked input. Return a tuple in ``outs`` order or yield
     ``dg.Output`` objects (other yielded events, e.g. check results, pass through).
-    ``pure``, ``characters``: as for :func:`tracked_asset`. ``lineage``: as for
+    ``pure``, ``characters``, ``defer``: as for :func:`tracked_asset`. ``lineage``: as for
     :func:`tracked_asset`, keyed by output name (``{output: form or {input: form or None}}``)."""
 
     def deco(fn: Callable[..., Any]) -> dg.AssetsDefinition:
         opts = _options(
             policy, mode, untracked_inputs, None, pure, lineage, fn,
-            multi=True, characters=characters,
+            multi=True, characters=characters, defer=defer,
         )  # fmt: skip
         return dg.multi_asset(**multi_asset_kwargs)(_wrap(fn, opts))
 
@@ -235,6 +267,7 @@ def tracked_op(
     pure: bool = False,
     lineage: object = None,
     characters: bool = False,
+    defer: bool = True,
     **op_kwargs: Any,
 ) -> Callable[[F], dg.OpDefinition]: ...
 def tracked_op(
@@ -246,19 +279,21 @@ def tracked_op(
     pure: bool = False,
     lineage: object = None,
     characters: bool = False,
+    defer: bool = True,
     **op_kwargs: Any,
 ) -> Any:
     """``@dg.op`` with lineage. Op outputs that are not assets are named
     :func:`~dslog_dagster.naming.op_array_name` ``(step key, output name)`` in the store,
-    versioned by run id. ``pure``, ``characters``: as for :func:`tracked_asset`. ``lineage``: as
-    for :func:`tracked_asset`; keyed by output name when ``out`` is a dict of outputs."""
+    versioned by run id. ``pure``, ``characters``, ``defer``: as for :func:`tracked_asset`.
+    ``lineage``: as for :func:`tracked_asset`; keyed by output name when ``out`` is a dict of
+    outputs."""
 
     def deco(fn: Callable[..., Any]) -> dg.OpDefinition:
         cv = op_kwargs.get("code_version") or op_kwargs.get("version")
         multi = isinstance(op_kwargs.get("out"), dict)
         opts = _options(
             policy, mode, untracked_inputs, cv, pure, lineage, fn,
-            multi=multi, characters=characters,
+            multi=multi, characters=characters, defer=defer,
         )  # fmt: skip
         defined: dg.OpDefinition = dg.op(**op_kwargs)(_wrap(fn, opts))
         return defined

@@ -53,6 +53,9 @@ class StepOptions:
     lineage: DeclaredLineage | None = None
     #: also record character-range lineage (``characters=True``; Spark and pandas steps)
     characters: bool = False
+    #: hand a NumPy step deferred inputs (``defer=True``, the default) or annotated ndarrays
+    #: from the start (``False``); see :class:`~dslog_dagster.core.capture.Capture`
+    defer: bool = True
 
 
 def run_tracked_step(
@@ -295,7 +298,12 @@ class _StepRun:
         )
         try:
             info = deferred_args(
-                self.fn, {r.name: r.arg for r in refs}, mode, engine, self.reuse_key()
+                self.fn,
+                {r.name: r.arg for r in refs},
+                mode,
+                engine,
+                self.reuse_key(),
+                defer=self.opts.defer,
             )
         except Unsignable as e:
             msg = (
@@ -370,6 +378,7 @@ class _StepRun:
             signature_args=sig_args,
             reuse=registry,
             pure=self.opts.pure,
+            defer=self.opts.defer,
         )
         if result is None:  # reuse_only without a confirmed view
             result_value = self.run_plain()

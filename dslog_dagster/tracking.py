@@ -41,6 +41,7 @@ def obtain_lineage(
     signature_args: dict[str, Any],
     reuse: "ViewRegistry | None" = None,
     pure: bool = False,
+    defer: bool = True,
 ) -> tuple[CaptureResult | None, float]:
     """Run ``func(*tracked arrays)`` and obtain its lineage. THE single call to ``capture``.
 
@@ -57,6 +58,10 @@ def obtain_lineage(
             must ignore.
         pure: the step is declared pure, so reuse may run ``func`` more than once (probes
             on synthetic inputs, sampled verification); otherwise it runs exactly once.
+        defer: ``func`` gets deferred inputs (default) or, ``False``, annotated ndarrays from
+            the start (:attr:`Capture.defer <dslog_dagster.core.capture.Capture.defer>`), in
+            the capture and in reuse's probes alike. A served call runs on plain ndarrays
+            either way.
 
     Returns:
         ``(result, seconds)``; ``result`` is ``None`` only under ``policy="reuse_only"`` when
@@ -87,11 +92,16 @@ def obtain_lineage(
         )
     elif reuse is not None:
         options = reuse.with_options(
-            mode=core_mode, on_lost=on_lost, code_version=code_version, need=need, pure=pure
+            mode=core_mode,
+            on_lost=on_lost,
+            code_version=code_version,
+            need=need,
+            pure=pure,
+            defer=defer,
         )
         result = options.capture(func, *arrays, **signature_args)
     else:
-        result = Capture(mode=core_mode, on_lost=on_lost, pure=pure).run(
+        result = Capture(mode=core_mode, on_lost=on_lost, pure=pure, defer=defer).run(
             func, *arrays, **signature_args
         )
     return result, time.perf_counter() - t0

@@ -88,7 +88,9 @@ class Prober:
     One capture may confirm several views (dim and gen; in considered mode also the
     considered-only family, which compares a subset of the relations), so each probe input is
     captured once and its tables are compared with each view's ``expected`` on that view's
-    relations.
+    relations. ``defer``: the probes are captured as the call was
+    (:attr:`~dslog_dagster.core.capture.Capture.defer`), so a function that refuses deferred
+    inputs is probed, not found inconclusive on every probe.
     """
 
     def __init__(
@@ -98,8 +100,11 @@ class Prober:
         kwargs: Mapping[str, Any],
         mode: Mode,
         rng: np.random.Generator,
+        *,
+        defer: bool = True,
     ) -> None:
         self.func, self.inputs, self.kwargs, self.mode, self.rng = func, inputs, kwargs, mode, rng
+        self.defer = defer
         self._data: dict[str, list[F64]] = {}
         self._tables: dict[str, dict[TableKey, LineageTable] | None] = {}
         self._generic: list[str] | None = None
@@ -121,7 +126,14 @@ class Prober:
                 # quiet: a probe's phases would repeat the step's own lines in its run log
                 with warnings.catch_warnings(), np.errstate(all="ignore"), progress.silenced():
                     warnings.simplefilter("ignore")
-                    r = capture_inputs(self.func, self._data[name], self.mode, "raise", self.kwargs)
+                    r = capture_inputs(
+                        self.func,
+                        self._data[name],
+                        self.mode,
+                        "raise",
+                        self.kwargs,
+                        defer=self.defer,
+                    )
                 self._tables[name] = compress_all(
                     r.relations, r.considered, r.tables, r.considered_tables
                 )

@@ -228,6 +228,7 @@ class ViewRegistry:
         need: Need = "all",
         code_version: str | None = None,
         pure: bool | None = None,
+        defer: bool = True,
     ) -> "RegistryCapture":
         """This registry with capture options, for :meth:`RegistryCapture.capture`.
 
@@ -245,6 +246,10 @@ class ViewRegistry:
                 plainly to learn the output shapes a gen view needs. Otherwise ``func`` runs
                 exactly once per call and views are confirmed from observed captures alone
                 (see :mod:`dslog_dagster.core.reuse`).
+            defer: as for :class:`~dslog_dagster.core.capture.Capture`: ``False`` hands
+                ``func`` annotated ndarrays from the start, in its capture and its probes,
+                for code that refuses deferred inputs. Served calls run on plain ndarrays
+                either way, and the views are the same.
 
         Raises:
             ValueError: ``mode``, ``on_lost`` or ``need`` is not one of its values, or
@@ -265,6 +270,7 @@ class ViewRegistry:
             need=need,
             code_version=code_version,
             pure=pure,
+            defer=defer,
         )
 
     def run(
@@ -278,12 +284,13 @@ class ViewRegistry:
         kwargs: Mapping[str, Any] | None = None,
         need: Need = "all",
         pure: bool | None = None,
+        defer: bool = True,
     ) -> CaptureResult:
         """:meth:`capture` on inputs already converted by
         :func:`~dslog_dagster.core.capture.as_input` (float64 arrays), with the function's
         keyword arguments as one mapping: serve a confirmed view or capture and learn.
         ``need="considered"`` (with ``mode="considered"``): serve from views of the
-        considered relation alone. ``pure``: as for :meth:`with_options`."""
+        considered relation alone. ``pure``, ``defer``: as for :meth:`with_options`."""
         check_need(need, mode)
         res = self._run(
             func,
@@ -295,6 +302,7 @@ class ViewRegistry:
             need=need,
             serve_only=False,
             pure=self.policy.pure if pure is None else pure,
+            defer=defer,
         )
         assert res is not None  # only serve_only runs come back empty
         return res
@@ -343,6 +351,7 @@ class ViewRegistry:
         need: Need = "all",
         serve_only: bool,
         pure: bool,
+        defer: bool = True,
     ) -> CaptureResult | None:
         kwargs = dict(kwargs) if kwargs else {}
         demoted: list[str] = []
@@ -361,7 +370,7 @@ class ViewRegistry:
             return (
                 None
                 if serve_only
-                else capture_inputs(func, inputs, mode, on_lost, kwargs, pure=pure)
+                else capture_inputs(func, inputs, mode, on_lost, kwargs, pure=pure, defer=defer)
             )
         call.fast_key = fkey
         res = self.server.serve_call(
@@ -370,7 +379,7 @@ class ViewRegistry:
         if res is not None or serve_only:
             return res
         return self._capture_and_learn(
-            call, func, inputs, mode, on_lost, kwargs, demoted, pure=pure
+            call, func, inputs, mode, on_lost, kwargs, demoted, pure=pure, defer=defer
         )
 
     def _capture_and_learn(
@@ -384,10 +393,11 @@ class ViewRegistry:
         demoted: list[str],
         *,
         pure: bool,
+        defer: bool,
     ) -> CaptureResult:
         """Capture a call no view served and record it under its keys (the capture is the
         function's one run; only a pure call is also probed on synthetic inputs)."""
-        res = capture_inputs(func, inputs, mode, on_lost, kwargs, pure=pure)
+        res = capture_inputs(func, inputs, mode, on_lost, kwargs, pure=pure, defer=defer)
         self.stats["captured"] += 1
         dsig = self.finder.dim_key(call)
         nan_input = has_nan(inputs)
@@ -397,7 +407,9 @@ class ViewRegistry:
             return replace(res, signature=dsig, demoted=tuple(demoted))
         tables = compress_all(res.relations, res.considered, res.tables, res.considered_tables)
         outs = shapes_of(res.outputs)
-        prober = Prober(func, inputs, kwargs, mode, self._rng) if pure else None
+        # the probes capture as the call did: a function that refuses deferred inputs would
+        # make every probe inconclusive, and inconclusive probes confirm the view
+        prober = Prober(func, inputs, kwargs, mode, self._rng, defer=defer) if pure else None
         has_zero = not all(a.all() for a in inputs)
         observed = not pure
         contents: str | None = None
@@ -444,6 +456,7 @@ class ViewRegistry:
         code_version: str | None = None,
         need: Need = "all",
         kwargs: Mapping[str, Any] | None = None,
+        defer: bool = True,
     ) -> list[ViewInfo]:
         """Probe the views of a call on synthetic inputs now (an explicit, offline check).
 
@@ -455,7 +468,9 @@ class ViewRegistry:
         zeros); one that differs is demoted for good (``reason`` says why). Run it where
         running ``func`` many times is harmless (not inside a pipeline step with side
         effects). ``arrays``, ``mode``, ``code_version``, ``need`` and ``kwargs`` identify
-        the call as for :meth:`run` (``kwargs``: the function's keyword arguments).
+        the call as for :meth:`run` (``kwargs``: the function's keyword arguments);
+        ``defer=False`` probes a function that refuses deferred inputs (as for
+        :meth:`with_options`).
 
         Returns:
             The probed views after the check (an empty list when the call has none).
@@ -482,7 +497,7 @@ class ViewRegistry:
         if plain is None:
             return []
         outs = shapes_of(plain[1])
-        prober = Prober(func, inputs, kw, mode, self._rng)
+        prober = Prober(func, inputs, kw, mode, self._rng, defer=defer)
         parts = PARTS[key_mode]
         keys: list[str] = [self.finder.dim_key(call)]
         if self.policy.gen:
@@ -615,6 +630,7 @@ class RegistryCapture:
     need: Need = "all"
     code_version: str | None = None
     pure: bool | None = None
+    defer: bool = True
 
     def __post_init__(self) -> None:
         check_options(self.mode, self.on_lost)
@@ -634,4 +650,5 @@ class RegistryCapture:
             kwargs=kwargs,
             need=self.need,
             pure=self.pure,
+            defer=self.defer,
         )

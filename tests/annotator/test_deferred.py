@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from dslog_dagster.core import Capture, capture
 from dslog_dagster.core.capture import CaptureResult, as_input, capture_inputs
 from dslog_dagster.core.deferred import DeferredArray
 from dslog_dagster.core.native import annotator as _annotator
+from dslog_dagster.core.reuse import ViewRegistry
 from dslog_dagster.core.reuse.views import tables_equal
 from dslog_dagster.errors import CaptureError, StaleLineageError
 
@@ -357,5 +359,46 @@ def test_code_that_refuses_a_deferred_input_gets_told_what_to_do() -> None:
     with pytest.raises(CaptureError, match=r"defer=False") as info:
         capture(strict, np.arange(3.0))
     assert isinstance(info.value.__cause__, TypeError)
+    assert "`defer=False` on `@tracked_asset`" in str(info.value)  # the Dagster way too
     assert Capture(defer=False).run(strict, np.arange(3.0)).value.tolist() == [0.0, 2.0, 4.0]
     assert capture(lambda a: strict(np.asarray(a)), np.arange(3.0)).value.tolist() == [0, 2, 4]
+
+
+def _strict_relu(a: Any) -> Any:
+    """ReLU that refuses anything but an ndarray, as code that validates its inputs does."""
+    if not isinstance(a, np.ndarray):
+        msg = f"expected an ndarray, got {type(a).__name__}"
+        raise TypeError(msg)
+    return np.maximum(a, 0.0)
+
+
+def test_a_registry_with_defer_false_captures_code_that_refuses_deferred_inputs(
+    tmp_path: Path,
+) -> None:
+    reg = ViewRegistry(str(tmp_path / "views"))
+    x = np.arange(1.0, 9.0)
+    with pytest.raises(CaptureError, match=r"with_options\(defer=False\)"):
+        reg.capture(_strict_relu, x)
+    got = reg.with_options(defer=False).capture(_strict_relu, x)
+    want = Capture().run(lambda a: np.maximum(a, 0.0), x)
+    assert got.obtained == "captured"
+    assert got.value.tolist() == want.value.tolist()
+    assert got.relation(0, 0) == want.relation(0, 0)
+
+
+def test_a_pure_registry_capture_with_defer_false_is_probed(tmp_path: Path) -> None:
+    """Probes capture as the call did: had they got deferred inputs, every probe would be
+    refused (inconclusive), and positive data alone would confirm ReLU's view."""
+    reg = ViewRegistry(str(tmp_path / "views"))
+    eager = reg.with_options(defer=False, pure=True)
+    rng = np.random.default_rng(1)
+    got = [eager.capture(_strict_relu, rng.random(8) + 1.0) for _ in range(5)]
+    assert [r.obtained for r in got] == ["captured"] * 5  # the probes cross the threshold
+    (view,) = [v for v in reg.views() if v.kind == "dim"]
+    assert view.status == "non_reusable"
+    probed = ViewRegistry(str(tmp_path / "offline"))
+    for _ in range(3):  # observed runs confirm it; the offline probes then demote it
+        last = probed.with_options(defer=False).capture(_strict_relu, rng.random(8) + 1.0)
+    assert probed.lookup(last.signature) is not None
+    infos = probed.probe(_strict_relu, rng.random(8) + 1.0, defer=False)
+    assert [(i.kind, i.status) for i in infos] == [("dim", "non_reusable")]
