@@ -112,6 +112,7 @@ def test_exhausted_counter_refuses_captures_instead_of_wrapping() -> None:
 
 
 def test_skip_epochs_is_forward_only() -> None:
+    capture(np.negative, np.ones(1))  # an epoch to go back from, whatever ran before
     last = _annotator.last_epoch()
     with pytest.raises(ValueError, match="forward"):
         _annotator._skip_epochs(last - 1)
