@@ -53,6 +53,7 @@ from dslog_dagster.spark.lineage import (
     RangeColumns,
     RangesNotExact,
     RowTables,
+    collected_row_tables,
     refetch_ids,
     row_tables,
     write_with_lineage,
@@ -61,6 +62,7 @@ from dslog_dagster.spark.plan import ColumnLineage, Info, quoted, slot_name
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 from dslog_dagster.spark.session import check_workers
 from dslog_dagster.spark.staging import (
+    CollectedOutput,
     StagedOutput,
     is_local,
     new_staging_dir,
@@ -68,6 +70,7 @@ from dslog_dagster.spark.staging import (
     staging_base,
 )
 from dslog_dagster.spark.state import FrameState
+from dslog_dagster.spark.stored_subset import VALUE_TYPES
 from dslog_dagster.spark.summaries import SummariesMissing
 
 # FrameCapture, FrameInput and OnUnknown are part of this module's API (capture_frames takes
@@ -231,6 +234,7 @@ def capture_frame_outputs(
     input_rows: Mapping[str, int] | Sequence[int] | None = None,
     aggregate: Aggregate = "auto",
     characters: bool = False,
+    collect: bool = False,
     **kwargs: Any,
 ) -> list[FrameCapture]:
     """:func:`capture_frames` for a function that returns several frames (a tuple or list of
@@ -239,6 +243,13 @@ def capture_frame_outputs(
     ``func`` is called once for all of them (a step with several outputs builds its plans in
     one call), and each output gets its own pass; the inputs' kept rows are released with the
     last capture. The reruns :func:`capture_frames` describes rerun ``func`` as for one output.
+
+    ``collect``: a pass whose output can be staged (its columns of types Arrow gives as
+    ``collect`` does, its slots columns of ids: lists mode) collects it into this process
+    (``toArrow``) instead of writing it with Spark's writer, and computes the lineage from
+    those rows (:class:`~dslog_dagster.spark.staging.CollectedOutput`): no files, no commit,
+    ~0.2 s less for a small output. For outputs known to be small (a selective re-run's);
+    the capture's frames are then local frames of the collected rows.
 
     Raises:
         UnsupportedFrameOperationError: as for :func:`capture_frames`, for any output.
@@ -252,6 +263,7 @@ def capture_frame_outputs(
         kwargs,
         outputs="many",
         characters=characters,
+        collect=collect,
     )
 
 
@@ -265,6 +277,7 @@ def _capture_run(
     *,
     outputs: Literal["many"] | None,
     characters: bool = False,
+    collect: bool = False,
 ) -> list[FrameCapture]:
     """The captures of ``func``'s output (``outputs=None``: one frame) or outputs
     (``"many"``: a tuple or list of frames), with the reruns :func:`capture_frames` names."""
@@ -323,6 +336,7 @@ def _capture_run(
                         record,
                         outputs,
                         characters,
+                        collect,
                     )
             except _SummariesFailed as e:
                 if not record:  # pragma: no cover (only recorded summaries signal it)
@@ -383,13 +397,19 @@ def _capture_once(
     record: bool = True,
     outputs: Literal["many"] | None = None,
     characters: bool = False,
+    collect: bool = False,
 ) -> list[FrameCapture]:
     """One run of ``func`` and one pass over each of its outputs (see :func:`capture_frames`),
     in the phases the module docstring names; aggregations record their ids under
-    ``tap_root`` (:mod:`~dslog_dagster.spark.idtap`; None: no tap)."""
+    ``tap_root`` (:mod:`~dslog_dagster.spark.idtap`; None: no tap). ``collect``: see
+    :func:`capture_frame_outputs`."""
     spark_kinds.install()
     ctx = CaptureContext(
-        on_unknown=on_unknown, aggregate=mode, tap_root=tap_root, record_summaries=record
+        on_unknown=on_unknown,
+        aggregate=mode,
+        tap_root=tap_root,
+        record_summaries=record,
+        collect=collect,
     )
     states, inputs = _plan(ctx, func, frames, named, prepared, kwargs, outputs)
     done: list[FrameCapture] = []
@@ -471,6 +491,7 @@ def _capture_output(
         row_tables=row_tables_by_pair(slots, row_table),
         _cached=list(own),
         _staged=staged,
+        _collected=out.collected,
         _frames=make_frames,
         _made=made,
     )
@@ -566,6 +587,7 @@ class _PassOutput:
     schema: Any
     marked: DataFrame | None
     t_write: float
+    collected: CollectedOutput | None = None
 
 
 def _pass(ctx: CaptureContext, state: FrameState, spec: _PassSpec) -> _PassOutput:
@@ -582,6 +604,19 @@ def _pass(ctx: CaptureContext, state: FrameState, spec: _PassSpec) -> _PassOutpu
     schema: Any = None
     marked: DataFrame | None = None
     try:
+        if _collectable(ctx, state, spec):
+            # a small output collected here: the lineage from its rows, no files written
+            out = state.df.withColumn(MID, F.monotonically_increasing_id())
+            table = out.toArrow()
+            got = collected_row_tables(
+                table, [cast("str", c) for c in spec.id_columns], spec.kinds, spec.n_ins
+            )
+            kept = CollectedOutput(
+                table, tuple(got.offsets), tuple(spec.user_names), out.schema, out.sparkSession
+            )
+            return _PassOutput(
+                got, "", _Once(kept.marked), out.schema, None, time.perf_counter(), kept
+            )
         base = _staging_for(state.df, spec.user_names)
         if base is not None:
             # the pass writes the output once (rows, MID, slots) with Spark's writer and
@@ -628,6 +663,17 @@ def _pass(ctx: CaptureContext, state: FrameState, spec: _PassSpec) -> _PassOutpu
     return _PassOutput(got, path, source, schema, marked, t_write)
 
 
+def _collectable(ctx: CaptureContext, state: FrameState, spec: _PassSpec) -> bool:
+    """Whether the pass collects the output (see :func:`capture_frame_outputs`): asked for,
+    slots that are columns of ids (no range slot, nothing to check), and user columns of
+    types whose values Arrow gives as ``collect`` does (their local frames keep their
+    types)."""
+    if not ctx.collect or spec.ok_names or any(k == "range" for k in spec.kinds):
+        return False
+    types = {f.name: type(f.dataType) for f in state.df.schema.fields}
+    return all(types.get(c) in VALUE_TYPES for c in spec.user_names)
+
+
 def _read_back(
     ctx: CaptureContext, spec: _PassSpec, out: _PassOutput
 ) -> tuple[list[LineageTable], int]:
@@ -666,6 +712,8 @@ def _output_frames(
     """The output as the capture gives it: its staged files (frames made on first use), or
     its marked rows with dense ids (kept cached, released with the capture)."""
     offsets = out.got.offsets
+    if out.collected is not None:
+        return None, out.collected.frames, None
     if out.path:
         staged = StagedOutput(out.path, tuple(offsets), tuple(spec.user_names), True, out.schema)
         return staged, partial(staged.frames, out.source), None

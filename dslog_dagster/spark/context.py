@@ -45,6 +45,9 @@ class CaptureContext:
     # count, computing no range (see dslog_dagster.spark.summaries); False: ranges carried as
     # columns (the rerun when the recorded summaries or the tap cannot be used)
     record_summaries: bool = True
+    # the pass collects a small output into this process instead of staging it (see
+    # capture_frame_outputs(collect=True))
+    collect: bool = False
     # the steps recorded so far with their DPDS kinds (dslog_dagster.spark.kinds), the calls
     # running now, and the plan nodes and computed columns the current call's walks met
     steps: list[Any] = field(default_factory=list)

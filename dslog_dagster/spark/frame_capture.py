@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from dslog_dagster.core.api import DSLog
@@ -19,7 +20,7 @@ from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.core.store.effects import OperationEffects
 from dslog_dagster.errors import InvalidRelationError
 from dslog_dagster.spark.rowid import RowIds
-from dslog_dagster.spark.staging import StagedOutput, remove_staging_dir
+from dslog_dagster.spark.staging import CollectedOutput, StagedOutput, remove_staging_dir
 
 if TYPE_CHECKING:
     from dslog_dagster.core.store import LineageStore
@@ -111,6 +112,7 @@ class FrameCapture:
     row_tables: dict[tuple[str, int, int], LineageTable] = field(default_factory=dict, repr=False)
     _cached: list[RowIds | KeptRows] = field(default_factory=list, repr=False)
     _staged: StagedOutput | None = field(default=None, repr=False)
+    _collected: CollectedOutput | None = field(default=None, repr=False)
     _frames: Callable[[], tuple[DataFrame, DataFrame]] | None = field(default=None, repr=False)
     _made: tuple[DataFrame, DataFrame] | None = field(default=None, repr=False)
 
@@ -126,6 +128,24 @@ class FrameCapture:
         a second time.
         """
         return self._staged
+
+    def local_rows(self, columns: Sequence[str]) -> pa.Table | None:
+        """``columns`` of every output row and its ``ROW_ID``, read by this process without a
+        Spark job or a frame to analyse: from the files the pass staged, or the rows it
+        collected (``collect=True``). ``None`` when neither is here (rows marked and cached
+        on a cluster without a shared folder, or the capture released)."""
+        if self._collected is not None:
+            return self._collected.read_local(columns)
+        if self._staged is not None:
+            return self._staged.read_local(columns)
+        return None
+
+    def visible(self) -> list[tuple[str, str]] | None:
+        """The output's columns and their Spark types (``simpleString``) from the schema the
+        pass recorded, without its frame; ``None`` when it recorded none."""
+        if self._collected is not None:
+            return self._collected.visible()
+        return None if self._staged is None else self._staged.visible()
 
     def _output(self) -> tuple[DataFrame, DataFrame]:
         if self._made is None:
@@ -267,5 +287,9 @@ class FrameCapture:
         if self._staged is not None and self._staged.owned:
             remove_staging_dir(self._staged.path)
             self._staged = None
+            self._frames = None
+            self._made = None
+        if self._collected is not None:  # its rows go with it, as staged files do
+            self._collected = None
             self._frames = None
             self._made = None

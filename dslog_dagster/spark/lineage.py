@@ -34,6 +34,7 @@ __all__ = [
     "RangeColumns",
     "RangesNotExact",
     "RowTables",
+    "collected_row_tables",
     "compress_pairs",
     "hashable",
     "range_rows",
@@ -537,6 +538,24 @@ def _lineage_table(
         cols.append(ok)
         names.append("__ok")
     return pa.Table.from_arrays(cols, names=names)
+
+
+def collected_row_tables(
+    table: pa.Table, groups: Sequence[str], kinds: list[str], n_ins: list[int]
+) -> RowTables:
+    """:func:`write_with_lineage`'s row tables from the output collected into this process
+    (``MID`` and the slot columns of every row, from ``toArrow``) instead of its staged
+    files, for a small output (``capture_frame_outputs(collect=True)``). Its slots are
+    columns of ids (``kinds`` ``"scalar"`` or ``"list"``): range slots need the staged path's
+    checks and summaries."""
+    if "range" in kinds:
+        msg = "range slots are not collected"
+        raise ValueError(msg)
+    rows: list[dict[str, Any]] = []
+    if table.num_rows:
+        t = _lineage_table(table, groups, ())
+        rows = _compress_partition(t, kinds, n_ins, False).to_pylist()
+    return _assemble(rows, n_ins)
 
 
 def _group_columns(g: str | RangeColumns) -> list[str]:

@@ -169,7 +169,12 @@ def remap_rows(table: LineageTable, pairs: np.ndarray, n_out: int) -> LineageTab
     return compress(_remap_relation(table.decompress(), to, n_out))
 
 
-def _capture(rerun: Rerun, frames: Sequence[DataFrame], rows: Sequence[int]) -> list[FrameCapture]:
+def _capture(
+    rerun: Rerun, frames: Sequence[DataFrame], rows: Sequence[int], *, collect: bool = False
+) -> list[FrameCapture]:
+    """The step captured on ``frames`` (named as its recorded inputs of ``rows`` rows), in
+    lists mode; ``collect``: its output collected into this process (a selective re-run's few
+    rows, see :func:`~dslog_dagster.spark.capture.capture_frame_outputs`)."""
     names = [f"in{i}" for i in range(len(frames))]
 
     def run(**tracked: Any) -> list[Any]:
@@ -181,6 +186,7 @@ def _capture(rerun: Rerun, frames: Sequence[DataFrame], rows: Sequence[int]) -> 
             dict(zip(names, frames, strict=True)),
             input_rows=dict(zip(names, rows, strict=True)),
             aggregate="lists",
+            collect=collect,
         )
     except ReconstructionError:
         raise
@@ -318,16 +324,16 @@ def _selected_tables(
     named by the stored rows' ids; empty when a selected row does not come out of the
     reduced run."""
     considered = rerun.mode == "considered"
-    caps = _capture(rerun, reduced, in_rows)
+    # the reduced inputs hold at most stored_subset.LOCAL_ROWS rows each: their run's output
+    # is collected here, not written and read back
+    caps = _capture(rerun, reduced, in_rows, collect=True)
     try:
         cap = caps[output]
         visible = _visible(stored)
-        staged = cap.staged
-        mine_schema = None if staged is None else staged.visible()
-        _check_schema(rerun, output, cap, visible, mine_schema)
+        _check_schema(rerun, output, cap, visible, cap.visible())
         if cap.n_rows <= LOCAL_MATCH_ROWS:
             names = [n for n, _ in visible]
-            mine = _staged_rows(cap, stored.schema, names)
+            mine = _local_rows(cap, stored.schema, names)
             if mine is None:
                 cols = [F.col(f"`{c}`") for c in names] + [F.col(ROW_ID)]
                 mine = _collected(cap.frame_with_row_id.select(*cols))
@@ -347,21 +353,22 @@ def _selected_tables(
             c.release()
 
 
-def _staged_rows(
+def _local_rows(
     cap: FrameCapture, schema: StructType, names: Sequence[str]
 ) -> list[tuple[Any, ...]] | None:
-    """The re-run's output rows (``names``, then ``ROW_ID``) read by this process from the
-    files its pass staged (:meth:`~dslog_dagster.spark.staging.StagedOutput.read_local`):
-    the rows ``cap.frame_with_row_id`` holds, without analysing that frame and running a job
-    to collect it (0.4 s of a 3.4 s trace). ``None`` when the output was not staged or a
-    column (``schema``: the stored output's, equal to the re-run's) is not of a type whose
-    values Arrow gives as ``collect`` does (:data:`~dslog_dagster.spark.stored_subset.
-    VALUE_TYPES`)."""
-    staged = cap.staged
+    """The re-run's output rows (``names``, then ``ROW_ID``) as this process has them: the
+    rows its pass collected, or read from the files it staged
+    (:meth:`~dslog_dagster.spark.frame_capture.FrameCapture.local_rows`), without analysing
+    ``cap.frame_with_row_id`` and running a job to collect it (0.4 s of a 3.4 s trace).
+    ``None`` when the pass left neither, or a column (``schema``: the stored output's, equal
+    to the re-run's) is not of a type whose values Arrow gives as ``collect`` does
+    (:data:`~dslog_dagster.spark.stored_subset.VALUE_TYPES`)."""
     types = {f.name: type(f.dataType) for f in schema.fields}
-    if staged is None or any(types.get(n) not in VALUE_TYPES for n in names):
+    if any(types.get(n) not in VALUE_TYPES for n in names):
         return None
-    table = staged.read_local(names)
+    table = cap.local_rows(names)
+    if table is None:
+        return None
     return list(zip(*[c.to_pylist() for c in table.columns], strict=True))
 
 

@@ -235,8 +235,8 @@ def test_selective_equals_full_and_is_not_registered(
     # with a staging folder every input is read with Arrow and staged; without one, the big
     # ones are kept by a checkpoint and the small ones semijoined in Spark where read
     staged = data.draw(st.booleans(), label="staging folder")
-    # the re-run's output rows read from its staged files, or collected from Spark
-    from_files = data.draw(st.booleans(), label="output rows from the staged files")
+    # the re-run's output rows as its pass collected them, or collected from its frame
+    local_rows = data.draw(st.booleans(), label="the pass's rows")
     # the selected rows read with Arrow, or (Arrow refusing) by Spark: by a filter on their
     # ids, or by a semijoin with them; the calls say which way ran
     by = data.draw(st.sampled_from(["arrow", 0, rowid.FILTER_IDS]), label="selected rows")
@@ -253,11 +253,11 @@ def test_selective_equals_full_and_is_not_registered(
 
     defaults = spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS
     staging_base = spark_on_demand.staging_base
-    staged_rows = spark_on_demand._staged_rows
+    pass_rows = spark_on_demand._local_rows
     if not staged:
         spark_on_demand.staging_base = lambda spark: None
-    if not from_files:
-        spark_on_demand._staged_rows = lambda *a: None
+    if not local_rows:
+        spark_on_demand._local_rows = lambda *a: None
     spark_on_demand.KEEP_ROWS = keep
     rowid.FILTER_IDS = rowid.FILTER_IDS if by == "arrow" else int(by)
     spark_on_demand.read_rows, spark_on_demand.rows_by_id = arrow_read, spark_read
@@ -269,7 +269,7 @@ def test_selective_equals_full_and_is_not_registered(
         spark_on_demand.KEEP_ROWS, rowid.FILTER_IDS = defaults
         spark_on_demand.read_rows, spark_on_demand.rows_by_id = read_rows, rows_by_id
         spark_on_demand.staging_base = staging_base
-        spark_on_demand._staged_rows = staged_rows
+        spark_on_demand._local_rows = pass_rows
     assert calls == (["arrow"] if by == "arrow" else ["arrow", "spark"])
     assert tables is not None
     assert (r.obtained, r.operation, r.rows) == ("selective re-run", None, len(picked))
@@ -382,8 +382,8 @@ def test_kept_rows_are_staged_for_the_capture_then_removed(
     spark: Any, base: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With every input kept (KEEP_ROWS 0), the inputs read with Arrow reach the capture as
-    files in a staging folder of the trace, and the re-run's output rows are read from the
-    files its pass staged (no collect); the answer equals the captured lineage and the
+    files in a staging folder of the trace, and the re-run's output rows are the rows its pass
+    collected (no collect of its frame); the answer equals the captured lineage and the
     folder is gone afterwards."""
     root, ref = base
     log, io = _copy(root, tmp_path)

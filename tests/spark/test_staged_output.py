@@ -286,3 +286,69 @@ def test_staged_rows_read_locally_equal_the_frame_with_row_ids(spark: Any) -> No
         assert empty.staged.read_local(["id", "k"]).num_rows == 0
     finally:
         empty.release()
+
+
+def test_a_collected_pass_equals_the_staged_one(spark: Any) -> None:
+    """``collect=True`` (lists mode, columns Arrow gives as ``collect`` does): the pass
+    collects the output into this process instead of staging it, and gives the same lineage
+    (both inputs, contributing and considered), the same rows under the same ids (local
+    rows and frames) and the same columns; with a timestamp column, or range slots (the
+    default aggregation), it stages as before."""
+    import pyarrow as pa
+
+    from dslog_dagster.spark import capture_frame_outputs
+
+    facts = spark.range(0, 90, numPartitions=3).select(
+        F.col("id").alias(ROW_ID), (F.col("id") % 7).alias("k"), (F.col("id") * 0.5).alias("v")
+    )
+    dims = spark.range(0, 7).select(F.col("id").alias(ROW_ID), F.col("id").alias("k"))
+    dims = dims.withColumn("name", F.concat(F.lit("n"), F.col("k").cast("string")))
+
+    def f(a: Any, b: Any) -> Any:
+        j = a.join(b, "k").filter(F.col("v") > 3)
+        return j.groupBy("k", "name").agg(F.sum("v").alias("s"), F.count("*").alias("n"))
+
+    def run(g: Any, **kw: Any) -> Any:
+        (cap,) = capture_frame_outputs(g, [facts, dims], input_rows=[90, 7], **kw)
+        return cap
+
+    def rows(cap: Any) -> dict[int, tuple[Any, ...]]:
+        table = cap.local_rows(["k", "name", "s", "n"])
+        assert isinstance(table, pa.Table)
+        return {r[ROW_ID]: (r["k"], r["name"], r["s"], r["n"]) for r in table.to_pylist()}
+
+    staged = run(f, aggregate="lists")
+    collected = run(f, aggregate="lists", collect=True)
+    try:
+        assert staged.staged is not None
+        assert collected.staged is None
+        assert collected._collected is not None
+        assert collected.visible() == staged.visible()
+        assert rows(collected) == rows(staged)
+        assert rows_by_id(collected.frame_with_row_id) == rows_by_id(staged.frame_with_row_id)
+        assert collected.frame.columns == ["k", "name", "s", "n"]
+        for i in (0, 1):
+            for considered in (False, True):
+                got = collected.relation(i, considered=considered).pairs().tolist()
+                want = staged.relation(i, considered=considered).pairs().tolist()
+                assert sorted(got) == sorted(want)
+                assert got
+    finally:
+        staged.release()
+        collected.release()
+    assert collected.local_rows(["k"]) is None  # released: its rows are gone
+    # not collectable: a timestamp column; range slots (the default aggregation)
+    stamped = run(
+        lambda a, b: f(a, b).withColumn("t", F.to_timestamp(F.lit("2026-01-01 10:00:00"))),
+        aggregate="lists",
+        collect=True,
+    )
+    ranged = run(f, collect=True)
+    try:
+        assert stamped.staged is not None
+        assert stamped._collected is None
+        assert ranged.staged is not None
+        assert ranged._collected is None
+    finally:
+        stamped.release()
+        ranged.release()
