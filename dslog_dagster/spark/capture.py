@@ -244,12 +244,12 @@ def capture_frame_outputs(
     one call), and each output gets its own pass; the inputs' kept rows are released with the
     last capture. The reruns :func:`capture_frames` describes rerun ``func`` as for one output.
 
-    ``collect``: a pass whose output can be staged (its columns of types Arrow gives as
-    ``collect`` does, its slots columns of ids: lists mode) collects it into this process
-    (``toArrow``) instead of writing it with Spark's writer, and computes the lineage from
-    those rows (:class:`~dslog_dagster.spark.staging.CollectedOutput`): no files, no commit,
-    ~0.2 s less for a small output. For outputs known to be small (a selective re-run's);
-    the capture's frames are then local frames of the collected rows.
+    ``collect``: a pass whose output has columns of types Arrow gives as ``collect`` does
+    and slots that are columns of ids (no range slot: lists mode, or no aggregation) collects
+    it into this process (``toArrow``) instead of staging or caching it, and computes the
+    lineage from those rows (:class:`~dslog_dagster.spark.staging.CollectedOutput`): no
+    files, no commit, ~0.2 s less for a small output. For outputs known to be small (a
+    selective re-run's); the capture's frames are then local frames of the collected rows.
 
     Raises:
         UnsupportedFrameOperationError: as for :func:`capture_frames`, for any output.
