@@ -48,17 +48,17 @@ from dslog_dagster.spark.context import CaptureContext, NeedLists, OnUnknown
 from dslog_dagster.spark.fields import leaf_paths, leaf_schema, lineage_columns
 from dslog_dagster.spark.frame import TrackedFrame
 from dslog_dagster.spark.frame_capture import FrameCapture, FrameInput, KeptRows
-from dslog_dagster.spark.idtap import TapFailed, tap_ready, tapped_ids, tapping
+from dslog_dagster.spark.idtap import tap_ready, tapping
 from dslog_dagster.spark.lineage import (
     RangeColumns,
     RangesNotExact,
     RowTables,
     collected_row_tables,
-    refetch_ids,
     row_tables,
     write_with_lineage,
 )
 from dslog_dagster.spark.plan import ColumnLineage, Info, quoted, slot_name
+from dslog_dagster.spark.ranges import found_again
 from dslog_dagster.spark.rowid import MID, ROW_ID, RowIds, dense_id, mark, with_row_id
 from dslog_dagster.spark.session import check_workers
 from dslog_dagster.spark.staging import (
@@ -678,14 +678,15 @@ def _read_back(
     ctx: CaptureContext, spec: _PassSpec, out: _PassOutput
 ) -> tuple[list[LineageTable], int]:
     """The *read-back* phase: every group's row table, with the ids of the groups whose range
-    check failed added (see :func:`_found_again`), and the rows the tap served.
+    check failed added (see :func:`~dslog_dagster.spark.ranges.found_again`), and the rows
+    the tap served.
 
     Raises:
         _SummariesFailed: a slot with recorded summaries would need the join.
     """
     tables = list(out.got.tables)
     try:
-        tapped = _found_again(
+        tapped = found_again(
             ctx,
             out.got,
             spec.groups,
@@ -731,62 +732,6 @@ def _discard(path: str, source: Callable[[], Any] | None) -> None:
         remove_staging_dir(path)
     elif source is not None:
         source().unpersist()
-
-
-def _found_again(
-    ctx: CaptureContext,
-    got: RowTables,
-    keys: Sequence[tuple[int, ...]],
-    id_columns: list[str | RangeColumns],
-    n_ins: list[int],
-    offsets: list[int],
-    tables: list[LineageTable],
-    path: str,
-    source: Callable[[], Any],
-) -> int:
-    """Adds to ``tables`` the ids of the groups whose range check failed: matched with the
-    ids the tap recorded, or found by joining their keys with their input. Returns the rows
-    the tap served.
-
-    Raises:
-        SummariesMissing: a slot with recorded summaries would need the join.
-    """
-    tapped = 0
-    for g, n_failed in enumerate(got.failed):
-        if not n_failed:
-            continue
-        # groups whose ids are not a range: match them with the ids the tap recorded, or
-        # join their keys with their input
-        src = ctx.range_src[keys[g][0]]
-        extra = None
-        if src.tap is not None and path:
-            try:
-                extra = tapped_ids(
-                    src.tap,
-                    path,
-                    cast("RangeColumns", id_columns[g]),
-                    n_ins[g],
-                    offsets,
-                    n_failed,
-                    hashed=src.hashed,
-                    rows=got.failed_rows[g] if got.failed_rows else None,
-                )
-                tapped += n_failed
-            except TapFailed as e:
-                log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
-        if extra is None:
-            extra = refetch_ids(
-                source(),
-                cast("RangeColumns", id_columns[g]),
-                src.frame,
-                src.keys,
-                src.slot,
-                n_ins[g],
-                offsets,
-                n_failed,
-            )
-        tables[g] = union_tables([tables[g], extra])  # their rows interleave
-    return tapped
 
 
 class _Once:

@@ -44,26 +44,34 @@ intervals) are not output; a failed check there makes the capture rerun with lis
 (``aggregate="lists"``). The result is exact either way.
 """
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from dslog_dagster.core.compression import union_tables
+from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.spark.context import CaptureContext, RangeFields, RangeSource
 from dslog_dagster.spark.idtap import (
+    TapFailed,
     summary_column,
     summary_sql,
     tap_column,
     tap_key,
     tap_key_sql,
     tap_sql,
+    tapped_ids,
 )
+from dslog_dagster.spark.lineage import RangeColumns, RowTables, refetch_ids
 from dslog_dagster.spark.plan import analyzed, quoted, slot_name
 from dslog_dagster.spark.state import FrameState
 
-__all__ = ["GroupKeys", "group_keys", "range_aggregate"]
+__all__ = ["GroupKeys", "found_again", "group_keys", "range_aggregate"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -305,3 +313,59 @@ def range_aggregate(state: FrameState, keys: list[Any], cols: list[Column]) -> F
         remap=new,
         dense={new[s] for s in slots if s in state.dense},
     )
+
+
+def found_again(
+    ctx: CaptureContext,
+    got: RowTables,
+    keys: Sequence[tuple[int, ...]],
+    id_columns: list[str | RangeColumns],
+    n_ins: list[int],
+    offsets: list[int],
+    tables: list[LineageTable],
+    path: str,
+    source: Callable[[], Any],
+) -> int:
+    """Adds to ``tables`` the ids of the groups whose range check failed: matched with the
+    ids the tap recorded, or found by joining their keys with their input. Returns the rows
+    the tap served.
+
+    Raises:
+        SummariesMissing: a slot with recorded summaries would need the join.
+    """
+    tapped = 0
+    for g, n_failed in enumerate(got.failed):
+        if not n_failed:
+            continue
+        # groups whose ids are not a range: match them with the ids the tap recorded, or
+        # join their keys with their input
+        src = ctx.range_src[keys[g][0]]
+        extra = None
+        if src.tap is not None and path:
+            try:
+                extra = tapped_ids(
+                    src.tap,
+                    path,
+                    cast("RangeColumns", id_columns[g]),
+                    n_ins[g],
+                    offsets,
+                    n_failed,
+                    hashed=src.hashed,
+                    rows=got.failed_rows[g] if got.failed_rows else None,
+                )
+                tapped += n_failed
+            except TapFailed as e:
+                log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
+        if extra is None:
+            extra = refetch_ids(
+                source(),
+                cast("RangeColumns", id_columns[g]),
+                src.frame,
+                src.keys,
+                src.slot,
+                n_ins[g],
+                offsets,
+                n_failed,
+            )
+        tables[g] = union_tables([tables[g], extra])  # their rows interleave
+    return tapped

@@ -122,7 +122,7 @@ def test_a_task_spills_its_pairs_in_chunks(
                 at += 2 + 2 * n + 3 * m
         return real(directory, *args, **kwargs)
 
-    monkeypatch.setattr(capture_module, "tapped_ids", chunk_sizes)
+    monkeypatch.setattr(ranges_module, "tapped_ids", chunk_sizes)
     # chunks of 3 pairs: every task appends several chunks to its file before publishing it
     spark.sparkContext.setLocalProperty(f"{idtap.PROPERTY}chunk", "3")
     try:
@@ -187,7 +187,7 @@ def test_a_map_side_run_twice_is_recorded_once(
         j = x.join(d, x.k == d.key)
         return j.groupBy("k").agg(F.sum("v").alias("s")).orderBy("k")
 
-    monkeypatch.setattr(capture_module, "tapped_ids", stages)
+    monkeypatch.setattr(ranges_module, "tapped_ids", stages)
     before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
     try:
@@ -221,8 +221,8 @@ def test_a_tap_that_does_not_add_up_falls_back_to_the_join(
             np.fromfile(path, "<i8")[:-1].tofile(path)
         return real(directory, *args, **kwargs)
 
-    monkeypatch.setattr(capture_module, "tapped_ids", damaged)
-    with caplog.at_level(logging.INFO, logger="dslog_dagster.spark.capture"):
+    monkeypatch.setattr(ranges_module, "tapped_ids", damaged)
+    with caplog.at_level(logging.INFO, logger="dslog_dagster.spark"):
         cap = capture_frames(by_key, [facts])
     assert "tapped_rows" not in cap.timings
     assert cap.timings["refetched_rows"] == len(groups())
@@ -279,7 +279,7 @@ def test_groups_whose_hashes_collide_fall_back_to_the_join(
         lambda keys, types: (F.length(F.coalesce(keys[0], F.lit(""))) % 2, True),
     )
     key = "g" if by_name else F.col("g")
-    with caplog.at_level(logging.INFO, logger="dslog_dagster.spark.capture"):
+    with caplog.at_level(logging.INFO, logger="dslog_dagster.spark"):
         cap = capture_frames(
             lambda x: x.groupBy(key).agg(F.sum("v").alias("s")), [mixed_frame(spark)]
         )
@@ -672,7 +672,7 @@ def test_clustered_rows_and_repeated_joined_rows_are_tapped_as_runs(
         j = x.join(d, x.k == d.key).withColumn("x", F.col("v") * F.col("w"))
         return j.groupBy("k").agg(F.sum("x").alias("t")).orderBy("k")
 
-    monkeypatch.setattr(capture_module, "tapped_ids", keep)
+    monkeypatch.setattr(ranges_module, "tapped_ids", keep)
     cap = capture_frames(f, {"x": facts, "d": dims})
     assert cap.timings["tapped_rows"] == 20  # 10 groups, both slots
     # each dims row repeats once per match, consecutively whichever join Spark picks: one
