@@ -26,7 +26,7 @@ from dslog_dagster.io_managers import metadata as m
 from dslog_dagster.spark.fields import leaf_schema
 from dslog_dagster.spark.resource import SparkSessionResource
 from dslog_dagster.spark.rowid import MID, ROW_ID, dense_id, with_row_id
-from dslog_dagster.spark.staging import STAGED_META
+from dslog_dagster.spark.staging import STAGED_META, staged_files
 
 __all__ = [
     "ROW_ID",
@@ -230,16 +230,10 @@ def _files_schema(path: str, side: dict[str, Any] | None) -> Any:
         return None
     try:
         recorded = StructType.fromJson(_nullable(json.loads(side["files_schema"])))
-        part = next(
-            (
-                os.path.join(path, n)
-                for n in sorted(os.listdir(path))
-                if n.endswith(".parquet") and not n.startswith(("_", "."))
-            ),
-            None,
-        )
-        if part is None:
+        names = staged_files(os.fspath(path))
+        if not names:
             return None
+        part = os.path.join(path, names[0])
         footer = StructType.fromJson(_nullable(from_arrow_schema(pq.read_schema(part)).jsonValue()))
     # a damaged entry, an unreadable footer (ArrowInvalid is a ValueError), a type Arrow or
     # PySpark cannot map: Spark infers the schema instead

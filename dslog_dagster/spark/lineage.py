@@ -27,7 +27,7 @@ from dslog_dagster.core.format.blob import table_from_blob, table_to_blob
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.rowid import MID, PART_BITS, partition_offsets
-from dslog_dagster.spark.staging import check_staged_rows
+from dslog_dagster.spark.staging import check_staged_rows, staged_files
 from dslog_dagster.spark.summaries import GroupSummaries, SummariesMissing, read_summaries
 
 __all__ = [
@@ -612,9 +612,7 @@ def write_with_lineage(
         out = out.observe(observed, F.count(F.lit(1)).alias("rows"))
     # (an output without rows still gets one file: Spark's writer keeps the schema)
     out.write.mode("overwrite").option("compression", "zstd").parquet(path)
-    files = sorted(
-        n for n in os.listdir(path) if n.endswith(".parquet") and not n.startswith((".", "_"))
-    )
+    files = staged_files(path)
     columns = list(dict.fromkeys([MID, *[c for g in groups for c in _group_columns(g)], *oks]))
     dirs = list(
         dict.fromkeys(

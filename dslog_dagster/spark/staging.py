@@ -46,6 +46,7 @@ __all__ = [
     "check_staged_rows",
     "new_staging_dir",
     "remove_staging_dir",
+    "staged_files",
     "staging_base",
     "with_dense_ids",
 ]
@@ -170,11 +171,7 @@ class StagedOutput:
             CaptureError: a staged file holds a ``MID`` of a partition the pass did not count
                 (the folder changed since the pass).
         """
-        names = sorted(
-            n
-            for n in os.listdir(self.path)
-            if n.endswith(".parquet") and not n.startswith((".", "_"))
-        )
+        names = staged_files(self.path)
         if not names:
             msg = f"The staged output at {self.path} holds no file; capture the step again."
             raise CaptureError(msg)
@@ -182,6 +179,14 @@ class StagedOutput:
             [pq.read_table(os.path.join(self.path, n), columns=[*columns, MID]) for n in names]
         )
         return with_dense_ids(table, self.offsets, f"The staged output at {self.path}")
+
+
+def staged_files(path: str) -> list[str]:
+    """The names of the Parquet files Spark's writer left in ``path``, sorted (not its
+    ``_SUCCESS``, side files or hidden checksum files)."""
+    return sorted(
+        n for n in os.listdir(path) if n.endswith(".parquet") and not n.startswith((".", "_"))
+    )
 
 
 def _visible(schema: Any, columns: Sequence[str]) -> list[tuple[str, str]]:
