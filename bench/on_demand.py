@@ -213,14 +213,17 @@ def spark_main(rows: int, repeat: int, pairs: int = 0, traces: int = 3) -> None:
             order = policies if k % 2 == 0 else ("on_demand", "off", "capture")
             for p in order:
                 times[p].append(_spark_step(roots[p], rows, p, insts[p], full=False))
-        for k in range(pairs):
-            for p in ("off", "on_demand") if k % 2 == 0 else ("on_demand", "off"):
-                times[p].append(_spark_step(roots[p], rows, p, insts[p], full=False))
+        # the traces right after the rounds with the captures they are compared to: the
+        # extra pairs below are for the paired ratio only (traces run after 66 more steps in
+        # one JVM were the slowest of the session-17 runs)
         traced, jobs = [], []
         for k in range(max(1, traces)):
             t, j = _spark_trace(roots["on_demand"], seed=k)
             traced.append(t)
             jobs.append(j)
+        for k in range(pairs):
+            for p in ("off", "on_demand") if k % 2 == 0 else ("on_demand", "off"):
+                times[p].append(_spark_step(roots[p], rows, p, insts[p], full=False))
     best = {p: min(v) for p, v in times.items()}
     print(f"Spark fact ({rows:,} rows) ⋈ dim ({max(rows // 100, 1):,} keys) → groupBy key, ")
     print(
