@@ -7,6 +7,7 @@ exploits with a partial radix sort; this checks every such order against the ref
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,3 +44,23 @@ def test_unique_matches_numpy(case: tuple[int, np.ndarray]) -> None:
     got = rel.unique().pairs()
     want = np.unique(mat, axis=0) if len(mat) else np.zeros((0, ncols), np.int64)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("presorted", [False, True])
+@pytest.mark.parametrize("span", [1, 5, 5000, 22000])
+@pytest.mark.parametrize(("l", "m"), [(1, 1), (1, 2), (2, 1)])
+def test_bucket_sorted_unique_matches_numpy(l: int, m: int, span: int, presorted: bool) -> None:
+    """Relations of at least 2**16 rows whose leading (output) column spans fewer values than
+    there are rows: the native side bucket-sorts them on that column, then sorts each bucket
+    by the other columns (insertion sort up to 16 rows: ``span`` 5000 and 22000; else a full
+    sort), or keeps the scattered order when the rest were sorted already (``presorted``).
+    With duplicates, shuffled, the leading column offset from 0."""
+    n = 2**16 + 1000
+    rng = np.random.default_rng(span * 10 + l * 3 + m + presorted)
+    lead = 2**40 + rng.integers(0, span, n)
+    mat = np.column_stack([lead, rng.integers(0, 1000, size=(n, l + m - 1))])
+    mat = np.concatenate([mat, mat[rng.integers(0, n, n // 4)]])
+    mat = mat[rng.permutation(len(mat))]
+    if presorted:  # sorted by every column but the leading one
+        mat = mat[np.lexsort([mat[:, c] for c in range(l + m - 1, 0, -1)])]
+    test_unique_matches_numpy.hypothesis.inner_test((l, mat))  # type: ignore[attr-defined]
