@@ -503,6 +503,11 @@ def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
         np.concatenate(chunks)[:-cut].tofile(path)
         with pytest.raises(idtap.TapFailed, match="truncated"):
             idtap.read_tap_records(str(path))
+    path.write_bytes(np.concatenate(chunks).tobytes()[:-3])  # cut inside a value
+    with pytest.raises(idtap.TapFailed, match="not whole 8-byte values"):
+        idtap.read_tap_records(str(path))
+    path.write_bytes(b"")  # a task that tapped nothing
+    assert idtap.read_tap_records(str(path)).keys.size == 0
     np.asarray([0, 1, 4, 60, 0], "<i8").tofile(path)  # a run of no rows
     with pytest.raises(idtap.TapFailed, match="no rows"):
         idtap.read_tap_records(str(path))
