@@ -49,6 +49,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from dslog_dagster.core import correlation as _correlation  # noqa: F401  (installs its wrappers)
 from dslog_dagster.core import progress
 from dslog_dagster.core.deferred import DeferredArray, DeferredRun, map_table
 from dslog_dagster.core.extraction import (

@@ -82,6 +82,38 @@ def test_convolve_and_correlate_modes_reach_numpy(func: Any, mode: str) -> None:
     assert_matches_plain(got, func, [a, v], mode=mode)
 
 
+@pytest.mark.parametrize("name", ["correlate", "correlate2"])
+def test_correlate_values_are_those_of_numpys_plain_run(name: str) -> None:
+    """NumPy sums a small kernel's products in its own loop and the rest with BLAS, whose
+    fused multiply-adds (AVX-512 kernels) can differ from the annotator's dot in the last
+    bit; so the C functions that ``np.correlate``/``np.convolve`` call are wrapped to put
+    NumPy's plain values into a tracked result. Checked on any host: a stand-in whose
+    tracked run is off by one gets its values from the plain run, its lineage kept."""
+    from numpy._core import multiarray
+
+    from dslog_dagster.core import correlation
+    from dslog_dagster.core.native import annotator
+
+    original = correlation._ORIGINAL[name]
+    assert getattr(multiarray, name).__wrapped__ is original  # installed
+
+    def skewed(a: Any, v: Any, mode: int) -> Any:
+        out = original(a, v, mode)
+        if out.dtype == correlation.TRACKED:
+            annotator.assign_values(out, annotator.values(out) + 1.0)
+        return out
+
+    wrapped = correlation._exact(skewed)
+    a, v = np.arange(1.0, 8.0), np.array([0.5, -1.0, 2.0])
+    eager = Capture(defer=False)  # tracked arrays from the start, as NumPy's C code sees them
+    got = eager.run(lambda x, y: wrapped(x, y, 2), a, v)  # mode 2: "full"
+    np.testing.assert_array_equal(got.value, original(a, v, 2))
+    want = eager.run(lambda x, y: original(x, y, 2), a, v)
+    assert got.relations == want.relations
+    raw = eager.run(lambda x, y: skewed(x, y, 2), a, v)  # the stand-in, unwrapped
+    assert not np.array_equal(raw.value, got.value)
+
+
 def options_probe(
     a: Any,
     *,
