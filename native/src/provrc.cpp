@@ -227,7 +227,8 @@ Relation bucket_sort_unique(const RelationView& rel, int64_t lo, int64_t hi, int
     tmp.resize(static_cast<size_t>(len));
     for (int c = 1; c < ncols; ++c) {
       int64_t* col = data + static_cast<size_t>(c) * n + s;
-      for (int64_t k = 0; k < len; ++k) tmp[static_cast<size_t>(k)] = col[idx[static_cast<size_t>(k)]];
+      for (int64_t k = 0; k < len; ++k)
+        tmp[static_cast<size_t>(k)] = col[idx[static_cast<size_t>(k)]];
       std::copy(tmp.begin(), tmp.end(), col);
     }
   }
