@@ -51,9 +51,8 @@ def read_chunks(
     its values from every chunk, in order.
 
     The file is mapped, not read into a buffer of its own: the columns are copied out of the
-    page cache once (a 10^8-row tap file is 1.6 GB; a read buffer beside the columns doubled
-    the driver's memory while the tap was read back, and on a host whose page cache then
-    shrank, the next files came from disk).
+    page cache once (the tap files of a 10^8-row capture hold 1.6 GB; a read buffer beside
+    the columns doubled what the driver held while reading them back).
 
     Raises:
         error: the file is truncated (a task that did not finish publishes no file, so a

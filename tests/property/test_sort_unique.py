@@ -37,7 +37,11 @@ def pair_matrices(draw: Any) -> tuple[int, np.ndarray]:
 @settings(max_examples=300, deadline=None)
 @given(case=pair_matrices())
 def test_unique_matches_numpy(case: tuple[int, np.ndarray]) -> None:
-    l, mat = case
+    assert_unique_matches_numpy(*case)
+
+
+def assert_unique_matches_numpy(l: int, mat: np.ndarray) -> None:
+    """The native sort + dedupe of ``mat`` (``l`` output columns) equals ``np.unique``."""
     ncols = mat.shape[1]
     shape = tuple(int(mat[:, c].max()) + 1 if len(mat) else 1 for c in range(ncols))
     rel = LineageRelation.from_columns(shape[:l], shape[l:], list(mat[:, :l].T), list(mat[:, l:].T))
@@ -63,4 +67,4 @@ def test_bucket_sorted_unique_matches_numpy(l: int, m: int, span: int, presorted
     mat = mat[rng.permutation(len(mat))]
     if presorted:  # sorted by every column but the leading one
         mat = mat[np.lexsort([mat[:, c] for c in range(l + m - 1, 0, -1)])]
-    test_unique_matches_numpy.hypothesis.inner_test((l, mat))  # type: ignore[attr-defined]
+    assert_unique_matches_numpy(l, mat)
