@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from dslog_dagster.core.combine import check_shapes, merge_tables
 from dslog_dagster.core.format.blob import stored_as_parquet, table_to_blob
+from dslog_dagster.core.native import kernels
 from dslog_dagster.core.provrc import (
     DEFAULT_THREADS,
     LineageTable,
@@ -32,7 +33,14 @@ from dslog_dagster.core.provrc import (
 from dslog_dagster.core.relation import I64, LineageRelation, Shape, as_index_column, as_shape
 from dslog_dagster.errors import InvalidRelationError
 
-__all__ = ["column_table", "compress", "compress_ranges", "expand_ranges", "union_tables"]
+__all__ = [
+    "column_table",
+    "compress",
+    "compress_grouped",
+    "compress_ranges",
+    "expand_ranges",
+    "union_tables",
+]
 
 
 def compress(
@@ -84,6 +92,49 @@ def compress(
         probe=probe,
         columnar_if=columnar_is_smaller if fallback == "auto" else None,
     )
+
+
+def compress_grouped(
+    out_shape: Sequence[int] | int,
+    in_shape: Sequence[int] | int,
+    pairs: I64,
+    *,
+    threads: int = DEFAULT_THREADS,
+) -> LineageTable:
+    """:func:`compress` of a rank-1 ← rank-1 relation handed over as a ``(2, n)`` matrix of
+    pairs (output rows, then input rows) ordered by output row, each row's inputs in any
+    order, repeats allowed: what the id tap gives for an aggregation whose rows reached it
+    sorted by group. The caller gives the matrix up: each output row's inputs are sorted in
+    place and repeats dropped (native, no buffer), and ProvRC and the columnar encoding then
+    work on the matrix itself, which the columnar table keeps. At 10^8 pairs that is 1.6 GB
+    neither copied nor sorted again. Pairs not ordered by output row are compressed as any
+    relation (sorted into a copy).
+
+    Raises:
+        InvalidRelationError: ``pairs`` is not a writable C-contiguous ``(2, n)`` int64
+            matrix, or holds rows outside the shapes.
+        CompressionError: the native kernels failed.
+    """
+    if (
+        not isinstance(pairs, np.ndarray)
+        or pairs.dtype != np.int64
+        or pairs.ndim != 2
+        or pairs.shape[0] != 2
+        or not pairs.flags.c_contiguous
+        or not pairs.flags.writeable
+    ):
+        msg = "compress_grouped() takes a writable C-contiguous (2, n) int64 matrix of pairs."
+        raise InvalidRelationError(msg)
+    whole = LineageRelation.from_columns(out_shape, in_shape, [pairs[0]], [pairs[1]], copy=False)
+    if whole.out_rank != 1 or whole.in_rank != 1:
+        msg = "compress_grouped() takes a rank-1 output and input."
+        raise InvalidRelationError(msg)
+    n = kernels.sort_runs_unique(pairs)
+    if n < 0:  # not ordered by output row
+        return compress(whole, threads=threads)
+    kept = pairs if n == pairs.shape[1] else np.ascontiguousarray(pairs[:, :n])
+    rel = LineageRelation(whole.out_shape, whole.in_shape, kept[:1], kept[1:], n)
+    return compress(rel, threads=threads)
 
 
 def columnar_is_smaller(provrc: LineageTable, columnar: LineageTable) -> bool:

@@ -488,10 +488,13 @@ def compress_provrc(
     n_unique = int(res["n_unique"])
 
     def sorted_matrix() -> I64:
-        # The native side returns the sorted relation only when a fallback is plausible.
+        # The native side returns the sorted relation only when a fallback is plausible,
+        # and never a copy of an input that was sorted and duplicate-free already
         if res["sorted"] is not None:
             sorted_mat: I64 = res["sorted"]
             return sorted_mat
+        if res["presorted"]:
+            return relation.matrix()
         u = relation.unique()
         return np.vstack([u.out_cols, u.in_cols])
 

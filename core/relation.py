@@ -314,6 +314,25 @@ class LineageRelation:
         ic = np.unravel_index(inf, ish) if ish else ()
         return cls.from_columns(osh, ish, list(oc), list(ic), n=len(of))
 
+    def matrix(self) -> I64:
+        """The ``(l + m, n)`` matrix of the columns, outputs first: the one matrix both
+        sides are rows of when the relation was built on one (no copy), else a copy."""
+        outs, ins = self.out_cols, self.in_cols
+        base = outs.base if outs.base is not None else outs
+        if (
+            isinstance(base, np.ndarray)
+            and base.dtype == np.int64
+            and base.ndim == 2
+            and base.shape == (self.out_rank + self.in_rank, self.n)
+            and base.flags.c_contiguous
+            and outs.ctypes.data == base.ctypes.data
+            and ins.ctypes.data == base.ctypes.data + 8 * self.out_rank * self.n
+            and (outs.base is None or outs.flags.c_contiguous)
+            and ins.flags.c_contiguous
+        ):
+            return base
+        return np.vstack([outs, ins])
+
     def columns(self) -> list[I64]:
         """The ``l + m`` columns, outputs first, as the native kernels take them."""
         return [*self.out_cols, *self.in_cols]

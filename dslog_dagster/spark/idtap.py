@@ -67,7 +67,13 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from dslog_dagster.core import background, progress
-from dslog_dagster.core.compression import compress, compress_ranges, expand_ranges, union_tables
+from dslog_dagster.core.compression import (
+    compress,
+    compress_grouped,
+    compress_ranges,
+    expand_ranges,
+    union_tables,
+)
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.core.relation import LineageRelation
 from dslog_dagster.spark.java import java_tool
@@ -76,6 +82,7 @@ from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, rang
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.staging import staging_base
 from dslog_dagster.spark.summaries import KeyIndex
+from dslog_dagster.spark.tapfile import TapFailed, TapRecords, read_tap_records, tap_rows
 
 __all__ = [
     "FUNCTION",
@@ -92,6 +99,7 @@ __all__ = [
     "tap_key",
     "tap_key_sql",
     "tap_ready",
+    "tap_rows",
     "tap_sql",
     "tapped_ids",
     "tapping",
@@ -116,10 +124,6 @@ _SPARK_JARS = (
     "spark-common-utils_",
     "scala-",
 )
-
-
-class TapFailed(Exception):
-    """The tapped rows do not account for the failed groups exactly (see module docstring)."""
 
 
 def _cache_dir() -> Path:
@@ -281,141 +285,6 @@ def tapping(spark: SparkSession, directories: Sequence[str]) -> Iterator[None]:
 
 
 @dataclasses.dataclass(frozen=True)
-class TapRecords:
-    """The rows one tap file records, as the task wrote them: single rows in key segments
-    (``seg_keys``, ``seg_rows``, ``seg_null``: consecutive rows of one key, ``seg_null`` when
-    it was null; their ``ids`` in order) and runs of rows of one non-null key (``run_keys``,
-    ``run_first``, ``run_len``): ids ``first .. first + len - 1`` when ``len > 0``, the id
-    ``first`` repeated ``-len`` times when ``len < 0``."""
-
-    seg_keys: np.ndarray
-    seg_rows: np.ndarray
-    seg_null: np.ndarray
-    ids: np.ndarray
-    run_keys: np.ndarray
-    run_first: np.ndarray
-    run_len: np.ndarray
-
-    @property
-    def seg_start(self) -> np.ndarray:
-        """Each segment's first row in ``ids``."""
-        start: np.ndarray = np.cumsum(self.seg_rows) - self.seg_rows
-        return start
-
-    @property
-    def run_rows(self) -> np.ndarray:
-        """The rows each run stands for."""
-        rows: np.ndarray = np.abs(self.run_len)
-        return rows
-
-    @property
-    def run_last(self) -> np.ndarray:
-        """The last id of each run (its only id when the run repeats one)."""
-        return np.where(self.run_len > 0, self.run_first + self.run_len - 1, self.run_first)
-
-
-_TAP_HEADER = 32
-"""Bytes of a tap chunk's header: int64 rows, key segments, key width, id width."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _TapChunk:
-    """Where one chunk of a tap file lies (byte offsets) and what it holds."""
-
-    at: int
-    n: int
-    g: int
-    kw: int
-    iw: int
-    runs_at: int
-    m: int
-
-
-def _tap_chunks(raw: np.ndarray, path: str) -> list[_TapChunk]:
-    """The chunks of a tap file's bytes ``raw`` (format in ``jvm/IdTap.java``), headers
-    checked against the file's length.
-
-    Raises:
-        TapFailed: a chunk is cut short or its header is not one the tap writes.
-    """
-    chunks: list[_TapChunk] = []
-    at, size = 0, raw.size
-    while at < size:
-        head = raw[at : at + _TAP_HEADER]
-        if head.size < _TAP_HEADER:
-            msg = f"Tap file {path} is truncated (a chunk header cut at byte {at})."
-            raise TapFailed(msg)
-        n, g, kw, iw = (int(v) for v in head.view("<i8"))
-        if n < 0 or not 0 <= g <= n or (n > 0 and g == 0) or kw not in (4, 8) or iw not in (4, 8):
-            msg = f"Tap file {path} has a chunk header the tap does not write at byte {at}."
-            raise TapFailed(msg)
-        body = g * kw + (4 * g if g < n else 0) + n * iw
-        runs_at = at + _TAP_HEADER + ((body + 7) & ~7)
-        m = int(raw[runs_at : runs_at + 8].view("<i8")[0]) if runs_at + 8 <= size else -1
-        end = runs_at + 8 + 24 * m
-        if m < 0 or end > size:
-            msg = f"Tap file {path} is truncated (a chunk of {n} rows at byte {at})."
-            raise TapFailed(msg)
-        chunks.append(_TapChunk(at, n, g, kw, iw, runs_at, m))
-        at = end
-    return chunks
-
-
-def read_tap_records(path: str) -> TapRecords:
-    """One tap file (chunks of key segments, ids and runs; see ``jvm/IdTap.java``), runs
-    kept as runs and segments as segments: at 10^8 rows sorted by key, ten per key, the
-    matching then looks up 10^7 segments' keys, not 10^8 rows'.
-
-    The file is mapped, not read into a buffer of its own: each chunk's values are copied
-    out of the page cache once, widened to int64.
-
-    Raises:
-        TapFailed: the file is truncated or damaged (a segment or run of no rows, rows that
-            do not add up to the chunk's, ids whose null-ness differs within a segment).
-    """
-    size = os.path.getsize(path)
-    if size % 8:
-        msg = f"Tap file {path} is truncated ({size} bytes, not whole 8-byte values)."
-        raise TapFailed(msg)
-    raw = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-    chunks = _tap_chunks(raw, path)
-    seg_keys = np.empty(sum(c.g for c in chunks), np.int64)
-    seg_rows = np.empty_like(seg_keys)
-    ids = np.empty(sum(c.n for c in chunks), np.int64)
-    runs = np.empty((3, sum(c.m for c in chunks)), np.int64)
-    gi = ni = mi = 0
-    for c in chunks:
-        p = c.at + _TAP_HEADER
-        seg_keys[gi : gi + c.g] = raw[p : p + c.g * c.kw].view(f"<i{c.kw}")
-        p += c.g * c.kw
-        if c.g < c.n:
-            rows = raw[p : p + 4 * c.g].view("<i4")
-            if int(rows.min()) <= 0 or int(rows.sum()) != c.n:
-                msg = f"Tap file {path} has key segments that do not hold its {c.n} rows."
-                raise TapFailed(msg)
-            seg_rows[gi : gi + c.g] = rows
-            p += 4 * c.g
-        else:
-            seg_rows[gi : gi + c.g] = 1
-        ids[ni : ni + c.n] = raw[p : p + c.n * c.iw].view(f"<i{c.iw}")
-        runs[:, mi : mi + c.m] = (
-            raw[c.runs_at + 8 : c.runs_at + 8 + 24 * c.m].view("<i8").reshape(3, c.m)
-        )
-        gi, ni, mi = gi + c.g, ni + c.n, mi + c.m
-    if (runs[2] == 0).any():
-        msg = f"Tap file {path} has a run of no rows."
-        raise TapFailed(msg)
-    null = ids < 0  # a null key's row stores ~id
-    seg_null = null[np.cumsum(seg_rows) - seg_rows] if ids.size else np.zeros(0, bool)
-    if null.any():
-        if int(null.sum()) != int(seg_rows[seg_null].sum()):
-            msg = f"Tap file {path} has a key segment of null and non-null keys."
-            raise TapFailed(msg)
-        np.invert(ids, out=ids, where=null)
-    return TapRecords(seg_keys, seg_rows, seg_null, ids, runs[0], runs[1], runs[2])
-
-
-@dataclasses.dataclass(frozen=True)
 class _FailedGroups:
     """The groups whose range check failed, read from the staged output: distinct non-null
     keys (sorted; group ``g``), then the null-key group (``g = len(keys)``, when present);
@@ -524,9 +393,11 @@ def tapped_ids(
     saves reading the staged output again.
     """
     stages: dict[str, list[str]] = {}
-    for name in sorted(os.listdir(directory)):
+    for name in os.listdir(directory):
         if name.endswith(".bin"):
             stages.setdefault(name.split("-")[1], []).append(name)
+    for names in stages.values():  # partition order (the output's rows come in it)
+        names.sort(key=lambda n: (len(n), n))
     if not stages:
         msg = "no tap files"
         raise TapFailed(msg)
@@ -544,9 +415,10 @@ def tapped_ids(
     index = KeyIndex(fg.keys)
     null_group = fg.keys.size if fg.has_null else -1
 
-    def one(path: str) -> _TappedFile:
-        """The file's records of the failed groups, and its rows per group."""
-        t = read_tap_records(path)
+    def one(file: tuple[str, np.ndarray]) -> _TappedFile:
+        """The file's records of the failed groups (its ids read into the array given with
+        its path), and its rows per group."""
+        t = read_tap_records(*file)
         pos = index(t.seg_keys)
         if t.seg_null.any():
             pos[t.seg_null] = null_group
@@ -567,14 +439,22 @@ def tapped_ids(
     # the stage with the most files first (a complete one), the latest among equals
     order = sorted(stages, key=lambda st: (len(stages[st]), int(st)), reverse=True)
     for stage in order:
-        got = background.map_all(one, [os.path.join(directory, n) for n in stages[stage]])
+        paths = [os.path.join(directory, n) for n in stages[stage]]
+        ends = np.cumsum([tap_rows(p) for p in paths])
+        # every file's ids, in the input row of one matrix of pairs (see _interval_table)
+        pairs = np.empty((2, int(ends[-1])), np.int64)
+        ids = pairs[1]
+        starts = np.append(0, ends[:-1])
+        got = background.map_all(
+            one, [(p, ids[int(a) : int(b)]) for p, a, b in zip(paths, starts, ends, strict=True)]
+        )
         counts = np.sum([f.counts for f in got], axis=0)
         if np.array_equal(counts, fg.n):
             break
     else:
         msg = f"tapped rows do not match the groups' counts in any of {len(stages)} stage(s)"
         raise TapFailed(msg)
-    return _interval_table(fg, dense, got, offsets[-1], n_in, workers)
+    return _interval_table(fg, dense, got, offsets[-1], n_in, workers, pairs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -607,6 +487,7 @@ def _interval_table(
     n_out: int,
     n_in: int,
     threads: int,
+    pairs: np.ndarray | None = None,
 ) -> LineageTable:
     """The lineage of the failed groups' output rows from their tapped intervals of ids
     (single rows are intervals of one id).
@@ -619,10 +500,15 @@ def _interval_table(
     united: lineage is a set). A group on several output rows (a step after the aggregation
     repeated it) gives its ids to each of them.
 
-    The files are never concatenated: at 10^7 tapped rows every full-size copy is ~0.1 s of
-    fresh pages. Each file's pairs are written, in the process's worker threads, straight
-    into their slice of the one pair array ProvRC compresses. ``files`` is emptied once its
-    pairs are spelled out, so their arrays are freed before ProvRC sorts a copy of the pairs.
+    The files are never concatenated: at 10^8 tapped rows every full-size copy is ~0.3-2.5 s
+    of fresh pages. ``pairs``, when given, is the ``(2, n)`` matrix whose input row the files'
+    ids were read into: when every single row is spelled out (every group's rows spelled,
+    no run), the output rows are written into its other row and it goes to ProvRC as it is
+    (:func:`~dslog_dagster.core.compression.compress_grouped`: sorted in place when the
+    output rows come in order, as an aggregation over sorted rows writes them, and kept as
+    the columnar table without a copy). Otherwise the pairs are gathered into new arrays.
+    ``files`` is emptied once its pairs are spelled out, so their arrays are freed before
+    ProvRC sorts a copy of the pairs.
     """
     g_all = fg.groups
     lo_min = np.full(g_all, np.iinfo(np.int64).max, np.int64)
@@ -648,7 +534,15 @@ def _interval_table(
         lo1, hi1 = lo_min[one], hi_max[one]
         if at is not None:
             lo1, hi1 = lo1[at], hi1[at]
-        tables.append(compress_ranges((n_out,), (n_in,), rows, lo1, hi1, threads=threads))
+        if np.array_equal(lo1, hi1):
+            # one id per group (a joined row repeated for its matches): the intervals are
+            # the pairs, and ProvRC takes them as they are; compress_ranges would build its
+            # plateau table first and, at one pair per row, drop it for the same call (3.5 s
+            # against 0.3 s for the bench's 10^7 dims rows)
+            rel = LineageRelation.from_columns((n_out,), (n_in,), [rows], [lo1], copy=False)
+            tables.append(compress(rel, threads=threads))
+        else:
+            tables.append(compress_ranges((n_out,), (n_in,), rows, lo1, hi1, threads=threads))
     spell = (lo_max >= 0) & ~same
     if spell.any():
         many = None if not one.size else spell  # None: every group with records
@@ -674,6 +568,14 @@ def _interval_table(
 
         parts = background.map_all(spelled, files)
         files.clear()  # the caller's list: its arrays now live in `parts` only
+        if pairs is not None and (fg.count == 1).all() and covers([i for *_, i in parts], pairs[1]):
+            # every id already in place: the output rows written beside them, no copy
+            groups = np.concatenate([g for g, _, _ in parts])
+            rows = np.concatenate([r for _, r, _ in parts])
+            del parts
+            fill_repeated(pairs[0], dense[fg.start][groups], rows)
+            tables.append(compress_grouped((n_out,), (n_in,), pairs, threads=threads))
+            return union_tables(tables)
         out_rows, in_rows = _pair_rows(fg, dense, parts)
         del parts  # before ProvRC sorts a copy of the pairs (1.6 GB each at 10^8 pairs)
         # a row repeated in the aggregation's input gives one pair twice: compress takes sets
@@ -690,9 +592,8 @@ def _pair_rows(
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray]:
     """The (output row, input row) pairs of the key segments ``parts`` (per part: each
-    segment's group and rows, and the segments' ids in order), each part written by a
-    worker (:func:`~dslog_dagster.core.background.map_all`) into its slice of the result:
-    a segment's output row is looked up once and repeated for its rows."""
+    segment's group and rows, and the segments' ids in order), in new arrays: a segment's
+    output row is looked up once and repeated for its rows."""
     if not (fg.count == 1).all():  # a group on several rows: rare, one entry per row
         groups = [np.repeat(g, r) for g, r, _ in parts]
         spelled = [_group_rows(fg, dense, g) for g in groups]
@@ -702,19 +603,41 @@ def _pair_rows(
         )
         return rows, ids
     row_of = dense[fg.start]  # each group's one output row
-    sizes = [i.size for _, _, i in parts]
-    ends = np.cumsum(sizes)
-    rows = np.empty(int(ends[-1]) if sizes else 0, np.int64)
-    ids = np.empty_like(rows)
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    seg_groups = np.concatenate([g for g, _, _ in parts])
+    out_rows = np.repeat(row_of[seg_groups], np.concatenate([r for _, r, _ in parts]))
+    in_parts = [i for _, _, i in parts]
+    return out_rows, in_parts[0] if len(in_parts) == 1 else np.concatenate(in_parts)
 
-    def fill(k: int) -> None:
-        g, r, i = parts[k]
-        a = int(ends[k]) - sizes[k]
-        rows[a : a + sizes[k]] = np.repeat(row_of[g], r)
-        ids[a : a + sizes[k]] = i
 
-    background.map_all(fill, range(len(parts)))
-    return rows, ids
+def covers(parts: Sequence[np.ndarray], whole: np.ndarray) -> bool:
+    """Whether ``parts`` are consecutive slices of ``whole`` (1-D, contiguous) that cover
+    it, in order: the array the parts were read into, untouched since."""
+    at = whole.ctypes.data
+    for p in parts:
+        if p.ndim != 1 or p.dtype != whole.dtype or not p.flags.c_contiguous:
+            return False
+        if p.size and p.ctypes.data != at:
+            return False
+        at += p.nbytes
+    return whole.ndim == 1 and whole.flags.c_contiguous and at == whole.ctypes.data + whole.nbytes
+
+
+def fill_repeated(out: np.ndarray, values: np.ndarray, counts: np.ndarray) -> None:
+    """``out[:] = np.repeat(values, counts)`` (``counts`` all positive, adding up to
+    ``out.size``) without the temporary array ``np.repeat`` makes: the steps between values
+    are put where each value starts and summed up in place."""
+    if int(counts.sum()) != out.size or (counts.size and int(counts.min()) <= 0):
+        msg = "fill_repeated: counts must be positive and add up to the output's size"
+        raise ValueError(msg)
+    out[:] = 0
+    if not counts.size:
+        return
+    starts = np.cumsum(counts) - counts
+    out[0] = values[0]
+    out[starts[1:]] = np.diff(values)
+    np.cumsum(out, out=out)
 
 
 def _group_rows(

@@ -209,6 +209,22 @@ PYBIND11_MODULE(_native, mod) {
       "Sort a relation lexicographically and drop duplicates; returns ((l+m, n) array, n).");
 
   mod.def(
+      "sort_runs_unique",
+      [](py::array_t<int64_t, py::array::c_style> mat) {
+        if (mat.ndim() != 2 || mat.shape(0) != 2) {
+          throw std::invalid_argument("sort_runs_unique takes a (2, n) int64 matrix");
+        }
+        const int64_t n = mat.shape(1);
+        int64_t* p = mat.mutable_data();
+        py::gil_scoped_release release;
+        return dslog::sort_runs_unique(p, p + n, n);
+      },
+      py::arg("mat"),
+      "Sort a (2, n) matrix of pairs ordered by its first row within each run of it, in "
+      "place, dropping repeats; returns the pairs kept (at the front) or -1 when the first "
+      "row decreases.");
+
+  mod.def(
       "compress",
       [](const std::vector<I64Array>& cols, int l, bool relative, bool mirrored, bool progression,
          double abort_ratio, int threads, int sample_windows, bool fast_paths) {
@@ -232,8 +248,12 @@ PYBIND11_MODULE(_native, mod) {
         // The sorted relation is only needed when the columnar encoding may be chosen.
         const bool need_sorted = res.aborted || res.table.rows * 16 > res.sorted.n;
         d["n_unique"] = res.sorted.n;
-        d["sorted"] = need_sorted ? py::object(relation_matrix(std::move(res.sorted)))
-                                  : py::object(py::none());
+        // An input already sorted and duplicate-free is the sorted relation itself (not
+        // copied: the caller holds it).
+        d["presorted"] = !res.sorted.owns();
+        d["sorted"] = need_sorted && res.sorted.owns()
+                          ? py::object(relation_matrix(std::move(res.sorted)))
+                          : py::object(py::none());
         return d;
       },
       py::arg("cols"), py::arg("l"), py::arg("relative") = true, py::arg("mirrored") = true,

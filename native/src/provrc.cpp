@@ -258,6 +258,38 @@ std::vector<bool> constant_columns(const RelationView& rel) {
   return out;
 }
 
+int64_t sort_runs_unique(int64_t* out, int64_t* in, int64_t n) {
+  for (int64_t i = 1; i < n; ++i) {
+    if (out[i] < out[i - 1]) return -1;
+  }
+  int64_t kept = 0;
+  for (int64_t a = 0; a < n;) {
+    int64_t b = a + 1;
+    while (b < n && out[b] == out[a]) ++b;
+    int64_t* run = in + a;
+    const int64_t len = b - a;
+    if (len <= 16) {
+      for (int64_t i = 1; i < len; ++i) {
+        const int64_t v = run[i];
+        int64_t j = i;
+        for (; j > 0 && run[j - 1] > v; --j) run[j] = run[j - 1];
+        run[j] = v;
+      }
+    } else {
+      std::sort(run, run + len);
+    }
+    // kept <= a: the pairs kept so far never overwrite the run being read
+    for (int64_t i = 0; i < len; ++i) {
+      if (i > 0 && run[i] == run[i - 1]) continue;
+      out[kept] = out[a];
+      in[kept] = run[i];
+      ++kept;
+    }
+    a = b;
+  }
+  return kept;
+}
+
 Relation sort_unique(const RelationView& rel) {
   const int ncols = rel.l + rel.m;
   const int64_t n = rel.n;

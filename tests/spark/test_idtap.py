@@ -30,6 +30,7 @@ from tap_files import tap_chunk, write_tap
 import dslog_dagster.spark.capture as capture_module
 import dslog_dagster.spark.idtap as idtap
 import dslog_dagster.spark.ranges as ranges_module
+import dslog_dagster.spark.tapfile as tapfile
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.lineage import RangeColumns
 from dslog_dagster.spark.rowid import MID, PART_BITS
@@ -117,7 +118,7 @@ def test_a_task_spills_its_pairs_in_chunks(
         for name in os.listdir(directory):
             path = os.path.join(directory, name)
             raw = np.fromfile(path, np.uint8)
-            for c in idtap._tap_chunks(raw, path):
+            for c in tapfile.tap_chunks(raw, path):
                 at = c.runs_at + 8 + 16 * c.m  # the runs' lengths
                 runs = raw[at : at + 8 * c.m].view("<i8")
                 sizes.append((c.n, c.m, c.n + int(np.abs(runs).sum())))
@@ -185,7 +186,7 @@ def test_the_jvm_writes_key_segments_and_wide_ids(
     def headers(directory: str, *args: Any, **kwargs: Any) -> Any:
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
-            chunks.extend(idtap._tap_chunks(np.fromfile(path, np.uint8), path))
+            chunks.extend(tapfile.tap_chunks(np.fromfile(path, np.uint8), path))
         return real(directory, *args, **kwargs)
 
     def f(x: Any, d: Any) -> Any:
@@ -770,3 +771,27 @@ def test_clustered_rows_and_repeated_joined_rows_are_tapped_as_runs(
             else [(i, "k") for i in range(4 * r["k"], 4 * r["k"] + 4)]
         ),
     )
+
+
+def test_covers_knows_the_slices_of_the_array_they_were_read_into() -> None:
+    whole = np.arange(20, dtype=np.int64)
+    assert idtap.covers([whole[:5], whole[5:5], whole[5:]], whole)
+    assert idtap.covers([whole], whole)
+    assert not idtap.covers([whole[:5], whole[6:]], whole)  # a gap
+    assert not idtap.covers([whole[5:], whole[:5]], whole)  # out of order
+    assert not idtap.covers([whole[:5]], whole)  # short of the end
+    assert not idtap.covers([whole[:5], whole[5:].copy()], whole)  # a copy
+    assert not idtap.covers([whole[::2], whole[10:]], whole)  # strided
+    assert idtap.covers([], whole[:0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**40), 2**40), st.integers(1, 5)), max_size=30))
+def test_fill_repeated_is_numpys_repeat(segments: list[tuple[int, int]]) -> None:
+    values = np.asarray([v for v, _ in segments], np.int64)
+    counts = np.asarray([c for _, c in segments], np.int64)
+    out = np.full(int(counts.sum()), 7, np.int64)
+    idtap.fill_repeated(out, values, counts)
+    assert out.tolist() == np.repeat(values, counts).tolist()
+    with pytest.raises(ValueError, match="add up"):
+        idtap.fill_repeated(np.empty(out.size + 1, np.int64), values, counts)

@@ -116,6 +116,13 @@ struct CompressResult {
 // Sort lexicographically by (b_1..b_l, a_1..a_m) and remove duplicates.
 Relation sort_unique(const RelationView& rel);
 
+// Pairs (out[i], in[i]) of a rank-1 <- rank-1 relation already ordered by out (each output
+// row's inputs in any order), sorted in place: each run of one out value by in, repeats
+// dropped, the pairs kept moved to the front. Returns how many are kept, or -1 (nothing
+// changed) when out decreases somewhere. No buffer is allocated: a relation of 10^8 pairs
+// handed over this way is not copied to be sorted.
+int64_t sort_runs_unique(int64_t* out, int64_t* in, int64_t n);
+
 // Columns holding one value in every pair (outputs first, then inputs): for each column,
 // whether it is constant; stops reading a column at its first differing value.
 std::vector<bool> constant_columns(const RelationView& rel);
