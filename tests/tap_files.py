@@ -56,3 +56,24 @@ def write_tap(
 ) -> None:
     """A tap file of one chunk (see :func:`tap_chunk`)."""
     path.write_bytes(tap_chunk(keys, ids, runs))
+
+
+def summary_chunk(columns: Sequence[Sequence[int]], widths: Sequence[int] | None = None) -> bytes:
+    """One chunk of a summary file: five columns (keys, lo, hi, n, flags) of one value per
+    group, each in 0 bytes when all are 0, else 4 when they fit an int, else 8 (or the
+    ``widths`` given)."""
+    cols = [np.asarray(c, np.int64) for c in columns]
+    if widths is None:
+        widths = [0 if not c.any() else 4 if _fits_int32(c) else 8 for c in cols]
+    data = np.asarray([len(cols[0]), *widths], "<i8").tobytes()
+    data += b"".join(c.astype(f"<i{w}").tobytes() for c, w in zip(cols, widths, strict=True) if w)
+    return data + b"\0" * (-len(data) % 8)
+
+
+def summary_rows(rows: Sequence[tuple[int | None, int, int, bool, int]]) -> bytes:
+    """:func:`summary_chunk` of groups given as (key, lo, hi, ok, n); a ``None`` key is null."""
+    keys = [0 if k is None else k for k, *_ in rows]
+    flags = [(1 if k is None else 0) | (2 if ok else 0) for k, _, _, ok, _ in rows]
+    return summary_chunk(
+        [keys, [r[1] for r in rows], [r[2] for r in rows], [r[4] for r in rows], flags]
+    )

@@ -31,52 +31,86 @@ The lookup is exact or it fails, never a guess:
 """
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GroupSummaries", "KeyIndex", "SummariesMissing", "read_chunks", "read_summaries"]
+__all__ = [
+    "GroupSummaries",
+    "KeyIndex",
+    "SummariesMissing",
+    "read_summaries",
+    "read_summary_file",
+    "summary_chunks",
+]
 
 
 class SummariesMissing(Exception):
     """The recorded summaries do not give every row's group exactly one summary."""
 
 
-def read_chunks(
-    path: str, widths: Sequence[int], what: str, error: type[Exception]
-) -> list[np.ndarray]:
-    """The columns of a JVM recorder's file (``jvm/IdTap.java``): chunks, each a section per
-    entry ``w`` of ``widths`` (``int64 c``, then ``w`` columns of ``c`` values); per column,
-    its values from every chunk, in order.
+SUMMARY_COLUMNS = 5
+"""Columns of a summary file: keys, lo, hi, n, flags."""
 
-    The file is mapped, not read into a buffer of its own: the columns are copied out of the
-    page cache once (the tap files of a 10^8-row capture hold 1.6 GB; a read buffer beside
-    the columns doubled what the driver held while reading them back).
+
+def summary_chunks(raw: np.ndarray, path: str) -> list[tuple[int, int, list[int]]]:
+    """The chunks of a summary file's bytes ``raw``: per chunk, where its values start, its
+    groups and its columns' widths.
 
     Raises:
-        error: the file is truncated (a task that did not finish publishes no file, so a
-            short one is damage).
+        SummariesMissing: a chunk is cut short or its header is not one the recorder writes.
+    """
+    size = raw.size
+    head = 8 * (1 + SUMMARY_COLUMNS)
+    chunks: list[tuple[int, int, list[int]]] = []
+    at = 0
+    while at < size:
+        values = raw[at : at + head]
+        if values.size < head:
+            msg = f"Summary file {path} is truncated (a chunk header cut at byte {at})."
+            raise SummariesMissing(msg)
+        c, *widths = (int(v) for v in values.view("<i8"))
+        if c < 0 or any(w not in (0, 4, 8) for w in widths):
+            msg = (
+                f"Summary file {path} has a chunk header the recorder does not write at byte {at}."
+            )
+            raise SummariesMissing(msg)
+        end = at + head + ((c * sum(widths) + 7) & ~7)
+        if end > size:
+            msg = f"Summary file {path} is truncated (a chunk of {c} groups at byte {at})."
+            raise SummariesMissing(msg)
+        chunks.append((at + head, c, widths))
+        at = end
+    return chunks
+
+
+def read_summary_file(path: str) -> list[np.ndarray]:
+    """The columns of one summary file (chunks of ``int64 c``, five ``int64`` widths, then
+    each column's ``c`` values in its width, 0, 4 or 8 bytes, then zero padding to 8 bytes;
+    see ``jvm/IdTap.java``), each widened to int64 over every chunk in order.
+
+    The file is mapped, not read into a buffer of its own: the values are copied out of the
+    page cache once.
+
+    Raises:
+        SummariesMissing: the file is truncated or a chunk header is not one the recorder
+            writes (a task that did not finish publishes no file, so a short one is damage).
     """
     size = os.path.getsize(path)
     if size % 8:
-        msg = f"{what} file {path} is truncated ({size} bytes, not whole 8-byte values)."
-        raise error(msg)
-    a = np.memmap(path, dtype="<i8", mode="r") if size else np.zeros(0, "<i8")
-    cols: list[list[np.ndarray]] = [[] for _ in range(sum(widths))]
-    at = 0
-    while at < a.size:
-        col = 0
-        for w in widths:
-            c = int(a[at]) if at < a.size else -1
-            if c < 0 or at + 1 + w * c > a.size:
-                msg = f"{what} file {path} is truncated (a section of {c} records at value {at})."
-                raise error(msg)
-            for i in range(w):
-                cols[col + i].append(a[at + 1 + i * c : at + 1 + (i + 1) * c])
-            col += w
-            at += 1 + w * c
-    return [np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols]
+        msg = f"Summary file {path} is truncated ({size} bytes, not whole 8-byte values)."
+        raise SummariesMissing(msg)
+    raw = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    chunks = summary_chunks(raw, path)
+    total = sum(c for _, c, _ in chunks)
+    cols = [np.empty(total, np.int64) for _ in range(SUMMARY_COLUMNS)]
+    row = 0
+    for p, c, widths in chunks:
+        for col, w in zip(cols, widths, strict=True):
+            col[row : row + c] = raw[p : p + w * c].view(f"<i{w}") if w else 0
+            p += w * c
+        row += c
+    return cols
 
 
 class KeyIndex:
@@ -174,9 +208,7 @@ def read_summaries(directory: str) -> GroupSummaries:
             summaries (two groups whose keys hash alike).
     """
     names = sorted(n for n in os.listdir(directory) if n.startswith("sum-") and n.endswith(".bin"))
-    parts = [
-        read_chunks(os.path.join(directory, n), (5,), "Summary", SummariesMissing) for n in names
-    ]
+    parts = [read_summary_file(os.path.join(directory, n)) for n in names]
     if parts:
         keys, lo, hi, n, flags = (np.concatenate([p[i] for p in parts]) for i in range(5))
     else:

@@ -9,6 +9,7 @@ capture run again carrying the summaries instead of guessing.
 """
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,22 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from frame_reference import assert_lineage
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
+from tap_files import summary_chunk, summary_rows
 
 import dslog_dagster.spark.capture as capture_module
 import dslog_dagster.spark.idtap as idtap
 import dslog_dagster.spark.lineage as lineage_module
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.plan import SLOT_PREFIX
-from dslog_dagster.spark.summaries import SummariesMissing, read_summaries
+from dslog_dagster.spark.summaries import (
+    SummariesMissing,
+    read_summaries,
+    read_summary_file,
+    summary_chunks,
+)
 
 RNG = np.random.default_rng(11)
 # 80 rows: keys 0..11, half of them clustered by id (exact ranges), half scattered, and a
@@ -93,10 +102,8 @@ def test_summaries_spill_in_chunks_and_read_back(spark: Any, facts: Any) -> None
 
     def chunks(directory: str) -> Any:
         for name in os.listdir(directory):
-            a, at = np.fromfile(os.path.join(directory, name), "<i8"), 0
-            while at < a.size:
-                seen.append(int(a[at]))
-                at += 1 + 5 * int(a[at])
+            path = os.path.join(directory, name)
+            seen.extend(c for _, c, _ in summary_chunks(np.fromfile(path, np.uint8), path))
         return real(directory)
 
     spark.sparkContext.setLocalProperty(f"{idtap.PROPERTY}chunk", "2")
@@ -125,12 +132,11 @@ def test_doubtful_summaries_make_the_capture_carry_them(
         if damage == "remove_a_file":  # its groups have no summary
             os.remove(path)
         elif damage == "truncate":
-            np.fromfile(path, "<i8")[:-1].tofile(path)
+            Path(path).write_bytes(Path(path).read_bytes()[:-8])
         else:  # another group recorded under a key present (as two colliding hashes would)
-            a = np.fromfile(path, "<i8")
-            c = int(a[0])
-            a[1 + 2 * c] += 1  # one group's hi, as a second record of the key
-            np.concatenate([np.fromfile(path, "<i8"), a]).tofile(path)
+            cols = read_summary_file(path)
+            cols[2][0] += 1  # one group's hi, as a second record of the key
+            Path(path).write_bytes(Path(path).read_bytes() + summary_chunk(cols))
         return real(directory)
 
     monkeypatch.setattr(lineage_module, "read_summaries", damaged)
@@ -152,10 +158,7 @@ def test_an_aggregation_unioned_and_joined_with_itself(facts: Any) -> None:
 
 def write_summaries(path: Path, rows: list[tuple[int | None, int, int, bool, int]]) -> None:
     """A summary file of one chunk: (key, lo, hi, ok, n) per group."""
-    keys = [0 if k is None else k for k, *_ in rows]
-    flags = [(1 if k is None else 0) | (2 if ok else 0) for k, _, _, ok, _ in rows]
-    cols = [keys, [r[1] for r in rows], [r[2] for r in rows], [r[4] for r in rows], flags]
-    np.concatenate([[len(rows)], *cols]).astype("<i8").tofile(path)
+    path.write_bytes(summary_rows(rows))
 
 
 def test_read_summaries_on_hand_made_files(tmp_path: Path) -> None:
@@ -181,9 +184,40 @@ def test_read_summaries_on_hand_made_files(tmp_path: Path) -> None:
     with pytest.raises(SummariesMissing, match="hash alike"):
         read_summaries(str(tmp_path))
     (tmp_path / "sum-6-0.bin").unlink()
-    np.fromfile(tmp_path / "sum-3-0.bin", "<i8")[:-2].tofile(tmp_path / "sum-3-0.bin")
-    with pytest.raises(SummariesMissing, match="truncated"):
+    whole = (tmp_path / "sum-3-0.bin").read_bytes()
+    for cut in (8, 24, len(whole) - 16):  # the values, or the header, cut short
+        (tmp_path / "sum-3-0.bin").write_bytes(whole[:-cut])
+        with pytest.raises(SummariesMissing, match="truncated"):
+            read_summaries(str(tmp_path))
+    (tmp_path / "sum-3-0.bin").write_bytes(whole[:-3])
+    with pytest.raises(SummariesMissing, match="not whole 8-byte values"):
         read_summaries(str(tmp_path))
+    bad = bytearray(whole)
+    bad[16:24] = np.asarray([5], "<i8").tobytes()  # a width the recorder never writes
+    (tmp_path / "sum-3-0.bin").write_bytes(bytes(bad))
+    with pytest.raises(SummariesMissing, match="header"):
+        read_summaries(str(tmp_path))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(*[st.integers(-(2**40), 2**40)] * 5), min_size=1, max_size=20),
+    st.lists(st.sampled_from([None, 8]), min_size=5, max_size=5),
+    st.booleans(),
+)
+def test_any_summary_chunk_encoding_reads_back(
+    groups: list[tuple[int, ...]], forced: list[int | None], zero_lo: bool
+) -> None:
+    cols = [list(c) for c in zip(*groups, strict=True)]
+    if zero_lo:  # a column of zeros takes no bytes
+        cols[1] = [0] * len(groups)
+    natural = [0 if not any(c) else 4 if all(-(2**31) <= v < 2**31 for v in c) else 8 for c in cols]
+    widths = [f or w for f, w in zip(forced, natural, strict=True)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sum-1-0.bin"
+        path.write_bytes(summary_chunk(cols, widths) + summary_chunk(cols))
+        got = read_summary_file(str(path))
+    assert [c.tolist() for c in got] == [c + c for c in cols]
 
 
 def test_a_missing_null_group_is_refused(tmp_path: Path) -> None:

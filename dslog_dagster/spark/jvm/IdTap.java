@@ -37,9 +37,12 @@
  * what the tapped rows must add up to.) Its files are
  * <dir>/sum-<stage>-<partition>.bin, published like the tap's, of chunks
  *
- *   ( int64 c | int64 keys[c] | int64 lo[c] | int64 hi[c] | int64 n[c] | int64 flags[c] )*
+ *   ( int64 c | int64 w[5] | keys[c] | lo[c] | hi[c] | n[c] | flags[c]
+ *     | zero padding to 8 bytes )*
  *
- * with flags bit 0 = key is null (key stored as 0), bit 1 = ok.
+ * with flags bit 0 = key is null (key stored as 0), bit 1 = ok; column i's values take w[i]
+ * bytes each (signed, little endian): 0 when every one of the chunk is 0 (nothing stored), 4
+ * when every one fits an int, else 8.
  *
  * Placed under an aggregation, it records which input rows fell into which group as the rows
  * stream through the map side of the shuffle, where the rows already are: the capture then
@@ -218,6 +221,15 @@ public final class IdTap {
       return out;
     }
 
+    /** Puts v into bb in width bytes (4: v fits an int; 8). */
+    static void putValue(ByteBuffer bb, long v, int width) {
+      if (width == 4) {
+        bb.putInt((int) v);
+      } else {
+        bb.putLong(v);
+      }
+    }
+
     /** Appends bb (from position 0) to the temporary file, opened on first use. */
     final void write(ByteBuffer bb) {
       if (broken) {
@@ -293,14 +305,41 @@ public final class IdTap {
       c++;
     }
 
-    /** Appends the chunk (int64 c, then each column's c values; little endian). */
+    /**
+     * Appends the chunk (see the file comment): int64 c, five int64 widths, then each column's
+     * c values in its width: 0 when every value is 0 (where the tap runs, lo, hi and the flags
+     * of non-null keys always are), 4 when every one fits an int, else 8. At 10^7 groups a
+     * slot's file is 80 MB instead of 400 MB.
+     */
     @Override
     void spill() {
-      ByteBuffer bb = buffer(8 * (1 + 5 * c));
-      bb.putLong(c);
+      int[] widths = new int[cols.length];
+      int body = 0;
       for (int i = 0; i < cols.length; i++) {
-        bb.position(8 + 8 * i * c);
-        bb.asLongBuffer().put(cols[i], 0, c);
+        boolean zero = true;
+        boolean narrow = true;
+        for (int j = 0; j < c; j++) {
+          long v = cols[i][j];
+          zero &= v == 0;
+          narrow &= v == (int) v;
+        }
+        widths[i] = zero ? 0 : narrow ? 4 : 8;
+        body += widths[i] * c;
+      }
+      int padded = (body + 7) & ~7;
+      ByteBuffer bb = buffer(8 * (1 + cols.length) + padded);
+      bb.position(0);
+      bb.putLong(c);
+      for (int w : widths) {
+        bb.putLong(w);
+      }
+      for (int i = 0; i < cols.length; i++) {
+        for (int j = 0; widths[i] > 0 && j < c; j++) {
+          putValue(bb, cols[i][j], widths[i]);
+        }
+      }
+      while (bb.position() < 8 * (1 + cols.length) + padded) {
+        bb.put((byte) 0);
       }
       write(bb);
       c = 0;
@@ -465,14 +504,6 @@ public final class IdTap {
       write(bb);
       n = 0;
       m = 0;
-    }
-
-    private static void putValue(ByteBuffer bb, long v, int width) {
-      if (width == 4) {
-        bb.putInt((int) v);
-      } else {
-        bb.putLong(v);
-      }
     }
 
     @Override
