@@ -793,5 +793,20 @@ def test_fill_repeated_is_numpys_repeat(segments: list[tuple[int, int]]) -> None
     out = np.full(int(counts.sum()), 7, np.int64)
     idtap.fill_repeated(out, values, counts)
     assert out.tolist() == np.repeat(values, counts).tolist()
+    zeros = np.zeros(out.size, np.int64)
+    idtap.fill_repeated(zeros, values, counts, zeroed=True)
+    assert zeros.tolist() == out.tolist()
     with pytest.raises(ValueError, match="add up"):
         idtap.fill_repeated(np.empty(out.size + 1, np.int64), values, counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-5, 40)), max_size=40),
+    st.integers(-(2**62), 2**62),
+)
+def test_group_order_is_the_keys_order_nulls_last(keys: list[int | None], shift: int) -> None:
+    # dense keys (the scatter, when no key is null and none repeats) or not (the sort)
+    k = np.asarray([0 if x is None else x + shift for x in keys], np.int64)
+    null = np.asarray([x is None for x in keys], bool)
+    assert idtap._group_order(k, null).tolist() == np.lexsort((k, null)).tolist()
