@@ -84,6 +84,32 @@ def summary_chunks(raw: np.ndarray, path: str) -> list[tuple[int, int, list[int]
     return chunks
 
 
+def _summary_layout(path: str) -> tuple[np.ndarray, list[tuple[int, int, list[int]]]]:
+    """A summary file's bytes (mapped) and its chunks.
+
+    Raises:
+        SummariesMissing: the file is truncated or a chunk header is damaged.
+    """
+    size = os.path.getsize(path)
+    if size % 8:
+        msg = f"Summary file {path} is truncated ({size} bytes, not whole 8-byte values)."
+        raise SummariesMissing(msg)
+    raw = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    return raw, summary_chunks(raw, path)
+
+
+def _fill_columns(
+    raw: np.ndarray, chunks: list[tuple[int, int, list[int]]], cols: list[np.ndarray]
+) -> None:
+    """Each chunk's values widened to int64 into ``cols`` (one slice per file)."""
+    row = 0
+    for p, c, widths in chunks:
+        for col, w in zip(cols, widths, strict=True):
+            col[row : row + c] = raw[p : p + w * c].view(f"<i{w}") if w else 0
+            p += w * c
+        row += c
+
+
 def read_summary_file(path: str) -> list[np.ndarray]:
     """The columns of one summary file (chunks of ``int64 c``, five ``int64`` widths, then
     each column's ``c`` values in its width, 0, 4 or 8 bytes, then zero padding to 8 bytes;
@@ -96,20 +122,19 @@ def read_summary_file(path: str) -> list[np.ndarray]:
         SummariesMissing: the file is truncated or a chunk header is not one the recorder
             writes (a task that did not finish publishes no file, so a short one is damage).
     """
-    size = os.path.getsize(path)
-    if size % 8:
-        msg = f"Summary file {path} is truncated ({size} bytes, not whole 8-byte values)."
-        raise SummariesMissing(msg)
-    raw = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-    chunks = summary_chunks(raw, path)
-    total = sum(c for _, c, _ in chunks)
-    cols = [np.empty(total, np.int64) for _ in range(SUMMARY_COLUMNS)]
-    row = 0
-    for p, c, widths in chunks:
-        for col, w in zip(cols, widths, strict=True):
-            col[row : row + c] = raw[p : p + w * c].view(f"<i{w}") if w else 0
-            p += w * c
-        row += c
+    return _read_files([path])
+
+
+def _read_files(paths: list[str]) -> list[np.ndarray]:
+    """The columns of several summary files, one after the other, read straight into one
+    array per column (no copy per file to concatenate)."""
+    layouts = [_summary_layout(p) for p in paths]
+    sizes = [sum(c for _, c, _ in chunks) for _, chunks in layouts]
+    cols = [np.empty(sum(sizes), np.int64) for _ in range(SUMMARY_COLUMNS)]
+    at = 0
+    for (raw, chunks), size in zip(layouts, sizes, strict=True):
+        _fill_columns(raw, chunks, [c[at : at + size] for c in cols])
+        at += size
     return cols
 
 
@@ -208,13 +233,13 @@ def read_summaries(directory: str) -> GroupSummaries:
             summaries (two groups whose keys hash alike).
     """
     names = sorted(n for n in os.listdir(directory) if n.startswith("sum-") and n.endswith(".bin"))
-    parts = [read_summary_file(os.path.join(directory, n)) for n in names]
-    if parts:
-        keys, lo, hi, n, flags = (np.concatenate([p[i] for p in parts]) for i in range(5))
-    else:
-        keys = lo = hi = n = flags = np.zeros(0, np.int64)
+    keys, lo, hi, n, flags = _read_files([os.path.join(directory, name) for name in names])
     null = (flags & 1).astype(bool)
     fields = [lo, hi, n, flags]
+    if not null.any():  # the usual case: every group recorded once, no copy of the columns
+        keep, index = _distinct(keys, fields)
+        if keep.size == keys.size:
+            return GroupSummaries(keys, lo, hi, (flags & 2).astype(bool), n, index, -1)
     plain = np.flatnonzero(~null)
     keep, index = _distinct(keys[plain], [f[plain] for f in fields])
     rows = plain[keep]
