@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dslog_dagster.spark.tapfile import mapped_bytes
+
 __all__ = [
     "GroupSummaries",
     "KeyIndex",
@@ -90,11 +92,7 @@ def _summary_layout(path: str) -> tuple[np.ndarray, list[tuple[int, int, list[in
     Raises:
         SummariesMissing: the file is truncated or a chunk header is damaged.
     """
-    size = os.path.getsize(path)
-    if size % 8:
-        msg = f"Summary file {path} is truncated ({size} bytes, not whole 8-byte values)."
-        raise SummariesMissing(msg)
-    raw = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    raw = mapped_bytes(path, "Summary", SummariesMissing)
     return raw, summary_chunks(raw, path)
 
 
@@ -114,9 +112,6 @@ def read_summary_file(path: str) -> list[np.ndarray]:
     """The columns of one summary file (chunks of ``int64 c``, five ``int64`` widths, then
     each column's ``c`` values in its width, 0, 4 or 8 bytes, then zero padding to 8 bytes;
     see ``jvm/IdTap.java``), each widened to int64 over every chunk in order.
-
-    The file is mapped, not read into a buffer of its own: the values are copied out of the
-    page cache once.
 
     Raises:
         SummariesMissing: the file is truncated or a chunk header is not one the recorder
@@ -236,13 +231,14 @@ def read_summaries(directory: str) -> GroupSummaries:
     keys, lo, hi, n, flags = _read_files([os.path.join(directory, name) for name in names])
     null = (flags & 1).astype(bool)
     fields = [lo, hi, n, flags]
-    if not null.any():  # the usual case: every group recorded once, no copy of the columns
-        keep, index = _distinct(keys, fields)
-        if keep.size == keys.size:
+    if not null.any():
+        rows, index = _distinct(keys, fields)
+        if rows.size == keys.size:  # the usual case: every group once, the columns as read
             return GroupSummaries(keys, lo, hi, (flags & 2).astype(bool), n, index, -1)
-    plain = np.flatnonzero(~null)
-    keep, index = _distinct(keys[plain], [f[plain] for f in fields])
-    rows = plain[keep]
+    else:
+        plain = np.flatnonzero(~null)
+        keep, index = _distinct(keys[plain], [f[plain] for f in fields])
+        rows = plain[keep]
     null_rows = np.flatnonzero(null)
     if null_rows.size:
         same, _ = _distinct(np.zeros(null_rows.size, np.int64), [f[null_rows] for f in fields])

@@ -12,7 +12,15 @@ import os
 
 import numpy as np
 
-__all__ = ["TapChunk", "TapFailed", "TapRecords", "read_tap_records", "tap_chunks", "tap_rows"]
+__all__ = [
+    "TapChunk",
+    "TapFailed",
+    "TapRecords",
+    "mapped_bytes",
+    "read_tap_records",
+    "tap_chunks",
+    "tap_rows",
+]
 
 
 class TapFailed(Exception):
@@ -35,12 +43,6 @@ class TapRecords:
     run_keys: np.ndarray
     run_first: np.ndarray
     run_len: np.ndarray
-
-    @property
-    def seg_start(self) -> np.ndarray:
-        """Each segment's first row in ``ids``."""
-        start: np.ndarray = np.cumsum(self.seg_rows) - self.seg_rows
-        return start
 
     @property
     def run_rows(self) -> np.ndarray:
@@ -107,12 +109,24 @@ def _tap_layout(path: str) -> tuple[np.ndarray, list[TapChunk]]:
     Raises:
         TapFailed: the file is truncated or a chunk header is damaged.
     """
+    raw = mapped_bytes(path, "Tap", TapFailed)
+    return raw, tap_chunks(raw, path)
+
+
+def mapped_bytes(path: str, what: str, error: type[Exception]) -> np.ndarray:
+    """The bytes of a file the JVM recorder wrote (a tap or a summary file), mapped, not
+    read into a buffer of their own (each chunk's values are copied out of the page cache
+    once, widened to int64).
+
+    Raises:
+        error: the file is not whole 8-byte values (a task that did not finish publishes no
+            file, so a short one is damage).
+    """
     size = os.path.getsize(path)
     if size % 8:
-        msg = f"Tap file {path} is truncated ({size} bytes, not whole 8-byte values)."
-        raise TapFailed(msg)
-    raw = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-    return raw, tap_chunks(raw, path)
+        msg = f"{what} file {path} is truncated ({size} bytes, not whole 8-byte values)."
+        raise error(msg)
+    return np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
 
 
 def tap_rows(path: str) -> int:
