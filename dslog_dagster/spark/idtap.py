@@ -83,7 +83,14 @@ from dslog_dagster.spark.lineage import FailedRows, RangeColumns, hashable, rang
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.staging import staging_base
 from dslog_dagster.spark.summaries import KeyIndex
-from dslog_dagster.spark.tapfile import TapFailed, TapRecords, read_tap_records, tap_rows
+from dslog_dagster.spark.tapfile import (
+    TapFailed,
+    TapLayout,
+    TapRecords,
+    read_tap_records,
+    tap_layout,
+    tap_rows,
+)
 
 __all__ = [
     "FUNCTION",
@@ -429,7 +436,7 @@ def tapped_ids(
     index = KeyIndex(fg.keys)
     null_group = fg.keys.size if fg.has_null else -1
 
-    def one(file: tuple[str, np.ndarray]) -> _TappedFile:
+    def one(file: tuple[TapLayout, np.ndarray]) -> _TappedFile:
         """The file's records of the failed groups (its ids read into the array given with
         its path), and its rows per group."""
         t = read_tap_records(*file)
@@ -453,8 +460,8 @@ def tapped_ids(
     # the stage with the most files first (a complete one), the latest among equals
     order = sorted(stages, key=lambda st: (len(stages[st]), int(st)), reverse=True)
     for stage in order:
-        paths = [os.path.join(directory, n) for n in stages[stage]]
-        ends = np.cumsum([tap_rows(p) for p in paths])
+        layouts = [tap_layout(os.path.join(directory, n)) for n in stages[stage]]
+        ends = np.cumsum([f.rows for f in layouts])
         # every file's ids, in the input row of one matrix of pairs (see _interval_table)
         pairs = np.empty((2, int(ends[-1])), np.int64)
         ids = pairs[1]
@@ -466,7 +473,7 @@ def tapped_ids(
         try:
             got = background.map_all(
                 one,
-                [(p, ids[int(a) : int(b)]) for p, a, b in zip(paths, starts, ends, strict=True)],
+                [(f, ids[int(a) : int(b)]) for f, a, b in zip(layouts, starts, ends, strict=True)],
             )
         finally:
             zeroed()
