@@ -279,15 +279,25 @@ def capture_run(spark: Any, rows: int, cache: Path, reps: int) -> dict[str, Any]
 
 
 def capture_child(
-    master: str, rows: int, cache: Path, reps: int, shared_dir: str | None = None
+    master: str,
+    rows: int,
+    cache: Path,
+    reps: int,
+    shared_dir: str | None = None,
+    executor_memory: str | None = None,
 ) -> dict[str, Any]:
     """A fresh driver process's :func:`capture_run` (peak RSS is the driver's), with
-    ``spark.dslog.sharedDir`` set to ``shared_dir`` when given."""
+    ``spark.dslog.sharedDir`` set to ``shared_dir`` and ``spark.executor.memory`` to
+    ``executor_memory`` when given."""
     from dslog_dagster.spark import get_session
 
-    spark = get_session(master, {"spark.dslog.sharedDir": shared_dir} if shared_dir else None)
+    conf = {"spark.dslog.sharedDir": shared_dir} if shared_dir else {}
+    if executor_memory:
+        conf["spark.executor.memory"] = executor_memory
+    spark = get_session(master, conf or None)
     out = capture_run(spark, rows, cache, reps)
     out["rss"] = _rss()
+    out["executor_memory"] = spark.conf.get("spark.executor.memory", "1g (default)")
     return out
 
 
@@ -326,7 +336,11 @@ def _print_store(rows: dict[int, dict[str, Any]]) -> None:
 
 def _print_capture(rows: dict[int, dict[str, Any]], master: str) -> None:
     sizes = sorted(rows)
-    print(f"\ncapture, join + groupBy on `{master}` (seconds, best of runs)\n")
+    memory = sorted({str(r.get("executor_memory", "-")) for r in rows.values()})
+    print(
+        f"\ncapture, join + groupBy on `{master}` (seconds, best of runs; "
+        f"spark.executor.memory {', '.join(memory)})\n"
+    )
     print("| rows | untracked | tracked | tracked / untracked | driver RSS | load |")
     print("|---|---|---|---|---|---|")
     for n in sizes:
@@ -392,6 +406,15 @@ def main(argv: list[str] | None = None) -> int:
         help="master of the capture: spark://..., local[N], or `cluster` (start one here)",
     )
     ap.add_argument("--worker-memory", default="2g", help="per worker, with `cluster`")
+    ap.add_argument(
+        "--executor-memory",
+        default="worker",
+        help=(
+            "spark.executor.memory of the capture's session (both runs): `worker` is "
+            "--worker-memory with `cluster` (one executor per worker takes it all), Spark's "
+            "default (1g) otherwise; `default` leaves Spark's"
+        ),
+    )
     ap.add_argument("--reps", type=int, default=1, help="capture runs per size (best kept)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dslog-bench")
     ap.add_argument("--build-only", action="store_true", help="build the stores and exit")
@@ -417,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
             out = spark_child(Path(a), int(b), args.store_master)
         else:
             shared = None if args.shared_dir in ("auto", "none") else args.shared_dir
-            out = capture_child(a, int(b), args.cache, args.reps, shared)
+            memory = None if args.executor_memory in ("worker", "default") else args.executor_memory
+            out = capture_child(a, int(b), args.cache, args.reps, shared, memory)
         print(json.dumps(out))
         return 0
     if args.build_only:
@@ -454,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
                     os.makedirs(shared, exist_ok=True)
                 if shared not in ("auto", "none"):
                     cmd += ["--shared-dir", shared]
+                memory = args.executor_memory
+                if memory == "worker" and args.capture_master == "cluster":
+                    memory = args.worker_memory
+                cmd += ["--executor-memory", memory]
                 capture[rows] = _child([*cmd, "--child", "capture", master, str(rows)])
                 print(f"  {rows} rows: {json.dumps(capture[rows])}", flush=True)
     if store:
