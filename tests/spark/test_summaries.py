@@ -28,6 +28,7 @@ import dslog_dagster.spark.lineage as lineage_module
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.plan import SLOT_PREFIX
 from dslog_dagster.spark.summaries import (
+    KeyIndex,
     SummariesMissing,
     read_summaries,
     read_summary_file,
@@ -197,6 +198,40 @@ def test_read_summaries_on_hand_made_files(tmp_path: Path) -> None:
     (tmp_path / "sum-3-0.bin").write_bytes(bytes(bad))
     with pytest.raises(SummariesMissing, match="header"):
         read_summaries(str(tmp_path))
+
+
+def test_tapped_summaries_read_back_without_flags(tmp_path: Path) -> None:
+    # where the tap runs, lo, hi and the flags are 0 in every chunk (0 bytes): no null key,
+    # no range ok; a stage run twice records a group again
+    write_summaries(tmp_path / "sum-3-0.bin", [(7, 0, 0, False, 5), (3, 0, 0, False, 2)])
+    write_summaries(tmp_path / "sum-3-1.bin", [(2**40, 0, 0, False, 1)])
+    s = read_summaries(str(tmp_path))
+    assert sorted(s.keys.tolist()) == [3, 7, 2**40]
+    at = s.lookup(np.array([2**40, 3, 7]), np.zeros(3, bool))
+    assert s.n[at].tolist() == [1, 2, 5]
+    assert not s.ok.any()
+    assert not s.hi.any()
+    assert s.null_row == -1
+    write_summaries(tmp_path / "sum-4-0.bin", [(3, 0, 0, False, 2)])
+    again = read_summaries(str(tmp_path))
+    assert again.keys.size == 3
+    assert again.n[again.lookup(np.array([3]), np.zeros(1, bool))].tolist() == [2]
+    write_summaries(tmp_path / "sum-4-1.bin", [(7, 0, 0, False, 4)])  # another count: refused
+    with pytest.raises(SummariesMissing, match="hash alike"):
+        read_summaries(str(tmp_path))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-50, 50), max_size=40), st.sampled_from([0, 1, 10**6, 2**40]))
+def test_key_index_counts_its_distinct_keys(keys: list[int], spread: int) -> None:
+    # dense keys are indexed by a direct table, sparse ones by a search over them sorted
+    k = np.asarray(keys, np.int64) * max(1, spread)
+    index = KeyIndex(k)
+    assert index.distinct == np.unique(k).size
+    if spread <= 1 and k.size:
+        assert index.table is not None
+    if spread == 2**40 and np.unique(k).size > 1:  # too sparse for a table
+        assert index.table is None
 
 
 @settings(max_examples=60, deadline=None)
