@@ -52,7 +52,6 @@ from typing import Any, cast
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from dslog_dagster.core import background
 from dslog_dagster.core.compression import union_tables
 from dslog_dagster.core.provrc import LineageTable
 from dslog_dagster.spark.context import CaptureContext, RangeFields, RangeSource
@@ -334,40 +333,30 @@ def found_again(
     Raises:
         SummariesMissing: a slot with recorded summaries would need the join.
     """
-    slots = [g for g, n_failed in enumerate(got.failed) if n_failed]
-
-    def from_tap(g: int) -> LineageTable | None:
-        """Slot ``g``'s failed groups matched with the ids the tap recorded; None: no tap,
-        or its files do not account for them (the join finds them instead)."""
-        src = ctx.range_src[keys[g][0]]
-        if src.tap is None or not path:
-            return None
-        try:
-            return tapped_ids(
-                src.tap,
-                path,
-                cast("RangeColumns", id_columns[g]),
-                n_ins[g],
-                offsets,
-                got.failed[g],
-                hashed=src.hashed,
-                rows=got.failed_rows[g] if got.failed_rows else None,
-            )
-        except TapFailed as e:
-            log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
-            return None
-
-    # the slots' tap files are matched side by side (a join's two inputs: ~3 s and ~7 s at
-    # 10^8 rows, much of each in one thread of numpy); every one has ended when this returns
-    found = background.map_all(from_tap, slots)
     tapped = 0
-    for g, extra in zip(slots, found, strict=True):
-        if extra is not None:
-            tapped += got.failed[g]
-        else:
-            # groups whose ids are not a range and that the tap did not serve: join their
-            # keys with their input
-            src = ctx.range_src[keys[g][0]]
+    for g, n_failed in enumerate(got.failed):
+        if not n_failed:
+            continue
+        # groups whose ids are not a range: match them with the ids the tap recorded, or
+        # join their keys with their input
+        src = ctx.range_src[keys[g][0]]
+        extra = None
+        if src.tap is not None and path:
+            try:
+                extra = tapped_ids(
+                    src.tap,
+                    path,
+                    cast("RangeColumns", id_columns[g]),
+                    n_ins[g],
+                    offsets,
+                    n_failed,
+                    hashed=src.hashed,
+                    rows=got.failed_rows[g] if got.failed_rows else None,
+                )
+                tapped += n_failed
+            except TapFailed as e:
+                log.info("The id tap of %s is not used (%s); joining instead.", src.slot, e)
+        if extra is None:
             extra = refetch_ids(
                 source(),
                 cast("RangeColumns", id_columns[g]),
@@ -376,7 +365,7 @@ def found_again(
                 src.slot,
                 n_ins[g],
                 offsets,
-                got.failed[g],
+                n_failed,
             )
         tables[g] = union_tables([tables[g], extra])  # their rows interleave
     return tapped

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from frame_reference import assert_lineage
-from frame_reference import same_lineage as matched_lineage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
@@ -36,7 +35,6 @@ from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.lineage import RangeColumns
 from dslog_dagster.spark.rowid import MID, PART_BITS
 from dslog_dagster.spark.summaries import KeyIndex
-from dslog_dagster.spark.tapfile import tap_layout
 
 RNG = np.random.default_rng(7)
 # 60 rows, keys 0..9 scattered over the ids, and a few null keys
@@ -530,14 +528,6 @@ def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     assert keys.tolist() == [7, 0, 9, 9, 9, 2**50, -3, 4, 4, 4, 6, 6]
     assert ids.tolist() == [30, 40, 50, 51, 2**40, 5, 6, 60, 61, 62, 70, 70]
     assert null.tolist() == [False, True] + [False] * 10
-    # the layout parsed once sizes the ids' array and is read from as the path is
-    layout = tap_layout(str(path))
-    assert layout.rows == idtap.tap_rows(str(path)) == 7
-    assert type(layout.raw) is np.ndarray  # a plain view of the map: cheap to slice
-    into = np.full(layout.rows, -1, np.int64)
-    again = idtap.read_tap_records(layout, into)
-    assert again.ids is into
-    assert spelled_out(again)[1].tolist() == ids.tolist()
     whole = b"".join(chunks)
     for cut in (8, 16 + 8 * 3, len(chunks[2]) - 8):  # runs, rows or a header cut short
         path.write_bytes(whole[:-cut])
@@ -820,49 +810,3 @@ def test_group_order_is_the_keys_order_nulls_last(keys: list[int | None], shift:
     k = np.asarray([0 if x is None else x + shift for x in keys], np.int64)
     null = np.asarray([x is None for x in keys], bool)
     assert idtap._group_order(k, null).tolist() == np.lexsort((k, null)).tolist()
-
-
-def test_a_joins_two_inputs_are_matched_side_by_side(
-    spark: Any, facts: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # both inputs of the join are tapped and their files matched in two threads at once; when
-    # one input's files are damaged the capture still ends exact (recorded summaries: it runs
-    # again with them carried as columns)
-    dims = spark.createDataFrame([(k, 10 * k) for k in range(10)], "key long, w long")
-    dims = dims.withColumn(ROW_ID, F.col("key"))
-    real = idtap.tapped_ids
-    threads: list[str] = []
-
-    def f(x: Any, d: Any) -> Any:
-        return x.join(d, x.k == d.key).groupBy("k").agg(F.sum(F.col("v") * F.col("w")).alias("s"))
-
-    def joined() -> Any:
-        with monkeypatch.context() as m:
-            m.setattr(capture_module, "tap_ready", lambda spark: False)
-            return capture_frames(f, {"x": facts, "d": dims})
-
-    def seen(directory: str, *args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return real(directory, *args, **kwargs)
-
-    monkeypatch.setattr(ranges_module, "tapped_ids", seen)
-    cap = capture_frames(f, {"x": facts, "d": dims})
-    keyed = {k: ids for k, ids in groups().items() if k is not None}
-    assert cap.timings["tapped_rows"] == 2 * len(keyed)  # every group of both inputs
-    assert len(threads) == 2
-    assert len(set(threads)) == 2, threads  # side by side, not one after the other
-    reference = joined()
-
-    def damaged_second(directory: str, *args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        if len(threads) == 4:  # the second input matched: its first file cut short
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".bin"))
-            path = Path(directory, names[0])
-            path.write_bytes(path.read_bytes()[:-8])
-        return real(directory, *args, **kwargs)
-
-    monkeypatch.setattr(ranges_module, "tapped_ids", damaged_second)
-    damaged = capture_frames(f, {"x": facts, "d": dims})
-    assert damaged.timings.get("tapped_rows", 0) < 2 * len(keyed)
-    for got in (cap, damaged):  # rows matched by value: every input, both relations
-        matched_lineage(reference, got)
