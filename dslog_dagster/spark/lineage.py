@@ -483,20 +483,46 @@ def recorded_fields(
     assert slot.key is not None
     lo = t.column(slot.lo).combine_chunks()
     key = t.column(slot.key).combine_chunks()
-    has = np.asarray(lo.is_valid().to_numpy(zero_copy_only=False), bool)
-    null = np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool)[has]
-    keys = pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)[has]
+    mid = t.column(MID).combine_chunks()
+    # the usual rows need no masks: every row has ids (lo set), no key is null
+    has = None if not lo.null_count else np.asarray(lo.is_valid().to_numpy(zero_copy_only=False))
+
+    def with_ids(a: np.ndarray) -> np.ndarray:
+        return a if has is None else a[has]
+
+    n_has = len(lo) if has is None else int(np.count_nonzero(has))
+    if key.null_count:
+        null = with_ids(np.asarray(key.is_null().to_numpy(zero_copy_only=False), bool))
+        keys = with_ids(pc.fill_null(key.cast(pa.int64()), 0).to_numpy(zero_copy_only=False))
+    else:
+        null = np.zeros(n_has, bool)
+        keys = with_ids(key.cast(pa.int64()).to_numpy(zero_copy_only=False))
     at = summaries.lookup(keys, null)
-    if not np.array_equal(summaries.lo[at], lo.to_numpy(zero_copy_only=False)[has]):
+    lo_rows = with_ids(lo.to_numpy(zero_copy_only=False))
+    if summaries.counts_only:
+        # the tap's summaries (lo = hi = 0, never ok): every row with ids fails its check,
+        # and its lo must be the recorded 0
+        if lo_rows.any():
+            msg = "a row's lo differs from its group's recorded summary"
+            raise SummariesMissing(msg)
+        mids = with_ids(mid.to_numpy(zero_copy_only=False))
+        failed = FailedRows(mids.astype(np.int64, copy=False), keys, null, summaries.n[at])
+        mask = None if has is None else ~has
+        hi0, ok0 = np.zeros(len(lo), np.int64), np.zeros(len(lo), bool)
+        return pa.array(hi0, mask=mask), pa.array(ok0, mask=mask), failed
+    if not np.array_equal(summaries.lo[at], lo_rows):
         msg = "a row's lo differs from its group's recorded summary"
         raise SummariesMissing(msg)
     hi = np.zeros(len(lo), np.int64)
     ok = np.zeros(len(lo), bool)
-    hi[has], ok[has] = summaries.hi[at], summaries.ok[at]
+    if has is None:
+        hi[:], ok[:] = summaries.hi[at], summaries.ok[at]
+    else:
+        hi[has], ok[has] = summaries.hi[at], summaries.ok[at]
     bad = ~summaries.ok[at]
-    mids = t.column(MID).combine_chunks().to_numpy(zero_copy_only=False)[has][bad]
+    mids = with_ids(mid.to_numpy(zero_copy_only=False))[bad]
     failed = FailedRows(mids.astype(np.int64), keys[bad], null[bad], summaries.n[at][bad])
-    mask = ~has
+    mask = None if has is None else ~has
     return pa.array(hi, mask=mask), pa.array(ok, mask=mask), failed
 
 

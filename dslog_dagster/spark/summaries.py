@@ -205,6 +205,9 @@ class GroupSummaries:
     n: np.ndarray
     index: KeyIndex
     null_row: int
+    counts_only: bool = False
+    """Every group recorded ``lo`` = ``hi`` = 0, not ok, and no key is null: the tap's
+    summaries, which carry the counts only (every group with ids fails its range check)."""
 
     def lookup(self, key: np.ndarray, null: np.ndarray) -> np.ndarray:
         """Row of each row's group (``key``, ``null`` per row, for rows with ids).
@@ -212,8 +215,9 @@ class GroupSummaries:
         Raises:
             SummariesMissing: some row's group was not recorded.
         """
-        pos = self.index(np.where(null, self.index.lo, key))
-        if null.any():
+        has_null = bool(null.any())
+        pos = self.index(np.where(null, self.index.lo, key) if has_null else key)
+        if has_null:
             if self.null_row < 0:
                 msg = "the null group key has no recorded summary"
                 raise SummariesMissing(msg)
@@ -256,14 +260,15 @@ def read_summaries(directory: str) -> GroupSummaries:
     names = sorted(n for n in os.listdir(directory) if n.startswith("sum-") and n.endswith(".bin"))
     (keys, lo, hi, n, flags), zero = _read_files([os.path.join(directory, name) for name in names])
     # flags never written (0 bytes: no null key, no range ok) are not computed on either
-    plain = zero[4]
-    null = np.zeros(flags.size, bool) if plain else (flags & 1).astype(bool)
+    no_flags = zero[4]
+    null = np.zeros(flags.size, bool) if no_flags else (flags & 1).astype(bool)
     fields = [lo, hi, n, flags]
     if not null.any():
         rows, index = _distinct(keys, fields)
         if rows.size == keys.size:  # the usual case: every group once, the columns as read
-            ok = np.zeros(flags.size, bool) if plain else (flags & 2).astype(bool)
-            return GroupSummaries(keys, lo, hi, ok, n, index, -1)
+            ok = np.zeros(flags.size, bool) if no_flags else (flags & 2).astype(bool)
+            counts_only = no_flags and zero[1] and zero[2]
+            return GroupSummaries(keys, lo, hi, ok, n, index, -1, counts_only)
     else:
         plain = np.flatnonzero(~null)
         keep, index = _distinct(keys[plain], [f[plain] for f in fields])

@@ -394,3 +394,45 @@ def test_a_numbered_input_keeps_its_scattered_groups_in_ranges(spark: Any) -> No
     assert len(sc.getRDDStorageInfo()) == before + 1
     ids.release()
     assert len(sc.getRDDStorageInfo()) == before
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.booleans()), min_size=1, max_size=40),
+    st.booleans(),
+)
+def test_the_taps_summaries_fail_every_row_as_the_general_lookup_does(
+    rows: list[tuple[int, bool]], null_lo: bool
+) -> None:
+    # counts-only summaries (the tap's: lo = hi = 0, never ok) take a path without masks
+    # and gathers; it gives what the general lookup gives on the same summaries
+    import dataclasses
+
+    import pyarrow as pa
+
+    from dslog_dagster.spark.lineage import MID, RangeColumns, recorded_fields
+
+    keys = sorted({k for k, _ in rows})
+    with tempfile.TemporaryDirectory() as tmp:
+        write_summaries(Path(tmp) / "sum-1-0.bin", [(k, 0, 0, False, 3 * k + 1) for k in keys])
+        s = read_summaries(tmp)
+    assert s.counts_only
+    has = [h or not null_lo for _, h in rows]  # without null_lo every row has ids
+    t = pa.table(
+        {
+            MID: pa.array(np.arange(len(rows)) * 5 + 7, pa.int64()),
+            "lo": pa.array([0 if h else None for h in has], pa.int64()),
+            "k": pa.array([k for k, _ in rows], pa.int64()),
+        }
+    )
+    slot = RangeColumns("lo", None, None, None, ("k",), None, "unused")
+    fast = recorded_fields(t, slot, s)
+    slow = recorded_fields(t, slot, dataclasses.replace(s, counts_only=False))
+    assert fast[0].equals(slow[0])
+    assert fast[1].equals(slow[1])
+    for f in ("mid", "key", "null", "n"):
+        assert getattr(fast[2], f).tolist() == getattr(slow[2], f).tolist()
+    assert fast[2].n.tolist() == [3 * k + 1 for (k, _), h in zip(rows, has, strict=True) if h]
+    bad = t.set_column(1, "lo", pa.array([1] * len(rows), pa.int64()))
+    with pytest.raises(SummariesMissing, match="lo differs"):
+        recorded_fields(bad, slot, s)
