@@ -150,17 +150,26 @@ def _read_files(paths: list[str]) -> tuple[list[np.ndarray], list[bool]]:
 
 class KeyIndex:
     """Position of each key among distinct keys (-1 when absent): a direct table when the keys
-    are dense enough (group keys are often ids), else a binary search over them sorted."""
+    are dense enough (group keys are often ids), else a binary search over them sorted; keys
+    that are consecutive integers in order (``lo, lo + 1, ...``: the failed groups' keys,
+    sorted, when they are ids) need neither — a key's position is ``key - lo``."""
 
     def __init__(self, keys: np.ndarray) -> None:
         self.keys = keys
         self.lo = int(keys.min()) if keys.size else 0
         span = int(keys.max()) - self.lo + 1 if keys.size else 0
         self.table: np.ndarray | None = None
+        self.consecutive = False
         # else: the keys' order and the keys in it, for the search
         self.order = np.zeros(0, np.int64)
         self.sorted = keys
-        if keys.size and span <= 8 * keys.size + 4096:
+        if keys.size and span == keys.size and int(keys[0]) == self.lo:
+            # span == size: strictly increasing keys are exactly lo, lo + 1, ... (no table to
+            # build, no random gathers to look up)
+            self.consecutive = bool((keys[1:] > keys[:-1]).all())
+        if self.consecutive:
+            pass
+        elif keys.size and span <= 8 * keys.size + 4096:
             self.table = np.full(span, -1, np.int64)
             self.table[keys - self.lo if self.lo else keys] = np.arange(keys.size, dtype=np.int64)
         elif keys.size:
@@ -172,6 +181,8 @@ class KeyIndex:
         """How many distinct keys were indexed (fewer than ``keys.size``: some repeat)."""
         if not self.keys.size:
             return 0
+        if self.consecutive:
+            return int(self.keys.size)
         if self.table is not None:
             return int(np.count_nonzero(self.table >= 0))
         return 1 + int(np.count_nonzero(self.sorted[1:] != self.sorted[:-1]))
@@ -179,6 +190,11 @@ class KeyIndex:
     def __call__(self, k: np.ndarray) -> np.ndarray:
         if not self.keys.size:
             return np.full(k.shape, -1, np.int64)
+        if self.consecutive:
+            pos = k - self.lo  # a new array: callers may write into it
+            if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= self.keys.size):
+                pos[(pos < 0) | (pos >= self.keys.size)] = -1
+            return pos
         if self.table is not None:
             off = k - self.lo if self.lo else k
             if not off.size or (int(off.min()) >= 0 and int(off.max()) < self.table.size):

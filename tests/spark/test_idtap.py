@@ -587,20 +587,28 @@ def test_any_chunk_encoding_reads_back_the_rows(
 @given(
     st.lists(st.integers(-(2**40), 2**40), min_size=0, max_size=40, unique=True),
     st.lists(st.integers(-(2**40), 2**40), max_size=60),
-    st.booleans(),
+    st.sampled_from(["sparse", "dense", "consecutive"]),
     st.booleans(),
 )
 def test_key_index_finds_exactly_the_keys(
-    keys: list[int], probes: list[int], dense: bool, ordered: bool
+    keys: list[int], probes: list[int], spread: str, ordered: bool
 ) -> None:
-    if dense:  # the direct table's range
+    if spread == "dense":  # the direct table's range
         keys = list(dict.fromkeys(k % 50 for k in keys))
         probes = [p % 70 - 10 for p in probes]
+    elif spread == "consecutive":  # lo, lo + 1, ...: positions by subtraction when in order
+        lo = keys[0] % 1000 - 500 if keys else 0
+        keys = list(range(lo, lo + len(keys)))[::-1]
+        probes = [lo + p % (len(keys) + 20) - 10 for p in probes]
     # distinct keys in any order: positions are into the keys as given
     k = np.asarray(sorted(keys) if ordered else keys, np.int64)
-    pos = KeyIndex(k)(np.asarray(probes, np.int64))
+    index = KeyIndex(k)
+    pos = index(np.asarray(probes, np.int64))
     where = {v: i for i, v in enumerate(k.tolist())}
     assert pos.tolist() == [where.get(p, -1) for p in probes]
+    assert index.distinct == len(keys)
+    if spread == "consecutive" and k.size > 1:
+        assert index.consecutive == ordered
 
 
 def test_no_jdk_means_no_tap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
