@@ -343,18 +343,25 @@ def _read_failed(staged: str, slot: RangeColumns, hashed: bool) -> FailedRows:
 
 
 def _failed_groups(
-    staged: str, slot: RangeColumns, hashed: bool = False, rows: FailedRows | None = None
+    staged: str,
+    slot: RangeColumns,
+    hashed: bool = False,
+    rows: Sequence[FailedRows] | None = None,
 ) -> _FailedGroups:
     """:class:`_FailedGroups` of the range slot with summary columns ``slot`` in the staged
     output, keyed by the group's one integral key or, ``hashed``, by the hash of its keys
-    (``rows``: the failed rows as the pass's read-back met them, else read here).
+    (``rows``: the failed rows as the pass's read-back met them, one part per staged file,
+    else read here).
 
     Raises:
         TapFailed: two rows of one group disagree on its count (not one aggregation's group).
     """
-    if rows is None:
-        rows = _read_failed(staged, slot, hashed)
-    keys, n, mids, is_null = rows.key, rows.n, rows.mid, rows.null
+    parts = list(rows) if rows is not None else [_read_failed(staged, slot, hashed)]
+    placed = _placed_by_key(parts)
+    if placed is not None:
+        return placed
+    whole = parts[0] if len(parts) == 1 else FailedRows.concat(parts)
+    keys, n, mids, is_null = whole.key, whole.n, whole.mid, whole.null
     # rows ordered by group: non-null keys ascending, then the null key (often already so:
     # an orderBy of the keys after the aggregation)
     if is_null.any() or (keys[1:] < keys[:-1]).any():
@@ -370,6 +377,33 @@ def _failed_groups(
     has_null = bool(is_null.any())
     distinct = keys[start[:-1] if has_null else start]
     return _FailedGroups(distinct, has_null, n[start], start, count, mids)
+
+
+def _placed_by_key(parts: Sequence[FailedRows]) -> _FailedGroups | None:
+    """The groups of failed rows whose non-null keys are ``lo, lo + 1, ...`` once each (the
+    usual: an aggregation's output rows, its keys ids): each part's rows are scattered straight
+    to their key's place, which is group order — no concatenation of the parts, no order
+    computed and no gathers through it (at 10^7 rows ~1-2 s of fresh pages a slot). None when
+    the rows are not so (a null key, a gap, a key twice)."""
+    size = sum(p.key.size for p in parts)
+    if not size or any(p.null.any() for p in parts):
+        return None
+    lo = min(int(p.key.min()) for p in parts if p.key.size)
+    hi = max(int(p.key.max()) for p in parts if p.key.size)
+    if hi - lo + 1 != size or lo == np.iinfo(np.int64).min:
+        return None
+    keys = np.full(size, lo - 1, np.int64)  # lo - 1: no key; a place left so breaks the order
+    n = np.empty(size, np.int64)
+    mids = np.empty(size, np.int64)
+    for p in parts:
+        at = p.key - lo
+        keys[at] = p.key
+        n[at] = p.n
+        mids[at] = p.mid
+    # every place written by its own key (a key twice leaves another's place unwritten)
+    if int(keys[0]) != lo or not bool((keys[1:] > keys[:-1]).all()):
+        return None
+    return _FailedGroups(keys, False, n, np.arange(size), np.ones(size, np.int64), mids)
 
 
 def _group_order(keys: np.ndarray, is_null: np.ndarray) -> np.ndarray:
@@ -394,7 +428,7 @@ def tapped_ids(
     n_failed: int,
     threads: int | None = None,
     hashed: bool = False,
-    rows: FailedRows | None = None,
+    rows: Sequence[FailedRows] | None = None,
 ) -> LineageTable:
     """The row lineage of the rows of the staged output (``staged``) whose range slot
     (summary columns ``slot``) failed its check, from the tap files in ``directory``.
@@ -410,8 +444,8 @@ def tapped_ids(
             skipped or run on some partitions only, a file missing): the caller uses the
             join instead.
 
-    ``rows`` are the failed rows when the pass already met them (recorded summaries), which
-    saves reading the staged output again.
+    ``rows`` are the failed rows when the pass already met them (recorded summaries; one part
+    per staged file), which saves reading the staged output again.
     """
     stages: dict[str, list[str]] = {}
     for name in os.listdir(directory):

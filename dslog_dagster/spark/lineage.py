@@ -58,8 +58,9 @@ class RowTables:
     tables: list[LineageTable]
     failed: list[int]
     # per group, the failed rows of a range slot with recorded summaries, as the read-back
-    # met them (the id tap matches them without reading the output again); None: not kept
-    failed_rows: list["FailedRows | None"] = dataclasses.field(default_factory=list)
+    # met them, one part per staged file (the id tap matches them without reading the output
+    # again, and at 10^7 rows without concatenating them first); None: not kept
+    failed_rows: list["list[FailedRows] | None"] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -671,8 +672,7 @@ def write_with_lineage(
     if observed is not None:
         check_staged_rows(path, int(observed.get["rows"]), sum(n for _, _, n in done))
     rows = [r for got, _, _ in done for r in got]
-    failed_rows: list[FailedRows | None] = [
-        FailedRows.concat(parts) if (parts := [b[g] for _, b, _ in done if g in b]) else None
-        for g in range(len(groups))
+    failed_rows: list[list[FailedRows] | None] = [
+        [b[g] for _, b, _ in done if g in b] or None for g in range(len(groups))
     ]
     return dataclasses.replace(_assemble(rows, n_ins), failed_rows=failed_rows)

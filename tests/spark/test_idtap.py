@@ -8,6 +8,7 @@ sampling its input) is matched on one complete stage. The file-level functions a
 on hand-made files.
 """
 
+import itertools
 import logging
 import os
 import tempfile
@@ -818,3 +819,48 @@ def test_group_order_is_the_keys_order_nulls_last(keys: list[int | None], shift:
     k = np.asarray([0 if x is None else x + shift for x in keys], np.int64)
     null = np.asarray([x is None for x in keys], bool)
     assert idtap._group_order(k, null).tolist() == np.lexsort((k, null)).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 30),
+    st.sampled_from(["permutation", "gap", "twice", "null"]),
+    st.integers(-(2**40), 2**40),
+    st.integers(1, 4),
+    st.randoms(use_true_random=False),
+)
+def test_failed_rows_placed_by_key_equal_the_sorted_groups(
+    size: int, shape: str, lo: int, n_parts: int, rnd: Any
+) -> None:
+    # failed rows in parts (one per staged file) whose keys are lo, lo + 1, ... once each are
+    # placed by a scatter; any other shape takes the general path; both give the same groups
+    from dslog_dagster.spark.lineage import FailedRows
+
+    keys = list(range(lo, lo + size))
+    null = [False] * size
+    if shape == "gap" and size:
+        keys[rnd.randrange(size)] += size + 1  # beyond the others: a gap below it
+    elif shape == "twice" and size > 1:
+        keys[0] = keys[1]
+    elif shape == "null" and size:
+        null[rnd.randrange(size)] = True
+    order = list(range(size))
+    rnd.shuffle(order)
+    k = np.asarray([0 if null[i] else keys[i] for i in order], np.int64)
+    z = np.asarray([null[i] for i in order], bool)
+    n = np.asarray([(0 if null[i] else keys[i]) % 7 + 1 for i in order], np.int64)
+    mid = np.asarray(order, np.int64) * 3 + 1
+    cuts = sorted(rnd.randrange(size + 1) for _ in range(n_parts - 1))
+    bounds = [0, *cuts, size]
+    parts = [FailedRows(mid[a:b], k[a:b], z[a:b], n[a:b]) for a, b in itertools.pairwise(bounds)]
+    got = idtap._failed_groups("unused", None, rows=parts)  # type: ignore[arg-type]
+    placed = idtap._placed_by_key(parts)
+    expected = (size == 1 and shape != "null") or (size > 1 and shape == "permutation")
+    assert (placed is not None) == expected
+    whole = FailedRows.concat(parts)
+    rows = np.lexsort((whole.key, whole.null))
+    assert got.keys.tolist() == sorted({int(x) for x, y in zip(k, z, strict=True) if not y})
+    assert got.has_null == bool(z.any())
+    assert got.rows.tolist() == whole.mid[rows].tolist()
+    assert got.n.tolist() == [int(whole.n[rows][s]) for s in got.start]
+    assert (got.start + got.count)[-1:].tolist() == ([size] if size else [])
