@@ -225,6 +225,33 @@ PYBIND11_MODULE(_native, mod) {
       "row decreases.");
 
   mod.def(
+      "repeat_into",
+      [](py::array_t<int64_t, py::array::c_style> out, I64Array values, I64Array counts) {
+        if (out.ndim() != 1 || values.ndim() != 1 || counts.ndim() != 1 ||
+            values.shape(0) != counts.shape(0)) {
+          throw std::invalid_argument(
+              "repeat_into takes a 1-D int64 output and 1-D values and counts of one length");
+        }
+        int64_t* o = out.mutable_data();
+        const int64_t n = out.shape(0);
+        const int64_t g = values.shape(0);
+        const int64_t* v = values.data();
+        const int64_t* c = counts.data();
+        int64_t r;
+        {
+          py::gil_scoped_release release;
+          r = dslog::repeat_into(o, n, v, c, g);
+        }
+        if (r < 0) {
+          throw std::invalid_argument(
+              "repeat_into: counts must be positive and add up to the output's size");
+        }
+      },
+      py::arg("out").noconvert(), py::arg("values"), py::arg("counts"),
+      "Write each value repeated its count into out (C-contiguous int64, written in place: "
+      "never converted), in one pass.");
+
+  mod.def(
       "compress",
       [](const std::vector<I64Array>& cols, int l, bool relative, bool mirrored, bool progression,
          double abort_ratio, int threads, int sample_windows, bool fast_paths) {

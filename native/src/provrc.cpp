@@ -258,6 +258,18 @@ std::vector<bool> constant_columns(const RelationView& rel) {
   return out;
 }
 
+int64_t repeat_into(int64_t* out, int64_t n, const int64_t* values, const int64_t* counts,
+                    int64_t g) {
+  int64_t at = 0;
+  for (int64_t j = 0; j < g; ++j) {
+    const int64_t c = counts[j];
+    if (c <= 0 || c > n - at) return -1;
+    std::fill(out + at, out + at + c, values[j]);
+    at += c;
+  }
+  return at == n ? 0 : -1;
+}
+
 int64_t sort_runs_unique(int64_t* out, int64_t* in, int64_t n) {
   for (int64_t i = 1; i < n; ++i) {
     if (out[i] < out[i - 1]) return -1;

@@ -32,6 +32,7 @@ import dslog_dagster.spark.capture as capture_module
 import dslog_dagster.spark.idtap as idtap
 import dslog_dagster.spark.ranges as ranges_module
 import dslog_dagster.spark.tapfile as tapfile
+from dslog_dagster.core.native import kernels
 from dslog_dagster.spark import ROW_ID, capture_frames
 from dslog_dagster.spark.lineage import RangeColumns
 from dslog_dagster.spark.rowid import MID, PART_BITS
@@ -529,6 +530,14 @@ def test_tap_files_are_read_chunk_by_chunk(tmp_path: Path) -> None:
     assert keys.tolist() == [7, 0, 9, 9, 9, 2**50, -3, 4, 4, 4, 6, 6]
     assert ids.tolist() == [30, 40, 50, 51, 2**40, 5, 6, 60, 61, 62, 70, 70]
     assert null.tolist() == [False, True] + [False] * 10
+    # the layout parsed once sizes the ids' array and is read from as the path is
+    layout = tapfile.tap_layout(str(path))
+    assert layout.rows == idtap.tap_rows(str(path)) == 7
+    assert type(layout.raw) is np.ndarray  # a plain view of the map: cheap to slice
+    into = np.full(layout.rows, -1, np.int64)
+    again = idtap.read_tap_records(layout, into)
+    assert again.ids is into
+    assert spelled_out(again)[1].tolist() == ids.tolist()
     whole = b"".join(chunks)
     for cut in (8, 16 + 8 * 3, len(chunks[2]) - 8):  # runs, rows or a header cut short
         path.write_bytes(whole[:-cut])
@@ -807,11 +816,23 @@ def test_fill_repeated_is_numpys_repeat(segments: list[tuple[int, int]]) -> None
     out = np.full(int(counts.sum()), 7, np.int64)
     idtap.fill_repeated(out, values, counts)
     assert out.tolist() == np.repeat(values, counts).tolist()
-    zeros = np.zeros(out.size, np.int64)
-    idtap.fill_repeated(zeros, values, counts, zeroed=True)
-    assert zeros.tolist() == out.tolist()
+    # a slice of a matrix's row is written in place (the read-back's pair matrix)
+    pairs = np.full((2, out.size + 2), -1, np.int64)
+    idtap.fill_repeated(pairs[0, 1:-1], values, counts)
+    assert pairs[0, 1:-1].tolist() == out.tolist()
+    assert pairs[0, [0, -1]].tolist() == [-1, -1]
+    assert (pairs[1] == -1).all()
     with pytest.raises(ValueError, match="add up"):
         idtap.fill_repeated(np.empty(out.size + 1, np.int64), values, counts)
+    if counts.size:  # the kernel's own check, below the Python one
+        with pytest.raises(ValueError, match="add up"):
+            kernels.repeat_into(np.empty(out.size - 1, np.int64), values, counts)
+        bad = counts.copy()
+        bad[-1] = 0
+        with pytest.raises(ValueError, match="positive"):
+            kernels.repeat_into(np.empty(int(bad.sum()), np.int64), values, bad)
+    with pytest.raises(TypeError):  # never a converted copy written instead of the array
+        kernels.repeat_into(np.zeros(out.size, np.int32), values, counts)
 
 
 @settings(max_examples=60, deadline=None)
