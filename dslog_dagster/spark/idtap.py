@@ -478,13 +478,13 @@ def tapped_ids(
     index = KeyIndex(fg.keys)
     null_group = fg.keys.size if fg.has_null else -1
 
-    counts = np.zeros(0, np.int64)  # the rows each group received from the stage's files
     counted = threading.Lock()
 
-    def one(file: tuple[TapLayout, np.ndarray]) -> _TappedFile:
+    def one(file: tuple[TapLayout, np.ndarray, np.ndarray]) -> _TappedFile:
         """The file's records of the failed groups (its ids read into the array given with
-        its path); its rows are added to ``counts``."""
-        t = read_tap_records(*file)
+        its layout); its rows per group are added to the stage's counts given last."""
+        layout, into, counts = file
+        t = read_tap_records(layout, into)
         pos = index(t.seg_keys)
         if t.seg_null.any():
             pos[t.seg_null] = null_group
@@ -513,15 +513,18 @@ def tapped_ids(
         pairs = np.empty((2, int(ends[-1])), np.int64)
         ids = pairs[1]
         starts = np.append(0, ends[:-1])
-        # the output row's pages are first touched (zeroed, then filled) while the
-        # files are read: fresh pages cost ~1-3 s a GB on a virtual machine, reading the
-        # files waits on the disk
+        # the output row's pages are first touched (zeroed; fill_repeated writes them later)
+        # while the files are read: a first touch of huge-page-advised memory can cost ~1-3 s
+        # a GB where the kernel compacts to find huge pages
         zeroed = _zero_behind(pairs[0])
         counts = np.zeros(fg.groups, np.int64)
         try:
             got = background.map_all(
                 one,
-                [(f, ids[int(a) : int(b)]) for f, a, b in zip(layouts, starts, ends, strict=True)],
+                [
+                    (f, ids[int(a) : int(b)], counts)
+                    for f, a, b in zip(layouts, starts, ends, strict=True)
+                ],
             )
         finally:
             zeroed()
@@ -746,10 +749,11 @@ def _zero_behind(a: np.ndarray) -> Callable[[], None]:
 def fill_repeated(out: np.ndarray, values: np.ndarray, counts: np.ndarray) -> None:
     """``out[:] = np.repeat(values, counts)`` (``counts`` all positive, adding up to
     ``out.size``; ``out`` 1-D C-contiguous int64) in one native pass, without the temporary
-    array ``np.repeat`` makes (or the steps and cumulative sum that took ~0.7 s at 10^8)."""
-    if int(counts.sum()) != out.size or (counts.size and int(counts.min()) <= 0):
-        msg = "fill_repeated: counts must be positive and add up to the output's size"
-        raise ValueError(msg)
+    array ``np.repeat`` makes (or the steps and cumulative sum that took ~0.7 s at 10^8).
+
+    Raises:
+        ValueError: a count is not positive or they do not add up (the kernel checks).
+    """
     kernels.repeat_into(
         out, values.astype(np.int64, copy=False), counts.astype(np.int64, copy=False)
     )

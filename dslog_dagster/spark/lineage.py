@@ -500,20 +500,17 @@ def recorded_fields(
         keys = with_ids(key.cast(pa.int64()).to_numpy(zero_copy_only=False))
     at = summaries.lookup(keys, null)
     lo_rows = with_ids(lo.to_numpy(zero_copy_only=False))
+    # the tap's summaries (counts only) recorded lo = 0 for every group: no gather to compare
+    if lo_rows.any() if summaries.counts_only else not np.array_equal(summaries.lo[at], lo_rows):
+        msg = "a row's lo differs from its group's recorded summary"
+        raise SummariesMissing(msg)
     if summaries.counts_only:
-        # the tap's summaries (lo = hi = 0, never ok): every row with ids fails its check,
-        # and its lo must be the recorded 0
-        if lo_rows.any():
-            msg = "a row's lo differs from its group's recorded summary"
-            raise SummariesMissing(msg)
+        # hi = 0 and never ok: every row with ids fails its check
         mids = with_ids(mid.to_numpy(zero_copy_only=False))
         failed = FailedRows(mids.astype(np.int64, copy=False), keys, null, summaries.n[at])
         mask = None if has is None else ~has
         hi0, ok0 = np.zeros(len(lo), np.int64), np.zeros(len(lo), bool)
         return pa.array(hi0, mask=mask), pa.array(ok0, mask=mask), failed
-    if not np.array_equal(summaries.lo[at], lo_rows):
-        msg = "a row's lo differs from its group's recorded summary"
-        raise SummariesMissing(msg)
     hi = np.zeros(len(lo), np.int64)
     ok = np.zeros(len(lo), bool)
     if has is None:

@@ -167,12 +167,12 @@ class KeyIndex:
             # span == size: strictly increasing keys are exactly lo, lo + 1, ... (no table to
             # build, no random gathers to look up)
             self.consecutive = bool((keys[1:] > keys[:-1]).all())
-        if self.consecutive:
-            pass
-        elif keys.size and span <= 8 * keys.size + 4096:
+        if self.consecutive or not keys.size:
+            return
+        if span <= 8 * keys.size + 4096:
             self.table = np.full(span, -1, np.int64)
             self.table[keys - self.lo if self.lo else keys] = np.arange(keys.size, dtype=np.int64)
-        elif keys.size:
+        else:
             self.order = np.argsort(keys, kind="stable")
             self.sorted = keys[self.order]
 
